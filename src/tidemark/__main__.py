@@ -1,0 +1,3 @@
+from tidemark.cli.app import main
+
+main()

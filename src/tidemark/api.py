@@ -1,0 +1,195 @@
+"""The library API: for the scenario runner, and for people who bring their own agent loop.
+
+::
+
+    tm = tidemark.open("file:.agent-runtime", workspace=".")
+    with tm.start("fix the bug", tools=[send_email]) as run:      # or tm.resume(run_id, tools=[...])
+        run.add_message("assistant", text)
+        result = run.call("send_email", {"to": "a@b.c", "body": "hi"}, call_id=model_call_id)
+        run.checkpoint()
+
+``run.call`` writes ``started`` durably before the tool runs; called again with the same ``call_id`` after a
+crash it returns the recorded result, re-runs only what its policy allows, and never repeats a non-idempotent
+call. ``await run.acall(...)`` is the same for asyncio.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from tidemark.core.recovery import ResumePlan
+from tidemark.errors import ResumeError
+from tidemark.records import Message, RunInfo, RunStatus, ToolCall
+from tidemark.runtime.agent import Agent, Recovery, prepare_resume, restore
+from tidemark.runtime.builtin import builtin_registry
+from tidemark.runtime.provider import Provider
+from tidemark.runtime.session import DecisionNeeded, RunSession, load_view, now
+from tidemark.runtime.tools import Tool, ToolRegistry
+from tidemark.store.base import Store
+from tidemark.store.url import default_store_url, open_store
+from tidemark.workspace.files import Workspace
+
+
+def new_run_id() -> str:
+    return "run_" + now()[:10].replace("-", "") + "_" + uuid.uuid4().hex[:8]
+
+
+class Run:
+    """An open run: its session (the only writer) plus conveniences for an own loop."""
+
+    def __init__(self, session: RunSession, recovery: Recovery | None = None) -> None:
+        self.session = session
+        self.recovery = recovery
+        self._auto_ids = sum(1 for e in session.ledger.values() if e.call_id.startswith("auto_"))
+
+    @property
+    def run_id(self) -> str:
+        return self.session.info.run_id
+
+    @property
+    def history(self) -> list[Message]:
+        return list(self.session.history)
+
+    @property
+    def recovery_note(self) -> str | None:
+        return self.recovery.note if self.recovery else None
+
+    def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
+        if call_id is None:
+            self._auto_ids += 1
+            call_id = f"auto_{self._auto_ids}"
+        return ToolCall(call_id=call_id, tool=tool, args=dict(args or {}))
+
+    def call(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
+        """Run a registered tool through the ledger; returns its observation (``error: ...`` on failure)."""
+        message = self.session.execute(self._call(tool, args, call_id), f"step_{self.session.step}")
+        return message.content
+
+    async def acall(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
+        message = await self.session.aexecute(self._call(tool, args, call_id), f"step_{self.session.step}")
+        return message.content
+
+    def add_message(self, role: Any, content: str) -> Message:
+        message = self.session.add_message(role, content)
+        return message
+
+    def step(self) -> int:
+        """Start the next step (a model turn); takes the before-step checkpoint."""
+        self.session.step += 1
+        self.session.next_turn = self.session.step
+        self.session.checkpoint("before_step")
+        self.session.commit()
+        return self.session.step
+
+    def checkpoint(self) -> str:
+        """An after-step checkpoint, durable on return."""
+        checkpoint = self.session.checkpoint("after_step")
+        self.session.commit()
+        return checkpoint.checkpoint_id
+
+    def finish(self, status: RunStatus = "completed", detail: str = "") -> None:
+        self.session.event(status, detail)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc is None and self.session.view.status == "running" and not self.session.closed:
+            self.session.commit()
+        self.close()
+
+
+class Tidemark:
+    """A store plus a workspace: where runs are kept and where their tools act."""
+
+    def __init__(self, store: Store, workspace: str) -> None:
+        self.store = store
+        self.workspace = Workspace(workspace)
+
+    def registry(self, tools: Iterable[Tool] = (), *, builtins: bool = True) -> ToolRegistry:
+        return builtin_registry(*tools) if builtins else ToolRegistry(tools)
+
+    def start(
+        self,
+        task: str,
+        *,
+        tools: Iterable[Tool] = (),
+        builtins: bool = True,
+        model: str = "own-loop",
+        model_config: dict[str, Any] | None = None,
+        run_id: str | None = None,
+        scenario: dict[str, Any] | None = None,
+    ) -> Run:
+        info = RunInfo(
+            run_id=run_id or new_run_id(),
+            task=task,
+            model=model,
+            created_at=now(),
+            workspace=self.workspace.root,
+            model_config=model_config or {},
+            scenario=scenario,
+        )
+        session = RunSession.create(self.store, info, self.workspace, self.registry(tools, builtins=builtins))
+        session.add_message("user", task)
+        session.commit()
+        return Run(session)
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        tools: Iterable[Tool] = (),
+        builtins: bool = True,
+        replay: Iterable[str] = (),
+        skip: Iterable[str] = (),
+        takeover: bool = False,
+    ) -> Run:
+        """Open a run after a crash: plan, settle the interrupted calls, inject the recovery note.
+
+        Raises ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
+        """
+        session = RunSession.open(
+            self.store, run_id, self.workspace, self.registry(tools, builtins=builtins), takeover=takeover
+        )
+        try:
+            if session.view.status == "completed":
+                raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
+            plan = prepare_resume(session, replay=tuple(replay), skip=tuple(skip))
+            if plan.needs_decision:
+                waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)
+                session.event("waiting_decision", waiting)
+                raise DecisionNeeded(
+                    f"run {run_id!r} waits for a decision on {waiting}: "
+                    "resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it"
+                )
+            recovery = restore(session, plan)
+        except BaseException:
+            session.commit()
+            session.close()
+            raise
+        return Run(session, recovery)
+
+    def run_agent(self, run: Run, provider: Provider, *, system: str = "") -> RunStatus:
+        return Agent(run.session, provider, system=system).run()
+
+    def plan(self, run_id: str) -> ResumePlan:
+        """What a resume would do now, without claiming the run or running anything."""
+        from tidemark.core.recovery import plan_resume
+
+        return plan_resume(load_view(self.store, run_id))
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def open(url: str | None = None, *, workspace: str = ".") -> Tidemark:
+    """Open a store (``file:PATH``, a bare path, or ``postgresql://...``) for a workspace."""
+    workspace = os.path.abspath(workspace)
+    return Tidemark(open_store(url or default_store_url(workspace)), workspace)

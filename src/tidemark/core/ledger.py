@@ -1,0 +1,51 @@
+"""The tool ledger's state machine (§8.2): which status may follow which, and what a crash leaves behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from tidemark.errors import TidemarkError
+from tidemark.records import LedgerStatus, ToolLedgerEntry
+
+# planned -> (approved) -> started -> succeeded | failed; a crash turns started into uncertain, which a probe,
+# a person or a re-run settles. planned -> failed covers a call refused before it ran (denied, unknown tool).
+TRANSITIONS: dict[LedgerStatus | None, frozenset[LedgerStatus]] = {
+    None: frozenset({"planned"}),
+    "planned": frozenset({"approved", "started", "failed"}),
+    "approved": frozenset({"started", "failed"}),
+    "started": frozenset({"succeeded", "failed", "uncertain"}),
+    "uncertain": frozenset({"started", "succeeded", "failed"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+}
+FINISHED: frozenset[LedgerStatus] = frozenset({"succeeded", "failed"})
+NEVER_RAN: frozenset[LedgerStatus] = frozenset({"planned", "approved"})
+
+
+class LedgerTransitionError(TidemarkError):
+    """A status change the state machine forbids: a bug in the caller, never a user error."""
+
+
+def check_transition(previous: ToolLedgerEntry | None, new: ToolLedgerEntry) -> None:
+    before = previous.status if previous else None
+    if new.status not in TRANSITIONS[before]:
+        raise LedgerTransitionError(
+            f"ledger entry {new.call_id}: {before or 'nothing'} -> {new.status} is not a valid transition"
+        )
+
+
+def fold(entries: Iterable[ToolLedgerEntry]) -> dict[str, ToolLedgerEntry]:
+    """The current entry per call, in order of first appearance (the last appended state wins)."""
+    current: dict[str, ToolLedgerEntry] = {}
+    for entry in entries:
+        current[entry.call_id] = entry
+    return current
+
+
+def settle_after_crash(entry: ToolLedgerEntry) -> ToolLedgerEntry:
+    """A call that started but has no recorded outcome may or may not have had its effect: ``uncertain``."""
+    if entry.status == "started":
+        return msgspec.structs.replace(entry, status="uncertain")
+    return entry

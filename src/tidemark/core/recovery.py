@@ -1,0 +1,84 @@
+"""The resume plan (§8.6): where to continue from, what each recorded call means now, what needs a person.
+
+Pure: the runtime reads the store, runs probes and hashes the workspace, then asks this module what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidemark.core.ledger import settle_after_crash
+from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
+from tidemark.core.run_view import CheckpointAt, RunView
+from tidemark.records import CallDecision, ToolLedgerEntry
+
+
+@dataclass(frozen=True)
+class CallReport:
+    entry: ToolLedgerEntry  # as settled after the crash (started -> uncertain)
+    decision: ReplayDecision
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A file the run wrote whose content is no longer what the run left there."""
+
+    path: str
+    expected_hash: str
+    actual_hash: str | None
+    call_id: str
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    resume_from: CheckpointAt | None
+    why: str
+    calls: list[CallReport]
+    needs_decision: list[CallReport]
+    drift: list[Drift] = field(default_factory=list)
+
+    @property
+    def step(self) -> int:
+        return self.resume_from.checkpoint.step if self.resume_from else 0
+
+
+def expected_files(view: RunView) -> dict[str, tuple[str, str]]:
+    """Path -> (after_hash, call_id) of the run's last finished write to each path."""
+    finished = {call_id for call_id, entry in view.ledger.items() if entry.status == "succeeded"}
+    expected: dict[str, tuple[str, str]] = {}
+    for patch in view.patches:
+        if patch.after_hash and patch.tool_call_id in finished:
+            expected[patch.path] = (patch.after_hash, patch.tool_call_id)
+    return expected
+
+
+def plan_resume(
+    view: RunView,
+    *,
+    decisions: dict[str, CallDecision] | None = None,
+    probes: dict[str, ProbeResult] | None = None,
+    workspace_hashes: dict[str, str | None] | None = None,
+) -> ResumePlan:
+    decisions = {**view.decisions, **(decisions or {})}
+    probes = probes or {}
+    at = view.latest_complete_checkpoint()
+    if at is None:
+        why = "no complete checkpoint: the run starts again from its first step"
+    else:
+        why = f"latest complete checkpoint ({at.checkpoint.kind} of step {at.checkpoint.step})"
+        skipped = [c for c in view.checkpoints if c.seq > at.seq]
+        if skipped:
+            why += f"; {len(skipped)} later checkpoint(s) unusable: {skipped[0].why_incomplete}"
+    calls = []
+    for entry in view.ledger.values():
+        settled = settle_after_crash(entry)
+        decision = decide_replay(settled, decision=decisions.get(entry.call_id), probe=probes.get(entry.call_id))
+        calls.append(CallReport(settled, decision))
+    needs = [report for report in calls if report.decision.action == "wait_decision"]
+    drift = []
+    if workspace_hashes is not None:
+        for path, (expected, call_id) in expected_files(view).items():
+            actual = workspace_hashes.get(path)
+            if actual != expected:
+                drift.append(Drift(path, expected, actual, call_id))
+    return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)

@@ -1,0 +1,70 @@
+"""What to do with each tool call found in the ledger after a crash (§8.6 steps 5-6, §8.7).
+
+The rule, in order: a call that never started runs normally; a finished call's outcome is taken from the ledger
+and never re-run; an ``uncertain`` call is re-run only when a person asked for it, when its probe shows the effect
+did not happen, or when its idempotency and replay policy *for that input* allow it. High-risk calls are never
+re-run automatically, whatever their policy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from tidemark.core.ledger import FINISHED, NEVER_RAN
+from tidemark.records import CallDecision, ToolLedgerEntry
+
+ReplayAction = Literal["run", "take_outcome", "rerun", "wait_decision", "report_uncertain", "skip"]
+ProbeResult = Literal["done", "not_done", "unknown"]
+
+
+class ReplayDecision(msgspec.Struct, frozen=True, kw_only=True):
+    action: ReplayAction
+    replayable: bool  # may it be re-run without asking anyone?
+    why: str
+
+
+def decide_replay(
+    entry: ToolLedgerEntry | None,
+    *,
+    decision: CallDecision | None = None,
+    probe: ProbeResult | None = None,
+) -> ReplayDecision:
+    if entry is None or entry.status in NEVER_RAN:
+        return ReplayDecision(action="run", replayable=True, why="never started (no `started` in the ledger)")
+    if entry.status in FINISHED:
+        return ReplayDecision(
+            action="take_outcome",
+            replayable=False,
+            why=f"{entry.status}: its recorded outcome is used, it is not run again",
+        )
+    label = f"{entry.idempotency}/{entry.replay_policy}, risk {entry.risk_level}"
+    if decision is not None and decision.decision == "replay":
+        return ReplayDecision(action="rerun", replayable=True, why=f"uncertain; {decision.by} chose to replay it")
+    if decision is not None and decision.decision == "skip":
+        return ReplayDecision(action="skip", replayable=False, why=f"uncertain; {decision.by} chose not to replay it")
+    if probe == "done":
+        return ReplayDecision(
+            action="take_outcome",
+            replayable=False,
+            why="uncertain; its probe shows the effect already happened",
+        )
+    if probe == "not_done":
+        return ReplayDecision(
+            action="rerun", replayable=True, why="uncertain; its probe shows the effect did not happen"
+        )
+    if entry.replay_policy == "never":
+        return ReplayDecision(
+            action="report_uncertain",
+            replayable=False,
+            why=f"uncertain and not replayable ({label}): not re-run; the model is told the outcome is unknown",
+        )
+    automatic = entry.replay_policy == "auto" and entry.idempotency != "non_idempotent" and entry.risk_level != "high"
+    if automatic:
+        return ReplayDecision(action="rerun", replayable=True, why=f"uncertain but safe to repeat ({label})")
+    return ReplayDecision(
+        action="wait_decision",
+        replayable=False,
+        why=f"uncertain and may have taken effect ({label}): waiting for --replay or --skip",
+    )

@@ -1,0 +1,86 @@
+"""Every failure tidemark raises on purpose is a ``TidemarkError``; each message names the thing and the fix.
+
+The tree::
+
+    TidemarkError
+    ├── ConfigError                 bad store URL, missing workspace, bad tool registration
+    │   ├── StoreURLError
+    │   ├── WorkspaceError
+    │   └── ToolRegistrationError   e.g. a non_idempotent tool with replay_policy auto
+    ├── ScenarioError               a scenario file that cannot be played
+    ├── UnknownToolError            the model asked for a tool nobody registered
+    ├── StoreError                  the store cannot do what was asked
+    │   ├── CorruptRecordError      a torn or corrupt record (reported, never loaded)
+    │   ├── RunNotFoundError
+    │   ├── RunExistsError
+    │   ├── RunLockedError          another live process owns the run
+    │   └── StaleGenerationError    this process was fenced off by a newer owner
+    ├── ResumeError                 nothing safe to resume from, or a decision that does not apply
+    └── ToolFailure                 a tool reported failure (recorded in the ledger as ``failed``)
+
+The CLI turns each into one line on stderr and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+
+class TidemarkError(Exception):
+    """Root of every error tidemark raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(TidemarkError):
+    exit_code = 2
+
+
+class StoreURLError(ConfigError):
+    pass
+
+
+class WorkspaceError(ConfigError):
+    pass
+
+
+class ToolRegistrationError(ConfigError):
+    pass
+
+
+class ScenarioError(TidemarkError):
+    exit_code = 2
+
+
+class UnknownToolError(TidemarkError):
+    pass
+
+
+class StoreError(TidemarkError):
+    pass
+
+
+class CorruptRecordError(StoreError):
+    pass
+
+
+class RunNotFoundError(StoreError):
+    exit_code = 4
+
+
+class RunExistsError(StoreError):
+    pass
+
+
+class RunLockedError(StoreError):
+    exit_code = 5
+
+
+class StaleGenerationError(StoreError):
+    exit_code = 6
+
+
+class ResumeError(TidemarkError):
+    pass
+
+
+class ToolFailure(TidemarkError):
+    """Raised by a tool to report an ordinary failure; the ledger records it as ``failed``."""

@@ -1,0 +1,111 @@
+"""Read-only reports on runs (status, ledger, checkpoints, explain), as plain data for the CLI and for users."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from tidemark.core.recovery import expected_files, plan_resume
+from tidemark.core.run_view import RunView
+from tidemark.runtime.session import load_view
+from tidemark.store.base import Store
+from tidemark.store.liveness import process_is_alive
+from tidemark.workspace.files import Workspace
+
+
+def effective_status(store: Store, view: RunView) -> str:
+    """``running`` only while its owner lives; a dead owner's run is ``interrupted``."""
+    status = view.status
+    if status != "running":
+        return status
+    owner = store.owner(view.info.run_id)
+    if owner is None or owner.released:
+        return "interrupted"
+    host, _, start = owner.host.rpartition("#")
+    if host == socket.gethostname() and not process_is_alive(owner.pid, start):
+        return "interrupted"
+    return "running"
+
+
+def status_row(store: Store, run_id: str) -> dict[str, Any]:
+    view = load_view(store, run_id)
+    last = view.latest_complete_checkpoint()
+    return {
+        "run_id": run_id,
+        "status": effective_status(store, view),
+        "task": view.info.task,
+        "step": last.checkpoint.step if last else 0,
+        "calls": len(view.ledger),
+        "problems": len(view.problems),
+        "created_at": view.info.created_at,
+    }
+
+
+def ledger_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+    import msgspec
+
+    return [msgspec.to_builtins(entry) for entry in load_view(store, run_id).ledger.values()]
+
+
+def checkpoint_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "checkpoint_id": at.checkpoint.checkpoint_id,
+            "step": at.checkpoint.step,
+            "kind": at.checkpoint.kind,
+            "created_at": at.checkpoint.created_at,
+            "complete": at.complete,
+        }
+        for at in load_view(store, run_id).checkpoints
+    ]
+
+
+def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str, Any]:
+    """Why a resume would continue where it would, and what it would do with every recorded call."""
+    view = load_view(store, run_id)
+    hashes = None
+    if workspace is not None:
+        ws = Workspace(workspace)
+        hashes = {path: ws.hash(path) for path in expected_files(view)}
+    plan = plan_resume(view, workspace_hashes=hashes)
+    at = plan.resume_from
+    return {
+        "run_id": run_id,
+        "status": effective_status(store, view),
+        "task": view.info.task,
+        "resume_from": {
+            "checkpoint_id": at.checkpoint.checkpoint_id if at else None,
+            "step": at.checkpoint.step if at else 0,
+            "kind": at.checkpoint.kind if at else None,
+            "why": plan.why,
+        },
+        "calls": [
+            {
+                "call_id": r.entry.call_id,
+                "step_id": r.entry.step_id,
+                "tool": r.entry.tool_name,
+                "status": r.entry.status,
+                "idempotency": r.entry.idempotency,
+                "replay_policy": r.entry.replay_policy,
+                "risk_level": r.entry.risk_level,
+                "side_effects": list(r.entry.side_effects),
+                "replayable": r.decision.replayable,
+                "action": r.decision.action,
+                "why": r.decision.why,
+            }
+            for r in plan.calls
+        ],
+        "needs_decision": [
+            {"call_id": r.entry.call_id, "tool": r.entry.tool_name, "why": r.decision.why} for r in plan.needs_decision
+        ],
+        "workspace_drift": [
+            {
+                "path": d.path,
+                "expected_hash": d.expected_hash,
+                "actual_hash": d.actual_hash,
+                "call_id": d.call_id,
+            }
+            for d in plan.drift
+        ],
+        "problems": [{"kind": p.kind, "position": p.position, "detail": p.detail} for p in view.problems],
+    }

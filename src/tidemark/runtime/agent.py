@@ -1,0 +1,145 @@
+"""The agent loop (model -> tool calls -> ledgered execution -> observations) and resume (§8.6, all eight steps)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tidemark.core.note import recovery_note
+from tidemark.core.recovery import CallReport, ResumePlan, expected_files, plan_resume
+from tidemark.core.replay import ProbeResult
+from tidemark.errors import ResumeError, ToolFailure
+from tidemark.records import RunStatus, ToolCall
+from tidemark.runtime import failpoints
+from tidemark.runtime.context import RECOVERY_NOTE, build_context
+from tidemark.runtime.provider import Provider
+from tidemark.runtime.session import DecisionNeeded, RunSession
+
+_STEP = re.compile(r"step_(\d+)$")
+
+
+def step_number(step_id: str) -> int:
+    match = _STEP.search(step_id)
+    return int(match.group(1)) if match else 0
+
+
+class Agent:
+    def __init__(self, session: RunSession, provider: Provider, *, system: str = "") -> None:
+        self.session = session
+        self.provider = provider
+        self.system = system
+
+    def run(self) -> RunStatus:
+        """Run until the model answers without tool calls. Returns the run's status."""
+        session = self.session
+        if not session.history:
+            session.add_message("user", session.info.task)
+        try:
+            while True:
+                turn = session.next_turn
+                session.step = turn + 1
+                session.pending = []
+                session.checkpoint("before_step")
+                failpoints.hit("before_step")
+                context = build_context(session.history, system=self.system, tools=session.registry.definitions())
+                reply = self.provider.complete(context, turn)
+                failpoints.hit("after_model")
+                session.add_message("assistant", reply.text, tool_calls=tuple(reply.tool_calls), turn=turn)
+                session.next_turn = turn + 1
+                session.pending = list(reply.tool_calls)
+                if not reply.tool_calls:
+                    session.checkpoint("after_step")
+                    session.event("completed", reply.text[:200])
+                    return "completed"
+                for call in reply.tool_calls:
+                    session.execute(call, f"step_{session.step}")
+                session.checkpoint("after_step")
+                session.commit()
+                failpoints.hit("after_step")
+                session.flush_trace()
+        except DecisionNeeded as exc:
+            session.event("waiting_decision", str(exc))
+            return "waiting_decision"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    plan: ResumePlan
+    note: str
+
+
+def run_probes(session: RunSession) -> dict[str, ProbeResult]:
+    """Ask each uncertain call's probe (if its tool has one) whether the effect happened. Read-only by contract."""
+    results: dict[str, ProbeResult] = {}
+    for call_id, entry in session.ledger.items():
+        if entry.status != "started" or call_id in session.decisions or entry.tool_name not in session.registry:
+            continue
+        tool = session.registry.get(entry.tool_name)
+        if tool.probe is None:
+            continue
+        ctx = session.context_for(ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
+        try:
+            results[call_id] = tool.probe(ctx, entry.input)
+        except ToolFailure:
+            results[call_id] = "unknown"
+    return results
+
+
+def workspace_hashes(session: RunSession) -> dict[str, str | None]:
+    hashes = {}
+    for path in expected_files(session.view):
+        try:
+            hashes[path] = session.workspace.hash(path)
+        except ToolFailure:
+            hashes[path] = None
+    return hashes
+
+
+def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> ResumePlan:
+    """Steps 1-3 and 5-6: checkpoint, integrity, workspace, last calls, replay decisions (nothing runs yet)."""
+    for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
+        entry = session.ledger.get(call_id)
+        if entry is None:
+            raise ResumeError(f"call {call_id!r} is not in run {session.info.run_id!r}; see `tidemark ledger`")
+        if entry.status not in ("started", "uncertain"):
+            raise ResumeError(f"call {call_id!r} is {entry.status}, not uncertain: there is nothing to decide")
+        session.decide(call_id, choice)
+    return plan_resume(
+        session.view,
+        decisions=session.decisions,
+        probes=run_probes(session),
+        workspace_hashes=workspace_hashes(session),
+    )
+
+
+def restore(session: RunSession, plan: ResumePlan) -> Recovery:
+    """Steps 4, 7 and 8: restore history and state, settle the interrupted calls, inject the recovery note."""
+    at = plan.resume_from
+    if at is None:
+        if session.history:
+            session.rewind(0, "", "no complete checkpoint")
+        session.step, session.next_turn, session.pending = 0, 0, []
+    else:
+        checkpoint = at.checkpoint
+        if session.history != at.history:
+            session.rewind(checkpoint.history_len, checkpoint.checkpoint_id, "resume from checkpoint")
+            session.history = list(at.history)
+        session.step = checkpoint.step
+        session.next_turn = checkpoint.next_turn
+        session.pending = list(checkpoint.pending_tool_calls)
+        session.model = checkpoint.model
+        session.model_config = dict(checkpoint.model_config)
+    session.event("running", f"resumed: {plan.why}")
+    step_id = f"step_{session.step}"
+    for call in list(session.pending):
+        session.execute(call, step_id)
+    first_step = plan.resume_from.checkpoint.step if plan.resume_from else 0
+    recent: list[CallReport] = [r for r in plan.calls if step_number(r.entry.step_id) >= first_step]
+    summaries = {r.entry.call_id: session.load_result(r.entry.result_ref)[:300] for r in recent if r.entry.result_ref}
+    note = recovery_note(plan, recent, summaries)
+    session.add_message("system", note, name=RECOVERY_NOTE)
+    if at is not None and at.checkpoint.kind != "after_step" and session.step > 0:
+        session.checkpoint("after_step")
+    session.commit()
+    session.trace("recovery_note", checkpoint_id=at.checkpoint.checkpoint_id if at else None)
+    return Recovery(plan, note)

@@ -1,0 +1,51 @@
+"""The model behind the loop. A provider turns a context into one assistant turn (text and tool calls)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tidemark.errors import ScenarioError
+from tidemark.records import Message, ToolCall, ToolDefinition
+from tidemark.runtime.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the model sees: the system region (with recovery notes at high priority) and the conversation."""
+
+    system: str
+    messages: list[Message]
+    tools: list[ToolDefinition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    text: str
+    tool_calls: list[ToolCall]
+
+
+class Provider(Protocol):
+    model: str
+
+    def complete(self, context: Context, turn: int) -> ModelTurn: ...
+
+
+class ScriptedProvider:
+    """Plays a scenario turn by turn; after a resume it continues with the turn after the last completed one."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.model = scenario.model
+        self.contexts: list[Context] = []
+
+    def complete(self, context: Context, turn: int) -> ModelTurn:
+        self.contexts.append(context)
+        if turn >= len(self.scenario.turns):
+            return ModelTurn(text="(end of script)", tool_calls=[])
+        scripted = self.scenario.turns[turn]
+        seen = context.system + "\n" + "\n".join(message.content for message in context.messages)
+        for expected in scripted.expect_in_context:
+            if expected not in seen:
+                raise ScenarioError(f"turn {turn + 1} expects {expected!r} in the model's context, and it is not there")
+        return ModelTurn(text=scripted.text, tool_calls=self.scenario.calls(turn))

@@ -1,0 +1,539 @@
+"""One run, open for writing: the records it appends, and one tool call carried through the ledger.
+
+Write ordering for one call (promise 1): the planned entry, the before-state of every file the call will write,
+the ``started`` entry and the tool-start checkpoint go to the log in ONE durable append; only then does the tool
+run. Its after-state, outcome, tool message and tool-end checkpoint are the second durable append.
+
+The call is driven by a generator that yields when it needs the tool run, so the same code serves the sync and
+the asyncio entry points (no hand-copied twins): ``execute`` and ``aexecute`` only differ in how they call the tool.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from tidemark.core.blobs import make_blob, open_blob
+from tidemark.core.hashing import content_hash, idempotency_key, input_hash
+from tidemark.core.ledger import check_transition, settle_after_crash
+from tidemark.core.patches import apply_patch, make_patch
+from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
+from tidemark.core.run_view import RunView, build_view
+from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure, UnknownToolError
+from tidemark.records import (
+    RECORD_KINDS,
+    Blob,
+    CallDecision,
+    Checkpoint,
+    CheckpointKind,
+    FilePatchEntry,
+    LedgerStatus,
+    Message,
+    PatchOp,
+    Rewind,
+    Role,
+    RunEvent,
+    RunInfo,
+    RunStatus,
+    ToolCall,
+    ToolLedgerEntry,
+)
+from tidemark.runtime import failpoints
+from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
+from tidemark.store.base import Claim, LogRecord, Store
+from tidemark.workspace.files import Workspace
+
+_encoder = msgspec.json.Encoder()
+INLINE_RESULT_LIMIT = 64 * 1024  # larger results go to an artifact file instead of the log
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class DecisionNeeded(TidemarkError):
+    """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``)."""
+
+    exit_code = 3
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A request, from the call driver, to run a tool now."""
+
+    tool: Tool
+    ctx: ToolContext
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    text: str
+
+
+@dataclass
+class _FileBefore:
+    path: str
+    before_hash: str
+    before_ref: str | None
+    before: bytes | None = field(repr=False, default=None)
+
+
+def _render_result(value: Any) -> str:
+    if value is None:
+        return "ok"
+    if isinstance(value, str):
+        return value
+    return _encoder.encode(value).decode()
+
+
+def run_tool_sync(invocation: Invocation) -> Outcome:
+    try:
+        value = invocation.tool.fn(invocation.ctx, **invocation.args)
+    except ToolFailure as exc:
+        return Outcome(False, str(exc))
+    except TypeError as exc:
+        return Outcome(False, f"bad arguments for {invocation.tool.name}: {exc}")
+    return Outcome(True, _render_result(value))
+
+
+async def run_tool_async(invocation: Invocation) -> Outcome:
+    try:
+        if invocation.tool.is_async:
+            value = await invocation.tool.fn(invocation.ctx, **invocation.args)
+        else:
+            value = invocation.tool.fn(invocation.ctx, **invocation.args)
+    except ToolFailure as exc:
+        return Outcome(False, str(exc))
+    except TypeError as exc:
+        return Outcome(False, f"bad arguments for {invocation.tool.name}: {exc}")
+    return Outcome(True, _render_result(value))
+
+
+CallDriver = Generator[Invocation, Outcome, Message]
+
+
+class RunSession:
+    """The single writer of one run (it holds the run's claim)."""
+
+    def __init__(self, store: Store, claim: Claim, view: RunView, workspace: Workspace, registry: ToolRegistry) -> None:
+        self.store = store
+        self.claim = claim
+        self.info: RunInfo = view.info
+        self.view = view
+        self.workspace = workspace
+        self.registry = registry
+        self.history: list[Message] = list(view.history)
+        self.ledger: dict[str, ToolLedgerEntry] = dict(view.ledger)
+        self.patches: list[FilePatchEntry] = list(view.patches)
+        self.blobs: dict[str, Blob] = dict(view.blobs)
+        self.decisions: dict[str, CallDecision] = dict(view.decisions)
+        self.checkpoint_count = len(view.checkpoints)
+        self.step = 0
+        self.next_turn = 0
+        self.pending: list[ToolCall] = []
+        self.model = view.info.model
+        self.model_config = dict(view.info.model_config)
+        self._seq = view.last_seq
+        self._buffer: list[LogRecord] = []
+        # Content this run can reproduce: stored blobs, and every patch's after-state (before + patch).
+        self._known: set[str] = set(self.blobs) | {p.after_hash for p in self.patches if p.after_hash}
+        self._trace: list[bytes] = []
+        self.closed = False
+
+    # opening ----------------------------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls, store: Store, info: RunInfo, workspace: Workspace, registry: ToolRegistry, *, owner_id: str = ""
+    ) -> RunSession:
+        store.create_run(info.run_id, _encoder.encode(info))
+        claim = store.claim(info.run_id, owner_id or _owner_id())
+        session = cls(store, claim, RunView(info=info), workspace, registry)
+        session.event("running", "started")
+        return session
+
+    @classmethod
+    def open(
+        cls,
+        store: Store,
+        run_id: str,
+        workspace: Workspace,
+        registry: ToolRegistry,
+        *,
+        owner_id: str = "",
+        takeover: bool = False,
+    ) -> RunSession:
+        claim = store.claim(run_id, owner_id or _owner_id(), takeover=takeover)
+        try:
+            view = load_view(store, run_id)
+        except BaseException:
+            store.release(claim)
+            raise
+        return cls(store, claim, view, workspace, registry)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.flush_trace()
+            self.store.release(self.claim)
+
+    # records ----------------------------------------------------------------------------------------------
+    def _add(self, body: msgspec.Struct) -> int:
+        self._seq += 1
+        self._buffer.append(
+            LogRecord(
+                kind=RECORD_KINDS[type(body)],
+                body=msgspec.Raw(_encoder.encode(body)),
+                seq=self._seq,
+                gen=self.claim.generation,
+            )
+        )
+        return self._seq
+
+    def commit(self, *, durable: bool = True) -> None:
+        if not self._buffer:
+            return
+        records, self._buffer = self._buffer, []
+        try:
+            self.store.append(self.claim, records, durable=durable)
+        except StoreError:
+            self._seq -= len(records)
+            raise
+
+    def trace(self, event: str, **data: Any) -> None:
+        self._trace.append(_encoder.encode({"event": event, "at": now(), "run_id": self.info.run_id, "data": data}))
+
+    def flush_trace(self) -> None:
+        if self._trace:
+            lines, self._trace = self._trace, []
+            self.store.trace(self.info.run_id, lines)
+
+    def event(self, status: RunStatus, detail: str = "") -> None:
+        self._add(RunEvent(status=status, at=now(), detail=detail, generation=self.claim.generation))
+        self.trace(f"run_{status}", detail=detail)
+        self.commit()
+
+    def decide(self, call_id: str, decision: str, by: str = "user") -> None:
+        record = CallDecision(call_id=call_id, decision=decision, at=now(), by=by)  # type: ignore[arg-type]
+        self.decisions[call_id] = record
+        self._add(record)
+
+    def add_message(self, role: Role, content: str, **fields: Any) -> Message:
+        message = Message(seq=len(self.history), role=role, content=content, **fields)
+        self.history.append(message)
+        self._add(message)
+        return message
+
+    def rewind(self, history_len: int, checkpoint_id: str, reason: str) -> None:
+        self.history = self.history[:history_len]
+        self._add(Rewind(history_len=history_len, checkpoint_id=checkpoint_id, reason=reason, at=now()))
+
+    def checkpoint(self, kind: CheckpointKind) -> Checkpoint:
+        self.checkpoint_count += 1
+        checkpoint = Checkpoint(
+            checkpoint_id=f"ckpt_{self.checkpoint_count:06d}",
+            run_id=self.info.run_id,
+            step=self.step,
+            kind=kind,
+            created_at=now(),
+            history_len=len(self.history),
+            ledger_seq=self._seq,
+            model=self.model,
+            model_config=self.model_config,
+            pending_tool_calls=tuple(self.pending),
+            next_turn=self.next_turn,
+            task=self.info.task,
+        )
+        self._add(checkpoint)
+        self.trace("checkpoint", checkpoint_id=checkpoint.checkpoint_id, kind=kind, step=self.step)
+        return checkpoint
+
+    # content ----------------------------------------------------------------------------------------------
+    def put_content(self, data: bytes, digest: str | None = None) -> str:
+        digest = digest or content_hash(data)
+        if digest not in self.blobs:
+            blob = make_blob(data, digest)
+            self.blobs[digest] = blob
+            self._known.add(digest)
+            self._add(blob)
+        return digest
+
+    def content(self, digest: str) -> bytes:
+        blob = self.blobs.get(digest)
+        if blob is None:
+            raise StoreError(f"content {digest} is not stored in run {self.info.run_id!r}")
+        return open_blob(blob)
+
+    def save_artifact(self, name: str, data: bytes) -> str:
+        return self.store.put_artifact(self.claim, name, data)
+
+    def save_result(self, call_id: str, text: str) -> str:
+        data = text.encode()
+        if len(data) > INLINE_RESULT_LIMIT:
+            return self.save_artifact(f"{call_id}.result.txt", data)
+        return "blob:" + self.put_content(data)
+
+    def load_result(self, ref: str | None) -> str:
+        return load_result(self.store, self.info.run_id, self.blobs, ref)
+
+    # one tool call ----------------------------------------------------------------------------------------
+    def context_for(self, call: ToolCall, step_id: str) -> ToolContext:
+        return ToolContext(
+            run_id=self.info.run_id,
+            call_id=call.call_id,
+            step_id=step_id,
+            idempotency_key=idempotency_key(self.info.run_id, call.call_id),
+            workspace=self.workspace,
+            save_artifact=self.save_artifact,
+        )
+
+    def _ledger(self, entry: ToolLedgerEntry) -> None:
+        check_transition(self.ledger.get(entry.call_id), entry)
+        self.ledger[entry.call_id] = entry
+        self._add(entry)
+
+    def _tool_message(self, call: ToolCall, text: str) -> Message:
+        return self.add_message("tool", text, tool_call_id=call.call_id, name=call.tool)
+
+    def _before_states(self, tool: Tool, call: ToolCall) -> list[_FileBefore]:
+        if tool.writes is None:
+            return []
+        states = []
+        for path in dict.fromkeys(tool.writes(call.args)):
+            try:
+                rel = self.workspace.relative(path)
+                before = self.workspace.read(rel)
+            except ToolFailure:
+                continue  # the tool itself refuses such a path; nothing will be written
+            digest = content_hash(before) if before is not None else ""
+            ref = None
+            if before is not None:
+                # Store the before-content once; later versions are reproducible from their patches.
+                if digest not in self._known:
+                    self.put_content(before, digest)
+                ref = "blob:" + digest
+            states.append(_FileBefore(rel, digest, ref, before))
+        return states
+
+    def _after_states(self, call: ToolCall, befores: list[_FileBefore]) -> None:
+        for state in befores:
+            after = self.workspace.read(state.path)
+            after_hash = content_hash(after) if after is not None else ""
+            if after_hash == state.before_hash:
+                continue  # nothing changed (a failed or no-op write)
+            patch = make_patch(state.before or b"", after or b"")
+            patch_hash = self.put_content(patch)
+            op: PatchOp = "create" if state.before is None else ("delete" if after is None else "modify")
+            self._add(
+                FilePatchEntry(
+                    path=state.path,
+                    before_hash=state.before_hash,
+                    after_hash=after_hash,
+                    patch_ref="blob:" + patch_hash,
+                    tool_call_id=call.call_id,
+                    created_at=now(),
+                    op=op,
+                    before_ref=state.before_ref,
+                )
+            )
+            if after_hash:
+                self._known.add(after_hash)
+            self.trace("file_patch", path=state.path, call_id=call.call_id, op=op)
+
+    def version(self, path: str, digest: str) -> bytes:
+        """Reproduce any content this run recorded for ``path``, verified by hash."""
+        if digest in self.blobs:
+            return self.content(digest)
+        for patch in self.patches:
+            if patch.path == path and patch.after_hash == digest:
+                base = self.version(path, patch.before_hash) if patch.before_hash else b""
+                data = apply_patch(base, self.content(patch.patch_ref.removeprefix("blob:")))
+                if content_hash(data) != digest:
+                    raise StoreError(f"patch for {path} does not reproduce {digest}; stored patch is damaged")
+                return data
+        raise StoreError(f"version {digest} of {path} is not recorded in run {self.info.run_id!r}")
+
+    def drive_call(self, call: ToolCall, step_id: str) -> CallDriver:
+        """Carry one call through the ledger; yields once if the tool must run. Returns its tool message."""
+        try:
+            tool = self.registry.get(call.tool)
+        except UnknownToolError as exc:
+            return self._refuse_unknown(call, step_id, str(exc))
+        existing = self.ledger.get(call.call_id)
+        ctx = self.context_for(call, step_id)
+        if existing is not None:
+            decision = self._replay_decision(tool, ctx, existing)
+            if decision.action == "take_outcome":
+                return self._take_outcome(call, existing, decision)
+            if decision.action in ("skip", "report_uncertain"):
+                return self._report_uncertain(call, existing, decision)
+            if decision.action == "wait_decision":
+                raise DecisionNeeded(f"call {call.call_id} ({call.tool}) needs a decision: {decision.why}")
+            if existing.status == "started":
+                self._ledger(msgspec.structs.replace(existing, status="uncertain"))
+            planned = self.ledger[call.call_id]
+        else:
+            found = tool.classify(call.args)
+            planned = ToolLedgerEntry(
+                call_id=call.call_id,
+                step_id=step_id,
+                tool_name=tool.name,
+                input_hash=input_hash(call.args),
+                status="planned",
+                risk_level=found.risk_level,
+                idempotency=found.idempotency,
+                replay_policy=found.replay_policy,
+                side_effects=found.side_effects,
+                run_id=self.info.run_id,
+                input=call.args,
+                idempotency_key=ctx.idempotency_key,
+                planned_at=now(),
+            )
+            self._ledger(planned)
+        failpoints.hit("before_started", call.tool)
+        befores = self._before_states(tool, call)
+        started = msgspec.structs.replace(planned, status="started", started_at=now())
+        self._ledger(started)
+        self.checkpoint("tool_start")
+        self.commit()  # durable: the ledger says `started` before the tool runs
+        self.trace("tool_started", call_id=call.call_id, tool=call.tool)
+        failpoints.hit("after_started", call.tool)
+        outcome = yield Invocation(tool, ctx, call.args)
+        failpoints.hit("after_tool", call.tool)
+        self._after_states(call, befores)
+        status: LedgerStatus = "succeeded" if outcome.ok else "failed"
+        self._ledger(
+            msgspec.structs.replace(
+                started,
+                status=status,
+                finished_at=now(),
+                result_ref=self.save_result(call.call_id, outcome.text),
+                error=None if outcome.ok else outcome.text[:500],
+            )
+        )
+        self.pending = [p for p in self.pending if p.call_id != call.call_id]
+        message = self._tool_message(call, outcome.text if outcome.ok else f"error: {outcome.text}")
+        self.checkpoint("tool_end")
+        self.commit()
+        self.trace("tool_finished", call_id=call.call_id, status=status)
+        failpoints.hit("after_outcome", call.tool)
+        return message
+
+    def _replay_decision(self, tool: Tool, ctx: ToolContext, existing: ToolLedgerEntry) -> ReplayDecision:
+        settled = settle_after_crash(existing)
+        probe: ProbeResult | None = None
+        if settled.status == "uncertain" and tool.probe is not None and call_id_free(self.decisions, ctx):
+            probe = tool.probe(ctx, settled.input)
+        return decide_replay(settled, decision=self.decisions.get(existing.call_id), probe=probe)
+
+    def _take_outcome(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> Message:
+        if entry.status not in ("succeeded", "failed"):
+            # Settled by its probe: the effect is there, so the call counts as done.
+            if entry.status == "started":
+                self._ledger(msgspec.structs.replace(entry, status="uncertain"))
+                entry = self.ledger[call.call_id]
+            text = f"[tidemark] this call was interrupted, but its effect is in place ({decision.why})."
+            entry = msgspec.structs.replace(
+                entry,
+                status="succeeded",
+                finished_at=now(),
+                result_ref=self.save_result(call.call_id, text),
+                decision="probe",
+            )
+            self._ledger(entry)
+        text = self.load_result(entry.result_ref)
+        self.pending = [p for p in self.pending if p.call_id != call.call_id]
+        message = self._tool_message(call, text if entry.status == "succeeded" else f"error: {text}")
+        self.checkpoint("tool_end")
+        self.commit()
+        return message
+
+    def _report_uncertain(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> Message:
+        if entry.status == "started":
+            self._ledger(msgspec.structs.replace(entry, status="uncertain", decision=decision.action))
+        self.pending = [p for p in self.pending if p.call_id != call.call_id]
+        if decision.action == "skip":
+            reason = "a person chose not to run it again"
+        else:
+            reason = f"it is {entry.idempotency} with replay policy {entry.replay_policy}: never repeated automatically"
+        message = self._tool_message(
+            call,
+            f"[tidemark] {call.tool}({call.call_id}) started before an interruption and no outcome was recorded. "
+            f"It was NOT run again: {reason}. Its effect may or may not have happened; check before relying on it "
+            "and do not simply call it again.",
+        )
+        self.checkpoint("tool_end")
+        self.commit()
+        return message
+
+    def _refuse_unknown(self, call: ToolCall, step_id: str, why: str) -> Message:
+        entry = ToolLedgerEntry(
+            call_id=call.call_id,
+            step_id=step_id,
+            tool_name=call.tool,
+            input_hash=input_hash(call.args),
+            status="planned",
+            risk_level="high",
+            idempotency="non_idempotent",
+            replay_policy="never",
+            run_id=self.info.run_id,
+            input=call.args,
+            planned_at=now(),
+        )
+        if call.call_id not in self.ledger:
+            self._ledger(entry)
+            self._ledger(msgspec.structs.replace(entry, status="failed", finished_at=now(), error=why))
+        self.pending = [p for p in self.pending if p.call_id != call.call_id]
+        return self._tool_message(call, f"error: {why}")
+
+    def execute(self, call: ToolCall, step_id: str) -> Message:
+        driver = self.drive_call(call, step_id)
+        try:
+            invocation = next(driver)
+            while True:
+                invocation = driver.send(run_tool_sync(invocation))
+        except StopIteration as done:
+            result: Message = done.value
+            return result
+
+    async def aexecute(self, call: ToolCall, step_id: str) -> Message:
+        driver = self.drive_call(call, step_id)
+        try:
+            invocation = next(driver)
+            while True:
+                invocation = driver.send(await run_tool_async(invocation))
+        except StopIteration as done:
+            result: Message = done.value
+            return result
+
+
+def call_id_free(decisions: dict[str, CallDecision], ctx: ToolContext) -> bool:
+    """A person's decision overrides the probe: probe only calls nobody decided yet."""
+    return ctx.call_id not in decisions
+
+
+def load_view(store: Store, run_id: str) -> RunView:
+    info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
+    return build_view(info, store.read_log(run_id))
+
+
+def load_result(store: Store, run_id: str, blobs: dict[str, Blob], ref: str | None) -> str:
+    if not ref:
+        return ""
+    if ref.startswith("blob:"):
+        blob = blobs.get(ref[5:])
+        if blob is None:
+            raise ResumeError(f"result {ref} of run {run_id!r} is missing from the log")
+        return open_blob(blob).decode(errors="replace")
+    return store.get_artifact(run_id, ref).decode(errors="replace")
+
+
+def _owner_id() -> str:
+    return f"pid{os.getpid()}-{uuid.uuid4().hex[:8]}"

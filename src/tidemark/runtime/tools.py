@@ -1,0 +1,143 @@
+"""Tools: a callable plus what it declares about repeating it (§8.7), and the registry the loop looks them up in.
+
+::
+
+    @tool(idempotency="non_idempotent", replay_policy="never", risk_level="high", side_effects=("email",))
+    def send_email(ctx: ToolContext, to: str, body: str) -> str:
+        mailer.send(to, body, idempotency_key=ctx.idempotency_key)
+        return "sent"
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from tidemark.core.classify import Classification, check_definition, declared, normalize
+from tidemark.core.replay import ProbeResult
+from tidemark.errors import ToolRegistrationError, UnknownToolError
+from tidemark.records import Idempotency, ReplayPolicy, RiskLevel, ToolDefinition
+from tidemark.workspace.files import Workspace
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool is handed besides its arguments."""
+
+    run_id: str
+    call_id: str
+    step_id: str
+    idempotency_key: str  # the same on every attempt of this call: pass it to external APIs
+    workspace: Workspace
+    save_artifact: Callable[[str, bytes], str] = field(repr=False)
+
+
+ToolFn = Callable[..., Any]
+Classifier = Callable[[dict[str, Any]], Classification]
+Probe = Callable[[ToolContext, dict[str, Any]], ProbeResult]
+WritesFn = Callable[[dict[str, Any]], list[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    definition: ToolDefinition
+    fn: ToolFn
+    classifier: Classifier | None = None
+    probe: Probe | None = None
+    writes: WritesFn | None = None  # the workspace paths a call will write, so their before-state is kept first
+
+    def __post_init__(self) -> None:
+        check_definition(self.definition)
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def classify(self, args: dict[str, Any]) -> Classification:
+        return normalize(self.classifier(args)) if self.classifier else declared(self.definition)
+
+
+@overload
+def tool(fn: ToolFn, /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    idempotency: Idempotency = "non_idempotent",
+    replay_policy: ReplayPolicy = "ask",
+    risk_level: RiskLevel = "medium",
+    side_effects: Iterable[str] = (),
+    description: str | None = None,
+    classifier: Classifier | None = None,
+    probe: Probe | None = None,
+    writes: WritesFn | None = None,
+) -> Callable[[ToolFn], Tool]: ...
+
+
+def tool(
+    fn: ToolFn | None = None,
+    /,
+    *,
+    name: str | None = None,
+    idempotency: Idempotency = "non_idempotent",
+    replay_policy: ReplayPolicy = "ask",
+    risk_level: RiskLevel = "medium",
+    side_effects: Iterable[str] = (),
+    description: str | None = None,
+    classifier: Classifier | None = None,
+    probe: Probe | None = None,
+    writes: WritesFn | None = None,
+) -> Tool | Callable[[ToolFn], Tool]:
+    """Declare a tool. The defaults are the cautious ones: an undeclared tool is assumed unsafe to repeat."""
+
+    def wrap(func: ToolFn) -> Tool:
+        definition = ToolDefinition(
+            name=name or func.__name__,
+            idempotency=idempotency,
+            replay_policy=replay_policy,
+            risk_level=risk_level,
+            side_effects=tuple(side_effects),
+            description=description if description is not None else (inspect.getdoc(func) or ""),
+        )
+        return Tool(definition=definition, fn=func, classifier=classifier, probe=probe, writes=writes)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            self.register(item)
+
+    def register(self, item: Tool) -> Tool:
+        if not isinstance(item, Tool):
+            raise ToolRegistrationError(f"{item!r} is not a tool; decorate it with @tidemark.tool(...)")
+        if item.name in self._tools:
+            raise ToolRegistrationError(f"a tool named {item.name!r} is registered already; give it another name")
+        self._tools[item.name] = item
+        return item
+
+    def get(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise UnknownToolError(f"unknown tool {name!r}; registered tools: {known}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def definitions(self) -> list[ToolDefinition]:
+        return [self._tools[name].definition for name in self.names()]

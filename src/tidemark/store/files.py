@@ -1,0 +1,400 @@
+"""The embedded default store: plain files under ``.agent-runtime/``, the seed's layout (§8.10).
+
+::
+
+    .agent-runtime/
+    └── runs/<run_id>/
+        ├── run.json                 the run's header (atomic write)
+        ├── owner.json               owner id and generation (atomic write)
+        ├── lock                     flock'd for the few microseconds of each append or claim
+        ├── ledger.jsonl             the run's ordered log: ledger entries, file patches, messages, checkpoints
+        ├── checkpoints/index.jsonl  the separate checkpoint index: seq and byte offset of each checkpoint
+        ├── artifacts/               large tool outputs and blobs, one file each (atomic write)
+        └── trace.jsonl              trace events (not fsync'd: recovery never reads them)
+
+Fencing: every append takes the run's lock, compares the writer's generation with ``owner.json`` and refuses a
+stale one. A lock held for a whole run (the obvious alternative) would let a SIGSTOP'd owner block a takeover
+forever; a short lock per append cannot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import socket
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+import msgspec
+
+from tidemark.errors import (
+    CorruptRecordError,
+    RunExistsError,
+    RunLockedError,
+    RunNotFoundError,
+    StaleGenerationError,
+    StoreError,
+)
+from tidemark.store.base import Claim, LogProblem, LogRead, LogRecord, OwnerState, Store
+from tidemark.store.durable_io import append_fd, atomic_write, fsync_dir, write_all
+from tidemark.store.framing import check_line, frame, unframe_all
+from tidemark.store.liveness import process_is_alive, process_start_time
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_record_encoder = msgspec.json.Encoder()
+_record_decoder = msgspec.json.Decoder(LogRecord)
+_owner_decoder = msgspec.json.Decoder(OwnerState)
+_INDEXED_KINDS = frozenset({"checkpoint"})
+OWNER_LEASE_SECONDS = 30.0  # an owner on another host is presumed alive this long after its heartbeat
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise StoreError(
+            f"run id {run_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', not starting with '.'"
+        )
+    return run_id
+
+
+class _Tail:
+    """What this process knows of a log's end, so appends need not re-read the file."""
+
+    __slots__ = ("next_seq", "size")
+
+    def __init__(self, next_seq: int, size: int) -> None:
+        self.next_seq = next_seq
+        self.size = size
+
+
+class FileStore(Store):
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.url = f"file:{self.root}"
+        self._runs = os.path.join(self.root, "runs")
+        os.makedirs(self._runs, exist_ok=True)
+        self._tails: dict[tuple[str, int], _Tail] = {}
+        self._log_fds: dict[str, int] = {}
+        self._lock_fds: dict[str, int] = {}
+        self._owner_cache: dict[str, tuple[int, int, OwnerState]] = {}
+
+    # paths ------------------------------------------------------------------------------------------------
+    def run_dir(self, run_id: str) -> str:
+        return os.path.join(self._runs, check_run_id(run_id))
+
+    def _path(self, run_id: str, *parts: str) -> str:
+        return os.path.join(self.run_dir(run_id), *parts)
+
+    def _existing_run_dir(self, run_id: str) -> str:
+        path = self.run_dir(run_id)
+        if not os.path.exists(os.path.join(path, "run.json")):
+            raise RunNotFoundError(f"run {run_id!r} not found in store {self.url}; list runs with `tidemark status`")
+        return path
+
+    # runs -------------------------------------------------------------------------------------------------
+    def create_run(self, run_id: str, header: bytes) -> None:
+        path = self.run_dir(run_id)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id") from None
+        os.mkdir(os.path.join(path, "checkpoints"))
+        os.mkdir(os.path.join(path, "artifacts"))
+        atomic_write(os.path.join(path, "run.json"), frame(header))
+        fsync_dir(self._runs)
+
+    def run_header(self, run_id: str) -> bytes:
+        path = os.path.join(self._existing_run_dir(run_id), "run.json")
+        with open(path, "rb") as handle:
+            payload = check_line(handle.read().rstrip(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(f"header of run {run_id!r} ({path}) fails its checksum; the run cannot be read")
+        return payload
+
+    def list_runs(self) -> list[str]:
+        found = []
+        for name in os.listdir(self._runs):
+            header = os.path.join(self._runs, name, "run.json")
+            with contextlib.suppress(FileNotFoundError):
+                found.append((os.stat(header).st_mtime_ns, name))
+        return [name for _, name in sorted(found)]
+
+    # ownership --------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, run_id: str) -> Iterator[None]:
+        fd = self._lock_fds.get(run_id)
+        if fd is None:
+            fd = os.open(self._path(run_id, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._lock_fds[run_id] = fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def owner(self, run_id: str) -> OwnerState | None:
+        path = self._path(run_id, "owner.json")
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return None
+        cached = self._owner_cache.get(run_id)
+        if cached and cached[0] == stat.st_ino and cached[1] == stat.st_mtime_ns:
+            return cached[2]
+        with open(path, "rb") as handle:
+            payload = check_line(handle.read().rstrip(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
+        state = _owner_decoder.decode(payload)
+        self._owner_cache[run_id] = (stat.st_ino, stat.st_mtime_ns, state)
+        return state
+
+    def _write_owner(self, run_id: str, state: OwnerState) -> None:
+        atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))
+
+    def claim(self, run_id: str, owner_id: str, *, takeover: bool = False) -> Claim:
+        self._existing_run_dir(run_id)
+        with self._locked(run_id):
+            current = self.owner(run_id)
+            if current and not current.released and not takeover and _owner_alive(current):
+                raise RunLockedError(
+                    f"run {run_id!r} is owned by live process {current.pid} on {current.host} "
+                    f"(generation {current.generation}); wait for it, or pass --takeover to fence it off"
+                )
+            generation = (current.generation if current else 0) + 1
+            now = _now()
+            self._write_owner(
+                run_id,
+                OwnerState(
+                    owner_id=owner_id,
+                    generation=generation,
+                    pid=os.getpid(),
+                    host=f"{socket.gethostname()}#{process_start_time(os.getpid())}",
+                    claimed_at=now,
+                    heartbeat_at=now,
+                ),
+            )
+        return Claim(run_id=run_id, owner_id=owner_id, generation=generation)
+
+    def release(self, claim: Claim) -> None:
+        with self._locked(claim.run_id):
+            current = self.owner(claim.run_id)
+            if current is None or current.generation != claim.generation:
+                return  # fenced off already: nothing of ours to release
+            self._write_owner(claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=_now()))
+        self._drop_handles(claim.run_id)
+
+    def _check_generation(self, claim: Claim) -> None:
+        current = self.owner(claim.run_id)
+        if current is None or current.generation != claim.generation or current.released:
+            newer = current.generation if current else "none"
+            raise StaleGenerationError(
+                f"run {claim.run_id!r}: this process writes as generation {claim.generation} but the run is now "
+                f"at generation {newer}; it was taken over, so this process stops without writing"
+            )
+
+    # the log ----------------------------------------------------------------------------------------------
+    def _log_fd(self, run_id: str) -> int:
+        fd = self._log_fds.get(run_id)
+        if fd is None:
+            fd = append_fd(self._path(run_id, "ledger.jsonl"))
+            self._log_fds[run_id] = fd
+        return fd
+
+    def _tail(self, claim: Claim) -> _Tail:
+        key = (claim.run_id, claim.generation)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._repair_tail(claim.run_id)
+            self._tails[key] = tail
+        return tail
+
+    def _repair_tail(self, run_id: str) -> _Tail:
+        """Move a torn tail aside (kept in ``ledger.jsonl.torn``, never deleted) so appends start clean."""
+        path = self._path(run_id, "ledger.jsonl")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return _Tail(1, 0)
+        last_seq = 0
+        good_end = 0
+        for offset, item in unframe_all(data):
+            if isinstance(item, LogProblem):
+                if item.kind == "torn":
+                    self._quarantine(run_id, data[offset:])
+                    os.truncate(path, offset)
+                    fd = os.open(path, os.O_WRONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    return _Tail(last_seq + 1, offset)
+                good_end = data.find(b"\n", offset) + 1
+                continue
+            with contextlib.suppress(msgspec.DecodeError):
+                last_seq = max(last_seq, _record_decoder.decode(item).seq)
+            good_end = data.find(b"\n", offset) + 1
+        return _Tail(last_seq + 1, good_end)
+
+    def _quarantine(self, run_id: str, data: bytes) -> None:
+        fd = append_fd(self._path(run_id, "ledger.jsonl.torn"))
+        try:
+            write_all(fd, frame(b'{"quarantined_at":"%s","bytes":%d}' % (_now().encode(), len(data))) + data + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
+        if not records:
+            return
+        with self._locked(claim.run_id):
+            self._check_generation(claim)
+            tail = self._tail(claim)
+            if records[0].seq != tail.next_seq:
+                raise StoreError(
+                    f"run {claim.run_id!r}: append at seq {records[0].seq} but the log ends at {tail.next_seq - 1}; "
+                    "another writer slipped in; resume the run to continue from what is stored"
+                )
+            lines = []
+            index_lines = []
+            offset = tail.size
+            for record in records:
+                line = frame(_record_encoder.encode(record))
+                if record.kind in _INDEXED_KINDS:
+                    index_lines.append(frame(b'{"seq":%d,"offset":%d}' % (record.seq, offset)))
+                offset += len(line)
+                lines.append(line)
+            fd = self._log_fd(claim.run_id)
+            write_all(fd, b"".join(lines))
+            if durable:
+                os.fdatasync(fd)
+            tail.size = offset
+            tail.next_seq = records[-1].seq + 1
+            if index_lines:
+                # The index only speeds look-ups; it is checked against the log, so it needs no fsync of its own.
+                index_fd = append_fd(self._path(claim.run_id, "checkpoints", "index.jsonl"))
+                try:
+                    write_all(index_fd, b"".join(index_lines))
+                finally:
+                    os.close(index_fd)
+
+    def read_log(self, run_id: str) -> LogRead:
+        path = os.path.join(self._existing_run_dir(run_id), "ledger.jsonl")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return LogRead(records=[], problems=[])
+        records: list[LogRecord] = []
+        problems: list[LogProblem] = []
+        expected = 1
+        for offset, item in unframe_all(data):
+            if isinstance(item, LogProblem):
+                problems.append(item)
+                continue
+            try:
+                record = _record_decoder.decode(item)
+            except msgspec.DecodeError as exc:
+                problems.append(LogProblem(kind="corrupt", position=offset, detail=f"not a log record: {exc}"))
+                continue
+            if record.seq != expected:
+                problems.append(
+                    LogProblem(
+                        kind="gap",
+                        position=offset,
+                        detail=f"records {expected}..{record.seq - 1} are missing before seq {record.seq}",
+                    )
+                )
+            expected = record.seq + 1
+            records.append(record)
+        return LogRead(records=records, problems=problems)
+
+    def checkpoint_offsets(self, run_id: str) -> list[tuple[int, int]]:
+        """``(seq, byte offset)`` of each checkpoint from the separate index (torn index lines are skipped)."""
+        path = os.path.join(self._existing_run_dir(run_id), "checkpoints", "index.jsonl")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        found = []
+        for _, item in unframe_all(data):
+            if not isinstance(item, LogProblem):
+                entry = msgspec.json.decode(item)
+                found.append((int(entry["seq"]), int(entry["offset"])))
+        return found
+
+    # artifacts and trace ----------------------------------------------------------------------------------
+    def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        safe = _ARTIFACT_NAME.sub("_", name)[:100] or "artifact"
+        filename = f"{safe}.{digest[:16]}"
+        path = self._path(claim.run_id, "artifacts", filename)
+        with self._locked(claim.run_id):
+            self._check_generation(claim)
+        if not os.path.exists(path):
+            atomic_write(path, data)
+        return f"artifact:{filename}:sha256:{digest}"
+
+    def get_artifact(self, run_id: str, ref: str) -> bytes:
+        try:
+            _, filename, _, digest = ref.split(":", 3)
+        except ValueError:
+            raise StoreError(f"{ref!r} is not an artifact ref (artifact:NAME:sha256:HEX)") from None
+        path = os.path.join(self._existing_run_dir(run_id), "artifacts", os.path.basename(filename))
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} is missing from {path}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} fails its checksum ({path})")
+        return data
+
+    def trace(self, run_id: str, lines: Sequence[bytes]) -> None:
+        fd = append_fd(self._path(run_id, "trace.jsonl"))
+        try:
+            write_all(fd, b"".join(frame(line) for line in lines))
+        finally:
+            os.close(fd)
+
+    def read_trace(self, run_id: str) -> Iterator[bytes]:
+        path = os.path.join(self._existing_run_dir(run_id), "trace.jsonl")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        for _, item in unframe_all(data):
+            if not isinstance(item, LogProblem):
+                yield item
+
+    # handles ----------------------------------------------------------------------------------------------
+    def _drop_handles(self, run_id: str) -> None:
+        for table in (self._log_fds, self._lock_fds):
+            fd = table.pop(run_id, None)
+            if fd is not None:
+                os.close(fd)
+        for key in [key for key in self._tails if key[0] == run_id]:
+            del self._tails[key]
+
+    def close(self) -> None:
+        for run_id in list(self._log_fds) + list(self._lock_fds):
+            self._drop_handles(run_id)
+
+
+def _owner_alive(state: OwnerState) -> bool:
+    """Same host: the recorded process still runs (pid and start time match). Elsewhere: a fresh heartbeat."""
+    host, _, start = state.host.rpartition("#")
+    if host == socket.gethostname():
+        return process_is_alive(state.pid, start)
+    heartbeat = datetime.fromisoformat(state.heartbeat_at)
+    return (datetime.now(UTC) - heartbeat).total_seconds() < OWNER_LEASE_SECONDS

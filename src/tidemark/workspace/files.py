@@ -1,0 +1,63 @@
+"""The agent's view of the workspace: paths confined to it, content read and written whole."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+
+from tidemark.core.hashing import content_hash
+from tidemark.errors import ToolFailure, WorkspaceError
+
+
+class Workspace:
+    def __init__(self, root: str) -> None:
+        if not os.path.isdir(root):
+            raise WorkspaceError(f"workspace {root!r} is not a directory; create it or pass an existing --workspace")
+        self.root = os.path.realpath(root)
+
+    def resolve(self, rel: str) -> str:
+        """An absolute path inside the workspace. Symlinks are resolved and must stay inside."""
+        if not rel or "\x00" in rel:
+            raise ToolFailure(f"path {rel!r} is empty or invalid")
+        joined = os.path.realpath(os.path.join(self.root, rel))
+        if joined != self.root and not joined.startswith(self.root + os.sep):
+            raise ToolFailure(f"path {rel!r} leads outside the workspace; only paths inside {self.root} are allowed")
+        return joined
+
+    def relative(self, rel: str) -> str:
+        return os.path.relpath(self.resolve(rel), self.root)
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's content, or None when it does not exist."""
+        try:
+            with open(self.resolve(rel), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            raise ToolFailure(f"{rel!r} is a directory, not a file") from None
+
+    def hash(self, rel: str) -> str | None:
+        data = self.read(rel)
+        return None if data is None else content_hash(data)
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Replace the file atomically (temp + rename), creating parent folders; keeps an existing file's mode."""
+        path = self.resolve(rel)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        mode = None
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.stat(path).st_mode & 0o7777
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tidemark-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
