@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from tidemark.core.recovery import ResumePlan
+from tidemark.core.recovery import ResumePlan, last_completed_step
 from tidemark.errors import ResumeError
 from tidemark.records import Message, RunInfo, RunStatus, ToolCall
 from tidemark.runtime.agent import Agent, Recovery, prepare_resume, restore
@@ -57,6 +57,12 @@ class Run:
     @property
     def recovery_note(self) -> str | None:
         return self.recovery.note if self.recovery else None
+
+    @property
+    def completed_steps(self) -> int:
+        """Steps finished before the crash: an own loop resumes with the step after them."""
+        at = self.recovery.plan.resume_from if self.recovery else None
+        return last_completed_step(at.checkpoint) if at else 0
 
     def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
         if call_id is None:
@@ -170,6 +176,8 @@ class Tidemark:
                     "resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it"
                 )
             recovery = restore(session, plan)
+            # An own loop numbers its steps itself: it continues after the last completed one.
+            session.step = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
         except BaseException:
             session.commit()
             session.close()

@@ -111,4 +111,4 @@ def explain_view(data: dict[str, Any]) -> Group:
 
 
 def note_panel(note: str) -> Panel:
-    return Panel(note, title="recovery note injected for the model", style="cyan")
+    return Panel(Text(note), title="recovery note injected for the model", style="cyan")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidemark.core.recovery import CallReport, ResumePlan
+from tidemark.core.recovery import CallReport, ResumePlan, last_completed_step
 
 _SUMMARY_CHARS = 300
 
@@ -52,7 +52,7 @@ def recovery_note(plan: ResumePlan, recent: Sequence[CallReport], summaries: dic
     if plan.resume_from is not None:
         checkpoint = plan.resume_from.checkpoint
         lines.append(f"Checkpoint: {checkpoint.checkpoint_id} ({checkpoint.kind}).")
-        last_done = checkpoint.step if checkpoint.kind == "after_step" else checkpoint.step - 1
+        last_done = last_completed_step(checkpoint)
         lines.append(f"Last completed step: step_{last_done}." if last_done > 0 else "No step had completed.")
     else:
         lines.append("No complete checkpoint was found; the run restarts from its first step.")

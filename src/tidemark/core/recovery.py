@@ -5,12 +5,15 @@ Pure: the runtime reads the store, runs probes and hashes the workspace, then as
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from tidemark.core.ledger import settle_after_crash
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import CheckpointAt, RunView
-from tidemark.records import CallDecision, ToolLedgerEntry
+from tidemark.records import CallDecision, Checkpoint, ToolLedgerEntry
+
+_STEP = re.compile(r"step_(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,18 @@ def plan_resume(
             if actual != expected:
                 drift.append(Drift(path, expected, actual, call_id))
     return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)
+
+
+def step_number(step_id: str) -> int:
+    match = _STEP.search(step_id)
+    return int(match.group(1)) if match else 0
+
+
+def last_completed_step(checkpoint: Checkpoint) -> int:
+    return checkpoint.step if checkpoint.kind == "after_step" else checkpoint.step - 1
+
+
+def recent_calls(plan: ResumePlan) -> list[CallReport]:
+    """The calls a recovery note reports: those of the last completed step and of the interrupted one."""
+    first = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
+    return [report for report in plan.calls if step_number(report.entry.step_id) >= first]

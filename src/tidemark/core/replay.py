@@ -21,8 +21,13 @@ ProbeResult = Literal["done", "not_done", "unknown"]
 
 class ReplayDecision(msgspec.Struct, frozen=True, kw_only=True):
     action: ReplayAction
-    replayable: bool  # may it be re-run without asking anyone?
+    replayable: bool  # could this call, with this input, be re-run without asking anyone if it were uncertain?
     why: str
+
+
+def auto_replayable(entry: ToolLedgerEntry) -> bool:
+    """The call's own property (idempotency, policy and risk for its input), whatever its status now."""
+    return entry.replay_policy == "auto" and entry.idempotency != "non_idempotent" and entry.risk_level != "high"
 
 
 def decide_replay(
@@ -32,39 +37,29 @@ def decide_replay(
     probe: ProbeResult | None = None,
 ) -> ReplayDecision:
     if entry is None or entry.status in NEVER_RAN:
-        return ReplayDecision(action="run", replayable=True, why="never started (no `started` in the ledger)")
+        replayable = entry is None or auto_replayable(entry)
+        return ReplayDecision(action="run", replayable=replayable, why="never started (no `started` in the ledger)")
+    replayable = auto_replayable(entry)
+
+    def outcome(action: ReplayAction, why: str) -> ReplayDecision:
+        return ReplayDecision(action=action, replayable=replayable, why=why)
+
     if entry.status in FINISHED:
-        return ReplayDecision(
-            action="take_outcome",
-            replayable=False,
-            why=f"{entry.status}: its recorded outcome is used, it is not run again",
-        )
+        return outcome("take_outcome", f"{entry.status}: its recorded outcome is used, it is not run again")
     label = f"{entry.idempotency}/{entry.replay_policy}, risk {entry.risk_level}"
     if decision is not None and decision.decision == "replay":
-        return ReplayDecision(action="rerun", replayable=True, why=f"uncertain; {decision.by} chose to replay it")
+        return outcome("rerun", f"uncertain; {decision.by} chose to replay it")
     if decision is not None and decision.decision == "skip":
-        return ReplayDecision(action="skip", replayable=False, why=f"uncertain; {decision.by} chose not to replay it")
+        return outcome("skip", f"uncertain; {decision.by} chose not to replay it")
     if probe == "done":
-        return ReplayDecision(
-            action="take_outcome",
-            replayable=False,
-            why="uncertain; its probe shows the effect already happened",
-        )
+        return outcome("take_outcome", "uncertain; its probe shows the effect already happened")
     if probe == "not_done":
-        return ReplayDecision(
-            action="rerun", replayable=True, why="uncertain; its probe shows the effect did not happen"
-        )
+        return outcome("rerun", "uncertain; its probe shows the effect did not happen")
     if entry.replay_policy == "never":
-        return ReplayDecision(
-            action="report_uncertain",
-            replayable=False,
-            why=f"uncertain and not replayable ({label}): not re-run; the model is told the outcome is unknown",
+        return outcome(
+            "report_uncertain",
+            f"uncertain and not replayable ({label}): not re-run; the model is told the outcome is unknown",
         )
-    automatic = entry.replay_policy == "auto" and entry.idempotency != "non_idempotent" and entry.risk_level != "high"
-    if automatic:
-        return ReplayDecision(action="rerun", replayable=True, why=f"uncertain but safe to repeat ({label})")
-    return ReplayDecision(
-        action="wait_decision",
-        replayable=False,
-        why=f"uncertain and may have taken effect ({label}): waiting for --replay or --skip",
-    )
+    if replayable:
+        return outcome("rerun", f"uncertain but safe to repeat ({label})")
+    return outcome("wait_decision", f"uncertain and may have taken effect ({label}): waiting for --replay or --skip")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from tidemark.core.note import recovery_note
-from tidemark.core.recovery import CallReport, ResumePlan, expected_files, plan_resume
+from tidemark.core.recovery import ResumePlan, expected_files, plan_resume, recent_calls
 from tidemark.core.replay import ProbeResult
 from tidemark.errors import ResumeError, ToolFailure
 from tidemark.records import RunStatus, ToolCall
@@ -14,13 +13,6 @@ from tidemark.runtime import failpoints
 from tidemark.runtime.context import RECOVERY_NOTE, build_context
 from tidemark.runtime.provider import Provider
 from tidemark.runtime.session import DecisionNeeded, RunSession
-
-_STEP = re.compile(r"step_(\d+)$")
-
-
-def step_number(step_id: str) -> int:
-    match = _STEP.search(step_id)
-    return int(match.group(1)) if match else 0
 
 
 class Agent:
@@ -133,8 +125,7 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     step_id = f"step_{session.step}"
     for call in list(session.pending):
         session.execute(call, step_id)
-    first_step = plan.resume_from.checkpoint.step if plan.resume_from else 0
-    recent: list[CallReport] = [r for r in plan.calls if step_number(r.entry.step_id) >= first_step]
+    recent = recent_calls(plan)
     summaries = {r.entry.call_id: session.load_result(r.entry.result_ref)[:300] for r in recent if r.entry.result_ref}
     note = recovery_note(plan, recent, summaries)
     session.add_message("system", note, name=RECOVERY_NOTE)

@@ -331,18 +331,18 @@ class RunSession:
             patch = make_patch(state.before or b"", after or b"")
             patch_hash = self.put_content(patch)
             op: PatchOp = "create" if state.before is None else ("delete" if after is None else "modify")
-            self._add(
-                FilePatchEntry(
-                    path=state.path,
-                    before_hash=state.before_hash,
-                    after_hash=after_hash,
-                    patch_ref="blob:" + patch_hash,
-                    tool_call_id=call.call_id,
-                    created_at=now(),
-                    op=op,
-                    before_ref=state.before_ref,
-                )
+            patch_entry = FilePatchEntry(
+                path=state.path,
+                before_hash=state.before_hash,
+                after_hash=after_hash,
+                patch_ref="blob:" + patch_hash,
+                tool_call_id=call.call_id,
+                created_at=now(),
+                op=op,
+                before_ref=state.before_ref,
             )
+            self.patches.append(patch_entry)
+            self._add(patch_entry)
             if after_hash:
                 self._known.add(after_hash)
             self.trace("file_patch", path=state.path, call_id=call.call_id, op=op)

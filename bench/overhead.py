@@ -1,0 +1,467 @@
+"""Per-tool-call overhead of tidemark's durable bookkeeping, against the raw append+fsync floor.
+
+What it measures (all in one process, one run of this script, on the filesystem of ``tempfile.gettempdir()``):
+
+* ``fsync_floor_us``: one raw ``os.write`` of a 300-byte line plus ``os.fdatasync`` on an append-only file, the
+  least a durable append can cost here. Measured at the start and again at the end; the two are pooled.
+* For each workspace size (``--sizes``, default 1,000 and 50,000 small text files of ~2 KB, 100 per folder, in
+  nested folders) and each case below, ``--calls`` ledgered calls through ``Run.call`` (default store
+  ``WORKSPACE/.agent-runtime``, a fresh run per case), each paired with a bare call of the same tool function
+  (``tool.fn(ToolContext, ...)``: same tool, same kind of file, same sizes, no ledger). Bare and ledgered calls
+  are interleaved (order alternating) so both see the same cache and disk conditions.
+
+  - ``write_file_2kb_first_touch``: writes 2 KB of new text to an existing file the run has not touched yet, so
+    the before-content blob is part of the cost (``first_touch_calls`` says how many calls were; more calls than
+    files means the rest re-touch files). The bare write goes to the same file with other 2 KB content.
+  - ``write_file_2kb_same_file``: rewrites one file again and again with new 2 KB text (steady-state editing: no
+    before blob, only a patch). The bare write rewrites a sibling file.
+  - ``read_file_2kb``: reads an existing ~2 KB file (the result text is stored as a blob and a tool message).
+
+How to read it:
+
+* ``call_total_us``: the whole ledgered call. ``bare_tool_us``: the tool function alone.
+  ``bookkeeping_us``: per pair, ledgered minus bare (the median and p99 of those differences);
+  ``median_total_minus_median_bare`` is the same estimate from the two medians, as a cross-check.
+* ``ratio_to_fsync_floor``: bookkeeping median / fsync-floor median. One call does two durable appends (before the
+  tool runs and after it), so about 2 is the floor for this design; the rest is CPU (encoding, hashing, zstd,
+  diffing) and the extra syscalls of each append.
+* ``fsyncs_per_call``: counted, not assumed, in a separate untimed pass with ``os.fsync``/``os.fdatasync``
+  wrapped by counters (in this process only).
+* ``ledger_bytes_per_call``: how much the run's log grew per ledgered call.
+* ``targets`` (per case and size): bookkeeping median <= 1 ms; <= 8x the fsync floor; and at the largest size,
+  bookkeeping median within 1.2x of the 1,000-file one (``null`` when that comparison was not run).
+
+Run: ``.venv/bin/python bench/overhead.py`` (full), or ``--calls 200 --sizes 1000`` for a quick look.
+Prints one JSON object on stdout; progress goes to stderr. Temporary directories are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import tidemark
+from tidemark.runtime.builtin import read_file, write_file
+from tidemark.runtime.tools import ToolContext
+from tidemark.workspace.files import Workspace
+
+FILES_PER_FOLDER = 100
+FOLDERS_PER_GROUP = 100
+FILE_SIZE = 2048
+LINE_WIDTH = 64  # 63 characters + newline: 32 lines make 2 KB
+FLOOR_LINE = b"x" * 299 + b"\n"
+RESERVED = 3  # per workspace: a warm-up file, the steady-state file, its bare sibling
+WARMUP_CALLS = 20
+COUNT_CALLS = 50
+
+
+def log(message: str) -> None:
+    print(f"[overhead] {message}", file=sys.stderr, flush=True)
+
+
+# statistics --------------------------------------------------------------------------------------------------
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def summary(ns: list[int]) -> dict[str, float]:
+    values = sorted(v / 1000 for v in ns)
+    return {
+        "median": round(percentile(values, 50), 1),
+        "p99": round(percentile(values, 99), 1),
+        "min": round(values[0], 1),
+        "max": round(values[-1], 1),
+    }
+
+
+# content -----------------------------------------------------------------------------------------------------
+def text_2kb(tag: str) -> str:
+    """2,048 bytes of text in 32 distinct lines; ``tag`` makes every line differ from other tags' lines."""
+    lines = []
+    for number in range(FILE_SIZE // LINE_WIDTH):
+        head = f"{tag} line {number:02d}: "
+        lines.append((head + "lorem ipsum dolor sit amet " * 3)[: LINE_WIDTH - 1] + "\n")
+    text = "".join(lines)
+    assert len(text.encode()) == FILE_SIZE
+    return text
+
+
+def rel_path(index: int) -> str:
+    group, rest = divmod(index, FILES_PER_FOLDER * FOLDERS_PER_GROUP)
+    folder, number = divmod(rest, FILES_PER_FOLDER)
+    return f"pkg{group:03d}/mod{folder:02d}/file{number:02d}.txt"
+
+
+def build_workspace(parent: str, size: int) -> tuple[str, list[str]]:
+    root = tempfile.mkdtemp(prefix=f"ws{size}-", dir=parent)
+    paths = [rel_path(i) for i in range(size)]
+    made: set[str] = set()
+    for index, rel in enumerate(paths):
+        folder = os.path.join(root, os.path.dirname(rel))
+        if folder not in made:
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
+        with open(os.path.join(root, rel), "w") as handle:
+            handle.write(text_2kb(f"orig{index}"))
+    return root, paths
+
+
+# the floor ---------------------------------------------------------------------------------------------------
+def fsync_floor(directory: str, iterations: int, warmup: int = 200) -> list[int]:
+    path = os.path.join(directory, f"floor-{time.monotonic_ns()}.jsonl")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    samples = []
+    try:
+        for i in range(warmup + iterations):
+            start = time.perf_counter_ns()
+            os.write(fd, FLOOR_LINE)
+            os.fdatasync(fd)
+            elapsed = time.perf_counter_ns() - start
+            if i >= warmup:
+                samples.append(elapsed)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return samples
+
+
+# fsync counting ----------------------------------------------------------------------------------------------
+class SyncCounter:
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@contextmanager
+def counting_syncs() -> Iterator[SyncCounter]:
+    """Wrap ``os.fsync`` and ``os.fdatasync`` (looked up at call time by the store) with a counter."""
+    counter = SyncCounter()
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def fsync(fd: Any) -> None:
+        counter.count += 1
+        real_fsync(fd)
+
+    def fdatasync(fd: Any) -> None:
+        counter.count += 1
+        real_fdatasync(fd)
+
+    os.fsync, os.fdatasync = fsync, fdatasync  # type: ignore[assignment]
+    try:
+        yield counter
+    finally:
+        os.fsync, os.fdatasync = real_fsync, real_fdatasync  # type: ignore[assignment]
+
+
+# one case ----------------------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    """Call i of a case: the ledgered call and its bare twin, as (tool name, args) pairs."""
+
+    name: str
+    ledgered: Callable[[int], tuple[str, dict[str, Any]]]
+    bare: Callable[[int], tuple[str, dict[str, Any]]]
+    first_touch: Callable[[int], bool] | None = None
+
+
+TOOLS = {"write_file": write_file, "read_file": read_file}
+
+
+def bare_context(workspace: Workspace) -> ToolContext:
+    return ToolContext(
+        run_id="bench_bare",
+        call_id="bare",
+        step_id="bare",
+        idempotency_key="bare",
+        workspace=workspace,
+        save_artifact=lambda name, data: "",
+    )
+
+
+def ledger_size(tm: tidemark.Tidemark, run: tidemark.Run) -> int:
+    path = os.path.join(getattr(tm.store, "root", ""), "runs", run.run_id, "ledger.jsonl")
+    return os.path.getsize(path)
+
+
+def run_case(tm: tidemark.Tidemark, case: Case, calls: int, warm_path: str, tag: str) -> dict[str, Any]:
+    ctx = bare_context(tm.workspace)
+    # Arguments are made before timing; only the calls are timed.
+    pairs = [(case.ledgered(i), case.bare(i)) for i in range(calls)]
+    first_touch = sum(1 for i in range(calls) if case.first_touch and case.first_touch(i))
+
+    with tm.start(f"overhead {case.name} {tag}") as run:
+        # Per-run warm-up on a reserved file nobody measures (the process is warm already).
+        for w in range(WARMUP_CALLS):
+            run.call("read_file", {"path": warm_path}, call_id=f"warm{w}")
+            TOOLS["read_file"].fn(ctx, path=warm_path)
+        log_before = ledger_size(tm, run)
+        total: list[int] = []
+        bare: list[int] = []
+        gc.collect()
+        for i, ((tool, args), (bare_tool, bare_args)) in enumerate(pairs):
+            fn = TOOLS[bare_tool].fn
+            call_id = f"c{i}"
+            if i % 2 == 0:
+                t0 = time.perf_counter_ns()
+                fn(ctx, **bare_args)
+                t1 = time.perf_counter_ns()
+                run.call(tool, args, call_id=call_id)
+                t2 = time.perf_counter_ns()
+                bare.append(t1 - t0)
+                total.append(t2 - t1)
+            else:
+                t0 = time.perf_counter_ns()
+                run.call(tool, args, call_id=call_id)
+                t1 = time.perf_counter_ns()
+                fn(ctx, **bare_args)
+                t2 = time.perf_counter_ns()
+                total.append(t1 - t0)
+                bare.append(t2 - t1)
+        log_bytes = ledger_size(tm, run) - log_before
+        results = [m for m in run.history if m.role == "tool" and m.tool_call_id and m.tool_call_id.startswith("c")]
+        errors = [m.content for m in results if m.content.startswith("error:")]
+        if errors:
+            raise SystemExit(f"{case.name}: {len(errors)} calls failed, first: {errors[0]}")
+        run.finish("completed")
+
+    diffs = [t - b for t, b in zip(total, bare, strict=True)]
+    return {
+        "calls": calls,
+        "first_touch_calls": first_touch if case.first_touch else None,
+        "call_total_us": summary(total),
+        "bare_tool_us": summary(bare),
+        "bookkeeping_us": summary(diffs),
+        "median_total_minus_median_bare_us": round(summary(total)["median"] - summary(bare)["median"], 1),
+        "ledger_bytes_per_call": round(log_bytes / calls),
+    }
+
+
+def count_fsyncs(tm: tidemark.Tidemark, case: Case, calls: int, tag: str) -> dict[str, float]:
+    """An untimed pass: fsyncs per ledgered call and per bare call, counted by wrapping os.fsync/os.fdatasync."""
+    ctx = bare_context(tm.workspace)
+    with tm.start(f"overhead count {case.name} {tag}") as run:
+        with counting_syncs() as counter:
+            for i in range(calls):
+                tool, args = case.ledgered(i)
+                run.call(tool, args, call_id=f"n{i}")
+        ledgered = counter.count
+        with counting_syncs() as counter:
+            for i in range(calls):
+                tool, args = case.bare(i)
+                TOOLS[tool].fn(ctx, **args)
+        bare_count = counter.count
+        run.finish("completed")
+    return {"ledgered": ledgered / calls, "bare": bare_count / calls, "counted_calls": calls}
+
+
+def cases_for(paths: list[str], calls: int, tag: str) -> tuple[list[Case], str]:
+    """The three cases over one workspace. Files 0..2 are reserved; the rest are the first-touch targets."""
+    warm_path, steady_path, steady_bare_path = paths[:RESERVED]
+    targets = paths[RESERVED:]
+    ledgered_text = [text_2kb(f"{tag}-new{i}") for i in range(calls)]
+    bare_text = [text_2kb(f"{tag}-bare{i}") for i in range(calls)]
+
+    def target(i: int) -> str:
+        return targets[i % len(targets)]
+
+    cases = [
+        Case(
+            "write_file_2kb_first_touch",
+            ledgered=lambda i: ("write_file", {"path": target(i), "content": ledgered_text[i]}),
+            bare=lambda i: ("write_file", {"path": target(i), "content": bare_text[i]}),
+            first_touch=lambda i: i < len(targets),
+        ),
+        Case(
+            "write_file_2kb_same_file",
+            ledgered=lambda i: ("write_file", {"path": steady_path, "content": ledgered_text[i]}),
+            bare=lambda i: ("write_file", {"path": steady_bare_path, "content": bare_text[i]}),
+        ),
+        Case(
+            "read_file_2kb",
+            ledgered=lambda i: ("read_file", {"path": target(i)}),
+            bare=lambda i: ("read_file", {"path": target(i)}),
+        ),
+    ]
+    return cases, warm_path
+
+
+# machine -----------------------------------------------------------------------------------------------------
+def filesystem_of(path: str) -> dict[str, Any]:
+    real = os.path.realpath(path)
+    best = ("", "unknown", "unknown")
+    try:
+        with open("/proc/mounts") as handle:
+            for line in handle:
+                device, mount, fstype, *_ = line.split()
+                mount = mount.replace("\\040", " ")
+                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best[0]):
+                    best = (mount, fstype, device)
+    except OSError:
+        pass
+    info: dict[str, Any] = {"path": real, "mount": best[0], "type": best[1], "device": best[2]}
+    stat = os.statvfs(real)
+    info["block_size"] = stat.f_bsize
+    info["free_gb"] = round(stat.f_bavail * stat.f_frsize / 1e9, 1)
+    return info
+
+
+def machine_info(parent: str) -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "filesystem": filesystem_of(parent),
+        "tidemark_version": tidemark.__version__,
+    }
+
+
+# main --------------------------------------------------------------------------------------------------------
+def global_warmup(parent: str) -> None:
+    """Warm imports, encoders, zstd and difflib in a throwaway workspace, so the first case is not the cold one."""
+    root, paths = build_workspace(parent, 60)
+    try:
+        tm = tidemark.open(workspace=root)
+        ctx = bare_context(tm.workspace)
+        with tm.start("overhead warm-up") as run:
+            for i in range(100):
+                path = paths[i % len(paths)]
+                run.call("write_file", {"path": path, "content": text_2kb(f"warm{i}")}, call_id=f"w{i}")
+                run.call("read_file", {"path": path}, call_id=f"r{i}")
+                write_file.fn(ctx, path=paths[-1], content=text_2kb(f"warmbare{i}"))
+                read_file.fn(ctx, path=path)
+            run.finish("completed")
+        tm.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def targets_for(result: dict[str, Any], floor_median: float, base: dict[str, Any] | None) -> dict[str, Any]:
+    median = result["bookkeeping_us"]["median"]
+    within: bool | None = None
+    if base is not None:
+        within = median <= 1.2 * base["bookkeeping_us"]["median"]
+    return {
+        "median_le_1ms": median <= 1000.0,
+        "le_8x_fsync_floor": median <= 8.0 * floor_median,
+        "50k_within_1_2x_of_1k": within,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--calls", type=int, default=1000, help="measured calls per case and size (default 1000)")
+    parser.add_argument("--sizes", default="1000,50000", help="workspace sizes in files, comma-separated")
+    parser.add_argument("--floor-iterations", type=int, default=2000, help="fsync-floor samples (half at start)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.calls < 1 or not sizes or min(sizes) <= RESERVED:
+        parser.error(f"--calls must be >= 1 and every size > {RESERVED}")
+
+    started = time.monotonic()
+    parent = tempfile.mkdtemp(prefix="tidemark-overhead-")
+    try:
+        machine = machine_info(parent)
+        log(f"temp dir {parent} on {machine['filesystem']['type']}; warming up")
+        global_warmup(parent)
+        half = max(1, args.floor_iterations // 2)
+        floor_start = fsync_floor(parent, half)
+
+        per_size: dict[str, dict[str, Any]] = {}
+        for size in sizes:
+            t0 = time.monotonic()
+            root, paths = build_workspace(parent, size)
+            built = time.monotonic() - t0
+            log(f"{size}-file workspace built in {built:.1f}s")
+            tm = tidemark.open(workspace=root)
+            cases, warm_path = cases_for(paths, args.calls, f"s{size}")
+            entry: dict[str, Any] = {"workspace_files": size, "build_seconds": round(built, 1)}
+            for case in cases:
+                log(f"{size} files: {case.name}, {args.calls} calls")
+                entry[case.name] = run_case(tm, case, args.calls, warm_path, f"s{size}")
+            # The counting pass comes after the timed ones, on cases that start again from the beginning (its
+            # first-touch writes touch files the timed run already wrote, but in a new run: still first touches).
+            count_cases, _ = cases_for(paths, COUNT_CALLS, f"n{size}")
+            for case in count_cases:
+                entry[case.name]["fsyncs_per_call"] = count_fsyncs(tm, case, COUNT_CALLS, f"s{size}")
+            tm.close()
+            shutil.rmtree(root, ignore_errors=True)
+            per_size[str(size)] = entry
+
+        floor_end = fsync_floor(parent, args.floor_iterations - half)
+        floor = summary(floor_start + floor_end)
+        floor_median = floor["median"]
+
+        base_key = "1000" if "1000" in per_size else None
+        largest = str(max(sizes))
+        summary_targets: dict[str, Any] = {}
+        for key, entry in per_size.items():
+            for name, result in entry.items():
+                if not isinstance(result, dict):
+                    continue
+                result["ratio_to_fsync_floor"] = round(result["bookkeeping_us"]["median"] / floor_median, 2)
+                compare = base_key is not None and key == largest and key != base_key
+                base = per_size[base_key][name] if compare and base_key else None
+                result["targets"] = targets_for(result, floor_median, base)
+                summary_targets.setdefault(name, {})[key] = result["targets"]
+
+        checks = [v for by_size in summary_targets.values() for t in by_size.values() for v in t.values()]
+        report = {
+            "benchmark": "tidemark per-tool-call bookkeeping overhead",
+            "machine": machine,
+            "config": {
+                "calls_per_case": args.calls,
+                "sizes": sizes,
+                "file_size_bytes": FILE_SIZE,
+                "files_per_folder": FILES_PER_FOLDER,
+                "warmup_calls_per_run": WARMUP_CALLS,
+                "fsync_count_calls": COUNT_CALLS,
+                "store": "file store, WORKSPACE/.agent-runtime (default)",
+                "timer": "time.perf_counter_ns; gc enabled (collected before each timed pass)",
+                "bookkeeping": "per pair: ledgered Run.call time minus the bare tool.fn time (interleaved)",
+            },
+            "fsync_floor_us": {
+                **floor,
+                "samples": len(floor_start) + len(floor_end),
+                "start_median": summary(floor_start)["median"],
+                "end_median": summary(floor_end)["median"],
+                "line_bytes": len(FLOOR_LINE),
+            },
+            "results": per_size,
+            "targets": summary_targets,
+            "all_targets_met": all(v for v in checks if v is not None),
+            "elapsed_seconds": round(time.monotonic() - started, 1),
+        }
+        print(json.dumps(report, indent=2))
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

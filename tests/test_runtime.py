@@ -1,0 +1,264 @@
+"""The runtime in one process: the loop, ledgered calls, probes, fencing, the library API and its example."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+
+import pytest
+
+import tidemark
+from tidemark.errors import RunLockedError, StaleGenerationError, ToolRegistrationError
+from tidemark.runtime.scenario import parse_scenario
+from tidemark.runtime.session import load_view
+from tidemark.runtime.tools import ToolContext
+
+from .conftest import PY, ROOT, cli_env
+
+
+class Crash(BaseException):
+    """Stands in for a process dying inside a tool: no outcome is recorded."""
+
+
+def scenario(*turns, task="t"):
+    return parse_scenario(json.dumps({"task": task, "turns": list(turns)}).encode())
+
+
+def play(tm, script, run_id="r", tools=()):
+    run = tm.start(script.task, tools=tools, run_id=run_id, model=script.model)
+    with run:
+        return tm.run_agent(run, tidemark.ScriptedProvider(script)), run
+
+
+def test_a_scripted_run_records_everything_it_did(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    script = scenario(
+        {"tool_calls": [{"tool": "write_file", "args": {"path": "pkg/a.py", "content": "x = 1\n"}}]},
+        {"tool_calls": [{"tool": "read_file", "args": {"path": "pkg/a.py"}}, {"tool": "list_files", "args": {}}]},
+        {"text": "done"},
+    )
+    status, _ = play(tm, script)
+    assert status == "completed"
+    assert (workspace / "pkg" / "a.py").read_text() == "x = 1\n"
+    view = load_view(tm.store, "r")
+    assert [e.status for e in view.ledger.values()] == ["succeeded"] * 3
+    assert [p.path for p in view.patches] == ["pkg/a.py"] and view.patches[0].op == "create"
+    kinds = [c.checkpoint.kind for c in view.checkpoints]
+    assert kinds[:4] == ["before_step", "tool_start", "tool_end", "after_step"]
+    tool_messages = [m.content for m in view.history if m.role == "tool"]
+    assert tool_messages[1] == "x = 1\n"
+    assert view.status == "completed"
+
+
+def test_the_ledger_says_started_before_the_tool_runs(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    seen = []
+
+    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    def spy(ctx: ToolContext) -> str:
+        seen.append(load_view(tm.store, ctx.run_id).ledger[ctx.call_id].status)  # read from disk, mid-call
+        return "ok"
+
+    with tm.start("t", tools=[spy], run_id="r") as run:
+        run.call("spy", {}, call_id="c1")
+    assert seen == ["started"]
+
+
+def test_paths_outside_the_workspace_are_refused(workspace, tmp_path):
+    (tmp_path / "secret").write_text("s")
+    os.symlink(tmp_path / "secret", workspace / "link")
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        assert "outside the workspace" in run.call("write_file", {"path": "../evil", "content": "x"})
+        assert "outside the workspace" in run.call("read_file", {"path": "link"})
+    assert not (tmp_path / "evil").exists()
+    assert load_view(tm.store, "r").ledger["auto_1"].status == "failed"
+
+
+def test_an_interrupted_idempotent_call_is_rerun_and_a_never_call_is_not(workspace, outbox):
+    tm = tidemark.open(workspace=str(workspace))
+    runs = []
+
+    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    def lookup(ctx: ToolContext) -> str:
+        runs.append("lookup")
+        if len(runs) == 1:
+            raise Crash
+        return "found"
+
+    run = tm.start("t", tools=[lookup], run_id="r")
+    with pytest.raises(Crash):
+        run.call("lookup", {}, call_id="c1")
+    run.session.store.release(run.session.claim)  # the "dead" process's lock goes away
+    resumed = tm.resume("r", tools=[lookup])
+    with resumed:
+        assert resumed.call("lookup", {}, call_id="c1") == "found"
+    assert runs == ["lookup", "lookup"]
+
+
+def test_a_probe_settles_an_uncertain_write_without_running_it_again(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    writes = []
+
+    def probe(ctx, args):
+        return "done" if (workspace / "f.txt").exists() else "not_done"
+
+    @tidemark.tool(idempotency="conditional", replay_policy="ask", risk_level="medium", probe=probe)
+    def create(ctx: ToolContext) -> str:
+        writes.append(1)
+        ctx.workspace.write("f.txt", b"made")
+        raise Crash
+
+    run = tm.start("t", tools=[create], run_id="r")
+    with pytest.raises(Crash):
+        run.call("create", {}, call_id="c1")
+    run.session.store.release(run.session.claim)
+    resumed = tm.resume("r", tools=[create])
+    with resumed:
+        observation = resumed.call("create", {}, call_id="c1")
+    assert writes == [1]
+    assert "effect is in place" in observation
+    entry = load_view(tm.store, "r").ledger["c1"]
+    assert entry.status == "succeeded" and entry.decision == "probe"
+
+
+def test_an_ask_call_waits_for_a_decision(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+
+    @tidemark.tool(idempotency="non_idempotent", replay_policy="ask", risk_level="medium")
+    def charge(ctx: ToolContext) -> str:
+        raise Crash
+
+    run = tm.start("t", tools=[charge], run_id="r")
+    with pytest.raises(Crash):
+        run.call("charge", {}, call_id="c1")
+    run.session.store.release(run.session.claim)
+    with pytest.raises(tidemark.DecisionNeeded, match="--replay CALL_ID"):
+        tm.resume("r", tools=[charge])
+    assert load_view(tm.store, "r").status == "waiting_decision"
+    resumed = tm.resume("r", tools=[charge], skip=["c1"])
+    with resumed:
+        assert "NOT run again" in resumed.call("charge", {}, call_id="c1")
+
+
+def test_registration_refuses_non_idempotent_auto():
+    with pytest.raises(ToolRegistrationError):
+
+        @tidemark.tool(idempotency="non_idempotent", replay_policy="auto")
+        def pay(ctx: ToolContext) -> str:
+            return "paid"
+
+
+def test_run_command_is_classified_per_input_and_long_output_is_kept(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("run_command", {"command": "ls"}, call_id="c1")
+        run.call("run_command", {"command": "echo x > out.txt"}, call_id="c2")
+        long = run.call("run_command", {"command": "seq 1 20000"}, call_id="c3")
+        failed = run.call("run_command", {"command": "exit 3"}, call_id="c4")
+    ledger = load_view(tm.store, "r").ledger
+    assert (ledger["c1"].idempotency, ledger["c1"].replay_policy) == ("idempotent", "auto")
+    assert ledger["c2"].idempotency != "idempotent" and ledger["c2"].replay_policy != "auto"
+    assert "full output kept as artifact:" in long
+    ref = long.split("full output kept as ")[1].split("]")[0]
+    assert tm.store.get_artifact("r", ref).decode().splitlines()[-1] == "20000"
+    assert failed.startswith("error: exit code 3") and ledger["c4"].status == "failed"
+
+
+def test_apply_patch_is_conditional_on_its_base(workspace):
+    (workspace / "a.txt").write_text("one\ntwo\n")
+    patch = "--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n"
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        assert run.call("apply_patch", {"patch": patch}, call_id="c1").startswith("applied")
+        assert run.call("apply_patch", {"patch": patch}, call_id="c2").startswith("error: patch does not apply")
+    assert (workspace / "a.txt").read_text() == "one\nTWO\n"
+
+
+def test_every_recorded_version_is_reproduced_exactly(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    text = "".join(f"line {i}\n" for i in range(2000))
+    versions = [text]
+    with tm.start("t", run_id="r") as run:
+        run.call("write_file", {"path": "big.txt", "content": text}, call_id="c0")
+        for i in range(20):
+            text = text.replace(f"line {i * 50}\n", f"line {i * 50} edited\n")
+            versions.append(text)
+            run.call("write_file", {"path": "big.txt", "content": text}, call_id=f"c{i + 1}")
+        session = run.session
+        for patch, expected in zip(session.patches, versions, strict=True):
+            assert session.version("big.txt", patch.after_hash) == expected.encode()
+        stored = sum(len(b.data) for b in session.blobs.values())
+    assert stored < len(versions[0]) * 2  # 21 versions, far less than 21 copies
+
+
+def test_async_calls_share_the_sync_implementation(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+
+    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    async def fetch(ctx: ToolContext, n: int) -> int:
+        await asyncio.sleep(0)
+        return n * 2
+
+    async def go(run):
+        return [await run.acall("fetch", {"n": 21}, call_id="a1"), await run.acall("read_file", {"path": "x"})]
+
+    with tm.start("t", tools=[fetch], run_id="r") as run:
+        results = asyncio.run(go(run))
+    assert results[0] == "42" and results[1].startswith("error:")
+
+
+def test_a_second_writer_is_refused_and_a_fenced_writer_stops(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    first = tm.start("t", run_id="r")
+    other = tidemark.open(workspace=str(workspace))
+    with pytest.raises(RunLockedError, match="--takeover"):
+        other.resume("r")
+    second = other.resume("r", takeover=True)
+    with pytest.raises(StaleGenerationError, match="taken over"):
+        first.call("read_file", {"path": "x"}, call_id="late")
+    with second:
+        second.call("list_files", {}, call_id="c2")
+    assert "late" not in load_view(tm.store, "r").ledger
+
+
+def test_public_api_is_pinned():
+    assert sorted(tidemark.__all__) == sorted(
+        [
+            "Checkpoint", "CheckpointConflict", "Classification", "CommandRules", "CommandVerdict",
+            "CompensateExternalAction", "ConfigError", "Context", "CorruptRecordError", "DecisionNeeded",
+            "FilePatchEntry", "Message", "ModelTurn", "Provider", "RecoveryAction", "RestoreSession",
+            "ResumeError", "RollbackFiles", "Run", "RunExistsError", "RunLockedError", "RunNotFoundError",
+            "Scenario", "ScenarioError", "ScriptedProvider", "StaleGenerationError", "StoreError", "StoreURLError",
+            "Tidemark", "TidemarkError", "Tool", "ToolCall", "ToolContext", "ToolDefinition", "ToolFailure",
+            "ToolLedgerEntry", "ToolRegistrationError", "ToolRegistry", "UnknownToolError", "WorkspaceError",
+            "__version__", "classify_command", "load_scenario", "new_run_id", "open", "tool",
+        ]
+    )
+    for name in tidemark.__all__:
+        assert hasattr(tidemark, name)
+    for name in ("CorruptRecordError", "RunLockedError", "StaleGenerationError", "ScenarioError", "ToolFailure"):
+        assert issubclass(getattr(tidemark, name), tidemark.TidemarkError)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_own_loop_example_survives_a_crash_without_resending(tmp_path, mode):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    example = os.path.join(ROOT, "examples", "own_loop.py")
+    crashed = subprocess.run(
+        [PY, example, str(workspace), "start"],
+        env=cli_env(TIDEMARK_FAILPOINT="after_tool:send_email"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert crashed.returncode == -9
+    assert (tmp_path / "outbox.jsonl").read_text().count("\n") == 1
+    args = [PY, example, str(workspace), "resume"] + (["--async"] if mode == "async" else [])
+    resumed = subprocess.run(args, env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Do not repeat" in resumed.stdout and "send_email(call_c)" in resumed.stdout
+    assert "call_d read_file: # v2" in resumed.stdout
+    assert (tmp_path / "outbox.jsonl").read_text().count("\n") == 1
+    assert (workspace / "NOTES.md").read_text() == "# v2\n- faster resume\n"
