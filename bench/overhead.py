@@ -8,7 +8,9 @@ What it measures (all in one process, one run of this script, on the filesystem 
   nested folders) and each case below, ``--calls`` ledgered calls through ``Run.call`` (default store
   ``WORKSPACE/.agent-runtime``, a fresh run per case), each paired with a bare call of the same tool function
   (``tool.fn(ToolContext, ...)``: same tool, same kind of file, same sizes, no ledger). Bare and ledgered calls
-  are interleaved (order alternating) so both see the same cache and disk conditions.
+  are interleaved (order alternating) so both see the same cache and disk conditions. Before every case (and
+  before each floor measurement) ``os.sync()`` flushes dirty data, untimed, so writeback left by building a
+  50,000-file workspace or by the previous case does not land in the next case's fsyncs.
 
   - ``write_file_2kb_first_touch``: writes 2 KB of new text to an existing file the run has not touched yet, so
     the before-content blob is part of the cost (``first_touch_calls`` says how many calls were; more calls than
@@ -25,6 +27,8 @@ How to read it:
 * ``ratio_to_fsync_floor``: bookkeeping median / fsync-floor median. One call does two durable appends (before the
   tool runs and after it), so about 2 is the floor for this design; the rest is CPU (encoding, hashing, zstd,
   diffing) and the extra syscalls of each append.
+* ``fsync_floor_here_us`` (per size): a short floor sample taken in that workspace just before its cases, to show
+  whether the disk behaved differently there; the ratios use the pooled run-wide floor.
 * ``fsyncs_per_call``: counted, not assumed, in a separate untimed pass with ``os.fsync``/``os.fdatasync``
   wrapped by counters (in this process only).
 * ``ledger_bytes_per_call``: how much the run's log grew per ledgered call.
@@ -138,6 +142,13 @@ def fsync_floor(directory: str, iterations: int, warmup: int = 200) -> list[int]
         os.close(fd)
         os.unlink(path)
     return samples
+
+
+def settle() -> None:
+    """Flush all dirty data (untimed), so writeback left by building a workspace or by the previous case does not
+    land in the next case's fsyncs: every case and size starts from the same clean state."""
+    os.sync()
+    time.sleep(0.2)
 
 
 # fsync counting ----------------------------------------------------------------------------------------------
@@ -390,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"temp dir {parent} on {machine['filesystem']['type']}; warming up")
         global_warmup(parent)
         half = max(1, args.floor_iterations // 2)
+        settle()
         floor_start = fsync_floor(parent, half)
 
         per_size: dict[str, dict[str, Any]] = {}
@@ -401,8 +413,11 @@ def main(argv: list[str] | None = None) -> int:
             tm = tidemark.open(workspace=root)
             cases, warm_path = cases_for(paths, args.calls, f"s{size}")
             entry: dict[str, Any] = {"workspace_files": size, "build_seconds": round(built, 1)}
+            settle()
+            entry["fsync_floor_here_us"] = summary(fsync_floor(root, 300, warmup=50))
             for case in cases:
                 log(f"{size} files: {case.name}, {args.calls} calls")
+                settle()
                 entry[case.name] = run_case(tm, case, args.calls, warm_path, f"s{size}")
             # The counting pass comes after the timed ones, on cases that start again from the beginning (its
             # first-touch writes touch files the timed run already wrote, but in a new run: still first touches).
@@ -413,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
             per_size[str(size)] = entry
 
+        settle()
         floor_end = fsync_floor(parent, args.floor_iterations - half)
         floor = summary(floor_start + floor_end)
         floor_median = floor["median"]

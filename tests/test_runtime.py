@@ -262,3 +262,41 @@ def test_the_own_loop_example_survives_a_crash_without_resending(tmp_path, mode)
     assert "call_d read_file: # v2" in resumed.stdout
     assert (tmp_path / "outbox.jsonl").read_text().count("\n") == 1
     assert (workspace / "NOTES.md").read_text() == "# v2\n- faster resume\n"
+
+
+def test_the_recovery_note_reaches_the_models_high_priority_context(workspace, outbox):
+    tm = tidemark.open(workspace=str(workspace))
+    crashes = []
+
+    @tidemark.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high")
+    def publish(ctx: ToolContext) -> str:
+        crashes.append(1)
+        raise Crash
+
+    script = scenario(
+        {"tool_calls": [{"tool": "write_file", "args": {"path": "a", "content": "1"}}]},
+        {"tool_calls": [{"tool": "publish", "args": {}}]},
+        {"text": "check", "expect_in_context": ["Do not repeat publish(call_2)", "Checkpoint: ckpt_"]},
+        {"text": "done"},
+    )
+    run = tm.start(script.task, tools=[publish], run_id="r", model=script.model)
+    with pytest.raises(Crash):
+        tm.run_agent(run, tidemark.ScriptedProvider(script))
+    run.session.store.release(run.session.claim)
+    resumed = tm.resume("r", tools=[publish])
+    provider = tidemark.ScriptedProvider(script)
+    with resumed:
+        assert tm.run_agent(resumed, provider) == "completed"
+    assert crashes == [1]
+    context = provider.contexts[0]
+    assert "## Recovery note (read this first)" in context.system
+    assert all(m.name != "recovery_note" for m in context.messages)
+    tool_results = [m.content for m in context.messages if m.role == "tool"]
+    assert "NOT run again" in tool_results[-1]
+
+
+def test_a_scenario_expectation_that_fails_stops_the_run(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    script = scenario({"text": "x", "expect_in_context": ["never there"]})
+    with pytest.raises(tidemark.ScenarioError, match="never there"):
+        play(tm, script)

@@ -15,7 +15,7 @@ from tidemark import inspect as reports
 from tidemark.api import Run, Tidemark
 from tidemark.api import open as open_tidemark
 from tidemark.cli import render
-from tidemark.errors import ConfigError, TidemarkError
+from tidemark.errors import ConfigError, ScenarioError, TidemarkError
 from tidemark.runtime.notify import send_notification
 from tidemark.runtime.provider import ScriptedProvider
 from tidemark.runtime.scenario import load_scenario, scenario_to_dict
@@ -23,9 +23,10 @@ from tidemark.runtime.session import DecisionNeeded
 from tidemark.runtime.tools import Tool
 
 EXIT_WAITING = 3
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Crash-safe AI-agent runs.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Crash-safe AI-agent runs."
+)
 out = Console()
-err = Console(stderr=True)
 
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URL (default WORKSPACE/.agent-runtime).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -85,7 +86,11 @@ def run(
     registry = tm.registry(extra)
     for index in range(len(script.turns)):
         for call in script.calls(index):
-            registry.get(call.tool)  # an unknown tool is refused before anything is written
+            if call.tool not in registry:  # refused before anything is written
+                raise ScenarioError(
+                    f"{scenario}: turn {index + 1} calls unknown tool {call.tool!r}; "
+                    f"known tools: {', '.join(registry.names())} (add your own with --tools MODULE:ATTR)"
+                )
     handle = tm.start(
         script.task,
         tools=extra,
@@ -118,7 +123,13 @@ def resume(
     from tidemark.runtime.scenario import parse_scenario
     from tidemark.runtime.session import load_view
 
-    header = load_view(tm.store, run_id).info
+    view = load_view(tm.store, run_id)
+    if view.status == "completed":  # resuming is idempotent: a finished run stays finished
+        _emit({"run_id": run_id, "status": "completed"}, as_json)
+        if not as_json:
+            out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")
+        raise typer.Exit(0)
+    header = view.info
     if header.scenario is None:
         raise ConfigError(f"run {run_id!r} was not started from a scenario; resume it from your own loop")
     script = parse_scenario(json.dumps(header.scenario).encode(), f"scenario of run {run_id}")
@@ -128,7 +139,7 @@ def resume(
         if as_json:
             _emit({"run_id": run_id, "status": "waiting_decision", "detail": str(exc)}, True)
         else:
-            err.print(f"tidemark: {exc}")
+            sys.stderr.write(f"tidemark: {exc}\n")
         raise typer.Exit(EXIT_WAITING) from None
     if not as_json and handle.recovery is not None:
         out.print(render.note_panel(handle.recovery.note))
@@ -182,12 +193,9 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
 
 
 def main() -> None:
+    """Usage errors are typer's (exit 2); a TidemarkError is one line on stderr, never a traceback."""
     try:
-        app(standalone_mode=False)
+        app()
     except TidemarkError as exc:
-        err.print(f"tidemark: {exc}", highlight=False, markup=False)
+        sys.stderr.write(f"tidemark: {' '.join(str(exc).split())}\n")
         sys.exit(exc.exit_code)
-    except typer.Exit as done:
-        sys.exit(done.exit_code)
-    except typer.Abort:
-        sys.exit(130)

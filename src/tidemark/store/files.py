@@ -107,6 +107,8 @@ class FileStore(Store):
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id") from None
         os.mkdir(os.path.join(path, "checkpoints"))
         os.mkdir(os.path.join(path, "artifacts"))
+        # The log exists (empty) before the run does, so its directory entry is durable with the run's.
+        os.close(append_fd(os.path.join(path, "ledger.jsonl")))
         atomic_write(os.path.join(path, "run.json"), frame(header))
         fsync_dir(self._runs)
 
