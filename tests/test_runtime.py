@@ -227,14 +227,52 @@ def test_a_second_writer_is_refused_and_a_fenced_writer_stops(workspace):
 def test_public_api_is_pinned():
     assert sorted(tidemark.__all__) == sorted(
         [
-            "Checkpoint", "CheckpointConflict", "Classification", "CommandRules", "CommandVerdict",
-            "CompensateExternalAction", "ConfigError", "Context", "CorruptRecordError", "DecisionNeeded",
-            "FilePatchEntry", "Message", "ModelTurn", "Provider", "RecoveryAction", "RestoreSession",
-            "ResumeError", "RollbackFiles", "Run", "RunExistsError", "RunLockedError", "RunNotFoundError",
-            "Scenario", "ScenarioError", "ScriptedProvider", "StaleGenerationError", "StoreError", "StoreURLError",
-            "Tidemark", "TidemarkError", "Tool", "ToolCall", "ToolContext", "ToolDefinition", "ToolFailure",
-            "ToolLedgerEntry", "ToolRegistrationError", "ToolRegistry", "UnknownToolError", "WorkspaceError",
-            "__version__", "classify_command", "load_scenario", "new_run_id", "open", "tool",
+            "Checkpoint",
+            "CheckpointConflict",
+            "Classification",
+            "CommandRules",
+            "CommandVerdict",
+            "CompensateExternalAction",
+            "ConfigError",
+            "Context",
+            "CorruptRecordError",
+            "DecisionNeeded",
+            "FilePatchEntry",
+            "Message",
+            "ModelTurn",
+            "Provider",
+            "RecoveryAction",
+            "RestoreSession",
+            "ResumeError",
+            "RollbackFiles",
+            "Run",
+            "RunExistsError",
+            "RunLockedError",
+            "RunNotFoundError",
+            "Scenario",
+            "ScenarioError",
+            "ScriptedProvider",
+            "StaleGenerationError",
+            "StoreError",
+            "StoreURLError",
+            "Tidemark",
+            "TidemarkError",
+            "Tool",
+            "ToolCall",
+            "ToolContext",
+            "ToolDefinition",
+            "ToolFailure",
+            "ToolLedgerEntry",
+            "ToolRegistrationError",
+            "ToolRegistry",
+            "UnknownToolError",
+            "WorkspaceError",
+            "__version__",
+            "classify_command",
+            "load_scenario",
+            "new_run_id",
+            "open",
+            "tool",
         ]
     )
     for name in tidemark.__all__:
@@ -251,7 +289,9 @@ def test_the_own_loop_example_survives_a_crash_without_resending(tmp_path, mode)
     crashed = subprocess.run(
         [PY, example, str(workspace), "start"],
         env=cli_env(TIDEMARK_FAILPOINT="after_tool:send_email"),
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert crashed.returncode == -9
     assert (tmp_path / "outbox.jsonl").read_text().count("\n") == 1
@@ -276,7 +316,10 @@ def test_the_recovery_note_reaches_the_models_high_priority_context(workspace, o
     script = scenario(
         {"tool_calls": [{"tool": "write_file", "args": {"path": "a", "content": "1"}}]},
         {"tool_calls": [{"tool": "publish", "args": {}}]},
-        {"text": "check", "expect_in_context": ["Do not repeat publish(call_2)", "Checkpoint: ckpt_"]},
+        {
+            "text": "check",
+            "expect_in_context": ["Do not repeat write_file(call_1), publish(call_2).", "Checkpoint: ckpt_"],
+        },
         {"text": "done"},
     )
     run = tm.start(script.task, tools=[publish], run_id="r", model=script.model)
