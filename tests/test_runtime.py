@@ -343,3 +343,33 @@ def test_a_scenario_expectation_that_fails_stops_the_run(workspace):
     script = scenario({"text": "x", "expect_in_context": ["never there"]})
     with pytest.raises(tidemark.ScenarioError, match="never there"):
         play(tm, script)
+
+
+def test_ledgered_wraps_a_plain_function_sync_and_async(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    sent = []
+
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return f"sent to {to}"
+
+    async def lookup(key: str) -> str:
+        return key.upper()
+
+    with tm.start("t", run_id="r") as run:
+        send = run.ledgered(send_email, idempotency="non_idempotent", replay_policy="never", risk_level="high")
+        assert send(to="a@b", call_id="m1") == "sent to a@b"
+        assert send(to="a@b", call_id="m1") == "sent to a@b"  # same call id: the recorded result, not a resend
+        alookup = run.ledgered(lookup, idempotency="idempotent", replay_policy="auto", risk_level="low")
+        assert asyncio.run(alookup(key="k", call_id="m2")) == "K"
+    assert sent == ["a@b"]
+    ledger = load_view(tm.store, "r").ledger
+    assert ledger["m1"].replay_policy == "never" and ledger["m2"].status == "succeeded"
+
+
+def test_a_call_id_reused_for_another_input_is_refused(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("read_file", {"path": "a"}, call_id="c1")
+        with pytest.raises(tidemark.ResumeError, match="its own call id"):
+            run.call("read_file", {"path": "b"}, call_id="c1")

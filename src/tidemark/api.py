@@ -15,20 +15,21 @@ call. ``await run.acall(...)`` is the same for asyncio.
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
 from tidemark.core.recovery import ResumePlan, last_completed_step
 from tidemark.errors import ResumeError
-from tidemark.records import Message, RunInfo, RunStatus, ToolCall
+from tidemark.records import Idempotency, Message, ReplayPolicy, RiskLevel, RunInfo, RunStatus, ToolCall
 from tidemark.runtime.agent import Agent, Recovery, prepare_resume, restore
 from tidemark.runtime.builtin import builtin_registry
 from tidemark.runtime.provider import Provider
 from tidemark.runtime.session import DecisionNeeded, RunSession, load_view, now
-from tidemark.runtime.tools import Tool, ToolRegistry
+from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry, tool
 from tidemark.store.base import Store
 from tidemark.store.url import default_store_url, open_store
 from tidemark.workspace.files import Workspace
@@ -78,6 +79,55 @@ class Run:
     async def acall(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
         message = await self.session.aexecute(self._call(tool, args, call_id), f"step_{self.session.step}")
         return message.content
+
+    def ledgered(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        idempotency: Idempotency = "non_idempotent",
+        replay_policy: ReplayPolicy = "ask",
+        risk_level: RiskLevel = "medium",
+        side_effects: Iterable[str] = (),
+    ) -> Callable[..., Any]:
+        """Wrap a plain function (a framework's tool, say) so each call goes through the ledger.
+
+        ``send = run.ledgered(send_email, idempotency="non_idempotent", replay_policy="never")`` then
+        ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper.
+        """
+        if inspect.iscoroutinefunction(fn):
+
+            async def run_async(ctx: ToolContext, **kwargs: Any) -> Any:
+                return await fn(**kwargs)
+
+            body: Callable[..., Any] = run_async
+        else:
+
+            def run_sync(ctx: ToolContext, **kwargs: Any) -> Any:
+                return fn(**kwargs)
+
+            body = run_sync
+        wrapped = tool(
+            name=name or fn.__name__,
+            idempotency=idempotency,
+            replay_policy=replay_policy,
+            risk_level=risk_level,
+            side_effects=side_effects,
+            description=inspect.getdoc(fn) or "",
+        )(body)
+        if wrapped.name not in self.session.registry:
+            self.session.registry.register(wrapped)
+        if wrapped.is_async:
+
+            async def acall(*, call_id: str | None = None, **kwargs: Any) -> str:
+                return await self.acall(wrapped.name, kwargs, call_id=call_id)
+
+            return acall
+
+        def call(*, call_id: str | None = None, **kwargs: Any) -> str:
+            return self.call(wrapped.name, kwargs, call_id=call_id)
+
+        return call
 
     def add_message(self, role: Any, content: str) -> Message:
         message = self.session.add_message(role, content)

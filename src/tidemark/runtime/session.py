@@ -369,6 +369,11 @@ class RunSession:
         existing = self.ledger.get(call.call_id)
         ctx = self.context_for(call, step_id)
         if existing is not None:
+            if existing.input_hash != input_hash(call.args) or existing.tool_name != call.tool:
+                raise ResumeError(
+                    f"call id {call.call_id!r} is recorded for another call ({existing.tool_name} with other input); "
+                    "give every distinct tool call its own call id"
+                )
             decision = self._replay_decision(tool, ctx, existing)
             if decision.action == "take_outcome":
                 return self._take_outcome(call, existing, decision)
