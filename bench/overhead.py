@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         summary_targets: dict[str, Any] = {}
         for key, entry in per_size.items():
             for name, result in entry.items():
-                if not isinstance(result, dict):
+                if not isinstance(result, dict) or "bookkeeping_us" not in result:
                     continue
                 result["ratio_to_fsync_floor"] = round(result["bookkeeping_us"]["median"] / floor_median, 2)
                 compare = base_key is not None and key == largest and key != base_key

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cli_env
+from tests.conftest import cli_env
 
 from tidemark.runtime import failpoints
 
@@ -225,12 +225,8 @@ class Setup:
         return self._popen(["resume", RUN_ID, "--workspace", str(self.workspace), "--json"])
 
     def _popen(self, args: list[str]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [PY, "-m", "tidemark", *args],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with open(self.base / "killed-stderr.txt", "ab") as stderr:  # kept for a failure's post-mortem
+            return subprocess.Popen([PY, "-m", "tidemark", *args], env=self.env, stdout=subprocess.DEVNULL, stderr=stderr)
 
     def resume(self, *decisions: str) -> subprocess.CompletedProcess[str]:
         return tidemark("resume", RUN_ID, "--workspace", self.workspace, *decisions, "--json", env=self.env)
@@ -488,7 +484,6 @@ def kill_after(process: subprocess.Popen[bytes], delay: float) -> bool:
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGKILL)
     process.wait(timeout=TIMEOUT)
-    process.stderr and process.stderr.close()
     return process.returncode == -signal.SIGKILL
 
 

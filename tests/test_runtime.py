@@ -373,3 +373,18 @@ def test_a_call_id_reused_for_another_input_is_refused(workspace):
         run.call("read_file", {"path": "a"}, call_id="c1")
         with pytest.raises(tidemark.ResumeError, match="its own call id"):
             run.call("read_file", {"path": "b"}, call_id="c1")
+
+
+def test_a_tool_that_raises_has_a_known_outcome_failed(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+
+    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    def flaky(ctx: ToolContext, n: int) -> str:
+        raise ConnectionError("upstream said 503")
+
+    with tm.start("t", tools=[flaky], run_id="r") as run:
+        assert run.call("flaky", {"n": 1}, call_id="c1") == "error: ConnectionError: upstream said 503"
+        assert run.call("flaky", {"m": 1}, call_id="c2").startswith("error: bad arguments for flaky")
+    ledger = load_view(tm.store, "r").ledger
+    assert ledger["c1"].status == ledger["c2"].status == "failed"
+    assert ledger["c1"].error == "ConnectionError: upstream said 503"

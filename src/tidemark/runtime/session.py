@@ -10,6 +10,7 @@ the asyncio entry points (no hand-copied twins): ``execute`` and ``aexecute`` on
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from collections.abc import Generator
@@ -94,27 +95,37 @@ def _render_result(value: Any) -> str:
     return _encoder.encode(value).decode()
 
 
-def run_tool_sync(invocation: Invocation) -> Outcome:
+def _bad_arguments(invocation: Invocation) -> Outcome | None:
     try:
-        value = invocation.tool.fn(invocation.ctx, **invocation.args)
-    except ToolFailure as exc:
-        return Outcome(False, str(exc))
+        inspect.signature(invocation.tool.fn).bind(invocation.ctx, **invocation.args)
     except TypeError as exc:
         return Outcome(False, f"bad arguments for {invocation.tool.name}: {exc}")
-    return Outcome(True, _render_result(value))
+    return None
+
+
+def _failure(exc: Exception) -> Outcome:
+    """A tool that raised has ended: its outcome is known (failed), unlike one whose process died."""
+    return Outcome(False, str(exc) if isinstance(exc, ToolFailure) else f"{type(exc).__name__}: {exc}")
+
+
+def run_tool_sync(invocation: Invocation) -> Outcome:
+    if (refused := _bad_arguments(invocation)) is not None:
+        return refused
+    try:
+        return Outcome(True, _render_result(invocation.tool.fn(invocation.ctx, **invocation.args)))
+    except Exception as exc:
+        return _failure(exc)
 
 
 async def run_tool_async(invocation: Invocation) -> Outcome:
+    if not invocation.tool.is_async:
+        return run_tool_sync(invocation)
+    if (refused := _bad_arguments(invocation)) is not None:
+        return refused
     try:
-        if invocation.tool.is_async:
-            value = await invocation.tool.fn(invocation.ctx, **invocation.args)
-        else:
-            value = invocation.tool.fn(invocation.ctx, **invocation.args)
-    except ToolFailure as exc:
-        return Outcome(False, str(exc))
-    except TypeError as exc:
-        return Outcome(False, f"bad arguments for {invocation.tool.name}: {exc}")
-    return Outcome(True, _render_result(value))
+        return Outcome(True, _render_result(await invocation.tool.fn(invocation.ctx, **invocation.args)))
+    except Exception as exc:
+        return _failure(exc)
 
 
 CallDriver = Generator[Invocation, Outcome, Message]
