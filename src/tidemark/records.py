@@ -117,7 +117,9 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     ledger_seq: int
     model: str
     model_config: dict[str, JSONValue] = msgspec.field(default_factory=dict)
-    pending_tool_calls: tuple[ToolCall, ...] = ()
+    # Call ids only: the calls themselves are in the assistant message the history points to, so a checkpoint
+    # never copies a call's input (a step of ten 50 KB writes would otherwise log each input ten times).
+    pending_tool_calls: tuple[str, ...] = ()
     next_turn: int = 0
     task: str = ""
 

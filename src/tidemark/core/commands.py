@@ -192,9 +192,7 @@ class _Hint(NamedTuple):
     risk: RiskLevel | None = None  # overrides the category's risk
 
 
-def _group(
-    keys: str, phrase: str, effects: tuple[str, ...], risk: RiskLevel | None = None
-) -> dict[str, _Hint]:
+def _group(keys: str, phrase: str, effects: tuple[str, ...], risk: RiskLevel | None = None) -> dict[str, _Hint]:
     return dict.fromkeys(_names(keys), _Hint(phrase, effects, risk))
 
 
@@ -216,8 +214,7 @@ _HINTS: dict[str, _Hint] = {
         ("process",),
     ),
     **_group(
-        "docker rmi, docker image prune, docker container prune, docker network rm, pip cache purge, "
-        "npm cache clean",
+        "docker rmi, docker image prune, docker container prune, docker network rm, pip cache purge, npm cache clean",
         "deletes cached or unused data",
         ("filesystem_delete",),
     ),
@@ -235,8 +232,7 @@ _HINTS: dict[str, _Hint] = {
         ("network", "publish"),
     ),
     **_group(
-        "npm unpublish, npm deprecate, npm dist-tag, npm owner, npm access, cargo yank, cargo owner, "
-        "gem yank",
+        "npm unpublish, npm deprecate, npm dist-tag, npm owner, npm access, cargo yank, cargo owner, gem yank",
         "changes a published package",
         ("network", "publish"),
     ),
@@ -256,13 +252,9 @@ _HINTS: dict[str, _Hint] = {
         "changes infrastructure",
         ("infrastructure", "network"),
     ),
-    **{
-        key: _Hint("changes GitHub", ("network", "vcs_remote")) for key in _HIGH_RISK if key.startswith("gh ")
-    },
+    **{key: _Hint("changes GitHub", ("network", "vcs_remote")) for key in _HIGH_RISK if key.startswith("gh ")},
     **_group("ssh", "runs commands on another machine", ("network", "remote_exec")),
-    **_group(
-        "scp, sftp, rsync, ftp", "copies files to or from another machine", ("filesystem_write", "network")
-    ),
+    **_group("scp, sftp, rsync, ftp", "copies files to or from another machine", ("filesystem_write", "network")),
     **_group("telnet, nc, ncat, socat", "talks to another machine", ("network",)),
     **_group("sudo, su, doas", "runs with elevated privileges", ("privilege",)),
     **_group("shutdown, reboot, halt, poweroff", "stops the machine", ("process",)),
@@ -304,8 +296,7 @@ _WRAPPERS: dict[str, tuple[str, frozenset[str]]] = {
     "sudo": (
         "ughpCDrtTU",
         _names(
-            "--user, --group, --host, --prompt, --close-from, --chdir, --role, --type, --command-timeout, "
-            "--other-user"
+            "--user, --group, --host, --prompt, --close-from, --chdir, --role, --type, --command-timeout, --other-user"
         ),
     ),
     "doas": ("uC", frozenset()),
@@ -482,9 +473,7 @@ def classify_command(command: str, rules: CommandRules = DEFAULT_COMMAND_RULES) 
     try:
         return _classify_cached(command, rules)
     except Exception as exc:  # a classifier bug must not crash the runtime; refuse to replay instead
-        return _verdict(
-            [_finding("unparsable", ("unknown",), f"internal error while analysing the command: {exc!r}")]
-        )
+        return _verdict([_finding("unparsable", ("unknown",), f"internal error while analysing the command: {exc!r}")])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -617,9 +606,7 @@ def _parse(text: str) -> tuple[list[Any], frozenset[str], str]:
         # (unsupported; the rewrite only ever adds findings).
         rewritten = _replace_arithmetic(_QUOTED_HEREDOC.sub(unquote, text))
         rewritten = _TIME_KEYWORD.sub(r"\1\2\\time", rewritten)
-        rewritten = _DOUBLE_BRACKETS.sub(
-            lambda m: m.group(0).replace("[[", "[").replace("]]", "]"), rewritten
-        )
+        rewritten = _DOUBLE_BRACKETS.sub(lambda m: m.group(0).replace("[[", "[").replace("]]", "]"), rewritten)
         if rewritten != text:
             try:
                 return list(bashlex.parse(rewritten)), frozenset(quoted), rewritten
@@ -730,9 +717,7 @@ class _Walker:
         finally:
             self.source = outer
         if len(self.findings) == before:  # the tree held nothing this walk recognises: do not call it safe
-            self.add(
-                "unknown", ("unknown",), "no command found in the parsed line; treated as having effects"
-            )
+            self.add("unknown", ("unknown",), "no command found in the parsed line; treated as having effects")
 
     def collect(self, run: Callable[[], None]) -> list[_Finding]:
         """The findings ``run`` records, taken out of the line's list so a caller can weigh them first."""
@@ -750,9 +735,7 @@ class _Walker:
         if kind == "parameter":
             value = str(getattr(node, "value", ""))
             if "$(" in value or "`" in value:  # bashlex leaves substitutions inside ${…} unparsed
-                self.add(
-                    "unknown", ("unknown",), f"command substitution inside `${{{value}}}` is not analysed"
-                )
+                self.add("unknown", ("unknown",), f"command substitution inside `${{{value}}}` is not analysed")
             return
         if kind == "redirect":
             self.redirect(node, depth, quoted)
@@ -777,9 +760,7 @@ class _Walker:
                     assignments.append(text)
                     continue
                 if not words:
-                    dynamic_program = any(
-                        getattr(p, "kind", None) in _EXPANSION_KINDS for p in _children(part)
-                    )
+                    dynamic_program = any(getattr(p, "kind", None) in _EXPANSION_KINDS for p in _children(part))
                 words.append(text)
             elif kind == "redirect":
                 stdin = self.stdin_text(part) if stdin is None else stdin
@@ -1126,9 +1107,7 @@ def _h_sed(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | Non
 def _h_tee(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | None:
     flags = _short_flags(argv[1:])
     if ("a" in flags or "--append" in flags) and _positionals(argv[1:]):
-        return [
-            _finding("mutation", ("filesystem_write",), "`tee -a` appends to files; a re-run duplicates data")
-        ]
+        return [_finding("mutation", ("filesystem_write",), "`tee -a` appends to files; a re-run duplicates data")]
     return None
 
 
@@ -1153,14 +1132,10 @@ def _h_yq(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | None
 def _h_awk(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | None:
     # awk can write files (`print > f`), run commands (`system()`, `| getline`) and edit in place.
     program = " ".join(argv[1:])
-    if any(a == "-f" or a.startswith("-f") for a in argv[1:]) or any(
-        s in program for s in ("system", ">", "|")
-    ):
+    if any(a == "-f" or a.startswith("-f") for a in argv[1:]) or any(s in program for s in ("system", ">", "|")):
         return [_finding("unknown", ("unknown",), f"`{argv[0]}` program may write files or run commands")]
     if "inplace" in program:
-        return [
-            _finding("local_write", ("filesystem_write",), f"`{argv[0]} -i inplace` edits files in place")
-        ]
+        return [_finding("local_write", ("filesystem_write",), f"`{argv[0]} -i inplace` edits files in place")]
     return None
 
 
@@ -1195,9 +1170,7 @@ def _h_tar(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | Non
         elif (arg.startswith("-") and len(arg) > 1) or (i == 0 and arg and not arg.startswith("-")):
             letters.update(arg.lstrip("-"))
     if "--delete" in longs:
-        return [
-            _finding("destructive", ("filesystem_delete",), "`tar --delete` removes members from an archive")
-        ]
+        return [_finding("destructive", ("filesystem_delete",), "`tar --delete` removes members from an archive")]
     if letters & set("cruA") or longs & {"--create", "--append", "--update", "--concatenate", "--catenate"}:
         return [_finding("local_write", ("filesystem_write",), "`tar` writes an archive")]
     if "x" in letters or longs & {"--extract", "--get"}:
@@ -1270,9 +1243,7 @@ def _h_curl(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | No
     method = next((str(v).upper() for n, v in reversed(pairs) if n in {"-X", "--request"}), None)
     found: list[_Finding] = []
     if "-K" in names or "--config" in names:
-        found.append(
-            _finding("unknown", ("network", "unknown"), "`curl -K` reads options from a file; not analysed")
-        )
+        found.append(_finding("unknown", ("network", "unknown"), "`curl -K` reads options from a file; not analysed"))
     trigger = None
     if method is not None and method not in _SAFE_METHODS:
         trigger = f"-X {method}"
@@ -1285,17 +1256,13 @@ def _h_curl(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | No
             trigger = data
     if trigger is not None:
         found.append(
-            _finding(
-                "high_risk", ("network",), f"`curl {trigger}` sends a request that can change remote state"
-            )
+            _finding("high_risk", ("network",), f"`curl {trigger}` sends a request that can change remote state")
         )
     else:
         found.append(_finding("read_only", ("network",), "`curl` fetches a URL (GET)"))
     for name, value in pairs:
         if name in _CURL_FILE_OUTPUTS and value not in {"-", None}:
-            found.append(
-                _finding("local_write", ("filesystem_write",), f"`curl {name} {value}` writes a file")
-            )
+            found.append(_finding("local_write", ("filesystem_write",), f"`curl {name} {value}` writes a file"))
         elif name in {"-O", "--remote-name", "--remote-name-all"}:
             found.append(_finding("local_write", ("filesystem_write",), f"`curl {name}` writes a file"))
     return found
@@ -1320,15 +1287,11 @@ def _h_wget(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | No
     posts = next((n for n in values if n in _WGET_POSTS), None)
     found: list[_Finding] = []
     if "-e" in values or "--execute" in values:
-        found.append(
-            _finding("unknown", ("network", "unknown"), "`wget -e` runs wgetrc commands; not analysed")
-        )
+        found.append(_finding("unknown", ("network", "unknown"), "`wget -e` runs wgetrc commands; not analysed"))
     if posts is not None or method not in _SAFE_METHODS:
         shown = posts or f"--method={method}"
         found.append(
-            _finding(
-                "high_risk", ("network",), f"`wget {shown}` sends a request that can change remote state"
-            )
+            _finding("high_risk", ("network",), f"`wget {shown}` sends a request that can change remote state")
         )
     else:
         found.append(_finding("read_only", ("network",), "`wget` fetches a URL"))
@@ -1371,9 +1334,7 @@ _GIT_BRANCH_LISTING = _names(
     """l, a, r, --list, --all, --remotes, --contains, --no-contains, --merged, --no-merged, --points-at,
     --show-current, --format, --sort, --column"""
 )
-_GIT_CONFIG_WRITES = _names(
-    "e, --edit, --unset, --unset-all, --add, --replace-all, --rename-section, --remove-section"
-)
+_GIT_CONFIG_WRITES = _names("e, --edit, --unset, --unset-all, --add, --replace-all, --rename-section, --remove-section")
 
 
 def _h_git(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | None:
@@ -1429,9 +1390,7 @@ def _h_git(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | Non
         if flags & {"b", "B", "--orphan"}:
             return grade("local_write", "-b|creates a branch", ("filesystem_write", "vcs_local"))
         if "--" in rest or "." in pos or flags & {"f", "--force", "p", "--patch"} or len(pos) >= 2:
-            return grade(
-                "destructive", "discards uncommitted changes to files", ("filesystem_delete",), "high"
-            )
+            return grade("destructive", "discards uncommitted changes to files", ("filesystem_delete",), "high")
         return grade("mutation", "switches branches or overwrites files", ("filesystem_write", "vcs_local"))
     if sub == "switch":
         if flags & {"--discard-changes", "f", "--force"}:
@@ -1465,9 +1424,7 @@ def _h_git(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | Non
             return grade("destructive", "-d|deletes a tag", ("vcs_local",))
         if not pos or flags & {"l", "--list", "--contains", "--points-at", "--merged", "--no-merged"}:
             return grade("read_only", "only lists tags", ())
-        return grade(
-            "mutation" if flags & {"f", "--force"} else "local_write", "creates a tag", ("vcs_local",)
-        )
+        return grade("mutation" if flags & {"f", "--force"} else "local_write", "creates a tag", ("vcs_local",))
     if sub == "config":
         if pos and pos[0] in {"get", "list"}:
             return grade("read_only", "only reads settings", ())

@@ -37,9 +37,15 @@ def check_transition(previous: ToolLedgerEntry | None, new: ToolLedgerEntry) -> 
 
 
 def fold(entries: Iterable[ToolLedgerEntry]) -> dict[str, ToolLedgerEntry]:
-    """The current entry per call, in order of first appearance (the last appended state wins)."""
+    """The current entry per call, in order of first appearance (the last appended state wins).
+
+    A call's input is logged with its first entry only; later states inherit it here.
+    """
     current: dict[str, ToolLedgerEntry] = {}
     for entry in entries:
+        previous = current.get(entry.call_id)
+        if previous is not None and not entry.input and previous.input:
+            entry = msgspec.structs.replace(entry, input=previous.input)
         current[entry.call_id] = entry
     return current
 

@@ -50,6 +50,7 @@ class RunView:
     decisions: dict[str, CallDecision] = field(default_factory=dict)
     events: list[RunEvent] = field(default_factory=list)
     blobs: dict[str, Blob] = field(default_factory=dict)
+    message_records: dict[int, Message] = field(default_factory=dict)  # log seq -> message (results point here)
     problems: list[LogProblem] = field(default_factory=list)
     last_seq: int = 0
 
@@ -94,6 +95,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.problems.append(LogProblem(kind="corrupt", position=record.seq, detail=f"{record.kind}: {exc}"))
             continue
         if isinstance(body, Message):
+            view.message_records[record.seq] = body
             if body.seq != len(branch):
                 view.problems.append(
                     LogProblem(

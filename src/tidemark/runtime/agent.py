@@ -118,7 +118,14 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
             session.history = list(at.history)
         session.step = checkpoint.step
         session.next_turn = checkpoint.next_turn
-        session.pending = list(checkpoint.pending_tool_calls)
+        calls = {call.call_id: call for message in at.history for call in message.tool_calls}
+        missing = [call_id for call_id in checkpoint.pending_tool_calls if call_id not in calls]
+        if missing:
+            raise ResumeError(
+                f"checkpoint {checkpoint.checkpoint_id} names pending calls {missing} that its history lacks; "
+                "the run's log is damaged"
+            )
+        session.pending = [calls[call_id] for call_id in checkpoint.pending_tool_calls]
         session.model = checkpoint.model
         session.model_config = dict(checkpoint.model_config)
     session.event("running", f"resumed: {plan.why}")

@@ -10,10 +10,11 @@ the asyncio entry points (no hand-copied twins): ``execute`` and ``aexecute`` on
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,10 +49,10 @@ from tidemark.records import (
 from tidemark.runtime import failpoints
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
 from tidemark.store.base import Claim, LogRecord, Store
-from tidemark.workspace.files import Workspace
+from tidemark.workspace.files import Workspace, read_if_exists
 
 _encoder = msgspec.json.Encoder()
-INLINE_RESULT_LIMIT = 64 * 1024  # larger results go to an artifact file instead of the log
+TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
 
 
 def now() -> str:
@@ -82,6 +83,7 @@ class Outcome:
 @dataclass
 class _FileBefore:
     path: str
+    absolute: str
     before_hash: str
     before_ref: str | None
     before: bytes | None = field(repr=False, default=None)
@@ -95,9 +97,14 @@ def _render_result(value: Any) -> str:
     return _encoder.encode(value).decode()
 
 
+@functools.cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
 def _bad_arguments(invocation: Invocation) -> Outcome | None:
     try:
-        inspect.signature(invocation.tool.fn).bind(invocation.ctx, **invocation.args)
+        _signature(invocation.tool.fn).bind(invocation.ctx, **invocation.args)
     except TypeError as exc:
         return Outcome(False, f"bad arguments for {invocation.tool.name}: {exc}")
     return None
@@ -146,6 +153,7 @@ class RunSession:
         self.patches: list[FilePatchEntry] = list(view.patches)
         self.blobs: dict[str, Blob] = dict(view.blobs)
         self.decisions: dict[str, CallDecision] = dict(view.decisions)
+        self.message_records: dict[int, Message] = dict(view.message_records)
         self.checkpoint_count = len(view.checkpoints)
         self.step = 0
         self.next_turn = 0
@@ -217,6 +225,8 @@ class RunSession:
         except StoreError:
             self._seq -= len(records)
             raise
+        if len(self._trace) >= TRACE_BATCH:
+            self.flush_trace()
 
     def trace(self, event: str, **data: Any) -> None:
         self._trace.append(_encoder.encode({"event": event, "at": now(), "run_id": self.info.run_id, "data": data}))
@@ -239,7 +249,7 @@ class RunSession:
     def add_message(self, role: Role, content: str, **fields: Any) -> Message:
         message = Message(seq=len(self.history), role=role, content=content, **fields)
         self.history.append(message)
-        self._add(message)
+        self.message_records[self._add(message)] = message
         return message
 
     def rewind(self, history_len: int, checkpoint_id: str, reason: str) -> None:
@@ -258,7 +268,7 @@ class RunSession:
             ledger_seq=self._seq,
             model=self.model,
             model_config=self.model_config,
-            pending_tool_calls=tuple(self.pending),
+            pending_tool_calls=tuple(call.call_id for call in self.pending),
             next_turn=self.next_turn,
             task=self.info.task,
         )
@@ -285,14 +295,8 @@ class RunSession:
     def save_artifact(self, name: str, data: bytes) -> str:
         return self.store.put_artifact(self.claim, name, data)
 
-    def save_result(self, call_id: str, text: str) -> str:
-        data = text.encode()
-        if len(data) > INLINE_RESULT_LIMIT:
-            return self.save_artifact(f"{call_id}.result.txt", data)
-        return "blob:" + self.put_content(data)
-
     def load_result(self, ref: str | None) -> str:
-        return load_result(self.store, self.info.run_id, self.blobs, ref)
+        return load_result(self.message_records, ref)
 
     # one tool call ----------------------------------------------------------------------------------------
     def context_for(self, call: ToolCall, step_id: str) -> ToolContext:
@@ -306,12 +310,16 @@ class RunSession:
         )
 
     def _ledger(self, entry: ToolLedgerEntry) -> None:
-        check_transition(self.ledger.get(entry.call_id), entry)
+        previous = self.ledger.get(entry.call_id)
+        check_transition(previous, entry)
         self.ledger[entry.call_id] = entry
-        self._add(entry)
+        # The input is logged once, with the first entry of a call; later states inherit it (see core.ledger.fold).
+        self._add(msgspec.structs.replace(entry, input={}) if previous is not None else entry)
 
-    def _tool_message(self, call: ToolCall, text: str) -> Message:
-        return self.add_message("tool", text, tool_call_id=call.call_id, name=call.tool)
+    def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
+        """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here."""
+        message = self.add_message("tool", text, tool_call_id=call.call_id, name=call.tool)
+        return message, f"log:{self._seq}"
 
     def _before_states(self, tool: Tool, call: ToolCall) -> list[_FileBefore]:
         if tool.writes is None:
@@ -319,8 +327,9 @@ class RunSession:
         states = []
         for path in dict.fromkeys(tool.writes(call.args)):
             try:
-                rel = self.workspace.relative(path)
-                before = self.workspace.read(rel)
+                absolute = self.workspace.resolve(path)
+                rel = os.path.relpath(absolute, self.workspace.root)
+                before = read_if_exists(absolute)
             except ToolFailure:
                 continue  # the tool itself refuses such a path; nothing will be written
             digest = content_hash(before) if before is not None else ""
@@ -330,12 +339,12 @@ class RunSession:
                 if digest not in self._known:
                     self.put_content(before, digest)
                 ref = "blob:" + digest
-            states.append(_FileBefore(rel, digest, ref, before))
+            states.append(_FileBefore(rel, absolute, digest, ref, before))
         return states
 
     def _after_states(self, call: ToolCall, befores: list[_FileBefore]) -> None:
         for state in befores:
-            after = self.workspace.read(state.path)
+            after = read_if_exists(state.absolute)
             after_hash = content_hash(after) if after is not None else ""
             if after_hash == state.before_hash:
                 continue  # nothing changed (a failed or no-op write)
@@ -425,17 +434,17 @@ class RunSession:
         failpoints.hit("after_tool", call.tool)
         self._after_states(call, befores)
         status: LedgerStatus = "succeeded" if outcome.ok else "failed"
+        message, ref = self._tool_message(call, outcome.text if outcome.ok else f"error: {outcome.text}")
         self._ledger(
             msgspec.structs.replace(
                 started,
                 status=status,
                 finished_at=now(),
-                result_ref=self.save_result(call.call_id, outcome.text),
+                result_ref=ref,
                 error=None if outcome.ok else outcome.text[:500],
             )
         )
         self.pending = [p for p in self.pending if p.call_id != call.call_id]
-        message = self._tool_message(call, outcome.text if outcome.ok else f"error: {outcome.text}")
         self.checkpoint("tool_end")
         self.commit()
         self.trace("tool_finished", call_id=call.call_id, status=status)
@@ -456,17 +465,14 @@ class RunSession:
                 self._ledger(msgspec.structs.replace(entry, status="uncertain"))
                 entry = self.ledger[call.call_id]
             text = f"[tidemark] this call was interrupted, but its effect is in place ({decision.why})."
-            entry = msgspec.structs.replace(
-                entry,
-                status="succeeded",
-                finished_at=now(),
-                result_ref=self.save_result(call.call_id, text),
-                decision="probe",
+            message, ref = self._tool_message(call, text)
+            self._ledger(
+                msgspec.structs.replace(entry, status="succeeded", finished_at=now(), result_ref=ref, decision="probe")
             )
-            self._ledger(entry)
-        text = self.load_result(entry.result_ref)
+        else:
+            # Finished before the crash: the recorded observation, never a second run (promise 3).
+            message, _ = self._tool_message(call, self.load_result(entry.result_ref))
         self.pending = [p for p in self.pending if p.call_id != call.call_id]
-        message = self._tool_message(call, text if entry.status == "succeeded" else f"error: {text}")
         self.checkpoint("tool_end")
         self.commit()
         return message
@@ -479,7 +485,7 @@ class RunSession:
             reason = "a person chose not to run it again"
         else:
             reason = f"it is {entry.idempotency} with replay policy {entry.replay_policy}: never repeated automatically"
-        message = self._tool_message(
+        message, _ = self._tool_message(
             call,
             f"[tidemark] {call.tool}({call.call_id}) started before an interruption and no outcome was recorded. "
             f"It was NOT run again: {reason}. Its effect may or may not have happened; check before relying on it "
@@ -503,11 +509,12 @@ class RunSession:
             input=call.args,
             planned_at=now(),
         )
+        self.pending = [p for p in self.pending if p.call_id != call.call_id]
+        message, ref = self._tool_message(call, f"error: {why}")
         if call.call_id not in self.ledger:
             self._ledger(entry)
-            self._ledger(msgspec.structs.replace(entry, status="failed", finished_at=now(), error=why))
-        self.pending = [p for p in self.pending if p.call_id != call.call_id]
-        return self._tool_message(call, f"error: {why}")
+            self._ledger(msgspec.structs.replace(entry, status="failed", finished_at=now(), error=why, result_ref=ref))
+        return message
 
     def execute(self, call: ToolCall, step_id: str) -> Message:
         driver = self.drive_call(call, step_id)
@@ -540,15 +547,14 @@ def load_view(store: Store, run_id: str) -> RunView:
     return build_view(info, store.read_log(run_id))
 
 
-def load_result(store: Store, run_id: str, blobs: dict[str, Blob], ref: str | None) -> str:
+def load_result(message_records: dict[int, Message], ref: str | None) -> str:
+    """A call's recorded observation: ``log:N`` names the log record of its tool message."""
     if not ref:
         return ""
-    if ref.startswith("blob:"):
-        blob = blobs.get(ref[5:])
-        if blob is None:
-            raise ResumeError(f"result {ref} of run {run_id!r} is missing from the log")
-        return open_blob(blob).decode(errors="replace")
-    return store.get_artifact(run_id, ref).decode(errors="replace")
+    message = message_records.get(int(ref[4:])) if ref.startswith("log:") and ref[4:].isdigit() else None
+    if message is None:
+        raise ResumeError(f"result {ref} is missing from the run's log; the run's log is damaged")
+    return message.content
 
 
 def _owner_id() -> str:

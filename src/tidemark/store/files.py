@@ -83,6 +83,8 @@ class FileStore(Store):
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._log_fds: dict[str, int] = {}
         self._lock_fds: dict[str, int] = {}
+        self._index_fds: dict[str, int] = {}
+        self._trace_fds: dict[str, int] = {}
         self._owner_cache: dict[str, tuple[int, int, OwnerState]] = {}
 
     # paths ------------------------------------------------------------------------------------------------
@@ -203,11 +205,12 @@ class FileStore(Store):
             )
 
     # the log ----------------------------------------------------------------------------------------------
-    def _log_fd(self, run_id: str) -> int:
-        fd = self._log_fds.get(run_id)
+    def _fd(self, table: dict[str, int], run_id: str, *parts: str) -> int:
+        """An append fd kept open per run: opening a file per append would cost more than the write."""
+        fd = table.get(run_id)
         if fd is None:
-            fd = append_fd(self._path(run_id, "ledger.jsonl"))
-            self._log_fds[run_id] = fd
+            fd = append_fd(self._path(run_id, *parts))
+            table[run_id] = fd
         return fd
 
     def _tail(self, claim: Claim) -> _Tail:
@@ -274,7 +277,7 @@ class FileStore(Store):
                     index_lines.append(frame(b'{"seq":%d,"offset":%d}' % (record.seq, offset)))
                 offset += len(line)
                 lines.append(line)
-            fd = self._log_fd(claim.run_id)
+            fd = self._fd(self._log_fds, claim.run_id, "ledger.jsonl")
             write_all(fd, b"".join(lines))
             if durable:
                 os.fdatasync(fd)
@@ -282,11 +285,7 @@ class FileStore(Store):
             tail.next_seq = records[-1].seq + 1
             if index_lines:
                 # The index only speeds look-ups; it is checked against the log, so it needs no fsync of its own.
-                index_fd = append_fd(self._path(claim.run_id, "checkpoints", "index.jsonl"))
-                try:
-                    write_all(index_fd, b"".join(index_lines))
-                finally:
-                    os.close(index_fd)
+                write_all(self._fd(self._index_fds, claim.run_id, "checkpoints", "index.jsonl"), b"".join(index_lines))
 
     def read_log(self, run_id: str) -> LogRead:
         path = os.path.join(self._existing_run_dir(run_id), "ledger.jsonl")
@@ -362,11 +361,7 @@ class FileStore(Store):
         return data
 
     def trace(self, run_id: str, lines: Sequence[bytes]) -> None:
-        fd = append_fd(self._path(run_id, "trace.jsonl"))
-        try:
-            write_all(fd, b"".join(frame(line) for line in lines))
-        finally:
-            os.close(fd)
+        write_all(self._fd(self._trace_fds, run_id, "trace.jsonl"), b"".join(frame(line) for line in lines))
 
     def read_trace(self, run_id: str) -> Iterator[bytes]:
         path = os.path.join(self._existing_run_dir(run_id), "trace.jsonl")
@@ -381,7 +376,7 @@ class FileStore(Store):
 
     # handles ----------------------------------------------------------------------------------------------
     def _drop_handles(self, run_id: str) -> None:
-        for table in (self._log_fds, self._lock_fds):
+        for table in (self._log_fds, self._lock_fds, self._index_fds, self._trace_fds):
             fd = table.pop(run_id, None)
             if fd is not None:
                 os.close(fd)
@@ -389,7 +384,7 @@ class FileStore(Store):
             del self._tails[key]
 
     def close(self) -> None:
-        for run_id in list(self._log_fds) + list(self._lock_fds):
+        for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds}:
             self._drop_handles(run_id)
 
 

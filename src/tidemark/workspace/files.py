@@ -30,13 +30,7 @@ class Workspace:
 
     def read(self, rel: str) -> bytes | None:
         """The file's content, or None when it does not exist."""
-        try:
-            with open(self.resolve(rel), "rb") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            raise ToolFailure(f"{rel!r} is a directory, not a file") from None
+        return read_if_exists(self.resolve(rel))
 
     def hash(self, rel: str) -> str | None:
         data = self.read(rel)
@@ -61,3 +55,14 @@ class Workspace:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+
+def read_if_exists(path: str) -> bytes | None:
+    """A resolved path's content, or None when it does not exist."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ToolFailure(f"{path!r} is a directory, not a file") from None
