@@ -246,12 +246,8 @@ CASES: list[tuple[str, tuple[str, str, str], set[str], str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("command", "expected", "effects", "reason"), CASES, ids=[c[0] or "<empty>" for c in CASES]
-)
-def test_classification_table(
-    command: str, expected: tuple[str, str, str], effects: set[str], reason: str
-) -> None:
+@pytest.mark.parametrize(("command", "expected", "effects", "reason"), CASES, ids=[c[0] or "<empty>" for c in CASES])
+def test_classification_table(command: str, expected: tuple[str, str, str], effects: set[str], reason: str) -> None:
     verdict = classify_command(command)
     assert grade(verdict) == expected, verdict
     assert effects <= set(verdict.side_effects), verdict
@@ -461,11 +457,7 @@ def test_appending_rm_rf_never_makes_a_verdict_safer(program: str, args: list[st
     assert before.reasons == after.reasons[: len(before.reasons)]
 
 
-POOL = [
-    c
-    for c, expected, _, _ in CASES
-    if expected != UNPARSABLE and c.strip() and "\n" not in c and "#" not in c
-]
+POOL = [c for c, expected, _, _ in CASES if expected != UNPARSABLE and c.strip() and "\n" not in c and "#" not in c]
 
 
 @settings(max_examples=300, deadline=None)

@@ -51,8 +51,16 @@ def entry(status="started", idempotency="non_idempotent", policy="never", risk="
 # ledger -------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("before", "after"),
-    [(None, "planned"), ("planned", "started"), ("planned", "approved"), ("approved", "started"),
-     ("started", "succeeded"), ("started", "failed"), ("started", "uncertain"), ("uncertain", "started")],
+    [
+        (None, "planned"),
+        ("planned", "started"),
+        ("planned", "approved"),
+        ("approved", "started"),
+        ("started", "succeeded"),
+        ("started", "failed"),
+        ("started", "uncertain"),
+        ("uncertain", "started"),
+    ],
 )
 def test_valid_transitions(before, after):
     check_transition(entry(before) if before else None, entry(after))
@@ -60,8 +68,14 @@ def test_valid_transitions(before, after):
 
 @pytest.mark.parametrize(
     ("before", "after"),
-    [(None, "started"), ("planned", "succeeded"), ("succeeded", "started"), ("failed", "succeeded"),
-     ("started", "planned"), ("succeeded", "uncertain")],
+    [
+        (None, "started"),
+        ("planned", "succeeded"),
+        ("succeeded", "started"),
+        ("failed", "succeeded"),
+        ("started", "planned"),
+        ("succeeded", "uncertain"),
+    ],
 )
 def test_invalid_transitions_are_refused(before, after):
     with pytest.raises(LedgerTransitionError, match="not a valid transition"):
@@ -191,7 +205,11 @@ def test_recovery_actions_use_the_seeds_type_names():
 def test_conflict_defaults_to_pending_and_keeps_seed_field_names():
     conflict = CheckpointConflict(path="a", expected_hash="x", actual_hash="y", agent_patch_ref="blob:z")
     assert msgspec.to_builtins(conflict) == {
-        "path": "a", "expected_hash": "x", "actual_hash": "y", "agent_patch_ref": "blob:z", "resolution": "pending"
+        "path": "a",
+        "expected_hash": "x",
+        "actual_hash": "y",
+        "agent_patch_ref": "blob:z",
+        "resolution": "pending",
     }
 
 
@@ -204,9 +222,7 @@ def log(*bodies, skip=()):
     for seq, body in enumerate(bodies, 1):
         if seq in skip:
             continue
-        records.append(
-            LogRecord(kind=RECORD_KINDS[type(body)], body=msgspec.Raw(msgspec.json.encode(body)), seq=seq)
-        )
+        records.append(LogRecord(kind=RECORD_KINDS[type(body)], body=msgspec.Raw(msgspec.json.encode(body)), seq=seq))
     problems = [LogProblem(kind="corrupt", position=0, detail="x")] if skip else []
     return LogRead(records=records, problems=problems)
 
@@ -217,8 +233,14 @@ def message(seq, role="user"):
 
 def checkpoint(number, history_len, kind="after_step", step=1):
     return Checkpoint(
-        checkpoint_id=f"ckpt_{number}", run_id="r", step=step, kind=kind, created_at="t",
-        history_len=history_len, ledger_seq=0, model="m",
+        checkpoint_id=f"ckpt_{number}",
+        run_id="r",
+        step=step,
+        kind=kind,
+        created_at="t",
+        history_len=history_len,
+        ledger_seq=0,
+        model="m",
     )
 
 
@@ -233,18 +255,31 @@ def test_latest_complete_checkpoint_skips_ones_after_damage():
 def test_history_is_referenced_not_copied_and_rewinds_start_a_branch():
     from tidemark.records import Rewind
 
-    read = log(message(0), message(1), checkpoint(1, 2), Rewind(history_len=1, checkpoint_id="", reason="", at="t"),
-               Message(seq=1, role="assistant", content="branch"))
+    read = log(
+        message(0),
+        message(1),
+        checkpoint(1, 2),
+        Rewind(history_len=1, checkpoint_id="", reason="", at="t"),
+        Message(seq=1, role="assistant", content="branch"),
+    )
     view = build_view(INFO, read)
     assert [m.content for m in view.history] == ["m0", "branch"]
     assert [m.content for m in view.checkpoints[0].history] == ["m0", "m1"]
 
 
 def test_plan_reports_drift_and_needs_decision():
-    patch = FilePatchEntry(path="a.py", before_hash="", after_hash="sha256:a", patch_ref="blob:p",
-                           tool_call_id="call_1", created_at="t", op="create")
+    patch = FilePatchEntry(
+        path="a.py",
+        before_hash="",
+        after_hash="sha256:a",
+        patch_ref="blob:p",
+        tool_call_id="call_1",
+        created_at="t",
+        op="create",
+    )
     read = log(
-        message(0), checkpoint(1, 1),
+        message(0),
+        checkpoint(1, 1),
         entry("planned", "conditional", "auto", "low", call_id="call_1"),
         entry("started", "conditional", "auto", "low", call_id="call_1"),
         patch,

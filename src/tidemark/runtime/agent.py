@@ -110,6 +110,7 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     if at is None:
         if session.history:
             session.rewind(0, "", "no complete checkpoint")
+        session.add_message("user", session.info.task)  # the run starts over: the model needs its task first
         session.step, session.next_turn, session.pending = 0, 0, []
     else:
         checkpoint = at.checkpoint

@@ -146,7 +146,8 @@ class RunSession:
         self.claim = claim
         self.info: RunInfo = view.info
         self.view = view
-        self.workspace = workspace
+        # Writes are staged in the run's own scratch folder; claiming the run sweeps what a crash left there.
+        self.workspace = workspace.for_run(store.scratch_dir(view.info.run_id))
         self.registry = registry
         self.history: list[Message] = list(view.history)
         self.ledger: dict[str, ToolLedgerEntry] = dict(view.ledger)

@@ -128,5 +128,9 @@ class Store(abc.ABC):
     def read_trace(self, run_id: str) -> Iterator[bytes]:
         """The trace events that pass their checksum."""
 
+    def scratch_dir(self, run_id: str) -> str | None:
+        """A local folder for the run's workspace writes in flight, if the backend has one (else: beside the file)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing
         """Release connections or handles."""

@@ -10,6 +10,7 @@
         ├── ledger.jsonl             the run's ordered log: ledger entries, file patches, messages, checkpoints
         ├── checkpoints/index.jsonl  the separate checkpoint index: seq and byte offset of each checkpoint
         ├── artifacts/               large tool outputs and blobs, one file each (atomic write)
+        ├── tmp/                     the run's workspace writes in flight (swept when the run is claimed)
         └── trace.jsonl              trace events (not fsync'd: recovery never reads them)
 
 Fencing: every append takes the run's lock, compares the writer's generation with ``owner.json`` and refuses a
@@ -24,7 +25,9 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
@@ -102,17 +105,25 @@ class FileStore(Store):
 
     # runs -------------------------------------------------------------------------------------------------
     def create_run(self, run_id: str, header: bytes) -> None:
+        """Build the run's folder under a temporary name, then rename it into place: a crash half-way leaves
+        an invisible ``.new-*`` folder, never a half-made run that blocks its own id."""
         path = self.run_dir(run_id)
+        if os.path.exists(path):
+            raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id")
+        staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")
+        for folder in ("checkpoints", "artifacts", "tmp"):
+            os.mkdir(os.path.join(staging, folder))
+        os.close(append_fd(os.path.join(staging, "ledger.jsonl")))
+        atomic_write(os.path.join(staging, "run.json"), frame(header))
         try:
-            os.mkdir(path)
-        except FileExistsError:
+            os.rename(staging, path)  # fails if another process created the run meanwhile
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id") from None
-        os.mkdir(os.path.join(path, "checkpoints"))
-        os.mkdir(os.path.join(path, "artifacts"))
-        # The log exists (empty) before the run does, so its directory entry is durable with the run's.
-        os.close(append_fd(os.path.join(path, "ledger.jsonl")))
-        atomic_write(os.path.join(path, "run.json"), frame(header))
         fsync_dir(self._runs)
+
+    def scratch_dir(self, run_id: str) -> str | None:
+        return self._path(run_id, "tmp")
 
     def run_header(self, run_id: str) -> bytes:
         path = os.path.join(self._existing_run_dir(run_id), "run.json")

@@ -9,12 +9,34 @@ import tempfile
 from tidemark.core.hashing import content_hash
 from tidemark.errors import ToolFailure, WorkspaceError
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read once: new files get the mode the user's umask gives, not mkstemp's 0600
+
 
 class Workspace:
-    def __init__(self, root: str) -> None:
+    """``scratch`` is where writes are staged before their atomic rename: a folder the run owns, so a temp file
+    left by a crash is swept there instead of littering the user's tree (same filesystem required, else the
+    temp file goes beside its target)."""
+
+    def __init__(self, root: str, scratch: str | None = None) -> None:
         if not os.path.isdir(root):
             raise WorkspaceError(f"workspace {root!r} is not a directory; create it or pass an existing --workspace")
         self.root = os.path.realpath(root)
+        self.scratch = scratch
+
+    def for_run(self, scratch: str | None) -> Workspace:
+        """The same workspace, staging its writes in a run's own scratch folder; leftovers there are removed."""
+        if scratch is not None:
+            os.makedirs(scratch, exist_ok=True)
+            for name in os.listdir(scratch):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(scratch, name))
+        return Workspace(self.root, scratch)
+
+    def _staging_dir(self, directory: str) -> str:
+        if self.scratch is not None and os.stat(self.scratch).st_dev == os.stat(directory).st_dev:
+            return self.scratch
+        return directory
 
     def resolve(self, rel: str) -> str:
         """An absolute path inside the workspace. Symlinks are resolved and must stay inside."""
@@ -41,15 +63,14 @@ class Workspace:
         path = self.resolve(rel)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        mode = None
+        mode = 0o666 & ~_UMASK
         with contextlib.suppress(FileNotFoundError):
             mode = os.stat(path).st_mode & 0o7777
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tidemark-", suffix=".part")
+        fd, tmp = tempfile.mkstemp(dir=self._staging_dir(directory), prefix=".tidemark-", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
-            if mode is not None:
-                os.chmod(tmp, mode)
+            os.chmod(tmp, mode)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
