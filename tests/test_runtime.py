@@ -189,7 +189,7 @@ def test_every_recorded_version_is_reproduced_exactly(workspace):
             run.call("write_file", {"path": "big.txt", "content": text}, call_id=f"c{i + 1}")
         session = run.session
         for patch, expected in zip(session.patches, versions, strict=True):
-            assert session.version("big.txt", patch.after_hash) == expected.encode()
+            assert session.files.version("big.txt", patch.after_hash) == expected.encode()
         stored = sum(len(b.data) for b in session.blobs.values())
     assert stored < len(versions[0]) * 2  # 21 versions, far less than 21 copies
 

@@ -16,9 +16,9 @@ Idempotency = Literal["idempotent", "conditional", "non_idempotent"]
 ReplayPolicy = Literal["auto", "ask", "never"]
 RiskLevel = Literal["low", "medium", "high"]
 LedgerStatus = Literal["planned", "approved", "started", "succeeded", "failed", "uncertain"]
-CheckpointKind = Literal["before_step", "tool_start", "tool_end", "after_step"]
+CheckpointKind = Literal["before_step", "tool_start", "tool_end", "after_step", "restored"]
 ConflictResolution = Literal["pending", "keep_user", "apply_agent", "manual_merge"]
-PatchOp = Literal["create", "modify", "delete"]
+PatchOp = Literal["create", "modify", "delete", "chmod"]
 Role = Literal["system", "user", "assistant", "tool"]
 RunStatus = Literal["running", "waiting_decision", "completed", "failed", "interrupted"]
 
@@ -74,6 +74,7 @@ class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True):
     planned_at: str | None = None
     error: str | None = None
     decision: str | None = None
+    compensates: str | None = None  # for a compensating call: the ledger entry it compensates
 
 
 class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,7 +91,10 @@ class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_id: str
     created_at: str
     op: PatchOp = "modify"
-    before_ref: str | None = None
+    before_ref: str | None = None  # where the before-content is kept: "blob:<hash>", "git:<blob id>", or None
+    before_mode: int | None = None  # permission bits (None when absent)
+    after_mode: int | None = None
+    symlink: bool = False  # the path is a symlink: its content is the link target, never followed
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,6 +126,8 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     pending_tool_calls: tuple[str, ...] = ()
     next_turn: int = 0
     task: str = ""
+    patches_len: int = 0  # file patches recorded before this checkpoint: rollback_files undoes the ones after
+    git_head: str | None = None  # HEAD when the checkpoint was taken (None outside git)
 
 
 class RollbackFiles(msgspec.Struct, frozen=True, kw_only=True, tag="rollback_files", tag_field="type"):
@@ -219,5 +225,6 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "blob": Blob,
     "decision": CallDecision,
     "rewind": Rewind,
+    "conflict": CheckpointConflict,
 }
 RECORD_KINDS: dict[type[msgspec.Struct], str] = {kind_type: kind for kind, kind_type in RECORD_TYPES.items()}

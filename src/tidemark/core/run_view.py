@@ -12,6 +12,7 @@ from tidemark.records import (
     Blob,
     CallDecision,
     Checkpoint,
+    CheckpointConflict,
     FilePatchEntry,
     Message,
     Rewind,
@@ -50,6 +51,7 @@ class RunView:
     decisions: dict[str, CallDecision] = field(default_factory=dict)
     events: list[RunEvent] = field(default_factory=list)
     blobs: dict[str, Blob] = field(default_factory=dict)
+    conflicts: dict[str, CheckpointConflict] = field(default_factory=dict)  # path -> latest state
     message_records: dict[int, Message] = field(default_factory=dict)  # log seq -> message (results point here)
     problems: list[LogProblem] = field(default_factory=list)
     last_seq: int = 0
@@ -125,6 +127,8 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.decisions[body.call_id] = body
         elif isinstance(body, RunEvent):
             view.events.append(body)
+        elif isinstance(body, CheckpointConflict):
+            view.conflicts[body.path] = body
         elif isinstance(body, Rewind):
             branch = branch[: body.history_len]
     view.history = branch

@@ -15,7 +15,7 @@ import inspect
 import os
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +24,6 @@ import msgspec
 from tidemark.core.blobs import make_blob, open_blob
 from tidemark.core.hashing import content_hash, idempotency_key, input_hash
 from tidemark.core.ledger import check_transition, settle_after_crash
-from tidemark.core.patches import apply_patch, make_patch
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import RunView, build_view
 from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure, UnknownToolError
@@ -33,11 +32,11 @@ from tidemark.records import (
     Blob,
     CallDecision,
     Checkpoint,
+    CheckpointConflict,
     CheckpointKind,
     FilePatchEntry,
     LedgerStatus,
     Message,
-    PatchOp,
     Rewind,
     Role,
     RunEvent,
@@ -47,9 +46,11 @@ from tidemark.records import (
     ToolLedgerEntry,
 )
 from tidemark.runtime import failpoints
+from tidemark.runtime.file_changes import FileChanges
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
 from tidemark.store.base import Claim, LogRecord, Store
-from tidemark.workspace.files import Workspace, read_if_exists
+from tidemark.workspace.files import Workspace
+from tidemark.workspace.head import find_git_dir, read_head
 
 _encoder = msgspec.json.Encoder()
 TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
@@ -78,15 +79,6 @@ class Invocation:
 class Outcome:
     ok: bool
     text: str
-
-
-@dataclass
-class _FileBefore:
-    path: str
-    absolute: str
-    before_hash: str
-    before_ref: str | None
-    before: bytes | None = field(repr=False, default=None)
 
 
 def _render_result(value: Any) -> str:
@@ -163,8 +155,12 @@ class RunSession:
         self.model_config = dict(view.info.model_config)
         self._seq = view.last_seq
         self._buffer: list[LogRecord] = []
-        # Content this run can reproduce: stored blobs, and every patch's after-state (before + patch).
-        self._known: set[str] = set(self.blobs) | {p.after_hash for p in self.patches if p.after_hash}
+        self.files = FileChanges(self)
+        self.conflicts: dict[str, CheckpointConflict] = dict(view.conflicts)
+        self.checkpoints: dict[str, Checkpoint] = {
+            at.checkpoint.checkpoint_id: at.checkpoint for at in view.checkpoints
+        }
+        self.git_dir = find_git_dir(self.workspace.root)
         self._trace: list[bytes] = []
         self.closed = False
 
@@ -272,8 +268,11 @@ class RunSession:
             pending_tool_calls=tuple(call.call_id for call in self.pending),
             next_turn=self.next_turn,
             task=self.info.task,
+            patches_len=len(self.patches),
+            git_head=read_head(self.git_dir) if self.git_dir else None,
         )
         self._add(checkpoint)
+        self.checkpoints[checkpoint.checkpoint_id] = checkpoint
         self.trace("checkpoint", checkpoint_id=checkpoint.checkpoint_id, kind=kind, step=self.step)
         return checkpoint
 
@@ -283,9 +282,19 @@ class RunSession:
         if digest not in self.blobs:
             blob = make_blob(data, digest)
             self.blobs[digest] = blob
-            self._known.add(digest)
             self._add(blob)
         return digest
+
+    def add_record(self, body: msgspec.Struct) -> int:
+        """Append a record to the pending group (made durable by the next ``commit``)."""
+        return self._add(body)
+
+    @staticmethod
+    def clock() -> str:
+        return now()
+
+    def registry_internal(self, tool: Tool) -> None:
+        self.registry.put(tool)
 
     def content(self, digest: str) -> bytes:
         blob = self.blobs.get(digest)
@@ -321,65 +330,6 @@ class RunSession:
         """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here."""
         message = self.add_message("tool", text, tool_call_id=call.call_id, name=call.tool)
         return message, f"log:{self._seq}"
-
-    def _before_states(self, tool: Tool, call: ToolCall) -> list[_FileBefore]:
-        if tool.writes is None:
-            return []
-        states = []
-        for path in dict.fromkeys(tool.writes(call.args)):
-            try:
-                absolute = self.workspace.resolve(path)
-                rel = os.path.relpath(absolute, self.workspace.root)
-                before = read_if_exists(absolute)
-            except ToolFailure:
-                continue  # the tool itself refuses such a path; nothing will be written
-            digest = content_hash(before) if before is not None else ""
-            ref = None
-            if before is not None:
-                # Store the before-content once; later versions are reproducible from their patches.
-                if digest not in self._known:
-                    self.put_content(before, digest)
-                ref = "blob:" + digest
-            states.append(_FileBefore(rel, absolute, digest, ref, before))
-        return states
-
-    def _after_states(self, call: ToolCall, befores: list[_FileBefore]) -> None:
-        for state in befores:
-            after = read_if_exists(state.absolute)
-            after_hash = content_hash(after) if after is not None else ""
-            if after_hash == state.before_hash:
-                continue  # nothing changed (a failed or no-op write)
-            patch = make_patch(state.before or b"", after or b"")
-            patch_hash = self.put_content(patch)
-            op: PatchOp = "create" if state.before is None else ("delete" if after is None else "modify")
-            patch_entry = FilePatchEntry(
-                path=state.path,
-                before_hash=state.before_hash,
-                after_hash=after_hash,
-                patch_ref="blob:" + patch_hash,
-                tool_call_id=call.call_id,
-                created_at=now(),
-                op=op,
-                before_ref=state.before_ref,
-            )
-            self.patches.append(patch_entry)
-            self._add(patch_entry)
-            if after_hash:
-                self._known.add(after_hash)
-            self.trace("file_patch", path=state.path, call_id=call.call_id, op=op)
-
-    def version(self, path: str, digest: str) -> bytes:
-        """Reproduce any content this run recorded for ``path``, verified by hash."""
-        if digest in self.blobs:
-            return self.content(digest)
-        for patch in self.patches:
-            if patch.path == path and patch.after_hash == digest:
-                base = self.version(path, patch.before_hash) if patch.before_hash else b""
-                data = apply_patch(base, self.content(patch.patch_ref.removeprefix("blob:")))
-                if content_hash(data) != digest:
-                    raise StoreError(f"patch for {path} does not reproduce {digest}; stored patch is damaged")
-                return data
-        raise StoreError(f"version {digest} of {path} is not recorded in run {self.info.run_id!r}")
 
     def drive_call(self, call: ToolCall, step_id: str) -> CallDriver:
         """Carry one call through the ledger; yields once if the tool must run. Returns its tool message."""
@@ -421,10 +371,11 @@ class RunSession:
                 input=call.args,
                 idempotency_key=ctx.idempotency_key,
                 planned_at=now(),
+                compensates=str(call.args.get("ledger_entry_id")) if tool.compensates else None,
             )
             self._ledger(planned)
         failpoints.hit("before_started", call.tool)
-        befores = self._before_states(tool, call)
+        befores = self.files.before(tool.writes(call.args)) if tool.writes else []
         started = msgspec.structs.replace(planned, status="started", started_at=now())
         self._ledger(started)
         self.checkpoint("tool_start")
@@ -433,7 +384,7 @@ class RunSession:
         failpoints.hit("after_started", call.tool)
         outcome = yield Invocation(tool, ctx, call.args)
         failpoints.hit("after_tool", call.tool)
-        self._after_states(call, befores)
+        self.files.after(call.call_id, befores)
         status: LedgerStatus = "succeeded" if outcome.ok else "failed"
         message, ref = self._tool_message(call, outcome.text if outcome.ok else f"error: {outcome.text}")
         self._ledger(

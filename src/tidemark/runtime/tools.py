@@ -38,6 +38,7 @@ ToolFn = Callable[..., Any]
 Classifier = Callable[[dict[str, Any]], Classification]
 Probe = Callable[[ToolContext, dict[str, Any]], ProbeResult]
 WritesFn = Callable[[dict[str, Any]], list[str]]
+Compensator = Callable[[ToolContext, dict[str, Any], str], Any]  # (ctx, the original input, its recorded result)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class Tool:
     classifier: Classifier | None = None
     probe: Probe | None = None
     writes: WritesFn | None = None  # the workspace paths a call will write, so their before-state is kept first
+    # compensate_external_action: undoes a finished call's effect (created an issue -> close it), at most once.
+    compensator: Compensator | None = None
+    compensator_definition: ToolDefinition | None = None  # how the compensation itself may be replayed
+    compensates: bool = False  # this tool is a compensation; its ledger entries link to the original call
 
     def __post_init__(self) -> None:
         check_definition(self.definition)
@@ -79,6 +84,7 @@ def tool(
     classifier: Classifier | None = None,
     probe: Probe | None = None,
     writes: WritesFn | None = None,
+    compensator: Compensator | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -95,6 +101,7 @@ def tool(
     classifier: Classifier | None = None,
     probe: Probe | None = None,
     writes: WritesFn | None = None,
+    compensator: Compensator | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. The defaults are the cautious ones: an undeclared tool is assumed unsafe to repeat."""
 
@@ -107,7 +114,14 @@ def tool(
             side_effects=tuple(side_effects),
             description=description if description is not None else (inspect.getdoc(func) or ""),
         )
-        return Tool(definition=definition, fn=func, classifier=classifier, probe=probe, writes=writes)
+        return Tool(
+            definition=definition,
+            fn=func,
+            classifier=classifier,
+            probe=probe,
+            writes=writes,
+            compensator=compensator,
+        )
 
     return wrap(fn) if fn is not None else wrap
 
@@ -123,6 +137,11 @@ class ToolRegistry:
             raise ToolRegistrationError(f"{item!r} is not a tool; decorate it with @tidemark.tool(...)")
         if item.name in self._tools:
             raise ToolRegistrationError(f"a tool named {item.name!r} is registered already; give it another name")
+        self._tools[item.name] = item
+        return item
+
+    def put(self, item: Tool) -> Tool:
+        """Register or replace (the runtime's own internal tools are bound to one session)."""
         self._tools[item.name] = item
         return item
 

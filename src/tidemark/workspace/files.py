@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 
 from tidemark.core.hashing import content_hash
 from tidemark.errors import ToolFailure, WorkspaceError
+
+# A symlink is recorded as this mark plus its target, so one hash and one blob describe any path's state.
+SYMLINK_MARK = b"\x00tidemark-symlink\x00"
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: new files get the mode the user's umask gives, not mkstemp's 0600
@@ -50,6 +54,42 @@ class Workspace:
     def relative(self, rel: str) -> str:
         return os.path.relpath(self.resolve(rel), self.root)
 
+    def locate(self, rel: str) -> str:
+        """The absolute path of ``rel`` itself, not following a final symlink (for recording and restoring links)."""
+        if not rel or "\x00" in rel:
+            raise ToolFailure(f"path {rel!r} is empty or invalid")
+        parent = os.path.realpath(os.path.join(self.root, os.path.dirname(rel) or "."))
+        if parent != self.root and not parent.startswith(self.root + os.sep):
+            raise ToolFailure(f"path {rel!r} leads outside the workspace; only paths inside {self.root} are allowed")
+        name = os.path.basename(rel)
+        if name in ("", ".", ".."):
+            raise ToolFailure(f"path {rel!r} names no file")
+        return os.path.join(parent, name)
+
+    def snapshot(self, rel: str) -> tuple[bytes | None, int | None]:
+        """A path's recorded form: content (a symlink's is its encoded target, never followed) and mode bits."""
+        return read_state(self.locate(rel))
+
+    def restore(self, rel: str, data: bytes | None, mode: int | None) -> None:
+        """Put a recorded form back: write (atomically), re-create a symlink, or remove (``data`` None)."""
+        path = self.locate(rel)
+        if data is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        if data.startswith(SYMLINK_MARK):
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(self._staging_dir(directory), f".tidemark-link-{os.getpid()}-{id(data)}")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            os.symlink(os.fsdecode(data[len(SYMLINK_MARK) :]), tmp)
+            os.replace(tmp, path)
+            return
+        if os.path.islink(path):
+            os.unlink(path)  # never write through a link: replace the link itself
+        self.write(rel, data, mode=mode)
+
     def read(self, rel: str) -> bytes | None:
         """The file's content, or None when it does not exist."""
         return read_if_exists(self.resolve(rel))
@@ -58,14 +98,15 @@ class Workspace:
         data = self.read(rel)
         return None if data is None else content_hash(data)
 
-    def write(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: bytes, *, mode: int | None = None) -> None:
         """Replace the file atomically (temp + rename), creating parent folders; keeps an existing file's mode."""
         path = self.resolve(rel)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        mode = 0o666 & ~_UMASK
-        with contextlib.suppress(FileNotFoundError):
-            mode = os.stat(path).st_mode & 0o7777
+        if mode is None:
+            mode = 0o666 & ~_UMASK
+            with contextlib.suppress(FileNotFoundError):
+                mode = os.stat(path).st_mode & 0o7777
         fd, tmp = tempfile.mkstemp(dir=self._staging_dir(directory), prefix=".tidemark-", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -87,3 +128,21 @@ def read_if_exists(path: str) -> bytes | None:
         return None
     except IsADirectoryError:
         raise ToolFailure(f"{path!r} is a directory, not a file") from None
+
+
+def read_state(path: str) -> tuple[bytes | None, int | None]:
+    """Content and permission bits of ``path`` without following a final symlink; (None, None) when absent.
+    A directory counts as absent: only files and links are recorded."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    if stat.S_ISLNK(info.st_mode):
+        return SYMLINK_MARK + os.fsencode(os.readlink(path)), None
+    if not stat.S_ISREG(info.st_mode):
+        return None, None
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(), info.st_mode & 0o7777
+    except FileNotFoundError:
+        return None, None

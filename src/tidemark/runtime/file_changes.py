@@ -1,0 +1,142 @@
+"""File patch records (§8.4): the before-state of every path a call changes, kept durably before the change, the
+after-state after it, and any recorded version reproduced exactly.
+
+Storage grows with the edits, not the files: a path's content is stored whole once (the first time the run sees
+it), and every later version is a small patch from the one before. Binary content is stored whole, compressed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidemark.core.hashing import content_hash
+from tidemark.core.patches import apply_patch, make_patch
+from tidemark.core.rollback import ABSENT, FileState
+from tidemark.errors import StoreError, ToolFailure
+from tidemark.records import FilePatchEntry, PatchOp
+
+if TYPE_CHECKING:
+    from tidemark.runtime.session import RunSession
+
+
+@dataclass
+class FileBefore:
+    path: str  # workspace-relative
+    hash: str
+    mode: int | None
+    content: bytes | None = field(repr=False, default=None)
+    ref: str | None = None
+
+
+class FileChanges:
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+        # Content this run can reproduce: its blobs, and every patch's after-state (before + patch).
+        self._reproducible: set[str] = set(session.blobs) | {p.after_hash for p in session.patches if p.after_hash}
+
+    @property
+    def patches(self) -> list[FilePatchEntry]:
+        return self.session.patches
+
+    def state(self, path: str) -> FileState:
+        data, mode = self.session.workspace.snapshot(path)
+        return FileState(hash=ABSENT if data is None else content_hash(data), mode=mode)
+
+    def before(self, paths: Iterable[str]) -> list[FileBefore]:
+        """Read the paths a call is about to change; content the run cannot reproduce yet is stored now."""
+        states = []
+        for path in dict.fromkeys(paths):
+            try:
+                absolute = self.session.workspace.locate(path)
+                rel = absolute[len(self.session.workspace.root) + 1 :]
+                data, mode = self.session.workspace.snapshot(rel)
+            except ToolFailure:
+                continue  # the tool itself refuses such a path; nothing will be written there
+            states.append(self.describe(rel, data, mode))
+        return states
+
+    def describe(self, rel: str, data: bytes | None, mode: int | None, *, ref: str | None = None) -> FileBefore:
+        """The before-state of ``rel`` holding ``data``; stores the content unless the run can reproduce it."""
+        if data is None:
+            return FileBefore(rel, ABSENT, None)
+        digest = content_hash(data)
+        if ref is None and digest not in self._reproducible:
+            self.session.put_content(data, digest)
+            self._reproducible.add(digest)
+        return FileBefore(rel, digest, mode, data, ref or f"blob:{digest}")
+
+    def after(self, call_id: str, befores: Iterable[FileBefore]) -> list[FilePatchEntry]:
+        recorded = []
+        for before in befores:
+            data, mode = self.session.workspace.snapshot(before.path)
+            entry = self.record(call_id, before, data, mode)
+            if entry is not None:
+                recorded.append(entry)
+        return recorded
+
+    def record(self, call_id: str, before: FileBefore, data: bytes | None, mode: int | None) -> FilePatchEntry | None:
+        """Append the patch from ``before`` to the given after-state (nothing when nothing changed)."""
+        after_hash = ABSENT if data is None else content_hash(data)
+        if after_hash == before.hash and mode == before.mode:
+            return None
+        if before.hash == ABSENT:
+            op: PatchOp = "create"
+        elif data is None:
+            op = "delete"
+        else:
+            op = "modify" if after_hash != before.hash else "chmod"
+        patch = make_patch(before.content or b"", data or b"")
+        entry = FilePatchEntry(
+            path=before.path,
+            before_hash=before.hash,
+            after_hash=after_hash,
+            patch_ref="blob:" + self.session.put_content(patch),
+            tool_call_id=call_id,
+            created_at=self.session.clock(),
+            op=op,
+            before_ref=before.ref,
+            before_mode=before.mode,
+            after_mode=mode,
+        )
+        self.patches.append(entry)
+        self.session.add_record(entry)
+        if after_hash:
+            self._reproducible.add(after_hash)
+        self.session.trace("file_patch", path=before.path, call_id=call_id, op=op)
+        return entry
+
+    # versions ---------------------------------------------------------------------------------------------
+    def restorable(self, patch: FilePatchEntry) -> bool:
+        """Can the content before ``patch`` be reproduced? (absent always can: it means remove)"""
+        return patch.before_hash == ABSENT or patch.before_hash in self._reproducible or _in_git(patch.before_ref)
+
+    def version(self, path: str, digest: str, ref: str | None = None) -> bytes:
+        """Reproduce content this run recorded, verified by its hash."""
+        return self._version(path, digest, ref, len(self.patches))
+
+    def _version(self, path: str, digest: str, ref: str | None, before_index: int) -> bytes:
+        if digest in self.session.blobs:
+            return self.session.content(digest)
+        if ref is not None and ref.startswith("git:"):
+            from tidemark.workspace.git import read_blob
+
+            data = read_blob(self.session.workspace.root, ref[4:])
+            if data is not None and content_hash(data) == digest:
+                return data
+        # The oldest patch that produced this content; it only depends on earlier ones, so this terminates.
+        for index, patch in enumerate(self.patches[:before_index]):
+            if patch.after_hash == digest:
+                base = b""
+                if patch.before_hash:
+                    base = self._version(patch.path, patch.before_hash, patch.before_ref, index)
+                data = apply_patch(base, self.session.content(patch.patch_ref.removeprefix("blob:")))
+                if content_hash(data) != digest:
+                    raise StoreError(f"the patch for {patch.path} does not reproduce {digest}; its record is damaged")
+                return data
+        raise StoreError(f"content {digest} of {path} is not recorded in run {self.session.info.run_id!r}")
+
+
+def _in_git(ref: str | None) -> bool:
+    return ref is not None and ref.startswith("git:")

@@ -1,0 +1,301 @@
+"""The three recovery actions of §8.8, never one "undo": rollback_files, restore_session, compensate_external_action.
+
+Each one that changes files runs as a ledgered call of an internal tool, so the ledger is its journal: the planned
+actions and the before-state of every path are durable before the first file changes, a crash half-way leaves an
+``uncertain`` call that is finished by running it again (every action is idempotent), and the call's own file
+patches make the rollback itself something that can be rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import merge3
+import msgspec
+
+from tidemark.core.patches import unified_diff
+from tidemark.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
+from tidemark.errors import ResumeError, TidemarkError
+from tidemark.records import CheckpointConflict, ConflictResolution, FilePatchEntry, ToolCall, ToolDefinition
+from tidemark.runtime.session import RunSession
+from tidemark.runtime.tools import Tool, ToolContext
+
+ROLLBACK_TOOL = "rollback_files"
+RESOLVE_TOOL = "resolve_conflict"
+COMPENSATE_PREFIX = "compensate_"
+_actions_decoder = msgspec.json.Decoder(list[FileAction])
+
+
+class NoCompensatorError(TidemarkError):
+    """The tool declares no compensator: its effect must be undone by hand."""
+
+    exit_code = 2
+
+
+# rollback_files ---------------------------------------------------------------------------------------------------
+def plan_files(session: RunSession, checkpoint_id: str) -> RollbackPlan:
+    checkpoint = session.checkpoints.get(checkpoint_id)
+    if checkpoint is None:
+        raise ResumeError(
+            f"checkpoint {checkpoint_id!r} is not in run {session.info.run_id!r}; list them with `tidemark checkpoints`"
+        )
+    later = session.patches[checkpoint.patches_len :]
+    return plan_rollback(checkpoint_id, later, session.files.state, session.files.restorable)
+
+
+def _target_ref(session: RunSession, action: FileAction) -> str | None:
+    for patch in reversed(session.patches):
+        if patch.path == action.path and patch.before_hash == action.target_hash:
+            return patch.before_ref
+    return None
+
+
+def rollback_tool(session: RunSession) -> Tool:
+    def run(ctx: ToolContext, checkpoint_id: str, actions: list[dict[str, Any]]) -> str:
+        done: list[str] = []
+        conflicts: list[str] = []
+        for action in _actions_decoder.decode(json.dumps(actions)):
+            now = session.files.state(action.path)
+            step = action_step(action, now)
+            if step == "conflict":
+                record_conflict(session, action.path, action.expected_hash, now.hash, _agent_patch_ref(session, action))
+                conflicts.append(action.path)
+                continue
+            if step == "apply":
+                data = None
+                if action.target_hash != ABSENT:
+                    data = session.files.version(action.path, action.target_hash, _target_ref(session, action))
+                ctx.workspace.restore(action.path, data, action.target_mode)
+            done.append(action.path)
+        result = {"checkpoint_id": checkpoint_id, "reverted": done, "conflicts": conflicts}
+        return json.dumps(result)
+
+    return Tool(
+        definition=ToolDefinition(
+            name=ROLLBACK_TOOL,
+            idempotency="conditional",  # every action checks the file first, so a second run finishes the first
+            replay_policy="auto",
+            risk_level="low",
+            side_effects=("filesystem_write",),
+            description="Revert the agent's file changes made after a checkpoint (internal).",
+        ),
+        fn=run,
+        writes=lambda args: [str(a["path"]) for a in args.get("actions", [])],
+    )
+
+
+def _agent_patch_ref(session: RunSession, action: FileAction) -> str:
+    for patch in reversed(session.patches):
+        if patch.path == action.path and patch.after_hash == action.expected_hash:
+            return patch.patch_ref
+    return ""
+
+
+def record_conflict(
+    session: RunSession,
+    path: str,
+    expected: str,
+    actual: str,
+    patch_ref: str,
+    resolution: ConflictResolution = "pending",
+) -> CheckpointConflict:
+    conflict = CheckpointConflict(
+        path=path, expected_hash=expected, actual_hash=actual, agent_patch_ref=patch_ref, resolution=resolution
+    )
+    session.conflicts[path] = conflict
+    session.add_record(conflict)
+    session.trace("conflict", path=path, resolution=resolution)
+    return conflict
+
+
+def rollback_files(session: RunSession, checkpoint_id: str, *, dry_run: bool = False) -> RollbackPlan:
+    """Revert the agent's changes after ``checkpoint_id``, newest first; files the user changed become conflicts."""
+    finish_interrupted(session)
+    plan = plan_files(session, checkpoint_id)
+    if dry_run:
+        return plan
+    for conflict in plan.conflicts:
+        record_conflict(session, conflict.path, conflict.expected_hash, conflict.actual_hash, conflict.agent_patch_ref)
+    if plan.actions:
+        session.registry_internal(rollback_tool(session))
+        call = ToolCall(
+            call_id=_next_id(session, "rollback"),
+            tool=ROLLBACK_TOOL,
+            args={"checkpoint_id": checkpoint_id, "actions": msgspec.to_builtins(plan.actions)},
+        )
+        session.execute(call, f"step_{session.step}")
+    session.commit()
+    return plan
+
+
+def finish_interrupted(session: RunSession) -> list[str]:
+    """Complete any rollback or resolution a crash interrupted (their actions are idempotent)."""
+    finished = []
+    for call_id, entry in list(session.ledger.items()):
+        if entry.tool_name in (ROLLBACK_TOOL, RESOLVE_TOOL) and entry.status in ("started", "uncertain", "planned"):
+            tool = rollback_tool(session) if entry.tool_name == ROLLBACK_TOOL else resolve_tool(session)
+            session.registry_internal(tool)
+            session.execute(ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
+            finished.append(call_id)
+    return finished
+
+
+def _next_id(session: RunSession, prefix: str) -> str:
+    count = sum(1 for call_id in session.ledger if call_id.startswith(prefix + "_"))
+    return f"{prefix}_{count + 1}"
+
+
+# conflicts ------------------------------------------------------------------------------------------------------
+def pending_conflicts(session_or_view: Any) -> list[CheckpointConflict]:
+    return [c for c in session_or_view.conflicts.values() if c.resolution == "pending"]
+
+
+def conflict_versions(session: RunSession, conflict: CheckpointConflict) -> tuple[bytes, bytes, bytes | None]:
+    """(base before the agent, the agent's version, the current file) for a three-way view."""
+    patch = _patch_by_ref(session.patches, conflict)
+    base = (
+        b"" if patch.before_hash == ABSENT else session.files.version(patch.path, patch.before_hash, patch.before_ref)
+    )
+    agent = b"" if patch.after_hash == ABSENT else session.files.version(patch.path, patch.after_hash)
+    current, _ = session.workspace.snapshot(conflict.path)
+    return base, agent, current
+
+
+def describe_conflict(session: RunSession, conflict: CheckpointConflict) -> dict[str, Any]:
+    """The three things §8.9 says the user must be told, with the three-way diff."""
+    base, agent, current = conflict_versions(session, conflict)
+    return {
+        "path": conflict.path,
+        "expected_hash": conflict.expected_hash,
+        "actual_hash": conflict.actual_hash,
+        "agent_patch_ref": conflict.agent_patch_ref,
+        "resolution": conflict.resolution,
+        "why": "the file changed after the agent wrote it, so rolling the agent's change back would overwrite that",
+        "agent_change": unified_diff(base, agent, conflict.path),
+        "changed_since": unified_diff(agent, current or b"", conflict.path),
+    }
+
+
+def _patch_by_ref(patches: list[FilePatchEntry], conflict: CheckpointConflict) -> FilePatchEntry:
+    for patch in reversed(patches):
+        if patch.path == conflict.path and patch.patch_ref == conflict.agent_patch_ref:
+            return patch
+    raise ResumeError(f"no recorded agent change of {conflict.path} matches the conflict; the run's log is damaged")
+
+
+def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool]:
+    """Take the agent's change back out of the current file, keeping the user's edits: a three-way merge of
+    ``current`` (the user's) and ``base`` (before the agent) over ``agent`` (their common ancestor)."""
+    merger = merge3.Merge3(
+        agent.decode(errors="surrogateescape").splitlines(keepends=True),
+        current.decode(errors="surrogateescape").splitlines(keepends=True),
+        base.decode(errors="surrogateescape").splitlines(keepends=True),
+    )
+    lines = list(
+        merger.merge_lines(
+            name_a="current (yours)", name_b="before the agent", start_marker="<<<<<<<", end_marker=">>>>>>>"
+        )
+    )
+    clean = not any(line.startswith("<<<<<<<") for line in lines)
+    return "".join(lines).encode(errors="surrogateescape"), clean
+
+
+def resolve_tool(session: RunSession) -> Tool:
+    def run(ctx: ToolContext, path: str, blob: str) -> str:
+        data = session.content(blob)
+        ctx.workspace.restore(path, data, None)
+        return f"wrote {path}"
+
+    return Tool(
+        definition=ToolDefinition(
+            name=RESOLVE_TOOL,
+            idempotency="idempotent",
+            replay_policy="auto",
+            risk_level="low",
+            side_effects=("filesystem_write",),
+            description="Write a conflict's resolution (internal).",
+        ),
+        fn=run,
+        writes=lambda args: [str(args["path"])],
+    )
+
+
+def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> dict[str, Any]:
+    finish_interrupted(session)
+    conflict = session.conflicts.get(path)
+    if conflict is None or conflict.resolution != "pending":
+        raise ResumeError(f"{path!r} has no pending conflict in run {session.info.run_id!r}; see `tidemark conflicts`")
+    base, agent, current = conflict_versions(session, conflict)
+    outcome: dict[str, Any] = {"path": path, "resolution": resolution}
+    if resolution in ("apply_agent", "manual_merge"):
+        if resolution == "apply_agent":
+            data, clean = base, True  # what the rollback meant to do: the file as it was before the agent
+        else:
+            data, clean = merge_revert(base, agent, current or b"")
+        digest = session.put_content(data)
+        session.registry_internal(resolve_tool(session))
+        call = ToolCall(call_id=_next_id(session, "resolve"), tool=RESOLVE_TOOL, args={"path": path, "blob": digest})
+        session.execute(call, f"step_{session.step}")
+        outcome["clean"] = clean
+    actual = session.files.state(path).hash
+    record_conflict(session, path, conflict.expected_hash, actual, conflict.agent_patch_ref, resolution)
+    session.commit()
+    return outcome
+
+
+# compensate_external_action -------------------------------------------------------------------------------------
+def compensate(session: RunSession, ledger_entry_id: str, *, assume_done: bool = False) -> str:
+    """Run the compensator of a finished call, at most once, as its own ledger entry linked to the original."""
+    entry = session.ledger.get(ledger_entry_id)
+    if entry is None:
+        raise ResumeError(
+            f"ledger entry {ledger_entry_id!r} is not in run {session.info.run_id!r}; see `tidemark ledger`"
+        )
+    tool = session.registry.get(entry.tool_name)
+    if tool.compensator is None:
+        effects = ", ".join(entry.side_effects) or "its effect"
+        raise NoCompensatorError(
+            f"{entry.tool_name}({ledger_entry_id}) declares no compensator: {effects} cannot be undone by tidemark; "
+            "undo it by hand (for example, retract or correct what was sent), then note it in the run"
+        )
+    if entry.status != "succeeded" and not (entry.status in ("started", "uncertain") and assume_done):
+        raise ResumeError(
+            f"{entry.tool_name}({ledger_entry_id}) is {entry.status}: compensate only an effect that happened "
+            "(check it, then pass --assume-done for an uncertain call)"
+        )
+    compensation_id = f"{COMPENSATE_PREFIX}{ledger_entry_id}"
+    done = session.ledger.get(compensation_id)
+    if done is not None and done.status == "succeeded":
+        raise ResumeError(f"{ledger_entry_id} was compensated already by {compensation_id}; it runs at most once")
+    session.registry_internal(compensator_tool(session, tool))
+    message = session.execute(
+        ToolCall(
+            call_id=compensation_id, tool=COMPENSATE_PREFIX + tool.name, args={"ledger_entry_id": ledger_entry_id}
+        ),
+        f"step_{session.step}",
+    )
+    session.commit()
+    return message.content
+
+
+def compensator_tool(session: RunSession, tool: Tool) -> Tool:
+    assert tool.compensator is not None
+    compensator = tool.compensator
+
+    def run(ctx: ToolContext, ledger_entry_id: str) -> Any:
+        original = session.ledger[ledger_entry_id]
+        return compensator(ctx, dict(original.input), session.load_result(original.result_ref))
+
+    definition = tool.compensator_definition or ToolDefinition(
+        name="", idempotency="non_idempotent", replay_policy="ask", risk_level="medium"
+    )
+    return Tool(
+        definition=msgspec.structs.replace(
+            definition,
+            name=COMPENSATE_PREFIX + tool.name,
+            description=f"Compensate an earlier {tool.name} call.",
+        ),
+        fn=run,
+        compensates=True,
+    )
