@@ -15,16 +15,29 @@ call. ``await run.acall(...)`` is the same for asyncio.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
 from tidemark.core.recovery import ResumePlan, last_completed_step
+from tidemark.core.rollback import RollbackPlan
 from tidemark.errors import ResumeError
-from tidemark.records import Idempotency, Message, ReplayPolicy, RiskLevel, RunInfo, RunStatus, ToolCall
+from tidemark.records import (
+    Checkpoint,
+    ConflictResolution,
+    Idempotency,
+    Message,
+    ReplayPolicy,
+    RiskLevel,
+    RunInfo,
+    RunStatus,
+    ToolCall,
+)
+from tidemark.runtime import recovery_actions as actions
 from tidemark.runtime.agent import Agent, Recovery, prepare_resume, restore
 from tidemark.runtime.builtin import builtin_registry
 from tidemark.runtime.provider import Provider
@@ -233,6 +246,57 @@ class Tidemark:
             session.close()
             raise
         return Run(session, recovery)
+
+    # the three recovery actions (§8.8) and their companions ---------------------------------------------------------
+    @contextlib.contextmanager
+    def _session(
+        self, run_id: str, tools: Iterable[Tool] = (), *, read_only: bool = False, takeover: bool = False
+    ) -> Iterator[RunSession]:
+        session = RunSession.open(
+            self.store, run_id, self.workspace, self.registry(tools), read_only=read_only, takeover=takeover
+        )
+        try:
+            yield session
+        finally:
+            if not session.read_only:
+                session.commit()
+            session.close()
+
+    def rollback_files(self, run_id: str, checkpoint_id: str, *, dry_run: bool = False) -> RollbackPlan:
+        """Revert the agent's file changes made after ``checkpoint_id``; files changed since become conflicts."""
+        with self._session(run_id, read_only=dry_run) as session:
+            return actions.rollback_files(session, checkpoint_id, dry_run=dry_run)
+
+    def conflicts(self, run_id: str) -> list[dict[str, Any]]:
+        """Pending conflicts, each with the agent's change and what changed since (a three-way view)."""
+        with self._session(run_id, read_only=True) as session:
+            return [actions.describe_conflict(session, c) for c in actions.pending_conflicts(session)]
+
+    def resolve(self, run_id: str, path: str, resolution: ConflictResolution) -> dict[str, Any]:
+        """``keep_user`` leaves the file, ``apply_agent`` finishes the rollback over it, ``manual_merge`` writes a
+        three-way merge (conflict markers where the two changes overlap)."""
+        if resolution == "pending":
+            raise ResumeError("a resolution is keep_user, apply_agent or manual_merge")
+        with self._session(run_id) as session:
+            return actions.resolve(session, path, resolution)
+
+    def restore_session(self, run_id: str, checkpoint_id: str, *, with_files: bool = False) -> Checkpoint:
+        """Continue the run from an earlier checkpoint as a new branch; the old branch stays in the log."""
+        with self._session(run_id) as session:
+            return actions.restore_session(session, checkpoint_id, with_files=with_files)
+
+    def compensate(
+        self, run_id: str, ledger_entry_id: str, *, tools: Iterable[Tool] = (), assume_done: bool = False
+    ) -> str:
+        """Run the compensator a tool declares for one finished call, at most once."""
+        with self._session(run_id, tools) as session:
+            return actions.compensate(session, ledger_entry_id, assume_done=assume_done)
+
+    def history(self, run_id: str) -> tuple[list[Message], list[Message]]:
+        """The current branch of the conversation, and messages of abandoned branches."""
+        view = load_view(self.store, run_id)
+        current = {id(message) for message in view.history}
+        return list(view.history), [m for m in view.message_records.values() if id(m) not in current]
 
     def run_agent(self, run: Run, provider: Provider, *, system: str = "") -> RunStatus:
         return Agent(run.session, provider, system=system).run()

@@ -97,6 +97,18 @@ class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True):
     symlink: bool = False  # the path is a symlink: its content is the link target, never followed
 
 
+class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True):
+    """A path's state just before a call may change it, durable before the call runs; the call's FilePatchEntry
+    (written after) completes it. A call re-run after a crash is compared against this, not against the file as
+    the crash left it, so the changes of the interrupted attempt are recorded too."""
+
+    tool_call_id: str
+    path: str
+    before_hash: str
+    before_ref: str | None = None
+    before_mode: int | None = None
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     """One entry of the append-only message history; checkpoints point into it by ``seq``."""
 
@@ -226,5 +238,6 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "decision": CallDecision,
     "rewind": Rewind,
     "conflict": CheckpointConflict,
+    "file_before": FileBeforeState,
 }
 RECORD_KINDS: dict[type[msgspec.Struct], str] = {kind_type: kind for kind, kind_type in RECORD_TYPES.items()}

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Annotated, Any
 
+import msgspec
 import typer
 from rich.console import Console
 
@@ -23,6 +24,7 @@ from tidemark.runtime.session import DecisionNeeded
 from tidemark.runtime.tools import Tool
 
 EXIT_WAITING = 3
+EXIT_CONFLICTS = 7  # a rollback left conflicts for the user to resolve
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Crash-safe AI-agent runs."
 )
@@ -182,6 +184,112 @@ def explain(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, 
     tm = _open(store, workspace)
     data = reports.explain(tm.store, run_id, tm.workspace.root)
     _emit(data, as_json, render.explain_view(data))
+
+
+@app.command()
+def rollback(
+    run_id: str,
+    to: Annotated[str, typer.Option("--to", help="The checkpoint to go back to (see `tidemark checkpoints`).")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """rollback_files: revert the agent's file changes after a checkpoint, never the user's (conflicts instead)."""
+    plan = _open(store, workspace).rollback_files(run_id, to, dry_run=dry_run)
+    data = msgspec.to_builtins(plan) | {"dry_run": dry_run}
+    _emit(data, as_json, render.rollback_view(data))
+    raise typer.Exit(EXIT_CONFLICTS if plan.conflicts else 0)
+
+
+@app.command()
+def conflicts(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Files a rollback did not touch because they changed after the agent wrote them."""
+    found = _open(store, workspace).conflicts(run_id)
+    if as_json:
+        keys = ("path", "expected_hash", "actual_hash", "agent_patch_ref", "resolution")
+        _emit([{key: c[key] for key in keys} for c in found], True)
+    else:
+        out.print(render.conflicts_view(found))
+
+
+@app.command()
+def resolve(
+    run_id: str,
+    path: str,
+    keep_user: Annotated[bool, typer.Option("--keep-user", help="Keep the file as it is now.")] = False,
+    apply_agent: Annotated[bool, typer.Option("--apply-agent", help="Revert it anyway, over the later edits.")] = False,
+    manual_merge: Annotated[
+        bool, typer.Option("--manual-merge", help="Write a three-way merge; markers where both changed the same lines.")
+    ] = False,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Settle one conflict: keep_user, apply_agent or manual_merge."""
+    chosen = [
+        name
+        for name, flag in (("keep_user", keep_user), ("apply_agent", apply_agent), ("manual_merge", manual_merge))
+        if flag
+    ]
+    if len(chosen) != 1:
+        raise ConfigError("choose exactly one of --keep-user, --apply-agent, --manual-merge")
+    result = _open(store, workspace).resolve(run_id, path, chosen[0])  # type: ignore[arg-type]
+    _emit(result, as_json)
+    if not as_json:
+        tail = "" if result.get("clean", True) else " (with conflict markers: edit the file to finish)"
+        out.print(f"{path}: {chosen[0]}{tail}")
+
+
+@app.command()
+def restore(
+    run_id: str,
+    to: Annotated[str, typer.Option("--to", help="The checkpoint to restore the session to.")],
+    with_files: Annotated[bool, typer.Option("--with-files", help="Also roll the files back to it.")] = False,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """restore_session: the conversation and run state go back to a checkpoint, as a new branch."""
+    checkpoint = _open(store, workspace).restore_session(run_id, to, with_files=with_files)
+    _emit(msgspec.to_builtins(checkpoint), as_json)
+    if not as_json:
+        out.print(f"run {run_id}: session restored to {to} as {checkpoint.checkpoint_id}; `tidemark resume` continues")
+
+
+@app.command()
+def compensate(
+    run_id: str,
+    ledger_entry_id: str,
+    assume_done: Annotated[bool, typer.Option("--assume-done", help="Compensate an uncertain call.")] = False,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    tools: ToolsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """compensate_external_action: run a tool's compensator for one finished call, at most once."""
+    result = _open(store, workspace).compensate(
+        run_id, ledger_entry_id, tools=_load_tools(tools), assume_done=assume_done
+    )
+    _emit({"run_id": run_id, "compensated": ledger_entry_id, "result": result}, as_json)
+    if not as_json:
+        out.print(result)
+
+
+@app.command()
+def history(
+    run_id: str,
+    all_branches: Annotated[bool, typer.Option("--all", help="Include abandoned branches.")] = False,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The conversation of a run (its current branch)."""
+    current, abandoned = _open(store, workspace).history(run_id)
+    rows = [msgspec.to_builtins(m) | {"branch": "current"} for m in current]
+    if all_branches:
+        rows += [msgspec.to_builtins(m) | {"branch": "abandoned"} for m in abandoned]
+    _emit(rows, as_json, render.history_table(rows))
 
 
 @app.command()

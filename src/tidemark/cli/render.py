@@ -112,3 +112,55 @@ def explain_view(data: dict[str, Any]) -> Group:
 
 def note_panel(note: str) -> Panel:
     return Panel(Text(note), title="recovery note injected for the model", style="cyan")
+
+
+def rollback_view(data: dict[str, Any]) -> Group:
+    verb = "would revert" if data["dry_run"] else "reverted"
+    table = Table(title=f"rollback_files to {data['checkpoint_id']}")
+    for column in ("path", "result", "undoes"):
+        table.add_column(column)
+    for action in data["actions"]:
+        target = "removed" if action["target_hash"] == "" else "restored"
+        table.add_row(action["path"], f"{verb}: {target}", ", ".join(action["undoes"]))
+    for conflict in data["conflicts"]:
+        table.add_row(conflict["path"], Text("conflict: changed since the agent wrote it", style="yellow"), "")
+    for item in data["unrestorable"]:
+        table.add_row(item["path"], Text("left as is: " + item["why"], style="red"), item["call_id"])
+    parts: list[Any] = [table]
+    if data["conflicts"]:
+        parts.append(
+            Text(
+                "See `tidemark conflicts RUN_ID`, then `tidemark resolve RUN_ID PATH --keep-user | "
+                "--apply-agent | --manual-merge`.",
+                style="yellow",
+            )
+        )
+    return Group(*parts)
+
+
+def conflicts_view(found: list[dict[str, Any]]) -> Group:
+    if not found:
+        return Group(Text("no pending conflicts", style="green"))
+    parts: list[Any] = []
+    for conflict in found:
+        body = Text()
+        body.append(f"{conflict['path']}: {conflict['why']}\n", style="bold")
+        body.append(f"expected (the agent's version) {conflict['expected_hash']}\n")
+        body.append(f"actual (the file now)          {conflict['actual_hash']}\n\n")
+        body.append("what the agent changed (before the agent -> the agent's version):\n", style="bold")
+        body.append(conflict["agent_change"] or "(no textual change)\n")
+        body.append("\nwhat changed since (the agent's version -> the file now):\n", style="bold")
+        body.append(conflict["changed_since"] or "(no textual change)\n")
+        parts.append(Panel(body, title=f"conflict: {conflict['path']} ({conflict['resolution']})", style="yellow"))
+    return Group(*parts)
+
+
+def history_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="history")
+    for column in ("seq", "branch", "role", "content"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        calls = ", ".join(f"{c['tool']}({c['call_id']})" for c in row.get("tool_calls", []))
+        content = (row["content"][:200] + (f"  -> {calls}" if calls else "")).strip()
+        table.add_row(str(row["seq"]), row["branch"], row["role"], content)
+    return table

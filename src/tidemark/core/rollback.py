@@ -93,7 +93,8 @@ def plan_rollback(
             undone.append(patch.tool_call_id)
             target = patch
             now = FileState(hash=patch.before_hash, mode=patch.before_mode)
-        if target is not None:
+        no_change = target is not None and target.before_hash == expected.hash and target.before_mode == expected.mode
+        if target is not None and not no_change:
             actions.append(
                 FileAction(
                     path=path,

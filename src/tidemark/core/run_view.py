@@ -13,6 +13,7 @@ from tidemark.records import (
     CallDecision,
     Checkpoint,
     CheckpointConflict,
+    FileBeforeState,
     FilePatchEntry,
     Message,
     Rewind,
@@ -52,6 +53,7 @@ class RunView:
     events: list[RunEvent] = field(default_factory=list)
     blobs: dict[str, Blob] = field(default_factory=dict)
     conflicts: dict[str, CheckpointConflict] = field(default_factory=dict)  # path -> latest state
+    befores: dict[str, list[FileBeforeState]] = field(default_factory=dict)  # call id -> paths it may change
     message_records: dict[int, Message] = field(default_factory=dict)  # log seq -> message (results point here)
     problems: list[LogProblem] = field(default_factory=list)
     last_seq: int = 0
@@ -127,6 +129,8 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.decisions[body.call_id] = body
         elif isinstance(body, RunEvent):
             view.events.append(body)
+        elif isinstance(body, FileBeforeState):
+            view.befores.setdefault(body.tool_call_id, []).append(body)
         elif isinstance(body, CheckpointConflict):
             view.conflicts[body.path] = body
         elif isinstance(body, Rewind):

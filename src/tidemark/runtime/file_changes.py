@@ -15,7 +15,7 @@ from tidemark.core.hashing import content_hash
 from tidemark.core.patches import apply_patch, make_patch
 from tidemark.core.rollback import ABSENT, FileState
 from tidemark.errors import StoreError, ToolFailure
-from tidemark.records import FilePatchEntry, PatchOp
+from tidemark.records import FileBeforeState, FilePatchEntry, PatchOp
 
 if TYPE_CHECKING:
     from tidemark.runtime.session import RunSession
@@ -44,8 +44,13 @@ class FileChanges:
         data, mode = self.session.workspace.snapshot(path)
         return FileState(hash=ABSENT if data is None else content_hash(data), mode=mode)
 
-    def before(self, paths: Iterable[str]) -> list[FileBefore]:
-        """Read the paths a call is about to change; content the run cannot reproduce yet is stored now."""
+    def before(self, call_id: str, paths: Iterable[str]) -> list[FileBefore]:
+        """The before-state of the paths a call may change, recorded (with any content the run cannot reproduce
+        yet) in the group that becomes durable with ``started``. A re-run after a crash reuses what was recorded
+        for the first attempt, so changes that attempt made before dying are not mistaken for the starting point."""
+        recorded = self.session.befores.get(call_id)
+        if recorded:
+            return [self._recalled(state) for state in recorded]
         states = []
         for path in dict.fromkeys(paths):
             try:
@@ -54,8 +59,20 @@ class FileChanges:
                 data, mode = self.session.workspace.snapshot(rel)
             except ToolFailure:
                 continue  # the tool itself refuses such a path; nothing will be written there
-            states.append(self.describe(rel, data, mode))
+            state = self.describe(rel, data, mode)
+            record = FileBeforeState(
+                tool_call_id=call_id, path=rel, before_hash=state.hash, before_ref=state.ref, before_mode=state.mode
+            )
+            self.session.befores.setdefault(call_id, []).append(record)
+            self.session.add_record(record)
+            states.append(state)
         return states
+
+    def _recalled(self, state: FileBeforeState) -> FileBefore:
+        content = None
+        if state.before_hash != ABSENT:
+            content = self.version(state.path, state.before_hash, state.before_ref)
+        return FileBefore(state.path, state.before_hash, state.before_mode, content, state.before_ref)
 
     def describe(self, rel: str, data: bytes | None, mode: int | None, *, ref: str | None = None) -> FileBefore:
         """The before-state of ``rel`` holding ``data``; stores the content unless the run can reproduce it."""

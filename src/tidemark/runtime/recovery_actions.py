@@ -17,7 +17,14 @@ import msgspec
 from tidemark.core.patches import unified_diff
 from tidemark.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
 from tidemark.errors import ResumeError, TidemarkError
-from tidemark.records import CheckpointConflict, ConflictResolution, FilePatchEntry, ToolCall, ToolDefinition
+from tidemark.records import (
+    Checkpoint,
+    CheckpointConflict,
+    ConflictResolution,
+    FilePatchEntry,
+    ToolCall,
+    ToolDefinition,
+)
 from tidemark.runtime.session import RunSession
 from tidemark.runtime.tools import Tool, ToolContext
 
@@ -151,13 +158,14 @@ def pending_conflicts(session_or_view: Any) -> list[CheckpointConflict]:
     return [c for c in session_or_view.conflicts.values() if c.resolution == "pending"]
 
 
-def conflict_versions(session: RunSession, conflict: CheckpointConflict) -> tuple[bytes, bytes, bytes | None]:
-    """(base before the agent, the agent's version, the current file) for a three-way view."""
+def conflict_versions(
+    session: RunSession, conflict: CheckpointConflict
+) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """(before the agent, the agent's version, the file now) for a three-way view; None where absent."""
     patch = _patch_by_ref(session.patches, conflict)
-    base = (
-        b"" if patch.before_hash == ABSENT else session.files.version(patch.path, patch.before_hash, patch.before_ref)
-    )
-    agent = b"" if patch.after_hash == ABSENT else session.files.version(patch.path, patch.after_hash)
+    files = session.files
+    base = None if patch.before_hash == ABSENT else files.version(patch.path, patch.before_hash, patch.before_ref)
+    agent = None if patch.after_hash == ABSENT else files.version(patch.path, patch.after_hash)
     current, _ = session.workspace.snapshot(conflict.path)
     return base, agent, current
 
@@ -172,8 +180,8 @@ def describe_conflict(session: RunSession, conflict: CheckpointConflict) -> dict
         "agent_patch_ref": conflict.agent_patch_ref,
         "resolution": conflict.resolution,
         "why": "the file changed after the agent wrote it, so rolling the agent's change back would overwrite that",
-        "agent_change": unified_diff(base, agent, conflict.path),
-        "changed_since": unified_diff(agent, current or b"", conflict.path),
+        "agent_change": unified_diff(base or b"", agent or b"", conflict.path),
+        "changed_since": unified_diff(agent or b"", current or b"", conflict.path),
     }
 
 
@@ -203,9 +211,9 @@ def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool
 
 def resolve_tool(session: RunSession) -> Tool:
     def run(ctx: ToolContext, path: str, blob: str) -> str:
-        data = session.content(blob)
+        data = session.content(blob) if blob else None  # "" = the file must not exist
         ctx.workspace.restore(path, data, None)
-        return f"wrote {path}"
+        return f"wrote {path}" if data is not None else f"removed {path}"
 
     return Tool(
         definition=ToolDefinition(
@@ -229,11 +237,12 @@ def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> d
     base, agent, current = conflict_versions(session, conflict)
     outcome: dict[str, Any] = {"path": path, "resolution": resolution}
     if resolution in ("apply_agent", "manual_merge"):
+        data: bytes | None
         if resolution == "apply_agent":
             data, clean = base, True  # what the rollback meant to do: the file as it was before the agent
         else:
-            data, clean = merge_revert(base, agent, current or b"")
-        digest = session.put_content(data)
+            data, clean = merge_revert(base or b"", agent or b"", current or b"")
+        digest = "" if data is None else session.put_content(data)
         session.registry_internal(resolve_tool(session))
         call = ToolCall(call_id=_next_id(session, "resolve"), tool=RESOLVE_TOOL, args={"path": path, "blob": digest})
         session.execute(call, f"step_{session.step}")
@@ -242,6 +251,30 @@ def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> d
     record_conflict(session, path, conflict.expected_hash, actual, conflict.agent_patch_ref, resolution)
     session.commit()
     return outcome
+
+
+# restore_session ------------------------------------------------------------------------------------------------
+def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool = False) -> Checkpoint:
+    """The conversation and run state go back to ``checkpoint_id`` as a new branch (the old one stays in the log);
+    files stay as they are unless ``with_files`` also rolls them back."""
+    at = session.view.checkpoint(checkpoint_id)
+    if at is None or not at.complete:
+        raise ResumeError(
+            f"checkpoint {checkpoint_id!r} is not a complete checkpoint of run {session.info.run_id!r}; "
+            "list them with `tidemark checkpoints`"
+        )
+    if with_files:
+        rollback_files(session, checkpoint_id)
+    checkpoint = at.checkpoint
+    session.rewind(checkpoint.history_len, checkpoint_id, "restore_session")
+    session.history = list(at.history)
+    session.step, session.next_turn = checkpoint.step, checkpoint.next_turn
+    calls = {call.call_id: call for message in at.history for call in message.tool_calls}
+    session.pending = [calls[call_id] for call_id in checkpoint.pending_tool_calls if call_id in calls]
+    session.model, session.model_config = checkpoint.model, dict(checkpoint.model_config)
+    restored = session.checkpoint("restored")
+    session.event("interrupted", f"session restored to {checkpoint_id}; `tidemark resume` continues from there")
+    return restored
 
 
 # compensate_external_action -------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from tidemark.records import (
     Checkpoint,
     CheckpointConflict,
     CheckpointKind,
+    FileBeforeState,
     FilePatchEntry,
     LedgerStatus,
     Message,
@@ -139,7 +140,8 @@ class RunSession:
         self.info: RunInfo = view.info
         self.view = view
         # Writes are staged in the run's own scratch folder; claiming the run sweeps what a crash left there.
-        self.workspace = workspace.for_run(store.scratch_dir(view.info.run_id))
+        scratch = None if claim.generation == 0 else store.scratch_dir(view.info.run_id)
+        self.workspace = workspace.for_run(scratch)
         self.registry = registry
         self.history: list[Message] = list(view.history)
         self.ledger: dict[str, ToolLedgerEntry] = dict(view.ledger)
@@ -157,6 +159,7 @@ class RunSession:
         self._buffer: list[LogRecord] = []
         self.files = FileChanges(self)
         self.conflicts: dict[str, CheckpointConflict] = dict(view.conflicts)
+        self.befores: dict[str, list[FileBeforeState]] = {k: list(v) for k, v in view.befores.items()}
         self.checkpoints: dict[str, Checkpoint] = {
             at.checkpoint.checkpoint_id: at.checkpoint for at in view.checkpoints
         }
@@ -185,7 +188,13 @@ class RunSession:
         *,
         owner_id: str = "",
         takeover: bool = False,
+        read_only: bool = False,
     ) -> RunSession:
+        """Claim the run (its only writer from now on), or with ``read_only`` just read it: a read-only session
+        holds generation 0, so any write it attempted would be refused, and it leaves the run's scratch alone."""
+        if read_only:
+            view = load_view(store, run_id)
+            return cls(store, Claim(run_id=run_id, owner_id="reader", generation=0), view, workspace, registry)
         claim = store.claim(run_id, owner_id or _owner_id(), takeover=takeover)
         try:
             view = load_view(store, run_id)
@@ -194,11 +203,16 @@ class RunSession:
             raise
         return cls(store, claim, view, workspace, registry)
 
+    @property
+    def read_only(self) -> bool:
+        return self.claim.generation == 0
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self.flush_trace()
-            self.store.release(self.claim)
+            if not self.read_only:
+                self.flush_trace()
+                self.store.release(self.claim)
 
     # records ----------------------------------------------------------------------------------------------
     def _add(self, body: msgspec.Struct) -> int:
@@ -375,7 +389,7 @@ class RunSession:
             )
             self._ledger(planned)
         failpoints.hit("before_started", call.tool)
-        befores = self.files.before(tool.writes(call.args)) if tool.writes else []
+        befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
         started = msgspec.structs.replace(planned, status="started", started_at=now())
         self._ledger(started)
         self.checkpoint("tool_start")

@@ -1,0 +1,331 @@
+"""rollback_files, conflicts and their resolution, restore_session, compensate_external_action (§8.8, §8.9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tidemark
+from tidemark.core.hashing import content_hash
+from tidemark.runtime.recovery_actions import NoCompensatorError, merge_revert
+from tidemark.runtime.scenario import parse_scenario
+from tidemark.runtime.session import load_view
+from tidemark.runtime.tools import ToolContext
+
+
+def write(run, path, content, call_id):
+    return run.call("write_file", {"path": path, "content": content}, call_id=call_id)
+
+
+def test_rollback_reverts_the_agents_changes_newest_first(workspace):
+    (workspace / "a.txt").write_text("original\n")
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "a.txt", "one\n", "c1")
+        write(run, "a.txt", "two\n", "c2")
+        write(run, "sub/new.txt", "new\n", "c3")
+    plan = tm.rollback_files("r", start)
+    assert (workspace / "a.txt").read_text() == "original\n"
+    assert not (workspace / "sub" / "new.txt").exists()
+    assert not plan.conflicts
+    assert {a.path: a.undoes for a in plan.actions} == {"a.txt": ("c2", "c1"), "sub/new.txt": ("c3",)}
+
+
+def test_a_file_the_user_changed_is_a_conflict_and_is_not_touched(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "a.txt", "agent\n", "c1")
+        write(run, "b.txt", "agent b\n", "c2")
+    (workspace / "a.txt").write_text("agent\nuser line\n")
+    plan = tm.rollback_files("r", start)
+    assert (workspace / "a.txt").read_text() == "agent\nuser line\n"
+    assert not (workspace / "b.txt").exists()
+    [conflict] = plan.conflicts
+    assert conflict.path == "a.txt" and conflict.resolution == "pending"
+    assert conflict.expected_hash == content_hash(b"agent\n")
+    assert conflict.actual_hash == content_hash(b"agent\nuser line\n")
+    [described] = tm.conflicts("r")
+    assert "+agent" in described["agent_change"] and "+user line" in described["changed_since"]
+
+
+def test_a_user_edit_between_two_agent_writes_stops_the_revert_there(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "a.txt", "agent 1\n", "c1")
+        (workspace / "a.txt").write_text("user\n")
+        write(run, "a.txt", "agent 2\n", "c2")
+    plan = tm.rollback_files("r", start)
+    assert (workspace / "a.txt").read_text() == "user\n"  # c2 undone; c1 would overwrite the user's edit
+    assert [c.path for c in plan.conflicts] == ["a.txt"]
+
+
+@pytest.mark.parametrize(
+    ("resolution", "expected"),
+    [
+        ("keep_user", "line1\nAGENT\nline3\nuser tail\n"),
+        ("apply_agent", "line1\nline2\nline3\n"),
+        ("manual_merge", "line1\nline2\nline3\nuser tail\n"),
+    ],
+)
+def test_resolutions(workspace, resolution, expected):
+    (workspace / "f.txt").write_text("line1\nline2\nline3\n")
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "f.txt", "line1\nAGENT\nline3\n", "c1")
+    (workspace / "f.txt").write_text("line1\nAGENT\nline3\nuser tail\n")
+    tm.rollback_files("r", start)
+    result = tm.resolve("r", "f.txt", resolution)
+    assert (workspace / "f.txt").read_text() == expected
+    assert result["resolution"] == resolution
+    assert tm.conflicts("r") == []
+    assert load_view(tm.store, "r").conflicts["f.txt"].resolution == resolution
+
+
+def test_apply_agent_keeps_the_overwritten_user_version_recoverable(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "f.txt", "agent\n", "c1")
+    (workspace / "f.txt").write_text("precious user work\n")
+    tm.rollback_files("r", start)
+    tm.resolve("r", "f.txt", "apply_agent")
+    assert not (workspace / "f.txt").exists()
+    view = load_view(tm.store, "r")
+    resolve_patch = [p for p in view.patches if p.tool_call_id.startswith("resolve_")][-1]
+    assert resolve_patch.before_hash == content_hash(b"precious user work\n")
+    with tm._session("r", read_only=True) as session:
+        assert session.files.version("f.txt", resolve_patch.before_hash) == b"precious user work\n"
+
+
+def test_merge_revert_takes_the_agents_change_out_and_keeps_the_users():
+    base = b"a\nb\nc\nd\ne\n"
+    agent = b"a\nB\nc\nd\ne\n"
+    current = b"a\nB\nc\nd\nE\n"
+    merged, clean = merge_revert(base, agent, current)
+    assert clean and merged == b"a\nb\nc\nd\nE\n"
+
+
+def test_a_rollback_is_recorded_and_can_itself_be_rolled_back(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "a.txt", "agent\n", "c1")
+        before_rollback = run.checkpoint()
+    tm.rollback_files("r", start)
+    assert not (workspace / "a.txt").exists()
+    tm.rollback_files("r", before_rollback)
+    assert (workspace / "a.txt").read_text() == "agent\n"
+
+
+def test_binary_files_symlinks_and_modes_roll_back_exactly(workspace):
+    blob = bytes(range(256)) * 40
+    (workspace / "img.bin").write_bytes(blob)
+    (workspace / "tool.sh").write_text("#!/bin/sh\n")
+    os.chmod(workspace / "tool.sh", 0o755)
+    tm = tidemark.open(workspace=str(workspace))
+
+    @tidemark.tool(idempotency="conditional", replay_policy="auto", risk_level="low", writes=lambda a: a["paths"])
+    def mess(ctx: ToolContext, paths: list[str]) -> str:
+        (workspace / "img.bin").write_bytes(blob[::-1])
+        os.chmod(workspace / "tool.sh", 0o600)
+        os.symlink("img.bin", workspace / "link")
+        return "ok"
+
+    with tm.start("t", tools=[mess], run_id="r") as run:
+        start = run.checkpoint()
+        run.call("mess", {"paths": ["img.bin", "tool.sh", "link"]}, call_id="c1")
+    patches = {p.path: p for p in load_view(tm.store, "r").patches}
+    assert patches["tool.sh"].op == "chmod" and patches["link"].op == "create"
+    tm.rollback_files("r", start)
+    assert (workspace / "img.bin").read_bytes() == blob
+    assert stat.S_IMODE(os.stat(workspace / "tool.sh").st_mode) == 0o755
+    assert not os.path.lexists(workspace / "link")
+
+
+def test_a_crash_half_way_through_a_rollback_is_finished_by_the_next_command(workspace, monkeypatch):
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        for index in range(5):
+            write(run, f"f{index}.txt", "agent\n", f"c{index}")
+
+    class Crash(BaseException):
+        pass
+
+    from tidemark.workspace.files import Workspace
+
+    original = Workspace.restore
+    calls = []
+
+    def crashing(self, rel, data, mode):
+        calls.append(rel)
+        if len(calls) == 3:
+            raise Crash
+        return original(self, rel, data, mode)
+
+    monkeypatch.setattr(Workspace, "restore", crashing)
+    with pytest.raises(Crash):
+        tm.rollback_files("r", start)
+    monkeypatch.setattr(Workspace, "restore", original)
+    remaining = sorted(p.name for p in workspace.iterdir() if p.name.startswith("f"))
+    assert len(remaining) == 3  # two were removed before the crash
+    entry = load_view(tm.store, "r").ledger["rollback_1"]
+    assert entry.status == "started"  # the journal: planned actions durable, outcome unknown
+    plan = tm.rollback_files("r", start)  # finishes the interrupted rollback first
+    assert not [p for p in workspace.iterdir() if p.name.startswith("f")]
+    assert not plan.conflicts
+    assert load_view(tm.store, "r").ledger["rollback_1"].status == "succeeded"
+
+
+def test_restore_session_branches_the_conversation_and_leaves_files(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    script = parse_scenario(
+        json.dumps(
+            {
+                "task": "t",
+                "turns": [
+                    {"tool_calls": [{"tool": "write_file", "args": {"path": "a", "content": "1"}}]},
+                    {"tool_calls": [{"tool": "write_file", "args": {"path": "b", "content": "2"}}]},
+                    {"text": "done"},
+                ],
+            }
+        ).encode()
+    )
+    run = tm.start(script.task, run_id="r", model=script.model)
+    with run:
+        tm.run_agent(run, tidemark.ScriptedProvider(script))
+    view = load_view(tm.store, "r")
+    after_first = next(c for c in view.checkpoints if c.checkpoint.kind == "after_step").checkpoint
+    restored = tm.restore_session("r", after_first.checkpoint_id)
+    current, abandoned = tm.history("r")
+    assert len(current) == after_first.history_len and abandoned
+    assert (workspace / "b").exists()  # files are left alone without --with-files
+    assert restored.kind == "restored" and restored.next_turn == after_first.next_turn
+    assert load_view(tm.store, "r").latest_complete_checkpoint().checkpoint.checkpoint_id == restored.checkpoint_id
+    resumed = tm.resume("r")
+    with resumed:
+        assert tm.run_agent(resumed, tidemark.ScriptedProvider(script)) == "completed"
+    tm.restore_session("r", after_first.checkpoint_id, with_files=True)
+    assert not (workspace / "b").exists() and (workspace / "a").exists()
+
+
+def test_compensation_runs_once_and_links_to_the_original(workspace):
+    issues: dict[str, str] = {}
+
+    def close_issue(ctx: ToolContext, args: dict, result: str) -> str:
+        issues[result] = "closed"
+        return f"closed {result}"
+
+    @tidemark.tool(idempotency="non_idempotent", replay_policy="never", risk_level="medium", compensator=close_issue)
+    def create_issue(ctx: ToolContext, title: str) -> str:
+        issues["ISSUE-1"] = "open"
+        return "ISSUE-1"
+
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", tools=[create_issue], run_id="r") as run:
+        run.call("create_issue", {"title": "x"}, call_id="c1")
+        run.call("read_file", {"path": "nothing"}, call_id="c2")
+    assert tm.compensate("r", "c1", tools=[create_issue]) == "closed ISSUE-1"
+    assert issues == {"ISSUE-1": "closed"}
+    with pytest.raises(tidemark.ResumeError, match="at most once"):
+        tm.compensate("r", "c1", tools=[create_issue])
+    entry = load_view(tm.store, "r").ledger["compensate_c1"]
+    assert entry.compensates == "c1" and entry.status == "succeeded"
+    with pytest.raises(NoCompensatorError, match="by hand"):
+        tm.compensate("r", "c2", tools=[create_issue])
+
+
+def test_no_recovery_action_is_called_undo():
+    import tidemark.api
+    import tidemark.cli.app
+
+    for module in (tidemark.api, tidemark.cli.app):
+        names = [name for name in dir(module) if "undo" in name.lower()]
+        assert names == []
+    for name in dir(tidemark.api.Tidemark):
+        assert "undo" not in name.lower()
+
+
+# property: no byte the user wrote is ever lost -----------------------------------------------------------------
+PATHS = ["a.txt", "b.txt", "d/c.txt"]
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("agent"), st.sampled_from(PATHS), st.integers(0, 3)),
+        st.tuples(st.just("user"), st.sampled_from(PATHS), st.integers(0, 3)),
+        st.tuples(st.just("user_delete"), st.sampled_from(PATHS), st.just(0)),
+        st.tuples(st.just("checkpoint"), st.just(""), st.just(0)),
+        st.tuples(st.just("rollback"), st.just(""), st.integers(0, 5)),
+        st.tuples(st.just("resolve"), st.sampled_from(PATHS), st.integers(0, 2)),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations)
+def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, ops):
+    root = tmp_path_factory.mktemp("ws")
+    tm = tidemark.open(workspace=str(root))
+    run = tm.start("t", run_id="r")
+    checkpoints = [run.checkpoint()]
+
+    def snapshot():
+        return {p: (root / p).read_bytes() if (root / p).exists() else None for p in PATHS}
+
+    def check_recoverable(before, session):
+        after = snapshot()
+        for path, old in before.items():
+            if old is not None and after[path] != old:
+                # tidemark changed it: the old content must be reproducible from the run's records
+                assert session.files.version(path, content_hash(old)) == old
+
+    for counter, (kind, path, value) in enumerate(ops, 1):
+        if kind == "agent":
+            before = snapshot()
+            write(run, path, f"agent {counter} v{value}\n", f"c{counter}")
+            check_recoverable(before, run.session)
+        elif kind == "user":
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(f"user {counter} v{value}\n")
+        elif kind == "user_delete":
+            if (root / path).exists():
+                (root / path).unlink()
+        elif kind == "checkpoint":
+            checkpoints.append(run.checkpoint())
+        elif kind in ("rollback", "resolve"):
+            run.close()
+            before = snapshot()
+            if kind == "rollback":
+                target = checkpoints[value % len(checkpoints)]
+                with tm._session("r") as session:
+                    agent_last = {}
+                    for patch in session.patches:
+                        agent_last[patch.path] = patch.after_hash
+                    plan = tidemark.runtime.recovery_actions.rollback_files(session, target)
+                    touched = {a.path for a in plan.actions}
+                    for path_, old in before.items():
+                        if path_ in touched:
+                            # only files still exactly as the agent left them are reverted
+                            assert content_hash(old) if old is not None else agent_last.get(path_) == ""
+                    check_recoverable(before, session)
+            else:
+                choice = ["keep_user", "apply_agent", "manual_merge"][value]
+                pending = [c.path for c in tm.conflicts("r")]
+                if path in pending:
+                    with tm._session("r") as session:
+                        tidemark.runtime.recovery_actions.resolve(session, path, choice)
+                        check_recoverable(before, session)
+                    if choice == "keep_user":
+                        assert snapshot() == before
+            run = tm.resume("r") if load_view(tm.store, "r").status != "completed" else run
+    run.close()
