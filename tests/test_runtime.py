@@ -74,7 +74,7 @@ def test_paths_outside_the_workspace_are_refused(workspace, tmp_path):
         assert "outside the workspace" in run.call("write_file", {"path": "../evil", "content": "x"})
         assert "outside the workspace" in run.call("read_file", {"path": "link"})
     assert not (tmp_path / "evil").exists()
-    assert load_view(tm.store, "r").ledger["auto_1"].status == "failed"
+    assert load_view(tm.store, "r").ledger["auto_0_1"].status == "failed"
 
 
 def test_an_interrupted_idempotent_call_is_rerun_and_a_never_call_is_not(workspace, outbox):

@@ -25,7 +25,7 @@ from typing import Any
 
 from tidemark.core.recovery import ResumePlan, last_completed_step
 from tidemark.core.rollback import RollbackPlan
-from tidemark.errors import ResumeError
+from tidemark.errors import ResumeError, ToolRegistrationError
 from tidemark.records import (
     Checkpoint,
     ConflictResolution,
@@ -58,7 +58,7 @@ class Run:
     def __init__(self, session: RunSession, recovery: Recovery | None = None) -> None:
         self.session = session
         self.recovery = recovery
-        self._auto_ids = sum(1 for e in session.ledger.values() if e.call_id.startswith("auto_"))
+        self._auto_ids = 0  # calls without an id are numbered per step, so a redone step gets the same ids
 
     @property
     def run_id(self) -> str:
@@ -81,7 +81,7 @@ class Run:
     def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
         if call_id is None:
             self._auto_ids += 1
-            call_id = f"auto_{self._auto_ids}"
+            call_id = f"auto_{self.session.step}_{self._auto_ids}"
         return ToolCall(call_id=call_id, tool=tool, args=dict(args or {}))
 
     def call(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
@@ -128,7 +128,13 @@ class Run:
             side_effects=side_effects,
             description=inspect.getdoc(fn) or "",
         )(body)
-        if wrapped.name not in self.session.registry:
+        existing = self.session.registry.get(wrapped.name) if wrapped.name in self.session.registry else None
+        if existing is not None and getattr(existing.fn, "__wrapped_fn__", None) is not fn:
+            raise ToolRegistrationError(
+                f"a tool named {wrapped.name!r} is registered already; pass name=... to ledgered() to tell them apart"
+            )
+        if existing is None:
+            body.__wrapped_fn__ = fn  # type: ignore[attr-defined]
             self.session.registry.register(wrapped)
         if wrapped.is_async:
 
@@ -142,14 +148,15 @@ class Run:
 
         return call
 
-    def add_message(self, role: Any, content: str) -> Message:
-        message = self.session.add_message(role, content)
-        return message
+    def add_message(self, role: Any, content: str, *, tool_calls: Iterable[ToolCall] = ()) -> Message:
+        """Append to the history (an assistant message may carry the tool calls the model asked for)."""
+        return self.session.add_message(role, content, tool_calls=tuple(tool_calls))
 
     def step(self) -> int:
         """Start the next step (a model turn); takes the before-step checkpoint."""
         self.session.step += 1
         self.session.next_turn = self.session.step
+        self._auto_ids = 0
         self.session.checkpoint("before_step")
         self.session.commit()
         return self.session.step
@@ -170,7 +177,7 @@ class Run:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc is None and self.session.view.status == "running" and not self.session.closed:
+        if exc is None and not self.session.closed:
             self.session.commit()
         self.close()
 

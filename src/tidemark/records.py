@@ -198,6 +198,7 @@ class CallDecision(msgspec.Struct, frozen=True, kw_only=True):
     decision: Literal["replay", "skip", "probe_done", "probe_not_done"]
     at: str
     by: str = "user"
+    attempt: int = 0  # the number of `started` entries the call had: a decision settles that attempt only
 
 
 class TraceEvent(msgspec.Struct, frozen=True, kw_only=True):

@@ -55,3 +55,12 @@ def settle_after_crash(entry: ToolLedgerEntry) -> ToolLedgerEntry:
     if entry.status == "started":
         return msgspec.structs.replace(entry, status="uncertain")
     return entry
+
+
+def attempts(entries: Iterable[ToolLedgerEntry]) -> dict[str, int]:
+    """How many times each call was started; a person's decision about a call applies to one attempt only."""
+    counts: dict[str, int] = {}
+    for entry in entries:
+        if entry.status == "started":
+            counts[entry.call_id] = counts.get(entry.call_id, 0) + 1
+    return counts

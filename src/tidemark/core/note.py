@@ -24,16 +24,21 @@ def _line(report: CallReport, outcome: str) -> str:
 
 
 def _outcome(report: CallReport, summaries: dict[str, str]) -> str:
+    """``report.entry`` is the call as the ledger has it after resume settled it; ``report.decision`` is why."""
     entry = report.entry
     action = report.decision.action
     summary = summaries.get(entry.call_id, "")
-    tail = f" Summary: {summary[:_SUMMARY_CHARS]}" if summary else ""
-    if action == "take_outcome" and entry.status == "failed":
-        return f"ran and FAILED.{tail or (' Error: ' + (entry.error or 'unknown'))}"
+    tail = f" Result: {summary[:_SUMMARY_CHARS]}" if summary else ""
+    if action == "take_outcome" and entry.decision == "probe":
+        return f"was interrupted, but its effect is in place ({report.decision.why}); not run again."
     if action == "take_outcome":
-        return f"ran and succeeded; its result is in the conversation.{tail}"
+        verdict = "FAILED" if entry.status == "failed" else "succeeded"
+        return f"ran and {verdict} before the interruption; not run again.{tail}"
     if action == "rerun":
-        return f"started but did not report; it is being run again ({report.decision.why})."
+        if entry.status in ("succeeded", "failed"):
+            verdict = "FAILED" if entry.status == "failed" else "succeeded"
+            return f"started but did not report; it was run again ({report.decision.why}) and {verdict}.{tail}"
+        return "started but did not report; it runs again if the model calls it."
     if action == "skip":
         return "started but did not report; NOT run again by the user's decision. Its effect may or may not exist."
     if action == "report_uncertain":
@@ -43,6 +48,8 @@ def _outcome(report: CallReport, summaries: dict[str, str]) -> str:
         )
     if action == "wait_decision":
         return "started but did not report; waiting for a person to decide whether to run it again."
+    if entry.status in ("succeeded", "failed"):
+        return f"had not started before the interruption; it has run now and {entry.status}.{tail}"
     return "had not started; it runs normally."
 
 
@@ -62,8 +69,7 @@ def recovery_note(plan: ResumePlan, recent: Sequence[CallReport], summaries: dic
     do_not_repeat = [
         f"{report.entry.tool_name}({report.entry.call_id})"
         for report in recent
-        if report.decision.action in ("take_outcome", "skip", "report_uncertain")
-        and report.entry.idempotency != "idempotent"
+        if report.entry.status in ("succeeded", "failed", "uncertain") and report.entry.idempotency != "idempotent"
     ]
     if do_not_repeat:
         lines.append(f"Do not repeat {', '.join(do_not_repeat)}.")

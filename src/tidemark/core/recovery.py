@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tidemark.core.ledger import settle_after_crash
+from tidemark.core.ledger import attempts, settle_after_crash
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import CheckpointAt, RunView
 from tidemark.records import CallDecision, Checkpoint, ToolLedgerEntry
@@ -62,7 +62,12 @@ def plan_resume(
     probes: dict[str, ProbeResult] | None = None,
     workspace_hashes: dict[str, str | None] | None = None,
 ) -> ResumePlan:
-    decisions = {**view.decisions, **(decisions or {})}
+    started = attempts(view.ledger_entries)
+    decisions = {
+        call_id: decision
+        for call_id, decision in {**view.decisions, **(decisions or {})}.items()
+        if decision.attempt == started.get(call_id, 0)  # a decision made before a later crash no longer applies
+    }
     probes = probes or {}
     at = view.latest_complete_checkpoint()
     if at is None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidemark.core.note import recovery_note
-from tidemark.core.recovery import ResumePlan, expected_files, plan_resume, recent_calls
-from tidemark.core.replay import ProbeResult
+from tidemark.core.recovery import CallReport, ResumePlan, expected_files, plan_resume, recent_calls
 from tidemark.errors import ResumeError, ToolFailure
-from tidemark.records import RunStatus, ToolCall
+from tidemark.records import RunStatus
 from tidemark.runtime import failpoints
 from tidemark.runtime.context import RECOVERY_NOTE, build_context
 from tidemark.runtime.provider import Provider
@@ -60,23 +59,6 @@ class Recovery:
     note: str
 
 
-def run_probes(session: RunSession) -> dict[str, ProbeResult]:
-    """Ask each uncertain call's probe (if its tool has one) whether the effect happened. Read-only by contract."""
-    results: dict[str, ProbeResult] = {}
-    for call_id, entry in session.ledger.items():
-        if entry.status != "started" or call_id in session.decisions or entry.tool_name not in session.registry:
-            continue
-        tool = session.registry.get(entry.tool_name)
-        if tool.probe is None:
-            continue
-        ctx = session.context_for(ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
-        try:
-            results[call_id] = tool.probe(ctx, entry.input)
-        except ToolFailure:
-            results[call_id] = "unknown"
-    return results
-
-
 def workspace_hashes(session: RunSession) -> dict[str, str | None]:
     hashes = {}
     for path in expected_files(session.view):
@@ -93,13 +75,24 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
         entry = session.ledger.get(call_id)
         if entry is None:
             raise ResumeError(f"call {call_id!r} is not in run {session.info.run_id!r}; see `tidemark ledger`")
-        if entry.status not in ("started", "uncertain"):
+        if entry.status == "uncertain":
+            raise ResumeError(
+                f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "
+                "the model decides whether to call it again"
+            )
+        if entry.status != "started":
             raise ResumeError(f"call {call_id!r} is {entry.status}, not uncertain: there is nothing to decide")
         session.decide(call_id, choice)
+    probes = {}
+    for call_id, entry in session.ledger.items():
+        if entry.status == "started" and session.current_decision(call_id) is None:
+            found = session.probe(entry)
+            if found is not None:
+                probes[call_id] = found
     return plan_resume(
         session.view,
-        decisions=session.decisions,
-        probes=run_probes(session),
+        decisions={call_id: d for call_id, d in session.decisions.items() if session.current_decision(call_id)},
+        probes=probes,
         workspace_hashes=workspace_hashes(session),
     )
 
@@ -133,12 +126,12 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     step_id = f"step_{session.step}"
     for call in list(session.pending):
         session.execute(call, step_id)
-    recent = recent_calls(plan)
+    # The note tells what actually happened: each call as the ledger has it now, with the decision taken.
+    recent = [CallReport(session.ledger.get(r.entry.call_id, r.entry), r.decision) for r in recent_calls(plan)]
     summaries = {r.entry.call_id: session.load_result(r.entry.result_ref)[:300] for r in recent if r.entry.result_ref}
     note = recovery_note(plan, recent, summaries)
     session.add_message("system", note, name=RECOVERY_NOTE)
-    if at is not None and at.checkpoint.kind != "after_step" and session.step > 0:
-        session.checkpoint("after_step")
+    # No after-step checkpoint here: the interrupted step ends when its loop says so, not when resume does.
     session.commit()
     session.trace("recovery_note", checkpoint_id=at.checkpoint.checkpoint_id if at else None)
     return Recovery(plan, note)

@@ -10,6 +10,7 @@ the asyncio entry points (no hand-copied twins): ``execute`` and ``aexecute`` on
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import os
@@ -23,7 +24,7 @@ import msgspec
 
 from tidemark.core.blobs import make_blob, open_blob
 from tidemark.core.hashing import content_hash, idempotency_key, input_hash
-from tidemark.core.ledger import check_transition, settle_after_crash
+from tidemark.core.ledger import attempts, check_transition, settle_after_crash
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import RunView, build_view
 from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure, UnknownToolError
@@ -112,6 +113,8 @@ def run_tool_sync(invocation: Invocation) -> Outcome:
     if (refused := _bad_arguments(invocation)) is not None:
         return refused
     try:
+        if invocation.tool.is_async:  # no loop runs here (Run.call refuses that case before `started`)
+            return Outcome(True, _render_result(asyncio.run(invocation.tool.fn(invocation.ctx, **invocation.args))))
         return Outcome(True, _render_result(invocation.tool.fn(invocation.ctx, **invocation.args)))
     except Exception as exc:
         return _failure(exc)
@@ -119,7 +122,7 @@ def run_tool_sync(invocation: Invocation) -> Outcome:
 
 async def run_tool_async(invocation: Invocation) -> Outcome:
     if not invocation.tool.is_async:
-        return run_tool_sync(invocation)
+        return await asyncio.to_thread(run_tool_sync, invocation)  # a blocking tool must not stall the loop
     if (refused := _bad_arguments(invocation)) is not None:
         return refused
     try:
@@ -148,6 +151,8 @@ class RunSession:
         self.patches: list[FilePatchEntry] = list(view.patches)
         self.blobs: dict[str, Blob] = dict(view.blobs)
         self.decisions: dict[str, CallDecision] = dict(view.decisions)
+        self.probes: dict[str, ProbeResult] = {}
+        self._attempts = attempts(view.ledger_entries)
         self.message_records: dict[int, Message] = dict(view.message_records)
         self.checkpoint_count = len(view.checkpoints)
         self.step = 0
@@ -253,7 +258,13 @@ class RunSession:
         self.commit()
 
     def decide(self, call_id: str, decision: str, by: str = "user") -> None:
-        record = CallDecision(call_id=call_id, decision=decision, at=now(), by=by)  # type: ignore[arg-type]
+        record = CallDecision(
+            call_id=call_id,
+            decision=decision,  # type: ignore[arg-type]
+            at=now(),
+            by=by,
+            attempt=self.attempts(call_id),
+        )
         self.decisions[call_id] = record
         self._add(record)
 
@@ -336,6 +347,8 @@ class RunSession:
     def _ledger(self, entry: ToolLedgerEntry) -> None:
         previous = self.ledger.get(entry.call_id)
         check_transition(previous, entry)
+        if entry.status == "started":
+            self._attempts[entry.call_id] = self.attempts(entry.call_id) + 1
         self.ledger[entry.call_id] = entry
         # The input is logged once, with the first entry of a call; later states inherit it (see core.ledger.fold).
         self._add(msgspec.structs.replace(entry, input={}) if previous is not None else entry)
@@ -346,48 +359,39 @@ class RunSession:
         return message, f"log:{self._seq}"
 
     def drive_call(self, call: ToolCall, step_id: str) -> CallDriver:
-        """Carry one call through the ledger; yields once if the tool must run. Returns its tool message."""
-        try:
-            tool = self.registry.get(call.tool)
-        except UnknownToolError as exc:
-            return self._refuse_unknown(call, step_id, str(exc))
+        """Carry one call through the ledger; yields once if the tool must run. Returns its tool message.
+
+        A call the ledger knows is decided from its entry first: taking a recorded outcome or reporting an
+        uncertain one needs no tool, so a tool missing at resume never turns a possible payment into an error.
+        """
         existing = self.ledger.get(call.call_id)
-        ctx = self.context_for(call, step_id)
-        if existing is not None:
+        tool = self.registry.get(call.tool) if call.tool in self.registry else None
+        if existing is None:
+            if tool is None:
+                return self._refuse_unknown(call, step_id, str(_unknown(self.registry, call.tool)))
+            planned = self._plan(tool, call, step_id)
+        else:
             if existing.input_hash != input_hash(call.args) or existing.tool_name != call.tool:
                 raise ResumeError(
                     f"call id {call.call_id!r} is recorded for another call ({existing.tool_name} with other input); "
                     "give every distinct tool call its own call id"
                 )
-            decision = self._replay_decision(tool, ctx, existing)
+            decision = self.replay_decision(existing)
             if decision.action == "take_outcome":
                 return self._take_outcome(call, existing, decision)
             if decision.action in ("skip", "report_uncertain"):
                 return self._report_uncertain(call, existing, decision)
             if decision.action == "wait_decision":
                 raise DecisionNeeded(f"call {call.call_id} ({call.tool}) needs a decision: {decision.why}")
+            if tool is None:
+                raise ResumeError(
+                    f"call {call.call_id} must run ({decision.why}) but tool {call.tool!r} is not registered; "
+                    "resume with the same tools (--tools MODULE:ATTR)"
+                )
             if existing.status == "started":
                 self._ledger(msgspec.structs.replace(existing, status="uncertain"))
             planned = self.ledger[call.call_id]
-        else:
-            found = tool.classify(call.args)
-            planned = ToolLedgerEntry(
-                call_id=call.call_id,
-                step_id=step_id,
-                tool_name=tool.name,
-                input_hash=input_hash(call.args),
-                status="planned",
-                risk_level=found.risk_level,
-                idempotency=found.idempotency,
-                replay_policy=found.replay_policy,
-                side_effects=found.side_effects,
-                run_id=self.info.run_id,
-                input=call.args,
-                idempotency_key=ctx.idempotency_key,
-                planned_at=now(),
-                compensates=str(call.args.get("ledger_entry_id")) if tool.compensates else None,
-            )
-            self._ledger(planned)
+        ctx = self.context_for(call, step_id)
         failpoints.hit("before_started", call.tool)
         befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
         started = msgspec.structs.replace(planned, status="started", started_at=now())
@@ -410,43 +414,93 @@ class RunSession:
                 error=None if outcome.ok else outcome.text[:500],
             )
         )
-        self.pending = [p for p in self.pending if p.call_id != call.call_id]
-        self.checkpoint("tool_end")
-        self.commit()
+        self._finish_pending(call)
         self.trace("tool_finished", call_id=call.call_id, status=status)
         failpoints.hit("after_outcome", call.tool)
         return message
 
-    def _replay_decision(self, tool: Tool, ctx: ToolContext, existing: ToolLedgerEntry) -> ReplayDecision:
-        settled = settle_after_crash(existing)
-        probe: ProbeResult | None = None
-        if settled.status == "uncertain" and tool.probe is not None and call_id_free(self.decisions, ctx):
-            probe = tool.probe(ctx, settled.input)
-        return decide_replay(settled, decision=self.decisions.get(existing.call_id), probe=probe)
+    def _plan(self, tool: Tool, call: ToolCall, step_id: str) -> ToolLedgerEntry:
+        found = tool.classify(call.args)
+        planned = ToolLedgerEntry(
+            call_id=call.call_id,
+            step_id=step_id,
+            tool_name=tool.name,
+            input_hash=input_hash(call.args),
+            status="planned",
+            risk_level=found.risk_level,
+            idempotency=found.idempotency,
+            replay_policy=found.replay_policy,
+            side_effects=found.side_effects,
+            run_id=self.info.run_id,
+            input=call.args,
+            idempotency_key=idempotency_key(self.info.run_id, call.call_id),
+            planned_at=now(),
+            compensates=str(call.args.get("ledger_entry_id")) if tool.compensates else None,
+        )
+        self._ledger(planned)
+        return planned
+
+    def _finish_pending(self, call: ToolCall) -> None:
+        """The call is settled: it leaves the pending list, and the tool-end checkpoint makes that durable."""
+        self.pending = [p for p in self.pending if p.call_id != call.call_id]
+        self.checkpoint("tool_end")
+        self.commit()
+
+    def attempts(self, call_id: str) -> int:
+        """How many times the call was started (a decision applies to one attempt only)."""
+        return self._attempts.get(call_id, 0)
+
+    def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
+        """Ask the tool's probe, once per resume, whether an uncertain call's effect already happened."""
+        if entry.call_id in self.probes:
+            return self.probes[entry.call_id]
+        tool = self.registry.get(entry.tool_name) if entry.tool_name in self.registry else None
+        if tool is None or tool.probe is None or entry.status not in ("started", "uncertain"):
+            return None
+        ctx = self.context_for(ToolCall(call_id=entry.call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
+        try:
+            result = tool.probe(ctx, entry.input)
+        except Exception:  # a probe that cannot tell is "unknown", never a reason to re-run
+            result = "unknown"
+        self.probes[entry.call_id] = result
+        return result
+
+    def current_decision(self, call_id: str) -> CallDecision | None:
+        decision = self.decisions.get(call_id)
+        if decision is None or decision.attempt != self.attempts(call_id):
+            return None  # made for an earlier attempt: a new crash needs a new decision
+        return decision
+
+    def replay_decision(self, entry: ToolLedgerEntry) -> ReplayDecision:
+        settled = settle_after_crash(entry)
+        decision = self.current_decision(entry.call_id)
+        probe = self.probe(entry) if decision is None and settled.status == "uncertain" else None
+        return decide_replay(settled, decision=decision, probe=probe)
 
     def _take_outcome(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> Message:
         if entry.status not in ("succeeded", "failed"):
-            # Settled by its probe: the effect is there, so the call counts as done.
+            # Settled by its probe: the effect is in place, so the call counts as done; its file changes are
+            # recorded against the before-state kept when it started.
             if entry.status == "started":
                 self._ledger(msgspec.structs.replace(entry, status="uncertain"))
                 entry = self.ledger[call.call_id]
+            self.files.after(call.call_id, self.files.before(call.call_id, ()))
             text = f"[tidemark] this call was interrupted, but its effect is in place ({decision.why})."
             message, ref = self._tool_message(call, text)
             self._ledger(
                 msgspec.structs.replace(entry, status="succeeded", finished_at=now(), result_ref=ref, decision="probe")
             )
         else:
-            # Finished before the crash: the recorded observation, never a second run (promise 3).
-            message, _ = self._tool_message(call, self.load_result(entry.result_ref))
-        self.pending = [p for p in self.pending if p.call_id != call.call_id]
-        self.checkpoint("tool_end")
-        self.commit()
+            # Finished before the crash: the recorded observation, never a second run (promise 3), and never a
+            # second copy of it on the branch.
+            on_branch = next((m for m in self.history if m.role == "tool" and m.tool_call_id == call.call_id), None)
+            message = on_branch or self._tool_message(call, self.load_result(entry.result_ref))[0]
+        self._finish_pending(call)
         return message
 
     def _report_uncertain(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> Message:
         if entry.status == "started":
             self._ledger(msgspec.structs.replace(entry, status="uncertain", decision=decision.action))
-        self.pending = [p for p in self.pending if p.call_id != call.call_id]
         if decision.action == "skip":
             reason = "a person chose not to run it again"
         else:
@@ -457,8 +511,7 @@ class RunSession:
             f"It was NOT run again: {reason}. Its effect may or may not have happened; check before relying on it "
             "and do not simply call it again.",
         )
-        self.checkpoint("tool_end")
-        self.commit()
+        self._finish_pending(call)
         return message
 
     def _refuse_unknown(self, call: ToolCall, step_id: str, why: str) -> Message:
@@ -483,6 +536,8 @@ class RunSession:
         return message
 
     def execute(self, call: ToolCall, step_id: str) -> Message:
+        if call.tool in self.registry and self.registry.get(call.tool).is_async and _loop_running():
+            raise TidemarkError(f"{call.tool} is an async tool and an event loop runs: use `await run.acall(...)`")
         driver = self.drive_call(call, step_id)
         try:
             invocation = next(driver)
@@ -503,24 +558,36 @@ class RunSession:
             return result
 
 
-def call_id_free(decisions: dict[str, CallDecision], ctx: ToolContext) -> bool:
-    """A person's decision overrides the probe: probe only calls nobody decided yet."""
-    return ctx.call_id not in decisions
-
-
 def load_view(store: Store, run_id: str) -> RunView:
     info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
     return build_view(info, store.read_log(run_id))
 
 
 def load_result(message_records: dict[int, Message], ref: str | None) -> str:
-    """A call's recorded observation: ``log:N`` names the log record of its tool message."""
+    """A call's recorded observation: ``log:N`` names the log record of its tool message. A record lost to
+    damage is said so, never re-created by running the call again (promise 8)."""
     if not ref:
         return ""
     message = message_records.get(int(ref[4:])) if ref.startswith("log:") and ref[4:].isdigit() else None
     if message is None:
-        raise ResumeError(f"result {ref} is missing from the run's log; the run's log is damaged")
+        return (
+            f"[tidemark] this call finished, but its recorded output ({ref}) was lost to damage in the run's log; "
+            "it was not run again"
+        )
     return message.content
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _unknown(registry: ToolRegistry, name: str) -> UnknownToolError:
+    known = ", ".join(registry.names()) or "none"
+    return UnknownToolError(f"unknown tool {name!r}; registered tools: {known}")
 
 
 def _owner_id() -> str:
