@@ -316,11 +316,12 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, ops):
                     for path_, old in before.items():
                         if path_ in touched:
                             # only files still exactly as the agent left them are reverted
-                            assert content_hash(old) if old is not None else agent_last.get(path_) == ""
+                            held = content_hash(old) if old is not None else ""
+                            assert held == agent_last.get(path_)
                     check_recoverable(before, session)
             else:
                 choice = ["keep_user", "apply_agent", "manual_merge"][value]
-                pending = [c.path for c in tm.conflicts("r")]
+                pending = [c["path"] for c in tm.conflicts("r")]
                 if path in pending:
                     with tm._session("r") as session:
                         tidemark.runtime.recovery_actions.resolve(session, path, choice)
