@@ -313,3 +313,17 @@ def test_recovery_note_is_specific():
     assert "send(call_13)" in note and "3 tests failed" in note
     assert "Do not repeat send(call_13), send(call_15)." in note
     assert "uncertain" in note
+
+
+def test_a_resume_that_routed_around_damage_makes_later_checkpoints_sound_again():
+    from tidemark.records import Rewind
+
+    read = log(
+        message(0), checkpoint(1, 1), message(1), checkpoint(2, 2),
+        Rewind(history_len=1, checkpoint_id="ckpt_1", reason="resume", at="t"),
+        message(1), checkpoint(3, 2),
+        skip={3},
+    )
+    view = build_view(INFO, read)
+    assert [c.complete for c in view.checkpoints] == [True, False, True]
+    assert view.latest_complete_checkpoint().checkpoint.checkpoint_id == "ckpt_3"

@@ -160,7 +160,24 @@ def status(
     """Show one run, or every run of the store."""
     tm = _open(store, workspace)
     ids = [run_id] if run_id else tm.store.list_runs()
-    rows = [reports.status_row(tm.store, rid) for rid in ids]
+    rows = []
+    for rid in ids:
+        try:
+            rows.append(reports.status_row(tm.store, rid))
+        except TidemarkError as exc:
+            if run_id:
+                raise
+            rows.append(
+                {
+                    "run_id": rid,
+                    "status": "unreadable",
+                    "task": str(exc),
+                    "step": 0,
+                    "calls": 0,
+                    "problems": 1,
+                    "created_at": "",
+                }
+            )
     _emit(rows[0] if run_id else rows, as_json, render.status_table(rows))
 
 

@@ -80,12 +80,18 @@ class RunView:
 
 
 def build_view(info: RunInfo, log: LogRead) -> RunView:
-    """Fold the log. A checkpoint counts as complete only if no damaged record precedes it and the history it
-    points into is whole; records after a damaged one still count as evidence (a `started` stays started)."""
+    """Fold the log. A checkpoint counts as complete only if no damaged record precedes it on its branch and the
+    history it points into is whole. Records after a damaged one still count as evidence (a `started` stays
+    started). A resume that routed around the damage rewinds to a sound checkpoint: checkpoints after that rewind
+    are sound again."""
     view = RunView(info=info, problems=list(log.problems))
-    first_damage = _first_damage_seq(log)
+    damaged_at: int | None = None  # the last good seq before a hole, while the current branch is tainted by it
+    expected = 1
     branch: list[Message] = []
     for record in log.records:
+        if record.seq != expected and damaged_at is None:
+            damaged_at = expected - 1
+        expected = record.seq + 1
         view.last_seq = record.seq
         decoder = _decoders.get(record.kind)
         if decoder is None:
@@ -118,8 +124,8 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.patches.append(body)
         elif isinstance(body, Checkpoint):
             complete, why = True, ""
-            if first_damage is not None and record.seq > first_damage:
-                complete, why = False, f"a damaged record precedes it (seq {first_damage})"
+            if damaged_at is not None:
+                complete, why = False, f"a damaged record precedes it (after seq {damaged_at})"
             elif body.history_len > len(branch):
                 complete, why = False, f"points at {body.history_len} messages but only {len(branch)} exist"
             view.checkpoints.append(CheckpointAt(body, record.seq, branch, complete, why))
@@ -135,19 +141,8 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.conflicts[body.path] = body
         elif isinstance(body, Rewind):
             branch = branch[: body.history_len]
+            target = view.checkpoint(body.checkpoint_id) if body.checkpoint_id else None
+            if damaged_at is not None and ((target is None and body.history_len == 0) or (target and target.complete)):
+                damaged_at = None  # rebuilt from a sound point: what follows does not depend on the damage
     view.history = branch
     return view
-
-
-def _first_damage_seq(log: LogRead) -> int | None:
-    """The last sequence number before the first hole in the log, if there is one.
-
-    A record lost in the middle (corrupt line) shows as a hole in the sequence; a torn or corrupt tail leaves
-    no record after it, so it makes no checkpoint incomplete.
-    """
-    expected = 1
-    for record in log.records:
-        if record.seq != expected:
-            return expected - 1
-        expected = record.seq + 1
-    return None

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import inspect
 import os
+import time
 import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from tidemark.workspace.files import Workspace
 from tidemark.workspace.head import find_git_dir, read_head
 
 _encoder = msgspec.json.Encoder()
+HEARTBEAT_SECONDS = 10.0  # an owner on another host is presumed dead after 30 s without one
 TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
 
 
@@ -154,7 +156,6 @@ class RunSession:
         self.probes: dict[str, ProbeResult] = {}
         self._attempts = attempts(view.ledger_entries)
         self.message_records: dict[int, Message] = dict(view.message_records)
-        self.checkpoint_count = len(view.checkpoints)
         self.step = 0
         self.next_turn = 0
         self.pending: list[ToolCall] = []
@@ -170,6 +171,7 @@ class RunSession:
         }
         self.git_dir = find_git_dir(self.workspace.root)
         self._trace: list[bytes] = []
+        self._heartbeat = time.monotonic()
         self.closed = False
 
     # opening ----------------------------------------------------------------------------------------------
@@ -243,6 +245,9 @@ class RunSession:
             raise
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
+        if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
+            self._heartbeat = time.monotonic()
+            self.store.heartbeat(self.claim)
 
     def trace(self, event: str, **data: Any) -> None:
         self._trace.append(_encoder.encode({"event": event, "at": now(), "run_id": self.info.run_id, "data": data}))
@@ -279,9 +284,9 @@ class RunSession:
         self._add(Rewind(history_len=history_len, checkpoint_id=checkpoint_id, reason=reason, at=now()))
 
     def checkpoint(self, kind: CheckpointKind) -> Checkpoint:
-        self.checkpoint_count += 1
         checkpoint = Checkpoint(
-            checkpoint_id=f"ckpt_{self.checkpoint_count:06d}",
+            # Named by its place in the log: unique even when damaged checkpoints could not be counted.
+            checkpoint_id=f"ckpt_{self._seq + 1:06d}",
             run_id=self.info.run_id,
             step=self.step,
             kind=kind,

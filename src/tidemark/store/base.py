@@ -98,6 +98,10 @@ class Store(abc.ABC):
     def release(self, claim: Claim) -> None:
         """Give the run up; a later claim needs no takeover."""
 
+    @abc.abstractmethod
+    def heartbeat(self, claim: Claim) -> None:
+        """Tell other hosts the owner is alive (they presume it dead once its lease runs out)."""
+
     # the log ----------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:

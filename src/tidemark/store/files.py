@@ -28,6 +28,7 @@ import re
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
@@ -52,6 +53,8 @@ _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(LogRecord)
 _owner_decoder = msgspec.json.Decoder(OwnerState)
 _INDEXED_KINDS = frozenset({"checkpoint"})
+CLAIM_LOCK_TIMEOUT = 10.0  # a claim waits this long for an append in progress; a stopped owner would hold it forever
+HEARTBEAT_SECONDS = 10.0  # an owner renews its heartbeat this often (from its appends)
 OWNER_LEASE_SECONDS = 30.0  # an owner on another host is presumed alive this long after its heartbeat
 
 
@@ -88,7 +91,6 @@ class FileStore(Store):
         self._lock_fds: dict[str, int] = {}
         self._index_fds: dict[str, int] = {}
         self._trace_fds: dict[str, int] = {}
-        self._owner_cache: dict[str, tuple[int, int, OwnerState]] = {}
 
     # paths ------------------------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> str:
@@ -136,6 +138,8 @@ class FileStore(Store):
     def list_runs(self) -> list[str]:
         found = []
         for name in os.listdir(self._runs):
+            if name.startswith("."):
+                continue  # a run being created (or whose creation was interrupted): not a run yet
             header = os.path.join(self._runs, name, "run.json")
             with contextlib.suppress(FileNotFoundError):
                 found.append((os.stat(header).st_mtime_ns, name))
@@ -143,40 +147,51 @@ class FileStore(Store):
 
     # ownership --------------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _locked(self, run_id: str) -> Iterator[None]:
+    def _locked(self, run_id: str, *, timeout: float | None = None) -> Iterator[None]:
         fd = self._lock_fds.get(run_id)
         if fd is None:
             fd = os.open(self._path(run_id, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self._lock_fds[run_id] = fd
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise RunLockedError(
+                            f"run {run_id!r}: another process holds the run's lock in the middle of a write and does "
+                            f"not let go (stopped with SIGSTOP?); end that process, then take over"
+                        ) from None
+                    time.sleep(0.01)
         try:
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
     def owner(self, run_id: str) -> OwnerState | None:
+        # Read every time (a few microseconds): a cache keyed on inode and mtime could be fooled by an inode
+        # reused within one clock tick and let a fenced-off writer through.
         path = self._path(run_id, "owner.json")
         try:
-            stat = os.stat(path)
+            with open(path, "rb") as handle:
+                raw = handle.read()
         except FileNotFoundError:
             return None
-        cached = self._owner_cache.get(run_id)
-        if cached and cached[0] == stat.st_ino and cached[1] == stat.st_mtime_ns:
-            return cached[2]
-        with open(path, "rb") as handle:
-            payload = check_line(handle.read().rstrip(b"\n"))
+        payload = check_line(raw.rstrip(b"\n"))
         if payload is None:
             raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
-        state = _owner_decoder.decode(payload)
-        self._owner_cache[run_id] = (stat.st_ino, stat.st_mtime_ns, state)
-        return state
+        return _owner_decoder.decode(payload)
 
     def _write_owner(self, run_id: str, state: OwnerState) -> None:
         atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))
 
     def claim(self, run_id: str, owner_id: str, *, takeover: bool = False) -> Claim:
         self._existing_run_dir(run_id)
-        with self._locked(run_id):
+        with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT):
             current = self.owner(run_id)
             if current and not current.released and not takeover and _owner_alive(current):
                 raise RunLockedError(
@@ -199,12 +214,22 @@ class FileStore(Store):
         return Claim(run_id=run_id, owner_id=owner_id, generation=generation)
 
     def release(self, claim: Claim) -> None:
+        try:
+            with self._locked(claim.run_id):
+                current = self.owner(claim.run_id)
+                if current is not None and current.generation == claim.generation:
+                    self._write_owner(
+                        claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=_now())
+                    )
+        finally:
+            self._drop_handles(claim.run_id)
+
+    def heartbeat(self, claim: Claim) -> None:
         with self._locked(claim.run_id):
+            self._check_generation(claim)
             current = self.owner(claim.run_id)
-            if current is None or current.generation != claim.generation:
-                return  # fenced off already: nothing of ours to release
-            self._write_owner(claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=_now()))
-        self._drop_handles(claim.run_id)
+            assert current is not None
+            self._write_owner(claim.run_id, msgspec.structs.replace(current, heartbeat_at=_now()))
 
     def _check_generation(self, claim: Claim) -> None:
         current = self.owner(claim.run_id)
@@ -267,6 +292,7 @@ class FileStore(Store):
             os.fsync(fd)
         finally:
             os.close(fd)
+        fsync_dir(self.run_dir(run_id))  # the quarantine file must outlive the truncation that follows
 
     def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
         if not records:
@@ -295,7 +321,8 @@ class FileStore(Store):
             tail.size = offset
             tail.next_seq = records[-1].seq + 1
             if index_lines:
-                # The index only speeds look-ups; it is checked against the log, so it needs no fsync of its own.
+                # The index only speeds look-ups and every entry is checked against the log when read
+                # (checkpoint_offsets), so it needs no fsync of its own.
                 write_all(self._fd(self._index_fds, claim.run_id, "checkpoints", "index.jsonl"), b"".join(index_lines))
 
     def read_log(self, run_id: str) -> LogRead:
@@ -330,18 +357,26 @@ class FileStore(Store):
         return LogRead(records=records, problems=problems)
 
     def checkpoint_offsets(self, run_id: str) -> list[tuple[int, int]]:
-        """``(seq, byte offset)`` of each checkpoint from the separate index (torn index lines are skipped)."""
-        path = os.path.join(self._existing_run_dir(run_id), "checkpoints", "index.jsonl")
+        """``(seq, byte offset)`` of each checkpoint, from the separate index, each checked against the log: an
+        index entry the log does not confirm (torn, or cut away with a torn tail) is left out."""
+        run_dir = self._existing_run_dir(run_id)
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            with open(os.path.join(run_dir, "checkpoints", "index.jsonl"), "rb") as handle:
+                index = handle.read()
+            with open(os.path.join(run_dir, "ledger.jsonl"), "rb") as handle:
+                log = handle.read()
         except FileNotFoundError:
             return []
         found = []
-        for _, item in unframe_all(data):
-            if not isinstance(item, LogProblem):
-                entry = msgspec.json.decode(item)
-                found.append((int(entry["seq"]), int(entry["offset"])))
+        for _, item in unframe_all(index):
+            if isinstance(item, LogProblem):
+                continue
+            entry = msgspec.json.decode(item)
+            seq, offset = int(entry["seq"]), int(entry["offset"])
+            end = log.find(b"\n", offset)
+            payload = check_line(log[offset:end]) if end > 0 else None
+            if payload is not None and _record_decoder.decode(payload).seq == seq:
+                found.append((seq, offset))
         return found
 
     # artifacts and trace ----------------------------------------------------------------------------------
