@@ -166,12 +166,15 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
         env=env,
         start_new_session=True,  # so a timeout kills the whole process group, not just bash
     ) as process:
+        ctx.processes.started(process.pid)
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
             raise ToolFailure(f"`{command}` timed out after {timeout:g}s\n{_shown(ctx, output)}") from None
+        finally:
+            ctx.processes.ended(process.pid)
     text = f"exit code {process.returncode}\n{_shown(ctx, output)}"
     if process.returncode != 0:
         raise ToolFailure(text)

@@ -50,6 +50,7 @@ from tidemark.records import (
 )
 from tidemark.runtime import failpoints
 from tidemark.runtime.file_changes import FileChanges
+from tidemark.runtime.processes import ProcessNotes, kill_leftovers
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
 from tidemark.store.base import Claim, LogRecord, Store
 from tidemark.workspace.files import Workspace
@@ -146,7 +147,9 @@ class RunSession:
         self.view = view
         # Writes are staged in the run's own scratch folder; claiming the run sweeps what a crash left there.
         scratch = None if claim.generation == 0 else store.scratch_dir(view.info.run_id)
+        self.killed_leftovers = kill_leftovers(scratch) if scratch is not None else []  # before anything is decided about their calls
         self.workspace = workspace.for_run(scratch)
+        self.processes = ProcessNotes(scratch)
         self.registry = registry
         self.history: list[Message] = list(view.history)
         self.ledger: dict[str, ToolLedgerEntry] = dict(view.ledger)
@@ -347,6 +350,7 @@ class RunSession:
             idempotency_key=idempotency_key(self.info.run_id, call.call_id),
             workspace=self.workspace,
             save_artifact=self.save_artifact,
+            processes=self.processes,
         )
 
     def _ledger(self, entry: ToolLedgerEntry) -> None:

@@ -18,6 +18,7 @@ from typing import Any, overload
 from tidemark.core.classify import Classification, check_definition, declared, normalize
 from tidemark.core.replay import ProbeResult
 from tidemark.errors import ToolRegistrationError, UnknownToolError
+from tidemark.runtime.processes import ProcessNotes
 from tidemark.records import Idempotency, ReplayPolicy, RiskLevel, ToolDefinition
 from tidemark.workspace.files import Workspace
 
@@ -32,6 +33,7 @@ class ToolContext:
     idempotency_key: str  # the same on every attempt of this call: pass it to external APIs
     workspace: Workspace
     save_artifact: Callable[[str, bytes], str] = field(repr=False)
+    processes: ProcessNotes = field(default_factory=lambda: ProcessNotes(None), repr=False)
 
 
 ToolFn = Callable[..., Any]

@@ -33,8 +33,9 @@ class Workspace:
         if scratch is not None:
             os.makedirs(scratch, exist_ok=True)
             for name in os.listdir(scratch):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(scratch, name))
+                if name.startswith(".tidemark-"):  # writes a crash interrupted; other notes belong to others
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(scratch, name))
         return Workspace(self.root, scratch)
 
     def _staging_dir(self, directory: str) -> str:

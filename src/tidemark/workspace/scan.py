@@ -452,8 +452,9 @@ def scan(root: str, rules: IgnoreRules) -> dict[str, FileStat]:
     """Every regular file and symlink below ``root`` (rel path -> lstat) that ``rules`` do not exclude.
 
     Never descends into excluded folders nor follows symlinks (a symlinked folder is listed as a symlink); other
-    kinds of files (fifos, sockets, devices) are left out; entries that vanish mid-walk or cannot be listed are
-    skipped. Nested .gitignore files are read as the walk meets them (and re-read when their stat changed)."""
+    kinds of files (fifos, sockets, devices) are left out; entries that vanish mid-walk, and folders that cannot be
+    listed (no permission), are skipped: their files look deleted. A root that cannot be listed raises ``OSError``.
+    Nested .gitignore files are read as the walk meets them (and re-read when their stat changed)."""
     root = _check_root(root, rules)
     out: dict[str, FileStat] = {}
     excluded = rules._leaf_excluded
@@ -466,6 +467,8 @@ def scan(root: str, rules: IgnoreRules) -> dict[str, FileStat]:
             with os.scandir(abs_dir) as it:
                 entries = list(it)
         except OSError:
+            if not rel_dir:
+                raise  # no workspace is not an empty workspace
             continue
         chain = rules._enter_dir(rel_dir, parent_chain, entries)
         plain = not chain and plain_root  # only .git and the store to leave out here: skip the call
@@ -640,13 +643,11 @@ class ChangeWatcher:
                 if rel_dir == "":
                     self._broken = True
                     return
-                self._pending.add(rel_dir + "/")
                 if mask & _IN_DELETE_SELF:
+                    self._pending.add(rel_dir + "/")
                     self._unmap(wd)  # an rmdir'ed folder was empty: its subfolders went before it
-                else:  # moved, and its parent's MOVED_FROM was not seen: re-sync from the top
-                    self._drop_subtree(rel_dir)
-                    self._lost = True
-                    self._resync.add("")
+                # MOVE_SELF: the parent's MOVED_FROM (every watched folder's parent is watched) says it all; by now
+                # the watch may even follow the folder at its new place, found by a walk
             return
         rel = f"{rel_dir}/{name}" if rel_dir else name
         is_dir = bool(mask & _IN_ISDIR)
