@@ -9,6 +9,7 @@ import tempfile
 
 from tidemark.core.hashing import content_hash
 from tidemark.errors import ToolFailure, WorkspaceError
+from tidemark.store.durable_io import fsync_dir
 
 # A symlink is recorded as this mark plus its target, so one hash and one blob describe any path's state.
 SYMLINK_MARK = b"\x00tidemark-symlink\x00"
@@ -112,8 +113,13 @@ class Workspace:
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
+                handle.flush()
+                # Durable before the ledger says the call succeeded: after a power loss the file holds what the
+                # ledger says, so resume never blames the user for a write the disk had not kept.
+                os.fsync(handle.fileno())
             os.chmod(tmp, mode)
             os.replace(tmp, path)
+            fsync_dir(directory)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
