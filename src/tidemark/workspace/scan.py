@@ -587,10 +587,12 @@ class ChangeWatcher:
         """Rel paths touched since the last drain (files and symlinks; for a folder removed, moved or created, also
         the folder's rel path with a trailing '/', standing for every path under it), never excluded ones.
 
-        None means "events were lost, do a full scan": the kernel queue overflowed (``fs.inotify.max_queued_events``),
-        a watch could not be added, a .gitignore changed, or the root itself was removed or moved (then every later
-        drain is None too). Never blocks; every event the kernel queued before the call (inotify queues them within
-        the syscall that made the change) is read. Closed watchers return None."""
+        None means "events were lost, do a full scan": the kernel queue overflowed (``fs.inotify.max_queued_events``
+        events between two drains; the watches are re-synced and the next drain is exact again), a .gitignore in a
+        watched folder changed (same), a watch could not be added (the watch limit) or the root itself was removed
+        or moved -- after these two every later drain is None too: close the watcher and scan. Never blocks; every
+        event the kernel queued before the call is read (inotify queues an event within the syscall that made the
+        change, so a write that returned, or a process that exited, has been seen). Closed watchers return None."""
         if self._ino is None or self._broken:
             return None
         try:
