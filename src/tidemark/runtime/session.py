@@ -147,7 +147,8 @@ class RunSession:
         self.view = view
         # Writes are staged in the run's own scratch folder; claiming the run sweeps what a crash left there.
         scratch = None if claim.generation == 0 else store.scratch_dir(view.info.run_id)
-        self.killed_leftovers = kill_leftovers(scratch) if scratch is not None else []  # before anything is decided about their calls
+        # A crashed owner's commands die before anything is decided about their calls.
+        self.killed_leftovers = kill_leftovers(scratch) if scratch is not None else []
         self.workspace = workspace.for_run(scratch)
         self.processes = ProcessNotes(scratch)
         self.registry = registry

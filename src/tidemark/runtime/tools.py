@@ -18,8 +18,8 @@ from typing import Any, overload
 from tidemark.core.classify import Classification, check_definition, declared, normalize
 from tidemark.core.replay import ProbeResult
 from tidemark.errors import ToolRegistrationError, UnknownToolError
-from tidemark.runtime.processes import ProcessNotes
 from tidemark.records import Idempotency, ReplayPolicy, RiskLevel, ToolDefinition
+from tidemark.runtime.processes import ProcessNotes
 from tidemark.workspace.files import Workspace
 
 
