@@ -299,6 +299,30 @@ class Tidemark:
         with self._session(run_id, tools) as session:
             return actions.compensate(session, ledger_entry_id, assume_done=assume_done)
 
+    def agent_changes(self, run_id: str) -> tuple[list[str], list[str]]:
+        """Paths holding exactly what the agent last left there (its diff), and paths changed since (the user's)."""
+        with self._session(run_id, read_only=True) as session:
+            last: dict[str, str] = {}
+            for patch in session.patches:
+                last[patch.path] = patch.after_hash
+            ours: list[str] = []
+            since: list[str] = []
+            for path, after in sorted(last.items()):
+                (ours if session.files.state(path).hash == after else since).append(path)
+            return ours, since
+
+    def commit(self, run_id: str, message: str | None = None) -> tuple[str, list[str], list[str]]:
+        """Commit the agent's changes only (never the user's other work), when the user asks. Returns the commit,
+        the paths committed and the paths left out because they changed after the agent wrote them."""
+        from tidemark.workspace.git import commit_paths
+
+        ours, since = self.agent_changes(run_id)
+        if not ours:
+            raise ResumeError(f"run {run_id!r} left no change of its own to commit")
+        info = load_view(self.store, run_id).info
+        sha = commit_paths(self.workspace.root, ours, message or f"tidemark: changes of run {run_id}\n\n{info.task}")
+        return sha, ours, since
+
     def history(self, run_id: str) -> tuple[list[Message], list[Message]]:
         """The current branch of the conversation, and messages of abandoned branches."""
         view = load_view(self.store, run_id)

@@ -294,6 +294,34 @@ def compensate(
 
 
 @app.command()
+def commit(
+    run_id: str,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Create the commit (without it: show what would be committed).")
+    ] = False,
+    message: Annotated[str | None, typer.Option("--message", "-m")] = None,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Commit the agent's changes only, on the current branch, when you ask; your other changes stay as they are."""
+    tm = _open(store, workspace)
+    if not yes:
+        ours, since = tm.agent_changes(run_id)
+        _emit({"run_id": run_id, "would_commit": ours, "left_out": since}, as_json)
+        if not as_json:
+            out.print("would commit: " + (", ".join(ours) or "nothing"))
+            if since:
+                out.print("left out (changed after the agent wrote them): " + ", ".join(since))
+            out.print("run again with --yes to commit")
+        return
+    sha, ours, since = tm.commit(run_id, message)
+    _emit({"run_id": run_id, "commit": sha, "committed": ours, "left_out": since}, as_json)
+    if not as_json:
+        out.print(f"committed {len(ours)} path(s) as {sha[:12]}" + (f"; left out: {', '.join(since)}" if since else ""))
+
+
+@app.command()
 def history(
     run_id: str,
     all_branches: Annotated[bool, typer.Option("--all", help="Include abandoned branches.")] = False,

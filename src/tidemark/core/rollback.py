@@ -19,6 +19,7 @@ import msgspec
 from tidemark.records import CheckpointConflict, FilePatchEntry
 
 ABSENT = ""  # the hash of a path that does not exist
+UNKNOWN = "unknown"  # the before-hash of content that was never captured (it cannot be put back)
 
 
 class FileState(msgspec.Struct, frozen=True, kw_only=True):

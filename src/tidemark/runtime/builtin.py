@@ -152,6 +152,7 @@ def _classify_command(args: dict[str, Any]) -> Classification:
     risk_level="medium",
     side_effects=("process",),
     classifier=_classify_command,
+    captures_workspace=True,
 )
 def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT) -> str:
     """Run a shell command in the workspace; classified per command line (`ls` may be re-run, `npm publish` not)."""

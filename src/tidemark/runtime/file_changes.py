@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from tidemark.core.hashing import content_hash
 from tidemark.core.patches import apply_patch, make_patch
-from tidemark.core.rollback import ABSENT, FileState
+from tidemark.core.rollback import ABSENT, UNKNOWN, FileState
 from tidemark.errors import StoreError, ToolFailure
 from tidemark.records import FileBeforeState, FilePatchEntry, PatchOp
 
@@ -30,11 +30,18 @@ class FileBefore:
     ref: str | None = None
 
 
+NOT_KEPT = "none:too-large"  # the patch_ref of a change recorded by hash only
+
+
 class FileChanges:
     def __init__(self, session: RunSession) -> None:
         self.session = session
-        # Content this run can reproduce: its blobs, and every patch's after-state (before + patch).
-        self._reproducible: set[str] = set(session.blobs) | {p.after_hash for p in session.patches if p.after_hash}
+        # Content this run can reproduce: its blobs, and every patch's after-state (before + patch) when the
+        # before-state was itself reproducible or absent.
+        self._reproducible: set[str] = set(session.blobs)
+        for patch in session.patches:
+            if patch.after_hash and patch.patch_ref != NOT_KEPT and self._base_known(patch):
+                self._reproducible.add(patch.after_hash)
 
     @property
     def patches(self) -> list[FilePatchEntry]:
@@ -119,12 +126,33 @@ class FileChanges:
         )
         self.patches.append(entry)
         self.session.add_record(entry)
-        if after_hash:
+        if after_hash and self._base_known(entry):
             self._reproducible.add(after_hash)
         self.session.trace("file_patch", path=before.path, call_id=call_id, op=op)
         return entry
 
+    def record_large(self, call_id: str, before: FileBefore, after_hash: str, mode: int | None) -> FilePatchEntry:
+        """A file too large to keep: its change is recorded by hash only (it can be detected, not put back)."""
+        entry = FilePatchEntry(
+            path=before.path,
+            before_hash=before.hash,
+            after_hash=after_hash,
+            patch_ref=NOT_KEPT,
+            tool_call_id=call_id,
+            created_at=self.session.clock(),
+            op="create" if before.hash == ABSENT else "modify",
+            before_ref=before.ref,
+            before_mode=before.mode,
+            after_mode=mode,
+        )
+        self.patches.append(entry)
+        self.session.add_record(entry)
+        return entry
+
     # versions ---------------------------------------------------------------------------------------------
+    def can_reproduce(self, digest: str) -> bool:
+        return digest in self._reproducible
+
     def restorable(self, patch: FilePatchEntry) -> bool:
         """Can the content before ``patch`` be reproduced? (absent always can: it means remove)"""
         return patch.before_hash == ABSENT or patch.before_hash in self._reproducible or _in_git(patch.before_ref)
@@ -144,15 +172,24 @@ class FileChanges:
                 return data
         # The oldest patch that produced this content; it only depends on earlier ones, so this terminates.
         for index, patch in enumerate(self.patches[:before_index]):
-            if patch.after_hash == digest:
-                base = b""
-                if patch.before_hash:
+            if patch.after_hash == digest and patch.patch_ref != NOT_KEPT:
+                base = b""  # a patch from an absent or never-captured before-state was made against nothing
+                if patch.before_hash not in (ABSENT, UNKNOWN):
                     base = self._version(patch.path, patch.before_hash, patch.before_ref, index)
                 data = apply_patch(base, self.session.content(patch.patch_ref.removeprefix("blob:")))
                 if content_hash(data) != digest:
                     raise StoreError(f"the patch for {patch.path} does not reproduce {digest}; its record is damaged")
                 return data
         raise StoreError(f"content {digest} of {path} is not recorded in run {self.session.info.run_id!r}")
+
+
+    def _base_known(self, patch: FilePatchEntry) -> bool:
+        """A patch reproduces its after-state only from a before-state that is itself known (or from nothing)."""
+        return (
+            patch.before_hash in (ABSENT, UNKNOWN)
+            or patch.before_hash in self._reproducible
+            or _in_git(patch.before_ref)
+        )
 
 
 def _in_git(ref: str | None) -> bool:

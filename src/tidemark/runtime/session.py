@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -55,6 +55,9 @@ from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
 from tidemark.store.base import Claim, LogRecord, Store
 from tidemark.workspace.files import Workspace
 from tidemark.workspace.head import find_git_dir, read_head
+
+if TYPE_CHECKING:
+    from tidemark.runtime.command_capture import CommandCapture
 
 _encoder = msgspec.json.Encoder()
 HEARTBEAT_SECONDS = 10.0  # an owner on another host is presumed dead after 30 s without one
@@ -176,6 +179,8 @@ class RunSession:
         self.git_dir = find_git_dir(self.workspace.root)
         self._trace: list[bytes] = []
         self._heartbeat = time.monotonic()
+        self._capture: CommandCapture | None = None
+        self.capture_exclude: tuple[str, ...] = ()  # extra gitignore-style patterns a capture never looks at
         self.closed = False
 
     # opening ----------------------------------------------------------------------------------------------
@@ -218,7 +223,18 @@ class RunSession:
     def read_only(self) -> bool:
         return self.claim.generation == 0
 
+    def capture(self) -> CommandCapture:
+        """The workspace change capture, started at the first call that needs it (its baseline scan costs)."""
+        if self._capture is None:
+            from tidemark.runtime.command_capture import CommandCapture
+
+            self._capture = CommandCapture(self, exclude=self.capture_exclude)
+        return self._capture
+
     def close(self) -> None:
+        if self._capture is not None:
+            self._capture.close()
+            self._capture = None
         if not self.closed:
             self.closed = True
             if not self.read_only:
@@ -404,6 +420,8 @@ class RunSession:
         ctx = self.context_for(call, step_id)
         failpoints.hit("before_started", call.tool)
         befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
+        if tool.captures_workspace:
+            self.capture().before_command()  # the user's changes so far are settled, not blamed on the command
         started = msgspec.structs.replace(planned, status="started", started_at=now())
         self._ledger(started)
         self.checkpoint("tool_start")
@@ -413,6 +431,8 @@ class RunSession:
         outcome = yield Invocation(tool, ctx, call.args)
         failpoints.hit("after_tool", call.tool)
         self.files.after(call.call_id, befores)
+        if tool.captures_workspace:
+            self.capture().after_command(call.call_id)
         status: LedgerStatus = "succeeded" if outcome.ok else "failed"
         message, ref = self._tool_message(call, outcome.text if outcome.ok else f"error: {outcome.text}")
         self._ledger(

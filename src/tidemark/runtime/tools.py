@@ -54,6 +54,9 @@ class Tool:
     compensator: Compensator | None = None
     compensator_definition: ToolDefinition | None = None  # how the compensation itself may be replayed
     compensates: bool = False  # this tool is a compensation; its ledger entries link to the original call
+    # The call's changes inside the workspace are found by a scan around it (run_command, or a tool that runs
+    # programs): use it when the paths cannot be named up front with ``writes``.
+    captures_workspace: bool = False
 
     def __post_init__(self) -> None:
         check_definition(self.definition)
@@ -87,6 +90,7 @@ def tool(
     probe: Probe | None = None,
     writes: WritesFn | None = None,
     compensator: Compensator | None = None,
+    captures_workspace: bool = False,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -104,6 +108,7 @@ def tool(
     probe: Probe | None = None,
     writes: WritesFn | None = None,
     compensator: Compensator | None = None,
+    captures_workspace: bool = False,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. The defaults are the cautious ones: an undeclared tool is assumed unsafe to repeat."""
 
@@ -123,6 +128,7 @@ def tool(
             probe=probe,
             writes=writes,
             compensator=compensator,
+            captures_workspace=captures_workspace,
         )
 
     return wrap(fn) if fn is not None else wrap

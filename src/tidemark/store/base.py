@@ -132,6 +132,10 @@ class Store(abc.ABC):
     def read_trace(self, run_id: str) -> Iterator[bytes]:
         """The trace events that pass their checksum."""
 
+    def local_dir(self) -> str | None:
+        """The folder the store keeps on this machine, if any (a workspace capture must never look inside it)."""
+        return None
+
     def scratch_dir(self, run_id: str) -> str | None:
         """A local folder for the run's workspace writes in flight, if the backend has one (else: beside the file)."""
         return None

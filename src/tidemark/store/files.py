@@ -124,6 +124,9 @@ class FileStore(Store):
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id") from None
         fsync_dir(self._runs)
 
+    def local_dir(self) -> str | None:
+        return self.root
+
     def scratch_dir(self, run_id: str) -> str | None:
         return self._path(run_id, "tmp")
 

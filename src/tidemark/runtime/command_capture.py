@@ -1,0 +1,155 @@
+"""Changes a command makes inside the workspace, attributed to its call and recorded like tool writes (§8.4).
+
+Cost grows with the changes, not the workspace: on Linux an inotify journal names the touched paths (a stat scan
+with the same exclusions is the fallback, and the first baseline), and only those are read and hashed.
+
+Before a command runs, every change since the last capture (the user's edits, the agent's tool writes) is
+settled first: its content is learnt, and stored if the run cannot reproduce it yet, in the group that becomes
+durable with ``started``. So the command's own changes are told apart from the user's, and a file the command
+changes can be put back. The content before a command of a file the run has never seen change comes from git
+(the HEAD blob of a clean tracked file); when there is none (no git, or the user's uncommitted work that was
+never touched while tidemark watched) it is recorded by hash only, and rollback says it cannot restore it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from typing import TYPE_CHECKING
+
+from tidemark.core.hashing import content_hash
+from tidemark.core.rollback import UNKNOWN
+from tidemark.records import FilePatchEntry
+from tidemark.runtime.file_changes import FileBefore
+from tidemark.workspace.git import git_state, head_blob_ids, read_blob
+from tidemark.workspace.scan import ChangeWatcher, FileStat, IgnoreRules, scan
+
+if TYPE_CHECKING:
+    from tidemark.runtime.session import RunSession
+
+LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
+
+
+class CommandCapture:
+    def __init__(self, session: RunSession, *, exclude: tuple[str, ...] = ()) -> None:
+        self.session = session
+        root = session.workspace.root
+        self.rules = IgnoreRules.for_workspace(root, store_dir=session.store.local_dir(), extra=exclude)
+        self.watcher = ChangeWatcher.start(root, self.rules)  # before the baseline scan: no change falls between
+        self.stats: dict[str, FileStat] = scan(root, self.rules)
+        self.known: dict[str, tuple[str, int | None]] = {}  # path -> (content hash, mode) last seen
+        self.warnings: list[str] = []
+        state = git_state(root)
+        self.git_clean: dict[str, str] = {}
+        if state.is_repo:
+            dirty = set(state.dirty)
+            self.git_clean = {path: blob for path, blob in head_blob_ids(root).items() if path not in dirty}
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+
+    # what changed ---------------------------------------------------------------------------------------------
+    def _changed(self) -> dict[str, FileStat | None]:
+        """Paths whose stat differs from what this capture last saw, each with its previous stat (None: it did
+        not exist); the stat cache is brought up to date."""
+        drained = self.watcher.drain() if self.watcher is not None else None
+        if drained is None:
+            current = scan(self.session.workspace.root, self.rules)
+            differ = current.keys() | self.stats.keys()
+            scanned = {p: self.stats.get(p) for p in differ if current.get(p) != self.stats.get(p)}
+            self.stats = current
+            return scanned
+        candidates: set[str] = set()
+        for item in drained:
+            if item.endswith("/"):
+                candidates.update(p for p in self.stats if p.startswith(item))
+            else:
+                candidates.add(item)
+        changed: dict[str, FileStat | None] = {}
+        for path in candidates:
+            now = _stat(os.path.join(self.session.workspace.root, path))
+            old = self.stats.get(path)
+            if now != old:
+                changed[path] = old
+                if now is None:
+                    del self.stats[path]
+                else:
+                    self.stats[path] = now
+        return changed
+
+    # before and after a command -------------------------------------------------------------------------------
+    def before_command(self) -> None:
+        """Settle what changed since the last capture: those changes are not the command's."""
+        for path in self._changed():
+            self._learn(path)
+
+    def after_command(self, call_id: str) -> list[FilePatchEntry]:
+        recorded = []
+        for path, old in sorted(self._changed().items()):
+            before = self._before(path, old)
+            entry: FilePatchEntry | None
+            if self._large(path):
+                entry = self.session.files.record_large(call_id, before, self._hash_large(path), self._mode(path))
+                self.warnings.append(f"{path}: larger than {LARGE_FILE_BYTES} bytes, recorded by hash only")
+            else:
+                data, mode = self.session.workspace.snapshot(path)
+                entry = self.session.files.record(call_id, before, data, mode)
+            if entry is not None:
+                recorded.append(entry)
+            self._learn(path, store=False)  # its new content is reproducible from the patch just recorded
+        return recorded
+
+    def _learn(self, path: str, *, store: bool = True) -> None:
+        if self._large(path):
+            self.known[path] = (self._hash_large(path), self._mode(path))
+            return
+        data, mode = self.session.workspace.snapshot(path)
+        if data is None:
+            self.known.pop(path, None)
+            return
+        if store:
+            self.session.files.describe(path, data, mode)  # stores the content unless the run can reproduce it
+        self.known[path] = (content_hash(data), mode)
+
+    def _before(self, path: str, old: FileStat | None) -> FileBefore:
+        if old is None:
+            return FileBefore(path, "", None)  # the command created it
+        if path in self.known:
+            digest, mode = self.known[path]
+            content = self.session.files.version(path, digest) if self.session.files.can_reproduce(digest) else None
+            return FileBefore(path, digest, mode, content, f"blob:{digest}" if content is not None else None)
+        blob = self.git_clean.get(path)
+        if blob is not None:
+            data = read_blob(self.session.workspace.root, blob)
+            if data is not None:
+                mode = None if stat.S_ISLNK(old.mode) else old.mode & 0o7777
+                return FileBefore(path, content_hash(data), mode, data, f"git:{blob}")
+        return FileBefore(path, UNKNOWN, None)
+
+    # helpers ------------------------------------------------------------------------------------------------
+    def _large(self, path: str) -> bool:
+        info = self.stats.get(path)
+        return info is not None and info.size > LARGE_FILE_BYTES and not stat.S_ISLNK(info.mode)
+
+    def _hash_large(self, path: str) -> str:
+        digest = hashlib.sha256()
+        with open(os.path.join(self.session.workspace.root, path), "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        return "sha256:" + digest.hexdigest()
+
+    def _mode(self, path: str) -> int | None:
+        info = self.stats.get(path)
+        return None if info is None or stat.S_ISLNK(info.mode) else info.mode & 0o7777
+
+
+def _stat(path: str) -> FileStat | None:
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+        return None
+    return FileStat(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_mode)
