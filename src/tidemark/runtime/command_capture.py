@@ -40,6 +40,13 @@ class CommandCapture:
         self.stats: dict[str, FileStat] = scan(root, self.rules)
         self.known: dict[str, tuple[str, int | None]] = {}  # path -> (content hash, mode) last seen
         self.warnings: list[str] = []
+        # Files the run already wrote are known if they still hold what it wrote (the run's own edits, so O(edits)).
+        last = {patch.path: patch.after_hash for patch in session.patches}
+        for path, after in last.items():
+            if path in self.stats and after:
+                data, mode = session.workspace.snapshot(path)
+                if data is not None and content_hash(data) == after:
+                    self.known[path] = (after, mode)
         state = git_state(root)
         self.git_clean: dict[str, str] = {}
         if state.is_repo:
