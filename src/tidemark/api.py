@@ -185,9 +185,9 @@ class Run:
 class Tidemark:
     """A store plus a workspace: where runs are kept and where their tools act."""
 
-    def __init__(self, store: Store, workspace: str) -> None:
+    def __init__(self, store: Store, workspace: str, *, exclude: Iterable[str] = ()) -> None:
         self.store = store
-        self.workspace = Workspace(workspace)
+        self.workspace = Workspace(workspace, exclude=tuple(exclude))
 
     def registry(self, tools: Iterable[Tool] = (), *, builtins: bool = True) -> ToolRegistry:
         return builtin_registry(*tools) if builtins else ToolRegistry(tools)

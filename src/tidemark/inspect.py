@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
 from tidemark.core.recovery import expected_files, plan_resume
+from tidemark.core.rollback import UNKNOWN
 from tidemark.core.run_view import RunView
 from tidemark.runtime.session import load_view
 from tidemark.store.base import Store
@@ -60,6 +64,19 @@ def checkpoint_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     ]
 
 
+_WORKSPACE_EFFECTS = frozenset({"filesystem_write", "filesystem_delete", "process"})
+
+
+def not_captured(tool: str, side_effects: Iterable[str]) -> str | None:
+    """What tidemark cannot see or roll back for a call: effects outside the workspace (§8.4)."""
+    outside = sorted(set(side_effects) - _WORKSPACE_EFFECTS)
+    if outside:
+        return f"effects outside the workspace ({', '.join(outside)}) are not captured and cannot be rolled back"
+    if tool == "run_command":
+        return "changes the command made outside the workspace are not captured"
+    return None
+
+
 def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str, Any]:
     """Why a resume would continue where it would, and what it would do with every recorded call."""
     view = load_view(store, run_id)
@@ -69,6 +86,9 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
         hashes = {path: ws.hash(path) for path in expected_files(view)}
     plan = plan_resume(view, workspace_hashes=hashes)
     at = plan.resume_from
+    files: dict[str, list[str]] = {}
+    for patch in view.patches:
+        files.setdefault(patch.tool_call_id, []).append(patch.path)
     return {
         "run_id": run_id,
         "status": effective_status(store, view),
@@ -92,8 +112,16 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
                 "replayable": r.decision.replayable,
                 "action": r.decision.action,
                 "why": r.decision.why,
+                "files": files.get(r.entry.call_id, []),
+                "not_captured": not_captured(r.entry.tool_name, r.entry.side_effects),
             }
             for r in plan.calls
+        ],
+        "conflicts": [msgspec.to_builtins(c) for c in view.conflicts.values() if c.resolution == "pending"],
+        "not_restorable": [
+            {"path": p.path, "call_id": p.tool_call_id, "why": "content before it was never captured"}
+            for p in view.patches
+            if p.before_hash == UNKNOWN
         ],
         "needs_decision": [
             {"call_id": r.entry.call_id, "tool": r.entry.tool_name, "why": r.decision.why} for r in plan.needs_decision

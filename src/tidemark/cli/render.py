@@ -101,6 +101,15 @@ def explain_view(data: dict[str, Any]) -> Group:
     if data["needs_decision"]:
         lines = [f"{d['call_id']} ({d['tool']}): {d['why']}" for d in data["needs_decision"]]
         parts.append(Panel("\n".join(lines), title="needs a decision (--replay / --skip)", style="magenta"))
+    outside = [f"{c['call_id']} ({c['tool']}): {c['not_captured']}" for c in data["calls"] if c.get("not_captured")]
+    if outside:
+        parts.append(Panel("\n".join(outside), title="not captured by tidemark", style="blue"))
+    if data.get("conflicts"):
+        lines = [f"{c['path']}: changed after the agent wrote it (tidemark conflicts)" for c in data["conflicts"]]
+        parts.append(Panel("\n".join(lines), title="pending conflicts", style="yellow"))
+    if data.get("not_restorable"):
+        lines = [f"{n['path']} ({n['call_id']}): {n['why']}" for n in data["not_restorable"]]
+        parts.append(Panel("\n".join(lines), title="changes rollback cannot put back", style="red"))
     if data["workspace_drift"]:
         lines = [f"{d['path']}: changed since {d['call_id']} wrote it" for d in data["workspace_drift"]]
         parts.append(Panel("\n".join(lines), title="workspace drift", style="yellow"))

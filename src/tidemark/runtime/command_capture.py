@@ -1,5 +1,6 @@
 """Changes a command makes inside the workspace, attributed to its call and recorded like tool writes (§8.4).
 
+Excluded: ``.git``, the store, paths ignored by ``.gitignore`` files, and patterns in ``.tidemarkignore``.
 Cost grows with the changes, not the workspace: on Linux an inotify journal names the touched paths (a stat scan
 with the same exclusions is the fallback, and the first baseline), and only those are read and hashed.
 
@@ -35,7 +36,8 @@ class CommandCapture:
     def __init__(self, session: RunSession, *, exclude: tuple[str, ...] = ()) -> None:
         self.session = session
         root = session.workspace.root
-        self.rules = IgnoreRules.for_workspace(root, store_dir=session.store.local_dir(), extra=exclude)
+        extra = (*_tidemarkignore(root), *exclude)
+        self.rules = IgnoreRules.for_workspace(root, store_dir=session.store.local_dir(), extra=extra)
         self.watcher = ChangeWatcher.start(root, self.rules)  # before the baseline scan: no change falls between
         self.stats: dict[str, FileStat] = scan(root, self.rules)
         self.known: dict[str, tuple[str, int | None]] = {}  # path -> (content hash, mode) last seen
@@ -150,6 +152,15 @@ class CommandCapture:
     def _mode(self, path: str) -> int | None:
         info = self.stats.get(path)
         return None if info is None or stat.S_ISLNK(info.mode) else info.mode & 0o7777
+
+
+def _tidemarkignore(root: str) -> list[str]:
+    """Extra exclusions a user keeps in WORKSPACE/.tidemarkignore (gitignore syntax), on top of .gitignore."""
+    try:
+        with open(os.path.join(root, ".tidemarkignore"), encoding="utf-8") as handle:
+            return [line.rstrip("\n") for line in handle if line.strip() and not line.startswith("#")]
+    except FileNotFoundError:
+        return []
 
 
 def _stat(path: str) -> FileStat | None:

@@ -180,8 +180,11 @@ class RunSession:
         self._trace: list[bytes] = []
         self._heartbeat = time.monotonic()
         self._capture: CommandCapture | None = None
-        self.capture_exclude: tuple[str, ...] = ()  # extra gitignore-style patterns a capture never looks at
+        self.capture_exclude: tuple[str, ...] = workspace.exclude  # patterns a capture never looks at
         self.closed = False
+        if not self.read_only and any(registry.get(name).captures_workspace for name in registry.names()):
+            # Watch from the start, so the user's edits before the first command are learnt, not blamed on it.
+            self.capture()
 
     # opening ----------------------------------------------------------------------------------------------
     @classmethod

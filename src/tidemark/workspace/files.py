@@ -23,11 +23,12 @@ class Workspace:
     left by a crash is swept there instead of littering the user's tree (same filesystem required, else the
     temp file goes beside its target)."""
 
-    def __init__(self, root: str, scratch: str | None = None) -> None:
+    def __init__(self, root: str, scratch: str | None = None, *, exclude: tuple[str, ...] = ()) -> None:
         if not os.path.isdir(root):
             raise WorkspaceError(f"workspace {root!r} is not a directory; create it or pass an existing --workspace")
         self.root = os.path.realpath(root)
         self.scratch = scratch
+        self.exclude = exclude  # gitignore-style patterns no capture of command changes looks at
 
     def for_run(self, scratch: str | None) -> Workspace:
         """The same workspace, staging its writes in a run's own scratch folder; leftovers there are removed."""
@@ -37,7 +38,7 @@ class Workspace:
                 if name.startswith(".tidemark-"):  # writes a crash interrupted; other notes belong to others
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(scratch, name))
-        return Workspace(self.root, scratch)
+        return Workspace(self.root, scratch, exclude=self.exclude)
 
     def _staging_dir(self, directory: str) -> str:
         if self.scratch is not None and os.stat(self.scratch).st_dev == os.stat(directory).st_dev:
