@@ -260,6 +260,8 @@ PATHS = ["a.txt", "b.txt", "d/c.txt"]
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("agent"), st.sampled_from(PATHS), st.integers(0, 3)),
+        st.tuples(st.just("command"), st.sampled_from(PATHS), st.integers(0, 3)),
+        st.tuples(st.just("command_rm"), st.sampled_from(PATHS), st.just(0)),
         st.tuples(st.just("user"), st.sampled_from(PATHS), st.integers(0, 3)),
         st.tuples(st.just("user_delete"), st.sampled_from(PATHS), st.just(0)),
         st.tuples(st.just("checkpoint"), st.just(""), st.just(0)),
@@ -271,10 +273,27 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(operations)
-def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, ops):
+def reproduce(session, path, data):
+    """The bytes ``data`` from the run's records (its blobs and patches, or git for a clean tracked file)."""
+    digest = content_hash(data)
+    refs = [p.before_ref for p in session.patches if p.before_hash == digest and p.before_ref]
+    return session.files.version(path, digest, refs[-1] if refs else None)
+
+
+@pytest.mark.parametrize("with_git", [False, True], ids=["plain", "git"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations)
+def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
     root = tmp_path_factory.mktemp("ws")
+    if with_git:
+        import subprocess
+
+        subprocess.run(["git", "-C", str(root), "init", "-q"], check=True)
+        (root / "a.txt").write_text("committed a\n")
+        subprocess.run(["git", "-C", str(root), "add", "a.txt"], check=True)
+        subprocess.run(
+            ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i"], check=True
+        )
     tm = tidemark.open(workspace=str(root))
     run = tm.start("t", run_id="r")
     checkpoints = [run.checkpoint()]
@@ -286,13 +305,20 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, ops):
         after = snapshot()
         for path, old in before.items():
             if old is not None and after[path] != old:
-                # tidemark changed it: the old content must be reproducible from the run's records
-                assert session.files.version(path, content_hash(old)) == old
+                # tidemark changed it (a tool, a command, a rollback): the old bytes must be reproducible
+                assert reproduce(session, path, old) == old
 
     for counter, (kind, path, value) in enumerate(ops, 1):
-        if kind == "agent":
+        if kind in ("agent", "command", "command_rm"):
             before = snapshot()
-            write(run, path, f"agent {counter} v{value}\n", f"c{counter}")
+            if kind == "agent":
+                write(run, path, f"agent {counter} v{value}\n", f"c{counter}")
+            elif kind == "command":
+                target = root / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                run.call("run_command", {"command": f"printf 'cmd {counter}\\n' > {path}"}, call_id=f"c{counter}")
+            else:
+                run.call("run_command", {"command": f"rm -f {path}"}, call_id=f"c{counter}")
             check_recoverable(before, run.session)
         elif kind == "user":
             (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -306,12 +332,12 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, ops):
             run.close()
             before = snapshot()
             if kind == "rollback":
-                target = checkpoints[value % len(checkpoints)]
+                target_checkpoint = checkpoints[value % len(checkpoints)]
                 with tm._session("r") as session:
                     agent_last = {}
                     for patch in session.patches:
                         agent_last[patch.path] = patch.after_hash
-                    plan = tidemark.runtime.recovery_actions.rollback_files(session, target)
+                    plan = tidemark.runtime.recovery_actions.rollback_files(session, target_checkpoint)
                     touched = {a.path for a in plan.actions}
                     for path_, old in before.items():
                         if path_ in touched:
@@ -328,5 +354,5 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, ops):
                         check_recoverable(before, session)
                     if choice == "keep_user":
                         assert snapshot() == before
-            run = tm.resume("r") if load_view(tm.store, "r").status != "completed" else run
+            run = tm.resume("r")
     run.close()

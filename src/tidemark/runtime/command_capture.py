@@ -17,12 +17,16 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from tidemark.core.hashing import content_hash
 from tidemark.core.rollback import UNKNOWN
 from tidemark.records import FilePatchEntry
 from tidemark.runtime.file_changes import FileBefore
+from tidemark.store.durable_io import atomic_write
 from tidemark.workspace.git import git_state, head_blob_ids, read_blob
 from tidemark.workspace.scan import ChangeWatcher, FileStat, IgnoreRules, scan
 
@@ -30,6 +34,17 @@ if TYPE_CHECKING:
     from tidemark.runtime.session import RunSession
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
+STATE_FILE = "capture-state.msgpack"
+SAVE_SECONDS = 10.0  # a crashed session loses at most this much of what its capture learnt (it is re-learnt)
+
+
+class _SavedState(msgspec.Struct):
+    stats: dict[str, FileStat]
+    known: dict[str, tuple[str, int | None]]
+
+
+_state_encoder = msgspec.msgpack.Encoder()
+_state_decoder = msgspec.msgpack.Decoder(_SavedState)
 
 
 class CommandCapture:
@@ -54,8 +69,38 @@ class CommandCapture:
         if state.is_repo:
             dirty = set(state.dirty)
             self.git_clean = {path: blob for path, blob in head_blob_ids(root).items() if path not in dirty}
+        self._state_path = None
+        scratch = session.store.scratch_dir(session.info.run_id) if not session.read_only else None
+        if scratch is not None:
+            self._state_path = os.path.join(scratch, STATE_FILE)
+            self._catch_up()
+        self._saved_at = time.monotonic()
+
+    def _catch_up(self) -> None:
+        """Learn what changed while no capture of this run was watching (between sessions, after a crash):
+        those changes are the user's, and their content is kept before any command can overwrite it."""
+        assert self._state_path is not None
+        try:
+            with open(self._state_path, "rb") as handle:
+                saved = _state_decoder.decode(handle.read())
+        except (FileNotFoundError, msgspec.DecodeError):
+            return  # the first capture of the run: what is there is the baseline
+        for path, (digest, mode) in saved.known.items():
+            if path not in self.known and self.stats.get(path) == saved.stats.get(path):
+                self.known[path] = (digest, mode)
+        for path in saved.stats.keys() | self.stats.keys():
+            if saved.stats.get(path) != self.stats.get(path):
+                self._learn(path)
+
+    def save(self) -> None:
+        """Keep the stat cache and what is known of each file for the next session (a cache: no fsync)."""
+        if self._state_path is not None:
+            data = _state_encoder.encode(_SavedState(stats=self.stats, known=self.known))
+            atomic_write(self._state_path, data, durable=False)
+            self._saved_at = time.monotonic()
 
     def close(self) -> None:
+        self.save()
         if self.watcher is not None:
             self.watcher.close()
 
@@ -108,6 +153,8 @@ class CommandCapture:
             if entry is not None:
                 recorded.append(entry)
             self._learn(path, store=False)  # its new content is reproducible from the patch just recorded
+        if time.monotonic() - self._saved_at > SAVE_SECONDS:
+            self.save()
         return recorded
 
     def _learn(self, path: str, *, store: bool = True) -> None:
