@@ -191,3 +191,65 @@ def test_the_cli_shows_rollback_conflicts_and_resolution_as_a_user_meets_them(tm
     assert tidemark_cli("resolve", "r", "app.py", "--manual-merge").returncode == 0
     assert (workspace / "app.py").read_text() == "# the user's comment\n" + original
     assert json.loads(tidemark_cli("conflicts", "r", "--json").stdout) == []
+
+
+def test_no_command_but_commit_touches_head_refs_index_or_stash(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    make_repo(workspace)
+    (workspace / "staged.txt").write_text("staged by the user\n")
+    git(workspace, "add", "staged.txt")
+    (workspace / "tracked.txt").write_text("committed\nunstaged edit\n")
+    (workspace / "stashed.txt").write_text("x\n")
+    git(workspace, "stash", "push", "-q", "--include-untracked", "--", "stashed.txt")
+    scenario = tmp_path / "sc.json"
+    scenario.write_text(
+        json.dumps(
+            {
+                "task": "t",
+                "turns": [
+                    {
+                        "tool_calls": [
+                            {"tool": "write_file", "args": {"path": "new.py", "content": "x = 1\n"}},
+                            {
+                                "tool": "run_command",
+                                "args": {"command": "echo more >> tracked.txt; git status >/dev/null"},
+                            },
+                        ]
+                    },
+                    {"tool_calls": [{"tool": "write_file", "args": {"path": "new.py", "content": "x = 2\n"}}]},
+                    {"text": "done"},
+                ],
+            }
+        )
+    )
+
+    def cli(*args):
+        result = subprocess.run(
+            [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace)],
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode in (0, 7), result.stderr
+        return result
+
+    before = refs_snapshot(str(workspace))
+    cli("run", str(scenario), "--run-id", "r")
+    first = json.loads(cli("checkpoints", "r", "--json").stdout)[0]["checkpoint_id"]
+    for args in (
+        ("status",),
+        ("explain", "r"),
+        ("ledger", "r"),
+        ("history", "r", "--all"),
+        ("rollback", "r", "--to", first, "--dry-run"),
+        ("commit", "r"),
+        ("restore", "r", "--to", first),
+        ("resume", "r"),
+        ("rollback", "r", "--to", first),
+        ("conflicts", "r"),
+    ):
+        cli(*args)
+        assert refs_snapshot(str(workspace)) == before, args
+    assert (workspace / "tracked.txt").read_text() == "committed\nunstaged edit\n"

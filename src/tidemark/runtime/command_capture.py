@@ -8,8 +8,9 @@ Before a command runs, every change since the last capture (the user's edits, th
 settled first: its content is learnt, and stored if the run cannot reproduce it yet, in the group that becomes
 durable with ``started``. So the command's own changes are told apart from the user's, and a file the command
 changes can be put back. The content before a command of a file the run has never seen change comes from git
-(the HEAD blob of a clean tracked file); when there is none (no git, or the user's uncommitted work that was
-never touched while tidemark watched) it is recorded by hash only, and rollback says it cannot restore it.
+(the HEAD blob of a clean tracked file; the user's uncommitted files are kept when the capture starts). Without
+git, content that predates the run and that nothing of the run touched is recorded by hash only, and rollback
+says it cannot restore it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class CommandCapture:
         if state.is_repo:
             dirty = set(state.dirty)
             self.git_clean = {path: blob for path, blob in head_blob_ids(root).items() if path not in dirty}
+            # The user's uncommitted work is what git cannot give back: keep it now (O(dirty), not O(workspace)).
+            for path in dirty:
+                if path in self.stats and path not in self.known:
+                    self._learn(path)
         self._state_path = None
         scratch = session.store.scratch_dir(session.info.run_id) if not session.read_only else None
         if scratch is not None:
