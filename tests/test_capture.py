@@ -89,7 +89,8 @@ def test_without_git_a_never_seen_file_is_detected_but_not_guessed(workspace):
     tm = tidemark.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
-        run.call("run_command", {"command": "echo changed > old.txt"}, call_id="c1")
+        # an opaque program: the command line does not say which files it writes
+        run.call("run_command", {"command": "python3 -c \"open('old.txt', 'w').write('changed\\n')\""}, call_id="c1")
     [patch] = load_view(tm.store, "r").patches
     assert patch.before_hash == UNKNOWN and patch.path == "old.txt"
     plan = tm.rollback_files("r", start)
@@ -253,3 +254,18 @@ def test_no_command_but_commit_touches_head_refs_index_or_stash(tmp_path):
         cli(*args)
         assert refs_snapshot(str(workspace)) == before, args
     assert (workspace / "tracked.txt").read_text() == "committed\nunstaged edit\n"
+
+
+def test_files_a_command_line_names_are_kept_ahead_even_never_seen_without_git(workspace, watch_mode):
+    (workspace / "config.ini").write_text("from before the run\n")
+    (workspace / "logs").mkdir()
+    (workspace / "logs" / "a.log").write_text("old log\n")
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": "sed -i s/before/after/ config.ini && rm -rf logs"}, call_id="c1")
+    assert (workspace / "config.ini").read_text() == "from after the run\n"
+    plan = tm.rollback_files("r", start)
+    assert not plan.unrestorable
+    assert (workspace / "config.ini").read_text() == "from before the run\n"
+    assert (workspace / "logs" / "a.log").read_text() == "old log\n"

@@ -11,7 +11,9 @@ from tidemark.core.commands import (
     DEFAULT_COMMAND_RULES,
     CommandRules,
     CommandVerdict,
+    _write_targets_cached,
     classify_command,
+    write_targets,
 )
 from tidemark.errors import ConfigError
 
@@ -467,3 +469,221 @@ def test_a_list_gets_the_per_field_maximum_of_its_parts(first: str, second: str)
     both = classify_command(f"{first}; {second}")
     assert rank(both) == tuple(max(x, y) for x, y in zip(rank(a), rank(b), strict=True))
     assert set(both.side_effects) == set(a.side_effects) | set(b.side_effects)
+
+
+# ---- write_targets: the paths a command may change --------------------------------------------------------
+
+WRITE_TARGET_CASES: list[tuple[str, tuple[str, ...]]] = [
+    # redirections
+    ("echo hi > out.txt", ("out.txt",)),
+    ("echo hi >> log 2> err.txt 1> one &> both &>> both2 >| clob", ("log", "err.txt", "one", "both", "both2", "clob")),
+    ("echo x >& all.log", ("all.log",)),
+    ("cat <> rw", ("rw",)),
+    ("cat a > b < c", ("b",)),
+    ("> first rm second", ("first", "second")),
+    ("exec > log 2>&1", ("log",)),
+    ("cat <<'EOF' > f\n$HOME\nEOF", ("f",)),
+    ("echo x >'quoted name'", ("quoted name",)),
+    ("ls > >(tee plog)", ("plog",)),
+    ("{ cd sub; rm a; } > log", ("sub/a", "log")),  # the group's redirection is opened before its `cd`
+    ("if true; then rm a; fi > o", ("a", "o")),
+    # coreutils
+    ("cat a | tee -a b c - /dev/null", ("b", "c")),
+    ("rm -rf build/ dist *.pyc", ("build/", "dist", "*.pyc")),
+    ("rm [ab].txt", ("[ab].txt",)),
+    ("rm -- -weird", ("-weird",)),
+    ("rm a a b a", ("a", "b")),
+    ('rm "my file" a\\ b', ("my file", "a b")),
+    ("rmdir empty; unlink lnk", ("empty", "lnk")),
+    ("mv a b dest/", ("a", "b", "dest/")),
+    ("mv -t dir a b", ("dir", "a", "b")),
+    ("cp -r src dst", ("dst",)),
+    ("cp a b c dir/", ("dir/",)),
+    ("cp -t dir a b", ("dir",)),
+    ("cp --target-directory=dir a", ("dir",)),
+    ("install -m 755 tool /usr/local/bin/tool", ("/usr/local/bin/tool",)),
+    ("install -d d1 d2", ("d1", "d2")),
+    ("ln -s ../target link", ("link",)),
+    ("ln -sf ../lib/target", ("target",)),
+    ("touch -d yesterday a b", ("a", "b")),
+    ("truncate -s 0 log.txt", ("log.txt",)),
+    ("chmod 755 a b", ("a", "b")),
+    ("chmod -x script.sh", ("script.sh",)),  # `-x` is a mode here, not an option
+    ("chmod -R u+w dir", ("dir",)),
+    ("chmod --reference=ref a", ("a",)),
+    ("chown -R user:group dir", ("dir",)),
+    ("chown --from=a:b c:d f", ("f",)),
+    ("sort -o sorted.txt in", ("sorted.txt",)),
+    ("dd if=/dev/zero of=disk.img bs=1M", ("disk.img",)),
+    # in-place editors
+    ("sed -i s/a/b/ f g", ("f", "g")),
+    ("sed -i -e s/a/b/ -e s/c/d/ f", ("f",)),
+    ("sed -i -f script.sed f", ("f",)),
+    ("sed -i.bak s/a/b/ f", ("f", "f.bak")),  # the backup copy is written too
+    ("sed -ie s/a/b/ f", ("f", "fe")),  # GNU reads `-ie` as backup suffix "e"
+    ("sed --in-place=.orig -n p f", ("f", "f.orig")),
+    ("sed -i '' 's/a/b/' f", ("f",)),  # BSD spelling of "no backup"
+    ("sed -n p f", ()),
+    ("perl -i -pe 's/a/b/' f g", ("f", "g")),
+    ("perl -pi.orig -e 's/a/b/' f", ("f", "f.orig")),
+    ("perl -i script.pl f", ("f",)),
+    ("perl -pe 's/a/b/' f", ()),
+    # git
+    ("git checkout -- a b", ("a", "b")),
+    ("git checkout HEAD~1 -- src/x.py", ("src/x.py",)),
+    ("git checkout -b feature", ()),
+    ("git restore a b", ("a", "b")),
+    ("git restore --staged a", ()),
+    ("git rm -r old", ("old",)),
+    ("git rm --cached a", ()),
+    ("git mv a b", ("a", "b")),
+    ("git -C sub rm a", ("sub/a",)),
+    ('git -C "$D" rm a', ()),
+    ("git status > st.txt", ("st.txt",)),
+    # patch, archives, downloads
+    ("patch f.c fix.diff", ("f.c",)),
+    ("patch -i fix.diff f.c", ("f.c",)),
+    ("patch -p1 < fix.diff", ()),
+    ("patch -d sub -p1 -i x f", ("sub/f",)),
+    ("tar -xzf a.tgz", ()),
+    ("tar czf a.tgz src", ("a.tgz",)),
+    ("tar -cf out.tar src", ("out.tar",)),
+    ("unzip a.zip", ()),
+    ("gzip -k f; gzip g", ("g",)),
+    ("curl -o page.html http://x", ("page.html",)),
+    ("curl --output-dir out -o f.html http://x", ("out/f.html",)),
+    ("wget -O - http://x", ()),
+    # skipped: unknown set of files
+    ("find . -name x -delete", ()),
+    ("find . -exec rm {} \\;", ()),
+    ('python -c \'open("x", "w")\'', ()),
+    ("python script.py", ()),
+    ("xargs rm < list", ()),
+    ("xargs -I{} cp {} dest/", ("dest/",)),
+    # nesting and wrappers
+    ("bash -c 'echo x > f'", ("f",)),
+    ("sudo sh -c 'cat > /etc/x'", ("/etc/x",)),
+    ("bash <<EOF\nrm heredoc_file\nEOF", ("heredoc_file",)),
+    ("eval 'rm evald'", ("evald",)),
+    ("sudo rm f", ("f",)),
+    ("sudo -u bob rm f", ("f",)),
+    ("env X=1 sed -i s/a/b/ f", ("f",)),
+    ("timeout 5 rm x", ("x",)),
+    ("nohup rm x &", ("x",)),
+    ("time rm t", ("t",)),
+    ("echo x | sudo tee /etc/hosts >/dev/null", ("/etc/hosts",)),
+    ("echo $(rm inner) > outer", ("inner", "outer")),
+    ("echo `rm bt` > o", ("bt", "o")),
+    ("[[ -f x ]] && rm x", ("x",)),
+    # working directory
+    ("(cd sub && rm a)", ("sub/a",)),
+    ("(cd sub && rm a); rm b", ("sub/a", "b")),
+    ("cd sub && rm a; rm b", ("sub/a", "sub/b")),
+    ("cd sub && (cd deeper && rm a) && rm b", ("sub/deeper/a", "sub/b")),
+    ("cd sub/ && cd .. && rm a", ("a",)),
+    ("cd /tmp && rm a", ("/tmp/a",)),
+    ('cd "$D" && rm a /abs', ("/abs",)),  # relative paths cannot be placed after an unknown `cd`
+    ("cd sub | rm a", ("a",)),  # a pipeline member's `cd` stays in its subshell
+    ("bash -c 'cd sub' && rm a", ("a",)),
+    ("cd a; eval 'cd b'; rm c", ("a/b/c",)),
+    ("cd sub > log; rm a", ("log", "sub/a")),  # the redirection is opened before the `cd`
+    ("cd sub && git -C inner checkout -- p", ("sub/inner/p",)),
+    # not literal
+    ("ls > /dev/null", ()),
+    ('echo $X > "$OUT"', ()),
+    ("cat a 2>&1", ()),
+    ("echo x >&2", ()),
+    ('rm "$f"', ()),
+    ('rm -rf "$DIR"/build', ()),
+    ("rm ~/a ~ {a,b}.txt x$(y) `z`", ()),
+    ("rm 'lit $X'", ("lit $X",)),  # single quotes: a literal dollar sign
+    ("echo $((1+2)) > out$((n)).txt", ()),
+    ("echo > f0.txt; echo $((1))", ("f0.txt",)),
+    ('for f in a b; do rm "$f"; done', ()),
+    ("sed -i$S s/a/b/ f", ("f",)),
+    ("dd if=x of=/dev/sda", ()),
+    ("echo 1 > /proc/sys/x", ()),
+    ("$CMD a > b", ("b",)),
+    # unparsable or empty
+    ('echo "unterminated', ()),
+    ("rm a (", ()),
+    ("", ()),
+    ("   # just a comment", ()),
+]
+
+
+@pytest.mark.parametrize(("command", "expected"), WRITE_TARGET_CASES)
+def test_write_targets(command: str, expected: tuple[str, ...]) -> None:
+    assert write_targets(command) == expected
+
+
+def test_write_targets_does_not_change_the_verdict() -> None:
+    before = classify_command("cd sub && sed -i.bak s/a/b/ f > log")
+    write_targets("cd sub && sed -i.bak s/a/b/ f > log")
+    assert classify_command("cd sub && sed -i.bak s/a/b/ f > log") == before
+
+
+WRITE_SHELL_PIECES = [
+    *SHELL_PIECES,
+    *"(){};,",
+    "cd ",
+    "sed -i",
+    "perl -pi",
+    "tar ",
+    "cp ",
+    "mv -t ",
+    "ln ",
+    "git -C ",
+    "checkout -- ",
+    "xargs -I{} ",
+    "of=",
+    "patch -d ",
+    "chmod ",
+    "tee ",
+    "2>",
+    "&>",
+    ">&",
+    "env -S ",
+    "curl --output-dir ",
+    "gzip ",
+    " -- ",
+    "pushd ",
+    "popd",
+    "f() ",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text())
+def test_write_targets_never_raises_on_any_text(command: str) -> None:
+    found = write_targets(command)
+    assert isinstance(found, tuple)
+    assert all(isinstance(path, str) and path for path in found)
+    assert len(set(found)) == len(found)
+    _write_targets_cached(command)  # the safety net in write_targets must not be what keeps it from raising
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(WRITE_SHELL_PIECES), max_size=25).map("".join))
+def test_write_targets_walk_never_raises_on_shell_like_text(command: str) -> None:
+    found = _write_targets_cached(command)
+    assert len(set(found)) == len(found)
+    if not any(quote in command for quote in "'\"\\"):  # quoting can make `$` and `~` literal
+        assert not any("$" in path or path.startswith("~") for path in found)
+
+
+PLAIN_NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.", min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PLAIN_NAMES, min_size=1, max_size=4), st.sampled_from(["rm -f", "touch", "chmod 644", "tee"]))
+def test_a_literal_cd_prefixes_the_paths_that_follow(names: list[str], program: str) -> None:
+    command = " ".join([program, *names])
+    assert write_targets(command) == tuple(dict.fromkeys(names))
+    assert write_targets(f"(cd sub && {command})") == tuple(dict.fromkeys(f"sub/{n}" for n in names))
+    assert write_targets(f'(cd "$D" && {command})') == ()
+    # the subshell's `cd` ends with it
+    assert write_targets(f"(cd sub && {command}); {command}") == (
+        *dict.fromkeys(f"sub/{n}" for n in names),
+        *dict.fromkeys(names),
+    )

@@ -9,7 +9,7 @@ import subprocess
 from typing import Any
 
 from tidemark.core.classify import Classification
-from tidemark.core.commands import classify_command
+from tidemark.core.commands import classify_command, write_targets
 from tidemark.core.hashing import content_hash
 from tidemark.core.replay import ProbeResult
 from tidemark.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
@@ -146,6 +146,11 @@ def _classify_command(args: dict[str, Any]) -> Classification:
     )
 
 
+def _command_targets(args: dict[str, Any]) -> list[str]:
+    """Files the command line names as written or removed (redirections, sed -i, rm, mv...): kept ahead."""
+    return list(write_targets(str(args.get("command", ""))))
+
+
 @tool(
     idempotency="non_idempotent",
     replay_policy="ask",
@@ -153,6 +158,7 @@ def _classify_command(args: dict[str, Any]) -> Classification:
     side_effects=("process",),
     classifier=_classify_command,
     captures_workspace=True,
+    capture_hints=_command_targets,
 )
 def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT) -> str:
     """Run a shell command in the workspace; classified per command line (`ls` may be re-run, `npm publish` not)."""

@@ -15,10 +15,12 @@ says it cannot restore it.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import stat
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
 STATE_FILE = "capture-state.msgpack"
+HINT_LIMIT = 10_000  # paths a command line may name for saving ahead (a glob over a huge tree stops here)
 SAVE_SECONDS = 10.0  # a crashed session loses at most this much of what its capture learnt (it is re-learnt)
 
 
@@ -139,10 +142,34 @@ class CommandCapture:
         return changed
 
     # before and after a command -------------------------------------------------------------------------------
-    def before_command(self) -> None:
-        """Settle what changed since the last capture: those changes are not the command's."""
+    def before_command(self, hints: Sequence[str] = ()) -> None:
+        """Settle what changed since the last capture: those changes are not the command's. ``hints`` are paths
+        the command line names as written to or removed: their content is kept now if it is known nowhere else,
+        so even a file nothing of the run has seen yet can be put back after ``sed -i`` or ``rm``."""
         for path in self._changed():
             self._learn(path)
+        for path in self._expand(hints):
+            if path not in self.known and path not in self.git_clean:
+                self._learn(path)
+
+    def _expand(self, hints: Sequence[str]) -> list[str]:
+        """Workspace-relative files the hints name (globs expanded, folders walked, outside paths dropped)."""
+        root = self.session.workspace.root
+        found: list[str] = []
+        for hint in hints:
+            pattern = hint if os.path.isabs(hint) else os.path.join(root, hint)
+            matches = glob.glob(pattern)[:HINT_LIMIT] if glob.has_magic(hint) else [pattern]
+            for match in matches:
+                rel = os.path.relpath(os.path.realpath(os.path.dirname(match)), root)
+                if rel.startswith(".."):
+                    continue  # outside the workspace: not ours to capture
+                rel = os.path.normpath(os.path.join(rel, os.path.basename(match))).removeprefix("./")
+                if rel in self.stats:
+                    found.append(rel)
+                else:
+                    prefix = rel.rstrip("/") + "/"
+                    found.extend(p for p in self.stats if p.startswith(prefix))
+        return found[:HINT_LIMIT]
 
     def after_command(self, call_id: str) -> list[FilePatchEntry]:
         recorded = []

@@ -424,7 +424,8 @@ class RunSession:
         failpoints.hit("before_started", call.tool)
         befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
         if tool.captures_workspace:
-            self.capture().before_command()  # the user's changes so far are settled, not blamed on the command
+            hints = tool.capture_hints(call.args) if tool.capture_hints else ()
+            self.capture().before_command(hints)  # the user's changes so far are settled, not blamed on the command
         started = msgspec.structs.replace(planned, status="started", started_at=now())
         self._ledger(started)
         self.checkpoint("tool_start")

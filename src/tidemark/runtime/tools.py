@@ -57,6 +57,7 @@ class Tool:
     # The call's changes inside the workspace are found by a scan around it (run_command, or a tool that runs
     # programs): use it when the paths cannot be named up front with ``writes``.
     captures_workspace: bool = False
+    capture_hints: WritesFn | None = None  # paths the call may change, to keep ahead (run_command: from its line)
 
     def __post_init__(self) -> None:
         check_definition(self.definition)
@@ -91,6 +92,7 @@ def tool(
     writes: WritesFn | None = None,
     compensator: Compensator | None = None,
     captures_workspace: bool = False,
+    capture_hints: WritesFn | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -109,6 +111,7 @@ def tool(
     writes: WritesFn | None = None,
     compensator: Compensator | None = None,
     captures_workspace: bool = False,
+    capture_hints: WritesFn | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. The defaults are the cautious ones: an undeclared tool is assumed unsafe to repeat."""
 
@@ -129,6 +132,7 @@ def tool(
             writes=writes,
             compensator=compensator,
             captures_workspace=captures_workspace,
+            capture_hints=capture_hints,
         )
 
     return wrap(fn) if fn is not None else wrap
