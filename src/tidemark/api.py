@@ -260,7 +260,13 @@ class Tidemark:
         self, run_id: str, tools: Iterable[Tool] = (), *, read_only: bool = False, takeover: bool = False
     ) -> Iterator[RunSession]:
         session = RunSession.open(
-            self.store, run_id, self.workspace, self.registry(tools), read_only=read_only, takeover=takeover
+            self.store,
+            run_id,
+            self.workspace,
+            self.registry(tools),
+            read_only=read_only,
+            takeover=takeover,
+            watch=False,  # rollback, resolve, restore and compensate run no command
         )
         try:
             yield session

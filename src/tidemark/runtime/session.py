@@ -143,7 +143,16 @@ CallDriver = Generator[Invocation, Outcome, Message]
 class RunSession:
     """The single writer of one run (it holds the run's claim)."""
 
-    def __init__(self, store: Store, claim: Claim, view: RunView, workspace: Workspace, registry: ToolRegistry) -> None:
+    def __init__(
+        self,
+        store: Store,
+        claim: Claim,
+        view: RunView,
+        workspace: Workspace,
+        registry: ToolRegistry,
+        *,
+        watch: bool = True,
+    ) -> None:
         self.store = store
         self.claim = claim
         self.info: RunInfo = view.info
@@ -182,7 +191,7 @@ class RunSession:
         self._capture: CommandCapture | None = None
         self.capture_exclude: tuple[str, ...] = workspace.exclude  # patterns a capture never looks at
         self.closed = False
-        if not self.read_only and any(registry.get(name).captures_workspace for name in registry.names()):
+        if watch and not self.read_only and any(registry.get(n).captures_workspace for n in registry.names()):
             # Watch from the start, so the user's edits before the first command are learnt, not blamed on it.
             self.capture()
 
@@ -208,9 +217,11 @@ class RunSession:
         owner_id: str = "",
         takeover: bool = False,
         read_only: bool = False,
+        watch: bool = True,
     ) -> RunSession:
         """Claim the run (its only writer from now on), or with ``read_only`` just read it: a read-only session
-        holds generation 0, so any write it attempted would be refused, and it leaves the run's scratch alone."""
+        holds generation 0, so any write it attempted would be refused, and it leaves the run's scratch alone.
+        ``watch=False`` skips the workspace watch for a session that runs no commands (a rollback, a resolve)."""
         if read_only:
             view = load_view(store, run_id)
             return cls(store, Claim(run_id=run_id, owner_id="reader", generation=0), view, workspace, registry)
@@ -220,7 +231,7 @@ class RunSession:
         except BaseException:
             store.release(claim)
             raise
-        return cls(store, claim, view, workspace, registry)
+        return cls(store, claim, view, workspace, registry, watch=watch)
 
     @property
     def read_only(self) -> bool:
