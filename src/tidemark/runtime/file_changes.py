@@ -31,6 +31,7 @@ class FileBefore:
 
 
 NOT_KEPT = "none:too-large"  # the patch_ref of a change recorded by hash only
+CACHE_BYTES = 64 * 1024 * 1024  # rebuilt versions kept in memory (oldest dropped first)
 
 
 class FileChanges:
@@ -39,6 +40,11 @@ class FileChanges:
         # Content this run can reproduce: its blobs, and every patch's after-state (before + patch) when the
         # before-state was itself reproducible or absent.
         self._reproducible: set[str] = set(session.blobs)
+        self._producers: dict[str, list[int]] = {}  # after-hash -> indexes of the patches that produced it
+        self._cache: dict[str, bytes] = {}
+        self._cache_bytes = 0
+        for index, patch in enumerate(session.patches):
+            self._producers.setdefault(patch.after_hash, []).append(index)
         for patch in session.patches:
             if patch.after_hash and patch.patch_ref != NOT_KEPT and self._base_known(patch):
                 self._reproducible.add(patch.after_hash)
@@ -125,7 +131,10 @@ class FileChanges:
             after_mode=mode,
         )
         self.patches.append(entry)
+        self._producers.setdefault(after_hash, []).append(len(self.patches) - 1)
         self.session.add_record(entry)
+        if data is not None:
+            self._remember(after_hash, data)
         if after_hash and self._base_known(entry):
             self._reproducible.add(after_hash)
         self.session.trace("file_patch", path=before.path, call_id=call_id, op=op)
@@ -162,26 +171,55 @@ class FileChanges:
         return self._version(path, digest, ref, len(self.patches))
 
     def _version(self, path: str, digest: str, ref: str | None, before_index: int) -> bytes:
-        if digest in self.session.blobs:
-            return self.session.content(digest)
-        if ref is not None and ref.startswith("git:"):
-            from tidemark.workspace.git import read_blob
+        """Rebuild content iteratively: walk back along the patches that produced it to something stored (a blob,
+        git, nothing), then apply forward. Rebuilt versions are cached, so a long chain of edits costs once."""
+        chain: list[FilePatchEntry] = []
+        base: bytes | None = None
+        while True:
+            cached = self._cache.get(digest)
+            if cached is not None:
+                base = cached
+                break
+            if digest in self.session.blobs:
+                base = self.session.content(digest)
+                break
+            if ref is not None and ref.startswith("git:"):
+                from tidemark.workspace.git import read_blob
 
-            data = read_blob(self.session.workspace.root, ref[4:])
-            if data is not None and content_hash(data) == digest:
-                return data
-        # The oldest patch that produced this content; it only depends on earlier ones, so this terminates.
-        for index, patch in enumerate(self.patches[:before_index]):
-            if patch.after_hash == digest and patch.patch_ref != NOT_KEPT:
+                data = read_blob(self.session.workspace.root, ref[4:])
+                if data is not None and content_hash(data) == digest:
+                    base = data
+                    break
+            index = self._producer(digest, before_index)
+            if index is None:
+                raise StoreError(f"content {digest} of {path} is not recorded in run {self.session.info.run_id!r}")
+            patch = self.patches[index]
+            chain.append(patch)
+            if patch.before_hash in (ABSENT, UNKNOWN):
                 base = b""  # a patch from an absent or never-captured before-state was made against nothing
-                if patch.before_hash not in (ABSENT, UNKNOWN):
-                    base = self._version(patch.path, patch.before_hash, patch.before_ref, index)
-                data = apply_patch(base, self.session.content(patch.patch_ref.removeprefix("blob:")))
-                if content_hash(data) != digest:
-                    raise StoreError(f"the patch for {patch.path} does not reproduce {digest}; its record is damaged")
-                return data
-        raise StoreError(f"content {digest} of {path} is not recorded in run {self.session.info.run_id!r}")
+                break
+            digest, ref, before_index = patch.before_hash, patch.before_ref, index
+        data = base
+        for patch in reversed(chain):
+            data = apply_patch(data, self.session.content(patch.patch_ref.removeprefix("blob:")))
+            if content_hash(data) != patch.after_hash:
+                raise StoreError(f"the patch for {patch.path} does not reproduce its after-state; its record is damaged")
+            self._remember(patch.after_hash, data)
+        return data
 
+    def _producer(self, digest: str, before_index: int) -> int | None:
+        """The oldest patch before ``before_index`` that produced ``digest`` (it depends only on earlier ones)."""
+        for index in self._producers.get(digest, ()):
+            if index < before_index and self.patches[index].patch_ref != NOT_KEPT:
+                return index
+        return None
+
+    def _remember(self, digest: str, data: bytes) -> None:
+        self._cache[digest] = data
+        self._cache_bytes += len(data)
+        while self._cache_bytes > CACHE_BYTES and self._cache:
+            oldest = next(iter(self._cache))
+            self._cache_bytes -= len(self._cache.pop(oldest))
 
     def _base_known(self, patch: FilePatchEntry) -> bool:
         """A patch reproduces its after-state only from a before-state that is itself known (or from nothing)."""
