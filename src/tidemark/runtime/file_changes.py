@@ -203,7 +203,7 @@ class FileChanges:
         for patch in reversed(chain):
             data = apply_patch(data, self.session.content(patch.patch_ref.removeprefix("blob:")))
             if content_hash(data) != patch.after_hash:
-                raise StoreError(f"the patch for {patch.path} does not reproduce its after-state; its record is damaged")
+                raise StoreError(f"the patch for {patch.path} does not reproduce its result; its record is damaged")
             self._remember(patch.after_hash, data)
         return data
 
