@@ -137,7 +137,6 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     # never copies a call's input (a step of ten 50 KB writes would otherwise log each input ten times).
     pending_tool_calls: tuple[str, ...] = ()
     next_turn: int = 0
-    task: str = ""
     patches_len: int = 0  # file patches recorded before this checkpoint: rollback_files undoes the ones after
     git_head: str | None = None  # HEAD when the checkpoint was taken (None outside git)
 

@@ -86,6 +86,7 @@ def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
     side_effects=("filesystem_write",),
     probe=_write_probe,
     writes=lambda args: [str(args.get("path", ""))],
+    content_arg="content",
 )
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Write a file of the workspace (parent folders are created)."""

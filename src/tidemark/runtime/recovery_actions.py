@@ -318,7 +318,7 @@ def compensator_tool(session: RunSession, tool: Tool) -> Tool:
 
     def run(ctx: ToolContext, ledger_entry_id: str) -> Any:
         original = session.ledger[ledger_entry_id]
-        return compensator(ctx, dict(original.input), session.load_result(original.result_ref))
+        return compensator(ctx, session.call_input(original), session.load_result(original.result_ref))
 
     definition = tool.compensator_definition or ToolDefinition(
         name="", idempotency="non_idempotent", replay_policy="ask", risk_level="medium"

@@ -26,6 +26,7 @@ import msgspec
 from tidemark.core.blobs import make_blob, open_blob
 from tidemark.core.hashing import content_hash, idempotency_key, input_hash
 from tidemark.core.ledger import attempts, check_transition, settle_after_crash
+from tidemark.core.patches import apply_patch, make_patch
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import RunView, build_view
 from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure, UnknownToolError
@@ -49,7 +50,7 @@ from tidemark.records import (
     ToolLedgerEntry,
 )
 from tidemark.runtime import failpoints
-from tidemark.runtime.file_changes import FileChanges
+from tidemark.runtime.file_changes import FileBefore, FileChanges
 from tidemark.runtime.processes import ProcessNotes, kill_leftovers
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
 from tidemark.store.base import Claim, LogRecord, Store
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 _encoder = msgspec.json.Encoder()
 HEARTBEAT_SECONDS = 10.0  # an owner on another host is presumed dead after 30 s without one
 TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
+COMPACT_BYTES = 1024  # a file writer's content argument at least this long is logged as a patch
 
 
 def now() -> str:
@@ -331,7 +333,6 @@ class RunSession:
             model_config=self.model_config,
             pending_tool_calls=tuple(call.call_id for call in self.pending),
             next_turn=self.next_turn,
-            task=self.info.task,
             patches_len=len(self.patches),
             git_head=read_head(self.git_dir) if self.git_dir else None,
         )
@@ -384,14 +385,15 @@ class RunSession:
             processes=self.processes,
         )
 
-    def _ledger(self, entry: ToolLedgerEntry) -> None:
+    def _ledger(self, entry: ToolLedgerEntry, *, logged_input: dict[str, Any] | None = None) -> None:
         previous = self.ledger.get(entry.call_id)
         check_transition(previous, entry)
         if entry.status == "started":
             self._attempts[entry.call_id] = self.attempts(entry.call_id) + 1
         self.ledger[entry.call_id] = entry
         # The input is logged once, with the first entry of a call; later states inherit it (see core.ledger.fold).
-        self._add(msgspec.structs.replace(entry, input={}) if previous is not None else entry)
+        logged = {} if previous is not None else (entry.input if logged_input is None else logged_input)
+        self._add(entry if logged is entry.input else msgspec.structs.replace(entry, input=logged))
 
     def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
         """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here."""
@@ -409,7 +411,8 @@ class RunSession:
         if existing is None:
             if tool is None:
                 return self._refuse_unknown(call, step_id, str(_unknown(self.registry, call.tool)))
-            planned = self._plan(tool, call, step_id)
+            befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
+            planned = self._plan(tool, call, step_id, befores)
         else:
             if existing.input_hash != input_hash(call.args) or existing.tool_name != call.tool:
                 raise ResumeError(
@@ -431,9 +434,9 @@ class RunSession:
             if existing.status == "started":
                 self._ledger(msgspec.structs.replace(existing, status="uncertain"))
             planned = self.ledger[call.call_id]
+            befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
         ctx = self.context_for(call, step_id)
         failpoints.hit("before_started", call.tool)
-        befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
         if tool.captures_workspace:
             hints = tool.capture_hints(call.args) if tool.capture_hints else ()
             self.capture().before_command(hints)  # the user's changes so far are settled, not blamed on the command
@@ -464,7 +467,7 @@ class RunSession:
         failpoints.hit("after_outcome", call.tool)
         return message
 
-    def _plan(self, tool: Tool, call: ToolCall, step_id: str) -> ToolLedgerEntry:
+    def _plan(self, tool: Tool, call: ToolCall, step_id: str, befores: list[FileBefore]) -> ToolLedgerEntry:
         found = tool.classify(call.args)
         planned = ToolLedgerEntry(
             call_id=call.call_id,
@@ -482,8 +485,29 @@ class RunSession:
             planned_at=now(),
             compensates=str(call.args.get("ledger_entry_id")) if tool.compensates else None,
         )
-        self._ledger(planned)
+        self._ledger(planned, logged_input=self._compact_input(tool, call.args, befores))
         return planned
+
+    def _compact_input(self, tool: Tool, args: dict[str, Any], befores: list[FileBefore]) -> dict[str, Any]:
+        """A file writer's new content is logged as a patch against the file's before-state, so 100 one-line edits
+        of a large file cost 100 small patches here too (the file patch recorded after it is the same bytes)."""
+        value = args.get(tool.content_arg) if tool.content_arg else None
+        if not isinstance(value, str) or len(value) < COMPACT_BYTES or len(befores) != 1:
+            return args
+        before = befores[0]
+        if before.content is None:
+            return args
+        patch = self.put_content(make_patch(before.content, value.encode()))
+        return {**args, tool.content_arg: {"$patch": f"blob:{patch}", "base": before.hash}}  # type: ignore[dict-item]
+
+    def call_input(self, entry: ToolLedgerEntry) -> dict[str, Any]:
+        """A call's input as it was given (a compacted content argument is rebuilt from its patch)."""
+        expanded = dict(entry.input)
+        for key, value in entry.input.items():
+            if isinstance(value, dict) and set(value) == {"$patch", "base"}:
+                base = self.files.version(key, str(value["base"]))
+                expanded[key] = apply_patch(base, self.content(str(value["$patch"]).removeprefix("blob:"))).decode()
+        return expanded
 
     def _finish_pending(self, call: ToolCall) -> None:
         """The call is settled: it leaves the pending list, and the tool-end checkpoint makes that durable."""
@@ -502,9 +526,10 @@ class RunSession:
         tool = self.registry.get(entry.tool_name) if entry.tool_name in self.registry else None
         if tool is None or tool.probe is None or entry.status not in ("started", "uncertain"):
             return None
-        ctx = self.context_for(ToolCall(call_id=entry.call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
+        args = self.call_input(entry)
+        ctx = self.context_for(ToolCall(call_id=entry.call_id, tool=entry.tool_name, args=args), entry.step_id)
         try:
-            result = tool.probe(ctx, entry.input)
+            result = tool.probe(ctx, args)
         except Exception:  # a probe that cannot tell is "unknown", never a reason to re-run
             result = "unknown"
         self.probes[entry.call_id] = result

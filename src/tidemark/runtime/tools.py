@@ -58,6 +58,7 @@ class Tool:
     # programs): use it when the paths cannot be named up front with ``writes``.
     captures_workspace: bool = False
     capture_hints: WritesFn | None = None  # paths the call may change, to keep ahead (run_command: from its line)
+    content_arg: str | None = None  # the argument holding a written file's new content (logged as a patch)
 
     def __post_init__(self) -> None:
         check_definition(self.definition)
@@ -93,6 +94,7 @@ def tool(
     compensator: Compensator | None = None,
     captures_workspace: bool = False,
     capture_hints: WritesFn | None = None,
+    content_arg: str | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -112,6 +114,7 @@ def tool(
     compensator: Compensator | None = None,
     captures_workspace: bool = False,
     capture_hints: WritesFn | None = None,
+    content_arg: str | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. The defaults are the cautious ones: an undeclared tool is assumed unsafe to repeat."""
 
@@ -133,6 +136,7 @@ def tool(
             compensator=compensator,
             captures_workspace=captures_workspace,
             capture_hints=capture_hints,
+            content_arg=content_arg,
         )
 
     return wrap(fn) if fn is not None else wrap
