@@ -319,11 +319,21 @@ def test_a_resume_that_routed_around_damage_makes_later_checkpoints_sound_again(
     from tidemark.records import Rewind
 
     read = log(
-        message(0), checkpoint(1, 1), message(1), checkpoint(2, 2),
+        message(0),
+        checkpoint(1, 1),
+        message(1),
+        checkpoint(2, 2),
         Rewind(history_len=1, checkpoint_id="ckpt_1", reason="resume", at="t"),
-        message(1), checkpoint(3, 2),
+        message(1),
+        checkpoint(3, 2),
         skip={3},
     )
     view = build_view(INFO, read)
     assert [c.complete for c in view.checkpoints] == [True, False, True]
     assert view.latest_complete_checkpoint().checkpoint.checkpoint_id == "ckpt_3"
+
+
+def test_a_probe_that_cannot_tell_asks_a_person_even_for_an_auto_call():
+    conditional = entry("uncertain", "conditional", "auto", "low")
+    assert decide_replay(conditional, probe="unknown").action == "wait_decision"
+    assert decide_replay(conditional).action == "rerun"  # no probe: the tool checks its condition itself

@@ -356,3 +356,32 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
                         assert snapshot() == before
             run = tm.resume("r")
     run.close()
+
+
+def test_a_write_rerun_after_a_crash_never_overwrites_an_edit_made_meanwhile(workspace):
+    (workspace / "f.txt").write_text("original\n")
+    tm = tidemark.open(workspace=str(workspace))
+
+    class Crash(BaseException):
+        pass
+
+    from tidemark.runtime import builtin
+
+    run = tm.start("t", run_id="r")
+    original_fn = builtin.write_file.fn
+    try:
+        object.__setattr__(builtin.write_file, "fn", lambda ctx, path, content: (_ for _ in ()).throw(Crash()))
+        with pytest.raises(Crash):
+            run.call("write_file", {"path": "f.txt", "content": "agent\n"}, call_id="w1")
+    finally:
+        object.__setattr__(builtin.write_file, "fn", original_fn)
+    run.session.store.release(run.session.claim)
+    (workspace / "f.txt").write_text("USER WORK\n")  # edited after the crash, before the resume
+    with pytest.raises(tidemark.DecisionNeeded):
+        tm.resume("r")
+    assert (workspace / "f.txt").read_text() == "USER WORK\n"
+    resumed = tm.resume("r", replay=["w1"])  # the person decides to write anyway: the user's bytes are kept
+    with resumed:
+        resumed.call("write_file", {"path": "f.txt", "content": "agent\n"}, call_id="w1")
+        patch = [p for p in resumed.session.patches if p.tool_call_id == "w1"][-1]
+        assert resumed.session.files.version("f.txt", patch.before_hash) == b"USER WORK\n"

@@ -55,6 +55,9 @@ def decide_replay(
         return outcome("take_outcome", "uncertain; its probe shows the effect already happened")
     if probe == "not_done":
         return outcome("rerun", "uncertain; its probe shows the effect did not happen")
+    if probe == "unknown" and entry.replay_policy != "never":
+        # The probe could not verify the call's condition (someone changed what it acts on): a person decides.
+        return outcome("wait_decision", f"uncertain, and its probe cannot tell ({label}): --replay or --skip")
     if entry.replay_policy == "never":
         return outcome(
             "report_uncertain",

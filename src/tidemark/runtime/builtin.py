@@ -74,9 +74,14 @@ def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
 
 
 def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
-    """Done when the file already holds exactly the content the call was to write."""
-    current = ctx.workspace.hash(str(args.get("path", "")))
-    return "done" if current == content_hash(str(args.get("content", "")).encode()) else "not_done"
+    """Done when the file holds exactly the content the call was to write; not done when it still holds what it
+    held before the call; anything else (someone changed it since) is for a person to decide."""
+    path = str(args.get("path", ""))
+    current = ctx.workspace.hash(path) or ""
+    if current == content_hash(str(args.get("content", "")).encode()):
+        return "done"
+    before = ctx.before_hashes.get(ctx.workspace.relative(path))
+    return "not_done" if before is not None and current == before else "unknown"
 
 
 @tool(

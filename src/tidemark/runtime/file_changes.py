@@ -63,12 +63,12 @@ class FileChanges:
         for the first attempt, so changes that attempt made before dying are not mistaken for the starting point."""
         recorded = self.session.befores.get(call_id)
         if recorded:
-            return [self._recalled(state) for state in recorded]
+            return [self._again(call_id, state) for state in recorded]
         states = []
         for path in dict.fromkeys(paths):
             try:
-                absolute = self.session.workspace.locate(path)
-                rel = absolute[len(self.session.workspace.root) + 1 :]
+                # The file a write lands in: through a symlink inside the workspace, that is the link's target.
+                rel = self.session.workspace.relative(path)
                 data, mode = self.session.workspace.snapshot(rel)
             except ToolFailure:
                 continue  # the tool itself refuses such a path; nothing will be written there
@@ -80,6 +80,20 @@ class FileChanges:
             self.session.add_record(record)
             states.append(state)
         return states
+
+    def _again(self, call_id: str, state: FileBeforeState) -> FileBefore:
+        """The before-state for a re-run after a crash. The file as it is now decides: unchanged, the recorded
+        state; changed to content the run knows (the interrupted attempt's own work), that change is recorded as
+        the call's and the re-run starts from it; changed to anything else (someone's new bytes), those bytes are
+        kept and the re-run starts from them, so nothing they wrote is lost or blamed on the agent."""
+        data, mode = self.session.workspace.snapshot(state.path)
+        digest = ABSENT if data is None else content_hash(data)
+        if digest == state.before_hash and mode == state.before_mode:
+            return self._recalled(state)
+        if digest == ABSENT or digest in self._reproducible:
+            self.record(call_id, self._recalled(state), data, mode)
+            return FileBefore(state.path, digest, mode, data, None if data is None else f"blob:{digest}")
+        return self.describe(state.path, data, mode)
 
     def _recalled(self, state: FileBeforeState) -> FileBefore:
         content = None

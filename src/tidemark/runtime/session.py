@@ -383,6 +383,7 @@ class RunSession:
             workspace=self.workspace,
             save_artifact=self.save_artifact,
             processes=self.processes,
+            before_hashes={state.path: state.before_hash for state in self.befores.get(call.call_id, ())},
         )
 
     def _ledger(self, entry: ToolLedgerEntry, *, logged_input: dict[str, Any] | None = None) -> None:

@@ -34,6 +34,7 @@ class ToolContext:
     workspace: Workspace
     save_artifact: Callable[[str, bytes], str] = field(repr=False)
     processes: ProcessNotes = field(default_factory=lambda: ProcessNotes(None), repr=False)
+    before_hashes: dict[str, str] = field(default_factory=dict)  # for a probe: what each path held when it started
 
 
 ToolFn = Callable[..., Any]
