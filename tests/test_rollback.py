@@ -385,3 +385,30 @@ def test_a_write_rerun_after_a_crash_never_overwrites_an_edit_made_meanwhile(wor
         resumed.call("write_file", {"path": "f.txt", "content": "agent\n"}, call_id="w1")
         patch = [p for p in resumed.session.patches if p.tool_call_id == "w1"][-1]
         assert resumed.session.files.version("f.txt", patch.before_hash) == b"USER WORK\n"
+
+
+def test_a_rollback_does_not_move_the_run_back_to_its_first_step(workspace):
+    tm = tidemark.open(workspace=str(workspace))
+    script = parse_scenario(
+        json.dumps(
+            {
+                "task": "t",
+                "turns": [
+                    {"tool_calls": [{"tool": "write_file", "args": {"path": "a", "content": "1"}}]},
+                    {"tool_calls": [{"tool": "write_file", "args": {"path": "b", "content": "2"}}]},
+                    {"text": "done"},
+                ],
+            }
+        ).encode()
+    )
+    run = tm.start(script.task, run_id="r", model=script.model)
+    with run:
+        tm.run_agent(run, tidemark.ScriptedProvider(script))
+    view = load_view(tm.store, "r")
+    first = view.checkpoints[0].checkpoint.checkpoint_id
+    before = view.latest_complete_checkpoint().checkpoint
+    tm.rollback_files("r", first)
+    after = load_view(tm.store, "r").latest_complete_checkpoint().checkpoint
+    assert (after.step, after.next_turn) == (before.step, before.next_turn)
+    explained = __import__("tidemark.inspect", fromlist=["explain"]).explain(tm.store, "r", str(workspace))
+    assert explained["workspace_drift"] == []  # the rollback's own removals are the run's, not someone else's

@@ -187,7 +187,7 @@ class Tidemark:
 
     def __init__(self, store: Store, workspace: str, *, exclude: Iterable[str] = ()) -> None:
         self.store = store
-        self.workspace = Workspace(workspace, exclude=tuple(exclude))
+        self.workspace = Workspace(workspace, exclude=tuple(exclude), protected=store.local_dir())
 
     def registry(self, tools: Iterable[Tool] = (), *, builtins: bool = True) -> ToolRegistry:
         return builtin_registry(*tools) if builtins else ToolRegistry(tools)

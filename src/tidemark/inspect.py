@@ -10,6 +10,7 @@ import msgspec
 
 from tidemark.core.recovery import expected_files, plan_resume
 from tidemark.core.rollback import UNKNOWN
+from tidemark.errors import ToolFailure
 from tidemark.core.run_view import RunView
 from tidemark.runtime.session import load_view
 from tidemark.store.base import Store
@@ -64,6 +65,13 @@ def checkpoint_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def _hash_or_none(workspace: Workspace, path: str) -> str | None:
+    try:
+        return workspace.hash(path)
+    except ToolFailure:  # a folder now, or a path that leads outside: not what the run left there
+        return "unreadable"
+
+
 _WORKSPACE_EFFECTS = frozenset({"filesystem_write", "filesystem_delete", "process"})
 
 
@@ -83,7 +91,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
     hashes = None
     if workspace is not None:
         ws = Workspace(workspace)
-        hashes = {path: ws.hash(path) for path in expected_files(view)}
+        hashes = {path: _hash_or_none(ws, path) for path in expected_files(view)}
     plan = plan_resume(view, workspace_hashes=hashes)
     at = plan.resume_from
     files: dict[str, list[str]] = {}

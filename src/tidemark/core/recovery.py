@@ -50,8 +50,8 @@ def expected_files(view: RunView) -> dict[str, tuple[str, str]]:
     finished = {call_id for call_id, entry in view.ledger.items() if entry.status == "succeeded"}
     expected: dict[str, tuple[str, str]] = {}
     for patch in view.patches:
-        if patch.after_hash and patch.tool_call_id in finished:
-            expected[patch.path] = (patch.after_hash, patch.tool_call_id)
+        if patch.tool_call_id in finished:
+            expected[patch.path] = (patch.after_hash, patch.tool_call_id)  # "" when the run removed it
     return expected
 
 
@@ -87,7 +87,7 @@ def plan_resume(
     if workspace_hashes is not None:
         for path, (expected, call_id) in expected_files(view).items():
             actual = workspace_hashes.get(path)
-            if actual != expected:
+            if (actual or "") != expected:
                 drift.append(Drift(path, expected, actual, call_id))
     return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)
 

@@ -56,7 +56,9 @@ class CommandCapture:
         self.session = session
         root = session.workspace.root
         extra = (*_tidemarkignore(root), *exclude)
-        self.rules = IgnoreRules.for_workspace(root, store_dir=session.store.local_dir(), extra=extra)
+        store_dir = session.store.local_dir()
+        store_dir = os.path.realpath(store_dir) if store_dir else None  # the root is a realpath too
+        self.rules = IgnoreRules.for_workspace(root, store_dir=store_dir, extra=extra)
         self.watcher = ChangeWatcher.start(root, self.rules)  # before the baseline scan: no change falls between
         self.stats: dict[str, FileStat] = scan(root, self.rules)
         self.known: dict[str, tuple[str, int | None]] = {}  # path -> (content hash, mode) last seen

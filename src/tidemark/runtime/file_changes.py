@@ -7,6 +7,7 @@ it), and every later version is a small patch from the one before. Binary conten
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ class FileBefore:
     ref: str | None = None
 
 
+DIRECTORY = "directory"  # the state of a path that is now a folder (a file's rollback must not touch it)
 NOT_KEPT = "none:too-large"  # the patch_ref of a change recorded by hash only
 CACHE_BYTES = 64 * 1024 * 1024  # rebuilt versions kept in memory (oldest dropped first)
 
@@ -55,6 +57,8 @@ class FileChanges:
 
     def state(self, path: str) -> FileState:
         data, mode = self.session.workspace.snapshot(path)
+        if data is None and os.path.isdir(self.session.workspace.locate(path)):
+            return FileState(hash=DIRECTORY, mode=None)  # a folder where a file was: never the agent's state
         return FileState(hash=ABSENT if data is None else content_hash(data), mode=mode)
 
     def before(self, call_id: str, paths: Iterable[str]) -> list[FileBefore]:

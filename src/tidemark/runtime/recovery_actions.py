@@ -132,6 +132,13 @@ def rollback_files(session: RunSession, checkpoint_id: str, *, dry_run: bool = F
             args={"checkpoint_id": checkpoint_id, "actions": msgspec.to_builtins(plan.actions)},
         )
         session.execute(call, f"step_{session.step}")
+        entry = session.ledger[call.call_id]
+        if entry.status != "succeeded":
+            session.commit()
+            raise ResumeError(
+                f"rollback_files to {checkpoint_id} did not finish ({entry.error or entry.status}); nothing that was "
+                "reverted is lost: see `tidemark ledger`, fix the cause, and run the rollback again"
+            )
     session.commit()
     return plan
 
@@ -164,8 +171,11 @@ def conflict_versions(
     """(before the agent, the agent's version, the file now) for a three-way view; None where absent."""
     patch = _patch_by_ref(session.patches, conflict)
     files = session.files
-    base = None if patch.before_hash == ABSENT else files.version(patch.path, patch.before_hash, patch.before_ref)
-    agent = None if patch.after_hash == ABSENT else files.version(patch.path, patch.after_hash)
+    base = agent = None
+    if patch.before_hash != ABSENT and files.restorable(patch):
+        base = files.version(patch.path, patch.before_hash, patch.before_ref)
+    if patch.after_hash != ABSENT and files.can_reproduce(patch.after_hash):
+        agent = files.version(patch.path, patch.after_hash)
     current, _ = session.workspace.snapshot(conflict.path)
     return base, agent, current
 
@@ -186,8 +196,9 @@ def describe_conflict(session: RunSession, conflict: CheckpointConflict) -> dict
 
 
 def _patch_by_ref(patches: list[FilePatchEntry], conflict: CheckpointConflict) -> FilePatchEntry:
+    # By the agent's result, not by patch_ref: equal edits share one content-addressed patch.
     for patch in reversed(patches):
-        if patch.path == conflict.path and patch.patch_ref == conflict.agent_patch_ref:
+        if patch.path == conflict.path and patch.after_hash == conflict.expected_hash:
             return patch
     raise ResumeError(f"no recorded agent change of {conflict.path} matches the conflict; the run's log is damaged")
 
@@ -234,9 +245,14 @@ def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> d
     conflict = session.conflicts.get(path)
     if conflict is None or conflict.resolution != "pending":
         raise ResumeError(f"{path!r} has no pending conflict in run {session.info.run_id!r}; see `tidemark conflicts`")
-    base, agent, current = conflict_versions(session, conflict)
     outcome: dict[str, Any] = {"path": path, "resolution": resolution}
     if resolution in ("apply_agent", "manual_merge"):
+        base, agent, current = conflict_versions(session, conflict)
+        patch = _patch_by_ref(session.patches, conflict)
+        if (patch.before_hash != ABSENT and base is None) or (resolution == "manual_merge" and agent is None):
+            raise ResumeError(
+                f"{path}: the content before the agent's change was not captured, so only --keep-user is possible"
+            )
         data: bytes | None
         if resolution == "apply_agent":
             data, clean = base, True  # what the rollback meant to do: the file as it was before the agent

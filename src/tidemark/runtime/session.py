@@ -174,11 +174,17 @@ class RunSession:
         self.probes: dict[str, ProbeResult] = {}
         self._attempts = attempts(view.ledger_entries)
         self.message_records: dict[int, Message] = dict(view.message_records)
-        self.step = 0
-        self.next_turn = 0
+        # Where the run stands, from its latest complete checkpoint: a session that only rolls back or resolves
+        # writes checkpoints too, and they must not move the run back to its first step.
+        latest = view.latest_complete_checkpoint()
+        self.step = latest.checkpoint.step if latest else 0
+        self.next_turn = latest.checkpoint.next_turn if latest else 0
         self.pending: list[ToolCall] = []
-        self.model = view.info.model
-        self.model_config = dict(view.info.model_config)
+        if latest is not None:
+            calls = {call.call_id: call for message in latest.history for call in message.tool_calls}
+            self.pending = [calls[c] for c in latest.checkpoint.pending_tool_calls if c in calls]
+        self.model = latest.checkpoint.model if latest else view.info.model
+        self.model_config = dict(latest.checkpoint.model_config if latest else view.info.model_config)
         self._seq = view.last_seq
         self._buffer: list[LogRecord] = []
         self.files = FileChanges(self)

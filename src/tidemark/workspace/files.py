@@ -11,8 +11,11 @@ from tidemark.core.hashing import content_hash
 from tidemark.errors import ToolFailure, WorkspaceError
 from tidemark.store.durable_io import fsync_dir
 
-# A symlink is recorded as this mark plus its target, so one hash and one blob describe any path's state.
+# A symlink is recorded as this mark plus its target, so one hash and one blob describe any path's state. A
+# regular file whose bytes happen to start with a mark is recorded behind FILE_MARK, so it can never come back
+# as a link.
 SYMLINK_MARK = b"\x00tidemark-symlink\x00"
+FILE_MARK = b"\x00tidemark-file\x00"
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: new files get the mode the user's umask gives, not mkstemp's 0600
@@ -23,12 +26,20 @@ class Workspace:
     left by a crash is swept there instead of littering the user's tree (same filesystem required, else the
     temp file goes beside its target)."""
 
-    def __init__(self, root: str, scratch: str | None = None, *, exclude: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        root: str,
+        scratch: str | None = None,
+        *,
+        exclude: tuple[str, ...] = (),
+        protected: str | None = None,
+    ) -> None:
         if not os.path.isdir(root):
             raise WorkspaceError(f"workspace {root!r} is not a directory; create it or pass an existing --workspace")
         self.root = os.path.realpath(root)
         self.scratch = scratch
         self.exclude = exclude  # gitignore-style patterns no capture of command changes looks at
+        self.protected = os.path.realpath(protected) if protected else None  # the store: no tool writes there
 
     def for_run(self, scratch: str | None) -> Workspace:
         """The same workspace, staging its writes in a run's own scratch folder; leftovers there are removed."""
@@ -38,7 +49,7 @@ class Workspace:
                 if name.startswith(".tidemark-"):  # writes a crash interrupted; other notes belong to others
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(scratch, name))
-        return Workspace(self.root, scratch, exclude=self.exclude)
+        return Workspace(self.root, scratch, exclude=self.exclude, protected=self.protected)
 
     def _staging_dir(self, directory: str) -> str:
         if self.scratch is not None and os.stat(self.scratch).st_dev == os.stat(directory).st_dev:
@@ -52,7 +63,12 @@ class Workspace:
         joined = os.path.realpath(os.path.join(self.root, rel))
         if joined != self.root and not joined.startswith(self.root + os.sep):
             raise ToolFailure(f"path {rel!r} leads outside the workspace; only paths inside {self.root} are allowed")
+        self._check_protected(rel, joined)
         return joined
+
+    def _check_protected(self, rel: str, absolute: str) -> None:
+        if self.protected and (absolute == self.protected or absolute.startswith(self.protected + os.sep)):
+            raise ToolFailure(f"path {rel!r} is inside tidemark's store; tools may not touch it")
 
     def relative(self, rel: str) -> str:
         return os.path.relpath(self.resolve(rel), self.root)
@@ -67,6 +83,7 @@ class Workspace:
         name = os.path.basename(rel)
         if name in ("", ".", ".."):
             raise ToolFailure(f"path {rel!r} names no file")
+        self._check_protected(rel, os.path.join(parent, name))
         return os.path.join(parent, name)
 
     def snapshot(self, rel: str) -> tuple[bytes | None, int | None]:
@@ -91,7 +108,7 @@ class Workspace:
             return
         if os.path.islink(path):
             os.unlink(path)  # never write through a link: replace the link itself
-        self.write(rel, data, mode=mode)
+        self.write(rel, data.removeprefix(FILE_MARK) if data.startswith(FILE_MARK) else data, mode=mode)
 
     def read(self, rel: str) -> bytes | None:
         """The file's content, or None when it does not exist."""
@@ -151,6 +168,9 @@ def read_state(path: str) -> tuple[bytes | None, int | None]:
         return None, None
     try:
         with open(path, "rb") as handle:
-            return handle.read(), info.st_mode & 0o7777
+            data = handle.read()
     except FileNotFoundError:
         return None, None
+    if data.startswith((SYMLINK_MARK, FILE_MARK)):
+        data = FILE_MARK + data
+    return data, info.st_mode & 0o7777
