@@ -10,8 +10,8 @@ import msgspec
 
 from tidemark.core.recovery import expected_files, plan_resume
 from tidemark.core.rollback import UNKNOWN
-from tidemark.errors import ToolFailure
 from tidemark.core.run_view import RunView
+from tidemark.errors import ToolFailure
 from tidemark.runtime.session import load_view
 from tidemark.store.base import Store
 from tidemark.store.liveness import process_is_alive
