@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -269,3 +270,30 @@ def test_files_a_command_line_names_are_kept_ahead_even_never_seen_without_git(w
     assert not plan.unrestorable
     assert (workspace / "config.ini").read_text() == "from before the run\n"
     assert (workspace / "logs" / "a.log").read_text() == "old log\n"
+
+
+def test_commit_leaves_out_a_file_that_held_the_users_uncommitted_work(workspace):
+    make_repo(workspace)
+    (workspace / "tracked.txt").write_text("committed\nthe user's WIP\n")
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("write_file", {"path": "tracked.txt", "content": "committed\nthe user's WIP\nagent\n"}, call_id="w1")
+        run.call("write_file", {"path": "fresh.py", "content": "x = 1\n"}, call_id="w2")
+    ours, since = tm.agent_changes("r")
+    assert ours == ["fresh.py"] and since == ["tracked.txt"]
+
+
+def test_a_file_uncovered_by_a_gitignore_edit_is_the_users_not_the_commands(workspace, watch_mode):
+    make_repo(workspace)
+    (workspace / ".gitignore").write_text("build/\n.env\n")
+    git(workspace, "commit", "-qam", "ignore .env")
+    (workspace / ".env").write_text("SECRET=1\n")
+    time.sleep(0.2)  # the user's file is older than the command (file times have a coarse clock)
+    tm = tidemark.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": "sleep 0.1; sed -i '/.env/d' .gitignore"}, call_id="c1")
+    assert [p.path for p in load_view(tm.store, "r").patches] == [".gitignore"]
+    tm.rollback_files("r", start)
+    assert (workspace / ".env").read_text() == "SECRET=1\n"
+    assert (workspace / ".gitignore").read_text() == "build/\n.env\n"

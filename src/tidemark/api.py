@@ -23,12 +23,14 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
-from tidemark.core.recovery import ResumePlan, last_completed_step
+from tidemark.core.hashing import content_hash
+from tidemark.core.recovery import ResumePlan, last_completed_step, plan_resume
 from tidemark.core.rollback import RollbackPlan
 from tidemark.errors import ResumeError, ToolRegistrationError
 from tidemark.records import (
     Checkpoint,
     ConflictResolution,
+    FilePatchEntry,
     Idempotency,
     Message,
     ReplayPolicy,
@@ -306,20 +308,27 @@ class Tidemark:
             return actions.compensate(session, ledger_entry_id, assume_done=assume_done)
 
     def agent_changes(self, run_id: str) -> tuple[list[str], list[str]]:
-        """Paths holding exactly what the agent last left there (its diff), and paths changed since (the user's)."""
+        """Paths holding exactly what the agent last left there (its diff), and paths that are not only the agent's:
+        changed since it wrote them, or holding uncommitted work of the user's from before the agent touched them."""
+        from tidemark.workspace.git import head_blob_ids
+
+        head = head_blob_ids(self.workspace.root)
         with self._session(run_id, read_only=True) as session:
+            first: dict[str, FilePatchEntry] = {}
             last: dict[str, str] = {}
             for patch in session.patches:
+                first.setdefault(patch.path, patch)
                 last[patch.path] = patch.after_hash
             ours: list[str] = []
             since: list[str] = []
             for path, after in sorted(last.items()):
-                (ours if session.files.state(path).hash == after else since).append(path)
+                clean_base = _matches_head(session, first[path], head.get(path))
+                (ours if clean_base and session.files.state(path).hash == after else since).append(path)
             return ours, since
 
     def commit(self, run_id: str, message: str | None = None) -> tuple[str, list[str], list[str]]:
         """Commit the agent's changes only (never the user's other work), when the user asks. Returns the commit,
-        the paths committed and the paths left out because they changed after the agent wrote them."""
+        the paths committed and the paths left out."""
         from tidemark.workspace.git import commit_paths
 
         ours, since = self.agent_changes(run_id)
@@ -340,15 +349,28 @@ class Tidemark:
 
     def plan(self, run_id: str) -> ResumePlan:
         """What a resume would do now, without claiming the run or running anything."""
-        from tidemark.core.recovery import plan_resume
-
         return plan_resume(load_view(self.store, run_id))
 
     def close(self) -> None:
         self.store.close()
 
 
-def open(url: str | None = None, *, workspace: str = ".") -> Tidemark:
-    """Open a store (``file:PATH``, a bare path, or ``postgresql://...``) for a workspace."""
+def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | None) -> bool:
+    """Did the agent start from HEAD's version of the path (so a commit of it holds nothing of the user's)?"""
+    if head_blob is None:
+        return first.before_hash == ""
+    if first.before_ref == f"git:{head_blob}":
+        return True
+    from tidemark.workspace.git import read_blob
+
+    data = read_blob(session.workspace.root, head_blob)
+    return data is not None and content_hash(data) == first.before_hash
+
+
+def open(
+    url: str | None = None, *, workspace: str = ".", exclude: Iterable[str] = ()
+) -> Tidemark:
+    """Open a store (``file:PATH``, a bare path, or ``postgresql://...``) for a workspace. ``exclude`` adds
+    gitignore-style patterns that captures of command changes never look at (as does WORKSPACE/.tidemarkignore)."""
     workspace = os.path.abspath(workspace)
-    return Tidemark(open_store(url or default_store_url(workspace)), workspace)
+    return Tidemark(open_store(url or default_store_url(workspace)), workspace, exclude=exclude)

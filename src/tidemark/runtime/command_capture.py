@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
 STATE_FILE = "capture-state.msgpack"
 HINT_LIMIT = 10_000  # paths a command line may name for saving ahead (a glob over a huge tree stops here)
+WINDOW_SLACK_NS = 50_000_000  # file times come from a coarse clock: only clearly older changes predate a command
 SAVE_SECONDS = 10.0  # a crashed session loses at most this much of what its capture learnt (it is re-learnt)
 
 
@@ -85,6 +86,7 @@ class CommandCapture:
             self._state_path = os.path.join(scratch, STATE_FILE)
             self._catch_up()
         self._saved_at = time.monotonic()
+        self._window_start = time.time_ns()
 
     def _catch_up(self) -> None:
         """Learn what changed while no capture of this run was watching (between sessions, after a crash):
@@ -150,6 +152,7 @@ class CommandCapture:
         so even a file nothing of the run has seen yet can be put back after ``sed -i`` or ``rm``."""
         for path in self._changed():
             self._learn(path)
+        self._window_start = time.time_ns()
         for path in self._expand(hints):
             if path not in self.known and path not in self.git_clean:
                 self._learn(path)
@@ -176,6 +179,11 @@ class CommandCapture:
     def after_command(self, call_id: str) -> list[FilePatchEntry]:
         recorded = []
         for path, old in sorted(self._changed().items()):
+            info = self.stats.get(path)
+            if old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS:
+                # Not changed during the command, merely visible now (its ignore rule went away): the user's file.
+                self._learn(path)
+                continue
             before = self._before(path, old)
             entry: FilePatchEntry | None
             if self._large(path):

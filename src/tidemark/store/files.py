@@ -86,6 +86,10 @@ class FileStore(Store):
         self.url = f"file:{self.root}"
         self._runs = os.path.join(self.root, "runs")
         os.makedirs(self._runs, exist_ok=True)
+        ignore = os.path.join(self.root, ".gitignore")
+        if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
+            with open(ignore, "w") as handle:
+                handle.write("# tidemark's store: not for version control\n*\n")
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._log_fds: dict[str, int] = {}
         self._lock_fds: dict[str, int] = {}
