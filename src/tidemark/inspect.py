@@ -12,6 +12,7 @@ from tidemark.core.recovery import expected_files, plan_resume
 from tidemark.core.rollback import UNKNOWN
 from tidemark.core.run_view import RunView
 from tidemark.errors import ToolFailure
+from tidemark.runtime.file_changes import NOT_KEPT
 from tidemark.runtime.session import load_view
 from tidemark.store.base import Store
 from tidemark.store.liveness import process_is_alive
@@ -130,6 +131,11 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
             {"path": p.path, "call_id": p.tool_call_id, "why": "content before it was never captured"}
             for p in view.patches
             if p.before_hash == UNKNOWN
+        ]
+        + [
+            {"path": p.path, "call_id": p.tool_call_id, "why": "larger than 64 MiB: recorded by hash only"}
+            for p in view.patches
+            if p.patch_ref == NOT_KEPT
         ],
         "needs_decision": [
             {"call_id": r.entry.call_id, "tool": r.entry.tool_name, "why": r.decision.why} for r in plan.needs_decision

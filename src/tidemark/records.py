@@ -94,7 +94,6 @@ class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True):
     before_ref: str | None = None  # where the before-content is kept: "blob:<hash>", "git:<blob id>", or None
     before_mode: int | None = None  # permission bits (None when absent)
     after_mode: int | None = None
-    symlink: bool = False  # the path is a symlink: its content is the link target, never followed
 
 
 class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True):

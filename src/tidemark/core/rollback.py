@@ -13,6 +13,7 @@ a file already at its target is left alone, so a rollback interrupted half-way i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import msgspec
 
@@ -108,7 +109,7 @@ def plan_rollback(
     return RollbackPlan(checkpoint_id=checkpoint_id, actions=actions, conflicts=conflicts, unrestorable=unrestorable)
 
 
-ActionStep = str  # "apply" | "done" | "conflict"
+ActionStep = Literal["apply", "done", "conflict"]
 
 
 def action_step(action: FileAction, now: FileState) -> ActionStep:

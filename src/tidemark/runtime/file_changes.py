@@ -129,18 +129,32 @@ class FileChanges:
         after_hash = ABSENT if data is None else content_hash(data)
         if after_hash == before.hash and mode == before.mode:
             return None
+        patch_ref = "blob:" + self.session.put_content(make_patch(before.content or b"", data or b""))
+        entry = self._append(call_id, before, after_hash, mode, patch_ref)
+        if data is not None:
+            self._remember(after_hash, data)
+        if after_hash and self._base_known(entry):
+            self._reproducible.add(after_hash)
+        return entry
+
+    def record_large(self, call_id: str, before: FileBefore, after_hash: str, mode: int | None) -> FilePatchEntry:
+        """A file too large to keep: its change is recorded by hash only (it can be detected, not put back)."""
+        return self._append(call_id, before, after_hash, mode, NOT_KEPT)
+
+    def _append(
+        self, call_id: str, before: FileBefore, after_hash: str, mode: int | None, patch_ref: str
+    ) -> FilePatchEntry:
         if before.hash == ABSENT:
             op: PatchOp = "create"
-        elif data is None:
+        elif after_hash == ABSENT:
             op = "delete"
         else:
             op = "modify" if after_hash != before.hash else "chmod"
-        patch = make_patch(before.content or b"", data or b"")
         entry = FilePatchEntry(
             path=before.path,
             before_hash=before.hash,
             after_hash=after_hash,
-            patch_ref="blob:" + self.session.put_content(patch),
+            patch_ref=patch_ref,
             tool_call_id=call_id,
             created_at=self.session.clock(),
             op=op,
@@ -151,29 +165,7 @@ class FileChanges:
         self.patches.append(entry)
         self._producers.setdefault(after_hash, []).append(len(self.patches) - 1)
         self.session.add_record(entry)
-        if data is not None:
-            self._remember(after_hash, data)
-        if after_hash and self._base_known(entry):
-            self._reproducible.add(after_hash)
         self.session.trace("file_patch", path=before.path, call_id=call_id, op=op)
-        return entry
-
-    def record_large(self, call_id: str, before: FileBefore, after_hash: str, mode: int | None) -> FilePatchEntry:
-        """A file too large to keep: its change is recorded by hash only (it can be detected, not put back)."""
-        entry = FilePatchEntry(
-            path=before.path,
-            before_hash=before.hash,
-            after_hash=after_hash,
-            patch_ref=NOT_KEPT,
-            tool_call_id=call_id,
-            created_at=self.session.clock(),
-            op="create" if before.hash == ABSENT else "modify",
-            before_ref=before.ref,
-            before_mode=before.mode,
-            after_mode=mode,
-        )
-        self.patches.append(entry)
-        self.session.add_record(entry)
         return entry
 
     # versions ---------------------------------------------------------------------------------------------
@@ -182,7 +174,7 @@ class FileChanges:
 
     def restorable(self, patch: FilePatchEntry) -> bool:
         """Can the content before ``patch`` be reproduced? (absent always can: it means remove)"""
-        return patch.before_hash == ABSENT or patch.before_hash in self._reproducible or _in_git(patch.before_ref)
+        return patch.before_hash != UNKNOWN and self._base_known(patch)
 
     def version(self, path: str, digest: str, ref: str | None = None) -> bytes:
         """Reproduce content this run recorded, verified by its hash."""

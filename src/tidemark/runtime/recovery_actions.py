@@ -217,7 +217,9 @@ def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool
         )
     )
     clean = not any(line.startswith("<<<<<<<") for line in lines)
-    return "".join(lines).encode(errors="surrogateescape"), clean
+    # A last line without its newline must not run into the marker that follows it.
+    fixed = [line + "\n" if not line.endswith("\n") and i + 1 < len(lines) else line for i, line in enumerate(lines)]
+    return "".join(fixed).encode(errors="surrogateescape"), clean
 
 
 def resolve_tool(session: RunSession) -> Tool:
