@@ -30,6 +30,7 @@ from tidemark.records import (
     RunInfo,
     ToolDefinition,
     ToolLedgerEntry,
+    to_plain,
 )
 from tidemark.store.base import LogProblem, LogRead, LogRecord
 
@@ -204,7 +205,7 @@ def test_recovery_actions_use_the_seeds_type_names():
 
 def test_conflict_defaults_to_pending_and_keeps_seed_field_names():
     conflict = CheckpointConflict(path="a", expected_hash="x", actual_hash="y", agent_patch_ref="blob:z")
-    assert msgspec.to_builtins(conflict) == {
+    assert to_plain(conflict) == {
         "path": "a",
         "expected_hash": "x",
         "actual_hash": "y",

@@ -6,12 +6,11 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
-
 from tidemark.core.recovery import expected_files, plan_resume
 from tidemark.core.rollback import UNKNOWN
 from tidemark.core.run_view import RunView
 from tidemark.errors import ToolFailure
+from tidemark.records import to_plain
 from tidemark.runtime.file_changes import NOT_KEPT
 from tidemark.runtime.session import load_view
 from tidemark.store.base import Store
@@ -48,9 +47,8 @@ def status_row(store: Store, run_id: str) -> dict[str, Any]:
 
 
 def ledger_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
-    import msgspec
 
-    return [msgspec.to_builtins(entry) for entry in load_view(store, run_id).ledger.values()]
+    return [to_plain(entry) for entry in load_view(store, run_id).ledger.values()]
 
 
 def checkpoint_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
@@ -126,7 +124,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
             }
             for r in plan.calls
         ],
-        "conflicts": [msgspec.to_builtins(c) for c in view.conflicts.values() if c.resolution == "pending"],
+        "conflicts": [to_plain(c) for c in view.conflicts.values() if c.resolution == "pending"],
         "not_restorable": [
             {"path": p.path, "call_id": p.tool_call_id, "why": "content before it was never captured"}
             for p in view.patches

@@ -29,7 +29,7 @@ RISK_LEVEL_VALUES: tuple[RiskLevel, ...] = ("low", "medium", "high")
 JSONValue = Any  # tool inputs and outputs are arbitrary JSON
 
 
-class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True):
+class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a tool declares about itself (§8.7); classification may still depend on the input."""
 
     name: str
@@ -40,7 +40,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True):
     description: str = ""
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A tool call as the model asked for it."""
 
     call_id: str
@@ -48,7 +48,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     args: dict[str, JSONValue] = msgspec.field(default_factory=dict)
 
 
-class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True):
+class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One state of one tool call (§8.2). The ledger appends a new entry per transition; the last one wins.
 
     Beyond the seed's fields: ``run_id``, the call's ``input`` (needed to re-run it), the stable
@@ -77,7 +77,7 @@ class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True):
     compensates: str | None = None  # for a compensating call: the ledger entry it compensates
 
 
-class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True):
+class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A file change made by a tool call (§8.4): hashes before and after, and a reference to the patch.
 
     ``after_hash`` is empty while the write is under way (the before-state is recorded durably first).
@@ -96,7 +96,7 @@ class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True):
     after_mode: int | None = None
 
 
-class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True):
+class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A path's state just before a call may change it, durable before the call runs; the call's FilePatchEntry
     (written after) completes it. A call re-run after a crash is compared against this, not against the file as
     the crash left it, so the changes of the interrupted attempt are recorded too."""
@@ -108,7 +108,7 @@ class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True):
     before_mode: int | None = None
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One entry of the append-only message history; checkpoints point into it by ``seq``."""
 
     seq: int
@@ -120,7 +120,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     turn: int | None = None
 
 
-class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Run state at a fixed point (§8.3). It references the history by length, never copies it."""
 
     checkpoint_id: str
@@ -149,7 +149,7 @@ class RestoreSession(msgspec.Struct, frozen=True, kw_only=True, tag="restore_ses
 
 
 class CompensateExternalAction(
-    msgspec.Struct, frozen=True, kw_only=True, tag="compensate_external_action", tag_field="type"
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag="compensate_external_action", tag_field="type"
 ):
     ledger_entry_id: str
 
@@ -158,7 +158,7 @@ class CompensateExternalAction(
 RecoveryAction = RollbackFiles | RestoreSession | CompensateExternalAction
 
 
-class CheckpointConflict(msgspec.Struct, frozen=True, kw_only=True):
+class CheckpointConflict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A file the user changed after the agent did (§8.9); it is never overwritten silently."""
 
     path: str
@@ -168,7 +168,7 @@ class CheckpointConflict(msgspec.Struct, frozen=True, kw_only=True):
     resolution: ConflictResolution = "pending"
 
 
-class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
+class RunInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A run's header: what it was started with."""
 
     run_id: str
@@ -180,7 +180,7 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     scenario: dict[str, JSONValue] | None = None
 
 
-class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
+class RunEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A change of the run's own status (started, resumed, waiting for a decision, completed, failed)."""
 
     status: RunStatus
@@ -189,7 +189,7 @@ class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
     generation: int = 0
 
 
-class CallDecision(msgspec.Struct, frozen=True, kw_only=True):
+class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a person (``--replay``/``--skip``) or a probe decided for an ``uncertain`` call."""
 
     call_id: str
@@ -199,7 +199,7 @@ class CallDecision(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 0  # the number of `started` entries the call had: a decision settles that attempt only
 
 
-class TraceEvent(msgspec.Struct, frozen=True, kw_only=True):
+class TraceEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Observability only: recovery never depends on the trace."""
 
     event: str
@@ -208,7 +208,7 @@ class TraceEvent(msgspec.Struct, frozen=True, kw_only=True):
     data: dict[str, JSONValue] = msgspec.field(default_factory=dict)
 
 
-class Blob(msgspec.Struct, frozen=True, kw_only=True):
+class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Content stored in the log itself, addressed by ``content_hash`` of the uncompressed bytes."""
 
     hash: str
@@ -217,7 +217,7 @@ class Blob(msgspec.Struct, frozen=True, kw_only=True):
     size: int
 
 
-class Rewind(msgspec.Struct, frozen=True, kw_only=True):
+class Rewind(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The history continues from its first ``history_len`` messages: a resume from an older checkpoint, or a
     restored session. Messages after that point stay in the log (inspectable) but leave the current branch."""
 
@@ -240,3 +240,15 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "file_before": FileBeforeState,
 }
 RECORD_KINDS: dict[type[msgspec.Struct], str] = {kind_type: kind for kind, kind_type in RECORD_TYPES.items()}
+
+
+def to_plain(value: Any) -> Any:
+    """A record as plain data with every field, defaults included (the log omits defaults to stay small; what
+    users read never does)."""
+    if isinstance(value, msgspec.Struct):
+        return {name: to_plain(getattr(value, name)) for name in value.__struct_fields__}
+    if isinstance(value, list | tuple):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    return value

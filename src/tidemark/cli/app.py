@@ -17,6 +17,7 @@ from tidemark.api import Run, Tidemark
 from tidemark.api import open as open_tidemark
 from tidemark.cli import render
 from tidemark.errors import ConfigError, ScenarioError, TidemarkError
+from tidemark.records import to_plain
 from tidemark.runtime.notify import send_notification
 from tidemark.runtime.provider import ScriptedProvider
 from tidemark.runtime.scenario import load_scenario, scenario_to_dict
@@ -269,7 +270,7 @@ def restore(
 ) -> None:
     """restore_session: the conversation and run state go back to a checkpoint, as a new branch."""
     checkpoint = _open(store, workspace).restore_session(run_id, to, with_files=with_files)
-    _emit(msgspec.to_builtins(checkpoint), as_json)
+    _emit(to_plain(checkpoint), as_json)
     if not as_json:
         out.print(f"run {run_id}: session restored to {to} as {checkpoint.checkpoint_id}; `tidemark resume` continues")
 
@@ -331,9 +332,9 @@ def history(
 ) -> None:
     """The conversation of a run (its current branch)."""
     current, abandoned = _open(store, workspace).history(run_id)
-    rows = [msgspec.to_builtins(m) | {"branch": "current"} for m in current]
+    rows = [to_plain(m) | {"branch": "current"} for m in current]
     if all_branches:
-        rows += [msgspec.to_builtins(m) | {"branch": "abandoned"} for m in abandoned]
+        rows += [to_plain(m) | {"branch": "abandoned"} for m in abandoned]
     _emit(rows, as_json, render.history_table(rows))
 
 
