@@ -186,23 +186,28 @@ def test_a_crash_half_way_through_a_rollback_is_finished_by_the_next_command(wor
     assert load_view(tm.store, "r").ledger["rollback_1"].status == "succeeded"
 
 
-def test_restore_session_branches_the_conversation_and_leaves_files(workspace):
+TWO_STEPS = {
+    "task": "t",
+    "turns": [
+        {"tool_calls": [{"tool": "write_file", "args": {"path": "a", "content": "1"}}]},
+        {"tool_calls": [{"tool": "write_file", "args": {"path": "b", "content": "2"}}]},
+        {"text": "done"},
+    ],
+}
+
+
+def two_step_run(workspace):
+    """A finished scripted run that wrote ``a`` in step 1 and ``b`` in step 2."""
     tm = tidemark.open(workspace=str(workspace))
-    script = parse_scenario(
-        json.dumps(
-            {
-                "task": "t",
-                "turns": [
-                    {"tool_calls": [{"tool": "write_file", "args": {"path": "a", "content": "1"}}]},
-                    {"tool_calls": [{"tool": "write_file", "args": {"path": "b", "content": "2"}}]},
-                    {"text": "done"},
-                ],
-            }
-        ).encode()
-    )
+    script = parse_scenario(json.dumps(TWO_STEPS).encode())
     run = tm.start(script.task, run_id="r", model=script.model)
     with run:
         tm.run_agent(run, tidemark.ScriptedProvider(script))
+    return tm, script
+
+
+def test_restore_session_branches_the_conversation_and_leaves_files(workspace):
+    tm, script = two_step_run(workspace)
     view = load_view(tm.store, "r")
     after_first = next(c for c in view.checkpoints if c.checkpoint.kind == "after_step").checkpoint
     restored = tm.restore_session("r", after_first.checkpoint_id)
@@ -388,22 +393,7 @@ def test_a_write_rerun_after_a_crash_never_overwrites_an_edit_made_meanwhile(wor
 
 
 def test_a_rollback_does_not_move_the_run_back_to_its_first_step(workspace):
-    tm = tidemark.open(workspace=str(workspace))
-    script = parse_scenario(
-        json.dumps(
-            {
-                "task": "t",
-                "turns": [
-                    {"tool_calls": [{"tool": "write_file", "args": {"path": "a", "content": "1"}}]},
-                    {"tool_calls": [{"tool": "write_file", "args": {"path": "b", "content": "2"}}]},
-                    {"text": "done"},
-                ],
-            }
-        ).encode()
-    )
-    run = tm.start(script.task, run_id="r", model=script.model)
-    with run:
-        tm.run_agent(run, tidemark.ScriptedProvider(script))
+    tm, script = two_step_run(workspace)
     view = load_view(tm.store, "r")
     first = view.checkpoints[0].checkpoint.checkpoint_id
     before = view.latest_complete_checkpoint().checkpoint
