@@ -393,7 +393,7 @@ def test_a_write_rerun_after_a_crash_never_overwrites_an_edit_made_meanwhile(wor
 
 
 def test_a_rollback_does_not_move_the_run_back_to_its_first_step(workspace):
-    tm, script = two_step_run(workspace)
+    tm, _ = two_step_run(workspace)
     view = load_view(tm.store, "r")
     first = view.checkpoints[0].checkpoint.checkpoint_id
     before = view.latest_complete_checkpoint().checkpoint
