@@ -54,10 +54,7 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -65,119 +62,56 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import measure
+from measure import (
+    FILES_PER_FOLDER,
+    FLOOR_LINE,
+    LINE_WIDTH,
+    Appender,
+    bare_context,
+    check_results,
+    fsync_floor,
+    global_warmup,
+    line,
+    machine_info,
+    pressure,
+    settle,
+)
+
 import tidemark
 from tidemark.runtime.builtin import read_file, write_file
-from tidemark.runtime.tools import ToolContext
-from tidemark.workspace.files import Workspace
 
-FILES_PER_FOLDER = 100
-FOLDERS_PER_GROUP = 100
-FILE_SIZE = 2048
-LINE_WIDTH = 64  # 63 characters + newline: 32 lines make 2 KB
-FLOOR_LINE = b"x" * 299 + b"\n"
+FILE_SIZE = 2048  # 32 lines of LINE_WIDTH (64) bytes
 RESERVED = 3  # per workspace: a warm-up file, the steady-state file, its bare sibling
 WARMUP_CALLS = 20
 COUNT_CALLS = 50
 BLOCK = 50  # calls per block of the timed pass (see run_case)
+FLOOR_WARMUP = 200  # untimed appends before the floor samples
 
 
-def log(message: str) -> None:
-    print(f"[overhead] {message}", file=sys.stderr, flush=True)
+log = measure.logger("overhead")
 
 
 # statistics --------------------------------------------------------------------------------------------------
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
-    return sorted_values[rank - 1]
-
-
 def summary(ns: list[int]) -> dict[str, float]:
-    values = sorted(v / 1000 for v in ns)
-    return {
-        "median": round(percentile(values, 50), 1),
-        "p99": round(percentile(values, 99), 1),
-        "min": round(values[0], 1),
-        "max": round(values[-1], 1),
-    }
+    """Median, p99, min and max in microseconds."""
+    return measure.summary(ns, 1000, 1)
 
 
 # content -----------------------------------------------------------------------------------------------------
 def text_2kb(tag: str) -> str:
     """2,048 bytes of text in 32 distinct lines; ``tag`` makes every line differ from other tags' lines."""
-    lines = []
-    for number in range(FILE_SIZE // LINE_WIDTH):
-        head = f"{tag} line {number:02d}: "
-        lines.append((head + "lorem ipsum dolor sit amet " * 3)[: LINE_WIDTH - 1] + "\n")
-    text = "".join(lines)
+    text = "".join(line(f"{tag} line {number:02d}:") for number in range(FILE_SIZE // LINE_WIDTH))
     assert len(text.encode()) == FILE_SIZE
     return text
 
 
-def rel_path(index: int) -> str:
-    group, rest = divmod(index, FILES_PER_FOLDER * FOLDERS_PER_GROUP)
-    folder, number = divmod(rest, FILES_PER_FOLDER)
-    return f"pkg{group:03d}/mod{folder:02d}/file{number:02d}.txt"
+def original_text(index: int) -> str:
+    return text_2kb(f"orig{index}")
 
 
 def build_workspace(parent: str, size: int) -> tuple[str, list[str]]:
-    root = tempfile.mkdtemp(prefix=f"ws{size}-", dir=parent)
-    paths = [rel_path(i) for i in range(size)]
-    made: set[str] = set()
-    for index, rel in enumerate(paths):
-        folder = os.path.join(root, os.path.dirname(rel))
-        if folder not in made:
-            os.makedirs(folder, exist_ok=True)
-            made.add(folder)
-        with open(os.path.join(root, rel), "w") as handle:
-            handle.write(text_2kb(f"orig{index}"))
-    return root, paths
-
-
-# the floor ---------------------------------------------------------------------------------------------------
-def fsync_floor(directory: str, iterations: int, warmup: int = 200) -> list[int]:
-    path = os.path.join(directory, f"floor-{time.monotonic_ns()}.jsonl")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    samples = []
-    try:
-        for i in range(warmup + iterations):
-            start = time.perf_counter_ns()
-            os.write(fd, FLOOR_LINE)
-            os.fdatasync(fd)
-            elapsed = time.perf_counter_ns() - start
-            if i >= warmup:
-                samples.append(elapsed)
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return samples
-
-
-def settle() -> None:
-    """Flush all dirty data (untimed), so the writeback left by building a workspace (100 MB at 50,000 files)
-    does not land in the measured fsyncs."""
-    os.sync()
-    time.sleep(0.2)
-
-
-def pressure() -> dict[str, Any]:
-    """Load on the machine now: load average and PSI "some avg10" for cpu and io (percent of time stalled)."""
-    found: dict[str, Any] = {}
-    try:
-        with open("/proc/loadavg") as handle:
-            found["loadavg_1m"] = float(handle.read().split()[0])
-    except OSError:
-        pass
-    for kind in ("cpu", "io"):
-        try:
-            with open(f"/proc/pressure/{kind}") as handle:
-                first = handle.readline().split()
-            found[f"{kind}_some_avg10"] = float(dict(part.split("=") for part in first[1:])["avg10"])
-        except (OSError, KeyError, ValueError):
-            pass
-    return found
+    return measure.build_workspace(parent, size, original_text)
 
 
 # fsync counting ----------------------------------------------------------------------------------------------
@@ -221,38 +155,9 @@ class Case:
 TOOLS = {"write_file": write_file, "read_file": read_file}
 
 
-def bare_context(workspace: Workspace) -> ToolContext:
-    return ToolContext(
-        run_id="bench_bare",
-        call_id="bare",
-        step_id="bare",
-        idempotency_key="bare",
-        workspace=workspace,
-        save_artifact=lambda name, data: "",
-    )
-
-
 def ledger_size(tm: tidemark.Tidemark, run: tidemark.Run) -> int:
     path = os.path.join(getattr(tm.store, "root", ""), "runs", run.run_id, "ledger.jsonl")
     return os.path.getsize(path)
-
-
-class Appender:
-    """An append-only file next to the store: timed floor samples, and untimed journal flushes."""
-
-    def __init__(self, directory: str, name: str) -> None:
-        self.path = os.path.join(directory, f"{name}-{time.monotonic_ns()}.jsonl")
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-
-    def sample(self) -> int:
-        start = time.perf_counter_ns()
-        os.write(self.fd, FLOOR_LINE)
-        os.fdatasync(self.fd)
-        return time.perf_counter_ns() - start
-
-    def close(self) -> None:
-        os.close(self.fd)
-        os.unlink(self.path)
 
 
 def run_case(tm: tidemark.Tidemark, case: Case, calls: int, warm_path: str, tag: str, scratch: str) -> dict[str, Any]:
@@ -307,10 +212,7 @@ def run_case(tm: tidemark.Tidemark, case: Case, calls: int, warm_path: str, tag:
                     total_cpu.append(c1 - c0)
                 flusher.sample()
             log_bytes = ledger_size(tm, run) - log_before
-            results = [m for m in run.history if m.role == "tool" and (m.tool_call_id or "").startswith("c")]
-            errors = [m.content for m in results if m.content.startswith("error:")]
-            if len(results) != calls or errors:
-                raise SystemExit(f"{case.name}: {len(results)} results, {len(errors)} failed: {errors[:1]}")
+            check_results(run, "c", calls, case.name)
             run.finish("completed")
     finally:
         floor.close()
@@ -381,82 +283,16 @@ def cases_for(paths: list[str], calls: int, tag: str) -> tuple[list[Case], str]:
     return cases, warm_path
 
 
-# machine -----------------------------------------------------------------------------------------------------
-def filesystem_of(path: str) -> dict[str, Any]:
-    real = os.path.realpath(path)
-    best = ("", "unknown", "unknown")
-    try:
-        with open("/proc/mounts") as handle:
-            for line in handle:
-                device, mount, fstype, *_ = line.split()
-                mount = mount.replace("\\040", " ")
-                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) >= len(best[0]):
-                    best = (mount, fstype, device)
-    except OSError:
-        pass
-    info: dict[str, Any] = {"path": real, "mount": best[0], "type": best[1], "device": best[2]}
-    stat = os.statvfs(real)
-    info["block_size"] = stat.f_bsize
-    info["free_gb"] = round(stat.f_bavail * stat.f_frsize / 1e9, 1)
-    return info
-
-
-def machine_info(parent: str) -> dict[str, Any]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "filesystem": filesystem_of(parent),
-        "tidemark_version": tidemark.__version__,
-        "tidemark_source": source_state(),
-    }
-
-
-def source_state() -> dict[str, Any]:
-    """The commit the measured code is at, and whether ``src/`` has uncommitted changes (read-only git calls)."""
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=top, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"], cwd=top, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "src_uncommitted_changes": None}
-    return {"commit": commit, "src_uncommitted_changes": bool(dirty)}
-
-
 # main --------------------------------------------------------------------------------------------------------
-def global_warmup(parent: str) -> None:
-    """Warm imports, encoders, zstd and difflib in a throwaway workspace, so the first case is not the cold one."""
-    root, paths = build_workspace(parent, 60)
-    try:
-        tm = tidemark.open(workspace=root)
-        ctx = bare_context(tm.workspace)
-        with tm.start("overhead warm-up") as run:
-            for i in range(100):
-                path = paths[i % len(paths)]
-                run.call("write_file", {"path": path, "content": text_2kb(f"warm{i}")}, call_id=f"w{i}")
-                run.call("read_file", {"path": path}, call_id=f"r{i}")
-                write_file.fn(ctx, path=paths[-1], content=text_2kb(f"warmbare{i}"))
-                read_file.fn(ctx, path=path)
-            run.finish("completed")
-        tm.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def warmup_calls(tm: tidemark.Tidemark, run: tidemark.Run, paths: list[str]) -> None:
+    """The global warm-up's calls (``measure.global_warmup``): ledgered and bare writes and reads."""
+    ctx = bare_context(tm.workspace)
+    for i in range(100):
+        path = paths[i % len(paths)]
+        run.call("write_file", {"path": path, "content": text_2kb(f"warm{i}")}, call_id=f"w{i}")
+        run.call("read_file", {"path": path}, call_id=f"r{i}")
+        write_file.fn(ctx, path=paths[-1], content=text_2kb(f"warmbare{i}"))
+        read_file.fn(ctx, path=path)
 
 
 SPECIFIED_TARGETS = ("median_le_1ms", "le_8x_fsync_floor", "50k_within_1_2x_of_1k")
@@ -493,12 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     parent = tempfile.mkdtemp(prefix="tidemark-overhead-")
     try:
-        machine = machine_info(parent)
+        machine = machine_info(parent, implementation=True, block_size=True)
         log(f"temp dir {parent} on {machine['filesystem']['type']}; warming up")
-        global_warmup(parent)
+        global_warmup(parent, original_text, "overhead warm-up", warmup_calls)
         half = max(1, args.floor_iterations // 2)
         settle()
-        floor_start = fsync_floor(parent, half)
+        floor_start = fsync_floor(parent, half, FLOOR_WARMUP)
 
         per_size: dict[str, dict[str, Any]] = {}
         for size in sizes:
@@ -524,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             per_size[str(size)] = entry
 
         settle()
-        floor_end = fsync_floor(parent, args.floor_iterations - half)
+        floor_end = fsync_floor(parent, args.floor_iterations - half, FLOOR_WARMUP)
         floor = summary(floor_start + floor_end)
         floor_median = floor["median"]
 

@@ -63,29 +63,37 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import zlib
 from collections.abc import Callable
 from typing import Any
 
+import measure
+from measure import (
+    FILES_PER_FOLDER,
+    LINE_WIDTH,
+    Appender,
+    bare_context,
+    check_results,
+    fsync_floor,
+    global_warmup,
+    line,
+    machine_info,
+    percentile,
+    pressure,
+    settle,
+)
+
 import tidemark
 from tidemark.runtime.builtin import write_file
-from tidemark.runtime.tools import ToolContext
-from tidemark.workspace.files import Workspace
 from tidemark.workspace.scan import ChangeWatcher
 
-FILES_PER_FOLDER = 100
-FOLDERS_PER_GROUP = 100
-LINE_WIDTH = 64  # 63 characters + newline
 FILE_LINES = 16  # 1 KB files
 EDIT_LINES = range(5, 8)  # a tool edit replaces these 3 lines: 192 bytes
-FLOOR_LINE = b"x" * 299 + b"\n"
 WARMUP_CALLS = 20
 BLOCK = 50
 COMMAND_FILES = 10
@@ -93,29 +101,16 @@ BIG_LINES = 2000
 EDITS = 100
 ROLLBACK_FILES = 1000
 GIT_WARMUP = 2
+FLOOR_WARMUP = 100  # untimed appends before the floor samples
 
 
-def log(message: str) -> None:
-    print(f"[workspace] {message}", file=sys.stderr, flush=True)
+log = measure.logger("workspace")
 
 
 # statistics --------------------------------------------------------------------------------------------------
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
-    return sorted_values[rank - 1]
-
-
 def summary(ns: list[int]) -> dict[str, float]:
-    values = sorted(v / 1e6 for v in ns)
-    return {
-        "median": round(percentile(values, 50), 3),
-        "p99": round(percentile(values, 99), 3),
-        "min": round(values[0], 3),
-        "max": round(values[-1], 3),
-    }
+    """Median, p99, min and max in milliseconds."""
+    return measure.summary(ns, 1e6, 3)
 
 
 def median_ms(ns: list[int]) -> float:
@@ -128,10 +123,6 @@ def trend(ns: list[int]) -> dict[str, float]:
 
 
 # content and workspaces --------------------------------------------------------------------------------------
-def line(text: str) -> str:
-    return (text + " lorem ipsum dolor sit amet" * 3)[: LINE_WIDTH - 1] + "\n"
-
-
 def file_lines(index: int) -> list[str]:
     return [line(f"orig{index} line {n:02d}:") for n in range(FILE_LINES)]
 
@@ -148,24 +139,8 @@ def edited_text(index: int, tag: str) -> str:
     return "".join(lines)
 
 
-def rel_path(index: int) -> str:
-    group, rest = divmod(index, FILES_PER_FOLDER * FOLDERS_PER_GROUP)
-    folder, number = divmod(rest, FILES_PER_FOLDER)
-    return f"pkg{group:03d}/mod{folder:02d}/file{number:02d}.txt"
-
-
 def build_workspace(parent: str, size: int) -> tuple[str, list[str]]:
-    root = tempfile.mkdtemp(prefix=f"ws{size}-", dir=parent)
-    paths = [rel_path(i) for i in range(size)]
-    made: set[str] = set()
-    for index, rel in enumerate(paths):
-        folder = os.path.join(root, os.path.dirname(rel))
-        if folder not in made:
-            os.makedirs(folder, exist_ok=True)
-            made.add(folder)
-        with open(os.path.join(root, rel), "w") as handle:
-            handle.write(file_text(index))
-    return root, paths
+    return measure.build_workspace(parent, size, file_text)
 
 
 def big_text(seed: int = 7) -> list[str]:
@@ -198,57 +173,6 @@ def tree_bytes(path: str) -> dict[str, int]:
             top = os.path.relpath(full, path).split(os.sep)[0]
             out[top] = out.get(top, 0) + size
     return out
-
-
-# the floor and the machine's state ---------------------------------------------------------------------------
-class Appender:
-    """An append-only file next to the workspaces: timed floor samples, and untimed journal flushes."""
-
-    def __init__(self, directory: str, name: str) -> None:
-        self.path = os.path.join(directory, f"{name}-{time.monotonic_ns()}.jsonl")
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-
-    def sample(self) -> int:
-        start = time.perf_counter_ns()
-        os.write(self.fd, FLOOR_LINE)
-        os.fdatasync(self.fd)
-        return time.perf_counter_ns() - start
-
-    def close(self) -> None:
-        os.close(self.fd)
-        os.unlink(self.path)
-
-
-def fsync_floor(directory: str, iterations: int, warmup: int = 100) -> list[int]:
-    appender = Appender(directory, "floor")
-    try:
-        samples = [appender.sample() for _ in range(warmup + iterations)]
-    finally:
-        appender.close()
-    return samples[warmup:]
-
-
-def settle() -> None:
-    """Flush all dirty data (untimed), so writeback left by building or by git does not land in measured fsyncs."""
-    os.sync()
-    time.sleep(0.2)
-
-
-def pressure() -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    try:
-        with open("/proc/loadavg") as handle:
-            found["loadavg_1m"] = float(handle.read().split()[0])
-    except OSError:
-        pass
-    for kind in ("cpu", "io"):
-        try:
-            with open(f"/proc/pressure/{kind}") as handle:
-                first = handle.readline().split()
-            found[f"{kind}_some_avg10"] = float(dict(part.split("=") for part in first[1:])["avg10"])
-        except (OSError, KeyError, ValueError):
-            pass
-    return found
 
 
 # shadow git --------------------------------------------------------------------------------------------------
@@ -315,24 +239,6 @@ def time_shadow_git(git: ShadowGit, change: Callable[[int], None], samples: int)
 
 
 # tidemark: tool writes ---------------------------------------------------------------------------------------
-def bare_context(workspace: Workspace) -> ToolContext:
-    return ToolContext(
-        run_id="bench_bare",
-        call_id="bare",
-        step_id="bare",
-        idempotency_key="bare",
-        workspace=workspace,
-        save_artifact=lambda name, data: "",
-    )
-
-
-def check_results(run: tidemark.Run, prefix: str, expected: int, name: str) -> None:
-    results = [m for m in run.history if m.role == "tool" and (m.tool_call_id or "").startswith(prefix)]
-    errors = [m.content for m in results if m.content.startswith("error:")]
-    if len(results) != expected or errors:
-        raise SystemExit(f"{name}: {len(results)} results of {expected}, {len(errors)} failed: {errors[:1]}")
-
-
 def tool_write_case(
     tm: tidemark.Tidemark,
     name: str,
@@ -629,79 +535,13 @@ def rollback_case(tm: tidemark.Tidemark, modify: list[str]) -> dict[str, Any]:
     }
 
 
-# machine -----------------------------------------------------------------------------------------------------
-def filesystem_of(path: str) -> dict[str, Any]:
-    real = os.path.realpath(path)
-    best = ("", "unknown", "unknown")
-    try:
-        with open("/proc/mounts") as handle:
-            for entry in handle:
-                device, mount, fstype, *_ = entry.split()
-                mount = mount.replace("\\040", " ")
-                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) >= len(best[0]):
-                    best = (mount, fstype, device)
-    except OSError:
-        pass
-    info: dict[str, Any] = {"path": real, "mount": best[0], "type": best[1], "device": best[2]}
-    stat = os.statvfs(real)
-    info["free_gb"] = round(stat.f_bavail * stat.f_frsize / 1e9, 1)
-    return info
-
-
-def source_state() -> dict[str, Any]:
-    """The commit the measured code is at, and whether ``src/`` has uncommitted changes (read-only git calls)."""
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=top, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"], cwd=top, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "src_uncommitted_changes": None}
-    return {"commit": commit, "src_uncommitted_changes": bool(dirty)}
-
-
-def machine_info(parent: str) -> dict[str, Any]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for entry in handle:
-                if entry.startswith("model name"):
-                    cpu = entry.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "filesystem": filesystem_of(parent),
-        "git": git,
-        "tidemark_version": tidemark.__version__,
-        "tidemark_source": source_state(),
-    }
-
-
 # main --------------------------------------------------------------------------------------------------------
-def global_warmup(parent: str) -> None:
-    """Warm imports, encoders, zstd, difflib and subprocess in a throwaway workspace."""
-    root, paths = build_workspace(parent, 60)
-    try:
-        tm = tidemark.open(workspace=root)
-        with tm.start("workspace bench warm-up") as run:
-            for i in range(60):
-                run.call("write_file", {"path": paths[i], "content": edited_text(i, "warm")}, call_id=f"w{i}")
-            for i in range(5):
-                run.call("run_command", {"command": f"echo x >> {paths[i]}"}, call_id=f"r{i}")
-            run.finish("completed")
-        tm.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def warmup_calls(tm: tidemark.Tidemark, run: tidemark.Run, paths: list[str]) -> None:
+    """The global warm-up's calls (``measure.global_warmup``): file writes and commands (subprocess)."""
+    for i in range(60):
+        run.call("write_file", {"path": paths[i], "content": edited_text(i, "warm")}, call_id=f"w{i}")
+    for i in range(5):
+        run.call("run_command", {"command": f"echo x >> {paths[i]}"}, call_id=f"r{i}")
 
 
 def size_section(parent: str, size: int, calls: int, git_calls: int, largest: bool, args: Any) -> dict[str, Any]:
@@ -823,12 +663,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     parent = tempfile.mkdtemp(prefix="tidemark-workspace-bench-")
     try:
-        machine = machine_info(parent)
+        machine = machine_info(parent, git=True)
         log(f"temp dir {parent} on {machine['filesystem']['type']}; warming up")
-        global_warmup(parent)
+        global_warmup(parent, file_text, "workspace bench warm-up", warmup_calls)
         half = max(1, args.floor_iterations // 2)
         settle()
-        floor_start = fsync_floor(parent, half)
+        floor_start = fsync_floor(parent, half, FLOOR_WARMUP)
 
         per_size: dict[str, Any] = {}
         command: dict[str, Any] = {}
@@ -844,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         storage = {"write_file": storage_case(parent, "write_file"), "run_command": storage_case(parent, "run_command")}
 
         settle()
-        floor_end = fsync_floor(parent, args.floor_iterations - half)
+        floor_end = fsync_floor(parent, args.floor_iterations - half, FLOOR_WARMUP)
         floor = summary(floor_start + floor_end)
 
         largest = per_size[str(sizes[-1])]
