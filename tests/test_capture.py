@@ -125,8 +125,11 @@ def test_head_is_recorded_per_checkpoint_and_commit_takes_only_the_agents_paths(
         run.call("write_file", {"path": "edited.py", "content": "y = 1\n"}, call_id="w2")
         run.checkpoint()
     (workspace / "edited.py").write_text("y = 2  # the user's tweak\n")
-    checkpoints = load_view(tm.store, "r").checkpoints
-    assert {c.checkpoint.git_head for c in checkpoints} == {head.strip()}
+    view = load_view(tm.store, "r")
+    assert {c.checkpoint.git_head for c in view.checkpoints} == {head.strip()}
+    [started] = view.workspace_states  # the git state when the run started: the user's dirty paths among it
+    assert started.is_repo and started.head == head.strip() and started.branch == "main"
+    assert started.dirty == ("user.txt",)
     before = refs_snapshot(str(workspace))
     sha, ours, since = tm.commit("r")
     assert ours == ["feature.py"] and since == ["edited.py"]

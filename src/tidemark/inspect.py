@@ -147,5 +147,6 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
             }
             for d in plan.drift
         ],
+        "workspace": to_plain(view.workspace_states[-1]) if view.workspace_states else None,
         "problems": [{"kind": p.kind, "position": p.position, "detail": p.detail} for p in view.problems],
     }

@@ -108,6 +108,19 @@ class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     before_mode: int | None = None
 
 
+class WorkspaceState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The workspace's git state when a session of the run starts (§8.5): HEAD, branch, the user's dirty paths."""
+
+    at: str
+    is_repo: bool
+    head: str | None = None
+    branch: str | None = None
+    dirty: tuple[str, ...] = ()
+    nested_repos: tuple[str, ...] = ()
+    submodules: tuple[str, ...] = ()
+    is_worktree: bool = False
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One entry of the append-only message history; checkpoints point into it by ``seq``."""
 
@@ -238,6 +251,7 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "rewind": Rewind,
     "conflict": CheckpointConflict,
     "file_before": FileBeforeState,
+    "workspace": WorkspaceState,
 }
 RECORD_KINDS: dict[type[msgspec.Struct], str] = {kind_type: kind for kind, kind_type in RECORD_TYPES.items()}
 

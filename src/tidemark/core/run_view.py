@@ -21,6 +21,7 @@ from tidemark.records import (
     RunInfo,
     RunStatus,
     ToolLedgerEntry,
+    WorkspaceState,
 )
 from tidemark.store.base import LogProblem, LogRead
 
@@ -53,6 +54,7 @@ class RunView:
     events: list[RunEvent] = field(default_factory=list)
     blobs: dict[str, Blob] = field(default_factory=dict)
     conflicts: dict[str, CheckpointConflict] = field(default_factory=dict)  # path -> latest state
+    workspace_states: list[WorkspaceState] = field(default_factory=list)  # git state at each session start
     befores: dict[str, list[FileBeforeState]] = field(default_factory=dict)  # call id -> paths it may change
     message_records: dict[int, Message] = field(default_factory=dict)  # log seq -> message (results point here)
     problems: list[LogProblem] = field(default_factory=list)
@@ -137,6 +139,8 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.events.append(body)
         elif isinstance(body, FileBeforeState):
             view.befores.setdefault(body.tool_call_id, []).append(body)
+        elif isinstance(body, WorkspaceState):
+            view.workspace_states.append(body)
         elif isinstance(body, CheckpointConflict):
             view.conflicts[body.path] = body
         elif isinstance(body, Rewind):

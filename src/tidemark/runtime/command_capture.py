@@ -27,7 +27,7 @@ import msgspec
 
 from tidemark.core.hashing import content_hash
 from tidemark.core.rollback import UNKNOWN
-from tidemark.records import FilePatchEntry
+from tidemark.records import FilePatchEntry, WorkspaceState
 from tidemark.runtime.file_changes import FileBefore
 from tidemark.store.durable_io import atomic_write
 from tidemark.workspace.git import git_state, head_blob_ids, read_blob
@@ -72,6 +72,18 @@ class CommandCapture:
                 if data is not None and content_hash(data) == after:
                     self.known[path] = (after, mode)
         state = git_state(root)
+        session.add_record(
+            WorkspaceState(
+                at=session.clock(),
+                is_repo=state.is_repo,
+                head=state.head,
+                branch=state.branch,
+                dirty=state.dirty,
+                nested_repos=state.nested_repos,
+                submodules=state.submodules,
+                is_worktree=state.is_worktree,
+            )
+        )
         self.git_clean: dict[str, str] = {}
         if state.is_repo:
             dirty = set(state.dirty)
