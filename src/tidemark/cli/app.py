@@ -340,7 +340,7 @@ def history(
 
 @app.command()
 def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = False) -> None:
-    """A scripted coding agent is killed mid-run with SIGKILL, then resumed: nothing is sent twice."""
+    """A scripted coding agent is SIGKILLed mid-run and resumed (nothing is sent twice), then rolled back."""
     from tidemark.cli.demo import run_demo
 
     raise typer.Exit(run_demo(out, keep=keep))

@@ -1,4 +1,5 @@
-"""``tidemark demo``: a scripted coding agent, killed with SIGKILL mid-run, resumed; nothing is sent twice."""
+"""``tidemark demo``: a scripted coding agent, killed with SIGKILL mid-run, resumed (nothing is sent twice), then
+its files rolled back while the user's edit is kept."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import sys
 import tempfile
 import time
 
+import msgspec
 from rich.console import Console
 from rich.panel import Panel
 from rich.rule import Rule
 
 from tidemark import inspect as reports
+from tidemark.api import open as open_tidemark
 from tidemark.cli import render
 from tidemark.store.url import open_store
 
@@ -129,8 +132,31 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
         )
     )
     console.print(render.ledger_table(reports.ledger_rows(store, run_id)))
+
+    console.print(
+        "\n[bold]4.[/bold] You edit CHANGELOG.md, then ask for the files as they were before the run: "
+        "`tidemark rollback demo --to <first checkpoint>`."
+    )
+    changelog = os.path.join(workspace, "CHANGELOG.md")
+    with open(changelog, "a") as handle:
+        handle.write("- your own note, written after the agent\n")
+    first = reports.checkpoint_rows(store, run_id)[0]["checkpoint_id"]
+    plan = open_tidemark(store.url, workspace=workspace).rollback_files(run_id, first)
+    data = msgspec.to_builtins(plan) | {"dry_run": False}
+    console.print(render.rollback_view(data))
+    left = sorted(f for f in os.listdir(workspace) if not f.startswith("."))
+    with open(changelog) as handle:
+        kept = "your own note" in handle.read()
+    console.print(
+        Panel(
+            f"workspace files: {', '.join(left)}\n"
+            "your edit to CHANGELOG.md: "
+            + ("[green]kept (a conflict for you to resolve)[/green]" if kept else "[red]lost[/red]"),
+            title="after rollback_files",
+        )
+    )
     if keep:
         console.print(f"kept {base}")
     else:
         shutil.rmtree(base, ignore_errors=True)
-    return 0 if code == 0 and len(sent) == 1 and rows["status"] == "completed" else 1
+    return 0 if code == 0 and len(sent) == 1 and rows["status"] == "completed" and kept else 1
