@@ -1,0 +1,91 @@
+"""Promise 6 with real processes: no two processes ever act for one run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from tidemark.runtime.session import load_view
+from tidemark.store.files import FileStore
+
+from .conftest import cli_env
+
+
+def scenario(tmp_path, command):
+    path = tmp_path / "sc.json"
+    path.write_text(
+        json.dumps(
+            {
+                "task": "t",
+                "turns": [
+                    {"tool_calls": [{"tool": "run_command", "args": {"command": command}}]},
+                    {"tool_calls": [{"tool": "send_notification", "args": {"to": "#dev", "message": "done"}}]},
+                    {"text": "done"},
+                ],
+            }
+        )
+    )
+    return path
+
+
+def tidemark(workspace, *args, env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(path, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def test_a_stopped_owner_taken_over_is_refused_every_write_when_it_wakes(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    outbox = tmp_path / "outbox.jsonl"
+    marker = tmp_path / "started"
+    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    owner = tidemark(workspace, "run", str(scenario(tmp_path, f"touch {marker}; sleep 2")), "--run-id", "r", env=env)
+    wait_for(marker)
+    owner.send_signal(signal.SIGSTOP)  # a zombie: alive, holding nothing, about to write
+    refused = tidemark(workspace, "resume", "r", env=env)
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode == 5 and "--takeover" in err  # its owner is alive: resume says so
+    takeover = tidemark(workspace, "resume", "r", "--takeover", "--skip", "call_1", env=env)
+    out, err = takeover.communicate(timeout=60)
+    assert takeover.returncode == 0, err
+    store = FileStore(str(workspace / ".agent-runtime"))
+    records_before_wake = len(store.read_log("r").records)
+    owner.send_signal(signal.SIGCONT)
+    _, err = owner.communicate(timeout=60)
+    assert owner.returncode == 6 and "taken over" in err  # the stale owner stops with a clear error
+    assert len(store.read_log("r").records) == records_before_wake  # and wrote nothing more
+    assert outbox.read_text().count("\n") == 1
+    assert load_view(store, "r").status == "completed"
+
+
+def test_two_resumes_at_once_exactly_one_proceeds(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    outbox = tmp_path / "outbox.jsonl"
+    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    crash = cli_env(TIDEMARK_OUTBOX=str(outbox), TIDEMARK_FAILPOINT="before_started:run_command")
+    first = tidemark(workspace, "run", str(scenario(tmp_path, "sleep 1")), "--run-id", "r", env=crash)
+    first.communicate(timeout=60)
+    assert first.returncode == -9
+    both = [tidemark(workspace, "resume", "r", env=env) for _ in range(2)]
+    results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in both]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 5], results  # one resumed the run, the other was told a live process owns it
+    view = load_view(FileStore(str(workspace / ".agent-runtime")), "r")
+    assert sum(1 for e in view.events if e.detail.startswith("resumed")) == 1
+    assert outbox.read_text().count("\n") == 1
