@@ -61,7 +61,7 @@ def test_a_stopped_owner_taken_over_is_refused_every_write_when_it_wakes(tmp_pat
     _, err = refused.communicate(timeout=60)
     assert refused.returncode == 5 and "--takeover" in err  # its owner is alive: resume says so
     takeover = tidemark(workspace, "resume", "r", "--takeover", "--skip", "call_1", env=env)
-    out, err = takeover.communicate(timeout=60)
+    _, err = takeover.communicate(timeout=60)
     assert takeover.returncode == 0, err
     store = FileStore(str(workspace / ".agent-runtime"))
     records_before_wake = len(store.read_log("r").records)
