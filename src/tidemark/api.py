@@ -239,6 +239,7 @@ class Tidemark:
         try:
             if session.view.status == "completed":
                 raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
+            actions.finish_interrupted(session)  # a rollback or resolution a crash cut short is finished first
             plan = prepare_resume(session, replay=tuple(replay), skip=tuple(skip))
             if plan.needs_decision:
                 waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)

@@ -82,7 +82,9 @@ def plan_resume(
         settled = settle_after_crash(entry)
         decision = decide_replay(settled, decision=decisions.get(entry.call_id), probe=probes.get(entry.call_id))
         calls.append(CallReport(settled, decision))
-    needs = [report for report in calls if report.decision.action == "wait_decision"]
+    # tidemark's own calls (rollback, resolution, compensation) are settled by their own commands, never by
+    # the agent's resume: an uncertain compensation does not hold the agent up.
+    needs = [r for r in calls if r.decision.action == "wait_decision" and not is_internal(r.entry)]
     drift = []
     if workspace_hashes is not None:
         for path, (expected, call_id) in expected_files(view).items():
@@ -90,6 +92,13 @@ def plan_resume(
             if (actual or "") != expected:
                 drift.append(Drift(path, expected, actual, call_id))
     return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)
+
+
+INTERNAL_TOOLS = frozenset({"rollback_files", "resolve_conflict"})
+
+
+def is_internal(entry: ToolLedgerEntry) -> bool:
+    return entry.tool_name in INTERNAL_TOOLS or entry.compensates is not None
 
 
 def step_number(step_id: str) -> int:
@@ -104,4 +113,4 @@ def last_completed_step(checkpoint: Checkpoint) -> int:
 def recent_calls(plan: ResumePlan) -> list[CallReport]:
     """The calls a recovery note reports: those of the last completed step and of the interrupted one."""
     first = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
-    return [report for report in plan.calls if step_number(report.entry.step_id) >= first]
+    return [r for r in plan.calls if step_number(r.entry.step_id) >= first and not is_internal(r.entry)]

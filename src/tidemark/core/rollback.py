@@ -35,6 +35,7 @@ class FileAction(msgspec.Struct, frozen=True, kw_only=True):
     expected_hash: str  # what the agent left there (the file must still hold this)
     target_hash: str  # what the file held before the agent's first change after the checkpoint ("" = remove)
     target_mode: int | None = None
+    target_ref: str | None = None  # where the target content is kept ("blob:", "git:")
     undoes: tuple[str, ...] = ()  # the call ids whose changes this action reverts, newest first
 
 
@@ -103,6 +104,7 @@ def plan_rollback(
                     expected_hash=expected.hash,
                     target_hash=target.before_hash,
                     target_mode=target.before_mode,
+                    target_ref=target.before_ref,
                     undoes=tuple(undone),
                 )
             )

@@ -16,7 +16,7 @@ import msgspec
 
 from tidemark.core.patches import unified_diff
 from tidemark.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
-from tidemark.errors import ResumeError, TidemarkError
+from tidemark.errors import ResumeError, TidemarkError, ToolFailure
 from tidemark.records import (
     Checkpoint,
     CheckpointConflict,
@@ -51,11 +51,13 @@ def plan_files(session: RunSession, checkpoint_id: str) -> RollbackPlan:
     return plan_rollback(checkpoint_id, later, session.files.state, session.files.restorable)
 
 
-def _target_ref(session: RunSession, action: FileAction) -> str | None:
-    for patch in reversed(session.patches):
-        if patch.path == action.path and patch.before_hash == action.target_hash:
-            return patch.before_ref
-    return None
+def _patch_by_result(patches: list[FilePatchEntry], path: str, after_hash: str) -> FilePatchEntry:
+    """The agent's latest change of ``path`` that left ``after_hash`` (matched by result, not by content-addressed
+    patch_ref: equal edits share one patch)."""
+    for patch in reversed(patches):
+        if patch.path == path and patch.after_hash == after_hash:
+            return patch
+    raise ResumeError(f"no recorded change of {path} left {after_hash}; the run's log is damaged")
 
 
 def rollback_tool(session: RunSession) -> Tool:
@@ -66,13 +68,14 @@ def rollback_tool(session: RunSession) -> Tool:
             now = session.files.state(action.path)
             step = action_step(action, now)
             if step == "conflict":
-                record_conflict(session, action.path, action.expected_hash, now.hash, _agent_patch_ref(session, action))
+                patch = _patch_by_result(session.patches, action.path, action.expected_hash)
+                record_conflict(session, action.path, action.expected_hash, now.hash, patch.patch_ref)
                 conflicts.append(action.path)
                 continue
             if step == "apply":
                 data = None
                 if action.target_hash != ABSENT:
-                    data = session.files.version(action.path, action.target_hash, _target_ref(session, action))
+                    data = session.files.version(action.path, action.target_hash, action.target_ref)
                 ctx.workspace.restore(action.path, data, action.target_mode)
             done.append(action.path)
         result = {"checkpoint_id": checkpoint_id, "reverted": done, "conflicts": conflicts}
@@ -89,14 +92,8 @@ def rollback_tool(session: RunSession) -> Tool:
         ),
         fn=run,
         writes=lambda args: [str(a["path"]) for a in args.get("actions", [])],
+        internal=True,
     )
-
-
-def _agent_patch_ref(session: RunSession, action: FileAction) -> str:
-    for patch in reversed(session.patches):
-        if patch.path == action.path and patch.after_hash == action.expected_hash:
-            return patch.patch_ref
-    return ""
 
 
 def record_conflict(
@@ -169,7 +166,7 @@ def conflict_versions(
     session: RunSession, conflict: CheckpointConflict
 ) -> tuple[bytes | None, bytes | None, bytes | None]:
     """(before the agent, the agent's version, the file now) for a three-way view; None where absent."""
-    patch = _patch_by_ref(session.patches, conflict)
+    patch = _patch_by_result(session.patches, conflict.path, conflict.expected_hash)
     files = session.files
     base = agent = None
     if patch.before_hash != ABSENT and files.restorable(patch):
@@ -195,14 +192,6 @@ def describe_conflict(session: RunSession, conflict: CheckpointConflict) -> dict
     }
 
 
-def _patch_by_ref(patches: list[FilePatchEntry], conflict: CheckpointConflict) -> FilePatchEntry:
-    # By the agent's result, not by patch_ref: equal edits share one content-addressed patch.
-    for patch in reversed(patches):
-        if patch.path == conflict.path and patch.after_hash == conflict.expected_hash:
-            return patch
-    raise ResumeError(f"no recorded agent change of {conflict.path} matches the conflict; the run's log is damaged")
-
-
 def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool]:
     """Take the agent's change back out of the current file, keeping the user's edits: a three-way merge of
     ``current`` (the user's) and ``base`` (before the agent) over ``agent`` (their common ancestor)."""
@@ -223,15 +212,30 @@ def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool
 
 
 def resolve_tool(session: RunSession) -> Tool:
-    def run(ctx: ToolContext, path: str, blob: str) -> str:
-        data = session.content(blob) if blob else None  # "" = the file must not exist
-        ctx.workspace.restore(path, data, None)
-        return f"wrote {path}" if data is not None else f"removed {path}"
+    def run(ctx: ToolContext, path: str, blob: str, expect: str, resolution: str) -> str:
+        """Write the resolution only over the file the person saw; it settles the conflict in the same durable
+        group as the write, so a retry after a crash never merges twice."""
+        conflict = session.conflicts[path]
+        now = session.files.state(path).hash
+        if now not in (expect, blob or ABSENT):
+            record_conflict(session, path, conflict.expected_hash, now, conflict.agent_patch_ref)
+            raise ToolFailure(f"{path} changed again after the resolution was chosen; it was left as it is")
+        if now != (blob or ABSENT):
+            ctx.workspace.restore(path, session.content(blob) if blob else None, None)  # "" = must not exist
+        record_conflict(
+            session,
+            path,
+            conflict.expected_hash,
+            blob or ABSENT,
+            conflict.agent_patch_ref,
+            resolution,  # type: ignore[arg-type]
+        )
+        return f"wrote {path}" if blob else f"removed {path}"
 
     return Tool(
         definition=ToolDefinition(
             name=RESOLVE_TOOL,
-            idempotency="idempotent",
+            idempotency="conditional",  # it checks the file first: a re-run finishes or refuses, never clobbers
             replay_policy="auto",
             risk_level="low",
             side_effects=("filesystem_write",),
@@ -239,34 +243,45 @@ def resolve_tool(session: RunSession) -> Tool:
         ),
         fn=run,
         writes=lambda args: [str(args["path"])],
+        internal=True,
     )
 
 
 def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> dict[str, Any]:
-    finish_interrupted(session)
     conflict = session.conflicts.get(path)
     if conflict is None or conflict.resolution != "pending":
         raise ResumeError(f"{path!r} has no pending conflict in run {session.info.run_id!r}; see `tidemark conflicts`")
+    finish_interrupted(session)
+    conflict = session.conflicts[path]
+    if conflict.resolution != "pending":
+        return {"path": path, "resolution": conflict.resolution, "finished": "an interrupted resolution"}
     outcome: dict[str, Any] = {"path": path, "resolution": resolution}
-    if resolution in ("apply_agent", "manual_merge"):
-        base, agent, current = conflict_versions(session, conflict)
-        patch = _patch_by_ref(session.patches, conflict)
-        if (patch.before_hash != ABSENT and base is None) or (resolution == "manual_merge" and agent is None):
-            raise ResumeError(
-                f"{path}: the content before the agent's change was not captured, so only --keep-user is possible"
-            )
-        data: bytes | None
-        if resolution == "apply_agent":
-            data, clean = base, True  # what the rollback meant to do: the file as it was before the agent
-        else:
-            data, clean = merge_revert(base or b"", agent or b"", current or b"")
-        digest = "" if data is None else session.put_content(data)
-        session.registry_internal(resolve_tool(session))
-        call = ToolCall(call_id=_next_id(session, "resolve"), tool=RESOLVE_TOOL, args={"path": path, "blob": digest})
-        session.execute(call, f"step_{session.step}")
-        outcome["clean"] = clean
-    actual = session.files.state(path).hash
-    record_conflict(session, path, conflict.expected_hash, actual, conflict.agent_patch_ref, resolution)
+    if resolution == "keep_user":
+        record_conflict(
+            session, path, conflict.expected_hash, session.files.state(path).hash, conflict.agent_patch_ref, resolution
+        )
+        session.commit()
+        return outcome
+    base, agent, current = conflict_versions(session, conflict)
+    patch = _patch_by_result(session.patches, conflict.path, conflict.expected_hash)
+    if (patch.before_hash != ABSENT and base is None) or (resolution == "manual_merge" and agent is None):
+        raise ResumeError(
+            f"{path}: the content before the agent's change was not captured, so only --keep-user is possible"
+        )
+    data: bytes | None
+    if resolution == "apply_agent":
+        data, clean = base, True  # what the rollback meant to do: the file as it was before the agent
+    else:
+        data, clean = merge_revert(base or b"", agent or b"", current or b"")
+    digest = "" if data is None else session.put_content(data)
+    session.registry_internal(resolve_tool(session))
+    args = {"path": path, "blob": digest, "expect": session.files.state(path).hash, "resolution": resolution}
+    call = ToolCall(call_id=_next_id(session, "resolve"), tool=RESOLVE_TOOL, args=args)
+    session.execute(call, f"step_{session.step}")
+    entry = session.ledger[call.call_id]
+    if entry.status != "succeeded":
+        raise ResumeError(f"{path}: {entry.error or entry.status}; see `tidemark conflicts`")
+    outcome["clean"] = clean
     session.commit()
     return outcome
 
@@ -349,4 +364,5 @@ def compensator_tool(session: RunSession, tool: Tool) -> Tool:
         ),
         fn=run,
         compensates=True,
+        internal=True,
     )

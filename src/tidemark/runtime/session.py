@@ -377,6 +377,8 @@ class RunSession:
         return self.store.put_artifact(self.claim, name, data)
 
     def load_result(self, ref: str | None) -> str:
+        if ref and ref.startswith("blob:") and ref[5:] in self.blobs:
+            return self.content(ref[5:]).decode(errors="replace")
         return load_result(self.message_records, ref)
 
     # one tool call ----------------------------------------------------------------------------------------
@@ -403,7 +405,13 @@ class RunSession:
         self._add(entry if logged is entry.input else msgspec.structs.replace(entry, input=logged))
 
     def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
-        """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here."""
+        """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here. An
+        internal call's result is kept as a blob instead: the model never asked for it."""
+        if call.tool in self.registry and self.registry.get(call.tool).internal:
+            digest = self.put_content(text.encode())
+            return Message(
+                seq=-1, role="tool", content=text, tool_call_id=call.call_id, name=call.tool
+            ), f"blob:{digest}"
         message = self.add_message("tool", text, tool_call_id=call.call_id, name=call.tool)
         return message, f"log:{self._seq}"
 

@@ -60,6 +60,9 @@ class Tool:
     captures_workspace: bool = False
     capture_hints: WritesFn | None = None  # paths the call may change, to keep ahead (run_command: from its line)
     content_arg: str | None = None  # the argument holding a written file's new content (logged as a patch)
+    # tidemark's own calls (rollback, resolution, compensation): ledgered like any call, but the model never asked
+    # for them, so their results stay out of the conversation.
+    internal: bool = False
 
     def __post_init__(self) -> None:
         check_definition(self.definition)
