@@ -214,13 +214,22 @@ def test_restore_session_branches_the_conversation_and_leaves_files(workspace):
     current, abandoned = tm.history("r")
     assert len(current) == after_first.history_len and abandoned
     assert (workspace / "b").exists()  # files are left alone without --with-files
-    assert restored.kind == "restored" and restored.next_turn == after_first.next_turn
+    assert restored.kind == "after_step" and restored.next_turn == after_first.next_turn
     assert load_view(tm.store, "r").latest_complete_checkpoint().checkpoint.checkpoint_id == restored.checkpoint_id
     resumed = tm.resume("r")
+    assert "restored this session to checkpoint" in resumed.recovery_note
+    assert "write_file(call_2) succeeded" in resumed.recovery_note  # left on the abandoned branch, and said so
+    assert resumed.completed_steps == 1
     with resumed:
         assert tm.run_agent(resumed, tidemark.ScriptedProvider(script)) == "completed"
     tm.restore_session("r", after_first.checkpoint_id, with_files=True)
     assert not (workspace / "b").exists() and (workspace / "a").exists()
+    resumed = tm.resume("r")
+    with resumed:
+        assert tm.run_agent(resumed, tidemark.ScriptedProvider(script)) == "completed"
+    assert (workspace / "b").read_text() == "2"  # the repeated call ran again on the new branch, so b is back
+    ledger = load_view(tm.store, "r").ledger
+    assert any(call_id.startswith("call_2~b") for call_id in ledger)
 
 
 def test_compensation_runs_once_and_links_to_the_original(workspace):

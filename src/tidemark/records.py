@@ -16,7 +16,7 @@ Idempotency = Literal["idempotent", "conditional", "non_idempotent"]
 ReplayPolicy = Literal["auto", "ask", "never"]
 RiskLevel = Literal["low", "medium", "high"]
 LedgerStatus = Literal["planned", "approved", "started", "succeeded", "failed", "uncertain"]
-CheckpointKind = Literal["before_step", "tool_start", "tool_end", "after_step", "restored"]
+CheckpointKind = Literal["before_step", "tool_start", "tool_end", "after_step"]
 ConflictResolution = Literal["pending", "keep_user", "apply_agent", "manual_merge"]
 PatchOp = Literal["create", "modify", "delete", "chmod"]
 Role = Literal["system", "user", "assistant", "tool"]
@@ -238,6 +238,7 @@ class Rewind(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     checkpoint_id: str
     reason: str
     at: str
+    abandoned: tuple[str, ...] = ()  # restore_session: calls of the branch left behind (kept in the ledger)
 
 
 RECORD_TYPES: dict[str, type[msgspec.Struct]] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tidemark.core.recovery import CallReport, ResumePlan, last_completed_step
+from tidemark.records import ToolLedgerEntry
 
 _SUMMARY_CHARS = 300
 
@@ -53,9 +54,25 @@ def _outcome(report: CallReport, summaries: dict[str, str]) -> str:
     return "had not started; it runs normally."
 
 
-def recovery_note(plan: ResumePlan, recent: Sequence[CallReport], summaries: dict[str, str]) -> str:
-    """The note for the model. ``recent`` are the calls to report (those of the interrupted step and later)."""
+def recovery_note(
+    plan: ResumePlan,
+    recent: Sequence[CallReport],
+    summaries: dict[str, str],
+    *,
+    restored: tuple[str, Sequence[ToolLedgerEntry]] | None = None,
+) -> str:
+    """The note for the model. ``recent`` are the calls to report (those of the interrupted step and later);
+    ``restored`` names the checkpoint a restore_session went back to and the calls it left behind."""
     lines = ["The system resumed this run from a checkpoint after an interruption."]
+    if restored is not None:
+        checkpoint_id, left = restored
+        lines[0] = f"A person restored this session to checkpoint {checkpoint_id} (restore_session)."
+        lines.append("These calls ran on the branch that was left behind; their effects may still be in place:")
+        lines.extend(
+            f"- {entry.tool_name}({entry.call_id}) {entry.status}"
+            + ("" if entry.idempotency == "idempotent" else ": do not repeat it unless it is really needed")
+            for entry in left
+        )
     if plan.resume_from is not None:
         checkpoint = plan.resume_from.checkpoint
         lines.append(f"Checkpoint: {checkpoint.checkpoint_id} ({checkpoint.kind}).")

@@ -6,12 +6,13 @@ Pure: the runtime reads the store, runs probes and hashes the workspace, then as
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tidemark.core.ledger import attempts, settle_after_crash
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import CheckpointAt, RunView
-from tidemark.records import CallDecision, Checkpoint, ToolLedgerEntry
+from tidemark.records import CallDecision, Checkpoint, Message, ToolCall, ToolLedgerEntry
 
 _STEP = re.compile(r"step_(\d+)$")
 
@@ -99,6 +100,12 @@ INTERNAL_TOOLS = frozenset({"rollback_files", "resolve_conflict"})
 
 def is_internal(entry: ToolLedgerEntry) -> bool:
     return entry.tool_name in INTERNAL_TOOLS or entry.compensates is not None
+
+
+def pending_calls(history: Sequence[Message], call_ids: Sequence[str]) -> list[ToolCall]:
+    """The calls a checkpoint names as pending, taken from the assistant messages its history holds."""
+    calls = {call.call_id: call for message in history for call in message.tool_calls}
+    return [calls[call_id] for call_id in call_ids if call_id in calls]
 
 
 def step_number(step_id: str) -> int:

@@ -55,6 +55,8 @@ class RunView:
     blobs: dict[str, Blob] = field(default_factory=dict)
     conflicts: dict[str, CheckpointConflict] = field(default_factory=dict)  # path -> latest state
     workspace_states: list[WorkspaceState] = field(default_factory=list)  # git state at each session start
+    abandoned: dict[str, int] = field(default_factory=dict)  # call id -> the branch (restore number) that left it
+    restores: list[Rewind] = field(default_factory=list)
     befores: dict[str, list[FileBeforeState]] = field(default_factory=dict)  # call id -> paths it may change
     message_records: dict[int, Message] = field(default_factory=dict)  # log seq -> message (results point here)
     problems: list[LogProblem] = field(default_factory=list)
@@ -145,6 +147,10 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.conflicts[body.path] = body
         elif isinstance(body, Rewind):
             branch = branch[: body.history_len]
+            if body.reason == "restore_session":
+                view.restores.append(body)
+                for call_id in body.abandoned:
+                    view.abandoned.setdefault(call_id, len(view.restores))
             target = view.checkpoint(body.checkpoint_id) if body.checkpoint_id else None
             if damaged_at is not None and ((target is None and body.history_len == 0) or (target and target.complete)):
                 damaged_at = None  # rebuilt from a sound point: what follows does not depend on the damage

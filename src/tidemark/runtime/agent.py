@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidemark.core.note import recovery_note
-from tidemark.core.recovery import CallReport, ResumePlan, expected_files, plan_resume, recent_calls
+from tidemark.core.recovery import CallReport, ResumePlan, expected_files, pending_calls, plan_resume, recent_calls
 from tidemark.errors import ResumeError, ToolFailure
-from tidemark.records import RunStatus
+from tidemark.records import RunStatus, ToolCall, ToolLedgerEntry
 from tidemark.runtime import failpoints
 from tidemark.runtime.context import RECOVERY_NOTE, build_context
 from tidemark.runtime.provider import Provider
@@ -35,14 +35,15 @@ class Agent:
                 context = build_context(session.history, system=self.system, tools=session.registry.definitions())
                 reply = self.provider.complete(context, turn)
                 failpoints.hit("after_model")
-                session.add_message("assistant", reply.text, tool_calls=tuple(reply.tool_calls), turn=turn)
+                calls = [_on_this_branch(session, call) for call in reply.tool_calls]
+                session.add_message("assistant", reply.text, tool_calls=tuple(calls), turn=turn)
                 session.next_turn = turn + 1
-                session.pending = list(reply.tool_calls)
-                if not reply.tool_calls:
+                session.pending = list(calls)
+                if not calls:
                     session.checkpoint("after_step")
                     session.event("completed", reply.text[:200])
                     return "completed"
-                for call in reply.tool_calls:
+                for call in calls:
                     session.execute(call, f"step_{session.step}")
                 session.checkpoint("after_step")
                 session.commit()
@@ -51,6 +52,22 @@ class Agent:
         except DecisionNeeded as exc:
             session.event("waiting_decision", str(exc))
             return "waiting_decision"
+
+
+def _on_this_branch(session: RunSession, call: ToolCall) -> ToolCall:
+    """After restore_session, a call id the model repeats from the abandoned branch is a new call on this one (a
+    scripted model repeats its ids; a real one makes new ones): it is not mistaken for the old call's outcome."""
+    if call.call_id not in session.abandoned:
+        return call
+    return ToolCall(call_id=f"{call.call_id}~b{session.restores}", tool=call.tool, args=call.args)
+
+
+def _left_behind(session: RunSession) -> list[ToolLedgerEntry]:
+    """The calls a restore_session just left on the abandoned branch (when that restore is what is resumed)."""
+    events = session.view.events
+    if not session.view.restores or not events or not events[-1].detail.startswith("session restored"):
+        return []
+    return [session.ledger[c] for c in session.view.restores[-1].abandoned if c in session.ledger]
 
 
 @dataclass(frozen=True)
@@ -112,14 +129,11 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
             session.history = list(at.history)
         session.step = checkpoint.step
         session.next_turn = checkpoint.next_turn
-        calls = {call.call_id: call for message in at.history for call in message.tool_calls}
-        missing = [call_id for call_id in checkpoint.pending_tool_calls if call_id not in calls]
-        if missing:
+        session.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
+        if len(session.pending) != len(checkpoint.pending_tool_calls):
             raise ResumeError(
-                f"checkpoint {checkpoint.checkpoint_id} names pending calls {missing} that its history lacks; "
-                "the run's log is damaged"
+                f"checkpoint {checkpoint.checkpoint_id} names pending calls its history lacks; the run's log is damaged"
             )
-        session.pending = [calls[call_id] for call_id in checkpoint.pending_tool_calls]
         session.model = checkpoint.model
         session.model_config = dict(checkpoint.model_config)
     session.event("running", f"resumed: {plan.why}")
@@ -127,9 +141,15 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     for call in list(session.pending):
         session.execute(call, step_id)
     # The note tells what actually happened: each call as the ledger has it now, with the decision taken.
-    recent = [CallReport(session.ledger.get(r.entry.call_id, r.entry), r.decision) for r in recent_calls(plan)]
+    left = _left_behind(session)
+    recent = [
+        CallReport(session.ledger.get(r.entry.call_id, r.entry), r.decision)
+        for r in recent_calls(plan)
+        if r.entry.call_id not in {entry.call_id for entry in left}
+    ]
     summaries = {r.entry.call_id: session.load_result(r.entry.result_ref)[:300] for r in recent if r.entry.result_ref}
-    note = recovery_note(plan, recent, summaries)
+    restored = (session.view.restores[-1].checkpoint_id, left) if left else None
+    note = recovery_note(plan, recent, summaries, restored=restored)
     session.add_message("system", note, name=RECOVERY_NOTE)
     # No after-step checkpoint here: the interrupted step ends when its loop says so, not when resume does.
     session.commit()

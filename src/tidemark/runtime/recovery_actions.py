@@ -15,6 +15,7 @@ import merge3
 import msgspec
 
 from tidemark.core.patches import unified_diff
+from tidemark.core.recovery import is_internal, pending_calls
 from tidemark.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
 from tidemark.errors import ResumeError, TidemarkError, ToolFailure
 from tidemark.records import (
@@ -299,13 +300,14 @@ def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool
     if with_files:
         rollback_files(session, checkpoint_id)
     checkpoint = at.checkpoint
-    session.rewind(checkpoint.history_len, checkpoint_id, "restore_session")
+    kept = {call.call_id for message in at.history for call in message.tool_calls}
+    abandoned = tuple(c for c, e in session.ledger.items() if c not in kept and not is_internal(e))
+    session.rewind(checkpoint.history_len, checkpoint_id, "restore_session", abandoned)
     session.history = list(at.history)
     session.step, session.next_turn = checkpoint.step, checkpoint.next_turn
-    calls = {call.call_id: call for message in at.history for call in message.tool_calls}
-    session.pending = [calls[call_id] for call_id in checkpoint.pending_tool_calls if call_id in calls]
+    session.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
     session.model, session.model_config = checkpoint.model, dict(checkpoint.model_config)
-    restored = session.checkpoint("restored")
+    restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
     session.event("interrupted", f"session restored to {checkpoint_id}; `tidemark resume` continues from there")
     return restored
 

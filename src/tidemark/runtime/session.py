@@ -27,6 +27,7 @@ from tidemark.core.blobs import make_blob, open_blob
 from tidemark.core.hashing import content_hash, idempotency_key, input_hash
 from tidemark.core.ledger import attempts, check_transition, settle_after_crash
 from tidemark.core.patches import apply_patch, make_patch
+from tidemark.core.recovery import pending_calls
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import RunView, build_view
 from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure, UnknownToolError
@@ -179,10 +180,9 @@ class RunSession:
         latest = view.latest_complete_checkpoint()
         self.step = latest.checkpoint.step if latest else 0
         self.next_turn = latest.checkpoint.next_turn if latest else 0
-        self.pending: list[ToolCall] = []
-        if latest is not None:
-            calls = {call.call_id: call for message in latest.history for call in message.tool_calls}
-            self.pending = [calls[c] for c in latest.checkpoint.pending_tool_calls if c in calls]
+        self.pending: list[ToolCall] = (
+            pending_calls(latest.history, latest.checkpoint.pending_tool_calls) if latest is not None else []
+        )
         self.model = latest.checkpoint.model if latest else view.info.model
         self.model_config = dict(latest.checkpoint.model_config if latest else view.info.model_config)
         self._seq = view.last_seq
@@ -190,6 +190,8 @@ class RunSession:
         self.files = FileChanges(self)
         self.conflicts: dict[str, CheckpointConflict] = dict(view.conflicts)
         self.befores: dict[str, list[FileBeforeState]] = {k: list(v) for k, v in view.befores.items()}
+        self.abandoned: dict[str, int] = dict(view.abandoned)
+        self.restores = len(view.restores)
         self.checkpoints: dict[str, Checkpoint] = {
             at.checkpoint.checkpoint_id: at.checkpoint for at in view.checkpoints
         }
@@ -321,9 +323,15 @@ class RunSession:
         self.message_records[self._add(message)] = message
         return message
 
-    def rewind(self, history_len: int, checkpoint_id: str, reason: str) -> None:
+    def rewind(self, history_len: int, checkpoint_id: str, reason: str, abandoned: tuple[str, ...] = ()) -> None:
         self.history = self.history[:history_len]
-        self._add(Rewind(history_len=history_len, checkpoint_id=checkpoint_id, reason=reason, at=now()))
+        self._add(
+            Rewind(history_len=history_len, checkpoint_id=checkpoint_id, reason=reason, at=now(), abandoned=abandoned)
+        )
+        if reason == "restore_session":
+            self.restores += 1  # the branch number: the calls repeated on it get new ids
+            for call_id in abandoned:
+                self.abandoned.setdefault(call_id, self.restores)
 
     def checkpoint(self, kind: CheckpointKind) -> Checkpoint:
         checkpoint = Checkpoint(
