@@ -82,7 +82,13 @@ def test_checkpoint_index_points_at_checkpoint_records(make_store):
 
 
 def test_bad_run_id_is_refused_with_a_clear_message(make_store):
-    from tidemark.errors import StoreError
+    from tidemark.errors import ConfigError
 
-    with pytest.raises(StoreError, match="not valid"):
+    with pytest.raises(ConfigError, match="not valid"):
         make_store().create_run("../escape", b"{}")
+
+
+def test_reading_never_creates_a_store(tmp_path):
+    store = FileStore(str(tmp_path / "nowhere"))
+    assert store.list_runs() == []
+    assert not (tmp_path / "nowhere").exists()

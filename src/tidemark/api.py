@@ -278,9 +278,11 @@ class Tidemark:
                 session.commit()
             session.close()
 
-    def rollback_files(self, run_id: str, checkpoint_id: str, *, dry_run: bool = False) -> RollbackPlan:
+    def rollback_files(
+        self, run_id: str, checkpoint_id: str, *, dry_run: bool = False, takeover: bool = False
+    ) -> RollbackPlan:
         """Revert the agent's file changes made after ``checkpoint_id``; files changed since become conflicts."""
-        with self._session(run_id, read_only=dry_run) as session:
+        with self._session(run_id, read_only=dry_run, takeover=takeover) as session:
             return actions.rollback_files(session, checkpoint_id, dry_run=dry_run)
 
     def conflicts(self, run_id: str) -> list[dict[str, Any]]:
@@ -288,25 +290,37 @@ class Tidemark:
         with self._session(run_id, read_only=True) as session:
             return [actions.describe_conflict(session, c) for c in actions.pending_conflicts(session)]
 
-    def resolve(self, run_id: str, path: str, resolution: ConflictResolution) -> dict[str, Any]:
+    def resolve(
+        self, run_id: str, path: str, resolution: ConflictResolution, *, takeover: bool = False
+    ) -> dict[str, Any]:
         """``keep_user`` leaves the file, ``apply_agent`` finishes the rollback over it, ``manual_merge`` writes a
         three-way merge (conflict markers where the two changes overlap)."""
         if resolution == "pending":
             raise ResumeError("a resolution is keep_user, apply_agent or manual_merge")
-        with self._session(run_id) as session:
+        with self._session(run_id, takeover=takeover) as session:
             return actions.resolve(session, path, resolution)
 
-    def restore_session(self, run_id: str, checkpoint_id: str, *, with_files: bool = False) -> Checkpoint:
+    def restore_session(
+        self, run_id: str, checkpoint_id: str, *, with_files: bool = False, takeover: bool = False
+    ) -> Checkpoint:
         """Continue the run from an earlier checkpoint as a new branch; the old branch stays in the log."""
-        with self._session(run_id) as session:
+        with self._session(run_id, takeover=takeover) as session:
             return actions.restore_session(session, checkpoint_id, with_files=with_files)
 
     def compensate(
-        self, run_id: str, ledger_entry_id: str, *, tools: Iterable[Tool] = (), assume_done: bool = False
+        self,
+        run_id: str,
+        ledger_entry_id: str,
+        *,
+        tools: Iterable[Tool] = (),
+        assume_done: bool = False,
+        decision: str | None = None,
+        takeover: bool = False,
     ) -> str:
-        """Run the compensator a tool declares for one finished call, at most once."""
-        with self._session(run_id, tools) as session:
-            return actions.compensate(session, ledger_entry_id, assume_done=assume_done)
+        """Run the compensator a tool declares for one finished call, at most once. ``decision`` ("replay" or
+        "skip") settles a compensation a crash interrupted."""
+        with self._session(run_id, tools, takeover=takeover) as session:
+            return actions.compensate(session, ledger_entry_id, assume_done=assume_done, decision=decision)
 
     def agent_changes(self, run_id: str) -> tuple[list[str], list[str]]:
         """Paths holding exactly what the agent last left there (its diff), and paths that are not only the agent's:

@@ -67,7 +67,7 @@ class RunNotFoundError(StoreError):
 
 
 class RunExistsError(StoreError):
-    pass
+    exit_code = 2
 
 
 class RunLockedError(StoreError):

@@ -209,12 +209,13 @@ def rollback(
     run_id: str,
     to: Annotated[str, typer.Option("--to", help="The checkpoint to go back to (see `tidemark checkpoints`).")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
+    takeover: Annotated[bool, typer.Option("--takeover", help="Fence off a live owner first.")] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """rollback_files: revert the agent's file changes after a checkpoint, never the user's (conflicts instead)."""
-    plan = _open(store, workspace).rollback_files(run_id, to, dry_run=dry_run)
+    plan = _open(store, workspace).rollback_files(run_id, to, dry_run=dry_run, takeover=takeover)
     data = msgspec.to_builtins(plan) | {"dry_run": dry_run}
     _emit(data, as_json, render.rollback_view(data))
     raise typer.Exit(EXIT_CONFLICTS if plan.conflicts else 0)
@@ -240,6 +241,7 @@ def resolve(
     manual_merge: Annotated[
         bool, typer.Option("--manual-merge", help="Write a three-way merge; markers where both changed the same lines.")
     ] = False,
+    takeover: Annotated[bool, typer.Option("--takeover", help="Fence off a live owner first.")] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -252,7 +254,7 @@ def resolve(
     ]
     if len(chosen) != 1:
         raise ConfigError("choose exactly one of --keep-user, --apply-agent, --manual-merge")
-    result = _open(store, workspace).resolve(run_id, path, chosen[0])  # type: ignore[arg-type]
+    result = _open(store, workspace).resolve(run_id, path, chosen[0], takeover=takeover)  # type: ignore[arg-type]
     _emit(result, as_json)
     if not as_json:
         tail = "" if result.get("clean", True) else " (with conflict markers: edit the file to finish)"
@@ -264,15 +266,21 @@ def restore(
     run_id: str,
     to: Annotated[str, typer.Option("--to", help="The checkpoint to restore the session to.")],
     with_files: Annotated[bool, typer.Option("--with-files", help="Also roll the files back to it.")] = False,
+    takeover: Annotated[bool, typer.Option("--takeover", help="Fence off a live owner first.")] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """restore_session: the conversation and run state go back to a checkpoint, as a new branch."""
-    checkpoint = _open(store, workspace).restore_session(run_id, to, with_files=with_files)
-    _emit(to_plain(checkpoint), as_json)
+    tm = _open(store, workspace)
+    checkpoint = tm.restore_session(run_id, to, with_files=with_files, takeover=takeover)
+    pending = [c["path"] for c in tm.conflicts(run_id)] if with_files else []
+    _emit(to_plain(checkpoint) | {"conflicts": pending}, as_json)
     if not as_json:
         out.print(f"run {run_id}: session restored to {to} as {checkpoint.checkpoint_id}; `tidemark resume` continues")
+        if pending:
+            out.print(f"files left as they are (changed since the agent wrote them): {', '.join(pending)}")
+    raise typer.Exit(EXIT_CONFLICTS if pending else 0)
 
 
 @app.command()
@@ -280,15 +288,29 @@ def compensate(
     run_id: str,
     ledger_entry_id: str,
     assume_done: Annotated[bool, typer.Option("--assume-done", help="Compensate an uncertain call.")] = False,
+    replay: Annotated[bool, typer.Option("--replay", help="Run an interrupted compensation again.")] = False,
+    skip: Annotated[bool, typer.Option("--skip", help="Leave an interrupted compensation as it is.")] = False,
+    takeover: Annotated[bool, typer.Option("--takeover", help="Fence off a live owner first.")] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """compensate_external_action: run a tool's compensator for one finished call, at most once."""
-    result = _open(store, workspace).compensate(
-        run_id, ledger_entry_id, tools=_load_tools(tools), assume_done=assume_done
-    )
+    if replay and skip:
+        raise ConfigError("choose one of --replay and --skip")
+    try:
+        result = _open(store, workspace).compensate(
+            run_id,
+            ledger_entry_id,
+            tools=_load_tools(tools),
+            assume_done=assume_done,
+            decision="replay" if replay else "skip" if skip else None,
+            takeover=takeover,
+        )
+    except DecisionNeeded as exc:
+        sys.stderr.write(f"tidemark: {exc}\n")
+        raise typer.Exit(EXIT_WAITING) from None
     _emit({"run_id": run_id, "compensated": ledger_entry_id, "result": result}, as_json)
     if not as_json:
         out.print(result)
@@ -307,6 +329,10 @@ def commit(
 ) -> None:
     """Commit the agent's changes only, on the current branch, when you ask; your other changes stay as they are."""
     tm = _open(store, workspace)
+    from tidemark.workspace.git import git_state
+
+    if not git_state(tm.workspace.root).is_repo:
+        raise ConfigError(f"workspace {tm.workspace.root} is not in a git repository; there is nothing to commit to")
     if not yes:
         ours, since = tm.agent_changes(run_id)
         _emit({"run_id": run_id, "would_commit": ours, "left_out": since}, as_json)

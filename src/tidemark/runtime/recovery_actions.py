@@ -313,7 +313,9 @@ def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool
 
 
 # compensate_external_action -------------------------------------------------------------------------------------
-def compensate(session: RunSession, ledger_entry_id: str, *, assume_done: bool = False) -> str:
+def compensate(
+    session: RunSession, ledger_entry_id: str, *, assume_done: bool = False, decision: str | None = None
+) -> str:
     """Run the compensator of a finished call, at most once, as its own ledger entry linked to the original."""
     entry = session.ledger.get(ledger_entry_id)
     if entry is None:
@@ -336,6 +338,12 @@ def compensate(session: RunSession, ledger_entry_id: str, *, assume_done: bool =
     done = session.ledger.get(compensation_id)
     if done is not None and done.status == "succeeded":
         raise ResumeError(f"{ledger_entry_id} was compensated already by {compensation_id}; it runs at most once")
+    if done is not None and done.status == "uncertain":
+        raise ResumeError(
+            f"{compensation_id} was interrupted and left as is (its outcome is unknown); check the external system"
+        )
+    if done is not None and done.status == "started" and decision is not None:
+        session.decide(compensation_id, decision)  # the interrupted compensation: run it again, or leave it
     session.registry_internal(compensator_tool(session, tool))
     message = session.execute(
         ToolCall(

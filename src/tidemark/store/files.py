@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from tidemark.errors import (
+    ConfigError,
     CorruptRecordError,
     RunExistsError,
     RunLockedError,
@@ -64,7 +65,7 @@ def _now() -> str:
 
 def check_run_id(run_id: str) -> str:
     if not _RUN_ID.match(run_id):
-        raise StoreError(
+        raise ConfigError(
             f"run id {run_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', not starting with '.'"
         )
     return run_id
@@ -84,12 +85,7 @@ class FileStore(Store):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
-        self._runs = os.path.join(self.root, "runs")
-        os.makedirs(self._runs, exist_ok=True)
-        ignore = os.path.join(self.root, ".gitignore")
-        if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
-            with open(ignore, "w") as handle:
-                handle.write("# tidemark's store: not for version control\n*\n")
+        self._runs = os.path.join(self.root, "runs")  # made by the first create_run: reading never creates a store
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._log_fds: dict[str, int] = {}
         self._lock_fds: dict[str, int] = {}
@@ -113,6 +109,7 @@ class FileStore(Store):
     def create_run(self, run_id: str, header: bytes) -> None:
         """Build the run's folder under a temporary name, then rename it into place: a crash half-way leaves
         an invisible ``.new-*`` folder, never a half-made run that blocks its own id."""
+        self._make_root()
         path = self.run_dir(run_id)
         if os.path.exists(path):
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id")
@@ -131,6 +128,13 @@ class FileStore(Store):
     def local_dir(self) -> str | None:
         return self.root
 
+    def _make_root(self) -> None:
+        os.makedirs(self._runs, exist_ok=True)
+        ignore = os.path.join(self.root, ".gitignore")
+        if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
+            with open(ignore, "w") as handle:
+                handle.write("# tidemark's store: not for version control\n*\n")
+
     def scratch_dir(self, run_id: str) -> str | None:
         return self._path(run_id, "tmp")
 
@@ -144,6 +148,8 @@ class FileStore(Store):
 
     def list_runs(self) -> list[str]:
         found = []
+        if not os.path.isdir(self._runs):
+            return []
         for name in os.listdir(self._runs):
             if name.startswith("."):
                 continue  # a run being created (or whose creation was interrupted): not a run yet
