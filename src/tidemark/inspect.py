@@ -7,12 +7,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from tidemark.core.recovery import expected_files, plan_resume
+from tidemark.core.replay import ProbeResult
 from tidemark.core.rollback import UNKNOWN
 from tidemark.core.run_view import RunView
 from tidemark.errors import ToolFailure
 from tidemark.records import to_plain
+from tidemark.runtime.builtin import builtin_registry
 from tidemark.runtime.file_changes import NOT_KEPT
-from tidemark.runtime.session import load_view
+from tidemark.runtime.session import RunSession, load_view
 from tidemark.store.base import Store
 from tidemark.store.liveness import process_is_alive
 from tidemark.workspace.files import Workspace
@@ -88,10 +90,18 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
     """Why a resume would continue where it would, and what it would do with every recorded call."""
     view = load_view(store, run_id)
     hashes = None
+    probes: dict[str, ProbeResult] = {}
     if workspace is not None:
         ws = Workspace(workspace)
         hashes = {path: _hash_or_none(ws, path) for path in expected_files(view)}
-    plan = plan_resume(view, workspace_hashes=hashes)
+        # What a resume would decide: the built-in tools' probes too (they only read).
+        reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True)
+        for call_id, entry in reader.ledger.items():
+            if entry.status == "started" and reader.current_decision(call_id) is None:
+                found = reader.probe(entry)
+                if found is not None:
+                    probes[call_id] = found
+    plan = plan_resume(view, workspace_hashes=hashes, probes=probes)
     at = plan.resume_from
     files: dict[str, list[str]] = {}
     for patch in view.patches:

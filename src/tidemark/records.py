@@ -212,15 +212,6 @@ class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     attempt: int = 0  # the number of `started` entries the call had: a decision settles that attempt only
 
 
-class TraceEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Observability only: recovery never depends on the trace."""
-
-    event: str
-    at: str
-    run_id: str
-    data: dict[str, JSONValue] = msgspec.field(default_factory=dict)
-
-
 class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Content stored in the log itself, addressed by ``content_hash`` of the uncompressed bytes."""
 

@@ -30,7 +30,7 @@ from tidemark.core.patches import apply_patch, make_patch
 from tidemark.core.recovery import pending_calls
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import RunView, build_view
-from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure, UnknownToolError
+from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure
 from tidemark.records import (
     RECORD_KINDS,
     Blob,
@@ -433,7 +433,7 @@ class RunSession:
         tool = self.registry.get(call.tool) if call.tool in self.registry else None
         if existing is None:
             if tool is None:
-                return self._refuse_unknown(call, step_id, str(_unknown(self.registry, call.tool)))
+                return self._refuse_unknown(call, step_id, str(self.registry.unknown(call.tool)))
             befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
             planned = self._plan(tool, call, step_id, befores)
         else:
@@ -676,11 +676,6 @@ def _loop_running() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def _unknown(registry: ToolRegistry, name: str) -> UnknownToolError:
-    known = ", ".join(registry.names()) or "none"
-    return UnknownToolError(f"unknown tool {name!r}; registered tools: {known}")
 
 
 def _owner_id() -> str:

@@ -169,8 +169,11 @@ class ToolRegistry:
         try:
             return self._tools[name]
         except KeyError:
-            known = ", ".join(sorted(self._tools)) or "none"
-            raise UnknownToolError(f"unknown tool {name!r}; registered tools: {known}") from None
+            raise self.unknown(name) from None
+
+    def unknown(self, name: str) -> UnknownToolError:
+        known = ", ".join(sorted(self._tools)) or "none"
+        return UnknownToolError(f"unknown tool {name!r}; registered tools: {known}")
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
