@@ -44,6 +44,7 @@ class FileChanges:
         self._reproducible: set[str] = set(session.blobs)
         self._producers: dict[str, list[int]] = {}  # after-hash -> indexes of the patches that produced it
         self._cache: dict[str, bytes] = {}
+        self._patches: dict[tuple[str, str], str] = {}  # (before, after) hashes -> stored patch
         self._cache_bytes = 0
         for index, patch in enumerate(session.patches):
             self._producers.setdefault(patch.after_hash, []).append(index)
@@ -129,13 +130,24 @@ class FileChanges:
         after_hash = ABSENT if data is None else content_hash(data)
         if after_hash == before.hash and mode == before.mode:
             return None
-        patch_ref = "blob:" + self.session.put_content(make_patch(before.content or b"", data or b""))
-        entry = self._append(call_id, before, after_hash, mode, patch_ref)
+        entry = self._append(call_id, before, after_hash, mode, "blob:" + self.patch(before, data or b"", after_hash))
         if data is not None:
             self._remember(after_hash, data)
         if after_hash and self._base_known(entry):
             self._reproducible.add(after_hash)
         return entry
+
+    def patch(self, before: FileBefore, data: bytes, after_hash: str | None = None) -> str:
+        """The stored patch from ``before`` to ``data`` (computed once per pair: a writer's logged input and its
+        file patch are the same diff)."""
+        key = (before.hash, after_hash or content_hash(data))
+        digest = self._patches.get(key)
+        if digest is None:
+            digest = self.session.put_content(make_patch(before.content or b"", data))
+            if len(self._patches) > 1024:  # only the pair of one call matters: keep the memo small
+                self._patches.clear()
+            self._patches[key] = digest
+        return digest
 
     def record_large(self, call_id: str, before: FileBefore, after_hash: str, mode: int | None) -> FilePatchEntry:
         """A file too large to keep: its change is recorded by hash only (it can be detected, not put back)."""

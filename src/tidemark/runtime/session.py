@@ -26,7 +26,7 @@ import msgspec
 from tidemark.core.blobs import make_blob, open_blob
 from tidemark.core.hashing import content_hash, idempotency_key, input_hash
 from tidemark.core.ledger import attempts, check_transition, settle_after_crash
-from tidemark.core.patches import apply_patch, make_patch
+from tidemark.core.patches import apply_patch
 from tidemark.core.recovery import pending_calls
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import RunView, build_view
@@ -520,7 +520,7 @@ class RunSession:
         before = befores[0]
         if before.content is None:
             return args
-        patch = self.put_content(make_patch(before.content, value.encode()))
+        patch = self.files.patch(before, value.encode())
         return {**args, tool.content_arg: {"$patch": f"blob:{patch}", "base": before.hash}}  # type: ignore[dict-item]
 
     def call_input(self, entry: ToolLedgerEntry) -> dict[str, Any]:
