@@ -341,8 +341,7 @@ class FileStore(Store):
     def read_log(self, run_id: str) -> LogRead:
         path = os.path.join(self._existing_run_dir(run_id), "ledger.jsonl")
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = _read_settled(path)
         except FileNotFoundError:
             return LogRead(records=[], problems=[])
         records: list[LogRecord] = []
@@ -445,6 +444,18 @@ class FileStore(Store):
     def close(self) -> None:
         for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds}:
             self._drop_handles(run_id)
+
+
+def _read_settled(path: str) -> bytes:
+    """The log's bytes; a last line without its end is read again once, briefly later, since a live writer may be
+    in the middle of appending it (only a tail that stays torn is one)."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data and not data.endswith(b"\n"):
+        time.sleep(0.02)
+        with open(path, "rb") as handle:
+            data = handle.read()
+    return data
 
 
 def _owner_alive(state: OwnerState) -> bool:
