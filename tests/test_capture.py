@@ -300,3 +300,21 @@ def test_a_file_uncovered_by_a_gitignore_edit_is_the_users_not_the_commands(work
     tm.rollback_files("r", start)
     assert (workspace / ".env").read_text() == "SECRET=1\n"
     assert (workspace / ".gitignore").read_text() == "build/\n.env\n"
+
+
+def test_concurrent_async_calls_are_not_blamed_on_a_command(workspace):
+    import asyncio
+
+    tm = tidemark.open(workspace=str(workspace))
+
+    async def both(run):
+        return await asyncio.gather(
+            run.acall("run_command", {"command": "sleep 0.3; echo c > from_command.txt"}, call_id="c1"),
+            run.acall("run_command", {"command": "echo d > from_second.txt"}, call_id="c2"),
+            run.acall("write_file", {"path": "from_tool.txt", "content": "t\n"}, call_id="w1"),
+        )
+
+    with tm.start("t", run_id="r") as run:
+        asyncio.run(both(run))
+    owners = {p.path: p.tool_call_id for p in load_view(tm.store, "r").patches}
+    assert owners == {"from_command.txt": "c1", "from_second.txt": "c2", "from_tool.txt": "w1"}

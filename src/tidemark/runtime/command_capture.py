@@ -99,6 +99,7 @@ class CommandCapture:
             self._catch_up()
         self._saved_at = time.monotonic()
         self._window_start = time.time_ns()
+        self._patches_at_start = len(session.patches)
 
     def _catch_up(self) -> None:
         """Learn what changed while no capture of this run was watching (between sessions, after a crash):
@@ -165,6 +166,7 @@ class CommandCapture:
         for path in self._changed():
             self._learn(path)
         self._window_start = time.time_ns()
+        self._patches_at_start = len(self.session.patches)
         for path in self._expand(hints):
             if path not in self.known and path not in self.git_clean:
                 self._learn(path)
@@ -190,10 +192,13 @@ class CommandCapture:
 
     def after_command(self, call_id: str) -> list[FilePatchEntry]:
         recorded = []
+        # Paths another call of this run recorded while the command ran (an async tool alongside it) are theirs.
+        others = {p.path for p in self.session.patches[self._patches_at_start :] if p.tool_call_id != call_id}
         for path, old in sorted(self._changed().items()):
             info = self.stats.get(path)
-            if old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS:
-                # Not changed during the command, merely visible now (its ignore rule went away): the user's file.
+            stale = old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
+            if stale or path in others:
+                # Not the command's: merely visible now (its ignore rule went away), or written by another call.
                 self._learn(path)
                 continue
             before = self._before(path, old)

@@ -16,6 +16,7 @@ import inspect
 import os
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -199,6 +200,9 @@ class RunSession:
         self._trace: list[bytes] = []
         self._heartbeat = time.monotonic()
         self._capture: CommandCapture | None = None
+        self._capture_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         self.capture_exclude: tuple[str, ...] = workspace.exclude  # patterns a capture never looks at
         self.closed = False
         if watch and not self.read_only and any(registry.get(n).captures_workspace for n in registry.names()):
@@ -641,6 +645,16 @@ class RunSession:
             return result
 
     async def aexecute(self, call: ToolCall, step_id: str) -> Message:
+        tool = self.registry.get(call.tool) if call.tool in self.registry else None
+        if tool is not None and tool.captures_workspace:
+            # Two commands running at once could not be told apart in the workspace: they take turns.
+            loop = asyncio.get_running_loop()
+            turn = self._capture_turns.setdefault(loop, asyncio.Lock())  # a lock belongs to one event loop
+            async with turn:
+                return await self._aexecute(call, step_id)
+        return await self._aexecute(call, step_id)
+
+    async def _aexecute(self, call: ToolCall, step_id: str) -> Message:
         driver = self.drive_call(call, step_id)
         try:
             invocation = next(driver)
