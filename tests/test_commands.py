@@ -7,13 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidemark.core.command_targets import _write_targets_cached, write_targets
 from tidemark.core.commands import (
     DEFAULT_COMMAND_RULES,
     CommandRules,
     CommandVerdict,
-    _write_targets_cached,
     classify_command,
-    write_targets,
 )
 from tidemark.errors import ConfigError
 

@@ -30,340 +30,37 @@ from typing import Any, NamedTuple
 import bashlex
 import msgspec
 
+from tidemark.core.command_rules import (
+    CATEGORIES,
+    CATEGORY_PHRASE,
+    DESTRUCTIVE,
+    GRADES,
+    HARMLESS_TARGETS,
+    HIGH_RISK,
+    HINTS,
+    IDEMPOTENCY_RANK,
+    INTERPRETERS,
+    LOCAL_WRITE,
+    MAX_CHARS,
+    MAX_DEPTH,
+    POLICY_RANK,
+    PRIVILEGED,
+    READ_ONLY,
+    READ_ONLY_SUBCOMMANDS,
+    RERUNNABLE,
+    RISK_RANK,
+    RUNNERS,
+    SHELLS,
+    WRAPPERS,
+    Category,
+    Hint,
+    canonical,
+    name_set,
+)
 from tidemark.errors import ConfigError
 from tidemark.records import Idempotency, ReplayPolicy, RiskLevel
 
-__all__ = ["DEFAULT_COMMAND_RULES", "CommandRules", "CommandVerdict", "classify_command", "write_targets"]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Rule tables. Entries are separated by commas or newlines; an entry of several words ("git push") matches
-# when the command's words start with it.
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _names(text: str) -> frozenset[str]:
-    return frozenset(" ".join(item.split()) for item in re.split(r"[,\n]", text) if item.strip())
-
-
-_READ_ONLY = _names(
-    """
-    ls, dir, exa, eza, lsd, tree, pwd, cd, pushd, popd, dirs,
-    cat, bat, tac, head, tail, less, more, nl, od, hexdump, strings,
-    wc, grep, egrep, fgrep, rg, ag, ack, find, fd, locate,
-    echo, printf, true, false, :, test, [, sleep, seq, yes,
-    which, whereis, type, whoami, id, groups, hostname, uname, arch, nproc, uptime, tty, locale, printenv,
-    date, cal, stat, file, du, df, free, ps, pgrep, lsof,
-    diff, cmp, comm, sort, uniq, cut, tr, paste, join, column, fold, fmt, expand, unexpand, rev, jq, yq, sed,
-    awk, gawk, mawk, basename, dirname, realpath, readlink,
-    md5sum, sha1sum, sha256sum, sha512sum, shasum, cksum, b2sum, base64,
-    man, help, info, apropos, whatis,
-    export, unset, set, alias, unalias, shopt, declare, typeset, local, readonly, umask, history, wait, jobs,
-    trap, shift, return, exit, break, continue, read, getopts,
-    crontab -l, python --version, python -V, node --version, node -v, ruby --version, java -version,
-    java --version, rustc --version, cargo --version, npm --version, npm -v, pnpm --version, yarn --version,
-    bun --version, deno --version, pip --version, uv --version, go version, tsc --version,
-    npm config get, npm config list, go mod graph, go mod why, go mod verify,
-    uv pip list, uv pip show, uv pip freeze, uv pip tree, uv python list, poetry env info,
-    docker compose ps, docker compose logs, docker compose config, docker compose ls, docker image ls,
-    docker container ls, docker volume ls, docker network ls,
-    kubectl config view, kubectl config get-contexts, kubectl config current-context, kubectl auth can-i,
-    kubectl rollout status, kubectl rollout history, helm repo list,
-    terraform state list, terraform state show, terraform fmt -check,
-    gh pr view, gh pr list, gh pr diff, gh pr checks, gh pr status, gh issue view, gh issue list,
-    gh issue status, gh repo view, gh run list, gh run view, gh auth status, gh release list, gh release view,
-    gh workflow list, rustup show, rustup toolchain list
-    """
-)
-
-# Program -> sub-commands that only read (stored as (program, frozenset) pairs: the rules stay hashable).
-_READ_ONLY_SUBCOMMANDS: dict[str, str] = {
-    "git": """status, diff, log, show, branch, rev-parse, ls-files, blame, shortlog, describe, grep, ls-tree,
-        cat-file, show-ref, merge-base, name-rev, rev-list, count-objects, whatchanged, check-ignore,
-        check-attr, for-each-ref, var, help, version, ls-remote, reflog""",
-    "npm": """ls, list, ll, la, view, v, info, show, outdated, why, explain, audit, doctor, search, prefix,
-        root, bin, whoami, help""",
-    "pnpm": "ls, list, why, outdated, audit, view, info",
-    "yarn": "list, info, why, outdated, audit",
-    "pip": "list, show, freeze, check, inspect, index, debug, hash, help",
-    "uv": "tree",
-    "poetry": "show, check, search, about",
-    "cargo": "tree, metadata, search, pkgid, locate-project, verify-project, read-manifest, version, help",
-    "go": "version, env, list, doc, help",
-    "docker": "ps, images, inspect, logs, version, info, top, stats, history, port, diff, search",
-    "kubectl": "get, describe, logs, version, explain, top, api-resources, api-versions, cluster-info, diff",
-    "helm": "list, ls, status, get, history, show, template, lint, version, search, env",
-    "terraform": "plan, validate, show, output, version, providers, graph",
-    "systemctl": """status, list-units, list-unit-files, list-timers, is-active, is-enabled, is-failed, show,
-        cat""",
-    "brew": "list, ls, info, search, outdated, config, doctor, deps, leaves",
-    "apt": "list, show, search, policy",
-    "gem": "list, search, info, contents, environment, which",
-    "bundle": "list, show, outdated, check, info",
-    "pipx": "list",
-}
-
-_RERUNNABLE = _names(
-    """
-    pytest, py.test, tox, nox, unittest, coverage, make, ninja, cmake, ctest,
-    tsc, eslint, prettier, jest, vitest, mocha, ruff, mypy, pyright, black, isort, flake8, pylint, pyflakes,
-    pycodestyle, bandit, gcc, g++, cc, c++, clang, clang++, javac, gofmt, golangci-lint,
-    npm test, npm t, npm tst, npm run test, npm run build, npm run lint, npm run typecheck, npm run check,
-    npm run-script test, npm run-script build, npm run-script lint,
-    pnpm test, pnpm t, pnpm build, pnpm lint, pnpm typecheck, pnpm run test, pnpm run build, pnpm run lint,
-    pnpm run typecheck, yarn test, yarn build, yarn lint, yarn typecheck, yarn run test, yarn run build,
-    yarn run lint, bun test, bun run test, bun run build,
-    cargo build, cargo b, cargo test, cargo t, cargo check, cargo c, cargo clippy, cargo bench, cargo doc,
-    cargo fmt, go test, go build, go vet, go fmt,
-    mvn test, mvn compile, mvn package, mvn verify, gradle test, gradle build, gradle check,
-    gradlew test, gradlew build, gradlew check, dotnet build, dotnet test, swift build, swift test,
-    deno test, deno check, deno lint, deno fmt, bazel build, bazel test, docker build, docker compose build,
-    pre-commit run
-    """
-)
-
-# Installing or removing packages: a re-run converges on the same state, but it writes and downloads.
-_PACKAGE_CHANGES = _names(
-    """
-    npm install, npm i, npm ci, npm add, npm uninstall, npm remove, npm rm, npm update, npm up, npm dedupe,
-    npm prune, npm audit fix, npm rebuild,
-    pnpm install, pnpm i, pnpm add, pnpm remove, pnpm rm, pnpm update, pnpm up, pnpm prune,
-    yarn install, yarn add, yarn remove, yarn upgrade, yarn up, bun install, bun i, bun add, bun remove,
-    pip install, pip uninstall, pip download, pip wheel,
-    uv pip install, uv pip uninstall, uv pip sync, uv add, uv remove, uv sync, uv lock, uv tool install,
-    uv python install, poetry install, poetry add, poetry remove, poetry lock, poetry update,
-    pipx install, pipx uninstall,
-    cargo add, cargo remove, cargo rm, cargo update, cargo install, cargo uninstall, cargo fetch,
-    cargo generate-lockfile, cargo vendor,
-    go get, go install, go mod tidy, go mod download, go mod vendor, go work sync,
-    gem install, gem uninstall, bundle install, bundle update,
-    brew install, brew uninstall, brew upgrade, brew update, brew tap,
-    apt install, apt remove, apt update, apt upgrade, apt-get install, apt-get remove, apt-get update,
-    apt-get upgrade, dnf install, yum install, terraform init, helm repo add, helm repo update, docker pull
-    """
-)
-
-_LOCAL_WRITE = _PACKAGE_CHANGES | _names(
-    """
-    mkdir, touch, cp, tee, ln, install, patch, mktemp, zip, unzip, gzip, gunzip, bzip2, bunzip2, xz, unxz,
-    zstd, split, csplit, virtualenv, venv,
-    npm init, npm link, npm login, uv venv, uv init, cargo new, cargo init, go mod init, go env -w,
-    terraform fmt, kubectl config use-context, kubectl config set-context, docker login, docker tag
-    """
-)
-
-_DESTRUCTIVE = _names(
-    """
-    rm, rmdir, unlink, shred, mv, dd, truncate, chmod, chown, chgrp, kill, pkill, killall,
-    docker rm, docker rmi, docker stop, docker kill, docker system prune, docker volume rm,
-    docker volume prune, docker image prune, docker container prune, docker network rm, docker compose down,
-    pip cache purge, npm cache clean
-    """
-)
-
-_HIGH_RISK = _names(
-    """
-    git push, git lfs push,
-    npm publish, npm unpublish, npm deprecate, npm dist-tag, npm owner, npm access, pnpm publish,
-    yarn publish, yarn npm publish, bun publish, cargo publish, cargo yank, cargo owner, twine upload,
-    poetry publish, uv publish, flit publish, hatch publish, gem push, gem yank, docker push,
-    kubectl apply, kubectl create, kubectl delete, kubectl replace, kubectl patch, kubectl edit,
-    kubectl scale, kubectl rollout, kubectl set, kubectl label, kubectl annotate, kubectl exec, kubectl run,
-    kubectl expose,
-    kubectl drain, kubectl cordon, kubectl uncordon, kubectl taint, kubectl autoscale,
-    helm install, helm upgrade, helm uninstall, helm delete, helm rollback,
-    terraform apply, terraform destroy, terraform import, terraform taint, terraform untaint,
-    terraform state rm, terraform state mv, terraform state push, terraform force-unlock,
-    pulumi up, pulumi destroy,
-    gh pr create, gh pr merge, gh pr close, gh pr reopen, gh pr comment, gh pr review, gh pr edit,
-    gh issue create, gh issue close, gh issue reopen, gh issue comment, gh issue edit, gh issue delete,
-    gh release create, gh release delete, gh release upload, gh repo create, gh repo delete, gh repo fork,
-    gh workflow run, gh run rerun, gh run cancel,
-    ssh, scp, sftp, rsync, ftp, telnet, nc, ncat, socat,
-    sudo, su, doas, shutdown, reboot, halt, poweroff, systemctl, service, launchctl,
-    mkfs, fdisk, wipefs, parted, crontab
-    """
-)
-
-
-class _Hint(NamedTuple):
-    phrase: str
-    effects: tuple[str, ...]
-    risk: RiskLevel | None = None  # overrides the category's risk
-
-
-def _group(keys: str, phrase: str, effects: tuple[str, ...], risk: RiskLevel | None = None) -> dict[str, _Hint]:
-    return dict.fromkeys(_names(keys), _Hint(phrase, effects, risk))
-
-
-# What a table entry does, for the reason text and the side-effect tags; entries without one get their
-# category's wording.
-_HINTS: dict[str, _Hint] = {
-    **_group("rm, unlink", "deletes files", ("filesystem_delete",)),
-    **_group("rmdir", "deletes directories", ("filesystem_delete",)),
-    **_group("shred", "destroys file contents", ("filesystem_delete",), "high"),
-    **_group("mv", "moves or renames files", ("filesystem_delete", "filesystem_write")),
-    **_group("dd", "overwrites data block by block", ("filesystem_write",), "high"),
-    **_group("truncate", "cuts files to a size", ("filesystem_delete", "filesystem_write")),
-    **_group("chmod", "changes file permissions", ("filesystem_write",)),
-    **_group("chown, chgrp", "changes file ownership", ("filesystem_write",)),
-    **_group("kill, pkill, killall", "signals running processes", ("process",)),
-    **_group(
-        "docker rm, docker stop, docker kill, docker compose down",
-        "stops or removes containers",
-        ("process",),
-    ),
-    **_group(
-        "docker rmi, docker image prune, docker container prune, docker network rm, pip cache purge, npm cache clean",
-        "deletes cached or unused data",
-        ("filesystem_delete",),
-    ),
-    **_group(
-        "docker system prune, docker volume rm, docker volume prune",
-        "deletes volumes or unused data",
-        ("filesystem_delete",),
-        "high",
-    ),
-    **_group("git push, git lfs push", "changes a remote", ("network", "vcs_remote")),
-    **_group(
-        "npm publish, pnpm publish, yarn publish, yarn npm publish, bun publish, cargo publish, "
-        "twine upload, poetry publish, uv publish, flit publish, hatch publish, gem push, docker push",
-        "publishes to a registry",
-        ("network", "publish"),
-    ),
-    **_group(
-        "npm unpublish, npm deprecate, npm dist-tag, npm owner, npm access, cargo yank, cargo owner, gem yank",
-        "changes a published package",
-        ("network", "publish"),
-    ),
-    **_group(
-        "kubectl apply, kubectl create, kubectl delete, kubectl replace, kubectl patch, kubectl edit, "
-        "kubectl scale, kubectl rollout, kubectl set, kubectl label, kubectl annotate, kubectl exec, "
-        "kubectl run, "
-        "kubectl expose, kubectl drain, kubectl cordon, kubectl uncordon, kubectl taint, kubectl autoscale, "
-        "helm install, helm upgrade, helm uninstall, helm delete, helm rollback",
-        "changes a cluster",
-        ("infrastructure", "network"),
-    ),
-    **_group(
-        "terraform apply, terraform destroy, terraform import, terraform taint, terraform untaint, "
-        "terraform state rm, terraform state mv, terraform state push, terraform force-unlock, pulumi up, "
-        "pulumi destroy",
-        "changes infrastructure",
-        ("infrastructure", "network"),
-    ),
-    **{key: _Hint("changes GitHub", ("network", "vcs_remote")) for key in _HIGH_RISK if key.startswith("gh ")},
-    **_group("ssh", "runs commands on another machine", ("network", "remote_exec")),
-    **_group("scp, sftp, rsync, ftp", "copies files to or from another machine", ("filesystem_write", "network")),
-    **_group("telnet, nc, ncat, socat", "talks to another machine", ("network",)),
-    **_group("sudo, su, doas", "runs with elevated privileges", ("privilege",)),
-    **_group("shutdown, reboot, halt, poweroff", "stops the machine", ("process",)),
-    **_group("systemctl, service, launchctl", "changes system services", ("process",)),
-    **_group("mkfs, fdisk, wipefs, parted", "rewrites a disk", ("filesystem_delete",)),
-    **_group("crontab", "changes scheduled jobs", ("process",)),
-    **_group("mkdir", "creates directories", ("filesystem_write",)),
-    **_group("touch", "creates or touches files", ("filesystem_write",)),
-    **_group("cp, install", "copies files", ("filesystem_write",)),
-    **_group("tee", "writes files", ("filesystem_write",)),
-    **_group("ln", "creates links", ("filesystem_write",)),
-    **dict.fromkeys(_PACKAGE_CHANGES, _Hint("installs or removes packages", ("filesystem_write", "network"))),
-}
-
-_CATEGORY_PHRASE: dict[str, tuple[str, tuple[str, ...]]] = {
-    "read_only": ("only reads", ()),
-    "rerunnable": ("is a local build, test or lint step; safe to re-run", ("filesystem_write",)),
-    "local_write": ("writes files", ("filesystem_write",)),
-    "destructive": ("changes or removes existing data", ("filesystem_delete",)),
-    "high_risk": ("has effects outside this machine that cannot be undone", ("external",)),
-}
-
-# Wrappers that run the rest of their arguments as a command: short options taking a value, long ones too.
-_WRAPPERS: dict[str, tuple[str, frozenset[str]]] = {
-    "env": ("uCS", frozenset({"--unset", "--chdir", "--split-string"})),
-    "nice": ("n", frozenset({"--adjustment"})),
-    "nohup": ("", frozenset()),
-    "time": ("fo", frozenset({"--format", "--output"})),
-    "timeout": ("sk", frozenset({"--signal", "--kill-after"})),
-    "command": ("", frozenset()),
-    "builtin": ("", frozenset()),
-    "exec": ("a", frozenset()),
-    "stdbuf": ("ioe", frozenset({"--input", "--output", "--error"})),
-    "ionice": ("cnpt", frozenset({"--class", "--classdata", "--pid"})),
-    "xargs": (
-        "adEILnPs",
-        _names("--arg-file, --delimiter, --max-args, --max-procs, --max-chars, --process-slot-var"),
-    ),
-    "sudo": (
-        "ughpCDrtTU",
-        _names(
-            "--user, --group, --host, --prompt, --close-from, --chdir, --role, --type, --command-timeout, --other-user"
-        ),
-    ),
-    "doas": ("uC", frozenset()),
-}
-_PRIVILEGED = frozenset({"sudo", "doas"})
-
-# Runners of a project's or a registry's tools: `uv run pytest` is judged as `pytest`.
-_RUNNERS: dict[tuple[str, ...], tuple[str, frozenset[str]]] = {
-    ("npx",): ("p", frozenset({"--package"})),
-    ("bunx",): ("p", frozenset({"--package"})),
-    ("pnpx",): ("", frozenset()),
-    ("uvx",): ("p", frozenset({"--from", "--with", "--python"})),
-    ("npm", "exec"): ("p", frozenset({"--package"})),
-    ("pnpm", "exec"): ("", frozenset()),
-    ("pnpm", "dlx"): ("", frozenset()),
-    ("yarn", "dlx"): ("p", frozenset({"--package"})),
-    ("yarn", "exec"): ("", frozenset()),
-    ("bun", "x"): ("p", frozenset({"--package"})),
-    ("uv", "run"): (
-        "p",
-        _names("--with, --python, --package, --directory, --project, --extra, --group, --env-file, --from"),
-    ),
-    ("uv", "tool", "run"): ("p", frozenset({"--from", "--with", "--python"})),
-    ("poetry", "run"): ("", frozenset()),
-    ("pipenv", "run"): ("", frozenset()),
-    ("pdm", "run"): ("", frozenset()),
-    ("hatch", "run"): ("", frozenset()),
-    ("rye", "run"): ("", frozenset()),
-    ("bundle", "exec"): ("", frozenset()),
-}
-
-_INTERPRETERS = _names("python, node, ruby, perl, php, deno, bun, java, lua, Rscript, source, .")
-_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "mksh", "ash"})
-_HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
-_MAX_DEPTH = 4  # nested `bash -c` / `eval` strings
-_MAX_CHARS = 100_000  # bashlex is slow on huge inputs; a line this long is not replayed blindly anyway
-
-
-def _canonical(name: str) -> str:
-    name = name.removesuffix(".exe")
-    if re.fullmatch(r"python[0-9.]*", name):
-        return "python"
-    if re.fullmatch(r"pip[0-9.]*", name):
-        return "pip"
-    if name.startswith("mkfs."):
-        return "mkfs"
-    return {"gmake": "make", "mvnw": "mvn", "podman": "docker", "nerdctl": "docker"}.get(name, name)
-
-
-Category = str  # "read_only" | "rerunnable" | "local_write" | "destructive" | "high_risk"
-_CATEGORIES: tuple[Category, ...] = ("read_only", "rerunnable", "local_write", "destructive", "high_risk")
-
-# Grades: (idempotency, replay_policy, risk_level). None of them pairs non_idempotent with auto, and the
-# per-field maximum of any of them cannot either.
-_GRADES: dict[str, tuple[Idempotency, ReplayPolicy, RiskLevel]] = {
-    "read_only": ("idempotent", "auto", "low"),
-    "rerunnable": ("conditional", "auto", "low"),
-    "local_write": ("conditional", "ask", "medium"),
-    "mutation": ("non_idempotent", "ask", "medium"),
-    "destructive": ("non_idempotent", "ask", "medium"),
-    "unknown": ("non_idempotent", "ask", "medium"),
-    "unparsable": ("non_idempotent", "ask", "high"),
-    "high_risk": ("non_idempotent", "never", "high"),
-}
-_IDEMPOTENCY_RANK: dict[str, int] = {"idempotent": 0, "conditional": 1, "non_idempotent": 2}
-_POLICY_RANK: dict[str, int] = {"auto": 0, "ask": 1, "never": 2}
-_RISK_RANK: dict[str, int] = {"low": 0, "medium": 1, "high": 2}
+__all__ = ["DEFAULT_COMMAND_RULES", "CommandRules", "CommandVerdict", "classify_command"]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -393,14 +90,14 @@ class CommandRules(msgspec.Struct, frozen=True, kw_only=True):
     When an entry sits in several tables the most dangerous one counts.
     """
 
-    read_only: frozenset[str] = _READ_ONLY
+    read_only: frozenset[str] = READ_ONLY
     read_only_subcommands: tuple[tuple[str, frozenset[str]], ...] = tuple(
-        sorted((program, _names(subs)) for program, subs in _READ_ONLY_SUBCOMMANDS.items())
+        sorted((program, name_set(subs)) for program, subs in READ_ONLY_SUBCOMMANDS.items())
     )
-    rerunnable: frozenset[str] = _RERUNNABLE
-    local_write: frozenset[str] = _LOCAL_WRITE
-    destructive: frozenset[str] = _DESTRUCTIVE
-    high_risk: frozenset[str] = _HIGH_RISK
+    rerunnable: frozenset[str] = RERUNNABLE
+    local_write: frozenset[str] = LOCAL_WRITE
+    destructive: frozenset[str] = DESTRUCTIVE
+    high_risk: frozenset[str] = HIGH_RISK
 
     def __post_init__(self) -> None:
         # Accept plain sets, lists and a dict from callers and config files; store the hashable forms.
@@ -460,7 +157,7 @@ def _merge_subcommands(
         program, subs = pair
         if not isinstance(program, str) or not program.strip():
             raise problem
-        key = _canonical(program.strip())
+        key = canonical(program.strip())
         merged[key] = merged.get(key, frozenset()) | _as_names("read_only_subcommands", subs)
     return tuple(sorted(merged.items()))
 
@@ -490,23 +187,23 @@ class _Finding(NamedTuple):
 
 
 def _finding(grade: str, effects: Iterable[str], reason: str, risk: RiskLevel | None = None) -> _Finding:
-    idempotency, policy, base_risk = _GRADES[grade]
+    idempotency, policy, base_risk = GRADES[grade]
     return _Finding(idempotency, policy, risk or base_risk, tuple(effects), reason)
 
 
 def _danger(findings: Sequence[_Finding]) -> tuple[int, int, int]:
     return (
-        max(_POLICY_RANK[f.replay_policy] for f in findings),
-        max(_IDEMPOTENCY_RANK[f.idempotency] for f in findings),
-        max(_RISK_RANK[f.risk_level] for f in findings),
+        max(POLICY_RANK[f.replay_policy] for f in findings),
+        max(IDEMPOTENCY_RANK[f.idempotency] for f in findings),
+        max(RISK_RANK[f.risk_level] for f in findings),
     )
 
 
 def _verdict(findings: Sequence[_Finding]) -> CommandVerdict:
     return CommandVerdict(
-        idempotency=max((f.idempotency for f in findings), key=_IDEMPOTENCY_RANK.__getitem__),
-        replay_policy=max((f.replay_policy for f in findings), key=_POLICY_RANK.__getitem__),
-        risk_level=max((f.risk_level for f in findings), key=_RISK_RANK.__getitem__),
+        idempotency=max((f.idempotency for f in findings), key=IDEMPOTENCY_RANK.__getitem__),
+        replay_policy=max((f.replay_policy for f in findings), key=POLICY_RANK.__getitem__),
+        risk_level=max((f.risk_level for f in findings), key=RISK_RANK.__getitem__),
         side_effects=tuple(sorted({effect for f in findings for effect in f.side_effects})),
         reasons=tuple(dict.fromkeys(f.reason for f in findings)),
     )
@@ -536,13 +233,13 @@ def _compile(rules: CommandRules) -> _Compiled:
 
     def add(entry: str, category: Category) -> None:
         words = entry.split()
-        key = (_canonical(posixpath.basename(words[0]) or words[0]), *words[1:])
+        key = (canonical(posixpath.basename(words[0]) or words[0]), *words[1:])
         old = table.get(key)
-        if old is None or _CATEGORIES.index(category) > _CATEGORIES.index(old):
+        if old is None or CATEGORIES.index(category) > CATEGORIES.index(old):
             table[key] = category
         longest[key[0]] = max(longest.get(key[0], 0), len(key))
 
-    for category in _CATEGORIES:
+    for category in CATEGORIES:
         for entry in getattr(rules, category):
             add(entry, category)
     for program, subs in rules.read_only_subcommands:
@@ -562,8 +259,8 @@ def _lookup(compiled: _Compiled, argv: Sequence[str]) -> tuple[Category, tuple[s
 
 def _table_finding(category: Category, key: tuple[str, ...]) -> _Finding:
     text = " ".join(key)
-    phrase, effects = _CATEGORY_PHRASE[category]
-    hint = _HINTS.get(text)
+    phrase, effects = CATEGORY_PHRASE[category]
+    hint = HINTS.get(text)
     risk = None
     if hint is not None:
         phrase, effects, risk = hint
@@ -691,18 +388,18 @@ class _Walker:
     # ---- text -> trees -----------------------------------------------------------------------------------
 
     def text(self, text: str, depth: int) -> None:
-        if depth > _MAX_DEPTH:
+        if depth > MAX_DEPTH:
             self.add(
                 "unparsable",
                 ("unknown",),
-                f"shell strings nested deeper than {_MAX_DEPTH} levels; not analysed",
+                f"shell strings nested deeper than {MAX_DEPTH} levels; not analysed",
             )
             return
         if _is_blank(text):
             self.add("read_only", (), "empty command")
             return
-        if len(text) > _MAX_CHARS:
-            self.add("unparsable", ("unknown",), f"command longer than {_MAX_CHARS} characters; not analysed")
+        if len(text) > MAX_CHARS:
+            self.add("unparsable", ("unknown",), f"command longer than {MAX_CHARS} characters; not analysed")
             return
         try:
             trees, quoted, source = _parse(text)
@@ -819,9 +516,9 @@ class _Walker:
         self.nested(output, depth, quoted)
         shown = f"`{getattr(node, 'input', None) or ''}{rtype} {target}`"
         if rtype in {">", ">|", "&>", ">&", "<>"}:
-            if target not in _HARMLESS_TARGETS and not target.isdigit():
+            if target not in HARMLESS_TARGETS and not target.isdigit():
                 self.add("local_write", ("filesystem_write",), f"redirection {shown} writes a file")
-        elif rtype in {">>", "&>>"} and target not in _HARMLESS_TARGETS:
+        elif rtype in {">>", "&>>"} and target not in HARMLESS_TARGETS:
             self.add(
                 "mutation",
                 ("filesystem_write",),
@@ -840,21 +537,21 @@ class _Walker:
                     f"program name `{argv[0]}` is decided at run time; treated as having effects",
                 )
                 return
-            name = _canonical(posixpath.basename(argv[0]) or argv[0])
+            name = canonical(posixpath.basename(argv[0]) or argv[0])
             argv[0] = name
-            if name in _WRAPPERS:
+            if name in WRAPPERS:
                 rest = self.unwrap(name, argv, depth)
                 if rest is None:
                     return
                 if not rest:
-                    if name not in _PRIVILEGED:
+                    if name not in PRIVILEGED:
                         self.add("read_only", (), f"`{'echo' if name == 'xargs' else name}` only reads")
                     return
                 argv = rest
                 continue
-            runner = next((key for key in _RUNNERS if tuple(argv[: len(key)]) == key), None)
+            runner = next((key for key in RUNNERS if tuple(argv[: len(key)]) == key), None)
             if runner is not None and len(argv) > len(runner):
-                short, long = _RUNNERS[runner]
+                short, long = RUNNERS[runner]
                 rest = argv[len(runner) :]
                 if rest[0] in {"-c", "--call"} and runner in {("npx",), ("npm", "exec")} and len(rest) > 1:
                     self.text(rest[1], depth + 1)
@@ -880,9 +577,9 @@ class _Walker:
 
     def unwrap(self, name: str, argv: list[str], depth: int) -> list[str] | None:
         """The wrapped command's words, or None when the wrapper itself settled the verdict."""
-        short, long = _WRAPPERS[name]
+        short, long = WRAPPERS[name]
         args = argv[1:]
-        if name in _PRIVILEGED:
+        if name in PRIVILEGED:
             self.add("high_risk", ("privilege",), f"`{name}` runs the command with elevated privileges")
         if name == "command" and any(a in {"-v", "-V"} for a in args[:2]):
             self.add("read_only", (), "`command -v` only looks a command up")
@@ -907,7 +604,7 @@ class _Walker:
         name = argv[0]
         handler = _HANDLERS.get(name)
         found: list[_Finding] | None = None
-        if name in _SHELLS:
+        if name in SHELLS:
             found = self.shell(argv, depth, stdin)
         elif name == "eval":
             found = self.collect(lambda: self.text(" ".join(argv[1:]), depth + 1))
@@ -919,7 +616,7 @@ class _Walker:
             self.findings.extend(found)
         elif table:
             self.findings.extend(table)
-        elif name in _INTERPRETERS:
+        elif name in INTERPRETERS:
             self.add("unknown", ("unknown",), f"`{self.display(argv)}` runs code that is not analysed")
         else:
             reason = f"`{self.display(argv)}` is not a known command; treated as having effects"
@@ -1056,7 +753,7 @@ def _h_recursive(walker: _Walker, argv: list[str], depth: int) -> list[_Finding]
     if not recursive:
         return None
     shown = next((a for a in argv[1:] if a.startswith("-") and ("r" in a.lower())), "-r")
-    hint = _HINTS.get(name, _Hint("changes files", ("filesystem_write",)))
+    hint = HINTS.get(name, Hint("changes files", ("filesystem_write",)))
     return [_finding("destructive", hint.effects, f"`{name} {shown}` {hint.phrase} recursively", "high")]
 
 
@@ -1189,7 +886,7 @@ def _h_js(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | None
 
 
 _CURL_SHORT_WITH_VALUE = "AbcCdDeEFHKmoPQrtTuUwxXyYz"
-_CURL_LONG_WITH_VALUE = _names(
+_CURL_LONG_WITH_VALUE = name_set(
     """
     --request, --data, --data-raw, --data-binary, --data-urlencode, --data-ascii, --json, --form,
     --form-string, --upload-file, --output, --output-dir, --cookie-jar, --dump-header, --config, --header,
@@ -1198,9 +895,9 @@ _CURL_LONG_WITH_VALUE = _names(
     --oauth2-bearer, --variable, --expand-url
     """
 )
-_DATA_OPTIONS = _names("-d, --data, --data-raw, --data-binary, --data-urlencode, --data-ascii, --json")
-_UPLOAD_OPTIONS = _names("-F, --form, --form-string, -T, --upload-file")
-_CURL_FILE_OUTPUTS = _names("-o, --output, -c, --cookie-jar, -D, --dump-header")
+_DATA_OPTIONS = name_set("-d, --data, --data-raw, --data-binary, --data-urlencode, --data-ascii, --json")
+_UPLOAD_OPTIONS = name_set("-F, --form, --form-string, -T, --upload-file")
+_CURL_FILE_OUTPUTS = name_set("-o, --output, -c, --cookie-jar, -D, --dump-header")
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -1269,14 +966,14 @@ def _h_curl(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | No
 
 
 _WGET_SHORT_WITH_VALUE = "OoaPiUtTwQlARDIXe"
-_WGET_LONG_WITH_VALUE = _names(
+_WGET_LONG_WITH_VALUE = name_set(
     """
     --output-document, --output-file, --append-output, --directory-prefix, --input-file, --execute,
     --user-agent, --header, --post-data, --post-file, --method, --body-data, --body-file, --tries, --timeout,
     --wait, --quota, --level, --user, --password
     """
 )
-_WGET_POSTS = _names("--post-data, --post-file, --body-data, --body-file")
+_WGET_POSTS = name_set("--post-data, --post-file, --body-data, --body-file")
 
 
 def _h_wget(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | None:
@@ -1327,14 +1024,16 @@ _GIT_CONDITIONAL: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-_GIT_BRANCH_CHANGES = _names(
+_GIT_BRANCH_CHANGES = name_set(
     "m, M, c, C, f, u, --force, --move, --copy, --set-upstream-to, --unset-upstream, --edit-description"
 )
-_GIT_BRANCH_LISTING = _names(
+_GIT_BRANCH_LISTING = name_set(
     """l, a, r, --list, --all, --remotes, --contains, --no-contains, --merged, --no-merged, --points-at,
     --show-current, --format, --sort, --column"""
 )
-_GIT_CONFIG_WRITES = _names("e, --edit, --unset, --unset-all, --add, --replace-all, --rename-section, --remove-section")
+_GIT_CONFIG_WRITES = name_set(
+    "e, --edit, --unset, --unset-all, --add, --replace-all, --rename-section, --remove-section"
+)
 
 
 def _h_git(walker: _Walker, argv: list[str], depth: int) -> list[_Finding] | None:
@@ -1475,701 +1174,3 @@ _HANDLERS: dict[str, _Handler] = {
     "wget": _h_wget,
     "git": _h_git,
 }
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Write targets: which paths a command line may change, so that a runtime can save them first
-# ----------------------------------------------------------------------------------------------------------
-#
-# ``write_targets`` reuses the classifier's parsing and walking (``_parse``, ``_Walker``: wrappers such as
-# env/sudo/xargs/timeout/`uv run` are peeled, `bash -c`/`eval`/`env -S` strings and here-documents fed to a
-# shell are parsed and walked, substitutions are entered) and swaps the judging of each simple command for a
-# table of per-program "which operands does it write" functions.
-#
-# Words carry whether they are literal (``_Word``): a word with a parameter, a command substitution, a
-# leading ``~``, a brace expansion or arithmetic is skipped; a glob (``*``, ``?``, ``[…]``) is kept as
-# written, quotes removed, for the caller to expand.
-#
-# Working directory (best effort): ``cd DIR`` / ``pushd DIR`` with a literal DIR prefixes the relative
-# targets that follow (``(cd sub && rm a)`` -> ``sub/a``); an absolute DIR makes them absolute. Subshells
-# (``( … )``, pipeline members, ``&`` jobs, ``$( … )``, ``bash -c``, function bodies) keep their ``cd`` to
-# themselves. After a ``cd`` whose directory is not a literal (``cd "$D"``, ``cd``, ``cd -``, ``popd``)
-# relative targets cannot be placed and are skipped; absolute ones are still returned. ``git -C DIR`` and
-# ``patch -d DIR`` prefix their own paths the same way. ``cd`` is assumed to succeed and CDPATH is ignored.
-#
-# Reported: redirections (`>`, `>>`, `>|`, `&>`, `&>>`, `>&FILE`, `<>`, `N>`; not fd duplication), and the
-# operands that rm, rmdir, unlink, shred, touch, truncate, tee, mv (sources and destination), cp/install/ln
-# (the destination, or `-t DIR`), chmod/chown/chgrp, `sed -i`/`perl -i` (the files, and the `-i.bak` backup
-# copies), `dd of=`, `git checkout/restore/rm/mv`, patch (FILE, `-o`, `-r`), `sort -o`, `uniq IN OUT`,
-# `curl -o`, `wget -O`, `tar -c/-r/-u -f ARCHIVE` and gzip/bzip2/xz (the replaced input) change.
-#
-# Not reported (the set is not known from the line, or nothing on disk is replaced): ``tar -x``, ``unzip``,
-# ``find -delete``/``-exec``, ``rsync``, ``git reset/clean/stash/switch/merge…``, ``python -c``/scripts and other
-# interpreters, ``make``, package managers, ``mkdir``, ``xargs`` operands that come from standard input or
-# ``-I`` replacement strings, and paths under /dev, /proc and /sys.
-
-
-class _Word(str):
-    """A shell word's text (quotes removed) that remembers whether it was free of expansions."""
-
-    literal: bool
-
-    def __new__(cls, text: str, literal: bool) -> _Word:
-        word = super().__new__(cls, text)
-        word.literal = literal
-        return word
-
-
-def _is_literal(word: str) -> bool:
-    return isinstance(word, _Word) and word.literal
-
-
-def _derived(parent: str, text: str) -> _Word:
-    """A piece of ``parent`` (an attached option value, `of=FILE`, a backup name): literal when it is."""
-    return _Word(text, _is_literal(parent))
-
-
-def _raw_is_literal(raw: str) -> bool:
-    """Whether a word, as written in the source, is free of expansions other than globbing."""
-    if raw.startswith("~"):
-        return False
-    quote = ""
-    braces = 0
-    separated = False
-    i = 0
-    while i < len(raw):
-        char = raw[i]
-        if quote == "'":
-            if char == "'":
-                quote = ""
-        elif char == "\\":
-            i += 2
-            continue
-        elif char in "$`":
-            return False
-        elif quote == '"':
-            if char == '"':
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char == "{":
-            braces += 1
-        elif braces and (char == "," or raw.startswith("..", i)):
-            separated = True
-        elif char == "}" and braces:
-            if separated:
-                return False  # `{a,b}` / `{1..3}`
-            braces -= 1
-        i += 1
-    return True
-
-
-def _mark_arithmetic(text: str) -> str | None:
-    """``$(( … ))`` -> ``${_}``: bashlex cannot parse arithmetic, and the classifier's rewrite to ``0`` would
-    make a word such as ``out$((n)).txt`` look literal. None when the text cannot be marked safely."""
-    if "$((" not in text:
-        return text
-    if "\x00" in text:
-        return None
-    masked = _replace_arithmetic(text.replace("0", "\x00"))
-    return masked.replace("0", "${_}").replace("\x00", "0")
-
-
-class _Args(NamedTuple):
-    options: list[tuple[str, str | None]]  # ("-t", value) / ("--target-directory", value) / ("-f", None)
-    operands: list[str]  # non-option words, and every word after `--`
-
-    def has(self, *names: str) -> bool:
-        return any(name in names for name, _ in self.options)
-
-    def values(self, *names: str) -> list[str]:
-        return [value for name, value in self.options if name in names and value is not None]
-
-
-def _split_args(
-    args: Sequence[str],
-    short_with_value: str = "",
-    long_with_value: Iterable[str] = (),
-    short_optional: str = "",
-) -> _Args:
-    """GNU-style option parsing: options anywhere before `--`, clusters (`-rf`), `-tDIR`, `-t DIR`, `--t=DIR`,
-    `--t DIR` for the options in ``long_with_value``; ``short_optional`` letters take only an attached value
-    (`sed -i.bak`)."""
-    longs = frozenset(long_with_value)
-    options: list[tuple[str, str | None]] = []
-    operands: list[str] = []
-    i = 0
-    only_operands = False
-    while i < len(args):
-        arg = args[i]
-        if only_operands or arg == "-" or not arg.startswith("-"):
-            operands.append(arg)
-        elif arg == "--":
-            only_operands = True
-        elif arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if eq:
-                options.append((name, _derived(arg, value)))
-            elif name in longs:
-                options.append((name, args[i + 1] if i + 1 < len(args) else None))
-                i += 1
-            else:
-                options.append((name, None))
-        else:
-            for j, char in enumerate(arg[1:], start=1):
-                attached: str | None = _derived(arg, arg[j + 1 :]) if j < len(arg) - 1 else None
-                if char in short_with_value:
-                    if attached is None and i + 1 < len(args):
-                        attached = args[i + 1]
-                        i += 1
-                    options.append((f"-{char}", attached))
-                    break
-                if char in short_optional:
-                    options.append((f"-{char}", attached))
-                    break
-                options.append((f"-{char}", None))
-        i += 1
-    return _Args(options, operands)
-
-
-def _join_dir(directory: str | None, path: str) -> str | None:
-    """``path`` placed under ``directory`` ("" = the command's working directory, None = unknown)."""
-    if path.startswith("/"):
-        return path
-    if directory is None:
-        return None
-    return posixpath.join(directory, path) if directory else path
-
-
-def _change_dir(directory: str | None, target: str) -> str | None:
-    """The working directory after `cd target` (normalised; "" for the starting one)."""
-    if not _is_literal(target) or target in {"", "-"} or any(c in target for c in "*?["):
-        return None
-    joined = _join_dir(directory, target)
-    if joined is None:
-        return None
-    normal = posixpath.normpath(joined)
-    return "" if normal == "." else normal
-
-
-def _under(directory: str, paths: Iterable[str]) -> list[str]:
-    """``paths`` relative to ``directory`` (a word of the command, e.g. `patch -d DIR`); none if it is not
-    literal."""
-    if not _is_literal(directory):
-        return []
-    return [path if path.startswith("/") else _derived(path, posixpath.join(directory, path)) for path in paths]
-
-
-_TargetFinder = Callable[["_TargetWalker", list[str]], list[str]]
-
-
-class _TargetWalker(_Walker):
-    """The classifier's walk, collecting the paths each simple command may change instead of verdicts."""
-
-    def __init__(self) -> None:
-        super().__init__(_compile(DEFAULT_COMMAND_RULES))
-        self.targets: list[str] = []
-        self.cwd: str | None = ""  # relative to the command's working directory; None once unknown
-        self.words: list[str] = []  # the current simple command's words, peeled wrappers and options included
-
-    # ---- walking -----------------------------------------------------------------------------------------
-
-    def text(self, text: str, depth: int) -> None:
-        marked = _mark_arithmetic(text)
-        if marked is not None:
-            super().text(marked, depth)
-
-    def capture(self, run: Callable[[], None]) -> list[str]:
-        before = len(self.targets)
-        run()
-        found = self.targets[before:]
-        del self.targets[before:]
-        return found
-
-    def subshell(self, run: Callable[[], None]) -> None:
-        saved = self.cwd
-        try:
-            run()
-        finally:
-            self.cwd = saved
-
-    def node(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
-        kind = getattr(node, "kind", None)
-        if kind in {"commandsubstitution", "processsubstitution", "function"}:
-            self.subshell(lambda: super(_TargetWalker, self).node(node, depth, quoted))
-        elif kind == "compound":
-            # Redirections apply before (and outside) the body; a `( … )` body keeps its `cd` to itself.
-            redirects = [r for r in getattr(node, "redirects", []) if getattr(r, "kind", None) == "redirect"]
-            body = [part for part in getattr(node, "list", []) if hasattr(part, "kind")]
-
-            def redirections() -> None:
-                for redirect in redirects:
-                    self.redirect(redirect, depth, quoted)
-
-            def walk() -> None:
-                for part in body:
-                    self.node(part, depth, quoted)
-
-            outer = self.capture(redirections)
-            first = body[0] if body else None
-            if getattr(first, "kind", None) == "reservedword" and getattr(first, "word", "") == "(":
-                self.subshell(walk)
-            else:
-                walk()
-            self.targets.extend(outer)
-        elif kind == "pipeline":
-            skipped = {"pipe", "reservedword"}
-            members = [p for p in getattr(node, "parts", []) if getattr(p, "kind", None) not in skipped]
-            for member in members:
-                if len(members) > 1:  # every member of a pipeline runs in a subshell
-                    self.subshell(lambda: self.node(member, depth, quoted))  # noqa: B023 (called at once)
-                else:
-                    self.node(member, depth, quoted)
-        elif kind == "list":
-            parts = list(getattr(node, "parts", []))
-            for i, part in enumerate(parts):
-                following = parts[i + 1] if i + 1 < len(parts) else None
-                if getattr(following, "kind", None) == "operator" and getattr(following, "op", "") == "&":
-                    self.subshell(lambda: self.node(part, depth, quoted))  # noqa: B023 (called at once)
-                else:
-                    self.node(part, depth, quoted)
-        else:
-            super().node(node, depth, quoted)
-
-    def literal(self, node: Any) -> bool:
-        if any(getattr(c, "kind", None) in _EXPANSION_KINDS | {"tilde"} for c in _children(node)):
-            return False
-        pos = getattr(node, "pos", None)
-        if not (isinstance(pos, tuple) and len(pos) == 2):
-            return False
-        return _raw_is_literal(self.source[pos[0] : pos[1]])
-
-    def simple_command(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
-        parts = list(getattr(node, "parts", []))
-        words: list[str] = []
-        first_pos = 0
-        stdin: str | None = None
-        for part in parts:
-            kind = getattr(part, "kind", None)
-            if kind == "word":
-                text = self.word(part)
-                if not words and _ASSIGNMENT.match(text):
-                    continue
-                if not words:
-                    first_pos = part.pos[0] if isinstance(getattr(part, "pos", None), tuple) else 0
-                words.append(_Word(text, self.literal(part)))
-            elif kind == "redirect":
-                stdin = self.stdin_text(part) if stdin is None else stdin
-        # Redirections and substitutions first: they use the working directory from before a `cd` here.
-        chunks: list[tuple[int, list[str]]] = []
-        for part in parts:
-            pos = getattr(part, "pos", (0, 0))
-            start = pos[0] if isinstance(pos, tuple) else 0
-            if getattr(part, "kind", None) == "redirect":
-                chunks.append((start, self.capture(lambda: self.redirect(part, depth, quoted))))  # noqa: B023
-            else:
-                chunks.append((start, self.capture(lambda: self.nested(part, depth, quoted))))  # noqa: B023
-        if words and _is_literal(words[0]):
-            outer, self.words = self.words, words
-            try:
-                chunks.append((first_pos, self.capture(lambda: self.argv(words, depth, stdin))))
-            finally:
-                self.words = outer
-        for _, found in sorted(chunks, key=lambda chunk: chunk[0]):
-            self.targets.extend(found)
-
-    def redirect(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
-        output = getattr(node, "output", None)
-        if getattr(node, "heredoc", None) is not None or output is None or isinstance(output, int | str):
-            return  # here-documents, and to or from a file descriptor (`2>&1`, `>&2`, `>&-`)
-        self.nested(output, depth, quoted)  # `> >(tee log)`
-        if str(getattr(node, "type", "")) in {">", ">>", ">|", "&>", "&>>", ">&", "<>"}:
-            target = _Word(self.word(output), self.literal(output))
-            if not target.isdigit() and target != "-":
-                self.emit([target])
-
-    def emit(self, paths: Iterable[str]) -> None:
-        for path in paths:
-            if not _is_literal(path) or not path or path in _HARMLESS_TARGETS:
-                continue
-            if path.startswith(("/dev/", "/proc/", "/sys/")):
-                continue
-            placed = _join_dir(self.cwd, path)
-            if placed is not None:
-                self.targets.append(str(placed))
-
-    # ---- one simple command, wrappers peeled ---------------------------------------------------------------
-
-    def judge(self, argv: list[str], depth: int, stdin: str | None) -> None:
-        name = argv[0]
-        if name in _SHELLS:
-            saved = self.cwd
-            self.shell(argv, depth, stdin)
-            self.cwd = saved
-        elif name == "eval":
-            self.text(" ".join(argv[1:]), depth + 1)
-        elif name in {"cd", "pushd", "popd"}:
-            operands = _split_args(argv[1:]).operands
-            if name == "popd" or len(operands) != 1:
-                self.cwd = None  # `cd` alone goes home; `popd`, `pushd` alone: the directory stack
-            else:
-                self.cwd = _change_dir(self.cwd, operands[0])
-        else:
-            finder = _TARGET_FINDERS.get(name)
-            if finder is not None:
-                self.emit(self.drop_placeholders(argv, finder(self, argv)))
-
-    def before(self, argv: Sequence[str]) -> list[str]:
-        """The words of the simple command that came before ``argv[1]``: the peeled wrappers and options."""
-        if len(argv) > 1:
-            for i, word in enumerate(self.words):
-                if word is argv[1]:
-                    return self.words[:i]
-        return []
-
-    def drop_placeholders(self, argv: Sequence[str], paths: list[str]) -> list[str]:
-        """Under `xargs -I R` / `-i` the words holding R are templates for standard input, not paths."""
-        peeled = self.before(argv)
-        if not any(posixpath.basename(word) == "xargs" for word in peeled):
-            return paths
-        start = max(i for i, word in enumerate(peeled) if posixpath.basename(word) == "xargs")
-        parsed = _split_args(peeled[start + 1 :], "adEILnPs", _WRAPPERS["xargs"][1], "iel")
-        marks = parsed.values("-I", "-i", "--replace")
-        if parsed.has("-i", "--replace") and not any(parsed.values("-i", "--replace")):
-            marks.append("{}")
-        return [path for path in paths if not any(mark and mark in path for mark in marks)]
-
-
-# ---- per program: the operands it may change ----------------------------------------------------------------
-
-
-def _t_operands(short_with_value: str = "", long_with_value: Iterable[str] = ()) -> _TargetFinder:
-    def find(walker: _TargetWalker, argv: list[str]) -> list[str]:
-        return _split_args(argv[1:], short_with_value, long_with_value).operands
-
-    return find
-
-
-def _t_tee(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    return [path for path in _split_args(argv[1:]).operands if path != "-"]
-
-
-_COPY_SHORT = "tS"
-_COPY_LONG = ("--target-directory", "--suffix", "--sparse")
-
-
-def _t_mv(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(argv[1:], _COPY_SHORT, _COPY_LONG)
-    return [*args.values("-t", "--target-directory"), *args.operands]
-
-
-def _t_cp(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(argv[1:], _COPY_SHORT, _COPY_LONG)
-    directories = args.values("-t", "--target-directory")
-    if directories:
-        return directories
-    return args.operands[-1:] if len(args.operands) >= 2 else []
-
-
-def _t_install(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(
-        argv[1:],
-        "mogtS",
-        ("--mode", "--owner", "--group", "--target-directory", "--suffix", "--strip-program"),
-    )
-    if args.has("-d", "--directory"):
-        return args.operands
-    directories = args.values("-t", "--target-directory")
-    if directories:
-        return directories
-    return args.operands[-1:] if len(args.operands) >= 2 else []
-
-
-def _t_ln(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(argv[1:], _COPY_SHORT, _COPY_LONG)
-    directories = args.values("-t", "--target-directory")
-    if directories:
-        return directories
-    if len(args.operands) == 1:  # `ln -s ../x` links ./x
-        target = args.operands[0]
-        name = posixpath.basename(target.rstrip("/"))
-        return [_derived(target, name)] if name not in {"", ".", ".."} else []
-    return args.operands[-1:]
-
-
-def _t_mode(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    """chmod/chown/chgrp: the operands after the mode or owner (all of them with --reference)."""
-    options = frozenset("cfvRhHLP")
-    operands: list[str] = []
-    reference = False
-    args = argv[1:]
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            operands.extend(args[i + 1 :])
-            break
-        if arg.startswith("--"):
-            name = arg.split("=", 1)[0]
-            reference = reference or name == "--reference"
-            if name in {"--reference", "--from"} and "=" not in arg:
-                i += 1
-        elif arg.startswith("-") and len(arg) > 1 and set(arg[1:]) <= options:
-            pass  # `-R`; `chmod -x f` is a mode, not an option
-        else:
-            operands.append(arg)
-        i += 1
-    return operands if reference else operands[1:]
-
-
-def _backups(files: Iterable[str], suffix: str | None) -> list[str]:
-    """The backup copies `sed -i.bak` / `perl -i.bak` write next to each file (`*` stands for the name)."""
-    if not suffix:
-        return []
-    found: list[str] = []
-    for path in files:
-        if "*" not in suffix:
-            name = path + suffix
-        elif "/" not in suffix:
-            name = posixpath.join(posixpath.dirname(path), suffix.replace("*", posixpath.basename(path)))
-        else:
-            continue  # a backup directory: not worth guessing
-        found.append(_Word(name, _is_literal(path) and _is_literal(suffix)))
-    return found
-
-
-def _t_sed(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = list(argv[1:])
-    for i in range(len(args) - 1):
-        if args[i] == "-i" and args[i + 1] == "":
-            del args[i + 1]  # BSD `sed -i '' …`: an empty backup suffix
-            break
-    parsed = _split_args(args, "efl", ("--expression", "--file", "--line-length"), "i")
-    if not parsed.has("-i", "--in-place"):
-        return []
-    files = parsed.operands if parsed.has("-e", "-f", "--expression", "--file") else parsed.operands[1:]
-    suffix = next((v for n, v in parsed.options if n in {"-i", "--in-place"} and v), None)
-    return [*files, *_backups(files, suffix)]
-
-
-def _t_perl(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    in_place = False
-    suffix: str | None = None
-    inline = False
-    operands: list[str] = []
-    args = argv[1:]
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if operands or arg == "-" or not arg.startswith("-"):
-            operands.append(arg)  # the script (unless -e) and its arguments; perl stops at the first
-        elif arg == "--":
-            operands.extend(args[i + 1 :])
-            break
-        elif not arg.startswith("--"):
-            for j, char in enumerate(arg[1:], start=1):
-                rest = arg[j + 1 :]
-                if char in "eE":
-                    inline = True
-                    i += 0 if rest else 1
-                    break
-                if char == "i":
-                    in_place, suffix = True, (_derived(arg, rest) if rest else None)
-                    break
-                if char == "I" and not rest:
-                    i += 1
-                    break
-                if char in "lx0CdDFMmI":
-                    break  # the rest of the cluster is this switch's value
-        i += 1
-    if not in_place:
-        return []
-    files = operands if inline else operands[1:]
-    return [*files, *_backups(files, suffix)]
-
-
-def _t_dd(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    return [_derived(arg, arg[3:]) for arg in argv[1:] if arg.startswith("of=")]
-
-
-def _t_patch(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(
-        argv[1:],
-        "iodDFprBYzVg",
-        (
-            "--input", "--output", "--directory", "--ifdef", "--fuzz", "--strip", "--reject-file", "--prefix",
-            "--basename-prefix", "--suffix", "--version-control", "--get", "--quoting-style", "--reject-format",
-        ),
-    )  # fmt: skip
-    if args.has("--dry-run"):
-        return []
-    found = args.operands[:1]  # `patch FILE [PATCHFILE]`; with no FILE the patch names the files
-    found += [v for v in args.values("-o", "--output", "-r", "--reject-file") if v != "-"]
-    for directory in args.values("-d", "--directory"):
-        found = _under(directory, found)
-    return found
-
-
-def _t_git(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    if len(argv) < 2:
-        return []
-    sub, rest = argv[1], argv[2:]
-    found: list[str] = []
-    if sub == "checkout":
-        args = _split_args(rest, "bB", ("--orphan", "--conflict"))
-        if args.has("-b", "-B", "--orphan", "--pathspec-from-file"):
-            return []
-        paths = rest[rest.index("--") + 1 :] if "--" in rest else args.operands
-        found = [p for p in paths if p != "-"]  # without `--` the first word may be a branch: "may write"
-    elif sub == "restore":
-        args = _split_args(rest, "s", ("--source",))
-        staged_only = args.has("-S", "--staged") and not args.has("-W", "--worktree")
-        if not staged_only and not args.has("--pathspec-from-file"):
-            found = args.operands
-    elif sub == "rm":
-        args = _split_args(rest)
-        if not args.has("--cached", "-n", "--dry-run", "--pathspec-from-file"):
-            found = args.operands
-    elif sub == "mv":
-        args = _split_args(rest)
-        if not args.has("-n", "--dry-run"):
-            found = args.operands
-    found = [p for p in found if not p.startswith(":")]  # pathspec magic
-    # `git -C DIR` (peeled off with git's other global options): paths are relative to DIR.
-    peeled = walker.before(argv)
-    start = max((i for i, w in enumerate(peeled) if posixpath.basename(w) == "git"), default=len(peeled))
-    options = _split_args(peeled[start + 1 :], "Cc", ("--git-dir", "--work-tree", "--namespace", "--config-env"))
-    if options.has("--git-dir", "--work-tree"):
-        return []
-    for directory in options.values("-C"):
-        found = _under(directory, found)
-    return found
-
-
-def _t_sort(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(
-        argv[1:],
-        "kostST",
-        (
-            "--key", "--output", "--field-separator", "--buffer-size", "--temporary-directory", "--batch-size",
-            "--compress-program", "--files0-from", "--parallel", "--random-source", "--sort",
-        ),
-    )  # fmt: skip
-    return [v for v in args.values("-o", "--output") if v != "-"]
-
-
-def _t_uniq(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    operands = _split_args(argv[1:], "fsw", ("--skip-fields", "--skip-chars", "--check-chars")).operands
-    return [p for p in operands[1:2] if p != "-"]
-
-
-def _t_curl(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(argv[1:], _CURL_SHORT_WITH_VALUE, _CURL_LONG_WITH_VALUE)
-    outputs = [v for v in args.values("-o", "--output") if v != "-"]
-    for directory in args.values("--output-dir"):
-        outputs = _under(directory, outputs)
-    others = [v for v in args.values(*(_CURL_FILE_OUTPUTS - {"-o", "--output"})) if v != "-"]
-    return [*outputs, *others]
-
-
-def _t_wget(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    words = [a for a in argv[1:] if a not in {"-nc", "-nd", "-nH", "-np", "-nv"}]
-    args = _split_args(words, _WGET_SHORT_WITH_VALUE, _WGET_LONG_WITH_VALUE)
-    if args.has("--spider"):
-        return []
-    names = ("-O", "--output-document", "-o", "--output-file", "-a", "--append-output")
-    return [v for v in args.values(*names) if v != "-"]
-
-
-_TAR_SHORT_WITH_VALUE = "bCfFgHIKLNTVX"
-_TAR_LONG_WITH_VALUE = (
-    "--file", "--directory", "--files-from", "--exclude-from", "--listed-incremental", "--blocking-factor",
-    "--use-compress-program", "--format", "--label", "--newer", "--after-date", "--info-script",
-    "--new-volume-script", "--tape-length", "--owner", "--group", "--mode", "--mtime", "--exclude",
-    "--transform", "--xform",
-)  # fmt: skip
-
-
-def _t_tar(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    """The archive that `tar -c/-r/-u/-A/--delete -f ARCHIVE` writes; extraction writes an unknown set."""
-    args = list(argv[1:])
-    if args and args[0] and not args[0].startswith("-"):  # `tar czf a.tgz src`: old-style bundled letters
-        letters, values = args[0], args[1:]
-        options: list[tuple[str, str | None]] = []
-        for char in letters:
-            value = values.pop(0) if char in _TAR_SHORT_WITH_VALUE and values else None
-            options.append((f"-{char}", value))
-        parsed = _Args(options, values)
-    else:
-        parsed = _split_args(args, _TAR_SHORT_WITH_VALUE, _TAR_LONG_WITH_VALUE)
-    writes = parsed.has("-c", "-r", "-u", "-A", "--create", "--append", "--update", "--concatenate")
-    if not (writes or parsed.has("--catenate", "--delete")) or parsed.has("-x", "-t", "--extract", "--list"):
-        return []
-    return [v for v in parsed.values("-f", "--file") if v != "-"]
-
-
-def _t_compress(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    """gzip/bzip2/xz replace each file with its (de)compressed copy unless told to keep it."""
-    args = _split_args(argv[1:], "SFCMT", ("--suffix", "--format", "--check", "--memlimit", "--threads"))
-    if args.has("-k", "-c", "-l", "-t", "--keep", "--stdout", "--to-stdout", "--list", "--test"):
-        return []
-    return [p for p in args.operands if p != "-"]
-
-
-_TARGET_FINDERS: dict[str, _TargetFinder] = {
-    "rm": _t_operands(),
-    "rmdir": _t_operands(),
-    "unlink": _t_operands(),
-    "shred": _t_operands("ns", ("--iterations", "--size", "--random-source")),
-    "touch": _t_operands("drt", ("--date", "--reference", "--time")),
-    "truncate": _t_operands("sr", ("--size", "--reference")),
-    "tee": _t_tee,
-    "mv": _t_mv,
-    "cp": _t_cp,
-    "install": _t_install,
-    "ln": _t_ln,
-    "chmod": _t_mode,
-    "chown": _t_mode,
-    "chgrp": _t_mode,
-    "sed": _t_sed,
-    "perl": _t_perl,
-    "dd": _t_dd,
-    "patch": _t_patch,
-    "git": _t_git,
-    "sort": _t_sort,
-    "uniq": _t_uniq,
-    "curl": _t_curl,
-    "wget": _t_wget,
-    "tar": _t_tar,
-    "gzip": _t_compress,
-    "gunzip": _t_compress,
-    "bzip2": _t_compress,
-    "bunzip2": _t_compress,
-    "xz": _t_compress,
-    "unxz": _t_compress,
-}
-
-
-def write_targets(command: str) -> tuple[str, ...]:
-    """Paths (as written in the command, relative to the command's working directory, or absolute) that the
-    command line may write, truncate, delete, move or change the mode of — so that a runtime can save their
-    content just before the command runs. Literal words only; a word with a glob (*, ?, [..]) is returned as
-    written (the caller expands it); a word with a variable, command substitution, ~ or other expansion is
-    skipped. Never raises; returns () for an unparsable line. Order of first appearance, deduplicated.
-
-    Quotes are removed (``rm "a b"`` -> ``a b``). A ``cd DIR`` with a literal DIR prefixes the relative paths
-    after it until its subshell ends (``(cd sub && rm a)`` -> ``sub/a``); after a ``cd`` to a directory that
-    is not literal, relative paths are skipped. See the comment above ``_Word`` for what is handled and what
-    is skipped.
-    """
-    try:
-        return _write_targets_cached(command)
-    except Exception:  # a bug here must not crash the runtime; it only loses the pre-command copies
-        return ()
-
-
-@functools.lru_cache(maxsize=4096)
-def _write_targets_cached(command: str) -> tuple[str, ...]:
-    walker = _TargetWalker()
-    walker.text(command, depth=0)
-    return tuple(dict.fromkeys(walker.targets))

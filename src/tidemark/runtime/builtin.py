@@ -9,7 +9,8 @@ import subprocess
 from typing import Any
 
 from tidemark.core.classify import Classification
-from tidemark.core.commands import classify_command, write_targets
+from tidemark.core.command_targets import write_targets
+from tidemark.core.commands import classify_command
 from tidemark.core.hashing import content_hash
 from tidemark.core.replay import ProbeResult
 from tidemark.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
