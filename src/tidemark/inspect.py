@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,7 +15,7 @@ from tidemark.runtime.builtin import builtin_registry
 from tidemark.runtime.file_changes import NOT_KEPT
 from tidemark.runtime.session import RunSession, load_view
 from tidemark.store.base import Store
-from tidemark.store.liveness import process_is_alive
+from tidemark.store.liveness import owner_alive
 from tidemark.workspace.files import Workspace
 
 
@@ -26,10 +25,7 @@ def effective_status(store: Store, view: RunView) -> str:
     if status != "running":
         return status
     owner = store.owner(view.info.run_id)
-    if owner is None or owner.released:
-        return "interrupted"
-    host, _, start = owner.host.rpartition("#")
-    if host == socket.gethostname() and not process_is_alive(owner.pid, start):
+    if owner is None or owner.released or not owner_alive(owner):
         return "interrupted"
     return "running"
 

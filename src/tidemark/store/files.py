@@ -46,7 +46,7 @@ from tidemark.errors import (
 from tidemark.store.base import Claim, LogProblem, LogRead, LogRecord, OwnerState, Store
 from tidemark.store.durable_io import append_fd, atomic_write, fsync_dir, write_all
 from tidemark.store.framing import check_line, frame, unframe_all
-from tidemark.store.liveness import process_is_alive, process_start_time
+from tidemark.store.liveness import owner_alive, process_start_time
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -56,7 +56,6 @@ _owner_decoder = msgspec.json.Decoder(OwnerState)
 _INDEXED_KINDS = frozenset({"checkpoint"})
 CLAIM_LOCK_TIMEOUT = 10.0  # a claim waits this long for an append in progress; a stopped owner would hold it forever
 HEARTBEAT_SECONDS = 10.0  # an owner renews its heartbeat this often (from its appends)
-OWNER_LEASE_SECONDS = 30.0  # an owner on another host is presumed alive this long after its heartbeat
 
 
 def _now() -> str:
@@ -206,7 +205,7 @@ class FileStore(Store):
         self._existing_run_dir(run_id)
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT):
             current = self.owner(run_id)
-            if current and not current.released and not takeover and _owner_alive(current):
+            if current and not current.released and not takeover and owner_alive(current):
                 raise RunLockedError(
                     f"run {run_id!r} is owned by live process {current.pid} on {current.host} "
                     f"(generation {current.generation}); wait for it, or pass --takeover to fence it off"
@@ -456,12 +455,3 @@ def _read_settled(path: str) -> bytes:
         with open(path, "rb") as handle:
             data = handle.read()
     return data
-
-
-def _owner_alive(state: OwnerState) -> bool:
-    """Same host: the recorded process still runs (pid and start time match). Elsewhere: a fresh heartbeat."""
-    host, _, start = state.host.rpartition("#")
-    if host == socket.gethostname():
-        return process_is_alive(state.pid, start)
-    heartbeat = datetime.fromisoformat(state.heartbeat_at)
-    return (datetime.now(UTC) - heartbeat).total_seconds() < OWNER_LEASE_SECONDS

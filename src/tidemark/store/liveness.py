@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidemark.store.base import OwnerState
+
+OWNER_LEASE_SECONDS = 30.0  # an owner on another host is presumed alive this long after its heartbeat
 
 
 def process_start_time(pid: int) -> str:
@@ -41,3 +49,12 @@ def _is_zombie(pid: int) -> bool:
         return True
     state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
     return state in (b"Z", b"X")
+
+
+def owner_alive(state: OwnerState) -> bool:
+    """Same host: the recorded process still runs (pid and start time match). Elsewhere: a fresh heartbeat."""
+    host, _, start = state.host.rpartition("#")
+    if host == socket.gethostname():
+        return process_is_alive(state.pid, start)
+    heartbeat = datetime.fromisoformat(state.heartbeat_at)
+    return (datetime.now(UTC) - heartbeat).total_seconds() < OWNER_LEASE_SECONDS

@@ -17,9 +17,14 @@ def default_store_url(workspace: str) -> str:
 def open_store(url: str) -> Store:
     """Open the store named by ``url``; a bare path means the file store."""
     if url.startswith(("postgresql://", "postgres://")):
-        raise StoreURLError(
-            f"store URL {url!r}: the PostgreSQL backend is not part of this release yet; use a file: path"
-        )
+        try:
+            from tidemark.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreURLError(
+                f"store URL {url.split('://', 1)[0]}://...: the PostgreSQL backend needs psycopg ({exc.name} is "
+                "missing); install it with `pip install 'tidemark[postgres]'`"
+            ) from None
+        return PostgresStore(url)
     if url.startswith("file:"):
         path = url[len("file:") :]
         if path.startswith("//"):
