@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -29,3 +30,33 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 PY = sys.executable
+
+
+database_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A throwaway PostgreSQL server for the whole session (skipped where the machine has none)."""
+    from . import pgserver
+
+    try:
+        server = pgserver.start()
+    except pgserver.Unavailable as exc:
+        pytest.skip(f"no throwaway PostgreSQL on this machine: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server):
+    """The session's server, as a URL (its default database)."""
+    return pg_server.url()
+
+
+@pytest.fixture
+def fresh_url(pg_server):
+    """A URL naming a new, empty database."""
+    return pg_server.create_database(f"t{next(database_names)}")

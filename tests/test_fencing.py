@@ -8,8 +8,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tidemark.runtime.session import load_view
-from tidemark.store.files import FileStore
+from tidemark.store.url import open_store
 
 from .conftest import cli_env
 
@@ -31,9 +33,17 @@ def scenario(tmp_path, command):
     return path
 
 
-def tidemark(workspace, *args, env):
+@pytest.fixture(params=["file", "postgres"])
+def store(request):
+    """Both stores: the file store (the default) and PostgreSQL (a fresh database on a throwaway server)."""
+    if request.param == "file":
+        return []
+    return ["--store", request.getfixturevalue("fresh_url")]
+
+
+def tidemark(workspace, *args, env, store=()):
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace)],
+        [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace), *store],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -48,44 +58,46 @@ def wait_for(path, timeout=60.0):
         time.sleep(0.01)
 
 
-def test_a_stopped_owner_taken_over_is_refused_every_write_when_it_wakes(tmp_path):
+def test_a_stopped_owner_taken_over_is_refused_every_write_when_it_wakes(tmp_path, store):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     outbox = tmp_path / "outbox.jsonl"
     marker = tmp_path / "started"
     env = cli_env(TIDEMARK_OUTBOX=str(outbox))
-    owner = tidemark(workspace, "run", str(scenario(tmp_path, f"touch {marker}; sleep 2")), "--run-id", "r", env=env)
+    owner = tidemark(
+        workspace, "run", str(scenario(tmp_path, f"touch {marker}; sleep 2")), "--run-id", "r", env=env, store=store
+    )
     wait_for(marker)
     owner.send_signal(signal.SIGSTOP)  # a zombie: alive, holding nothing, about to write
-    refused = tidemark(workspace, "resume", "r", env=env)
+    refused = tidemark(workspace, "resume", "r", env=env, store=store)
     _, err = refused.communicate(timeout=60)
     assert refused.returncode == 5 and "--takeover" in err  # its owner is alive: resume says so
-    takeover = tidemark(workspace, "resume", "r", "--takeover", "--skip", "call_1", env=env)
+    takeover = tidemark(workspace, "resume", "r", "--takeover", "--skip", "call_1", env=env, store=store)
     _, err = takeover.communicate(timeout=60)
     assert takeover.returncode == 0, err
-    store = FileStore(str(workspace / ".agent-runtime"))
-    records_before_wake = len(store.read_log("r").records)
+    opened = open_store(store[1] if store else "file:" + str(workspace / ".agent-runtime"))
+    records_before_wake = len(opened.read_log("r").records)
     owner.send_signal(signal.SIGCONT)
     _, err = owner.communicate(timeout=60)
     assert owner.returncode == 6 and "taken over" in err  # the stale owner stops with a clear error
-    assert len(store.read_log("r").records) == records_before_wake  # and wrote nothing more
+    assert len(opened.read_log("r").records) == records_before_wake  # and wrote nothing more
     assert outbox.read_text().count("\n") == 1
-    assert load_view(store, "r").status == "completed"
+    assert load_view(opened, "r").status == "completed"
 
 
-def test_two_resumes_at_once_exactly_one_proceeds(tmp_path):
+def test_two_resumes_at_once_exactly_one_proceeds(tmp_path, store):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     outbox = tmp_path / "outbox.jsonl"
     env = cli_env(TIDEMARK_OUTBOX=str(outbox))
     crash = cli_env(TIDEMARK_OUTBOX=str(outbox), TIDEMARK_FAILPOINT="before_started:run_command")
-    first = tidemark(workspace, "run", str(scenario(tmp_path, "sleep 1")), "--run-id", "r", env=crash)
+    first = tidemark(workspace, "run", str(scenario(tmp_path, "sleep 1")), "--run-id", "r", env=crash, store=store)
     first.communicate(timeout=60)
     assert first.returncode == -9
-    both = [tidemark(workspace, "resume", "r", env=env) for _ in range(2)]
+    both = [tidemark(workspace, "resume", "r", env=env, store=store) for _ in range(2)]
     results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in both]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 5], results  # one resumed the run, the other was told a live process owns it
-    view = load_view(FileStore(str(workspace / ".agent-runtime")), "r")
+    view = load_view(open_store(store[1] if store else "file:" + str(workspace / ".agent-runtime")), "r")
     assert sum(1 for e in view.events if e.detail.startswith("resumed")) == 1
     assert outbox.read_text().count("\n") == 1

@@ -3,7 +3,6 @@ top of it in one process, and a real ``tidemark`` process killed mid-run and res
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
@@ -23,34 +22,7 @@ from tidemark.store.conformance import CONFORMANCE_CHECKS
 from tidemark.store.postgres import PostgresStore
 from tidemark.store.url import open_store
 
-from . import pgserver
-from .conftest import cli_env
-
-_names = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def pg_server():
-    try:
-        server = pgserver.start()
-    except pgserver.Unavailable as exc:
-        pytest.skip(f"no throwaway PostgreSQL on this machine: {exc}")
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def pg_url(pg_server):
-    """The session's server, as a URL (its default database)."""
-    return pg_server.url()
-
-
-@pytest.fixture
-def fresh_url(pg_server):
-    """A URL naming a new, empty database."""
-    return pg_server.create_database(f"t{next(_names)}")
+from .conftest import cli_env, database_names
 
 
 @pytest.fixture
@@ -58,7 +30,7 @@ def make_store(pg_server):
     stores = []
 
     def make(existing=None):
-        url = existing.url if existing is not None else pg_server.create_database(f"t{next(_names)}")
+        url = existing.url if existing is not None else pg_server.create_database(f"t{next(database_names)}")
         store = PostgresStore(url)
         stores.append(store)
         return store
