@@ -26,11 +26,9 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 
 import msgspec
 
@@ -38,15 +36,13 @@ from tidemark.errors import (
     ConfigError,
     CorruptRecordError,
     RunExistsError,
-    RunLockedError,
     RunNotFoundError,
-    StaleGenerationError,
     StoreError,
 )
 from tidemark.store.base import Claim, LogProblem, LogRead, LogRecord, OwnerState, Store
 from tidemark.store.durable_io import append_fd, atomic_write, fsync_dir, write_all
-from tidemark.store.framing import check_line, frame, unframe_all
-from tidemark.store.liveness import owner_alive, process_start_time
+from tidemark.store.framing import check_line, frame, read_records, unframe_all
+from tidemark.store.ownership import check_current, next_owner, now, stuck_lock
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -56,10 +52,6 @@ _owner_decoder = msgspec.json.Decoder(OwnerState)
 _INDEXED_KINDS = frozenset({"checkpoint"})
 CLAIM_LOCK_TIMEOUT = 10.0  # a claim waits this long for an append in progress; a stopped owner would hold it forever
 HEARTBEAT_SECONDS = 10.0  # an owner renews its heartbeat this often (from its appends)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def check_run_id(run_id: str) -> str:
@@ -174,10 +166,7 @@ class FileStore(Store):
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise RunLockedError(
-                            f"run {run_id!r}: another process holds the run's lock in the middle of a write and does "
-                            f"not let go (stopped with SIGSTOP?); end that process, then take over"
-                        ) from None
+                        raise stuck_lock(run_id) from None
                     time.sleep(0.01)
         try:
             yield
@@ -204,26 +193,9 @@ class FileStore(Store):
     def claim(self, run_id: str, owner_id: str, *, takeover: bool = False) -> Claim:
         self._existing_run_dir(run_id)
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT):
-            current = self.owner(run_id)
-            if current and not current.released and not takeover and owner_alive(current):
-                raise RunLockedError(
-                    f"run {run_id!r} is owned by live process {current.pid} on {current.host} "
-                    f"(generation {current.generation}); wait for it, or pass --takeover to fence it off"
-                )
-            generation = (current.generation if current else 0) + 1
-            now = _now()
-            self._write_owner(
-                run_id,
-                OwnerState(
-                    owner_id=owner_id,
-                    generation=generation,
-                    pid=os.getpid(),
-                    host=f"{socket.gethostname()}#{process_start_time(os.getpid())}",
-                    claimed_at=now,
-                    heartbeat_at=now,
-                ),
-            )
-        return Claim(run_id=run_id, owner_id=owner_id, generation=generation)
+            state = next_owner(run_id, self.owner(run_id), owner_id, takeover=takeover)
+            self._write_owner(run_id, state)
+        return Claim(run_id=run_id, owner_id=owner_id, generation=state.generation)
 
     def release(self, claim: Claim) -> None:
         try:
@@ -231,26 +203,18 @@ class FileStore(Store):
                 current = self.owner(claim.run_id)
                 if current is not None and current.generation == claim.generation:
                     self._write_owner(
-                        claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=_now())
+                        claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=now())
                     )
         finally:
             self._drop_handles(claim.run_id)
 
     def heartbeat(self, claim: Claim) -> None:
         with self._locked(claim.run_id):
-            self._check_generation(claim)
-            current = self.owner(claim.run_id)
-            assert current is not None
-            self._write_owner(claim.run_id, msgspec.structs.replace(current, heartbeat_at=_now()))
+            current = self._check_generation(claim)
+            self._write_owner(claim.run_id, msgspec.structs.replace(current, heartbeat_at=now()))
 
-    def _check_generation(self, claim: Claim) -> None:
-        current = self.owner(claim.run_id)
-        if current is None or current.generation != claim.generation or current.released:
-            newer = current.generation if current else "none"
-            raise StaleGenerationError(
-                f"run {claim.run_id!r}: this process writes as generation {claim.generation} but the run is now "
-                f"at generation {newer}; it was taken over, so this process stops without writing"
-            )
+    def _check_generation(self, claim: Claim) -> OwnerState:
+        return check_current(claim, self.owner(claim.run_id))
 
     # the log ----------------------------------------------------------------------------------------------
     def _fd(self, table: dict[str, int], run_id: str, *parts: str) -> int:
@@ -300,7 +264,7 @@ class FileStore(Store):
     def _quarantine(self, run_id: str, data: bytes) -> None:
         fd = append_fd(self._path(run_id, "ledger.jsonl.torn"))
         try:
-            write_all(fd, frame(b'{"quarantined_at":"%s","bytes":%d}' % (_now().encode(), len(data))) + data + b"\n")
+            write_all(fd, frame(b'{"quarantined_at":"%s","bytes":%d}' % (now().encode(), len(data))) + data + b"\n")
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -343,29 +307,7 @@ class FileStore(Store):
             data = _read_settled(path)
         except FileNotFoundError:
             return LogRead(records=[], problems=[])
-        records: list[LogRecord] = []
-        problems: list[LogProblem] = []
-        expected = 1
-        for offset, item in unframe_all(data):
-            if isinstance(item, LogProblem):
-                problems.append(item)
-                continue
-            try:
-                record = _record_decoder.decode(item)
-            except msgspec.DecodeError as exc:
-                problems.append(LogProblem(kind="corrupt", position=offset, detail=f"not a log record: {exc}"))
-                continue
-            if record.seq != expected:
-                problems.append(
-                    LogProblem(
-                        kind="gap",
-                        position=offset,
-                        detail=f"records {expected}..{record.seq - 1} are missing before seq {record.seq}",
-                    )
-                )
-            expected = record.seq + 1
-            records.append(record)
-        return LogRead(records=records, problems=problems)
+        return read_records(unframe_all(data))
 
     def checkpoint_offsets(self, run_id: str) -> list[tuple[int, int]]:
         """``(seq, byte offset)`` of each checkpoint, from the separate index, each checked against the log: an

@@ -8,9 +8,13 @@ A line without its newline is a torn tail; a checksum mismatch is corruption; bo
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from tidemark.store.base import LogProblem
+import msgspec
+
+from tidemark.store.base import LogProblem, LogRead, LogRecord
+
+_record_decoder = msgspec.json.Decoder(LogRecord)
 
 _HEX = frozenset(b"0123456789abcdef")
 
@@ -49,3 +53,31 @@ def check_line(line: bytes) -> bytes | None:
     if int(line[:8], 16) != zlib.crc32(payload):
         return None
     return payload
+
+
+def read_records(lines: Iterable[tuple[int, bytes | LogProblem]], *, row_seqs: bool = False) -> LogRead:
+    """Decode checked payloads into records, in order, reporting the damaged ones and every hole in the
+    sequence. ``row_seqs``: positions are the sequence numbers the rows were stored under (databases), which each
+    record must match."""
+    records: list[LogRecord] = []
+    problems: list[LogProblem] = []
+    expected = 1
+    for position, item in lines:
+        if isinstance(item, LogProblem):
+            problems.append(item)
+            continue
+        try:
+            record = _record_decoder.decode(item)
+        except msgspec.DecodeError as exc:
+            problems.append(LogProblem(kind="corrupt", position=position, detail=f"not a log record: {exc}"))
+            continue
+        if row_seqs and record.seq != position:
+            detail = f"row {position} holds the record of seq {record.seq}"
+            problems.append(LogProblem(kind="corrupt", position=position, detail=detail))
+            continue
+        if record.seq != expected:
+            detail = f"records {expected}..{record.seq - 1} are missing before seq {record.seq}"
+            problems.append(LogProblem(kind="gap", position=position, detail=detail))
+        expected = record.seq + 1
+        records.append(record)
+    return LogRead(records=records, problems=problems)

@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
-import socket
 import threading
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -35,15 +32,13 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from tidemark.errors import (
     CorruptRecordError,
     RunExistsError,
-    RunLockedError,
     RunNotFoundError,
-    StaleGenerationError,
     StoreError,
 )
 from tidemark.store.base import Claim, LogProblem, LogRead, LogRecord, OwnerState, Store
 from tidemark.store.files import CLAIM_LOCK_TIMEOUT, check_run_id
-from tidemark.store.framing import check_line, frame
-from tidemark.store.liveness import owner_alive, process_start_time
+from tidemark.store.framing import check_line, frame, read_records
+from tidemark.store.ownership import check_current, next_owner, now, stuck_lock
 
 SCHEMA = "tidemark"
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
@@ -84,10 +79,6 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.trace (
 );
 CREATE INDEX IF NOT EXISTS trace_run_id ON {SCHEMA}.trace (run_id, id);
 """
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def safe_url(url: str) -> str:
@@ -212,54 +203,27 @@ class PostgresStore(Store):
                 # until its connection dies: wait a while, then say so (the file store's CLAIM_LOCK_TIMEOUT).
                 conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
                 current = self._lock_owner(conn, run_id)
-                if current and not current.released and not takeover and owner_alive(current):
-                    raise RunLockedError(
-                        f"run {run_id!r} is owned by live process {current.pid} on {current.host} "
-                        f"(generation {current.generation}); wait for it, or pass --takeover to fence it off"
-                    )
-                generation = (current.generation if current else 0) + 1
-                now = _now()
-                self._write_owner(
-                    conn,
-                    run_id,
-                    OwnerState(
-                        owner_id=owner_id,
-                        generation=generation,
-                        pid=os.getpid(),
-                        host=f"{socket.gethostname()}#{process_start_time(os.getpid())}",
-                        claimed_at=now,
-                        heartbeat_at=now,
-                    ),
-                )
+                state = next_owner(run_id, current, owner_id, takeover=takeover)
+                self._write_owner(conn, run_id, state)
         except pg_errors.LockNotAvailable:
-            raise RunLockedError(
-                f"run {run_id!r}: another process holds the run's lock in the middle of a write and does "
-                f"not let go (stopped with SIGSTOP?); end that process, then take over"
-            ) from None
-        return Claim(run_id=run_id, owner_id=owner_id, generation=generation)
+            raise stuck_lock(run_id) from None
+        return Claim(run_id=run_id, owner_id=owner_id, generation=state.generation)
 
     def release(self, claim: Claim) -> None:
         with self._tx() as conn:
             current = self._lock_owner(conn, claim.run_id)
             if current is not None and current.generation == claim.generation:
                 self._write_owner(
-                    conn, claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=_now())
+                    conn, claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=now())
                 )
 
     def heartbeat(self, claim: Claim) -> None:
         with self._tx() as conn:
             current = self._check_generation(conn, claim)
-            self._write_owner(conn, claim.run_id, msgspec.structs.replace(current, heartbeat_at=_now()))
+            self._write_owner(conn, claim.run_id, msgspec.structs.replace(current, heartbeat_at=now()))
 
     def _check_generation(self, conn: psycopg.Connection[tuple[object, ...]], claim: Claim) -> OwnerState:
-        current = self._lock_owner(conn, claim.run_id)
-        if current is None or current.generation != claim.generation or current.released:
-            newer = current.generation if current else "none"
-            raise StaleGenerationError(
-                f"run {claim.run_id!r}: this process writes as generation {claim.generation} but the run is now "
-                f"at generation {newer}; it was taken over, so this process stops without writing"
-            )
-        return current
+        return check_current(claim, self._lock_owner(conn, claim.run_id))
 
     # the log ----------------------------------------------------------------------------------------------
     def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
@@ -288,36 +252,13 @@ class PostgresStore(Store):
             rows = conn.execute(
                 f"SELECT seq, line FROM {SCHEMA}.log WHERE run_id = %s ORDER BY seq", (run_id,)
             ).fetchall()
-        records: list[LogRecord] = []
-        problems: list[LogProblem] = []
-        expected = 1
+        lines: list[tuple[int, bytes | LogProblem]] = []
         for seq_value, line in rows:
             seq = _int(seq_value)
             payload = check_line(_bytes(line).removesuffix(b"\n"))
-            if payload is None:
-                problems.append(LogProblem(kind="corrupt", position=seq, detail="checksum does not match"))
-                continue
-            try:
-                record = _record_decoder.decode(payload)
-            except msgspec.DecodeError as exc:
-                problems.append(LogProblem(kind="corrupt", position=seq, detail=f"not a log record: {exc}"))
-                continue
-            if record.seq != seq:
-                problems.append(
-                    LogProblem(kind="corrupt", position=seq, detail=f"row {seq} holds the record of seq {record.seq}")
-                )
-                continue
-            if record.seq != expected:
-                problems.append(
-                    LogProblem(
-                        kind="gap",
-                        position=seq,
-                        detail=f"records {expected}..{record.seq - 1} are missing before seq {record.seq}",
-                    )
-                )
-            expected = record.seq + 1
-            records.append(record)
-        return LogRead(records=records, problems=problems)
+            damaged = LogProblem(kind="corrupt", position=seq, detail="checksum does not match")
+            lines.append((seq, damaged if payload is None else payload))
+        return read_records(lines, row_seqs=True)
 
     # artifacts and trace ----------------------------------------------------------------------------------
     def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
