@@ -44,7 +44,6 @@ SCHEMA = "tidemark"
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
 _ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _record_encoder = msgspec.json.Encoder()
-_record_decoder = msgspec.json.Decoder(LogRecord)
 _owner_decoder = msgspec.json.Decoder(OwnerState)
 
 _DDL = f"""
