@@ -25,10 +25,17 @@ class ModelTurn:
     tool_calls: list[ToolCall]
 
 
+class OutputStream(Protocol):
+    """Where a provider sends the text of a turn as it is generated, for the user to see. The agent's stream
+    records ``visible_output_started`` durably before the first character goes out (seed 003 §4.1)."""
+
+    def text(self, chunk: str) -> None: ...
+
+
 class Provider(Protocol):
     model: str
 
-    def complete(self, context: Context, turn: int) -> ModelTurn: ...
+    def complete(self, context: Context, turn: int, stream: OutputStream | None = None) -> ModelTurn: ...
 
 
 class ScriptedProvider:
@@ -39,7 +46,7 @@ class ScriptedProvider:
         self.model = scenario.model
         self.contexts: list[Context] = []
 
-    def complete(self, context: Context, turn: int) -> ModelTurn:
+    def complete(self, context: Context, turn: int, stream: OutputStream | None = None) -> ModelTurn:
         self.contexts.append(context)
         if turn >= len(self.scenario.turns):
             return ModelTurn(text="(end of script)", tool_calls=[])
@@ -48,4 +55,9 @@ class ScriptedProvider:
         for expected in scripted.expect_in_context:
             if expected not in seen:
                 raise ScenarioError(f"turn {turn + 1} expects {expected!r} in the model's context, and it is not there")
+        if stream is not None and scripted.streamed and scripted.text:
+            # A streamed turn shows its text in two pieces, so a fault point can fall between them.
+            half = max(1, len(scripted.text) // 2)
+            stream.text(scripted.text[:half])
+            stream.text(scripted.text[half:])
         return ModelTurn(text=scripted.text, tool_calls=self.scenario.calls(turn))

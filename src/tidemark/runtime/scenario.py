@@ -27,6 +27,7 @@ class ScenarioTurn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     text: str = ""
     tool_calls: list[ScenarioCall] = msgspec.field(default_factory=list)
     expect_in_context: list[str] = msgspec.field(default_factory=list)
+    streamed: bool = False  # the text is shown to the user as it is generated (visible_output_started)
 
 
 class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -19,6 +19,8 @@ from typing import Literal
 
 import msgspec
 
+from tidemark.recovery_records import RecoveryClass, RecoveryOwnerTerminalEvent
+
 ProblemKind = Literal["torn", "corrupt", "gap"]
 
 
@@ -45,23 +47,52 @@ class LogRead(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
-    """The right to write one run, fenced by ``generation``: a write under an older generation is refused."""
+    """The right to write one run, fenced by ``generation``: a write under an older generation is refused.
+    ``holder`` names the process (it is not the seed's ``owner_id``, which names who answers for the agent)."""
 
     run_id: str
-    owner_id: str
+    holder: str
     generation: int
+
+
+class RecoveryIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    """Who answers for an agent's recovery (seed 003 §1.1): set by the run's first claim, kept by every later one."""
+
+    recovery_class: RecoveryClass = "root"
+    owner_id: str
+    agent_id: str
+    message_id: str | None = None
 
 
 class OwnerState(msgspec.Struct, frozen=True, kw_only=True):
-    """Who holds a run now, as stored."""
+    """A run's recovery owner (seed 003 §1.1, ``agent.recovery_owners``: the seed's columns first) and the process
+    that holds it now. Every claim, takeover or restart raises ``generation``; ``terminal_at`` set means the
+    agent's work was closed under that generation."""
 
+    recovery_class: RecoveryClass
     owner_id: str
     generation: int
+    agent_id: str
+    message_id: str | None
+    active_at: str
+    terminal_at: str | None = None
+    terminal_status: str | None = None
+    holder: str
     pid: int
     host: str
     claimed_at: str
     heartbeat_at: str
+    lease_ms: int = 30_000  # past heartbeat_at + lease_ms the holder is presumed dead (the reaper closes its work)
     released: bool = False
+
+
+class StoredDescriptor(msgspec.Struct, frozen=True, kw_only=True):
+    """A restart checkpoint as read: ``intact`` is false when its checksum fails or it is cut short (the
+    ``partial_recovery_descriptor`` assertion reports it; nothing loads it)."""
+
+    data: bytes
+    intact: bool
+    detail: str = ""
 
 
 class Store(abc.ABC):
@@ -84,11 +115,25 @@ class Store(abc.ABC):
 
     # ownership --------------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def claim(self, run_id: str, owner_id: str, *, takeover: bool = False) -> Claim:
+    def claim(
+        self,
+        run_id: str,
+        holder: str,
+        *,
+        takeover: bool = False,
+        identity: RecoveryIdentity | None = None,
+        reopen: bool = False,
+    ) -> Claim:
         """Become the run's only writer under a new, higher generation.
 
+        ``identity`` is recorded by the run's first claim (default: a root run that owns itself) and ignored later.
+        The terminal state survives a claim unless ``reopen`` (an explicit new start by the user).
         Raises ``RunLockedError`` while another owner is alive, unless ``takeover``.
         """
+
+    @abc.abstractmethod
+    def close_owner(self, claim: Claim, terminal_status: str) -> None:
+        """Set ``terminal_at`` (now) and ``terminal_status`` on the run's recovery owner. Fenced."""
 
     @abc.abstractmethod
     def owner(self, run_id: str) -> OwnerState | None:
@@ -114,6 +159,53 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def read_log(self, run_id: str) -> LogRead:
         """Every record that passes its checksum, in order, and a report of every one that does not."""
+
+    # the restart checkpoint (seed 003 §1.2): one per agent, upserted, never appended -------------------------
+    @abc.abstractmethod
+    def upsert_restart_checkpoint(self, claim: Claim, data: bytes) -> None:
+        """Replace the run's restart checkpoint (``data`` is an encoded ``RuntimeRestartCheckpoint``) durably and
+        atomically, with a checksum. Fenced."""
+
+    @abc.abstractmethod
+    def read_restart_checkpoint(self, run_id: str) -> StoredDescriptor | None:
+        """The run's restart checkpoint, if it has one; a damaged one is returned with ``intact=False``."""
+
+    @abc.abstractmethod
+    def delete_restart_checkpoint(self, claim: Claim) -> None:
+        """Remove the run's restart checkpoint durably (no-op if none). Fenced."""
+
+    @abc.abstractmethod
+    def list_restart_checkpoints(self) -> list[str]:
+        """The runs that have a restart checkpoint (what a supervisor recovers at startup)."""
+
+    # terminal events (seed 003 §1.3) -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def record_terminal_event(self, claim: Claim, event: RecoveryOwnerTerminalEvent) -> bool:
+        """Record ``event`` durably unless one with its (recovery_class, owner_id, generation, event_type) exists;
+        returns whether it was recorded. Fenced."""
+
+    @abc.abstractmethod
+    def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
+        """The run's terminal events, oldest first."""
+
+    # the control channel: what people send a run (approve, submit, cancel, ...) without owning it ------------
+    @abc.abstractmethod
+    def post_control(self, run_id: str, data: bytes) -> int:
+        """Append a control record durably (fsync'd, checksummed); returns its position (1, 2, ...).
+        Not fenced: the sender holds no claim. Raises ``RunNotFoundError``."""
+
+    @abc.abstractmethod
+    def read_control(self, run_id: str) -> list[tuple[int, bytes]]:
+        """Every intact control record with its position, in order (a torn tail is skipped, not loaded)."""
+
+    # schedules (a store-wide table, not a run's) ------------------------------------------------------------
+    @abc.abstractmethod
+    def put_schedule(self, job_id: str, data: bytes | None) -> None:
+        """Write a scheduled job's definition durably, or delete it when ``data`` is None."""
+
+    @abc.abstractmethod
+    def list_schedules(self) -> dict[str, bytes]:
+        """Every scheduled job's definition, by job id."""
 
     # artifacts and trace ----------------------------------------------------------------------------------
     @abc.abstractmethod

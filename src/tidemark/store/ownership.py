@@ -7,7 +7,9 @@ import socket
 from datetime import UTC, datetime
 
 from tidemark.errors import RunLockedError, StaleGenerationError
-from tidemark.store.base import Claim, OwnerState
+import msgspec
+
+from tidemark.store.base import Claim, OwnerState, RecoveryIdentity
 from tidemark.store.liveness import owner_alive, process_start_time
 
 
@@ -15,23 +17,58 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def next_owner(run_id: str, current: OwnerState | None, owner_id: str, *, takeover: bool) -> OwnerState:
-    """The owner record a claim writes: the next generation, for this process. A live owner is refused unless
-    the claim is a takeover."""
+def next_owner(
+    run_id: str,
+    current: OwnerState | None,
+    holder: str,
+    *,
+    takeover: bool,
+    identity: RecoveryIdentity | None = None,
+    reopen: bool = False,
+) -> OwnerState:
+    """The owner record a claim writes: the next generation, held by this process. A live holder is refused
+    unless the claim is a takeover. The recovery identity is the first claim's and never changes; the terminal
+    state is kept unless the claim reopens the run."""
     if current and not current.released and not takeover and owner_alive(current):
         raise RunLockedError(
             f"run {run_id!r} is owned by live process {current.pid} on {current.host} "
             f"(generation {current.generation}); wait for it, or pass --takeover to fence it off"
         )
     claimed = now()
+    if current is not None:
+        kept = RecoveryIdentity(
+            recovery_class=current.recovery_class,
+            owner_id=current.owner_id,
+            agent_id=current.agent_id,
+            message_id=current.message_id,
+        )
+    else:
+        kept = identity or RecoveryIdentity(owner_id=run_id, agent_id=run_id)
+    terminal = current is not None and current.terminal_at is not None and not reopen
     return OwnerState(
-        owner_id=owner_id,
+        recovery_class=kept.recovery_class,
+        owner_id=kept.owner_id,
         generation=(current.generation if current else 0) + 1,
+        agent_id=kept.agent_id,
+        message_id=kept.message_id,
+        active_at=current.active_at if current is not None and not reopen else claimed,
+        terminal_at=current.terminal_at if terminal and current else None,
+        terminal_status=current.terminal_status if terminal and current else None,
+        holder=holder,
         pid=os.getpid(),
         host=f"{socket.gethostname()}#{process_start_time(os.getpid())}",
         claimed_at=claimed,
         heartbeat_at=claimed,
+        lease_ms=current.lease_ms if current else 30_000,
     )
+
+
+def closed_owner(current: OwnerState, terminal_status: str) -> OwnerState:
+    return msgspec.structs.replace(current, terminal_at=now(), terminal_status=terminal_status)
+
+
+def claim_of(run_id: str, state: OwnerState) -> Claim:
+    return Claim(run_id=run_id, holder=state.holder, generation=state.generation)
 
 
 def check_current(claim: Claim, current: OwnerState | None) -> OwnerState:
