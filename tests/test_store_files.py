@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from tidemark.store.base import LogRecord
-from tidemark.store.conformance import CONFORMANCE_CHECKS
+from tidemark.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
 from tidemark.store.files import FileStore
 
 
@@ -91,4 +91,174 @@ def test_bad_run_id_is_refused_with_a_clear_message(make_store):
 def test_reading_never_creates_a_store(tmp_path):
     store = FileStore(str(tmp_path / "nowhere"))
     assert store.list_runs() == []
+    assert not (tmp_path / "nowhere").exists()
+
+
+# ------------------------------------------------------------------------- restart checkpoint, events, control
+
+
+def _checkpoint_path(store, run_id="r"):
+    return os.path.join(store.run_dir(run_id), "restart_checkpoint.json")
+
+
+def _claimed_with_checkpoint(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.upsert_restart_checkpoint(claim, restart_checkpoint("r"))
+    return store, claim
+
+
+def test_a_cut_short_restart_checkpoint_reads_as_not_intact(make_store):
+    store, _ = _claimed_with_checkpoint(make_store)
+    path = _checkpoint_path(store)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    read = store.read_restart_checkpoint("r")
+    assert read is not None and not read.intact and "cut short" in read.detail
+    assert store.list_restart_checkpoints() == ["r"]  # still there to be judged (partial_recovery_descriptor)
+
+
+def test_a_bit_flipped_restart_checkpoint_reads_as_not_intact(make_store):
+    store, _ = _claimed_with_checkpoint(make_store)
+    path = _checkpoint_path(store)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(data.replace(b"reaction_loop", b"reaction_lOop", 1))
+    read = store.read_restart_checkpoint("r")
+    assert read is not None and not read.intact and "checksum" in read.detail
+
+
+def test_a_restart_checkpoint_is_one_framed_line_and_no_temp_file_is_left(make_store):
+    store, claim = _claimed_with_checkpoint(make_store)
+    store.upsert_restart_checkpoint(claim, b'{"pretty":\n  "json"}\n')  # a newline inside a whole-file record is fine
+    read = store.read_restart_checkpoint("r")
+    assert read is not None and read.intact and read.data == b'{"pretty":\n  "json"}\n'
+    assert not [name for name in os.listdir(store.run_dir("r")) if name.startswith(".tmp-")]
+
+
+def _control_path(store, run_id="r"):
+    return os.path.join(store.run_dir(run_id), "control.jsonl")
+
+
+def test_a_torn_control_tail_is_skipped_by_readers_and_repaired_by_the_next_post(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    assert store.post_control("r", b'{"n":1}') == 1
+    assert store.post_control("r", b'{"n":2}') == 2
+    with open(_control_path(store), "ab") as handle:
+        handle.write(b'0badf00d {"n":3, "cut')  # a post killed mid-write: never acknowledged, so no position
+    assert store.read_control("r") == [(1, b'{"n":1}'), (2, b'{"n":2}')]
+    with open(_control_path(store), "rb") as handle:
+        assert handle.read().endswith(b'"cut')  # a reader never cuts: the writer may be finishing that line
+    other = make_store(store)
+    assert other.post_control("r", b'{"n":"after"}') == 3
+    assert store.read_control("r") == [(1, b'{"n":1}'), (2, b'{"n":2}'), (3, b'{"n":"after"}')]
+    with open(_control_path(store) + ".torn", "rb") as handle:
+        assert b'"cut' in handle.read()  # kept aside, never deleted
+
+
+def test_a_damaged_control_line_is_skipped_and_keeps_its_position(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    for n in range(3):
+        store.post_control("r", b'{"n":%d}' % n)
+    with open(_control_path(store), "rb") as handle:
+        data = handle.read()
+    with open(_control_path(store), "wb") as handle:
+        handle.write(data.replace(b'{"n":1}', b'{"n":7}'))
+    assert store.read_control("r") == [(1, b'{"n":0}'), (3, b'{"n":2}')]
+    assert store.post_control("r", b'{"n":3}') == 4
+
+
+def test_a_control_newline_hit_by_damage_shifts_no_position(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    for n in range(3):
+        store.post_control("r", b'{"n":%d}' % n)
+    with open(_control_path(store), "rb") as handle:
+        data = handle.read()
+    with open(_control_path(store), "wb") as handle:
+        handle.write(data.replace(b"\n", b"#", 1))  # records 1 and 2 now read as one damaged line
+    assert store.read_control("r") == [(3, b'{"n":2}')]
+    assert store.post_control("r", b'{"n":3}') == 4
+
+
+def test_a_control_post_does_not_wait_for_the_run_lock(make_store):
+    """A sender gets through while the owner is stuck holding the run's lock (a cancel is wanted most then)."""
+    import fcntl
+
+    store = make_store()
+    store.create_run("r", b"{}")
+    fd = os.open(os.path.join(store.run_dir("r"), "lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert make_store(store).post_control("r", b'{"type":"cancel"}') == 1
+    finally:
+        os.close(fd)
+
+
+def _events_path(store, run_id="r"):
+    return os.path.join(store.run_dir(run_id), "terminal_events.jsonl")
+
+
+def test_a_torn_terminal_event_is_not_an_event_and_the_next_one_is_recorded_cleanly(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    assert store.record_terminal_event(claim, terminal_event(claim, store, "closed"))
+    with open(_events_path(store), "ab") as handle:
+        handle.write(b'12345678 {"recovery_class":"root","owner_id":"r","generation":1,"event_type":"reaped"')
+    assert [e.event_type for e in store.terminal_events("r")] == ["closed"]
+    assert store.record_terminal_event(claim, terminal_event(claim, store, "reaped"))
+    assert [e.event_type for e in make_store(store).terminal_events("r")] == ["closed", "reaped"]
+
+
+def test_a_damaged_terminal_event_is_an_error_not_a_second_chance(make_store):
+    from tidemark.errors import CorruptRecordError
+
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.record_terminal_event(claim, terminal_event(claim, store, "closed"))
+    with open(_events_path(store), "rb") as handle:
+        data = handle.read()
+    with open(_events_path(store), "wb") as handle:
+        handle.write(data.replace(b"closed", b"cl0sed"))
+    with pytest.raises(CorruptRecordError, match="fails its checksum"):
+        store.terminal_events("r")
+    with pytest.raises(CorruptRecordError, match="fails its checksum"):  # it may be this very event: never twice
+        store.record_terminal_event(claim, terminal_event(claim, store, "closed"))
+
+
+# ---------------------------------------------------------------------------------------------------- schedules
+
+
+def test_schedules_live_beside_the_runs_and_a_damaged_one_is_an_error(make_store):
+    from tidemark.errors import CorruptRecordError
+
+    store = make_store()
+    store.put_schedule("nightly", b'{"cron":"0 3 * * *"}')
+    store.create_run("r", b"{}")
+    assert sorted(os.listdir(store.root)) == [".gitignore", "runs", "schedules"]
+    assert store.list_runs() == ["r"]
+    path = os.path.join(store.root, "schedules", "nightly.json")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(data.replace(b"3", b"4"))
+    with pytest.raises(CorruptRecordError, match="nightly"):
+        store.list_schedules()
+    store.put_schedule("nightly", None)
+    assert store.list_schedules() == {}
+
+
+def test_reading_schedules_and_checkpoints_never_creates_a_store(tmp_path):
+    store = FileStore(str(tmp_path / "nowhere"))
+    assert store.list_schedules() == {}
+    assert store.list_restart_checkpoints() == []
+    store.put_schedule("gone", None)
     assert not (tmp_path / "nowhere").exists()

@@ -18,7 +18,7 @@ from tidemark.runtime.scenario import parse_scenario
 from tidemark.runtime.session import load_view
 from tidemark.runtime.tools import ToolContext
 from tidemark.store.base import LogRecord
-from tidemark.store.conformance import CONFORMANCE_CHECKS
+from tidemark.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
 from tidemark.store.postgres import PostgresStore
 from tidemark.store.url import open_store
 
@@ -76,6 +76,152 @@ def test_runs_are_listed_oldest_first_and_a_bad_run_id_is_refused(make_store):
         store.create_run("../escape", b"{}")
     with pytest.raises(RunNotFoundError, match="not found"):
         store.read_log("nope")
+
+
+def _sql(store, query, params=()):
+    """Run SQL on the store's database from outside, as a person (or another program) would."""
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+def _damage(store, table, where, old, new):
+    (line,) = _sql(store, f"SELECT line FROM tidemark.{table} WHERE {where}")[0]
+    assert old in line
+    _sql(store, f"UPDATE tidemark.{table} SET line = %s WHERE {where}", (line.replace(old, new),))
+
+
+def test_a_restart_checkpoint_fills_the_seed_columns_and_a_wrong_checksum_reads_as_not_intact(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.upsert_restart_checkpoint(claim, restart_checkpoint("r", 3))
+    row = _sql(
+        store,
+        "SELECT agent_id, mode, payload_json, updated_at, recovery_class, recovery_owner_id "
+        "FROM tidemark.runtime_restart_checkpoints",
+    )
+    assert row == [("r", "reaction_loop", '{"payload_kind":"reaction_loop","turn":3}', 1_700_000_000_003, "root", "r")]
+    _sql(store, "UPDATE tidemark.runtime_restart_checkpoints SET checksum = repeat('0', 64)")
+    read = make_store(store).read_restart_checkpoint("r")
+    assert read is not None and not read.intact and "checksum" in read.detail
+    assert read.data == restart_checkpoint("r", 3)  # handed over for the report, never loaded
+
+
+def test_a_restart_checkpoint_row_whose_columns_were_changed_reads_as_not_intact(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.upsert_restart_checkpoint(claim, restart_checkpoint("r"))
+    _sql(store, "UPDATE tidemark.runtime_restart_checkpoints SET mode = 'tool_approval_wait'")
+    read = store.read_restart_checkpoint("r")
+    assert read is not None and not read.intact and "disagree" in read.detail
+
+
+def test_an_undecodable_descriptor_is_kept_byte_for_byte(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.upsert_restart_checkpoint(claim, b"\x00not json")
+    assert _sql(store, "SELECT mode, payload_json FROM tidemark.runtime_restart_checkpoints") == [("", None)]
+    read = store.read_restart_checkpoint("r")
+    assert read is not None and read.intact and read.data == b"\x00not json"
+
+
+def test_the_recovery_owner_row_is_the_seeds_and_its_columns_are_the_truth(make_store):
+    from tidemark.errors import StaleGenerationError
+    from tidemark.recovery_records import TERMINAL_STATUS_RESTART
+    from tidemark.store.base import RecoveryIdentity
+
+    store = make_store()
+    store.create_run("parent", b"{}")
+    store.create_run("child", b"{}")
+    assert _sql(store, "SELECT recovery_class, owner_id, generation FROM tidemark.recovery_owners ORDER BY 2") == [
+        ("root", "child", 0),
+        ("root", "parent", 0),
+    ]
+    identity = RecoveryIdentity(recovery_class="subagent", owner_id="parent/c1", agent_id="child", message_id="m")
+    claim = store.claim("child", "me", identity=identity)
+    rows = _sql(
+        store,
+        "SELECT recovery_class, owner_id, generation, agent_id, message_id, terminal_at FROM tidemark.recovery_owners "
+        "WHERE agent_id = 'child'",
+    )
+    assert rows == [("subagent", "parent/c1", 1, "child", "m", None)]
+    # The seed's own close (§5.1) is seen by the store, and a generation raised in the row fences the holder.
+    _sql(
+        store,
+        "UPDATE tidemark.recovery_owners SET terminal_at = now(), terminal_status = %s "
+        "WHERE recovery_class = 'subagent' AND owner_id = 'parent/c1'",
+        (TERMINAL_STATUS_RESTART,),
+    )
+    owner = store.owner("child")
+    assert owner is not None and owner.terminal_at is not None and owner.terminal_status == TERMINAL_STATUS_RESTART
+    _sql(store, "UPDATE tidemark.recovery_owners SET generation = generation + 1 WHERE agent_id = 'child'")
+    with pytest.raises(StaleGenerationError):
+        store.upsert_restart_checkpoint(claim, restart_checkpoint("child"))
+
+
+def test_a_recovery_owner_answers_for_one_agent_only(make_store):
+    from tidemark.store.base import RecoveryIdentity
+
+    store = make_store()
+    for run_id in ("a", "b"):
+        store.create_run(run_id, b"{}")
+    shared = {"recovery_class": "subagent", "owner_id": "parent/c1"}
+    store.claim("a", "me", identity=RecoveryIdentity(agent_id="a", **shared))
+    with pytest.raises(StoreError, match="already answers for another run"):
+        store.claim("b", "me", identity=RecoveryIdentity(agent_id="b", **shared))
+    assert store.owner("b") is None  # the failed claim left nothing behind
+    assert store.claim("b", "me").generation == 1
+
+
+def test_terminal_events_are_the_seeds_rows_unique_by_key(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    event = terminal_event(claim, store, "closed", '{"a":1}')
+    assert store.record_terminal_event(claim, event)
+    assert not store.record_terminal_event(claim, event)
+    rows = _sql(
+        store,
+        "SELECT recovery_class, owner_id, generation, event_type, payload_json "
+        "FROM tidemark.recovery_owner_terminal_events",
+    )
+    assert rows == [("root", "r", 1, "closed", '{"a":1}')]
+    assert store.terminal_events("r") == [event]  # created_at reads back as written
+
+
+def test_a_damaged_control_row_is_skipped_and_keeps_its_position(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    for n in range(3):
+        store.post_control("r", b'{"n":%d}' % n)
+    _damage(store, "control", "position = 2", b'{"n":1}', b'{"n":7}')
+    assert store.read_control("r") == [(1, b'{"n":0}'), (3, b'{"n":2}')]
+    assert store.post_control("r", b'{"n":3}') == 4
+
+
+def test_a_control_post_does_not_wait_for_the_owner_row(make_store):
+    """A sender gets through while the owner is stuck mid-transaction on its row (a cancel is wanted most then)."""
+    store = make_store()
+    store.create_run("r", b"{}")
+    store.claim("r", "me")
+    with psycopg.connect(store.url) as conn:
+        conn.execute("SELECT 1 FROM tidemark.recovery_owners WHERE agent_id = 'r' FOR UPDATE")
+        conn.execute("SELECT 1 FROM tidemark.runs WHERE run_id = 'r' FOR KEY SHARE")  # as a log insert holds it
+        assert make_store(store).post_control("r", b'{"type":"cancel"}') == 1
+        conn.rollback()
+
+
+def test_a_damaged_schedule_is_an_error(make_store):
+    from tidemark.errors import CorruptRecordError
+
+    store = make_store()
+    store.put_schedule("nightly", b'{"cron":"0 3 * * *"}')
+    _damage(store, "schedules", "job_id = 'nightly'", b"0 3", b"0 4")
+    with pytest.raises(CorruptRecordError, match="nightly"):
+        store.list_schedules()
 
 
 def test_the_url_opens_a_postgres_store_and_an_unreachable_server_is_one_line(pg_url):

@@ -6,9 +6,10 @@ import os
 import socket
 from datetime import UTC, datetime
 
-from tidemark.errors import RunLockedError, StaleGenerationError
 import msgspec
 
+from tidemark.errors import RunLockedError, StaleGenerationError, StoreError
+from tidemark.recovery_records import RecoveryOwnerTerminalEvent
 from tidemark.store.base import Claim, OwnerState, RecoveryIdentity
 from tidemark.store.liveness import owner_alive, process_start_time
 
@@ -44,6 +45,14 @@ def next_owner(
         )
     else:
         kept = identity or RecoveryIdentity(owner_id=run_id, agent_id=run_id)
+        if kept.agent_id != run_id:  # an agent is a run: the owner row is found by its agent_id
+            raise StoreError(
+                f"run {run_id!r}: the recovery identity names agent {kept.agent_id!r}; an agent's id is its run id"
+            )
+        if kept.recovery_class == "root" and kept.owner_id != run_id:
+            # A root run answers for itself. This also keeps a run's owner key ('root', run id), which a database
+            # reserves when the run is created, from being taken by another run's identity.
+            raise StoreError(f"run {run_id!r}: a root run's owner_id is its own run id, not {kept.owner_id!r}")
     terminal = current is not None and current.terminal_at is not None and not reopen
     return OwnerState(
         recovery_class=kept.recovery_class,
@@ -80,6 +89,31 @@ def check_current(claim: Claim, current: OwnerState | None) -> OwnerState:
             f"at generation {newer}; it was taken over, so this process stops without writing"
         )
     return current
+
+
+def check_event(run_id: str, event: RecoveryOwnerTerminalEvent, current: OwnerState) -> None:
+    """A terminal event belongs to the run's own recovery owner: ``terminal_events(run_id)`` finds it by that owner
+    (a database keys the events by owner, not by run), so an event naming another owner would be lost. Its
+    ``created_at`` must be an ISO time with a zone: a database stores it as one, and a zoneless one would shift."""
+    if (event.recovery_class, event.owner_id) != (current.recovery_class, current.owner_id):
+        raise StoreError(
+            f"run {run_id!r}: terminal event for owner {event.recovery_class}/{event.owner_id} but the run's "
+            f"recovery owner is {current.recovery_class}/{current.owner_id}; record it under that owner's run"
+        )
+    try:
+        zoned = datetime.fromisoformat(event.created_at).tzinfo is not None
+    except ValueError:
+        zoned = False
+    if not zoned:
+        raise StoreError(
+            f"run {run_id!r}: terminal event created_at {event.created_at!r} is not an ISO time with a zone; "
+            "use tidemark.store.ownership.now()"
+        )
+
+
+def event_key(event: RecoveryOwnerTerminalEvent) -> tuple[str, str, int, str]:
+    """What makes a terminal event unique (seed 003 §1.3)."""
+    return (event.recovery_class, event.owner_id, event.generation, event.event_type)
 
 
 def stuck_lock(run_id: str) -> RunLockedError:

@@ -2,17 +2,26 @@
 
 Schema ``tidemark`` (made on first use, idempotent)::
 
-    runs       run_id pk, header (framed line), created_at
-    owners     run_id pk, generation, owner (encoded OwnerState; NULL until the first claim)
-    log        (run_id, seq) pk, line: the same framed, checksummed line the file store writes
-    artifacts  (run_id, name) pk, sha256, data
-    trace      id bigserial, run_id, line (framed)
+    runs                            run_id pk, header (framed line), created_at
+    recovery_owners                 seed 003 §1.1's columns, pk (recovery_class, owner_id), unique agent_id (the
+                                    run), + holder_state (the encoded OwnerState; NULL until the first claim)
+    runtime_restart_checkpoints     seed 003 §1.2's columns, pk agent_id, + descriptor (the bytes as written) and
+                                    checksum (sha256 of them)
+    recovery_owner_terminal_events  seed 003 §1.3's columns, pk (recovery_class, owner_id, generation, event_type)
+    log                             (run_id, seq) pk, line: the same framed, checksummed line the file store writes
+    control                         (run_id, position) pk, line (framed)
+    schedules                       job_id pk, line (framed)
+    artifacts                       (run_id, name) pk, sha256, data
+    trace                           id bigserial, run_id, line (framed)
 
-Only what differs from the file store lives here. Fencing: ``claim`` and every write lock the run's ``owners``
-row (``SELECT ... FOR UPDATE``) for one short transaction and compare generations, like the file store's flock;
-the lock dies with the transaction, so a killed writer never blocks a takeover. ``durable=False`` commits with
-``synchronous_commit = off``. Liveness of an owner is the file store's rule (same host: pid and start time;
-elsewhere: a heartbeat younger than the lease).
+Only what differs from the file store lives here. Fencing: ``claim`` and every write lock the run's
+``recovery_owners`` row (``SELECT ... FOR UPDATE``) for one short transaction and compare generations, like the
+file store's flock; the lock dies with the transaction, so a killed writer never blocks a takeover. The row is
+made with the run (as ``('root', run_id)``, generation 0) so there is always one to lock; the first claim gives
+it the run's recovery identity. ``generation`` and the other seed columns are the truth (the seed's own SQL,
+e.g. §5.1's close, works on them); ``holder_state`` adds only who holds the run now.
+``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file store's rule (same
+host: pid and start time; elsewhere: a heartbeat younger than the lease).
 """
 
 from __future__ import annotations
@@ -21,7 +30,10 @@ import contextlib
 import hashlib
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -35,16 +47,42 @@ from tidemark.errors import (
     RunNotFoundError,
     StoreError,
 )
-from tidemark.store.base import Claim, LogProblem, LogRead, LogRecord, OwnerState, Store
-from tidemark.store.files import CLAIM_LOCK_TIMEOUT, check_run_id
+from tidemark.recovery_records import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
+from tidemark.store.base import (
+    Claim,
+    LogProblem,
+    LogRead,
+    LogRecord,
+    OwnerState,
+    RecoveryIdentity,
+    Store,
+    StoredDescriptor,
+)
+from tidemark.store.files import CLAIM_LOCK_TIMEOUT, check_job_id, check_one_line, check_run_id
 from tidemark.store.framing import check_line, frame, read_records
-from tidemark.store.ownership import check_current, next_owner, now, stuck_lock
+from tidemark.store.ownership import (
+    check_current,
+    check_event,
+    claim_of,
+    closed_owner,
+    next_owner,
+    now,
+    stuck_lock,
+)
 
 SCHEMA = "tidemark"
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
 _ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _record_encoder = msgspec.json.Encoder()
-_owner_decoder = msgspec.json.Decoder(OwnerState)
+_checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
+_SEED_OWNER = "recovery_class, owner_id, generation, agent_id, message_id, active_at, terminal_at, terminal_status"
+_SEED_CHECKPOINT = (
+    "mode, payload_json, created_at, updated_at, recovery_class, recovery_owner_id, execution_config_json"
+)
+_UPSERT_CHECKPOINT = ", ".join(
+    f"{column} = EXCLUDED.{column}" for column in (*_SEED_CHECKPOINT.split(", "), "descriptor", "checksum")
+)
+_SEED_EVENT = "recovery_class, owner_id, generation, event_type, created_at, payload_json"
 
 _DDL = f"""
 CREATE SCHEMA IF NOT EXISTS {SCHEMA};
@@ -53,10 +91,48 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.runs (
     header bytea NOT NULL,
     created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE TABLE IF NOT EXISTS {SCHEMA}.owners (
-    run_id text PRIMARY KEY REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+CREATE TABLE IF NOT EXISTS {SCHEMA}.recovery_owners (
+    recovery_class text NOT NULL,
+    owner_id text NOT NULL,
+    generation bigint NOT NULL DEFAULT 1,
+    agent_id text UNIQUE REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    message_id text,
+    active_at timestamptz NOT NULL DEFAULT now(),
+    terminal_at timestamptz,
+    terminal_status text,
+    holder_state bytea,
+    PRIMARY KEY (recovery_class, owner_id)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.runtime_restart_checkpoints (
+    agent_id text PRIMARY KEY REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    mode text NOT NULL,
+    payload_json text,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    recovery_class text,
+    recovery_owner_id text,
+    execution_config_json text,
+    descriptor bytea NOT NULL,
+    checksum text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.recovery_owner_terminal_events (
+    recovery_class text NOT NULL,
+    owner_id text NOT NULL,
     generation bigint NOT NULL,
-    owner bytea
+    event_type text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    payload_json text,
+    PRIMARY KEY (recovery_class, owner_id, generation, event_type)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.control (
+    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    position bigint NOT NULL,
+    line bytea NOT NULL,
+    PRIMARY KEY (run_id, position)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.schedules (
+    job_id text PRIMARY KEY,
+    line bytea NOT NULL
 );
 CREATE TABLE IF NOT EXISTS {SCHEMA}.log (
     run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
@@ -142,7 +218,10 @@ class PostgresStore(Store):
 
     def _require_run(self, conn: psycopg.Connection[tuple[object, ...]], run_id: str) -> None:
         if conn.execute(f"SELECT 1 FROM {SCHEMA}.runs WHERE run_id = %s", (run_id,)).fetchone() is None:
-            raise RunNotFoundError(f"run {run_id!r} not found in store {self._shown}; list runs with `tidemark status`")
+            raise self._not_found(run_id)
+
+    def _not_found(self, run_id: str) -> RunNotFoundError:
+        return RunNotFoundError(f"run {run_id!r} not found in store {self._shown}; list runs with `tidemark status`")
 
     # runs -------------------------------------------------------------------------------------------------
     def create_run(self, run_id: str, header: bytes) -> None:
@@ -154,7 +233,12 @@ class PostgresStore(Store):
             ).fetchone()
             if created is None:
                 raise RunExistsError(f"run {run_id!r} already exists in {self._shown}; pick another --run-id")
-            conn.execute(f"INSERT INTO {SCHEMA}.owners (run_id, generation) VALUES (%s, 0)", (run_id,))
+            # The owner row every claim and write locks; its identity is the first claim's to set.
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.recovery_owners (recovery_class, owner_id, generation, agent_id) "
+                "VALUES ('root', %s, 0, %s)",
+                (run_id, run_id),
+            )
 
     def run_header(self, run_id: str) -> bytes:
         with self._tx() as conn:
@@ -176,24 +260,52 @@ class PostgresStore(Store):
     # ownership --------------------------------------------------------------------------------------------
     def _lock_owner(self, conn: psycopg.Connection[tuple[object, ...]], run_id: str) -> OwnerState | None:
         """Lock the run's owner row for this transaction and return the owner it records."""
-        row = conn.execute(f"SELECT owner FROM {SCHEMA}.owners WHERE run_id = %s FOR UPDATE", (run_id,)).fetchone()
+        row = conn.execute(
+            f"SELECT {_SEED_OWNER}, holder_state FROM {SCHEMA}.recovery_owners WHERE agent_id = %s FOR UPDATE",
+            (run_id,),
+        ).fetchone()
         if row is None:
             self._require_run(conn, run_id)
-            raise StoreError(f"run {run_id!r} in {self._shown} has no owner row; the store was edited by hand")
-        return None if row[0] is None else _owner_decoder.decode(_bytes(row[0]))
+            raise StoreError(
+                f"run {run_id!r} in {self._shown} has no recovery owner row: the run was made by an older tidemark "
+                "(its schema had an owners table) or the store was edited by hand"
+            )
+        return _owner_state(row)
 
     def _write_owner(self, conn: psycopg.Connection[tuple[object, ...]], run_id: str, state: OwnerState) -> None:
         conn.execute(
-            f"UPDATE {SCHEMA}.owners SET generation = %s, owner = %s WHERE run_id = %s",
-            (state.generation, _record_encoder.encode(state), run_id),
+            f"UPDATE {SCHEMA}.recovery_owners SET recovery_class = %s, owner_id = %s, generation = %s, "
+            "message_id = %s, active_at = %s::timestamptz, terminal_at = %s::timestamptz, terminal_status = %s, "
+            "holder_state = %s WHERE agent_id = %s",
+            (
+                state.recovery_class,
+                state.owner_id,
+                state.generation,
+                state.message_id,
+                state.active_at,
+                state.terminal_at,
+                state.terminal_status,
+                _record_encoder.encode(state),
+                run_id,
+            ),
         )
 
     def owner(self, run_id: str) -> OwnerState | None:
         with self._tx() as conn:
-            row = conn.execute(f"SELECT owner FROM {SCHEMA}.owners WHERE run_id = %s", (run_id,)).fetchone()
-        return None if row is None or row[0] is None else _owner_decoder.decode(_bytes(row[0]))
+            row = conn.execute(
+                f"SELECT {_SEED_OWNER}, holder_state FROM {SCHEMA}.recovery_owners WHERE agent_id = %s", (run_id,)
+            ).fetchone()
+        return None if row is None else _owner_state(row)
 
-    def claim(self, run_id: str, owner_id: str, *, takeover: bool = False) -> Claim:
+    def claim(
+        self,
+        run_id: str,
+        holder: str,
+        *,
+        takeover: bool = False,
+        identity: RecoveryIdentity | None = None,
+        reopen: bool = False,
+    ) -> Claim:
         check_run_id(run_id)
         try:
             with self._tx() as conn:
@@ -202,11 +314,22 @@ class PostgresStore(Store):
                 # until its connection dies: wait a while, then say so (the file store's CLAIM_LOCK_TIMEOUT).
                 conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
                 current = self._lock_owner(conn, run_id)
-                state = next_owner(run_id, current, owner_id, takeover=takeover)
+                state = next_owner(run_id, current, holder, takeover=takeover, identity=identity, reopen=reopen)
                 self._write_owner(conn, run_id, state)
         except pg_errors.LockNotAvailable:
             raise stuck_lock(run_id) from None
-        return Claim(run_id=run_id, owner_id=owner_id, generation=state.generation)
+        except pg_errors.UniqueViolation:  # only a first claim sets (recovery_class, owner_id)
+            kept = identity or RecoveryIdentity(owner_id=run_id, agent_id=run_id)
+            raise StoreError(
+                f"run {run_id!r}: recovery owner {kept.recovery_class}/{kept.owner_id} already answers for another "
+                f"run in {self._shown}; each agent has its own recovery owner"
+            ) from None
+        return claim_of(run_id, state)
+
+    def close_owner(self, claim: Claim, terminal_status: str) -> None:
+        with self._tx() as conn:
+            current = self._check_generation(conn, claim)
+            self._write_owner(conn, claim.run_id, closed_owner(current, terminal_status))
 
     def release(self, claim: Claim) -> None:
         with self._tx() as conn:
@@ -258,6 +381,156 @@ class PostgresStore(Store):
             damaged = LogProblem(kind="corrupt", position=seq, detail="checksum does not match")
             lines.append((seq, damaged if payload is None else payload))
         return read_records(lines, row_seqs=True)
+
+    # the restart checkpoint -------------------------------------------------------------------------------
+    def upsert_restart_checkpoint(self, claim: Claim, data: bytes) -> None:
+        columns = _checkpoint_columns(data)
+        with self._tx() as conn:
+            self._check_generation(conn, claim)  # under the owner row's lock until commit: no stale upsert slips in
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.runtime_restart_checkpoints "
+                f"(agent_id, {_SEED_CHECKPOINT}, descriptor, checksum) VALUES ({', '.join(['%s'] * 10)}) "
+                f"ON CONFLICT (agent_id) DO UPDATE SET {_UPSERT_CHECKPOINT}",
+                (claim.run_id, *columns, data, hashlib.sha256(data).hexdigest()),
+            )
+
+    def read_restart_checkpoint(self, run_id: str) -> StoredDescriptor | None:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            row = conn.execute(
+                f"SELECT {_SEED_CHECKPOINT}, descriptor, checksum FROM {SCHEMA}.runtime_restart_checkpoints "
+                "WHERE agent_id = %s",
+                (run_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        data = _bytes(row[7])
+        if hashlib.sha256(data).hexdigest() != row[8]:
+            return StoredDescriptor(data=data, intact=False, detail="checksum does not match")
+        # The seed's columns are written from the descriptor; a row whose columns say otherwise was changed
+        # after it was written (by hand, or half an update), so neither side can be trusted.
+        if tuple(row[:7]) != _checkpoint_columns(data, updated_at=row[3]):
+            return StoredDescriptor(data=data, intact=False, detail="the row's columns disagree with its descriptor")
+        return StoredDescriptor(data=data, intact=True)
+
+    def delete_restart_checkpoint(self, claim: Claim) -> None:
+        with self._tx() as conn:
+            self._check_generation(conn, claim)
+            conn.execute(f"DELETE FROM {SCHEMA}.runtime_restart_checkpoints WHERE agent_id = %s", (claim.run_id,))
+
+    def list_restart_checkpoints(self) -> list[str]:
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"SELECT c.agent_id FROM {SCHEMA}.runtime_restart_checkpoints c "
+                f"JOIN {SCHEMA}.runs r ON r.run_id = c.agent_id ORDER BY r.created_at, r.run_id"
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    # terminal events --------------------------------------------------------------------------------------
+    def record_terminal_event(self, claim: Claim, event: RecoveryOwnerTerminalEvent) -> bool:
+        with self._tx() as conn:
+            check_event(claim.run_id, event, self._check_generation(conn, claim))
+            recorded = conn.execute(
+                f"INSERT INTO {SCHEMA}.recovery_owner_terminal_events ({_SEED_EVENT}) "
+                "VALUES (%s, %s, %s, %s, %s::timestamptz, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (
+                    event.recovery_class,
+                    event.owner_id,
+                    event.generation,
+                    event.event_type,
+                    event.created_at,
+                    event.payload_json,
+                ),
+            ).fetchone()
+        return recorded is not None
+
+    def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            rows = conn.execute(
+                f"SELECT e.recovery_class, e.owner_id, e.generation, e.event_type, e.created_at, e.payload_json "
+                f"FROM {SCHEMA}.recovery_owner_terminal_events e JOIN {SCHEMA}.recovery_owners o "
+                "ON o.recovery_class = e.recovery_class AND o.owner_id = e.owner_id WHERE o.agent_id = %s "
+                "ORDER BY e.created_at, e.generation, e.event_type",
+                (run_id,),
+            ).fetchall()
+        return [
+            RecoveryOwnerTerminalEvent(
+                recovery_class=str(recovery_class),
+                owner_id=str(owner_id),
+                generation=_int(generation),
+                event_type=str(event_type),
+                created_at=_iso(created_at),
+                payload_json=None if payload_json is None else str(payload_json),
+            )
+            for recovery_class, owner_id, generation, event_type, created_at, payload_json in rows
+        ]
+
+    # the control channel ----------------------------------------------------------------------------------
+    def post_control(self, run_id: str, data: bytes) -> int:
+        check_one_line("a control record", data)
+        try:
+            with self._tx() as conn:
+                # The run's row orders the posts (NO KEY UPDATE: the log's inserts, which share-lock it for their
+                # foreign key, go on meanwhile); not the owner row, so a sender never waits for the owner.
+                conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
+                locked = conn.execute(
+                    f"SELECT 1 FROM {SCHEMA}.runs WHERE run_id = %s FOR NO KEY UPDATE", (run_id,)
+                ).fetchone()
+                if locked is None:
+                    raise self._not_found(run_id)
+                row = conn.execute(
+                    f"INSERT INTO {SCHEMA}.control (run_id, position, line) SELECT %s, coalesce(max(position), 0) + 1, "
+                    f"%s FROM {SCHEMA}.control WHERE run_id = %s RETURNING position",
+                    (run_id, frame(data), run_id),
+                ).fetchone()
+        except pg_errors.LockNotAvailable:
+            raise StoreError(
+                f"run {run_id!r}: another process holds the run's control lock in the middle of a post and does not "
+                "let go (stopped with SIGSTOP?); end that process and post again"
+            ) from None
+        if row is None:
+            raise StoreError(f"run {run_id!r}: the control post returned no position")
+        return _int(row[0])
+
+    def read_control(self, run_id: str) -> list[tuple[int, bytes]]:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            rows = conn.execute(
+                f"SELECT position, line FROM {SCHEMA}.control WHERE run_id = %s ORDER BY position", (run_id,)
+            ).fetchall()
+        found = []
+        for position, line in rows:
+            payload = check_line(_bytes(line).removesuffix(b"\n"))
+            if payload is not None:  # a damaged row keeps its position and is skipped, like the file store's line
+                found.append((_int(position), payload))
+        return found
+
+    # schedules --------------------------------------------------------------------------------------------
+    def put_schedule(self, job_id: str, data: bytes | None) -> None:
+        check_job_id(job_id)
+        with self._tx() as conn:
+            if data is None:
+                conn.execute(f"DELETE FROM {SCHEMA}.schedules WHERE job_id = %s", (job_id,))
+            else:
+                conn.execute(
+                    f"INSERT INTO {SCHEMA}.schedules (job_id, line) VALUES (%s, %s) "
+                    "ON CONFLICT (job_id) DO UPDATE SET line = EXCLUDED.line",
+                    (job_id, frame(data)),
+                )
+
+    def list_schedules(self) -> dict[str, bytes]:
+        with self._tx() as conn:
+            rows = conn.execute(f"SELECT job_id, line FROM {SCHEMA}.schedules ORDER BY job_id").fetchall()
+        found = {}
+        for job_id, line in rows:
+            payload = check_line(_bytes(line).removesuffix(b"\n"))
+            if payload is None:
+                raise CorruptRecordError(
+                    f"schedule {job_id!r} (in {self._shown}) fails its checksum; write it again or delete it"
+                )
+            found[str(job_id)] = payload
+        return found
 
     # artifacts and trace ----------------------------------------------------------------------------------
     def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
@@ -317,6 +590,56 @@ class PostgresStore(Store):
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+
+def _iso(value: object) -> str:
+    """A timestamptz as ``ownership.now()`` writes it (UTC, microseconds), so it reads back as it was stored."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="microseconds")
+    raise StoreError(f"expected a timestamp from the database, got {type(value).__name__}")
+
+
+def _owner_state(row: tuple[object, ...]) -> OwnerState | None:
+    """The owner a ``recovery_owners`` row records: the seed's columns over the holder fields, or None before the
+    first claim."""
+    recovery_class, owner_id, generation, agent_id, message_id, active_at, terminal_at, terminal_status, held = row
+    if held is None:
+        return None
+    fields: dict[str, Any] = msgspec.json.decode(_bytes(held))
+    fields.update(
+        recovery_class=recovery_class,
+        owner_id=owner_id,
+        generation=generation,
+        agent_id=agent_id,
+        message_id=message_id,
+        active_at=_iso(active_at),
+        terminal_at=None if terminal_at is None else _iso(terminal_at),
+        terminal_status=terminal_status,
+    )
+    try:
+        return msgspec.convert(fields, OwnerState)
+    except msgspec.ValidationError as exc:
+        raise CorruptRecordError(f"recovery owner of run {agent_id!r} cannot be read: {exc}") from None
+
+
+def _checkpoint_columns(data: bytes, *, updated_at: object = None) -> tuple[object, ...]:
+    """The seed's columns for a descriptor. One that does not decode is still stored byte for byte (judging it is
+    recovery's job: invalid_recovery_descriptor); its NOT NULL columns then say only that: mode '' and the time
+    it was written (``updated_at``, when reading one back)."""
+    try:
+        checkpoint = _checkpoint_decoder.decode(data)
+    except msgspec.DecodeError:
+        written = updated_at if updated_at is not None else int(time.time() * 1000)
+        return ("", None, written, written, None, None, None)
+    return (
+        checkpoint.mode,
+        checkpoint.payload_json,
+        checkpoint.created_at,
+        checkpoint.updated_at,
+        checkpoint.recovery_class,
+        checkpoint.recovery_owner_id,
+        checkpoint.execution_config_json,
+    )
 
 
 def _bytes(value: object) -> bytes:
