@@ -21,12 +21,13 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from tidemark.core.hashing import content_hash
 from tidemark.core.recovery import ResumePlan, last_completed_step, plan_resume
+from tidemark.core.restart import RecoveryVerdict
 from tidemark.core.rollback import RollbackPlan
-from tidemark.errors import ResumeError, ToolRegistrationError
+from tidemark.errors import RecoveryClosedError, ResumeError, ToolRegistrationError
 from tidemark.records import (
     Checkpoint,
     ConflictResolution,
@@ -39,11 +40,14 @@ from tidemark.records import (
     RunStatus,
     ToolCall,
 )
+from tidemark.recovery_records import TERMINAL_STATUS_RESTART, SuccessorAccepted
+from tidemark.runtime import control, inbox
 from tidemark.runtime import recovery_actions as actions
 from tidemark.runtime.agent import Agent, Recovery, prepare_resume, restore
 from tidemark.runtime.builtin import builtin_registry
 from tidemark.runtime.provider import Provider
-from tidemark.runtime.session import DecisionNeeded, RunSession, load_view, now
+from tidemark.runtime.restart import close_after_restart, judge, report_of
+from tidemark.runtime.session import DecisionNeeded, RunSession, holder_id, load_view, now
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry, tool
 from tidemark.store.base import Store
 from tidemark.store.url import default_store_url, open_store
@@ -204,7 +208,13 @@ class Tidemark:
         model_config: dict[str, Any] | None = None,
         run_id: str | None = None,
         scenario: dict[str, Any] | None = None,
+        provider: dict[str, Any] | None = None,
+        approval: Literal["none", "high"] = "none",
+        approval_timeout_s: float = 600.0,
+        successor_of: str | None = None,
     ) -> Run:
+        """Start a run. ``approval="high"``: high-risk calls wait for ``approve``. ``successor_of``: this run takes
+        over an earlier one's work; that run is never resumed again (``successor_accepted``)."""
         info = RunInfo(
             run_id=run_id or new_run_id(),
             task=task,
@@ -213,10 +223,17 @@ class Tidemark:
             workspace=self.workspace.root,
             model_config=model_config or {},
             scenario=scenario,
+            provider=provider,
+            approval=approval,
+            approval_timeout_s=approval_timeout_s,
         )
+        if successor_of is not None:
+            load_view(self.store, successor_of)  # refuse an unknown predecessor before creating anything
         session = RunSession.create(self.store, info, self.workspace, self.registry(tools, builtins=builtins))
         session.add_message("user", task)
         session.commit()
+        if successor_of is not None:
+            control.post(self.store, successor_of, SuccessorAccepted(successor_run_id=info.run_id, at=now()))
         return Run(session)
 
     def resume(
@@ -228,16 +245,36 @@ class Tidemark:
         replay: Iterable[str] = (),
         skip: Iterable[str] = (),
         takeover: bool = False,
+        model: str | None = None,
     ) -> Run:
-        """Open a run after a crash: plan, settle the interrupted calls, inject the recovery note.
+        """Open a run after a crash or a restart: check the seven recovery assertions and the replay disposition
+        (seed 003), then plan, settle the interrupted calls and inject the recovery note. ``model``: the model
+        the run will continue with (a different one than the interrupted turn's is ``model_switch``).
 
-        Raises ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
+        Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
+        ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
         """
+        judged = judge(self.store, run_id, resuming_model=model)
+        claim = self.store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
+        if not judged.verdict.resumable:
+            try:
+                close_after_restart(self.store, claim, judged)
+            finally:
+                self.store.release(claim)
+            raise RecoveryClosedError(
+                f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed: "
+                f"{TERMINAL_STATUS_RESTART} See `tidemark explain {run_id}`"
+            )
         session = RunSession.open(
-            self.store, run_id, self.workspace, self.registry(tools, builtins=builtins), takeover=takeover
+            self.store, run_id, self.workspace, self.registry(tools, builtins=builtins), claim=claim
         )
         try:
+            session.add_record(report_of(judged.verdict, claim.generation, "resumed"))
+            session.restart.current = judged.verdict.payload
             if session.view.status == "completed":
+                if inbox.has_submissions(session):
+                    session.commit()
+                    return Run(session)  # a finished conversation goes on with what was submitted since
                 raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
             actions.finish_interrupted(session)  # a rollback or resolution a crash cut short is finished first
             plan = prepare_resume(session, replay=tuple(replay), skip=tuple(skip))
@@ -359,8 +396,32 @@ class Tidemark:
         current = {id(message) for message in view.history}
         return list(view.history), [m for m in view.message_records.values() if id(m) not in current]
 
-    def run_agent(self, run: Run, provider: Provider, *, system: str = "") -> RunStatus:
-        return Agent(run.session, provider, system=system).run()
+    def run_agent(
+        self, run: Run, provider: Provider, *, system: str = "", output: Callable[[str], None] | None = None
+    ) -> RunStatus:
+        """Drive the run with a model. ``output`` receives streamed text as it is shown to the user."""
+        return Agent(run.session, provider, system=system, output=output).run()
+
+    # the recovery protocol's controls (seed 003): people act on runs they do not own ------------------------------
+    def approve(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
+        return control.answer(self.store, run_id, call_id, approved=True, by=by, reason=reason)
+
+    def deny(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
+        return control.answer(self.store, run_id, call_id, approved=False, by=by, reason=reason)
+
+    def submit(self, run_id: str, text: str, **options: Any) -> tuple[str, int]:
+        """Queue user input for a run (keys dedupe resubmissions); see ``control.submit`` for the overrides."""
+        return control.submit(self.store, run_id, text, **options)
+
+    def cancel(self, run_id: str, *, whole_stream: bool = False, by: str = "user") -> str:
+        return control.cancel(self.store, run_id, whole_stream=whole_stream, by=by)
+
+    def reset_context(self, run_id: str, *, by: str = "user") -> str:
+        return control.reset_context(self.store, run_id, by=by)
+
+    def judge(self, run_id: str, *, model: str | None = None) -> RecoveryVerdict:
+        """What restart recovery would decide for the run now (reads only)."""
+        return judge(self.store, run_id, resuming_model=model).verdict
 
     def plan(self, run_id: str) -> ResumePlan:
         """What a resume would do now, without claiming the run or running anything."""
@@ -382,9 +443,7 @@ def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | N
     return data is not None and content_hash(data) == first.before_hash
 
 
-def open(
-    url: str | None = None, *, workspace: str = ".", exclude: Iterable[str] = ()
-) -> Tidemark:
+def open(url: str | None = None, *, workspace: str = ".", exclude: Iterable[str] = ()) -> Tidemark:
     """Open a store (``file:PATH``, a bare path, or ``postgresql://...``) for a workspace. ``exclude`` adds
     gitignore-style patterns that captures of command changes never look at (as does WORKSPACE/.tidemarkignore)."""
     workspace = os.path.abspath(workspace)

@@ -16,6 +16,8 @@ The tree::
     │   ├── RunLockedError          another live process owns the run
     │   └── StaleGenerationError    this process was fenced off by a newer owner
     ├── ResumeError                 nothing safe to resume from, or a decision that does not apply
+    │   └── RecoveryClosedError     restart recovery closed the run (a failed assertion or ReplayForbidden)
+    ├── ProviderError               the model server failed or refused the request
     └── ToolFailure                 a tool reported failure (recorded in the ledger as ``failed``)
 
 The CLI turns each into one line on stderr and a non-zero exit code.
@@ -80,6 +82,16 @@ class StaleGenerationError(StoreError):
 
 class ResumeError(TidemarkError):
     pass
+
+
+class RecoveryClosedError(ResumeError):
+    """Restart recovery did not resume the run; it was closed and its parent (if any) told. Exit code 9."""
+
+    exit_code = 9
+
+
+class ProviderError(TidemarkError):
+    exit_code = 8
 
 
 class ToolFailure(TidemarkError):

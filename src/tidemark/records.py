@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from tidemark.recovery_records import ControlSeen, RecoveryReport, ScheduledWorkContext, SubagentSpawned
+
 Idempotency = Literal["idempotent", "conditional", "non_idempotent"]
 ReplayPolicy = Literal["auto", "ask", "never"]
 RiskLevel = Literal["low", "medium", "high"]
@@ -20,7 +22,9 @@ CheckpointKind = Literal["before_step", "tool_start", "tool_end", "after_step"]
 ConflictResolution = Literal["pending", "keep_user", "apply_agent", "manual_merge"]
 PatchOp = Literal["create", "modify", "delete", "chmod"]
 Role = Literal["system", "user", "assistant", "tool"]
-RunStatus = Literal["running", "waiting_decision", "completed", "failed", "interrupted"]
+RunStatus = Literal[
+    "running", "waiting_decision", "waiting_approval", "completed", "failed", "interrupted", "cancelled", "closed"
+]
 
 IDEMPOTENCY_VALUES: tuple[Idempotency, ...] = ("idempotent", "conditional", "non_idempotent")
 REPLAY_POLICY_VALUES: tuple[ReplayPolicy, ...] = ("auto", "ask", "never")
@@ -191,6 +195,22 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     workspace: str
     model_config: dict[str, JSONValue] = msgspec.field(default_factory=dict)
     scenario: dict[str, JSONValue] | None = None
+    # The recovery owner (seed 003 §1.1): a root run owns itself; a subagent answers to the call that spawned it.
+    recovery_class: Literal["root", "subagent", "scheduled"] = "root"
+    recovery_owner_id: str | None = None  # None: the run id
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+    tools_allowed: tuple[str, ...] | None = None  # the grants a subagent inherited (None: every registered tool)
+    grant_expires_at_ms: int | None = None
+    scheduled: ScheduledWorkContext | None = None  # an occurrence of a scheduled job
+    job_id: str | None = None
+    approval: Literal["none", "high"] = "none"  # "high": high-risk calls wait for `tidemark approve`
+    approval_timeout_s: float = 600.0
+    provider: dict[str, JSONValue] | None = None  # how to reach the model again on resume (never an API key)
+
+    @property
+    def owner_id(self) -> str:
+        return self.recovery_owner_id or self.run_id
 
 
 class RunEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -244,6 +264,9 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "conflict": CheckpointConflict,
     "file_before": FileBeforeState,
     "workspace": WorkspaceState,
+    "spawned": SubagentSpawned,
+    "recovery": RecoveryReport,
+    "control_seen": ControlSeen,
 }
 RECORD_KINDS: dict[type[msgspec.Struct], str] = {kind_type: kind for kind, kind_type in RECORD_TYPES.items()}
 

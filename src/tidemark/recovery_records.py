@@ -14,11 +14,9 @@ they hold no claim, so these go to a separate, unfenced channel that only the ow
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
-
-from tidemark.records import ToolCall
 
 RecoveryClass = Literal["root", "subagent", "scheduled"]
 RestartMode = Literal["tool_approval_wait", "queued_submission", "reaction_loop", "scheduled_work"]
@@ -115,7 +113,7 @@ class RuntimeRestartQueuedSubmission(
     requested_model: str | None = None
     reasoning_strength_override: str | None = None
     tools_allowed_override: tuple[str, ...] | None = None
-    tool_call_prefill: ToolCall | None = None
+    tool_call_prefill: dict[str, Any] | None = None  # a tool call the next turn starts with
     transient_companion_wake_start_seq: int | None = None
 
 
@@ -259,7 +257,17 @@ class SuccessorAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="successo
     at: str
 
 
-ControlRecord = Approval | Submission | CancelRequest | ContextResetRequest | SuccessorAccepted
+class SubtaskStopped(msgspec.Struct, frozen=True, kw_only=True, tag="subtask_stopped", tag_field="type"):
+    """To a parent: its child was closed by restart recovery without reporting a result (§5)."""
+
+    child_run_id: str
+    call_id: str
+    reason: str
+    prompt: str
+    at: str
+
+
+ControlRecord = Approval | Submission | CancelRequest | ContextResetRequest | SuccessorAccepted | SubtaskStopped
 
 
 class SubagentSpawned(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -270,6 +278,15 @@ class SubagentSpawned(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     at: str
     tools_allowed: tuple[str, ...] | None = None
     grant_expires_at_ms: int | None = None
+
+
+class ControlSeen(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """In the run's log: control record ``position`` was acted on (a submission absorbed, a cancel obeyed)."""
+
+    position: int
+    type: str
+    at: str
+    key: str = ""
 
 
 class RecoveryReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

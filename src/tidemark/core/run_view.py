@@ -23,6 +23,7 @@ from tidemark.records import (
     ToolLedgerEntry,
     WorkspaceState,
 )
+from tidemark.recovery_records import ControlSeen, RecoveryReport, SubagentSpawned
 from tidemark.store.base import LogProblem, LogRead
 
 _decoders = {kind: msgspec.json.Decoder(kind_type) for kind, kind_type in RECORD_TYPES.items()}
@@ -61,6 +62,18 @@ class RunView:
     message_records: dict[int, Message] = field(default_factory=dict)  # log seq -> message (results point here)
     problems: list[LogProblem] = field(default_factory=list)
     last_seq: int = 0
+    spawned: dict[str, SubagentSpawned] = field(default_factory=dict)  # call id -> the latest child it started
+    recoveries: list[RecoveryReport] = field(default_factory=list)
+    control_seen: dict[int, ControlSeen] = field(default_factory=dict)  # control position -> what was done
+    context_epoch: int = 0  # context resets so far: a restart checkpoint written before one is void
+
+    @property
+    def assistant_turns(self) -> frozenset[int]:
+        return frozenset(m.turn for m in self.history if m.role == "assistant" and m.turn is not None)
+
+    @property
+    def absorbed_submission_keys(self) -> tuple[str, ...]:
+        return tuple(seen.key for seen in self.control_seen.values() if seen.type == "submission")
 
     @property
     def ledger(self) -> dict[str, ToolLedgerEntry]:
@@ -145,8 +158,16 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             view.workspace_states.append(body)
         elif isinstance(body, CheckpointConflict):
             view.conflicts[body.path] = body
+        elif isinstance(body, SubagentSpawned):
+            view.spawned[body.call_id] = body
+        elif isinstance(body, RecoveryReport):
+            view.recoveries.append(body)
+        elif isinstance(body, ControlSeen):
+            view.control_seen[body.position] = body
         elif isinstance(body, Rewind):
             branch = branch[: body.history_len]
+            if body.reason == "context_reset":
+                view.context_epoch += 1
             if body.reason == "restore_session":
                 view.restores.append(body)
                 for call_id in body.abandoned:

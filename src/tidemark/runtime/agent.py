@@ -2,48 +2,101 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidemark.core.note import recovery_note
 from tidemark.core.recovery import CallReport, ResumePlan, expected_files, pending_calls, plan_resume, recent_calls
 from tidemark.errors import ResumeError, ToolFailure
 from tidemark.records import RunStatus, ToolCall, ToolLedgerEntry
-from tidemark.runtime import failpoints
+from tidemark.runtime import failpoints, inbox, shutdown
+from tidemark.runtime.approvals import Interrupted, RunCancelled
 from tidemark.runtime.context import RECOVERY_NOTE, build_context
 from tidemark.runtime.provider import Provider
 from tidemark.runtime.session import DecisionNeeded, RunSession
 
 
+class VisibleStream:
+    """Streams a turn's text to the user; before the first character goes out, the restart checkpoint says so
+    durably (``visible_output_started``): a restart must then not generate the turn again (seed 003 §4.1)."""
+
+    def __init__(self, session: RunSession, turn: int, sink: Callable[[str], None]) -> None:
+        self.session = session
+        self.turn = turn
+        self.sink = sink
+        self.started = False
+
+    def text(self, chunk: str) -> None:
+        if not chunk:
+            return
+        if not self.started:
+            restart = self.session.restart
+            restart.write(restart.loop_state(self.turn, visible_output_started=True))
+            self.started = True
+        self.sink(chunk)
+        failpoints.hit("visible_output")
+
+
 class Agent:
-    def __init__(self, session: RunSession, provider: Provider, *, system: str = "") -> None:
+    def __init__(
+        self,
+        session: RunSession,
+        provider: Provider,
+        *,
+        system: str = "",
+        output: Callable[[str], None] | None = None,
+    ) -> None:
         self.session = session
         self.provider = provider
         self.system = system
+        self.output = output  # where streamed text is shown (None: nothing is streamed to anyone)
 
     def run(self) -> RunStatus:
-        """Run until the model answers without tool calls. Returns the run's status."""
+        """Run until the model answers without tool calls (and no submission is queued). Returns the status."""
         session = self.session
         if not session.history:
             session.add_message("user", session.info.task)
         try:
             while True:
+                inbox.take_controls(session)  # cancel, reset, successor, subtasks that stopped, submissions
+                if shutdown.requested():
+                    raise Interrupted("stopped between steps; the run resumes from here on restart")
                 turn = session.next_turn
                 session.step = turn + 1
                 session.pending = []
                 session.checkpoint("before_step")
                 failpoints.hit("before_step")
-                context = build_context(session.history, system=self.system, tools=session.registry.definitions())
-                reply = self.provider.complete(context, turn)
+                overrides = inbox.overrides(session)
+                context = build_context(
+                    session.history,
+                    system=overrides.system(self.system),
+                    tools=[d for d in session.registry.definitions() if overrides.allows(d.name, session)],
+                )
+                if overrides.requested_model and hasattr(self.provider, "model"):
+                    self.provider.model = overrides.requested_model
+                    session.model = overrides.requested_model
+                stream = VisibleStream(session, turn, self.output) if self.output is not None else None
+                reply = self.provider.complete(context, turn, stream)
                 failpoints.hit("after_model")
                 calls = [_on_this_branch(session, call) for call in reply.tool_calls]
                 session.add_message("assistant", reply.text, tool_calls=tuple(calls), turn=turn)
                 session.next_turn = turn + 1
                 session.pending = list(calls)
+                if stream is not None and stream.started:
+                    session.commit()  # the shown text is in the history before the flag that guards it is cleared
                 if not calls:
                     session.checkpoint("after_step")
+                    session.commit()
+                    if inbox.has_submissions(session):
+                        continue  # queued input: the conversation goes on
                     session.event("completed", reply.text[:200])
+                    session.restart.delete()
                     return "completed"
+                session.restart.write(session.restart.loop_state(turn))
                 for call in calls:
+                    if not overrides.allows(call.tool, session):
+                        session.refuse(call, f"step_{session.step}", f"tool {call.tool!r} is not granted to this run")
+                        continue
                     session.execute(call, f"step_{session.step}")
                 session.checkpoint("after_step")
                 session.commit()
@@ -52,6 +105,16 @@ class Agent:
         except DecisionNeeded as exc:
             session.event("waiting_decision", str(exc))
             return "waiting_decision"
+        except RunCancelled as exc:
+            inbox.close_cancelled(session, exc)
+            return "cancelled"
+        except inbox.WorkVoided as exc:
+            inbox.close_voided(session, exc)
+            return "closed"
+        except Interrupted as exc:
+            session.commit()
+            session.event("interrupted", str(exc))
+            return "interrupted"
 
 
 def _on_this_branch(session: RunSession, call: ToolCall) -> ToolCall:

@@ -51,11 +51,14 @@ from tidemark.records import (
     ToolCall,
     ToolLedgerEntry,
 )
+from tidemark.recovery_records import ControlSeen
 from tidemark.runtime import failpoints
+from tidemark.runtime.approvals import ApprovalOutcome, AwaitApproval, needs_approval, wait_for_approval
 from tidemark.runtime.file_changes import FileBefore, FileChanges
 from tidemark.runtime.processes import ProcessNotes, kill_leftovers
+from tidemark.runtime.restart_state import RestartState
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
-from tidemark.store.base import Claim, LogRecord, Store
+from tidemark.store.base import Claim, LogRecord, RecoveryIdentity, Store
 from tidemark.workspace.files import Workspace
 from tidemark.workspace.head import find_git_dir, read_head
 
@@ -141,7 +144,7 @@ async def run_tool_async(invocation: Invocation) -> Outcome:
         return _failure(exc)
 
 
-CallDriver = Generator[Invocation, Outcome, Message]
+CallDriver = Generator[Invocation | AwaitApproval, Outcome | ApprovalOutcome, Message]
 
 
 class RunSession:
@@ -205,6 +208,9 @@ class RunSession:
         )
         self.capture_exclude: tuple[str, ...] = workspace.exclude  # patterns a capture never looks at
         self.closed = False
+        self.restart = RestartState(self)
+        self.durable_history_len = len(self.history)  # what a restart checkpoint may point into
+        self.control_seen: dict[int, ControlSeen] = dict(view.control_seen)
         if watch and not self.read_only and any(registry.get(n).captures_workspace for n in registry.names()):
             # Watch from the start, so the user's edits before the first command are learnt, not blamed on it.
             self.capture()
@@ -212,10 +218,16 @@ class RunSession:
     # opening ----------------------------------------------------------------------------------------------
     @classmethod
     def create(
-        cls, store: Store, info: RunInfo, workspace: Workspace, registry: ToolRegistry, *, owner_id: str = ""
+        cls, store: Store, info: RunInfo, workspace: Workspace, registry: ToolRegistry, *, holder: str = ""
     ) -> RunSession:
         store.create_run(info.run_id, _encoder.encode(info))
-        claim = store.claim(info.run_id, owner_id or _owner_id())
+        identity = RecoveryIdentity(
+            recovery_class=info.recovery_class,
+            owner_id=info.owner_id,
+            agent_id=info.run_id,
+            message_id=f"{info.parent_run_id}#{info.parent_call_id}" if info.parent_call_id else None,
+        )
+        claim = store.claim(info.run_id, holder or holder_id(), identity=identity)
         session = cls(store, claim, RunView(info=info), workspace, registry)
         session.event("running", "started")
         return session
@@ -228,18 +240,22 @@ class RunSession:
         workspace: Workspace,
         registry: ToolRegistry,
         *,
-        owner_id: str = "",
+        holder: str = "",
         takeover: bool = False,
         read_only: bool = False,
         watch: bool = True,
+        claim: Claim | None = None,
+        reopen: bool = False,
     ) -> RunSession:
         """Claim the run (its only writer from now on), or with ``read_only`` just read it: a read-only session
         holds generation 0, so any write it attempted would be refused, and it leaves the run's scratch alone.
-        ``watch=False`` skips the workspace watch for a session that runs no commands (a rollback, a resolve)."""
+        ``watch=False`` skips the workspace watch for a session that runs no commands (a rollback, a resolve).
+        ``claim``: one restart recovery already took (it judged the run before claiming it)."""
         if read_only:
             view = load_view(store, run_id)
-            return cls(store, Claim(run_id=run_id, owner_id="reader", generation=0), view, workspace, registry)
-        claim = store.claim(run_id, owner_id or _owner_id(), takeover=takeover)
+            return cls(store, Claim(run_id=run_id, holder="reader", generation=0), view, workspace, registry)
+        if claim is None:
+            claim = store.claim(run_id, holder or holder_id(), takeover=takeover, reopen=reopen)
         try:
             view = load_view(store, run_id)
         except BaseException:
@@ -291,6 +307,8 @@ class RunSession:
         except StoreError:
             self._seq -= len(records)
             raise
+        if durable:
+            self.durable_history_len = len(self.history)
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
         if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
@@ -370,6 +388,8 @@ class RunSession:
 
     def add_record(self, body: msgspec.Struct) -> int:
         """Append a record to the pending group (made durable by the next ``commit``)."""
+        if isinstance(body, ControlSeen):
+            self.control_seen[body.position] = body
         return self._add(body)
 
     @staticmethod
@@ -462,6 +482,19 @@ class RunSession:
                 self._ledger(msgspec.structs.replace(existing, status="uncertain"))
             planned = self.ledger[call.call_id]
             befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
+        if needs_approval(self, planned, tool.needs_approval):
+            self.checkpoint("tool_start")  # a restart resumes this call's wait, not the model's turn
+            self.commit()  # `tidemark approve` reads the call's input hash from the ledger
+            answer = yield AwaitApproval(call, planned)
+            assert isinstance(answer, ApprovalOutcome)
+            if not answer.approved:
+                return self._refused(call, planned, answer.why)
+            planned = msgspec.structs.replace(planned, status="approved", decision=answer.why)
+            self._ledger(planned)
+            self.commit()  # the approval is durable before anything is dispatched
+            # Before `started`: a restart that finds the flag knows the call may have gone out and waits for
+            # nothing; the ledger's `started` (durable next) is what decides whether it runs again.
+            self.restart.write(msgspec.structs.replace(answer.wait, dispatched_before_restart=True))
         ctx = self.context_for(call, step_id)
         failpoints.hit("before_started", call.tool)
         if tool.captures_workspace:
@@ -474,6 +507,7 @@ class RunSession:
         self.trace("tool_started", call_id=call.call_id, tool=call.tool)
         failpoints.hit("after_started", call.tool)
         outcome = yield Invocation(tool, ctx, call.args)
+        assert isinstance(outcome, Outcome)
         failpoints.hit("after_tool", call.tool)
         self.files.after(call.call_id, befores)
         if tool.captures_workspace:
@@ -611,6 +645,23 @@ class RunSession:
         self._finish_pending(call)
         return message
 
+    def _refused(self, call: ToolCall, planned: ToolLedgerEntry, why: str) -> Message:
+        """A call a person denied, or that nobody approved in time: it never ran, and the model is told why."""
+        message, ref = self._tool_message(call, f"error: not run: {why}")
+        self._ledger(
+            msgspec.structs.replace(
+                planned, status="failed", finished_at=now(), result_ref=ref, error=f"not run: {why}", decision=why
+            )
+        )
+        self._finish_pending(call)
+        return message
+
+    def refuse(self, call: ToolCall, step_id: str, why: str) -> Message:
+        """Record a call that must not run (a tool nobody registered, or one not granted): failed, never started."""
+        if call.call_id in self.ledger:
+            return self.execute(call, step_id)  # decided already (a resume): its recorded outcome stands
+        return self._refuse_unknown(call, step_id, why)
+
     def _refuse_unknown(self, call: ToolCall, step_id: str, why: str) -> Message:
         entry = ToolLedgerEntry(
             call_id=call.call_id,
@@ -637,9 +688,12 @@ class RunSession:
             raise TidemarkError(f"{call.tool} is an async tool and an event loop runs: use `await run.acall(...)`")
         driver = self.drive_call(call, step_id)
         try:
-            invocation = next(driver)
+            request = next(driver)
             while True:
-                invocation = driver.send(run_tool_sync(invocation))
+                if isinstance(request, AwaitApproval):
+                    request = driver.send(wait_for_approval(self, request))
+                else:
+                    request = driver.send(run_tool_sync(request))
         except StopIteration as done:
             result: Message = done.value
             return result
@@ -657,9 +711,12 @@ class RunSession:
     async def _aexecute(self, call: ToolCall, step_id: str) -> Message:
         driver = self.drive_call(call, step_id)
         try:
-            invocation = next(driver)
+            request = next(driver)
             while True:
-                invocation = driver.send(await run_tool_async(invocation))
+                if isinstance(request, AwaitApproval):
+                    request = driver.send(await asyncio.to_thread(wait_for_approval, self, request))
+                else:
+                    request = driver.send(await run_tool_async(request))
         except StopIteration as done:
             result: Message = done.value
             return result
@@ -692,5 +749,5 @@ def _loop_running() -> bool:
     return True
 
 
-def _owner_id() -> str:
+def holder_id() -> str:
     return f"pid{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -63,6 +63,8 @@ class Tool:
     # tidemark's own calls (rollback, resolution, compensation): ledgered like any call, but the model never asked
     # for them, so their results stay out of the conversation.
     internal: bool = False
+    # The call waits for a person (`tidemark approve`) before it runs, whatever the run's approval setting.
+    needs_approval: bool = False
 
     def __post_init__(self) -> None:
         check_definition(self.definition)
@@ -99,6 +101,7 @@ def tool(
     captures_workspace: bool = False,
     capture_hints: WritesFn | None = None,
     content_arg: str | None = None,
+    needs_approval: bool = False,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -119,6 +122,7 @@ def tool(
     captures_workspace: bool = False,
     capture_hints: WritesFn | None = None,
     content_arg: str | None = None,
+    needs_approval: bool = False,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. The defaults are the cautious ones: an undeclared tool is assumed unsafe to repeat."""
 
@@ -141,6 +145,7 @@ def tool(
             captures_workspace=captures_workspace,
             capture_hints=capture_hints,
             content_arg=content_arg,
+            needs_approval=needs_approval,
         )
 
     return wrap(fn) if fn is not None else wrap

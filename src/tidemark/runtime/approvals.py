@@ -1,0 +1,131 @@
+"""Waiting for a person to approve a high-risk call (seed 003 §2.1, ``RuntimeRestartToolApprovalWait``).
+
+The wait is durable: its restart checkpoint is written when it begins and refreshed with the time left, so a
+restart continues it with the remaining timeout instead of a fresh one (or none). An approval counts only for the
+input it was given for: ``tidemark approve`` reads the call's ``input_hash`` from the ledger and the wait checks it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from tidemark.errors import TidemarkError
+from tidemark.records import ToolCall, ToolLedgerEntry
+from tidemark.recovery_records import Approval, CancelRequest, RuntimeRestartToolApprovalWait
+from tidemark.runtime import failpoints, shutdown
+from tidemark.runtime.restart import controls, mark_seen
+from tidemark.runtime.restart_state import now_ms
+
+if TYPE_CHECKING:
+    from tidemark.runtime.session import RunSession
+
+POLL_SECONDS = 0.05
+PERSIST_SECONDS = 1.0  # how often the time left is written: a restart loses at most this much of the wait
+
+
+class RunCancelled(TidemarkError):
+    """The user cancelled the run while it was working (``tidemark cancel``)."""
+
+    exit_code = 10
+
+    def __init__(self, request: CancelRequest, position: int) -> None:
+        super().__init__(f"cancelled by {request.by} at {request.at}")
+        self.request = request
+        self.position = position
+
+
+class Interrupted(TidemarkError):
+    """The process was asked to stop (SIGTERM): it stops at a safe point and leaves the restart checkpoint."""
+
+    exit_code = 11
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    """A request, from the call driver, to wait for a person's decision on ``entry`` before it runs."""
+
+    call: ToolCall
+    entry: ToolLedgerEntry
+
+
+@dataclass(frozen=True)
+class ApprovalOutcome:
+    approved: bool
+    why: str
+    wait: RuntimeRestartToolApprovalWait
+
+
+def needs_approval(session: RunSession, entry: ToolLedgerEntry, tool_needs: bool) -> bool:
+    if entry.status != "planned":
+        return False  # approved already (durably), or it has run: never asked twice
+    return tool_needs or (session.info.approval == "high" and entry.risk_level == "high")
+
+
+def first_cancel(session: RunSession) -> tuple[int, CancelRequest] | None:
+    seen = session.control_seen
+    for position, record in controls(session.store, session.info.run_id):
+        if isinstance(record, CancelRequest) and position not in seen:
+            return position, record
+    return None
+
+
+def wait_for_approval(session: RunSession, request: AwaitApproval) -> ApprovalOutcome:
+    call, entry = request.call, request.entry
+    prior = session.restart.current
+    if (
+        isinstance(prior, RuntimeRestartToolApprovalWait)
+        and prior.call_id == call.call_id
+        and prior.input_hash == entry.input_hash
+    ):
+        wait = prior  # a restart: the same wait goes on with the time it had left
+    else:
+        wait = RuntimeRestartToolApprovalWait(
+            call_id=call.call_id,
+            tool_name=entry.tool_name,
+            input_hash=entry.input_hash,
+            wait_started_at_ms=now_ms(),
+            timeout_remaining_ms=int(session.info.approval_timeout_s * 1000),
+            producer_inference_request_id=f"{session.info.run_id}/turn{session.next_turn}",
+            producer_inference_attempt_id=f"{session.info.run_id}/gen{session.claim.generation}",
+        )
+    session.restart.write(wait)
+    session.event(
+        "waiting_approval",
+        f"call {call.call_id} ({entry.tool_name}, {entry.risk_level} risk) waits for "
+        f"`tidemark approve {session.info.run_id} {call.call_id}` ({wait.timeout_remaining_ms / 1000:.0f} s left)",
+    )
+    failpoints.hit("approval_wait", entry.tool_name)
+    deadline = time.monotonic() + wait.timeout_remaining_ms / 1000
+    persisted = time.monotonic()
+    ignored: set[int] = set()
+    while True:
+        for position, record in controls(session.store, session.info.run_id):
+            if isinstance(record, CancelRequest) and position not in session.control_seen:
+                raise RunCancelled(record, position)
+            if not isinstance(record, Approval) or record.call_id != call.call_id or position in ignored:
+                continue
+            if record.input_hash != entry.input_hash:
+                ignored.add(position)
+                session.trace("approval_ignored", call_id=call.call_id, reason="input hash differs")
+                continue
+            session.add_record(mark_seen(position, record, call.call_id))
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            verb = "approved" if record.approved else "denied"
+            why = f"{verb} by {record.by} at {record.at}" + (f": {record.reason}" if record.reason else "")
+            return ApprovalOutcome(record.approved, why, msgspec.structs.replace(wait, timeout_remaining_ms=left))
+        if shutdown.requested():
+            raise Interrupted(f"stopped while call {call.call_id} waited for approval; the wait resumes on restart")
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            timeout = session.info.approval_timeout_s
+            return ApprovalOutcome(False, f"no approval within {timeout:.0f} s", wait)
+        if time.monotonic() - persisted >= PERSIST_SECONDS:
+            wait = msgspec.structs.replace(wait, timeout_remaining_ms=int(left_s * 1000))
+            session.restart.write(wait)
+            session.store.heartbeat(session.claim)
+            persisted = time.monotonic()
+        time.sleep(POLL_SECONDS)
