@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import sys
 from typing import Annotated, Any
 
@@ -13,13 +11,14 @@ import typer
 from rich.console import Console
 
 from tidemark import inspect as reports
-from tidemark.api import Run, Tidemark
-from tidemark.api import open as open_tidemark
-from tidemark.cli import render
+from tidemark.api import Run
+from tidemark.cli import protocol, render
+from tidemark.cli.common import JsonOpt, StoreOpt, ToolsOpt, WorkspaceOpt, emit, open_tidemark_at
 from tidemark.errors import ConfigError, ScenarioError, TidemarkError
 from tidemark.records import to_plain
 from tidemark.runtime.notify import send_notification
-from tidemark.runtime.provider import ScriptedProvider
+from tidemark.runtime import shutdown
+from tidemark.runtime.providers import openai_config, provider_for
 from tidemark.runtime.scenario import load_scenario, scenario_to_dict
 from tidemark.runtime.session import DecisionNeeded
 from tidemark.runtime.tools import Tool
@@ -30,13 +29,6 @@ app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Crash-safe AI-agent runs."
 )
 out = Console()
-
-StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URL (default WORKSPACE/.agent-runtime).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-WorkspaceOpt = Annotated[str, typer.Option("--workspace", "-w", help="The agent's workspace folder.")]
-ToolsOpt = Annotated[
-    list[str] | None, typer.Option("--tools", help="Extra tools as MODULE:ATTR (a Tool or a list of them).")
-]
 
 
 def _load_tools(specs: list[str] | None) -> list[Tool]:
@@ -51,21 +43,20 @@ def _load_tools(specs: list[str] | None) -> list[Tool]:
     return tools
 
 
-def _open(store: str | None, workspace: str) -> Tidemark:
-    if not os.path.isdir(workspace):
-        raise ConfigError(f"workspace {workspace!r} does not exist; create it or pass an existing --workspace")
-    return open_tidemark(store, workspace=workspace)
+_open = open_tidemark_at
 
 
 def _emit(data: Any, as_json: bool, table: Any = None) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    elif table is not None:
+    emit(data, as_json)
+    if not as_json and table is not None:
         out.print(table)
 
 
+EXIT_CODES = {"completed": 0, "waiting_decision": EXIT_WAITING, "closed": 9, "cancelled": 10, "interrupted": 11}
+
+
 def _finish(run: Run, status: str, as_json: bool) -> None:
-    code = 0 if status == "completed" else EXIT_WAITING if status == "waiting_decision" else 1
+    code = EXIT_CODES.get(status, 1)
     if as_json:
         _emit({"run_id": run.run_id, "status": status}, True)
     else:
@@ -73,39 +64,86 @@ def _finish(run: Run, status: str, as_json: bool) -> None:
     raise typer.Exit(code)
 
 
+def _shown(as_json: bool) -> Any:
+    """Where streamed text goes: the terminal, as it arrives (never into --json output)."""
+    if as_json:
+        return None
+
+    def write(chunk: str) -> None:
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+
+    return write
+
+
+ApprovalOpt = Annotated[
+    str, typer.Option("--approval", help="'high': high-risk calls wait for `tidemark approve`; 'none': they do not.")
+]
+
+
 @app.command()
 def run(
-    scenario: Annotated[str, typer.Argument(help="Scenario JSON file for the scripted model.")],
+    scenario: Annotated[str | None, typer.Argument(help="Scenario JSON file for the scripted model.")] = None,
     workspace: WorkspaceOpt = ".",
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="The task, for a real model (no scenario).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model name on the OpenAI-compatible server.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="OpenAI-compatible server, e.g. http://localhost:8000/v1.")
+    ] = None,
+    api_key_env: Annotated[
+        str, typer.Option("--api-key-env", help="Environment variable holding the API key.")
+    ] = "OPENAI_API_KEY",
+    system: Annotated[str, typer.Option("--system", help="System prompt for a real model.")] = "",
+    approval: ApprovalOpt = "none",
+    approval_timeout: Annotated[float, typer.Option("--approval-timeout", help="Seconds a call waits.")] = 600.0,
+    successor_of: Annotated[
+        str | None, typer.Option("--successor-of", help="This run takes over that run's work (it is never resumed).")
+    ] = None,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a run of a scenario."""
-    script = load_scenario(scenario)
+    """Start a run: of a scenario (scripted model), or of --task with a model server (--model, --base-url)."""
+    if approval not in ("none", "high"):
+        raise ConfigError(f"--approval {approval!r}: choose 'none' or 'high'")
     extra = _load_tools(tools)
     tm = _open(store, workspace)
     registry = tm.registry(extra)
-    for index in range(len(script.turns)):
-        for call in script.calls(index):
-            if call.tool not in registry:  # refused before anything is written
-                raise ScenarioError(
-                    f"{scenario}: turn {index + 1} calls unknown tool {call.tool!r}; "
-                    f"known tools: {', '.join(registry.names())} (add your own with --tools MODULE:ATTR)"
-                )
-    handle = tm.start(
-        script.task,
-        tools=extra,
-        model=script.model,
-        model_config=script.model_config,
-        run_id=run_id,
-        scenario=scenario_to_dict(script),
-    )
+    options: dict[str, Any] = {
+        "approval": approval,
+        "approval_timeout_s": approval_timeout,
+        "successor_of": successor_of,
+        "run_id": run_id,
+        "tools": extra,
+    }
+    if scenario is not None:
+        script = load_scenario(scenario)
+        for index in range(len(script.turns)):
+            for call in script.calls(index):
+                if call.tool not in registry:  # refused before anything is written
+                    raise ScenarioError(
+                        f"{scenario}: turn {index + 1} calls unknown tool {call.tool!r}; "
+                        f"known tools: {', '.join(registry.names())} (add your own with --tools MODULE:ATTR)"
+                    )
+        handle = tm.start(
+            script.task,
+            model=script.model,
+            model_config=script.model_config,
+            scenario=scenario_to_dict(script),
+            **options,
+        )
+    else:
+        if task is None or model is None:
+            raise ConfigError("give a scenario file, or --task and --model (and --base-url) for a model server")
+        config = openai_config(model, base_url, api_key_env) | {"system": system}
+        handle = tm.start(task, model=model, provider=config, **options)
     if not as_json:
         out.print(f"run id: {handle.run_id}")
+    provider, prompt = provider_for(handle.session.info)
+    shutdown.install()  # SIGTERM: stop at the next safe point, leave the restart checkpoint
     with handle:
-        status = tm.run_agent(handle, ScriptedProvider(script), system=script.system)
+        status = tm.run_agent(handle, provider, system=prompt, output=_shown(as_json))
     _finish(handle, status, as_json)
 
 
@@ -116,28 +154,30 @@ def resume(
     replay: Annotated[list[str] | None, typer.Option("--replay", help="Run this uncertain call again.")] = None,
     skip: Annotated[list[str] | None, typer.Option("--skip", help="Do not run this uncertain call again.")] = None,
     takeover: Annotated[bool, typer.Option("--takeover", help="Fence off a live owner and resume anyway.")] = False,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Continue with another model (an interrupted turn is not replayed).")
+    ] = None,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Resume a run after a crash from its latest complete checkpoint."""
+    """Resume a run after a crash or restart: recovery checks first, then from its latest complete checkpoint."""
     extra = _load_tools(tools)
     tm = _open(store, workspace)
-    from tidemark.runtime.scenario import parse_scenario
+    from tidemark.runtime import inbox
     from tidemark.runtime.session import load_view
 
     view = load_view(tm.store, run_id)
-    if view.status == "completed":  # resuming is idempotent: a finished run stays finished
-        _emit({"run_id": run_id, "status": "completed"}, as_json)
+    if view.status == "completed" and not inbox.pending_submissions(tm.store, view):
+        _emit({"run_id": run_id, "status": "completed"}, as_json)  # resuming is idempotent: finished stays finished
         if not as_json:
             out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")
         raise typer.Exit(0)
-    header = view.info
-    if header.scenario is None:
-        raise ConfigError(f"run {run_id!r} was not started from a scenario; resume it from your own loop")
-    script = parse_scenario(json.dumps(header.scenario).encode(), f"scenario of run {run_id}")
+    provider, prompt = provider_for(view.info, model=model)
     try:
-        handle = tm.resume(run_id, tools=extra, replay=replay or (), skip=skip or (), takeover=takeover)
+        handle = tm.resume(
+            run_id, tools=extra, replay=replay or (), skip=skip or (), takeover=takeover, model=provider.model
+        )
     except DecisionNeeded as exc:
         if as_json:
             _emit({"run_id": run_id, "status": "waiting_decision", "detail": str(exc)}, True)
@@ -146,8 +186,9 @@ def resume(
         raise typer.Exit(EXIT_WAITING) from None
     if not as_json and handle.recovery is not None:
         out.print(render.note_panel(handle.recovery.note))
+    shutdown.install()
     with handle:
-        status = tm.run_agent(handle, ScriptedProvider(script), system=script.system)
+        status = tm.run_agent(handle, provider, system=prompt, output=_shown(as_json))
     _finish(handle, status, as_json)
 
 
@@ -370,6 +411,9 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
     from tidemark.cli.demo import run_demo
 
     raise typer.Exit(run_demo(out, keep=keep))
+
+
+protocol.register(app, out)
 
 
 def main() -> None:

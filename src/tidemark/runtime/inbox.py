@@ -37,7 +37,9 @@ from tidemark.runtime.restart import controls, tell_parent
 from tidemark.store.ownership import now
 
 if TYPE_CHECKING:
+    from tidemark.core.run_view import RunView
     from tidemark.runtime.session import RunSession
+    from tidemark.store.base import Store
 
 _encoder = msgspec.json.Encoder()
 CANCELLED_STATUS = "Cancelled by the user."
@@ -94,6 +96,16 @@ def overrides(session: RunSession) -> Overrides:
         requested_model=record.requested_model,
         tools_allowed_override=record.tools_allowed_override,
     )
+
+
+def pending_submissions(store: Store, view: RunView) -> list[Submission]:
+    """Submissions a run has not admitted yet (read without owning the run)."""
+    keys = {s.key for s in view.control_seen.values() if s.type == "submission"}
+    return [
+        r
+        for p, r in controls(store, view.info.run_id)
+        if p not in view.control_seen and isinstance(r, Submission) and r.submission_key not in keys
+    ]
 
 
 def has_submissions(session: RunSession) -> bool:

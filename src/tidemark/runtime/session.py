@@ -11,13 +11,15 @@ the asyncio entry points (no hand-copied twins): ``execute`` and ``aexecute`` on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
+import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -314,6 +316,31 @@ class RunSession:
         if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
             self._heartbeat = time.monotonic()
             self.store.heartbeat(self.claim)
+
+    @contextlib.contextmanager
+    def heartbeats(self) -> Iterator[None]:
+        """While a tool runs (minutes, maybe), a thread renews the owner's heartbeat, so a supervisor's reaper
+        does not take a long call for a dead one. A fenced-off owner's heartbeat fails quietly: its next write
+        is refused and says so."""
+        if self.read_only:
+            yield
+            return
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(HEARTBEAT_SECONDS):
+                try:
+                    self.store.heartbeat(self.claim)
+                except TidemarkError:
+                    return
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{self.info.run_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            self._heartbeat = time.monotonic()
 
     def trace(self, event: str, **data: Any) -> None:
         self._trace.append(_encoder.encode({"event": event, "at": now(), "run_id": self.info.run_id, "data": data}))
@@ -693,7 +720,8 @@ class RunSession:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(wait_for_approval(self, request))
                 else:
-                    request = driver.send(run_tool_sync(request))
+                    with self.heartbeats():
+                        request = driver.send(run_tool_sync(request))
         except StopIteration as done:
             result: Message = done.value
             return result
@@ -716,7 +744,8 @@ class RunSession:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(await asyncio.to_thread(wait_for_approval, self, request))
                 else:
-                    request = driver.send(await run_tool_async(request))
+                    with self.heartbeats():
+                        request = driver.send(await run_tool_async(request))
         except StopIteration as done:
             result: Message = done.value
             return result

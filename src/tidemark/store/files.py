@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 
@@ -138,6 +139,7 @@ class FileStore(Store):
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._log_fds: dict[str, int] = {}
         self._lock_fds: dict[str, int] = {}
+        self._thread_lock = threading.RLock()
         self._index_fds: dict[str, int] = {}
         self._trace_fds: dict[str, int] = {}
 
@@ -211,6 +213,15 @@ class FileStore(Store):
     @contextlib.contextmanager
     def _locked(
         self, run_id: str, *, timeout: float | None = None, name: str = "lock", stuck: StoreError | None = None
+    ) -> Iterator[None]:
+        # A flock excludes other processes only; threads of this one (a session's heartbeat while a tool runs)
+        # take turns on this lock first.
+        with self._thread_lock, self._flocked(run_id, timeout=timeout, name=name, stuck=stuck):
+            yield
+
+    @contextlib.contextmanager
+    def _flocked(
+        self, run_id: str, *, timeout: float | None, name: str, stuck: StoreError | None
     ) -> Iterator[None]:
         key = run_id if name == "lock" else f"{run_id}/{name}"
         fd = self._lock_fds.get(key)

@@ -1,0 +1,32 @@
+"""What every command shares: the common options, opening a store for a workspace, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from tidemark.api import Tidemark
+from tidemark.api import open as open_tidemark
+from tidemark.errors import ConfigError
+
+StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URL (default WORKSPACE/.agent-runtime).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+WorkspaceOpt = Annotated[str, typer.Option("--workspace", "-w", help="The agent's workspace folder.")]
+ToolsOpt = Annotated[
+    list[str] | None, typer.Option("--tools", help="Extra tools as MODULE:ATTR (a Tool or a list of them).")
+]
+
+
+def open_tidemark_at(store: str | None, workspace: str) -> Tidemark:
+    if not os.path.isdir(workspace):
+        raise ConfigError(f"workspace {workspace!r} does not exist; create it or pass an existing --workspace")
+    return open_tidemark(store, workspace=workspace)
+
+
+def emit(data: Any, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
