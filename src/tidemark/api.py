@@ -27,7 +27,7 @@ from tidemark.core.hashing import content_hash
 from tidemark.core.recovery import ResumePlan, last_completed_step, plan_resume
 from tidemark.core.restart import RecoveryVerdict
 from tidemark.core.rollback import RollbackPlan
-from tidemark.errors import RecoveryClosedError, ResumeError, ToolRegistrationError
+from tidemark.errors import ResumeError, ToolRegistrationError
 from tidemark.records import (
     Checkpoint,
     ConflictResolution,
@@ -40,14 +40,15 @@ from tidemark.records import (
     RunStatus,
     ToolCall,
 )
-from tidemark.recovery_records import TERMINAL_STATUS_RESTART, SuccessorAccepted
-from tidemark.runtime import control, inbox
+from tidemark.recovery_records import SuccessorAccepted
+from tidemark.runtime import control
 from tidemark.runtime import recovery_actions as actions
-from tidemark.runtime.agent import Agent, Recovery, prepare_resume, restore
+from tidemark.runtime.agent import Agent, Recovery
 from tidemark.runtime.builtin import builtin_registry
 from tidemark.runtime.provider import Provider
-from tidemark.runtime.restart import close_after_restart, judge, report_of
-from tidemark.runtime.session import DecisionNeeded, RunSession, holder_id, load_view, now
+from tidemark.runtime.restart import judge
+from tidemark.runtime.resume import resume_session
+from tidemark.runtime.session import RunSession, load_view, now
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry, tool
 from tidemark.store.base import Store
 from tidemark.store.url import default_store_url, open_store
@@ -254,44 +255,16 @@ class Tidemark:
         Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
         ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
         """
-        judged = judge(self.store, run_id, resuming_model=model)
-        claim = self.store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
-        if not judged.verdict.resumable:
-            try:
-                close_after_restart(self.store, claim, judged)
-            finally:
-                self.store.release(claim)
-            raise RecoveryClosedError(
-                f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed: "
-                f"{TERMINAL_STATUS_RESTART} See `tidemark explain {run_id}`"
-            )
-        session = RunSession.open(
-            self.store, run_id, self.workspace, self.registry(tools, builtins=builtins), claim=claim
+        session, recovery = resume_session(
+            self.store,
+            run_id,
+            self.workspace,
+            self.registry(tools, builtins=builtins),
+            replay=tuple(replay),
+            skip=tuple(skip),
+            takeover=takeover,
+            model=model,
         )
-        try:
-            session.add_record(report_of(judged.verdict, claim.generation, "resumed"))
-            session.restart.current = judged.verdict.payload
-            if session.view.status == "completed":
-                if inbox.has_submissions(session):
-                    session.commit()
-                    return Run(session)  # a finished conversation goes on with what was submitted since
-                raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
-            actions.finish_interrupted(session)  # a rollback or resolution a crash cut short is finished first
-            plan = prepare_resume(session, replay=tuple(replay), skip=tuple(skip))
-            if plan.needs_decision:
-                waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)
-                session.event("waiting_decision", waiting)
-                raise DecisionNeeded(
-                    f"run {run_id!r} waits for a decision on {waiting}: "
-                    "resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it"
-                )
-            recovery = restore(session, plan)
-            # An own loop numbers its steps itself: it continues after the last completed one.
-            session.step = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
-        except BaseException:
-            session.commit()
-            session.close()
-            raise
         return Run(session, recovery)
 
     # the three recovery actions (§8.8) and their companions ---------------------------------------------------------

@@ -16,11 +16,12 @@ from tidemark.cli import protocol, render
 from tidemark.cli.common import JsonOpt, StoreOpt, ToolsOpt, WorkspaceOpt, emit, open_tidemark_at
 from tidemark.errors import ConfigError, ScenarioError, TidemarkError
 from tidemark.records import to_plain
-from tidemark.runtime.notify import send_notification
 from tidemark.runtime import shutdown
+from tidemark.runtime.notify import send_notification
 from tidemark.runtime.providers import openai_config, provider_for
 from tidemark.runtime.scenario import load_scenario, scenario_to_dict
 from tidemark.runtime.session import DecisionNeeded
+from tidemark.runtime.subagents import SPAWN_SUBAGENT
 from tidemark.runtime.tools import Tool
 
 EXIT_WAITING = 3
@@ -121,7 +122,7 @@ def run(
         script = load_scenario(scenario)
         for index in range(len(script.turns)):
             for call in script.calls(index):
-                if call.tool not in registry:  # refused before anything is written
+                if call.tool not in registry and call.tool != SPAWN_SUBAGENT:  # refused before anything is written
                     raise ScenarioError(
                         f"{scenario}: turn {index + 1} calls unknown tool {call.tool!r}; "
                         f"known tools: {', '.join(registry.names())} (add your own with --tools MODULE:ATTR)"

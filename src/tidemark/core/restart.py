@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -28,6 +29,7 @@ from tidemark.recovery_records import (
     RuntimeRestartCheckpoint,
     RuntimeRestartCheckpointReplayDisposition,
     RuntimeRestartReactionLoopState,
+    RuntimeRestartScheduledWorkContext,
     RuntimeRestartToolApprovalWait,
     ScheduledWorkContext,
     SubagentSpawned,
@@ -106,10 +108,48 @@ class _Failed(Exception):
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
 _config_decoder = msgspec.json.Decoder(ExecutionConfig)
 _payload_decoder = msgspec.json.Decoder(RestartPayload)
+_PAYLOAD_KINDS: dict[object, type[msgspec.Struct]] = {kind.__struct_config__.tag: kind for kind in PAYLOAD_MODES}
 
 
-def _is_missing_field(exc: msgspec.ValidationError) -> bool:
-    return "missing required field" in str(exc)
+def _parse(data: bytes | str, what: str) -> Any:
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise _Failed("partial_recovery_descriptor", f"{what} is cut short: {exc}") from None
+
+
+def _missing(obj: Any, struct: type[msgspec.Struct], prefix: str = "") -> list[str]:
+    """The required fields of ``struct`` that the parsed JSON ``obj`` lacks or holds as null, nested structs
+    included. Checked on the parsed JSON, not read from msgspec's error text, so that a missing field is partial
+    whatever else is wrong and wherever it sits; a value of the wrong shape is left to the typed decoding."""
+    if not isinstance(obj, dict):
+        return []
+    missing: list[str] = []
+    for info in msgspec.structs.fields(struct):
+        value = obj.get(info.encode_name)
+        if value is None:
+            if info.required:
+                missing.append(prefix + info.encode_name)
+        elif isinstance(info.type, type) and issubclass(info.type, msgspec.Struct):
+            missing += _missing(value, info.type, f"{prefix}{info.encode_name}.")
+    return missing
+
+
+def _require(obj: Any, struct: type[msgspec.Struct] | None, what: str) -> None:
+    if obj is None:
+        raise _Failed("partial_recovery_descriptor", f"{what} is empty (JSON null)")
+    missing = _missing(obj, struct) if struct is not None else []
+    if missing:
+        raise _Failed("partial_recovery_descriptor", f"{what} lacks {', '.join(missing)}")
+
+
+def _payload_kind(obj: Any) -> type[msgspec.Struct] | None:
+    """The payload struct a parsed payload names (None for an unknown kind: the typed decoding calls it invalid)."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("payload_kind") is None:
+        raise _Failed("partial_recovery_descriptor", "restart payload lacks payload_kind")
+    return _PAYLOAD_KINDS.get(obj["payload_kind"])
 
 
 def decode_descriptor(
@@ -117,31 +157,26 @@ def decode_descriptor(
 ) -> tuple[RuntimeRestartCheckpoint, RestartPayload, ExecutionConfig]:
     """The checkpoint, its payload and its execution config, or the descriptor assertion that fails.
 
-    Cut short or missing core metadata is partial; whole but wrong (unknown mode, a payload of another mode, a
-    newer descriptor version, another agent's id) is invalid."""
+    Cut short or missing core metadata (a required field absent or null, at any depth) is partial; whole but wrong
+    (unknown mode, a value of the wrong type, a payload of another mode, a newer descriptor version, another agent's
+    id) is invalid. Every partial check runs before any invalid one, so a descriptor that is both is partial."""
     if not stored.intact:
         raise _Failed("partial_recovery_descriptor", stored.detail or "the restart checkpoint fails its checksum")
+    raw = _parse(stored.data, "restart checkpoint")
+    _require(raw, RuntimeRestartCheckpoint, "restart checkpoint")
+    config_json = raw.get("execution_config_json") if isinstance(raw, dict) else None
+    payload_json = raw.get("payload_json") if isinstance(raw, dict) else None
+    if isinstance(config_json, str):
+        _require(_parse(config_json, "execution config"), ExecutionConfig, "execution config")
+    if isinstance(payload_json, str):
+        parsed = _parse(payload_json, "restart payload")
+        _require(parsed, _payload_kind(parsed), "restart payload")
     try:
         checkpoint = _checkpoint_decoder.decode(stored.data)
+        config = _config_decoder.decode(checkpoint.execution_config_json or "")
+        payload = _payload_decoder.decode(checkpoint.payload_json or "")
     except msgspec.ValidationError as exc:
-        reason: RecoveryFailureReason = (
-            "partial_recovery_descriptor" if _is_missing_field(exc) else "invalid_recovery_descriptor"
-        )
-        raise _Failed(reason, f"restart checkpoint: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise _Failed("partial_recovery_descriptor", f"restart checkpoint is cut short: {exc}") from None
-    if checkpoint.payload_json is None or checkpoint.execution_config_json is None:
-        raise _Failed("partial_recovery_descriptor", "restart checkpoint has no payload or no execution config")
-    if checkpoint.recovery_class is None or checkpoint.recovery_owner_id is None:
-        raise _Failed("partial_recovery_descriptor", "restart checkpoint names no recovery owner")
-    try:
-        config = _config_decoder.decode(checkpoint.execution_config_json)
-        payload = _payload_decoder.decode(checkpoint.payload_json)
-    except msgspec.ValidationError as exc:
-        reason = "partial_recovery_descriptor" if _is_missing_field(exc) else "invalid_recovery_descriptor"
-        raise _Failed(reason, f"restart checkpoint: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise _Failed("partial_recovery_descriptor", f"restart checkpoint payload is cut short: {exc}") from None
+        raise _Failed("invalid_recovery_descriptor", f"restart checkpoint: {exc}") from None
     if config.descriptor_version > DESCRIPTOR_VERSION:
         raise _Failed(
             "invalid_recovery_descriptor",
@@ -234,7 +269,12 @@ def _authority(facts: RestartFacts, config: ExecutionConfig | None) -> None:
         return
     parent = facts.parent
     spawned = parent.spawned.get(facts.parent_call_id or "")
-    expires = config.grant_expires_at_ms if config else (spawned.grant_expires_at_ms if spawned else None)
+    if spawned is not None and spawned.child_run_id != facts.agent_id:
+        spawned = None  # the call started another child since: its grants are not this run's (successor_accepted)
+    # What the child claims (its checkpoint, else its spawn record) is bounded by what the parent granted at the spawn
+    # and by what the parent holds now: the checkpoint is the child's own word, the spawn record the parent's.
+    deadlines = (config.grant_expires_at_ms if config else None, spawned.grant_expires_at_ms if spawned else None)
+    expires = min((at for at in deadlines if at is not None), default=None)
     if expires is not None and expires <= facts.now_ms:
         raise _Failed(
             "invalid_inherited_execution_authority",
@@ -245,13 +285,17 @@ def _authority(facts: RestartFacts, config: ExecutionConfig | None) -> None:
     if (parent.owner is not None and parent.owner.terminal_at is not None) or parent.closed:
         raise _Failed("invalid_inherited_execution_authority", f"the parent {parent.run_id!r} was closed")
     tools = config.tools_allowed if config else (spawned.tools_allowed if spawned else None)
-    if parent.tools_allowed is not None:
-        beyond = sorted(set(tools or ()) - set(parent.tools_allowed)) if tools is not None else ["(every tool)"]
-        if beyond:
-            raise _Failed(
-                "invalid_inherited_execution_authority",
-                f"the child holds tools its parent no longer grants: {', '.join(beyond)}",
-            )
+    bounds = (
+        ("its spawn did not grant", spawned.tools_allowed if spawned else None),
+        ("its parent no longer grants", parent.tools_allowed),
+    )
+    for what, granted in bounds:
+        if granted is not None:
+            beyond = sorted(set(tools) - set(granted)) if tools is not None else ["(every tool)"]
+            if beyond:
+                raise _Failed(
+                    "invalid_inherited_execution_authority", f"the child holds tools {what}: {', '.join(beyond)}"
+                )
 
 
 def _forbidden(reason: ReplayForbiddenReason, detail: str) -> ReplayForbidden:
@@ -283,11 +327,15 @@ def replay_disposition(
         return _forbidden("context_reset", f"the user reset the context at {facts.reset.at}")
     if config is not None and config.context_epoch < facts.context_epoch:
         return _forbidden("context_reset", "the conversation was rewound after this checkpoint was written")
-    scheduled = facts.scheduled
-    if scheduled is not None and facts.now_ms > scheduled.scheduled_for_ms + scheduled.cron_exec_timeout_ms:
-        late = (facts.now_ms - scheduled.scheduled_for_ms) / 1000
-        window = scheduled.cron_exec_timeout_ms / 1000
-        return _forbidden("cron_exec_timeout", f"due {late:.0f} s ago, past its {window:.0f} s window")
+    occurrences = (  # the run's header and the checkpoint's scheduled-work payload may each name the occurrence
+        facts.scheduled,
+        payload.scheduled_work_context if isinstance(payload, RuntimeRestartScheduledWorkContext) else None,
+    )
+    for scheduled in occurrences:
+        if scheduled is not None and facts.now_ms > scheduled.scheduled_for_ms + scheduled.cron_exec_timeout_ms:
+            late = (facts.now_ms - scheduled.scheduled_for_ms) / 1000
+            window = scheduled.cron_exec_timeout_ms / 1000
+            return _forbidden("cron_exec_timeout", f"due {late:.0f} s ago, past its {window:.0f} s window")
     if config is not None and facts.resuming_model is not None and facts.resuming_model != config.model:
         return _forbidden(
             "model_switch", f"written under model {config.model!r}, resumed with {facts.resuming_model!r}"

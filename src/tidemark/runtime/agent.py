@@ -14,6 +14,7 @@ from tidemark.runtime.approvals import Interrupted, RunCancelled
 from tidemark.runtime.context import RECOVERY_NOTE, build_context
 from tidemark.runtime.provider import Provider
 from tidemark.runtime.session import DecisionNeeded, RunSession
+from tidemark.runtime.subagents import SPAWN_SUBAGENT, subagent_tool
 
 
 class VisibleStream:
@@ -45,11 +46,16 @@ class Agent:
         *,
         system: str = "",
         output: Callable[[str], None] | None = None,
+        subagents: bool = True,
     ) -> None:
         self.session = session
         self.provider = provider
         self.system = system
         self.output = output  # where streamed text is shown (None: nothing is streamed to anyone)
+        if subagents and SPAWN_SUBAGENT not in session.registry:
+            from tidemark.runtime.providers import provider_for
+
+            session.registry.put(subagent_tool(session, lambda info: provider_for(info)))
 
     def run(self) -> RunStatus:
         """Run until the model answers without tool calls (and no submission is queued). Returns the status."""

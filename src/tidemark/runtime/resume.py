@@ -1,0 +1,70 @@
+"""Resume after a crash or a restart (seed 003 §6 for one run, then §8.6 of seed 000): judge the run, claim it
+(a restart raises the generation), and either close it (§5) or restore it and settle its interrupted calls."""
+
+from __future__ import annotations
+
+from tidemark.core.recovery import last_completed_step
+from tidemark.errors import RecoveryClosedError, ResumeError
+from tidemark.recovery_records import TERMINAL_STATUS_RESTART
+from tidemark.runtime import inbox
+from tidemark.runtime import recovery_actions as actions
+from tidemark.runtime.agent import Recovery, prepare_resume, restore
+from tidemark.runtime.restart import close_after_restart, judge, report_of
+from tidemark.runtime.session import DecisionNeeded, RunSession, holder_id
+from tidemark.runtime.tools import ToolRegistry
+from tidemark.store.base import Store
+from tidemark.workspace.files import Workspace
+
+
+def resume_session(
+    store: Store,
+    run_id: str,
+    workspace: Workspace,
+    registry: ToolRegistry,
+    *,
+    replay: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
+    takeover: bool = False,
+    model: str | None = None,
+) -> tuple[RunSession, Recovery | None]:
+    """The open session and what was recovered (None: a finished run goes on with newly submitted input).
+
+    Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
+    ``DecisionNeeded`` when a call may have taken effect and a person must decide."""
+    judged = judge(store, run_id, resuming_model=model)
+    claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
+    if not judged.verdict.resumable:
+        try:
+            close_after_restart(store, claim, judged)
+        finally:
+            store.release(claim)
+        raise RecoveryClosedError(
+            f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed: "
+            f"{TERMINAL_STATUS_RESTART} See `tidemark explain {run_id}`"
+        )
+    session = RunSession.open(store, run_id, workspace, registry, claim=claim)
+    try:
+        session.add_record(report_of(judged.verdict, claim.generation, "resumed"))
+        session.restart.current = judged.verdict.payload
+        if session.view.status == "completed":
+            if inbox.has_submissions(session):
+                session.commit()
+                return session, None  # a finished conversation goes on with what was submitted since
+            raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
+        actions.finish_interrupted(session)  # a rollback or resolution a crash cut short is finished first
+        plan = prepare_resume(session, replay=replay, skip=skip)
+        if plan.needs_decision:
+            waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)
+            session.event("waiting_decision", waiting)
+            raise DecisionNeeded(
+                f"run {run_id!r} waits for a decision on {waiting}: "
+                "resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it"
+            )
+        recovery = restore(session, plan)
+        # An own loop numbers its steps itself: it continues after the last completed one.
+        session.step = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
+    except BaseException:
+        session.commit()
+        session.close()
+        raise
+    return session, recovery
