@@ -149,7 +149,8 @@ def _payload_kind(obj: Any) -> type[msgspec.Struct] | None:
         return None
     if obj.get("payload_kind") is None:
         raise _Failed("partial_recovery_descriptor", "restart payload lacks payload_kind")
-    return _PAYLOAD_KINDS.get(obj["payload_kind"])
+    kind = obj["payload_kind"]
+    return _PAYLOAD_KINDS.get(kind) if isinstance(kind, str) else None
 
 
 def decode_descriptor(
@@ -383,6 +384,7 @@ def check_recovery(facts: RestartFacts) -> RecoveryVerdict:
         checked.append("invalid_inherited_execution_authority")
         _authority(facts, config)
     except _Failed as failure:
+        checked = checked[: checked.index(failure.reason) + 1]  # a partial descriptor never got to the invalid check
         return RecoveryVerdict(tuple(checked), failure.reason, failure.detail, None, checkpoint, payload, config)
     disposition = replay_disposition(facts, payload, config)
     detail = "" if checkpoint is not None else "no restart checkpoint: the run continues from its log"
