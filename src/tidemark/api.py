@@ -247,6 +247,7 @@ class Tidemark:
         skip: Iterable[str] = (),
         takeover: bool = False,
         model: str | None = None,
+        output: Callable[[str], None] | None = None,
     ) -> Run:
         """Open a run after a crash or a restart: check the seven recovery assertions and the replay disposition
         (seed 003), then plan, settle the interrupted calls and inject the recovery note. ``model``: the model
@@ -264,6 +265,7 @@ class Tidemark:
             skip=tuple(skip),
             takeover=takeover,
             model=model,
+            output=output,
         )
         return Run(session, recovery)
 

@@ -9,10 +9,12 @@ from tidemark.core.recovery import expected_files, plan_resume
 from tidemark.core.replay import ProbeResult
 from tidemark.core.rollback import UNKNOWN
 from tidemark.core.run_view import RunView
-from tidemark.errors import ToolFailure
+from tidemark.errors import TidemarkError, ToolFailure
 from tidemark.records import to_plain
+from tidemark.recovery_records import SELF_HEALING_PROMPT, TERMINAL_STATUS_RESTART, ReplayForbidden
 from tidemark.runtime.builtin import builtin_registry
 from tidemark.runtime.file_changes import NOT_KEPT
+from tidemark.runtime.restart import judge
 from tidemark.runtime.session import RunSession, load_view
 from tidemark.store.base import Store
 from tidemark.store.liveness import owner_alive
@@ -33,9 +35,12 @@ def effective_status(store: Store, view: RunView) -> str:
 def status_row(store: Store, run_id: str) -> dict[str, Any]:
     view = load_view(store, run_id)
     last = view.latest_complete_checkpoint()
+    owner = store.owner(run_id)
     return {
         "run_id": run_id,
         "status": effective_status(store, view),
+        "terminal_status": owner.terminal_status if owner else None,
+        "parent": view.info.parent_run_id,
         "task": view.info.task,
         "step": last.checkpoint.step if last else 0,
         "calls": len(view.ledger),
@@ -155,4 +160,66 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
         ],
         "workspace": to_plain(view.workspace_states[-1]) if view.workspace_states else None,
         "problems": [{"kind": p.kind, "position": p.position, "detail": p.detail} for p in view.problems],
+        "recovery": recovery_report(store, view),
     }
+
+
+def recovery_report(store: Store, view: RunView, depth: int = 0) -> dict[str, Any]:
+    """The recovery protocol's view of a run (seed 003): its recovery owner, its restart checkpoint, what restart
+    recovery would decide now (the assertions checked, the disposition and its reason), what earlier recoveries
+    decided, the terminal events, and the same for every subagent it spawned."""
+    run_id = view.info.run_id
+    owner = store.owner(run_id)
+    judged = judge(store, run_id, resuming_model=None)
+    verdict = judged.verdict
+    stored = store.read_restart_checkpoint(run_id)
+    checkpoint: dict[str, Any] | None = None
+    if stored is not None:
+        checkpoint = {"intact": stored.intact, "detail": stored.detail}
+        if verdict.checkpoint is not None:
+            checkpoint |= {
+                "mode": verdict.checkpoint.mode,
+                "updated_at": verdict.checkpoint.updated_at,
+                "payload": to_plain(verdict.payload),
+                "execution_config": to_plain(verdict.config),
+            }
+    closed = owner is not None and owner.terminal_status == TERMINAL_STATUS_RESTART
+    disposition = verdict.disposition
+    return {
+        "recovery_owner": {
+            "recovery_class": owner.recovery_class,
+            "owner_id": owner.owner_id,
+            "generation": owner.generation,
+            "agent_id": owner.agent_id,
+            "message_id": owner.message_id,
+            "active_at": owner.active_at,
+            "terminal_at": owner.terminal_at,
+            "terminal_status": owner.terminal_status,
+            "heartbeat_at": owner.heartbeat_at,
+        }
+        if owner
+        else None,
+        "restart_checkpoint": checkpoint,
+        "if_restarted_now": {
+            "assertions_checked": list(verdict.checked),
+            "failed": verdict.failed,
+            "disposition": type(disposition).__name__ if disposition is not None else None,
+            "reason": disposition.reason if isinstance(disposition, ReplayForbidden) else None,
+            "detail": verdict.summary,
+        },
+        "recoveries": [to_plain(report) for report in view.recoveries],
+        "terminal_events": [to_plain(event) for event in store.terminal_events(run_id)],
+        "self_healing_prompt": SELF_HEALING_PROMPT if closed else None,
+        "subagents": [_child(store, spawned.child_run_id, spawned.call_id, depth) for spawned in view.spawned.values()],
+    }
+
+
+def _child(store: Store, run_id: str, call_id: str, depth: int) -> dict[str, Any]:
+    try:
+        view = load_view(store, run_id)
+    except TidemarkError as exc:
+        return {"run_id": run_id, "call_id": call_id, "status": "missing", "detail": str(exc)}
+    found: dict[str, Any] = {"run_id": run_id, "call_id": call_id, "status": effective_status(store, view)}
+    if depth < 8:
+        found["recovery"] = recovery_report(store, view, depth + 1)
+    return found

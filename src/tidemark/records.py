@@ -275,7 +275,9 @@ def to_plain(value: Any) -> Any:
     """A record as plain data with every field, defaults included (the log omits defaults to stay small; what
     users read never does)."""
     if isinstance(value, msgspec.Struct):
-        return {name: to_plain(getattr(value, name)) for name in value.__struct_fields__}
+        config = value.__struct_config__
+        tag = {config.tag_field: config.tag} if config.tag_field is not None and config.tag is not None else {}
+        return tag | {name: to_plain(getattr(value, name)) for name in value.__struct_fields__}
     if isinstance(value, list | tuple):
         return [to_plain(item) for item in value]
     if isinstance(value, dict):

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from tidemark import inspect as reports
 from tidemark.api import Run
-from tidemark.cli import protocol, render
+from tidemark.cli import protocol, render, supervise
 from tidemark.cli.common import JsonOpt, StoreOpt, ToolsOpt, WorkspaceOpt, emit, open_tidemark_at
 from tidemark.errors import ConfigError, ScenarioError, TidemarkError
 from tidemark.records import to_plain
@@ -177,7 +177,13 @@ def resume(
     provider, prompt = provider_for(view.info, model=model)
     try:
         handle = tm.resume(
-            run_id, tools=extra, replay=replay or (), skip=skip or (), takeover=takeover, model=provider.model
+            run_id,
+            tools=extra,
+            replay=replay or (),
+            skip=skip or (),
+            takeover=takeover,
+            model=provider.model,
+            output=_shown(as_json),
         )
     except DecisionNeeded as exc:
         if as_json:
@@ -415,6 +421,7 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
 
 
 protocol.register(app, out)
+supervise.register(app, out)
 
 
 def main() -> None:

@@ -113,6 +113,8 @@ def explain_view(data: dict[str, Any]) -> Group:
     if data["workspace_drift"]:
         lines = [f"{d['path']}: changed since {d['call_id']} wrote it" for d in data["workspace_drift"]]
         parts.append(Panel("\n".join(lines), title="workspace drift", style="yellow"))
+    if data.get("recovery"):
+        parts.append(recovery_panel(data["run_id"], data["recovery"]))
     if data["problems"]:
         lines = [f"{p['kind']} at {p['position']}: {p['detail']}" for p in data["problems"]]
         parts.append(Panel("\n".join(lines), title="damaged records (skipped)", style="red"))
@@ -173,3 +175,36 @@ def history_table(rows: list[dict[str, Any]]) -> Table:
         content = (row["content"][:200] + (f"  -> {calls}" if calls else "")).strip()
         table.add_row(str(row["seq"]), row["branch"], row["role"], content)
     return table
+
+
+def recovery_panel(run_id: str, recovery: dict[str, Any]) -> Panel:
+    """The recovery protocol's part of `explain`: owner, restart checkpoint, the verdict now, past recoveries."""
+    lines: list[str] = []
+    owner = recovery["recovery_owner"]
+    if owner:
+        lines.append(
+            f"recovery owner {owner['recovery_class']}/{owner['owner_id']}, generation {owner['generation']}"
+            + (f", closed {owner['terminal_at']}: {owner['terminal_status']}" if owner["terminal_at"] else "")
+        )
+    checkpoint = recovery["restart_checkpoint"]
+    if checkpoint is None:
+        lines.append("restart checkpoint: none (no work in flight)")
+    elif not checkpoint["intact"]:
+        lines.append(f"restart checkpoint: damaged ({checkpoint['detail']})")
+    else:
+        lines.append(f"restart checkpoint: {checkpoint.get('mode', '?')}")
+    now = recovery["if_restarted_now"]
+    lines.append("assertions: " + ", ".join(now["assertions_checked"]))
+    lines.append(f"if restarted now: {now['detail']}")
+    for report in recovery["recoveries"]:
+        disposition = report.get("disposition") or {}
+        verdict = report.get("failed") or disposition.get("reason") or disposition.get("disposition", "")
+        lines.append(f"{report['at']}: generation {report['generation']} {report['action']} ({verdict})")
+    for event in recovery["terminal_events"]:
+        lines.append(f"terminal event {event['event_type']} (generation {event['generation']})")
+    if recovery["self_healing_prompt"]:
+        lines.append("told the parent / the user: " + recovery["self_healing_prompt"])
+    for child in recovery["subagents"]:
+        verdict = child.get("recovery", {}).get("if_restarted_now", {}).get("detail", "")
+        lines.append(f"subagent {child['run_id']} ({child['call_id']}): {child['status']}; {verdict}")
+    return Panel("\n".join(lines), title=f"recovery protocol: {run_id}", style="cyan")

@@ -107,7 +107,23 @@ def cancel(store: Store, run_id: str, *, whole_stream: bool = False, by: str = "
     """Returns "requested" (a live owner stops at its next safe point) or "closed" (settled now)."""
     _refuse_finished(store, run_id, "cancel")
     post(store, run_id, CancelRequest(at=now(), whole_stream=whole_stream, by=by))
-    return "requested" if _owner_is_live(store, run_id) else settle_now(store, run_id)
+    if _owner_is_live(store, run_id):
+        return "requested"
+    if whole_stream:
+        settle_subagents(store, run_id)
+    return settle_now(store, run_id)
+
+
+def settle_subagents(store: Store, run_id: str, depth: int = 0) -> None:
+    """A whole-stream cancel closes the subagents below first, while their parent still stands: each is closed
+    for the cancel (user_cancelled_whole_stream), not for losing its parent."""
+    view = load_view(store, run_id)
+    for spawned in view.spawned.values():
+        child = spawned.child_run_id
+        if depth < 16:
+            settle_subagents(store, child, depth + 1)
+        if store.read_restart_checkpoint(child) is not None and not _owner_is_live(store, child):
+            settle_now(store, child)
 
 
 def reset_context(store: Store, run_id: str, *, by: str = "user") -> str:

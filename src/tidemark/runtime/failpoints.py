@@ -22,6 +22,14 @@ POINTS = (
     "after_step",  # the after-step checkpoint is durable
 )
 
+# The recovery protocol's moments (seed 003), reached only by runs that use it.
+PROTOCOL_POINTS = (
+    "approval_wait",  # a call waits for approval; its restart checkpoint is durable
+    "visible_output",  # streamed text of a turn was shown; the turn is not in the history yet
+    "submission_admitted",  # a submission is in the restart checkpoint, not yet in the history
+    "closing",  # a live run's close is in its log; owner, terminal event and checkpoint are not settled
+)
+
 _hits: dict[str, int] = {}
 
 

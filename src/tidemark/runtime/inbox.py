@@ -195,6 +195,7 @@ def finish_closed(
         )
     )
     session.event(status, f"{terminal_status} ({reason}: {detail})")
+    failpoints.hit("closing")
     store, claim, info = session.store, session.claim, session.info
     store.close_owner(claim, terminal_status)
     store.record_terminal_event(
@@ -220,6 +221,10 @@ def close_cancelled(session: RunSession, exc: RunCancelled) -> None:
         for position, record in _unhandled(session):
             if isinstance(record, Submission):
                 _seen(session, position, "submission_dropped", record.submission_key)
+    if request.whole_stream:
+        from tidemark.runtime.control import settle_subagents
+
+        settle_subagents(session.store, session.info.run_id)
     reason: ReplayForbiddenReason = "user_cancelled_whole_stream" if request.whole_stream else "user_cancelled"
     finish_closed(
         session,

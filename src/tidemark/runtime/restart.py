@@ -93,11 +93,11 @@ def _whole_stream_cancel(store: Store, info: RunInfo) -> CancelRequest | None:
     parent_id, hops = info.parent_run_id, 0
     while parent_id is not None and hops < 32:
         parent = _load(store, parent_id)
+        if parent is None:
+            return None  # a missing ancestor is the structural assertion's to report
         for _, record in controls(store, parent_id):  # handled or not: a cancelled stream stays cancelled
             if isinstance(record, CancelRequest) and record.whole_stream:
                 return record
-        if parent is None:
-            return None
         parent_id, hops = parent.info.parent_run_id, hops + 1
     return None
 
@@ -139,7 +139,7 @@ def judge(
         parent_call_id=view.info.parent_call_id if view else None,
         parent=_parent_facts(store, view.info) if view else None,
         scheduled=view.info.scheduled if view else None,
-        closed=view is not None and view.status == "closed",
+        closed=view is not None and view.status in ("closed", "cancelled"),
         cancel=cancel,
         reset=next((r for _, r in reversed(pending) if isinstance(r, ContextResetRequest)), None),
         successor=next((r for _, r in reversed(pending) if isinstance(r, SuccessorAccepted)), None),
@@ -227,10 +227,10 @@ def close_after_restart(
 
 def tell_parent(store: Store, parent_run_id: str, child_run_id: str, call_id: str, reason: str) -> None:
     """Hand the parent the self-healing prompt; its next session puts it in the model's context at high priority."""
-    for _, record in controls(store, parent_run_id):
-        if isinstance(record, SubtaskStopped) and record.child_run_id == child_run_id:
-            return  # told already (a repeated cleanup)
     with contextlib.suppress(RunNotFoundError):  # an orphan: nobody is left to tell
+        for _, record in controls(store, parent_run_id):
+            if isinstance(record, SubtaskStopped) and record.child_run_id == child_run_id:
+                return  # told already (a repeated cleanup)
         store.post_control(
             parent_run_id,
             _encoder.encode(

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tidemark.core.recovery import last_completed_step
 from tidemark.errors import RecoveryClosedError, ResumeError
 from tidemark.recovery_records import TERMINAL_STATUS_RESTART
 from tidemark.runtime import inbox
 from tidemark.runtime import recovery_actions as actions
 from tidemark.runtime.agent import Recovery, prepare_resume, restore
+from tidemark.runtime.providers import provider_for
 from tidemark.runtime.restart import close_after_restart, judge, report_of
 from tidemark.runtime.session import DecisionNeeded, RunSession, holder_id
+from tidemark.runtime.subagents import SPAWN_SUBAGENT, subagent_tool
 from tidemark.runtime.tools import ToolRegistry
 from tidemark.store.base import Store
 from tidemark.workspace.files import Workspace
@@ -26,6 +30,7 @@ def resume_session(
     skip: tuple[str, ...] = (),
     takeover: bool = False,
     model: str | None = None,
+    output: Callable[[str], None] | None = None,
 ) -> tuple[RunSession, Recovery | None]:
     """The open session and what was recovered (None: a finished run goes on with newly submitted input).
 
@@ -43,6 +48,8 @@ def resume_session(
             f"{TERMINAL_STATUS_RESTART} See `tidemark explain {run_id}`"
         )
     session = RunSession.open(store, run_id, workspace, registry, claim=claim)
+    if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored
+        session.registry.put(subagent_tool(session, provider_for, output))
     try:
         session.add_record(report_of(judged.verdict, claim.generation, "resumed"))
         session.restart.current = judged.verdict.payload

@@ -53,8 +53,10 @@ def _stopped(child_id: str, why: str) -> ToolFailure:
     return ToolFailure(f"{SELF_HEALING_PROMPT} (subtask {child_id}: {why})")
 
 
-def subagent_tool(parent: RunSession, child_provider: ProviderFactory) -> Tool:
-    """The tool, bound to one parent session and a way to build the child's model."""
+def subagent_tool(
+    parent: RunSession, child_provider: ProviderFactory, output: Callable[[str], None] | None = None
+) -> Tool:
+    """The tool, bound to one parent session, a way to build the child's model, and where streamed text goes."""
     from tidemark.runtime.agent import Agent
     from tidemark.runtime.resume import resume_session
     from tidemark.runtime.session import RunSession, load_view, now
@@ -65,7 +67,7 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory) -> Tool:
 
     def finish(child: RunSession, provider: Provider, system: str) -> str:
         try:
-            status = Agent(child, provider, system=system).run()
+            status = Agent(child, provider, system=system, output=output).run()
         finally:
             child.close()
         if status == "completed":
@@ -102,7 +104,6 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory) -> Tool:
         idempotency="idempotent",  # keyed by the child's run id: a second run resumes the same child
         replay_policy="auto",
         risk_level="medium",
-        side_effects=("subagent",),
         captures_workspace=True,  # the child's file changes are this call's changes
         description="Start a subagent on a subtask with some of your tools; returns its answer.",
     )

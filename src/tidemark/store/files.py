@@ -220,9 +220,7 @@ class FileStore(Store):
             yield
 
     @contextlib.contextmanager
-    def _flocked(
-        self, run_id: str, *, timeout: float | None, name: str, stuck: StoreError | None
-    ) -> Iterator[None]:
+    def _flocked(self, run_id: str, *, timeout: float | None, name: str, stuck: StoreError | None) -> Iterator[None]:
         key = run_id if name == "lock" else f"{run_id}/{name}"
         fd = self._lock_fds.get(key)
         if fd is None:
