@@ -7,6 +7,7 @@ with generous deadlines; nothing asserts how long anything took.
 from __future__ import annotations
 
 import json
+import os
 import select
 import signal
 import subprocess
@@ -90,21 +91,30 @@ def lines(path: Path) -> int:
     return path.read_text().count("\n") if path.exists() else 0
 
 
-def events_of_daemon(proc: subprocess.Popen[str], until: str, timeout: float = TIMEOUT) -> list[dict[str, Any]]:
-    """Read the running daemon's JSON lines until one with event ``until`` arrives."""
-    assert proc.stdout is not None
-    seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        assert time.monotonic() < deadline, f"the daemon never said {until}: {seen}"
-        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
-        if not ready:
-            continue
-        line = proc.stdout.readline()
-        assert line, f"the daemon ended before it said {until}: {seen}"
-        seen.append(json.loads(line))
-        if seen[-1]["event"] == until:
-            return seen
+class DaemonLines:
+    """A running daemon's JSON lines, read straight from its pipe (no buffered reader between select and us)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self.fd = proc.stdout.fileno()
+        self.pending = b""
+        self.seen: list[dict[str, Any]] = []
+
+    def until(self, event: str, timeout: float = TIMEOUT) -> list[dict[str, Any]]:
+        """Every line so far, once one with ``event`` has arrived (after the previous call)."""
+        start = len(self.seen)
+        deadline = time.monotonic() + timeout
+        while not any(e["event"] == event for e in self.seen[start:]):
+            assert time.monotonic() < deadline, f"the daemon never said {event}: {self.seen}"
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if not ready:
+                continue
+            chunk = os.read(self.fd, 65536)
+            assert chunk, f"the daemon ended before it said {event}: {self.seen}"
+            self.pending += chunk
+            *complete, self.pending = self.pending.split(b"\n")
+            self.seen += [json.loads(line) for line in complete if line.strip()]
+        return self.seen
 
 
 # schedules ------------------------------------------------------------------------------------------------------
@@ -224,6 +234,35 @@ def test_an_interrupted_occurrence_past_its_window_is_closed_at_startup_cron_exe
     assert not (workspace / "a.txt").exists()  # the occurrence's work was never redone
 
 
+def test_an_interrupted_occurrence_within_its_window_is_resumed_at_startup(tmp_path, workspace):
+    outbox = tmp_path / "outbox.jsonl"
+    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    scenario = write_scenario(
+        tmp_path,
+        [{"text": "telling", "tool_calls": [call("send_notification", to="#ops", message="yearly")]}, {"text": "ok"}],
+    )
+    yearly = "0 0 1 1 *"  # its latest occurrence is before the job exists: the daemon never fires one itself
+    added = done(
+        workspace, "schedule", "add", "yearly", str(scenario), "--cron", yearly, "--exec-timeout", str(400 * 86400)
+    )
+    assert added.returncode == 0, added.stderr
+    at = schedule.latest_occurrence(yearly, schedule.now_ms())
+    crash = cli_env(TIDEMARK_OUTBOX=str(outbox), TIDEMARK_FAILPOINT="before_step")
+    assert done(workspace, "schedule", "fire", "yearly", "--at", str(at), env=crash).returncode == -9
+    run_id = schedule.occurrence_run_id("yearly", at)
+
+    events = daemon_once(workspace, env=env)
+    assert [e["run_id"] for e in of(events, "worker_started")] == [run_id]
+    (exited,) = of(events, "worker_exited", run_id)
+    assert (exited["kind"], exited["exit_code"], exited["status"]) == ("resume", 0, "completed")
+    store = opened(workspace)
+    view = load_view(store, run_id)
+    assert view.status == "completed" and view.recoveries[-1].action == "resumed"
+    assert view.recoveries[-1].mode == "scheduled_work"
+    assert lines(outbox) == 1
+    assert store.read_restart_checkpoint(run_id) is None
+
+
 # the reaper -----------------------------------------------------------------------------------------------------
 
 
@@ -321,10 +360,11 @@ def test_a_run_that_crashes_while_the_daemon_runs_is_recovered_without_a_restart
     )
     supervisor = tidemark(workspace, "daemon", "--json", "--poll", "0.2")
     try:
-        events_of_daemon(supervisor, "startup_recovery")
+        output = DaemonLines(supervisor)
+        output.until("startup_recovery")
         crash = cli_env(TIDEMARK_FAILPOINT="after_outcome:write_file")
         assert done(workspace, "run", str(scenario), "--run-id", "r", env=crash).returncode == -9
-        events = events_of_daemon(supervisor, "worker_exited")
+        events = output.until("worker_exited")
     finally:
         supervisor.send_signal(signal.SIGTERM)
         supervisor.communicate(timeout=TIMEOUT)
@@ -438,7 +478,7 @@ def test_workers_die_with_a_killed_daemon_and_the_next_one_recovers_their_run(tm
 
     supervisor = tidemark(workspace, "daemon", "--json", "--poll", "0.2")
     try:
-        worker = events_of_daemon(supervisor, "worker_started")[-1]["pid"]
+        worker = DaemonLines(supervisor).until("worker_started")[-1]["pid"]
         start_time = process_start_time(worker)
         wait_until(marker.exists, "the worker running the slow call")
     finally:
