@@ -766,19 +766,34 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path):
     marker = tmp_path / "cmd.log"
     script = tmp_path / "sc.json"
     command = f"echo start >> {marker}; sleep 4; echo end >> {marker}"
-    script.write_text(json.dumps({"task": "t", "turns": [
-        {"tool_calls": [{"tool": "run_command", "args": {"command": command}}]}, {"text": "done"}]}))
+    script.write_text(
+        json.dumps(
+            {
+                "task": "t",
+                "turns": [{"tool_calls": [{"tool": "run_command", "args": {"command": command}}]}, {"text": "done"}],
+            }
+        )
+    )
     env = cli_env(TIDEMARK_OUTBOX=str(tmp_path / "outbox"))
-    child = subprocess.Popen([sys.executable, "-m", "tidemark", "run", str(script), "--workspace", str(workspace),
-                              "--run-id", "r"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tidemark", "run", str(script), "--workspace", str(workspace), "--run-id", "r"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(3000):
         if marker.exists():
             break
         time.sleep(0.01)
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
-    resumed = subprocess.run([sys.executable, "-m", "tidemark", "resume", "r", "--workspace", str(workspace),
-                              "--skip", "call_1"], env=env, capture_output=True, text=True, timeout=60)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "tidemark", "resume", "r", "--workspace", str(workspace), "--skip", "call_1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert resumed.returncode == 0, resumed.stderr
     time.sleep(5)
     assert marker.read_text() == "start\n"  # the orphaned command never finished

@@ -7,9 +7,10 @@ never appended; ``RecoveryOwnerTerminalEvent`` rows, unique per (recovery_class,
 §5: the terminal status and the self-healing prompt, both verbatim.
 
 In tidemark an agent is a run: ``agent_id`` is the run id. ``owner_id`` names who answers for the agent's work:
-the run itself for a root run, ``<parent run>/<spawning call>`` for a subagent, ``job:<job id>`` for scheduled
-work. ``ControlRecord`` is what people send a run from outside (approve, deny, submit, cancel, reset, successor):
-they hold no claim, so these go to a separate, unfenced channel that only the owner acts on.
+the run itself for a root run, ``<parent run>/<spawning call>`` for a subagent, ``job:<job id>/<occurrence ms>``
+for scheduled work (one owner per occurrence: the owner key is unique). ``ControlRecord`` is what people send a
+run from outside (approve, deny, submit, cancel, reset, successor): they hold no claim, so these go to a separate,
+unfenced channel that only the owner acts on.
 """
 
 from __future__ import annotations

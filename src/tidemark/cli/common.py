@@ -13,7 +13,10 @@ from tidemark.api import Tidemark
 from tidemark.api import open as open_tidemark
 from tidemark.errors import ConfigError
 
-StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URL (default WORKSPACE/.agent-runtime).")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", envvar="TIDEMARK_STORE", help="Store URL (default WORKSPACE/.agent-runtime)."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 WorkspaceOpt = Annotated[str, typer.Option("--workspace", "-w", help="The agent's workspace folder.")]
 ToolsOpt = Annotated[

@@ -82,7 +82,8 @@ class Agent:
                     self.provider.model = overrides.requested_model
                     session.model = overrides.requested_model
                 stream = VisibleStream(session, turn, self.output) if self.output is not None else None
-                reply = self.provider.complete(context, turn, stream)
+                with session.heartbeats():  # a long model call must not look like a dead owner to a reaper
+                    reply = self.provider.complete(context, turn, stream)
                 failpoints.hit("after_model")
                 calls = [_on_this_branch(session, call) for call in reply.tool_calls]
                 session.add_message("assistant", reply.text, tool_calls=tuple(calls), turn=turn)

@@ -402,7 +402,8 @@ class Daemon:
     ) -> None:
         if self.stop_requested or key in self.workers:
             return
-        command = [self.options.python, "-m", "tidemark", *args, "--store", self.store.url]
+        # The store URL goes by the environment, not argv: a password in it must not show in `ps`.
+        command = [self.options.python, "-m", "tidemark", *args]
         command += ["--workspace", workspace or self.options.workspace, "--json"]
         for spec in dict.fromkeys((*tools, *self.options.tools)):
             command += ["--tools", spec]
@@ -414,6 +415,7 @@ class Daemon:
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
+                env={**os.environ, "TIDEMARK_STORE": self.store.url},
                 preexec_fn=_die_with_parent(os.getpid()),  # safe here: the daemon has one thread
                 process_group=0,  # its own group: a terminal's Ctrl-C reaches the daemon, which decides
             )
