@@ -232,8 +232,9 @@ def test_cancelling_a_dead_run_closes_it_with_user_cancelled(tmp_path):
     done = cli("cancel", "r")
     assert done.returncode == 0 and "cancelled" in done.stdout
     assert_closed(cli, "r", "user_cancelled")
-    again = cli("resume", "r")
-    assert again.returncode == 9 and "invalid_durable_owner_identity" in again.stderr
+    again = cli("resume", "r")  # closed stays closed: nothing is claimed or recorded again
+    assert again.returncode == 9 and "is closed" in again.stderr and "--successor-of r" in again.stderr
+    assert len(cli.store().terminal_events("r")) == 1
     assert cli.sent() == 1
 
 
@@ -260,7 +261,7 @@ def test_a_whole_stream_cancel_reaches_the_subagents(tmp_path):
     assert_closed(cli, "p", "user_cancelled_whole_stream")
     assert_closed(cli, "p.call_1", "user_cancelled_whole_stream")  # the subagent first, while its parent stood
     resumed = cli("resume", "p.call_1")
-    assert resumed.returncode == 9 and "invalid_durable_owner_identity" in resumed.stderr  # closed stays closed
+    assert resumed.returncode == 9 and "is closed" in resumed.stderr  # closed stays closed
 
 
 def test_a_context_reset_voids_the_work_in_flight(tmp_path):

@@ -182,7 +182,7 @@ def resume(
             replay=replay or (),
             skip=skip or (),
             takeover=takeover,
-            model=provider.model,
+            model=model,  # None: the run's own model (a submission may have asked for another); no switch
             output=_shown(as_json),
         )
     except DecisionNeeded as exc:

@@ -10,10 +10,10 @@ from tidemark.core.recovery import CallReport, ResumePlan, expected_files, pendi
 from tidemark.errors import ResumeError, ToolFailure
 from tidemark.records import RunStatus, ToolCall, ToolLedgerEntry
 from tidemark.runtime import failpoints, inbox, shutdown
-from tidemark.runtime.approvals import Interrupted, RunCancelled
 from tidemark.runtime.context import RECOVERY_NOTE, build_context
 from tidemark.runtime.provider import Provider
 from tidemark.runtime.session import DecisionNeeded, RunSession
+from tidemark.runtime.stops import Interrupted, RunCancelled, WorkVoided
 from tidemark.runtime.subagents import SPAWN_SUBAGENT, subagent_tool
 
 
@@ -89,8 +89,11 @@ class Agent:
                 session.add_message("assistant", reply.text, tool_calls=tuple(calls), turn=turn)
                 session.next_turn = turn + 1
                 session.pending = list(calls)
-                if stream is not None and stream.started:
-                    session.commit()  # the shown text is in the history before the flag that guards it is cleared
+                if stream is not None and stream.started and calls:
+                    # The user saw this turn: a resume continues from it, its calls pending, and never asks the
+                    # model for it again. Durable before the flag that guards it is cleared.
+                    session.checkpoint("tool_start")
+                    session.commit()
                 if not calls:
                     session.checkpoint("after_step")
                     session.commit()
@@ -102,7 +105,11 @@ class Agent:
                 session.restart.write(session.restart.loop_state(turn))
                 for call in calls:
                     if not overrides.allows(call.tool, session):
-                        session.refuse(call, f"step_{session.step}", f"tool {call.tool!r} is not granted to this run")
+                        session.refuse(
+                            call,
+                            f"step_{session.step}",
+                            f"tool {call.tool!r} is not granted to this run now (not in its grants, or they expired)",
+                        )
                         continue
                     session.execute(call, f"step_{session.step}")
                 session.checkpoint("after_step")
@@ -115,7 +122,7 @@ class Agent:
         except RunCancelled as exc:
             inbox.close_cancelled(session, exc)
             return "cancelled"
-        except inbox.WorkVoided as exc:
+        except WorkVoided as exc:
             inbox.close_voided(session, exc)
             return "closed"
         except Interrupted as exc:

@@ -13,35 +13,18 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from tidemark.errors import TidemarkError
 from tidemark.records import ToolCall, ToolLedgerEntry
-from tidemark.recovery_records import Approval, CancelRequest, RuntimeRestartToolApprovalWait
-from tidemark.runtime import failpoints, shutdown
+from tidemark.recovery_records import Approval, RuntimeRestartToolApprovalWait
+from tidemark.runtime import failpoints, shutdown, stops
 from tidemark.runtime.restart import controls, mark_seen
 from tidemark.runtime.restart_state import now_ms
+from tidemark.runtime.stops import Interrupted
 
 if TYPE_CHECKING:
     from tidemark.runtime.session import RunSession
 
 POLL_SECONDS = 0.05
 PERSIST_SECONDS = 1.0  # how often the time left is written: a restart loses at most this much of the wait
-
-
-class RunCancelled(TidemarkError):
-    """The user cancelled the run while it was working (``tidemark cancel``)."""
-
-    exit_code = 10
-
-    def __init__(self, request: CancelRequest, position: int) -> None:
-        super().__init__(f"cancelled by {request.by} at {request.at}")
-        self.request = request
-        self.position = position
-
-
-class Interrupted(TidemarkError):
-    """The process was asked to stop (SIGTERM): it stops at a safe point and leaves the restart checkpoint."""
-
-    exit_code = 11
 
 
 @dataclass(frozen=True)
@@ -63,14 +46,6 @@ def needs_approval(session: RunSession, entry: ToolLedgerEntry, tool_needs: bool
     if entry.status != "planned":
         return False  # approved already (durably), or it has run: never asked twice
     return tool_needs or (session.info.approval == "high" and entry.risk_level == "high")
-
-
-def first_cancel(session: RunSession) -> tuple[int, CancelRequest] | None:
-    seen = session.control_seen
-    for position, record in controls(session.store, session.info.run_id):
-        if isinstance(record, CancelRequest) and position not in seen:
-            return position, record
-    return None
 
 
 def wait_for_approval(session: RunSession, request: AwaitApproval) -> ApprovalOutcome:
@@ -103,9 +78,9 @@ def wait_for_approval(session: RunSession, request: AwaitApproval) -> ApprovalOu
     persisted = time.monotonic()
     ignored: set[int] = set()
     while True:
-        for position, record in controls(session.store, session.info.run_id):
-            if isinstance(record, CancelRequest) and position not in session.control_seen:
-                raise RunCancelled(record, position)
+        found = controls(session.store, session.info.run_id)
+        stops.raise_if_stopped(session, found)  # a cancel, a reset or a successor ends the wait: nothing is sent
+        for position, record in found:
             if not isinstance(record, Approval) or record.call_id != call.call_id or position in ignored:
                 continue
             if record.input_hash != entry.input_hash:

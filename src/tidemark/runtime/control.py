@@ -86,11 +86,11 @@ def _owner_is_live(store: Store, run_id: str) -> bool:
 
 def settle_now(store: Store, run_id: str) -> str:
     """With no live owner, a restart recovery acts on the request now; returns what became of the run."""
-    judged = judge(store, run_id)
-    if judged.verdict.resumable:
-        return "requested"
     claim = store.claim(run_id, holder_id(), takeover=False)
     try:
+        judged = judge(store, run_id)
+        if judged.verdict.resumable:
+            return "requested"
         close_after_restart(store, claim, judged)
     finally:
         store.release(claim)

@@ -9,17 +9,15 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from tidemark.errors import TidemarkError
 from tidemark.records import RunStatus
 from tidemark.recovery_records import (
     SELF_HEALING,
-    CancelRequest,
-    ContextResetRequest,
     ControlRecord,
     ControlSeen,
     RecoveryOwnerTerminalEvent,
@@ -29,11 +27,10 @@ from tidemark.recovery_records import (
     RuntimeRestartQueuedSubmission,
     Submission,
     SubtaskStopped,
-    SuccessorAccepted,
 )
-from tidemark.runtime import failpoints
-from tidemark.runtime.approvals import RunCancelled
+from tidemark.runtime import failpoints, stops
 from tidemark.runtime.restart import controls, tell_parent
+from tidemark.runtime.stops import RunCancelled, WorkVoided
 from tidemark.store.ownership import now
 
 if TYPE_CHECKING:
@@ -44,14 +41,6 @@ if TYPE_CHECKING:
 _encoder = msgspec.json.Encoder()
 CANCELLED_STATUS = "Cancelled by the user."
 VOIDED_STATUS = "Closed: its work was voided ({reason})."
-
-
-class WorkVoided(TidemarkError):
-    def __init__(self, reason: ReplayForbiddenReason, detail: str, position: int) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.position = position
 
 
 @dataclass(frozen=True)
@@ -71,6 +60,9 @@ class Overrides:
         granted = session.info.tools_allowed
         if granted is not None and tool not in granted:
             return False
+        expires = session.info.grant_expires_at_ms
+        if expires is not None and time.time_ns() // 1_000_000 >= expires:
+            return False  # an expired grant allows nothing (at a restart: invalid_inherited_execution_authority)
         return self.tools_allowed_override is None or tool in self.tools_allowed_override
 
 
@@ -144,15 +136,11 @@ def admit(session: RunSession, position: int, submission: Submission) -> None:
 
 
 def take_controls(session: RunSession) -> None:
-    for position, record in _unhandled(session):
-        if isinstance(record, CancelRequest):
-            raise RunCancelled(record, position)
-        if isinstance(record, ContextResetRequest):
-            raise WorkVoided("context_reset", f"the user reset the context at {record.at}", position)
-        if isinstance(record, SuccessorAccepted):
-            raise WorkVoided(
-                "successor_accepted", f"run {record.successor_run_id!r} took over this work at {record.at}", position
-            )
+    found = controls(session.store, session.info.run_id)
+    stops.raise_if_stopped(session, found)
+    for position, record in found:
+        if position in session.control_seen:
+            continue
         if isinstance(record, SubtaskStopped):
             inject_self_healing(session, record)
             _seen(session, position, "subtask_stopped", record.child_run_id)
@@ -209,14 +197,29 @@ def finish_closed(
             payload_json=_encoder.encode({"reason": reason, "detail": detail}).decode(),
         ),
     )
-    session.restart.delete()
     if info.parent_run_id is not None and info.parent_call_id is not None:
-        tell_parent(store, info.parent_run_id, info.run_id, info.parent_call_id, reason)
+        tell_parent(store, info.parent_run_id, info.run_id, info.parent_call_id, reason, live_prompt(reason))
+    session.restart.delete()  # last: while it exists, a restart finishes this close
+
+
+def live_prompt(reason: ReplayForbiddenReason) -> str:
+    """What a parent is told when its subtask is stopped while running (the seed's prompt is for restarts)."""
+    why = {
+        "user_cancelled": "was cancelled by the user",
+        "user_cancelled_whole_stream": "was cancelled by the user, with everything it belongs to",
+        "context_reset": "was stopped because its context was reset",
+        "successor_accepted": "was stopped because another run took over its work",
+    }.get(reason, f"was stopped ({reason})")
+    return (
+        f"This subtask {why} and did not report a result. Its work may be partly done: check what it already "
+        "produced before redoing anything, then redo or redelegate only what is actually missing."
+    )
 
 
 def close_cancelled(session: RunSession, exc: RunCancelled) -> None:
     request = exc.request
-    _seen(session, exc.position, "cancel")
+    if exc.position is not None:
+        _seen(session, exc.position, "cancel")
     if request.whole_stream:
         for position, record in _unhandled(session):
             if isinstance(record, Submission):

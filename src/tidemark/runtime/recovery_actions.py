@@ -309,6 +309,8 @@ def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool
     session.model, session.model_config = checkpoint.model, dict(checkpoint.model_config)
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
     session.event("interrupted", f"session restored to {checkpoint_id}; `tidemark resume` continues from there")
+    # What was in flight belonged to the branch left behind: a restart must not judge the new one by it.
+    session.restart.delete()
     return restored
 
 

@@ -35,6 +35,7 @@ from tidemark.store.base import Claim, LogRecord, Store
 from tidemark.store.ownership import now
 
 _control_decoder = msgspec.json.Decoder(ControlRecord)
+_header_decoder = msgspec.json.Decoder(RunInfo)
 _encoder = msgspec.json.Encoder()
 
 CLOSED_EVENT = "closed_during_restart_recovery"
@@ -88,17 +89,20 @@ def _parent_facts(store: Store, info: RunInfo) -> ParentFacts | None:
     )
 
 
-def _whole_stream_cancel(store: Store, info: RunInfo) -> CancelRequest | None:
-    """A whole-stream cancel sent to any ancestor reaches this run too."""
+def ancestor_stream_cancel(store: Store, info: RunInfo) -> CancelRequest | None:
+    """A whole-stream cancel sent to any ancestor reaches this run too. Only headers and control channels are
+    read (a parent's whole log is not), so a live child can ask at every step."""
     parent_id, hops = info.parent_run_id, 0
     while parent_id is not None and hops < 32:
-        parent = _load(store, parent_id)
-        if parent is None:
+        try:
+            header = _header_decoder.decode(store.run_header(parent_id))
+            found = controls(store, parent_id)  # handled or not: a cancelled stream stays cancelled
+        except (RunNotFoundError, CorruptRecordError, msgspec.DecodeError):
             return None  # a missing ancestor is the structural assertion's to report
-        for _, record in controls(store, parent_id):  # handled or not: a cancelled stream stays cancelled
+        for _, record in found:
             if isinstance(record, CancelRequest) and record.whole_stream:
                 return record
-        parent_id, hops = parent.info.parent_run_id, hops + 1
+        parent_id, hops = header.parent_run_id, hops + 1
     return None
 
 
@@ -124,7 +128,7 @@ def judge(
     pending = unhandled(store, run_id, view) if view is not None else []
     cancel = next((r for _, r in reversed(pending) if isinstance(r, CancelRequest)), None)
     if view is not None and cancel is None:
-        cancel = _whole_stream_cancel(store, view.info)
+        cancel = ancestor_stream_cancel(store, view.info)
     facts = RestartFacts(
         agent_id=run_id,
         now_ms=now_ms() if at_ms is None else at_ms,
@@ -164,48 +168,23 @@ def report_of(verdict: RecoveryVerdict, generation: int, action: str) -> Recover
     )
 
 
-def _reason(verdict: RecoveryVerdict) -> str:
-    if verdict.failed is not None:
-        return verdict.failed
-    if isinstance(verdict.disposition, ReplayForbidden):
-        return verdict.disposition.reason
-    return "resumable"
-
-
 def close_after_restart(
     store: Store, claim: Claim, judged: Judged, *, event_type: str = CLOSED_EVENT
 ) -> RecoveryReport:
-    """§5, in the seed's order: terminal status, terminal event, restart checkpoint deleted, then the parent
-    told. Each step is idempotent, so a crash half-way is finished by the next recovery, which finds the owner
-    closed (invalid_durable_owner_identity) and runs this again."""
+    """§5: terminal status, terminal event, the parent told, the restart checkpoint deleted.
+
+    The order is the seed's except that the reason goes to the run's log first and the checkpoint is deleted
+    last: every step is idempotent, and as long as the checkpoint exists the next recovery finishes the cleanup
+    (keeping the first terminal status and the reason that started it: a cleanup cut short and repeated records
+    nothing twice and never relabels why the run was closed)."""
     verdict, view = judged.verdict, judged.view
-    reason = _reason(verdict)
-    report = report_of(verdict, claim.generation, "closed")
-    store.close_owner(claim, TERMINAL_STATUS_RESTART)
-    owner = store.owner(claim.run_id)
-    if owner is not None:
-        # Keyed by the generation whose work was interrupted, so a repeated cleanup records nothing twice.
-        interrupted = verdict.config.generation if verdict.config else (judged.facts.owner or owner).generation
-        store.record_terminal_event(
-            claim,
-            RecoveryOwnerTerminalEvent(
-                recovery_class=owner.recovery_class,
-                owner_id=owner.owner_id,
-                generation=interrupted,
-                event_type=event_type,
-                created_at=now(),
-                payload_json=_encoder.encode(
-                    {
-                        "reason": reason,
-                        "detail": report.detail,
-                        "assertions": list(verdict.checked),
-                        "closed_by_generation": claim.generation,
-                    }
-                ).decode(),
-            ),
-        )
-    store.delete_restart_checkpoint(claim)
-    if view is not None:
+    previous = view.recoveries[-1] if view is not None and view.recoveries else None
+    if previous is not None and previous.action == "closed" and previous.assertions:
+        report = previous  # a restart cleanup cut short: finish it, for its own reason
+    else:
+        report = report_of(verdict, claim.generation, "closed")
+    reason = report.failed or (report.disposition.reason if isinstance(report.disposition, ReplayForbidden) else "")
+    if view is not None and report is not previous:
         _append(
             store,
             claim,
@@ -220,12 +199,40 @@ def close_after_restart(
                 ),
             ],
         )
-        if view.info.parent_run_id is not None and view.info.parent_call_id is not None:
-            tell_parent(store, view.info.parent_run_id, claim.run_id, view.info.parent_call_id, reason)
+    owner = store.owner(claim.run_id)
+    if owner is not None and owner.terminal_at is None:
+        store.close_owner(claim, TERMINAL_STATUS_RESTART)
+        owner = store.owner(claim.run_id)
+    if owner is not None:
+        # Keyed by the generation whose work was interrupted, so a repeated cleanup records nothing twice.
+        interrupted = verdict.config.generation if verdict.config else report.generation
+        store.record_terminal_event(
+            claim,
+            RecoveryOwnerTerminalEvent(
+                recovery_class=owner.recovery_class,
+                owner_id=owner.owner_id,
+                generation=interrupted,
+                event_type=event_type,
+                created_at=now(),
+                payload_json=_encoder.encode(
+                    {
+                        "reason": reason,
+                        "detail": report.detail,
+                        "assertions": list(report.assertions),
+                        "closed_by_generation": report.generation,
+                    }
+                ).decode(),
+            ),
+        )
+    if view is not None and view.info.parent_run_id is not None and view.info.parent_call_id is not None:
+        tell_parent(store, view.info.parent_run_id, claim.run_id, view.info.parent_call_id, reason)
+    store.delete_restart_checkpoint(claim)
     return report
 
 
-def tell_parent(store: Store, parent_run_id: str, child_run_id: str, call_id: str, reason: str) -> None:
+def tell_parent(
+    store: Store, parent_run_id: str, child_run_id: str, call_id: str, reason: str, prompt: str = SELF_HEALING_PROMPT
+) -> None:
     """Hand the parent the self-healing prompt; its next session puts it in the model's context at high priority."""
     with contextlib.suppress(RunNotFoundError):  # an orphan: nobody is left to tell
         for _, record in controls(store, parent_run_id):
@@ -235,7 +242,7 @@ def tell_parent(store: Store, parent_run_id: str, child_run_id: str, call_id: st
             parent_run_id,
             _encoder.encode(
                 SubtaskStopped(
-                    child_run_id=child_run_id, call_id=call_id, reason=reason, prompt=SELF_HEALING_PROMPT, at=now()
+                    child_run_id=child_run_id, call_id=call_id, reason=reason, prompt=prompt, at=now()
                 )
             ),
         )

@@ -94,7 +94,8 @@ class RestartState:
             consecutive_batches=batches,
             pending_tool_calls=tuple(call.call_id for call in session.pending),
             completed_unpersisted_tool_outputs=done,
-            lifetime_inference_count=sum(1 for m in history if m.role == "assistant"),
+            # Over every branch the run ever had: a rewind does not give back the inferences it made.
+            lifetime_inference_count=sum(1 for m in session.message_records.values() if m.role == "assistant"),
             lifetime_tool_call_count=len(session.ledger),
             visible_output_started=visible_output_started,
         )

@@ -36,8 +36,20 @@ def resume_session(
 
     Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
     ``DecisionNeeded`` when a call may have taken effect and a person must decide."""
-    judged = judge(store, run_id, resuming_model=model)
+    owner = store.owner(run_id)
+    if owner is not None and owner.terminal_at is not None and store.read_restart_checkpoint(run_id) is None:
+        # Closed, and its cleanup finished: nothing to claim, nothing to record again.
+        raise RecoveryClosedError(
+            f"run {run_id!r} is closed ({owner.terminal_status}, at {owner.terminal_at}); it is never resumed. "
+            f"See `tidemark explain {run_id}`; continue its work with `tidemark run ... --successor-of {run_id}`"
+        )
+    # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
     claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
+    try:
+        judged = judge(store, run_id, resuming_model=model)
+    except BaseException:
+        store.release(claim)
+        raise
     if not judged.verdict.resumable:
         try:
             close_after_restart(store, claim, judged)
@@ -55,8 +67,10 @@ def resume_session(
         session.restart.current = judged.verdict.payload
         if session.view.status == "completed":
             if inbox.has_submissions(session):
-                session.commit()
-                return session, None  # a finished conversation goes on with what was submitted since
+                # The conversation goes on with what was submitted since; until it finishes again it is running,
+                # so a crash in between is resumed, not taken for a finished run.
+                session.event("running", "resumed: new input was submitted")
+                return session, None
             raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
         actions.finish_interrupted(session)  # a rollback or resolution a crash cut short is finished first
         plan = prepare_resume(session, replay=replay, skip=skip)

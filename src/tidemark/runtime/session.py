@@ -55,10 +55,11 @@ from tidemark.records import (
 )
 from tidemark.recovery_records import ControlSeen
 from tidemark.runtime import failpoints
-from tidemark.runtime.approvals import ApprovalOutcome, AwaitApproval, Interrupted, needs_approval, wait_for_approval
+from tidemark.runtime.approvals import ApprovalOutcome, AwaitApproval, needs_approval, wait_for_approval
 from tidemark.runtime.file_changes import FileBefore, FileChanges
 from tidemark.runtime.processes import ProcessNotes, kill_leftovers
 from tidemark.runtime.restart_state import RestartState
+from tidemark.runtime.stops import Interrupted
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry
 from tidemark.store.base import Claim, LogRecord, RecoveryIdentity, Store
 from tidemark.workspace.files import Workspace
@@ -131,8 +132,8 @@ def run_tool_sync(invocation: Invocation) -> Outcome:
         if invocation.tool.is_async:  # no loop runs here (Run.call refuses that case before `started`)
             return Outcome(True, _render_result(asyncio.run(invocation.tool.fn(invocation.ctx, **invocation.args))))
         return Outcome(True, _render_result(invocation.tool.fn(invocation.ctx, **invocation.args)))
-    except Interrupted:
-        raise  # asked to stop (a subagent's run, say): no outcome is recorded, so a restart resumes the call
+    except (Interrupted, DecisionNeeded):
+        raise  # a subagent stopped, or waits for a person: no outcome is recorded, so a restart resumes the call
     except Exception as exc:
         return _failure(exc)
 
@@ -144,7 +145,7 @@ async def run_tool_async(invocation: Invocation) -> Outcome:
         return refused
     try:
         return Outcome(True, _render_result(await invocation.tool.fn(invocation.ctx, **invocation.args)))
-    except Interrupted:
+    except (Interrupted, DecisionNeeded):
         raise
     except Exception as exc:
         return _failure(exc)

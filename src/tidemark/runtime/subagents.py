@@ -12,6 +12,8 @@ The parent records ``SubagentSpawned`` durably before the child exists, so the c
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from tidemark.errors import RecoveryClosedError, RunNotFoundError, ToolFailure
 from tidemark.records import RunInfo
 from tidemark.recovery_records import SELF_HEALING_PROMPT, SubagentSpawned
-from tidemark.runtime.approvals import Interrupted
 from tidemark.runtime.provider import Provider
+from tidemark.runtime.restart import tell_parent
+from tidemark.runtime.stops import Interrupted
 from tidemark.runtime.tools import Tool, ToolContext, ToolRegistry, tool
 
 if TYPE_CHECKING:
@@ -59,10 +62,12 @@ def subagent_tool(
     """The tool, bound to one parent session, a way to build the child's model, and where streamed text goes."""
     from tidemark.runtime.agent import Agent
     from tidemark.runtime.resume import resume_session
-    from tidemark.runtime.session import RunSession, load_view, now
+    from tidemark.runtime.session import DecisionNeeded, RunSession, load_view, now
 
     def registry_for(info: RunInfo) -> ToolRegistry:
-        allowed = set(info.tools_allowed or ())
+        # Never the parent's spawn_subagent: it is bound to the parent. A child allowed to spawn gets its own,
+        # bound to itself (its grants, its log), when its loop starts.
+        allowed = set(info.tools_allowed or ()) - {SPAWN_SUBAGENT}
         return ToolRegistry([parent.registry.get(name) for name in parent.registry.names() if name in allowed])
 
     def finish(child: RunSession, provider: Provider, system: str) -> str:
@@ -74,6 +79,11 @@ def subagent_tool(
             return _answer_of(child.history)
         if status == "interrupted":
             raise Interrupted(f"subagent {child.info.run_id} stopped; it resumes with its parent")
+        if status == "waiting_decision":
+            raise DecisionNeeded(
+                f"subagent {child.info.run_id} waits for a decision: `tidemark resume {child.info.run_id} "
+                f"--replay CALL_ID` or `--skip CALL_ID`, then resume {parent.info.run_id}"
+            )
         if status in ("closed", "cancelled"):
             raise _stopped(child.info.run_id, status)
         raise ToolFailure(f"subagent {child.info.run_id} ended {status}; see `tidemark explain {child.info.run_id}`")
@@ -82,8 +92,6 @@ def subagent_tool(
         view = load_view(parent.store, child_id)
         if view.status == "completed":
             return _answer_of(view.history)
-        if view.status in ("closed", "cancelled"):
-            raise _stopped(child_id, view.events[-1].detail if view.events else view.status)
         provider, system = child_provider(view.info)
         try:
             # The parent's current owner is the only one entitled to its children: any other holder is stale.
@@ -96,8 +104,14 @@ def subagent_tool(
                 model=provider.model,
             )
         except RecoveryClosedError as exc:
+            # Closed now or before (a close cut short is finished by that resume): the parent is told either way.
+            tell_parent(parent.store, parent.info.run_id, child_id, ctx_call(child_id), "closed")
             raise _stopped(child_id, str(exc)) from None
         return finish(child, provider, system)
+
+    def ctx_call(child_id: str) -> str:
+        info = load_view(parent.store, child_id).info
+        return info.parent_call_id or ""
 
     @tool(
         name=SPAWN_SUBAGENT,
@@ -114,7 +128,7 @@ def subagent_tool(
         expires_in_s: float | None = None,
         scenario: dict[str, Any] | None = None,
     ) -> str:
-        child_id = f"{ctx.run_id}.{ctx.call_id}"
+        child_id = child_run_id(ctx.run_id, ctx.call_id)
         try:
             parent.store.run_header(child_id)
         except RunNotFoundError:
@@ -154,6 +168,17 @@ def subagent_tool(
         return finish(child, provider, system)
 
     return spawn_subagent
+
+
+def child_run_id(parent_run_id: str, call_id: str) -> str:
+    """The child's run id, from its parent's and the spawning call's: a valid run id whatever the call id holds
+    (a call id on a restored branch carries a '~'; a model's ids can be anything)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", call_id)
+    candidate = f"{parent_run_id}.{safe}"
+    if len(candidate) <= 128 and safe == call_id:
+        return candidate
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:12]
+    return f"{parent_run_id[:90]}.{safe[:20]}-{digest}"
 
 
 def _answer_of(history: list[Any]) -> str:
