@@ -764,8 +764,10 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     marker = tmp_path / "cmd.log"
+    pid_file = tmp_path / "cmd.pid"
     script = tmp_path / "sc.json"
-    command = f"echo start >> {marker}; sleep 4; echo end >> {marker}"
+    # Long enough that only a kill ends it before the test does (no race with how fast the resume starts).
+    command = f"echo $$ > {pid_file}; echo start >> {marker}; sleep 120; echo end >> {marker}"
     script.write_text(
         json.dumps(
             {
@@ -781,12 +783,14 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    for _ in range(3000):
+    for _ in range(6000):
         if marker.exists():
             break
         time.sleep(0.01)
+    shell = int(pid_file.read_text())
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
+    assert _running(shell)  # the agent died; its command did not
     resumed = subprocess.run(
         [sys.executable, "-m", "tidemark", "resume", "r", "--workspace", str(workspace), "--skip", "call_1"],
         env=env,
@@ -795,5 +799,14 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path):
         timeout=60,
     )
     assert resumed.returncode == 0, resumed.stderr
-    time.sleep(5)
-    assert marker.read_text() == "start\n"  # the orphaned command never finished
+    assert not _running(shell)  # claiming the run killed the orphaned command
+    assert marker.read_text() == "start\n"  # and it never finished
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a killed process another test runner has not reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

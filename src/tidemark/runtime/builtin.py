@@ -171,16 +171,34 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
     """Run a shell command in the workspace; classified per command line (`ls` may be re-run, `npm publish` not)."""
     env = {**os.environ, "TIDEMARK_IDEMPOTENCY_KEY": ctx.idempotency_key}
     env.pop("TIDEMARK_FAILPOINT", None)
-    with subprocess.Popen(
-        ["bash", "-c", command],
-        cwd=ctx.workspace.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,  # so a timeout kills the whole process group, not just bash
-    ) as process:
-        ctx.processes.started(process.pid)
+    # The command waits for a byte on a pipe before it starts, and the byte is sent only once its process group
+    # is noted: an agent killed in between leaves a process that sees end-of-file and exits without running it
+    # (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
+    gate_read, gate_write = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [
+                "bash",
+                "-c",
+                f'read -r -n 1 _ <&{gate_read} || exit 125; exec {gate_read}<&-; exec bash -c "$0"',
+                command,
+            ],
+            cwd=ctx.workspace.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            pass_fds=(gate_read,),
+            start_new_session=True,  # so a timeout kills the whole process group, not just bash
+        )
+    finally:
+        os.close(gate_read)
+    with process:
+        try:
+            ctx.processes.started(process.pid)
+            os.write(gate_write, b"x")
+        finally:
+            os.close(gate_write)
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
