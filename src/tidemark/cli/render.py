@@ -17,6 +17,9 @@ _STATUS_STYLE = {
     "started": "yellow",
     "interrupted": "yellow",
     "waiting_decision": "magenta",
+    "waiting_approval": "magenta",
+    "closed": "red",
+    "cancelled": "red",
 }
 
 
@@ -27,11 +30,14 @@ def _styled(value: str) -> Text:
 def status_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="runs")
     for column in ("run_id", "status", "step", "calls", "problems", "task"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in rows:
+        status = _styled(row["status"])
+        if row.get("terminal_status"):  # closed: say how, in the seed's words (`explain` says why)
+            status.append(f"\n{row['terminal_status']}", style="dim")
         table.add_row(
             row["run_id"],
-            _styled(row["status"]),
+            status,
             str(row["step"]),
             str(row["calls"]),
             str(row["problems"]),
