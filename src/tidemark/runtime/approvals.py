@@ -94,6 +94,9 @@ def wait_for_approval(session: RunSession, request: AwaitApproval) -> ApprovalOu
             return ApprovalOutcome(record.approved, why, msgspec.structs.replace(wait, timeout_remaining_ms=left))
         if shutdown.requested():
             raise Interrupted(f"stopped while call {call.call_id} waited for approval; the wait resumes on restart")
+        expires = session.info.grant_expires_at_ms
+        if expires is not None and now_ms() >= expires:
+            return ApprovalOutcome(False, "the grant this subagent runs under expired while it waited", wait)
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             timeout = session.info.approval_timeout_s
