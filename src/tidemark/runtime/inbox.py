@@ -131,6 +131,10 @@ def admit(session: RunSession, position: int, submission: Submission) -> None:
     failpoints.hit("submission_admitted")
     session.add_message("user", submission.text, name=f"submission:{submission.submission_key}")
     _seen(session, position, "submission", submission.submission_key)
+    # In the same fsync, a checkpoint that holds the message: a resume restores the conversation to it, never to
+    # one before it (the key is absorbed, so a rewind past the message would lose the submission for good).
+    session.pending = []
+    session.checkpoint("before_step")
     session.commit()
     session.trace("submission_admitted", key=submission.submission_key)
 
