@@ -240,21 +240,36 @@ def test_public_api_is_pinned():
             "FilePatchEntry",
             "Message",
             "ModelTurn",
+            "OpenAIProvider",
+            "OutputStream",
             "Provider",
+            "ProviderError",
             "RecoveryAction",
+            "RecoveryClosedError",
+            "RecoveryOwnerTerminalEvent",
+            "RecoveryVerdict",
+            "ReplayForbidden",
             "RestoreSession",
+            "Resumable",
             "ResumeError",
             "RollbackFiles",
             "Run",
             "RunExistsError",
             "RunLockedError",
             "RunNotFoundError",
+            "RuntimeRestartCheckpoint",
+            "RuntimeRestartQueuedSubmission",
+            "RuntimeRestartReactionLoopState",
+            "RuntimeRestartScheduledWorkContext",
+            "RuntimeRestartToolApprovalWait",
+            "SELF_HEALING_PROMPT",
             "Scenario",
             "ScenarioError",
             "ScriptedProvider",
             "StaleGenerationError",
             "StoreError",
             "StoreURLError",
+            "TERMINAL_STATUS_RESTART",
             "Tidemark",
             "TidemarkError",
             "Tool",
@@ -277,7 +292,15 @@ def test_public_api_is_pinned():
     )
     for name in tidemark.__all__:
         assert hasattr(tidemark, name)
-    for name in ("CorruptRecordError", "RunLockedError", "StaleGenerationError", "ScenarioError", "ToolFailure"):
+    for name in (
+        "CorruptRecordError",
+        "RunLockedError",
+        "StaleGenerationError",
+        "ScenarioError",
+        "ToolFailure",
+        "ProviderError",
+        "RecoveryClosedError",
+    ):
         assert issubclass(getattr(tidemark, name), tidemark.TidemarkError)
 
 

@@ -15,7 +15,7 @@ unfenced channel that only the owner acts on.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -33,15 +33,7 @@ RecoveryFailureReason = Literal[
     "invalid_durable_owner_identity",
     "invalid_inherited_execution_authority",
 ]
-RECOVERY_FAILURE_REASONS: tuple[RecoveryFailureReason, ...] = (
-    "partial_recovery_descriptor",
-    "invalid_recovery_descriptor",
-    "missing_conversation",
-    "invalid_structural_owner_identity",
-    "recovery_identity_mismatch",
-    "invalid_durable_owner_identity",
-    "invalid_inherited_execution_authority",
-)
+RECOVERY_FAILURE_REASONS: tuple[RecoveryFailureReason, ...] = get_args(RecoveryFailureReason)
 
 # §4.1
 ReplayForbiddenReason = Literal[
@@ -55,17 +47,7 @@ ReplayForbiddenReason = Literal[
     "cron_exec_timeout",
     "successor_accepted",
 ]
-REPLAY_FORBIDDEN_REASONS: tuple[ReplayForbiddenReason, ...] = (
-    "visible_output_started",
-    "user_cancelled",
-    "user_cancelled_whole_stream",
-    "agent_closed",
-    "model_switch",
-    "context_reset",
-    "runtime_work_reap",
-    "cron_exec_timeout",
-    "successor_accepted",
-)
+REPLAY_FORBIDDEN_REASONS: tuple[ReplayForbiddenReason, ...] = get_args(ReplayForbiddenReason)
 
 # §5.1 and §5.2, verbatim.
 TERMINAL_STATUS_RESTART = "Closed during restart recovery without reporting a result."

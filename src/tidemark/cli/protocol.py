@@ -16,6 +16,22 @@ from tidemark.cli.common import JsonOpt, StoreOpt, WorkspaceOpt, emit, open_tide
 
 
 def register(app: typer.Typer, out: Console) -> None:
+    def answer(
+        run_id: str,
+        call_id: str,
+        approved: bool,
+        by: str,
+        reason: str,
+        workspace: str,
+        store: str | None,
+        as_json: bool,
+    ) -> None:
+        tm = open_tidemark_at(store, workspace)
+        position = (tm.approve if approved else tm.deny)(run_id, call_id, by=by, reason=reason)
+        emit({"run_id": run_id, "call_id": call_id, "approved": approved, "position": position}, as_json)
+        if not as_json:
+            out.print(f"run {run_id}: call {call_id} {'approved' if approved else 'denied'}")
+
     @app.command()
     def approve(
         run_id: str,
@@ -27,10 +43,7 @@ def register(app: typer.Typer, out: Console) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Approve a call that waits for approval; it then runs once, with the input it was approved for."""
-        position = open_tidemark_at(store, workspace).approve(run_id, call_id, by=by, reason=reason)
-        emit({"run_id": run_id, "call_id": call_id, "approved": True, "position": position}, as_json)
-        if not as_json:
-            out.print(f"run {run_id}: call {call_id} approved")
+        answer(run_id, call_id, True, by, reason, workspace, store, as_json)
 
     @app.command()
     def deny(
@@ -43,10 +56,7 @@ def register(app: typer.Typer, out: Console) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Deny a call that waits for approval; it never runs and the model is told."""
-        position = open_tidemark_at(store, workspace).deny(run_id, call_id, by=by, reason=reason)
-        emit({"run_id": run_id, "call_id": call_id, "approved": False, "position": position}, as_json)
-        if not as_json:
-            out.print(f"run {run_id}: call {call_id} denied")
+        answer(run_id, call_id, False, by, reason, workspace, store, as_json)
 
     @app.command()
     def submit(

@@ -18,6 +18,7 @@ import msgspec
 from tidemark.recovery_records import (
     DESCRIPTOR_VERSION,
     PAYLOAD_MODES,
+    RECOVERY_FAILURE_REASONS,
     CancelRequest,
     ContextResetRequest,
     ExecutionConfig,
@@ -352,15 +353,7 @@ def replay_disposition(
     return Resumable()
 
 
-CHECKED_ORDER: tuple[RecoveryFailureReason, ...] = (
-    "partial_recovery_descriptor",
-    "invalid_recovery_descriptor",
-    "missing_conversation",
-    "invalid_structural_owner_identity",
-    "recovery_identity_mismatch",
-    "invalid_durable_owner_identity",
-    "invalid_inherited_execution_authority",
-)
+CHECKED_ORDER: tuple[RecoveryFailureReason, ...] = RECOVERY_FAILURE_REASONS  # the order they are checked in
 
 
 def check_recovery(facts: RestartFacts) -> RecoveryVerdict:
