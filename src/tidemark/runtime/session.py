@@ -216,6 +216,9 @@ class RunSession:
         self.capture_exclude: tuple[str, ...] = workspace.exclude  # patterns a capture never looks at
         self.closed = False
         self.restart = RestartState(self)
+        self._beater: threading.Thread | None = None
+        self._busy = 0
+        self._stop_beating = threading.Event()
         self.durable_history_len = len(self.history)  # what a restart checkpoint may point into
         self.control_seen: dict[int, ControlSeen] = dict(view.control_seen)
         if watch and not self.read_only and any(registry.get(n).captures_workspace for n in registry.names()):
@@ -283,6 +286,7 @@ class RunSession:
         return self._capture
 
     def close(self) -> None:
+        self._stop_beating.set()
         if self._capture is not None:
             self._capture.close()
             self._capture = None
@@ -324,28 +328,28 @@ class RunSession:
 
     @contextlib.contextmanager
     def heartbeats(self) -> Iterator[None]:
-        """While a tool runs (minutes, maybe), a thread renews the owner's heartbeat, so a supervisor's reaper
-        does not take a long call for a dead one. A fenced-off owner's heartbeat fails quietly: its next write
-        is refused and says so."""
+        """While a tool or the model runs (minutes, maybe), the owner's heartbeat is renewed from a thread, so a
+        supervisor's reaper does not take a long call for a dead owner. One thread per session, started at the
+        first call and idle between calls (a thread per call would cost more than the call's bookkeeping)."""
         if self.read_only:
             yield
             return
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(HEARTBEAT_SECONDS):
-                try:
-                    self.store.heartbeat(self.claim)
-                except TidemarkError:
-                    return
-
-        thread = threading.Thread(target=beat, name=f"heartbeat-{self.info.run_id}", daemon=True)
-        thread.start()
+        if self._beater is None:
+            self._beater = threading.Thread(target=self._beat, name=f"heartbeat-{self.info.run_id}", daemon=True)
+            self._beater.start()
+        self._busy += 1
         try:
             yield
         finally:
-            done.set()
-            self._heartbeat = time.monotonic()
+            self._busy -= 1
+
+    def _beat(self) -> None:
+        while not self._stop_beating.wait(HEARTBEAT_SECONDS):
+            if self._busy and not self.closed:
+                try:
+                    self.store.heartbeat(self.claim)
+                except TidemarkError:
+                    return  # fenced off: the next write says so, in the thread that can act on it
 
     def trace(self, event: str, **data: Any) -> None:
         self._trace.append(_encoder.encode({"event": event, "at": now(), "run_id": self.info.run_id, "data": data}))
