@@ -29,6 +29,8 @@ def post(store: Store, run_id: str, record: ControlRecord) -> int:
 def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str = "user", reason: str = "") -> int:
     """Approve or deny a waiting call. The answer is bound to the call's input as the ledger recorded it."""
     view = load_view(store, run_id)
+    if view.status in ("closed", "cancelled"):
+        raise ResumeError(f"run {run_id!r} is {view.status}: nothing in it waits for approval any more")
     entry = view.ledger.get(call_id)
     if entry is None:
         raise ResumeError(f"call {call_id!r} is not in run {run_id!r}; see `tidemark ledger {run_id}`")
