@@ -1,5 +1,6 @@
 """``tidemark demo``: a scripted coding agent, killed with SIGKILL mid-run, resumed (nothing is sent twice), then
-its files rolled back while the user's edit is kept."""
+its files rolled back while the user's edit is kept; then a call waiting for approval survives a kill of its agent
+and, once approved, runs exactly once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from rich.console import Console
@@ -20,6 +23,8 @@ from rich.rule import Rule
 from tidemark import inspect as reports
 from tidemark.api import open as open_tidemark
 from tidemark.cli import render
+from tidemark.recovery_records import RuntimeRestartCheckpoint
+from tidemark.store.base import Store
 from tidemark.store.url import open_store
 
 SCENARIO = {
@@ -72,8 +77,84 @@ SCENARIO = {
 }
 
 
-def _tidemark(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tidemark", *args], env=env)
+DEPLOY = {
+    "task": "Ship the release: announce the deploy once it is approved.",
+    "model": "scripted-v1",
+    "turns": [
+        {
+            "text": "Announcing the deploy (this needs your approval).",
+            "tool_calls": [{"tool": "send_notification", "args": {"to": "#ops", "message": "deploying v1.2"}}],
+        },
+        {"text": "Announced."},
+    ],
+}
+
+
+def _tidemark(args: list[str], env: dict[str, str], *, quiet: bool = False) -> subprocess.Popen[bytes]:
+    out = subprocess.DEVNULL if quiet else None
+    return subprocess.Popen([sys.executable, "-m", "tidemark", *args], env=env, stdout=out)
+
+
+def _wait_payload(store: Store, run_id: str, ready: Callable[[dict[str, Any], int], bool]) -> dict[str, Any]:
+    """The run's approval-wait payload once ``ready(payload, writer generation)`` holds."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        stored = store.read_restart_checkpoint(run_id) if run_id in store.list_runs() else None
+        if stored is not None and stored.intact:
+            checkpoint = msgspec.json.decode(stored.data, type=RuntimeRestartCheckpoint)
+            if checkpoint.mode == "tool_approval_wait" and checkpoint.payload_json:
+                payload: dict[str, Any] = json.loads(checkpoint.payload_json)
+                generation = json.loads(checkpoint.execution_config_json or "{}").get("generation", 0)
+                if ready(payload, generation):
+                    return payload
+        time.sleep(0.05)
+    raise TimeoutError(f"run {run_id} never reached its approval wait")
+
+
+def _approval_part(console: Console, base: str, workspace: str, env: dict[str, str]) -> bool:
+    """Part two: a high-risk call waits for a person; the agent dies while it waits; the wait survives."""
+    scenario = os.path.join(base, "deploy.json")
+    with open(scenario, "w") as handle:
+        json.dump(DEPLOY, handle, indent=2)
+    outbox = env["TIDEMARK_OUTBOX"]
+    before = _lines(outbox)
+    console.print(
+        "\n[bold]5.[/bold] A second run, with `--approval high`: its notification is high-risk, so it waits for "
+        "`tidemark approve`. We kill the agent while it waits."
+    )
+    args = ["--workspace", workspace]
+    first = _tidemark(["run", scenario, *args, "--run-id", "deploy", "--approval", "high"], env, quiet=True)
+    store = open_store("file:" + os.path.join(workspace, ".agent-runtime"))
+    started = _wait_payload(store, "deploy", lambda p, g: True)
+    waited = _wait_payload(store, "deploy", lambda p, g: p["timeout_remaining_ms"] < started["timeout_remaining_ms"])
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    console.print(
+        f"[red]killed the agent[/red] while call_1 waited ({waited['timeout_remaining_ms'] / 1000:.1f} s left)"
+    )
+    console.print(render.recovery_panel("deploy", reports.explain(store, "deploy")["recovery"]))
+    console.print("[bold]6.[/bold] `tidemark resume deploy`: the same wait goes on, with the time it had left.")
+    resumed = _tidemark(["resume", "deploy", *args], env, quiet=True)
+    again = _wait_payload(store, "deploy", lambda p, g: g >= 2)
+    same = again["wait_started_at_ms"] == started["wait_started_at_ms"]
+    console.print(
+        f"wait started at the same moment: {same}; time left {again['timeout_remaining_ms'] / 1000:.1f} s "
+        "(not a fresh 600 s). Now `tidemark approve deploy call_1`."
+    )
+    open_tidemark(store.url, workspace=workspace).approve("deploy", "call_1")
+    code = resumed.wait()
+    sent = _lines(outbox) - before
+    verdict = "[green]sent once[/green]" if sent == 1 else f"[red]sent {sent} times[/red]"
+    console.print(Panel(f"run deploy: exit code {code}\nannouncement: {verdict}", title="after approval"))
+    return code == 0 and sent == 1 and same
+
+
+def _lines(path: str) -> int:
+    try:
+        with open(path) as handle:
+            return len(handle.read().splitlines())
+    except FileNotFoundError:
+        return 0
 
 
 def run_demo(console: Console, *, keep: bool = False) -> int:
@@ -155,8 +236,9 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
             title="after rollback_files",
         )
     )
+    approval_ok = _approval_part(console, base, workspace, env)
     if keep:
         console.print(f"kept {base}")
     else:
         shutil.rmtree(base, ignore_errors=True)
-    return 0 if code == 0 and len(sent) == 1 and rows["status"] == "completed" and kept else 1
+    return 0 if code == 0 and len(sent) == 1 and rows["status"] == "completed" and kept and approval_ok else 1
