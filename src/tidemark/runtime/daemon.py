@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
-from tidemark.errors import RunLockedError, TidemarkError
+from tidemark.errors import RunLockedError, StoreError, TidemarkError
 from tidemark.runtime import schedule
 from tidemark.runtime.inbox import pending_submissions
+from tidemark.runtime.processes import kill_leftovers
 from tidemark.runtime.restart import REAPED_EVENT, close_after_restart, judge
 from tidemark.runtime.session import HEARTBEAT_SECONDS, holder_id, load_view
 from tidemark.store.base import OwnerState, Store
@@ -163,9 +164,9 @@ class Daemon:
             lease_s=options.lease_s,
             once=options.once,
         )
-        self.startup()
+        self._store_guard("startup", self.startup)
         if not self.stop_requested:
-            self.tick()
+            self._store_guard("tick", self.tick)
         while not self.stop_requested:
             if options.once:
                 if not self.workers:
@@ -175,7 +176,7 @@ class Daemon:
                 continue
             self.sleep(options.poll_s)
             if not self.stop_requested:
-                self.tick()
+                self._store_guard("tick", self.tick)
         self.stop_workers()
         self.emit("daemon_stopped", reason="signal" if self.stop_requested else "once")
         return 0
@@ -186,6 +187,18 @@ class Daemon:
             time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
             if self.workers:
                 self.reap_workers()
+
+    def _store_guard(self, what: str, action: Callable[[], None]) -> None:
+        """A store that is briefly unreachable (a database restart) is said and waited out: the supervisor, and
+        with it every worker in the middle of a tool, must not die of it."""
+        try:
+            action()
+        except StoreError as exc:
+            self.emit("error", what, error=" ".join(str(exc).split()), kind=type(exc).__name__)
+            self.sleep(min(5.0, self.options.poll_s * 5))
+        except Exception as exc:  # psycopg's own errors when a connection drops mid-read
+            self.emit("error", what, error=" ".join(repr(exc).split()), kind=type(exc).__name__)
+            self.sleep(min(5.0, self.options.poll_s * 5))
 
     def _guard(self, what: str, action: Callable[[], None]) -> None:
         """One run's trouble is said and skipped; the daemon goes on supervising the others."""
@@ -230,6 +243,10 @@ class Daemon:
                 self.emit("skipped", run_id, why=why, detail=" ".join(str(exc).split()))
                 return
             try:
+                judged = judge(self.store, run_id)  # again, under the claim: nothing can change it now
+                if judged.verdict.resumable:
+                    return
+                verdict = judged.verdict
                 report = close_after_restart(self.store, claim, judged)
             finally:
                 self.store.release(claim)
@@ -476,6 +493,13 @@ class Daemon:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.proc.pid, signal.SIGKILL)
             worker.proc.wait()
+            # A command the worker started runs in its own process group: it must not outlive its supervisor
+            # and finish unsupervised (its call is then uncertain, settled at the next start).
+            scratch = self.store.scratch_dir(worker.key)
+            if scratch is not None:
+                killed = kill_leftovers(scratch)
+                if killed:
+                    self.emit("killed_commands", worker.key, pids=killed)
         self.reap_workers()
 
 

@@ -33,7 +33,7 @@ from tidemark.core.patches import apply_patch
 from tidemark.core.recovery import pending_calls
 from tidemark.core.replay import ProbeResult, ReplayDecision, decide_replay
 from tidemark.core.run_view import RunView, build_view
-from tidemark.errors import ResumeError, StoreError, TidemarkError, ToolFailure
+from tidemark.errors import ResumeError, StaleGenerationError, StoreError, TidemarkError, ToolFailure
 from tidemark.records import (
     RECORD_KINDS,
     Blob,
@@ -69,7 +69,9 @@ if TYPE_CHECKING:
     from tidemark.runtime.command_capture import CommandCapture
 
 _encoder = msgspec.json.Encoder()
-HEARTBEAT_SECONDS = 10.0  # an owner on another host is presumed dead after 30 s without one
+# How often an owner renews its heartbeat (a supervisor presumes it dead after its lease, 30 s by default).
+# TIDEMARK_HEARTBEAT_SECONDS changes it, for tests of the reaper that must not wait half a minute.
+HEARTBEAT_SECONDS = float(os.environ.get("TIDEMARK_HEARTBEAT_SECONDS", "10"))
 TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
 COMPACT_BYTES = 1024  # a file writer's content argument at least this long is logged as a patch
 
@@ -219,6 +221,7 @@ class RunSession:
         self._beater: threading.Thread | None = None
         self._busy = 0
         self._stop_beating = threading.Event()
+        self._start_heartbeat()
         self.durable_history_len = len(self.history)  # what a restart checkpoint may point into
         self.control_seen: dict[int, ControlSeen] = dict(view.control_seen)
         if watch and not self.read_only and any(registry.get(n).captures_workspace for n in registry.names()):
@@ -328,28 +331,31 @@ class RunSession:
 
     @contextlib.contextmanager
     def heartbeats(self) -> Iterator[None]:
-        """While a tool or the model runs (minutes, maybe), the owner's heartbeat is renewed from a thread, so a
-        supervisor's reaper does not take a long call for a dead owner. One thread per session, started at the
-        first call and idle between calls (a thread per call would cost more than the call's bookkeeping)."""
-        if self.read_only:
-            yield
-            return
-        if self._beater is None:
-            self._beater = threading.Thread(target=self._beat, name=f"heartbeat-{self.info.run_id}", daemon=True)
-            self._beater.start()
+        """Marks a stretch of work (a tool, a model call). The heartbeat itself comes from one thread per open
+        session, every ``HEARTBEAT_SECONDS``, busy or not: an own loop thinking between two calls is as alive as
+        one running a tool, and a supervisor's reaper must not take either for dead."""
         self._busy += 1
         try:
             yield
         finally:
             self._busy -= 1
 
+    def _start_heartbeat(self) -> None:
+        if self.read_only or self._beater is not None:
+            return
+        self._beater = threading.Thread(target=self._beat, name=f"heartbeat-{self.info.run_id}", daemon=True)
+        self._beater.start()
+
     def _beat(self) -> None:
         while not self._stop_beating.wait(HEARTBEAT_SECONDS):
-            if self._busy and not self.closed:
-                try:
-                    self.store.heartbeat(self.claim)
-                except TidemarkError:
-                    return  # fenced off: the next write says so, in the thread that can act on it
+            if self.closed:
+                return
+            try:
+                self.store.heartbeat(self.claim)
+            except StaleGenerationError:
+                return  # fenced off: the next write says so, in the thread that can act on it
+            except Exception:
+                continue
 
     def trace(self, event: str, **data: Any) -> None:
         self._trace.append(_encoder.encode({"event": event, "at": now(), "run_id": self.info.run_id, "data": data}))

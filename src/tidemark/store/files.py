@@ -83,7 +83,6 @@ TERMINAL_EVENTS = "terminal_events.jsonl"
 CONTROL = "control.jsonl"
 _INDEXED_KINDS = frozenset({"checkpoint"})
 CLAIM_LOCK_TIMEOUT = 10.0  # a claim waits this long for an append in progress; a stopped owner would hold it forever
-HEARTBEAT_SECONDS = 10.0  # an owner renews its heartbeat this often (from its appends)
 
 
 def check_run_id(run_id: str) -> str:

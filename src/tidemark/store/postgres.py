@@ -199,6 +199,8 @@ class PostgresStore(Store):
                 max_size=self._pool_size,
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
                 timeout=CONNECT_TIMEOUT * 3,
+                # A connection the server dropped (a restart) is replaced, not handed out to fail.
+                check=ConnectionPool.check_connection,
                 name="tidemark",
                 open=True,
             )
