@@ -72,6 +72,7 @@ def __getattr__(name: str) -> Any:
         return OpenAIProvider
     raise AttributeError(f"module 'tidemark' has no attribute {name!r}")
 
+
 __all__ = [
     "SELF_HEALING_PROMPT",
     "TERMINAL_STATUS_RESTART",

@@ -241,9 +241,7 @@ def tell_parent(
         store.post_control(
             parent_run_id,
             _encoder.encode(
-                SubtaskStopped(
-                    child_run_id=child_run_id, call_id=call_id, reason=reason, prompt=prompt, at=now()
-                )
+                SubtaskStopped(child_run_id=child_run_id, call_id=call_id, reason=reason, prompt=prompt, at=now())
             ),
         )
 
