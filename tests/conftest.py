@@ -9,6 +9,20 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _state_home(tmp_path_factory):
+    """Where a store keeps this machine's run state (PostgreSQL runs' scratch folders): a temporary folder, so
+    the tests leave nothing in the home directory."""
+    path = str(tmp_path_factory.mktemp("state"))
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = path
+    yield path
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
+
+
 @pytest.fixture
 def workspace(tmp_path):
     path = tmp_path / "ws"

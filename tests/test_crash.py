@@ -759,8 +759,11 @@ def test_resume_of_unknown_run(tmp_path: Path) -> None:
     assert "not found" in one_line_error(done)
 
 
-def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path):
-    """Promise 6: the process group a crashed owner started is killed when the run is claimed again."""
+@pytest.mark.parametrize("backend", ["file", "postgres"])
+def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path, backend, request):
+    """Promise 6: the process group a crashed owner started is killed when the run is claimed again, on both
+    stores (PostgreSQL runs note their commands in this machine's state folder)."""
+    store = [] if backend == "file" else ["--store", request.getfixturevalue("fresh_url")]
     workspace = tmp_path / "ws"
     workspace.mkdir()
     marker = tmp_path / "cmd.log"
@@ -778,7 +781,7 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path):
     )
     env = cli_env(TIDEMARK_OUTBOX=str(tmp_path / "outbox"))
     child = subprocess.Popen(
-        [sys.executable, "-m", "tidemark", "run", str(script), "--workspace", str(workspace), "--run-id", "r"],
+        [sys.executable, "-m", "tidemark", "run", str(script), "--workspace", str(workspace), "--run-id", "r", *store],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -792,7 +795,7 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path):
     child.wait(timeout=30)
     assert _running(shell)  # the agent died; its command did not
     resumed = subprocess.run(
-        [sys.executable, "-m", "tidemark", "resume", "r", "--workspace", str(workspace), "--skip", "call_1"],
+        [sys.executable, "-m", "tidemark", "resume", "r", "--workspace", str(workspace), "--skip", "call_1", *store],
         env=env,
         capture_output=True,
         text=True,

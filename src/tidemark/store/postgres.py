@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import threading
 import time
@@ -587,6 +588,14 @@ class PostgresStore(Store):
             payload = check_line(_bytes(line).removesuffix(b"\n"))
             if payload is not None:
                 yield payload
+
+    def scratch_dir(self, run_id: str) -> str | None:
+        """This machine's folder for the run's writes in flight and the commands its owner started (both are
+        about processes on this host, so they live here, not in the database): a claim on this host kills what
+        a crashed owner left running, as with the file store."""
+        state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        store = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        return os.path.join(state, "tidemark", store, check_run_id(run_id), "tmp")
 
     def close(self) -> None:
         pool, self._pool = self._pool, None
