@@ -55,7 +55,7 @@ class Agent:
         if subagents and SPAWN_SUBAGENT not in session.registry:
             from tidemark.runtime.providers import provider_for
 
-            session.registry.put(subagent_tool(session, lambda info: provider_for(info), output))
+            session.registry.put(subagent_tool(session, provider_for, output))
 
     def run(self) -> RunStatus:
         """Run until the model answers without tool calls (and no submission is queued). Returns the status."""

@@ -104,6 +104,5 @@ def wait_for_approval(session: RunSession, request: AwaitApproval) -> ApprovalOu
         if time.monotonic() - persisted >= PERSIST_SECONDS:
             wait = msgspec.structs.replace(wait, timeout_remaining_ms=int(left_s * 1000))
             session.restart.write(wait)
-            session.store.heartbeat(session.claim)
             persisted = time.monotonic()
         time.sleep(POLL_SECONDS)

@@ -29,7 +29,7 @@ from tidemark.recovery_records import (
     SubtaskStopped,
 )
 from tidemark.runtime import failpoints, stops
-from tidemark.runtime.restart import controls, tell_parent
+from tidemark.runtime.restart import controls, tell_parent, unhandled
 from tidemark.runtime.stops import RunCancelled, WorkVoided
 from tidemark.store.ownership import now
 
@@ -67,8 +67,7 @@ class Overrides:
 
 
 def _unhandled(session: RunSession) -> list[tuple[int, ControlRecord]]:
-    seen = session.control_seen
-    return [(p, r) for p, r in controls(session.store, session.info.run_id) if p not in seen]
+    return unhandled(session.store, session.info.run_id, session.control_seen)
 
 
 def absorbed_keys(session: RunSession) -> tuple[str, ...]:
@@ -92,11 +91,11 @@ def overrides(session: RunSession) -> Overrides:
 
 def pending_submissions(store: Store, view: RunView) -> list[Submission]:
     """Submissions a run has not admitted yet (read without owning the run)."""
-    keys = {s.key for s in view.control_seen.values() if s.type == "submission"}
+    keys = set(view.absorbed_submission_keys)
     return [
         r
-        for p, r in controls(store, view.info.run_id)
-        if p not in view.control_seen and isinstance(r, Submission) and r.submission_key not in keys
+        for _, r in unhandled(store, view.info.run_id, view.control_seen)
+        if isinstance(r, Submission) and r.submission_key not in keys
     ]
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import msgspec
 
 from tidemark.core.restart import ParentFacts, RecoveryVerdict, RestartFacts, check_recovery
 from tidemark.core.run_view import RunView
-from tidemark.errors import CorruptRecordError, RunNotFoundError, StoreError
+from tidemark.errors import CorruptRecordError, RunNotFoundError
 from tidemark.records import RECORD_KINDS, RunEvent, RunInfo
 from tidemark.recovery_records import (
     SELF_HEALING_PROMPT,
@@ -57,8 +58,8 @@ def controls(store: Store, run_id: str) -> list[tuple[int, ControlRecord]]:
     return found
 
 
-def unhandled(store: Store, run_id: str, view: RunView | None) -> list[tuple[int, ControlRecord]]:
-    seen = view.control_seen if view is not None else {}
+def unhandled(store: Store, run_id: str, seen: Mapping[int, object]) -> list[tuple[int, ControlRecord]]:
+    """The control records not acted on yet (``seen``: the positions the run's log says were)."""
     return [(position, record) for position, record in controls(store, run_id) if position not in seen]
 
 
@@ -125,7 +126,7 @@ def judge(
     descriptor = store.read_restart_checkpoint(run_id)
     view = _load(store, run_id)
     owner = store.owner(run_id) if view is not None else None
-    pending = unhandled(store, run_id, view) if view is not None else []
+    pending = unhandled(store, run_id, view.control_seen) if view is not None else []
     cancel = next((r for _, r in reversed(pending) if isinstance(r, CancelRequest)), None)
     if view is not None and cancel is None:
         cancel = ancestor_stream_cancel(store, view.info)
@@ -256,10 +257,7 @@ def _append(store: Store, claim: Claim, view: RunView, bodies: list[msgspec.Stru
                 kind=RECORD_KINDS[type(body)], body=msgspec.Raw(_encoder.encode(body)), seq=seq, gen=claim.generation
             )
         )
-    try:
-        store.append(claim, records)
-    except StoreError:
-        raise
+    store.append(claim, records)
     view.last_seq = seq
 
 

@@ -16,7 +16,6 @@ import functools
 import inspect
 import os
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Generator, Iterator
@@ -210,7 +209,6 @@ class RunSession:
         }
         self.git_dir = find_git_dir(self.workspace.root)
         self._trace: list[bytes] = []
-        self._heartbeat = time.monotonic()
         self._capture: CommandCapture | None = None
         self._capture_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -325,9 +323,6 @@ class RunSession:
             self.durable_history_len = len(self.history)
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
-        if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
-            self._heartbeat = time.monotonic()
-            self.store.heartbeat(self.claim)
 
     @contextlib.contextmanager
     def heartbeats(self) -> Iterator[None]:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from tidemark.errors import RecoveryClosedError, RunNotFoundError, ToolFailure
 from tidemark.records import RunInfo
 from tidemark.recovery_records import SELF_HEALING_PROMPT, SubagentSpawned
@@ -105,13 +107,9 @@ def subagent_tool(
             )
         except RecoveryClosedError as exc:
             # Closed now or before (a close cut short is finished by that resume): the parent is told either way.
-            tell_parent(parent.store, parent.info.run_id, child_id, ctx_call(child_id), "closed")
+            tell_parent(parent.store, parent.info.run_id, child_id, view.info.parent_call_id or "", "closed")
             raise _stopped(child_id, str(exc)) from None
         return finish(child, provider, system)
-
-    def ctx_call(child_id: str) -> str:
-        info = load_view(parent.store, child_id).info
-        return info.parent_call_id or ""
 
     @tool(
         name=SPAWN_SUBAGENT,
@@ -161,7 +159,7 @@ def subagent_tool(
             approval_timeout_s=parent.info.approval_timeout_s,
         )
         provider, system = child_provider(info)
-        info = RunInfo(**{**_fields(info), "model": provider.model})
+        info = msgspec.structs.replace(info, model=provider.model)
         child = RunSession.create(parent.store, info, parent.workspace, registry_for(info))
         child.add_message("user", task)
         child.commit()
@@ -186,7 +184,3 @@ def _answer_of(history: list[Any]) -> str:
         if message.role == "assistant":
             return str(message.content)
     return ""
-
-
-def _fields(info: RunInfo) -> dict[str, Any]:
-    return {name: getattr(info, name) for name in info.__struct_fields__}
