@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tidemark demo
+	$(BIN)/safepoint demo
 
 # pytest exits 5 when it collects no test: that is a failure here, never a silent pass.
 test: $(STAMP)

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import tidemark
-from tidemark.runtime.tools import ToolContext
-from tidemark.workspace.files import Workspace
+import safepoint
+from safepoint.engine.tools import ToolContext
+from safepoint.workspace.files import Workspace
 
 FILES_PER_FOLDER = 100
 FOLDERS_PER_GROUP = 100
@@ -95,7 +95,7 @@ def bare_context(workspace: Workspace) -> ToolContext:
     )
 
 
-def check_results(run: tidemark.Run, prefix: str, expected: int, name: str) -> None:
+def check_results(run: safepoint.Run, prefix: str, expected: int, name: str) -> None:
     """Exit unless the run holds ``expected`` tool results for call ids starting with ``prefix``, none an error."""
     results = [m for m in run.history if m.role == "tool" and (m.tool_call_id or "").startswith(prefix)]
     errors = [m.content for m in results if m.content.startswith("error:")]
@@ -107,14 +107,14 @@ def global_warmup(
     parent: str,
     content: Callable[[int], str],
     title: str,
-    exercise: Callable[[tidemark.Tidemark, tidemark.Run, list[str]], None],
+    exercise: Callable[[safepoint.Safepoint, safepoint.Run, list[str]], None],
 ) -> None:
     """Warm imports, encoders, zstd, difflib (and whatever ``exercise`` uses) in a throwaway 60-file workspace, so
     the first measured case is not the cold one. ``exercise(tm, run, paths)`` makes the calls; the run is finished
     and the workspace removed here."""
     root, paths = build_workspace(parent, 60, content)
     try:
-        tm = tidemark.open(workspace=root)
+        tm = safepoint.open(workspace=root)
         with tm.start(title) as run:
             exercise(tm, run, paths)
             run.finish("completed")
@@ -242,6 +242,6 @@ def machine_info(
     )
     if git:
         info["git"] = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
-    info["tidemark_version"] = tidemark.__version__
-    info["tidemark_source"] = source_state()
+    info["safepoint_version"] = safepoint.__version__
+    info["safepoint_source"] = source_state()
     return info

@@ -1,4 +1,4 @@
-"""Per-tool-call overhead of tidemark's durable bookkeeping, against the raw append+fsync floor.
+"""Per-tool-call overhead of safepoint's durable bookkeeping, against the raw append+fsync floor.
 
 What it measures (one process, one run of this script, on the filesystem of ``tempfile.gettempdir()``):
 
@@ -78,8 +78,8 @@ from measure import (
     settle,
 )
 
-import tidemark
-from tidemark.runtime.builtin import read_file, write_file
+import safepoint
+from safepoint.engine.builtin import read_file, write_file
 
 FILE_SIZE = 2048  # 32 lines of LINE_WIDTH (64) bytes
 RESERVED = 3  # per workspace: a warm-up file, the steady-state file, its bare sibling
@@ -155,12 +155,12 @@ class Case:
 TOOLS = {"write_file": write_file, "read_file": read_file}
 
 
-def ledger_size(tm: tidemark.Tidemark, run: tidemark.Run) -> int:
+def ledger_size(tm: safepoint.Safepoint, run: safepoint.Run) -> int:
     path = os.path.join(getattr(tm.store, "root", ""), "runs", run.run_id, "ledger.jsonl")
     return os.path.getsize(path)
 
 
-def run_case(tm: tidemark.Tidemark, case: Case, calls: int, warm_path: str, tag: str, scratch: str) -> dict[str, Any]:
+def run_case(tm: safepoint.Safepoint, case: Case, calls: int, warm_path: str, tag: str, scratch: str) -> dict[str, Any]:
     """Timed in blocks of BLOCK: bare calls, a journal flush, floor samples, ledgered calls, a journal flush.
 
     Blocks keep bare, floor and ledgered measurements under the same disk conditions (the disk may be shared);
@@ -234,7 +234,7 @@ def run_case(tm: tidemark.Tidemark, case: Case, calls: int, warm_path: str, tag:
     }
 
 
-def count_fsyncs(tm: tidemark.Tidemark, case: Case, calls: int, tag: str) -> dict[str, float]:
+def count_fsyncs(tm: safepoint.Safepoint, case: Case, calls: int, tag: str) -> dict[str, float]:
     """An untimed pass: fsyncs per ledgered call and per bare call, counted by wrapping os.fsync/os.fdatasync."""
     ctx = bare_context(tm.workspace)
     with tm.start(f"overhead count {case.name} {tag}") as run:
@@ -284,7 +284,7 @@ def cases_for(paths: list[str], calls: int, tag: str) -> tuple[list[Case], str]:
 
 
 # main --------------------------------------------------------------------------------------------------------
-def warmup_calls(tm: tidemark.Tidemark, run: tidemark.Run, paths: list[str]) -> None:
+def warmup_calls(tm: safepoint.Safepoint, run: safepoint.Run, paths: list[str]) -> None:
     """The global warm-up's calls (``measure.global_warmup``): ledgered and bare writes and reads."""
     ctx = bare_context(tm.workspace)
     for i in range(100):
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--calls must be >= 1 and every size > {RESERVED}")
 
     started = time.monotonic()
-    parent = tempfile.mkdtemp(prefix="tidemark-overhead-")
+    parent = tempfile.mkdtemp(prefix="safepoint-overhead-")
     try:
         machine = machine_info(parent, implementation=True, block_size=True)
         log(f"temp dir {parent} on {machine['filesystem']['type']}; warming up")
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             settle()
             log(f"{size}-file workspace built in {built:.1f}s, flushed in {time.monotonic() - t0:.1f}s")
-            tm = tidemark.open(workspace=root)
+            tm = safepoint.open(workspace=root)
             cases, warm_path = cases_for(paths, args.calls, f"s{size}")
             entry: dict[str, Any] = {"workspace_files": size, "build_seconds": round(built, 1)}
             for case in cases:
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             t[name] for by_size in summary_targets.values() for t in by_size.values() for name in SPECIFIED_TARGETS
         ]
         report = {
-            "benchmark": "tidemark per-tool-call bookkeeping overhead",
+            "benchmark": "safepoint per-tool-call bookkeeping overhead",
             "machine": machine,
             "config": {
                 "calls_per_case": args.calls,

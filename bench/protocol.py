@@ -25,11 +25,11 @@ from typing import Any
 
 import measure
 
-import tidemark
-from tidemark.runtime.agent import Agent
-from tidemark.runtime.provider import ScriptedProvider
-from tidemark.runtime.restart import judge
-from tidemark.runtime.scenario import parse_scenario
+import safepoint
+from safepoint.agent.loop import Agent
+from safepoint.providers.scripted import ScriptedProvider
+from safepoint.restart.judge import judge
+from safepoint.standins.scenario import parse_scenario
 
 log = measure.logger("protocol")
 
@@ -38,7 +38,7 @@ def summary(ns: list[int]) -> dict[str, float]:
     return measure.summary(ns, 1000.0, 1)
 
 
-def upserts(tm: tidemark.Tidemark, count: int) -> list[int]:
+def upserts(tm: safepoint.Safepoint, count: int) -> list[int]:
     run = tm.start("upserts", run_id="upserts")
     restart = run.session.restart
     samples = []
@@ -51,7 +51,7 @@ def upserts(tm: tidemark.Tidemark, count: int) -> list[int]:
     return samples
 
 
-def agent_steps(tm: tidemark.Tidemark, steps: int) -> list[int]:
+def agent_steps(tm: safepoint.Safepoint, steps: int) -> list[int]:
     turns: list[dict[str, Any]] = [
         {
             "text": f"step {n}",
@@ -76,7 +76,7 @@ def agent_steps(tm: tidemark.Tidemark, steps: int) -> list[int]:
     return [b - a for a, b in itertools.pairwise(times)][5:]
 
 
-def own_loop_steps(tm: tidemark.Tidemark, steps: int) -> list[int]:
+def own_loop_steps(tm: safepoint.Safepoint, steps: int) -> list[int]:
     run = tm.start("own loop", run_id="own")
     samples = []
     for n in range(steps):
@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--calls", type=int, default=1000)
     args = parser.parse_args(argv)
-    parent = tempfile.mkdtemp(prefix="tidemark-bench-protocol-")
+    parent = tempfile.mkdtemp(prefix="safepoint-bench-protocol-")
     try:
-        tm = tidemark.open(None, workspace=parent)
+        tm = safepoint.open(None, workspace=parent)
         log("fsync floor")
         floor = measure.fsync_floor(parent, args.samples // 2, 20)
         log("restart checkpoint upserts")

@@ -1,4 +1,4 @@
-"""Workspace checkpoints: tidemark's cost per file change against a shadow-git checkpoint, by workspace size.
+"""Workspace checkpoints: safepoint's cost per file change against a shadow-git checkpoint, by workspace size.
 
 What it measures (one process, one run of this script, on the filesystem of ``tempfile.gettempdir()``):
 
@@ -18,7 +18,7 @@ What it measures (one process, one run of this script, on the filesystem of ``te
     initial ``add -A`` + ``commit`` of the whole tree (untimed, ``setup_seconds``), then per sample one
     single-file edit (plain write, untimed) followed by the timed ``git add -A`` and ``git commit -q --no-verify``
     (``-c user.name=x -c user.email=x@y -c gc.auto=0``, no system or global git config). Git's default
-    ``core.fsync`` flushes packs only, not loose objects, refs or the index; tidemark's numbers include its fsyncs.
+    ``core.fsync`` flushes packs only, not loose objects, refs or the index; safepoint's numbers include its fsyncs.
 
 * At the largest size, ``command_capture``: ``run.call("run_command", ...)`` of a command appending a line to 10
   files of one folder, against ``subprocess.run(["bash", "-c", cmd])`` of the same command in a twin folder
@@ -43,7 +43,7 @@ How to read it:
 * ``call_total_ms``: the whole ledgered call. ``bare_ms``: the bare twin. ``cost_ms``: per call index, ledgered
   minus bare (median, p99; min can be negative when a bare call hit a stall). ``median_total_minus_median_bare_ms``
   is the estimate from the two medians, as a check. ``cpu_ms``: the same in thread CPU time (not fsync waits).
-* ``ratio_to_shadow_git``: tidemark's cost median / the shadow-git checkpoint median at the same size.
+* ``ratio_to_shadow_git``: safepoint's cost median / the shadow-git checkpoint median at the same size.
 * ``trend``: cost median of the first and the second half of the calls; a rise means the cost grows with the
   run's history rather than staying flat.
 * ``pressure``: load average and PSI ``some avg10`` (cpu, io) around a section: other processes competing.
@@ -88,9 +88,9 @@ from measure import (
     settle,
 )
 
-import tidemark
-from tidemark.runtime.builtin import write_file
-from tidemark.workspace.scan import ChangeWatcher
+import safepoint
+from safepoint.engine.builtin import write_file
+from safepoint.workspace.scan import ChangeWatcher
 
 FILE_LINES = 16  # 1 KB files
 EDIT_LINES = range(5, 8)  # a tool edit replaces these 3 lines: 192 bytes
@@ -216,7 +216,7 @@ class ShadowGit:
 
 def time_shadow_git(git: ShadowGit, change: Callable[[int], None], samples: int) -> dict[str, Any]:
     """``samples`` timed checkpoints, each after ``change(i)``; a few untimed ones first (they also commit
-    whatever the tidemark runs changed before)."""
+    whatever the safepoint runs changed before)."""
     for i in range(GIT_WARMUP):
         change(-1 - i)
         git.checkpoint()
@@ -238,9 +238,9 @@ def time_shadow_git(git: ShadowGit, change: Callable[[int], None], samples: int)
     }
 
 
-# tidemark: tool writes ---------------------------------------------------------------------------------------
+# safepoint: tool writes ---------------------------------------------------------------------------------------
 def tool_write_case(
-    tm: tidemark.Tidemark,
+    tm: safepoint.Safepoint,
     name: str,
     ledgered: list[tuple[str, str]],
     bare: list[tuple[str, str]],
@@ -310,7 +310,7 @@ def tool_write_case(
     }
 
 
-# tidemark: command capture -----------------------------------------------------------------------------------
+# safepoint: command capture -----------------------------------------------------------------------------------
 def append_command(folder: str) -> str:
     targets = " ".join(f"{folder}/file{i:02d}.txt" for i in range(COMMAND_FILES))
     return f"for f in {targets}; do echo x >> $f; done"
@@ -323,7 +323,7 @@ def bare_command(cmd: str, cwd: str) -> int:
 
 
 def command_case(
-    tm: tidemark.Tidemark,
+    tm: safepoint.Safepoint,
     name: str,
     cmd: str,
     twin: str,
@@ -421,7 +421,7 @@ def storage_case(parent: str, tool: str) -> dict[str, Any]:
         write_text(os.path.join(root, "big.txt"), "".join(lines))
         file_bytes = os.path.getsize(os.path.join(root, "big.txt"))
         one_copy_deflated = len(zlib.compress("".join(lines).encode(), 6))
-        tm = tidemark.open(workspace=root)
+        tm = safepoint.open(workspace=root)
         times: list[int] = []
         growth: list[int] = []
         with tm.start(f"workspace bench storage {tool}") as run:
@@ -481,7 +481,7 @@ def storage_case(parent: str, tool: str) -> dict[str, Any]:
 
 
 # rollback ----------------------------------------------------------------------------------------------------
-def rollback_case(tm: tidemark.Tidemark, modify: list[str]) -> dict[str, Any]:
+def rollback_case(tm: safepoint.Safepoint, modify: list[str]) -> dict[str, Any]:
     root = tm.workspace.root
     originals: dict[str, bytes] = {}
     for rel in modify:
@@ -536,7 +536,7 @@ def rollback_case(tm: tidemark.Tidemark, modify: list[str]) -> dict[str, Any]:
 
 
 # main --------------------------------------------------------------------------------------------------------
-def warmup_calls(tm: tidemark.Tidemark, run: tidemark.Run, paths: list[str]) -> None:
+def warmup_calls(tm: safepoint.Safepoint, run: safepoint.Run, paths: list[str]) -> None:
     """The global warm-up's calls (``measure.global_warmup``): file writes and commands (subprocess)."""
     for i in range(60):
         run.call("write_file", {"path": paths[i], "content": edited_text(i, "warm")}, call_id=f"w{i}")
@@ -569,7 +569,7 @@ def size_section(parent: str, size: int, calls: int, git_calls: int, largest: bo
         path = targets[i % len(targets)]
         return path, edited_text(index[path], f"s{size}c{i}")
 
-    tm = tidemark.open(workspace=root)
+    tm = safepoint.open(workspace=root)
     ledgered = [first_touch(i) for i in range(calls)]
     bare = [(bare_targets[i % len(bare_targets)], content) for i, (_p, content) in enumerate(ledgered)]
     log(f"{size} files: tool_write_first_touch, {calls} calls")
@@ -607,7 +607,7 @@ def size_section(parent: str, size: int, calls: int, git_calls: int, largest: bo
 
 
 def command_section(
-    tm: tidemark.Tidemark, root: str, parent: str, git: ShadowGit, folder: str, args: Any
+    tm: safepoint.Safepoint, root: str, parent: str, git: ShadowGit, folder: str, args: Any
 ) -> dict[str, Any]:
     cmd = append_command(folder)
     twin = tempfile.mkdtemp(prefix="twin-", dir=parent)
@@ -661,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     args.scan_calls = min(args.scan_calls, args.calls)
 
     started = time.monotonic()
-    parent = tempfile.mkdtemp(prefix="tidemark-workspace-bench-")
+    parent = tempfile.mkdtemp(prefix="safepoint-workspace-bench-")
     try:
         machine = machine_info(parent, git=True)
         log(f"temp dir {parent} on {machine['filesystem']['type']}; warming up")
@@ -712,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         targets["extra_run_command_storage_le_5pct"] = storage["run_command"]["ratio_to_full_copies_pct"] <= 5.0
         report = {
-            "benchmark": "tidemark workspace checkpoints vs a shadow-git checkpoint",
+            "benchmark": "safepoint workspace checkpoints vs a shadow-git checkpoint",
             "machine": machine,
             "config": {
                 "sizes": sizes,
@@ -744,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
                 "shadow_git_write_median_ms": {
                     k: e["shadow_git_write_checkpoint_ms"]["total"]["median"] for k, e in per_size.items()
                 },
-                "ratio_tidemark_to_shadow_git": {
+                "ratio_safepoint_to_shadow_git": {
                     k: e["tool_write_first_touch"]["ratio_to_shadow_git"] for k, e in per_size.items()
                 },
                 "command_capture_cost_median_ms": {

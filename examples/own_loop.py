@@ -1,6 +1,6 @@
-"""tidemark inside your own agent loop: wrap your tools, keep checkpoints, resume after a crash.
+"""safepoint inside your own agent loop: wrap your tools, keep checkpoints, resume after a crash.
 
-    python examples/own_loop.py WORKSPACE start     # runs the loop (set TIDEMARK_FAILPOINT to crash it)
+    python examples/own_loop.py WORKSPACE start     # runs the loop (set SAFEPOINT_FAILPOINT to crash it)
     python examples/own_loop.py WORKSPACE resume    # resumes after a crash; the email is never sent twice
     python examples/own_loop.py WORKSPACE resume --async
 
@@ -15,13 +15,13 @@ import json
 import os
 import sys
 
-import tidemark
-from tidemark import ToolContext
+import safepoint
+from safepoint import ToolContext
 
 OUTBOX = "outbox.jsonl"  # created next to the workspace: an effect outside it
 
 
-@tidemark.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high", side_effects=("email",))
+@safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high", side_effects=("email",))
 def send_email(ctx: ToolContext, to: str, body: str) -> str:
     """Send an email; the idempotency key lets a real mail API drop a duplicate too."""
     outbox = os.path.join(os.path.dirname(ctx.workspace.root), OUTBOX)
@@ -30,7 +30,7 @@ def send_email(ctx: ToolContext, to: str, body: str) -> str:
     return f"sent to {to}"
 
 
-@tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+@safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
 def word_count(ctx: ToolContext, text: str) -> int:
     return len(text.split())
 
@@ -43,7 +43,7 @@ PLAN = [
 ]
 
 
-def agent(run: tidemark.Run) -> None:
+def agent(run: safepoint.Run) -> None:
     for call_id, tool_name, args in PLAN[run.completed_steps :]:  # after a resume: from the interrupted step
         run.step()
         observation = run.call(tool_name, args, call_id=call_id)  # ledgered: started is durable before it runs
@@ -52,7 +52,7 @@ def agent(run: tidemark.Run) -> None:
     run.finish()
 
 
-async def agent_async(run: tidemark.Run) -> None:
+async def agent_async(run: safepoint.Run) -> None:
     for call_id, tool_name, args in PLAN[run.completed_steps :]:
         run.step()
         observation = await run.acall(tool_name, args, call_id=call_id)
@@ -64,7 +64,7 @@ async def agent_async(run: tidemark.Run) -> None:
 def main(argv: list[str]) -> int:
     workspace, mode = argv[1], argv[2]
     use_async = "--async" in argv
-    tm = tidemark.open(workspace=workspace)
+    tm = safepoint.open(workspace=workspace)
     tools = [send_email, word_count]
     if mode == "start":
         run = tm.start("write the v2 notes and tell the team", tools=tools, run_id="own-loop")

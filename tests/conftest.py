@@ -33,12 +33,12 @@ def workspace(tmp_path):
 @pytest.fixture
 def outbox(tmp_path, monkeypatch):
     path = tmp_path / "outbox.jsonl"
-    monkeypatch.setenv("TIDEMARK_OUTBOX", str(path))
+    monkeypatch.setenv("SAFEPOINT_OUTBOX", str(path))
     return path
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_FAILPOINT")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAFEPOINT_FAILPOINT")}
     env.update(extra)
     return env
 

@@ -76,7 +76,7 @@ def start() -> PgServer:
         if runuser is None:
             raise Unavailable("running as root and runuser is missing, so the server cannot run as 'postgres'")
         as_user = [runuser, "-u", "postgres", "--"]
-    base = tempfile.mkdtemp(prefix="tidemark-pg-")
+    base = tempfile.mkdtemp(prefix="safepoint-pg-")
     os.chmod(base, 0o700)
     if owner is not None:
         os.chown(base, owner.pw_uid, owner.pw_gid)

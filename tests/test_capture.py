@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-import tidemark
-from tidemark.core.rollback import UNKNOWN
-from tidemark.runtime.session import load_view
-from tidemark.workspace import scan as scan_module
-from tidemark.workspace.git import refs_snapshot
+import safepoint
+from safepoint.core.rollback import UNKNOWN
+from safepoint.engine.session import load_view
+from safepoint.workspace import scan as scan_module
+from safepoint.workspace.git import refs_snapshot
 
 from .conftest import cli_env
 
@@ -40,7 +40,7 @@ def watch_mode(request, monkeypatch):
 
 
 def test_a_commands_changes_are_recorded_and_rolled_back(workspace, watch_mode):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("write_file", {"path": "a.txt", "content": "agent\n"}, call_id="w1")
         start = run.checkpoint()
@@ -60,7 +60,7 @@ def test_a_commands_changes_are_recorded_and_rolled_back(workspace, watch_mode):
 
 
 def test_user_edits_before_a_command_are_not_blamed_on_it(workspace, watch_mode):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("run_command", {"command": "true"}, call_id="c0")  # starts the capture
         start = run.checkpoint()
@@ -74,7 +74,7 @@ def test_user_edits_before_a_command_are_not_blamed_on_it(workspace, watch_mode)
 
 
 def test_a_user_file_a_command_changes_is_put_back_once_seen(workspace, watch_mode):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("run_command", {"command": "true"}, call_id="c0")
         (workspace / "notes.txt").write_text("the user's notes\n")  # seen changing: its content is kept
@@ -87,7 +87,7 @@ def test_a_user_file_a_command_changes_is_put_back_once_seen(workspace, watch_mo
 
 def test_without_git_a_never_seen_file_is_detected_but_not_guessed(workspace):
     (workspace / "old.txt").write_text("from before the run\n")
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         # an opaque program: the command line does not say which files it writes
@@ -103,7 +103,7 @@ def test_in_git_a_clean_tracked_file_is_restored_from_head(workspace, watch_mode
     make_repo(workspace)
     (workspace / "build").mkdir()
     before = refs_snapshot(str(workspace))
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         run.call("run_command", {"command": "echo broken > tracked.txt; echo o > build/out.o"}, call_id="c1")
@@ -119,7 +119,7 @@ def test_head_is_recorded_per_checkpoint_and_commit_takes_only_the_agents_paths(
     make_repo(workspace)
     (workspace / "user.txt").write_text("the user's work in progress\n")
     head = subprocess.run(["git", "-C", str(workspace), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("write_file", {"path": "feature.py", "content": "x = 1\n"}, call_id="w1")
         run.call("write_file", {"path": "edited.py", "content": "y = 1\n"}, call_id="w2")
@@ -165,23 +165,23 @@ def test_the_cli_shows_rollback_conflicts_and_resolution_as_a_user_meets_them(tm
         )
     )
 
-    def tidemark_cli(*args):
+    def safepoint_cli(*args):
         return subprocess.run(
-            [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace)],
+            [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace)],
             env=cli_env(),
             capture_output=True,
             text=True,
             timeout=60,
         )
 
-    assert tidemark_cli("run", str(scenario), "--run-id", "r").returncode == 0
-    first = json.loads(tidemark_cli("checkpoints", "r", "--json").stdout)[0]["checkpoint_id"]
+    assert safepoint_cli("run", str(scenario), "--run-id", "r").returncode == 0
+    first = json.loads(safepoint_cli("checkpoints", "r", "--json").stdout)[0]["checkpoint_id"]
     (workspace / "app.py").write_text("# the user's comment\n" + original.replace("1", "2"))
-    dry = tidemark_cli("rollback", "r", "--to", first, "--dry-run", "--json")
+    dry = safepoint_cli("rollback", "r", "--to", first, "--dry-run", "--json")
     assert dry.returncode == 7 and (workspace / "out.log").exists()
-    done = tidemark_cli("rollback", "r", "--to", first, "--json")
+    done = safepoint_cli("rollback", "r", "--to", first, "--json")
     assert done.returncode == 7 and not (workspace / "out.log").exists()
-    conflicts = json.loads(tidemark_cli("conflicts", "r", "--json").stdout)
+    conflicts = json.loads(safepoint_cli("conflicts", "r", "--json").stdout)
     assert conflicts == [
         {
             "path": "app.py",
@@ -191,11 +191,11 @@ def test_the_cli_shows_rollback_conflicts_and_resolution_as_a_user_meets_them(tm
             "resolution": "pending",
         }
     ]
-    shown = tidemark_cli("conflicts", "r").stdout
+    shown = safepoint_cli("conflicts", "r").stdout
     assert "-    return 1" in shown and "+# the user's comment" in shown
-    assert tidemark_cli("resolve", "r", "app.py", "--manual-merge").returncode == 0
+    assert safepoint_cli("resolve", "r", "app.py", "--manual-merge").returncode == 0
     assert (workspace / "app.py").read_text() == "# the user's comment\n" + original
-    assert json.loads(tidemark_cli("conflicts", "r", "--json").stdout) == []
+    assert json.loads(safepoint_cli("conflicts", "r", "--json").stdout) == []
 
 
 def test_no_command_but_commit_touches_head_refs_index_or_stash(tmp_path):
@@ -231,7 +231,7 @@ def test_no_command_but_commit_touches_head_refs_index_or_stash(tmp_path):
 
     def cli(*args):
         result = subprocess.run(
-            [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace)],
+            [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace)],
             env=cli_env(),
             capture_output=True,
             text=True,
@@ -264,7 +264,7 @@ def test_files_a_command_line_names_are_kept_ahead_even_never_seen_without_git(w
     (workspace / "config.ini").write_text("from before the run\n")
     (workspace / "logs").mkdir()
     (workspace / "logs" / "a.log").write_text("old log\n")
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         run.call("run_command", {"command": "sed -i s/before/after/ config.ini && rm -rf logs"}, call_id="c1")
@@ -278,7 +278,7 @@ def test_files_a_command_line_names_are_kept_ahead_even_never_seen_without_git(w
 def test_commit_leaves_out_a_file_that_held_the_users_uncommitted_work(workspace):
     make_repo(workspace)
     (workspace / "tracked.txt").write_text("committed\nthe user's WIP\n")
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("write_file", {"path": "tracked.txt", "content": "committed\nthe user's WIP\nagent\n"}, call_id="w1")
         run.call("write_file", {"path": "fresh.py", "content": "x = 1\n"}, call_id="w2")
@@ -292,7 +292,7 @@ def test_a_file_uncovered_by_a_gitignore_edit_is_the_users_not_the_commands(work
     git(workspace, "commit", "-qam", "ignore .env")
     (workspace / ".env").write_text("SECRET=1\n")
     time.sleep(0.2)  # the user's file is older than the command (file times have a coarse clock)
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         run.call("run_command", {"command": "sleep 0.1; sed -i '/.env/d' .gitignore"}, call_id="c1")
@@ -305,7 +305,7 @@ def test_a_file_uncovered_by_a_gitignore_edit_is_the_users_not_the_commands(work
 def test_concurrent_async_calls_are_not_blamed_on_a_command(workspace):
     import asyncio
 
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
 
     async def both(run):
         return await asyncio.gather(

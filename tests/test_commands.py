@@ -1,4 +1,4 @@
-"""Tests for tidemark.core.commands: classifying `run_command` lines for replay after a crash."""
+"""Tests for safepoint.core.commands: classifying `run_command` lines for replay after a crash."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.core.command_targets import _write_targets_cached, write_targets
-from tidemark.core.commands import (
+from safepoint.core.command_targets import _write_targets_cached, write_targets
+from safepoint.core.commands import (
     DEFAULT_COMMAND_RULES,
     CommandRules,
     CommandVerdict,
     classify_command,
 )
-from tidemark.errors import ConfigError
+from safepoint.errors import ConfigError
 
 IDEMPOTENCY = ("idempotent", "conditional", "non_idempotent")
 POLICY = ("auto", "ask", "never")

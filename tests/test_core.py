@@ -7,17 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemark.core.blobs import make_blob, open_blob
-from tidemark.core.classify import Classification, check_definition, normalize
-from tidemark.core.hashing import idempotency_key, input_hash
-from tidemark.core.ledger import LedgerTransitionError, check_transition, fold, settle_after_crash
-from tidemark.core.note import recovery_note
-from tidemark.core.patches import apply_patch, make_patch
-from tidemark.core.recovery import plan_resume, recent_calls
-from tidemark.core.replay import decide_replay
-from tidemark.core.run_view import build_view
-from tidemark.errors import CorruptRecordError, ToolRegistrationError
-from tidemark.records import (
+from safepoint.core.blobs import make_blob, open_blob
+from safepoint.core.classify import Classification, check_definition, normalize
+from safepoint.core.hashing import idempotency_key, input_hash
+from safepoint.core.ledger import LedgerTransitionError, check_transition, fold, settle_after_crash
+from safepoint.core.note import recovery_note
+from safepoint.core.patches import apply_patch, make_patch
+from safepoint.core.replay import decide_replay
+from safepoint.core.resume import plan_resume, recent_calls
+from safepoint.core.run_view import build_view
+from safepoint.errors import CorruptRecordError, ToolRegistrationError
+from safepoint.records import (
     RECORD_KINDS,
     CallDecision,
     Checkpoint,
@@ -32,7 +32,7 @@ from tidemark.records import (
     ToolLedgerEntry,
     to_plain,
 )
-from tidemark.store.base import LogProblem, LogRead, LogRecord
+from safepoint.store.base import LogProblem, LogRead, LogRecord
 
 
 def entry(status="started", idempotency="non_idempotent", policy="never", risk="high", call_id="call_1", step=1):
@@ -254,7 +254,7 @@ def test_latest_complete_checkpoint_skips_ones_after_damage():
 
 
 def test_history_is_referenced_not_copied_and_rewinds_start_a_branch():
-    from tidemark.records import Rewind
+    from safepoint.records import Rewind
 
     read = log(
         message(0),
@@ -317,7 +317,7 @@ def test_recovery_note_is_specific():
 
 
 def test_a_resume_that_routed_around_damage_makes_later_checkpoints_sound_again():
-    from tidemark.records import Rewind
+    from safepoint.records import Rewind
 
     read = log(
         message(0),

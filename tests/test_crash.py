@@ -1,6 +1,6 @@
-"""Crash tests: real ``tidemark`` processes killed with SIGKILL, then resumed.
+"""Crash tests: real ``safepoint`` processes killed with SIGKILL, then resumed.
 
-Every test drives the CLI in child processes (``python -m tidemark ...``) and checks what a crash must never
+Every test drives the CLI in child processes (``python -m safepoint ...``) and checks what a crash must never
 break: the run completes on resume, a non-idempotent notification is never sent twice, the workspace ends
 byte-identical to an uninterrupted run's, the ledger accounts for every call and leaves none ``started``.
 
@@ -9,7 +9,7 @@ byte-identical to an uninterrupted run's, the ledger accounts for every call and
 2. SIGKILL from the test at random (seeded) moments, sometimes several times in a row, and at two moments no fault
    point marks (while the run is created, inside a workspace file write);
 3. a damaged log: torn tail, flipped byte in a checkpoint record;
-4. bad input: one ``tidemark:`` line on stderr, a non-zero exit code, nothing half-written.
+4. bad input: one ``safepoint:`` line on stderr, a non-zero exit code, nothing half-written.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
+from safepoint.engine import failpoints
 from tests.conftest import cli_env
-from tidemark.runtime import failpoints
 
 PY = sys.executable
 TIMEOUT = 120  # seconds for one child process: a hang fails the test instead of blocking it
@@ -178,9 +178,9 @@ def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
-def tidemark(*args: object, env: dict[str, str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+def safepoint(*args: object, env: dict[str, str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PY, "-m", "tidemark", *map(str, args)],
+        [PY, "-m", "safepoint", *map(str, args)],
         env=env,
         capture_output=True,
         text=True,
@@ -189,9 +189,9 @@ def tidemark(*args: object, env: dict[str, str], timeout: float = TIMEOUT) -> su
     )
 
 
-def tidemark_json(*args: object, env: dict[str, str]) -> Any:
-    done = tidemark(*args, "--json", env=env)
-    assert done.returncode == 0, f"tidemark {' '.join(map(str, args))} failed: {done.stderr}"
+def safepoint_json(*args: object, env: dict[str, str]) -> Any:
+    done = safepoint(*args, "--json", env=env)
+    assert done.returncode == 0, f"safepoint {' '.join(map(str, args))} failed: {done.stderr}"
     return json.loads(done.stdout)
 
 
@@ -213,7 +213,7 @@ class Setup:
         self.outbox = self.base / "outbox.jsonl"  # outside the workspace: an external effect
         self.scenario_path = self.base / "scenario.json"
         self.scenario_path.write_text(json.dumps(self.scenario, indent=1))
-        self.env = cli_env(TIDEMARK_OUTBOX=str(self.outbox))
+        self.env = cli_env(SAFEPOINT_OUTBOX=str(self.outbox))
 
     @property
     def run_dir(self) -> Path:
@@ -226,8 +226,10 @@ class Setup:
     def run(self, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
         env = dict(self.env)
         if failpoint:
-            env["TIDEMARK_FAILPOINT"] = failpoint
-        return tidemark("run", self.scenario_path, "--workspace", self.workspace, "--run-id", RUN_ID, "--json", env=env)
+            env["SAFEPOINT_FAILPOINT"] = failpoint
+        return safepoint(
+            "run", self.scenario_path, "--workspace", self.workspace, "--run-id", RUN_ID, "--json", env=env
+        )
 
     def popen_run(self) -> subprocess.Popen[bytes]:
         args = ["run", str(self.scenario_path), "--workspace", str(self.workspace), "--run-id", RUN_ID, "--json"]
@@ -239,18 +241,18 @@ class Setup:
     def _popen(self, args: list[str]) -> subprocess.Popen[bytes]:
         with open(self.base / "killed-stderr.txt", "ab") as stderr:  # kept for a failure's post-mortem
             return subprocess.Popen(
-                [PY, "-m", "tidemark", *args], env=self.env, stdout=subprocess.DEVNULL, stderr=stderr
+                [PY, "-m", "safepoint", *args], env=self.env, stdout=subprocess.DEVNULL, stderr=stderr
             )
 
     def resume(self, *decisions: str) -> subprocess.CompletedProcess[str]:
-        return tidemark("resume", RUN_ID, "--workspace", self.workspace, *decisions, "--json", env=self.env)
+        return safepoint("resume", RUN_ID, "--workspace", self.workspace, *decisions, "--json", env=self.env)
 
     def explain(self) -> dict[str, Any]:
-        data: dict[str, Any] = tidemark_json("explain", RUN_ID, "--workspace", self.workspace, env=self.env)
+        data: dict[str, Any] = safepoint_json("explain", RUN_ID, "--workspace", self.workspace, env=self.env)
         return data
 
     def ledger(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = tidemark_json("ledger", RUN_ID, "--workspace", self.workspace, env=self.env)
+        rows: list[dict[str, Any]] = safepoint_json("ledger", RUN_ID, "--workspace", self.workspace, env=self.env)
         return rows
 
     def sent(self) -> list[dict[str, Any]]:
@@ -483,8 +485,8 @@ def run_status(setup: Setup) -> str | None:
     """The run's recorded status read straight from the store (None: the run was never created)."""
     if not (setup.run_dir / "run.json").exists():
         return None
-    from tidemark.runtime.session import load_view
-    from tidemark.store.files import FileStore
+    from safepoint.engine.session import load_view
+    from safepoint.store.files import FileStore
 
     return load_view(FileStore(str(setup.workspace / ".agent-runtime")), RUN_ID).status
 
@@ -523,9 +525,9 @@ def test_sigkill_at_random_moments(tmp_path: Path, seed: int, long_reference: tu
     assert_completed(setup, reference, sends=None)
 
 
-# Moments a random kill can hit but no named fault point marks: a `tidemark run` paused there (it creates MARKER
+# Moments a random kill can hit but no named fault point marks: a `safepoint run` paused there (it creates MARKER
 # and sleeps), so the test kills it at exactly that moment.
-PAUSED_TIDEMARK = """
+PAUSED_SAFEPOINT = """
 import os, sys, time
 marker, moment, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 
@@ -534,7 +536,7 @@ def pause():
     time.sleep(3600)
 
 if moment == "run-header":  # the run's folder exists, its header (run.json) is not written yet
-    from tidemark.store import files
+    from safepoint.store import files
     atomic_write = files.atomic_write
     def paused_atomic_write(path, data, **kwargs):
         if os.path.basename(path) == "run.json":
@@ -544,14 +546,14 @@ if moment == "run-header":  # the run's folder exists, its header (run.json) is 
 elif moment == "workspace-write":  # a tool's new file content is in its temp file, not renamed into place yet
     replace = os.replace
     def paused_replace(src, dst, *rest, **kwargs):
-        if os.path.basename(src).startswith(".tidemark-"):
+        if os.path.basename(src).startswith(".safepoint-"):
             pause()
         return replace(src, dst, *rest, **kwargs)
     os.replace = paused_replace
 else:
     raise SystemExit(f"unknown moment {moment}")
-sys.argv = ["tidemark", *args]
-from tidemark.cli.app import main
+sys.argv = ["safepoint", *args]
+from safepoint.cli.app import main
 main()
 """
 
@@ -560,7 +562,7 @@ def kill_run_at(setup: Setup, moment: str) -> None:
     marker = setup.base / f"paused-{moment}"
     args = ["run", setup.scenario_path, "--workspace", setup.workspace, "--run-id", RUN_ID, "--json"]
     process = subprocess.Popen(
-        [PY, "-c", PAUSED_TIDEMARK, marker, moment, *map(str, args)], env=setup.env, stdout=subprocess.DEVNULL
+        [PY, "-c", PAUSED_SAFEPOINT, marker, moment, *map(str, args)], env=setup.env, stdout=subprocess.DEVNULL
     )
     deadline = time.monotonic() + TIMEOUT
     while not marker.exists():
@@ -705,7 +707,7 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode not in (0, 3), describe(done)
     assert "Traceback" not in done.stderr, describe(done)
     assert len(lines) == 1, f"expected a one-line error, got {len(lines)} lines:\n{done.stderr}"
-    assert lines[0].startswith("tidemark:"), lines
+    assert lines[0].startswith("safepoint:"), lines
     return lines[0]
 
 
@@ -718,7 +720,7 @@ def plain_env(setup: Setup) -> dict[str, str]:
 def test_malformed_scenario_json(tmp_path: Path) -> None:
     setup = Setup(tmp_path, {})
     setup.scenario_path.write_text('{"task": "x", "turns": [')
-    done = tidemark(
+    done = safepoint(
         "run", setup.scenario_path, "--workspace", setup.workspace, "--run-id", RUN_ID, env=plain_env(setup)
     )
     assert "JSON" in one_line_error(done)
@@ -735,7 +737,7 @@ def test_unknown_tool_creates_nothing(tmp_path: Path) -> None:
         ],
     }
     setup = Setup(tmp_path, scenario)
-    done = tidemark(
+    done = safepoint(
         "run", setup.scenario_path, "--workspace", setup.workspace, "--run-id", RUN_ID, env=plain_env(setup)
     )
     assert "no_such_tool" in one_line_error(done)
@@ -748,14 +750,14 @@ def test_unknown_tool_creates_nothing(tmp_path: Path) -> None:
 def test_missing_workspace(tmp_path: Path) -> None:
     setup = Setup(tmp_path, MAIN_SCENARIO)
     missing = tmp_path / "no-such-workspace"
-    done = tidemark("run", setup.scenario_path, "--workspace", missing, "--run-id", RUN_ID, env=plain_env(setup))
+    done = safepoint("run", setup.scenario_path, "--workspace", missing, "--run-id", RUN_ID, env=plain_env(setup))
     assert "does not exist" in one_line_error(done)
     assert not missing.exists()
 
 
 def test_resume_of_unknown_run(tmp_path: Path) -> None:
     setup = Setup(tmp_path, MAIN_SCENARIO)
-    done = tidemark("resume", "no-such-run", "--workspace", setup.workspace, env=plain_env(setup))
+    done = safepoint("resume", "no-such-run", "--workspace", setup.workspace, env=plain_env(setup))
     assert "not found" in one_line_error(done)
 
 
@@ -779,9 +781,9 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path, b
             }
         )
     )
-    env = cli_env(TIDEMARK_OUTBOX=str(tmp_path / "outbox"))
+    env = cli_env(SAFEPOINT_OUTBOX=str(tmp_path / "outbox"))
     child = subprocess.Popen(
-        [sys.executable, "-m", "tidemark", "run", str(script), "--workspace", str(workspace), "--run-id", "r", *store],
+        [sys.executable, "-m", "safepoint", "run", str(script), "--workspace", str(workspace), "--run-id", "r", *store],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -795,7 +797,7 @@ def test_a_killed_agents_command_does_not_outlive_it_into_the_resume(tmp_path, b
     child.wait(timeout=30)
     assert _running(shell)  # the agent died; its command did not
     resumed = subprocess.run(
-        [sys.executable, "-m", "tidemark", "resume", "r", "--workspace", str(workspace), "--skip", "call_1", *store],
+        [sys.executable, "-m", "safepoint", "resume", "r", "--workspace", str(workspace), "--skip", "call_1", *store],
         env=env,
         capture_output=True,
         text=True,

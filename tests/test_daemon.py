@@ -1,4 +1,4 @@
-"""The supervisor with real processes: ``tidemark daemon`` recovers, reaps, runs queued input and fires schedules.
+"""The supervisor with real processes: ``safepoint daemon`` recovers, reaps, runs queued input and fires schedules.
 
 Every test drives the CLI in child processes and waits for conditions (a file, a stale heartbeat, a process gone)
 with generous deadlines; nothing asserts how long anything took.
@@ -20,11 +20,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from tidemark.recovery_records import TERMINAL_STATUS_RESTART, RuntimeRestartCheckpoint
-from tidemark.runtime import schedule
-from tidemark.runtime.session import load_view
-from tidemark.store.liveness import process_is_alive, process_start_time
-from tidemark.store.url import open_store
+from safepoint.engine.session import load_view
+from safepoint.protocol import TERMINAL_STATUS_RESTART, RuntimeRestartCheckpoint
+from safepoint.store.liveness import process_is_alive, process_start_time
+from safepoint.store.url import open_store
+from safepoint.supervisor import schedule
 
 from .conftest import cli_env
 
@@ -38,9 +38,9 @@ def store_args(request):
     return ["--store", request.getfixturevalue("fresh_url")]
 
 
-def tidemark(workspace: Path, *args: str, env: dict[str, str] | None = None, store=()) -> subprocess.Popen[str]:
+def safepoint(workspace: Path, *args: str, env: dict[str, str] | None = None, store=()) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace), *store],
+        [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace), *store],
         env=env or cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -49,7 +49,7 @@ def tidemark(workspace: Path, *args: str, env: dict[str, str] | None = None, sto
 
 
 def done(workspace: Path, *args: str, env: dict[str, str] | None = None, store=()) -> subprocess.CompletedProcess[str]:
-    proc = tidemark(workspace, *args, env=env, store=store)
+    proc = safepoint(workspace, *args, env=env, store=store)
     out, err = proc.communicate(timeout=TIMEOUT)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
@@ -122,7 +122,7 @@ class DaemonLines:
 
 def test_a_due_occurrence_is_fired_by_the_daemon_completes_and_never_runs_twice(tmp_path, workspace):
     outbox = tmp_path / "outbox.jsonl"
-    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    env = cli_env(SAFEPOINT_OUTBOX=str(outbox))
     scenario = write_scenario(
         tmp_path,
         [{"text": "telling", "tool_calls": [call("send_notification", to="#ops", message="nightly")]}, {"text": "ok"}],
@@ -187,7 +187,7 @@ def test_an_interrupted_occurrence_past_its_window_is_closed_at_startup_cron_exe
     assert added.returncode == 0, added.stderr
     at = schedule.now_ms() // 1000 * 1000  # the latest whole second: an occurrence of "* * * * * *"
     crashed = done(
-        workspace, "schedule", "fire", "short", "--at", str(at), env=cli_env(TIDEMARK_FAILPOINT="before_step")
+        workspace, "schedule", "fire", "short", "--at", str(at), env=cli_env(SAFEPOINT_FAILPOINT="before_step")
     )
     assert crashed.returncode == -9, crashed.stderr  # SIGKILLed as its agent loop began
     run_id = schedule.occurrence_run_id("short", at)
@@ -236,7 +236,7 @@ def test_an_interrupted_occurrence_past_its_window_is_closed_at_startup_cron_exe
 
 def test_an_interrupted_occurrence_within_its_window_is_resumed_at_startup(tmp_path, workspace):
     outbox = tmp_path / "outbox.jsonl"
-    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    env = cli_env(SAFEPOINT_OUTBOX=str(outbox))
     scenario = write_scenario(
         tmp_path,
         [{"text": "telling", "tool_calls": [call("send_notification", to="#ops", message="yearly")]}, {"text": "ok"}],
@@ -247,7 +247,7 @@ def test_an_interrupted_occurrence_within_its_window_is_resumed_at_startup(tmp_p
     )
     assert added.returncode == 0, added.stderr
     at = schedule.latest_occurrence(yearly, schedule.now_ms())
-    crash = cli_env(TIDEMARK_OUTBOX=str(outbox), TIDEMARK_FAILPOINT="before_step")
+    crash = cli_env(SAFEPOINT_OUTBOX=str(outbox), SAFEPOINT_FAILPOINT="before_step")
     assert done(workspace, "schedule", "fire", "yearly", "--at", str(at), env=crash).returncode == -9
     run_id = schedule.occurrence_run_id("yearly", at)
 
@@ -268,7 +268,7 @@ def test_an_interrupted_occurrence_within_its_window_is_resumed_at_startup(tmp_p
 
 def test_a_hung_owner_is_reaped_fenced_and_stops_without_writing_when_it_wakes(tmp_path, workspace):
     outbox = tmp_path / "outbox.jsonl"
-    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    env = cli_env(SAFEPOINT_OUTBOX=str(outbox))
     marker = tmp_path / "running"
     scenario = write_scenario(
         tmp_path,
@@ -278,7 +278,7 @@ def test_a_hung_owner_is_reaped_fenced_and_stops_without_writing_when_it_wakes(t
             {"text": "ok"},
         ],
     )
-    owner_proc = tidemark(workspace, "run", str(scenario), "--run-id", "r", env=env)
+    owner_proc = safepoint(workspace, "run", str(scenario), "--run-id", "r", env=env)
     wait_until(marker.exists, "the slow tool starting")
     owner_proc.send_signal(signal.SIGSTOP)  # hung: alive, holding the run, no heartbeat
     try:
@@ -322,7 +322,7 @@ def test_a_hung_owner_is_reaped_fenced_and_stops_without_writing_when_it_wakes(t
 
 def test_startup_recovery_resumes_a_killed_run_in_a_worker(tmp_path, workspace, store_args):
     outbox = tmp_path / "outbox.jsonl"
-    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    env = cli_env(SAFEPOINT_OUTBOX=str(outbox))
     scenario = write_scenario(
         tmp_path,
         [
@@ -331,7 +331,7 @@ def test_startup_recovery_resumes_a_killed_run_in_a_worker(tmp_path, workspace, 
             {"text": "done"},
         ],
     )
-    crash = cli_env(TIDEMARK_OUTBOX=str(outbox), TIDEMARK_FAILPOINT="after_outcome:write_file")
+    crash = cli_env(SAFEPOINT_OUTBOX=str(outbox), SAFEPOINT_FAILPOINT="after_outcome:write_file")
     crashed = done(workspace, "run", str(scenario), "--run-id", "r", env=crash, store=store_args)
     assert crashed.returncode == -9, crashed.stderr
     store = opened(workspace, store_args)
@@ -358,11 +358,11 @@ def test_a_run_that_crashes_while_the_daemon_runs_is_recovered_without_a_restart
         tmp_path,
         [{"text": "writing", "tool_calls": [call("write_file", path="a.txt", content="one\n")]}, {"text": "done"}],
     )
-    supervisor = tidemark(workspace, "daemon", "--json", "--poll", "0.2")
+    supervisor = safepoint(workspace, "daemon", "--json", "--poll", "0.2")
     try:
         output = DaemonLines(supervisor)
         output.until("startup_recovery")
-        crash = cli_env(TIDEMARK_FAILPOINT="after_outcome:write_file")
+        crash = cli_env(SAFEPOINT_FAILPOINT="after_outcome:write_file")
         assert done(workspace, "run", str(scenario), "--run-id", "r", env=crash).returncode == -9
         events = output.until("worker_exited")
     finally:
@@ -411,7 +411,7 @@ def test_a_resumable_subagent_is_left_to_its_parent_whose_resume_finishes_it(tmp
             {"text": "parent done"},
         ],
     )
-    crash = cli_env(TIDEMARK_FAILPOINT="after_outcome:write_file")  # inside the child, which runs in-process
+    crash = cli_env(SAFEPOINT_FAILPOINT="after_outcome:write_file")  # inside the child, which runs in-process
     assert done(workspace, "run", str(scenario), "--run-id", "p", env=crash).returncode == -9
     store = opened(workspace)
     assert {"p", "p.call_1"} <= set(store.list_restart_checkpoints())
@@ -445,10 +445,10 @@ def slow_second_turn(tmp_path: Path, marker: Path, seconds: float = 0.5) -> Path
 def test_sigterm_stops_the_daemon_and_its_worker_leaves_the_run_resumable(tmp_path, workspace):
     marker = tmp_path / "resumed"
     scenario = slow_second_turn(tmp_path, marker)
-    crash = cli_env(TIDEMARK_FAILPOINT="after_outcome:write_file")
+    crash = cli_env(SAFEPOINT_FAILPOINT="after_outcome:write_file")
     assert done(workspace, "run", str(scenario), "--run-id", "r", env=crash).returncode == -9
 
-    supervisor = tidemark(workspace, "daemon", "--json", "--poll", "0.2")
+    supervisor = safepoint(workspace, "daemon", "--json", "--poll", "0.2")
     wait_until(marker.exists, "the worker running the slow call")
     supervisor.send_signal(signal.SIGTERM)
     out, err = supervisor.communicate(timeout=TIMEOUT)
@@ -473,10 +473,10 @@ def test_sigterm_stops_the_daemon_and_its_worker_leaves_the_run_resumable(tmp_pa
 def test_workers_die_with_a_killed_daemon_and_the_next_one_recovers_their_run(tmp_path, workspace):
     marker = tmp_path / "resumed"
     scenario = slow_second_turn(tmp_path, marker, seconds=5)
-    crash = cli_env(TIDEMARK_FAILPOINT="after_outcome:write_file")
+    crash = cli_env(SAFEPOINT_FAILPOINT="after_outcome:write_file")
     assert done(workspace, "run", str(scenario), "--run-id", "r", env=crash).returncode == -9
 
-    supervisor = tidemark(workspace, "daemon", "--json", "--poll", "0.2")
+    supervisor = safepoint(workspace, "daemon", "--json", "--poll", "0.2")
     try:
         worker = DaemonLines(supervisor).until("worker_started")[-1]["pid"]
         start_time = process_start_time(worker)

@@ -7,8 +7,8 @@ import json
 import signal
 from pathlib import Path
 
-from tidemark.runtime.session import load_view
-from tidemark.store.liveness import owner_alive
+from safepoint.engine.session import load_view
+from safepoint.store.liveness import owner_alive
 
 from .test_protocol import NOTIFY, Cli, scenario, wait_until, waiting_for_approval
 

@@ -9,20 +9,20 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tidemark.runtime.session import load_view
+from safepoint.engine.session import load_view
 
 from .test_protocol import Cli, scenario, wait_until
 
 OWN_LOOP = textwrap.dedent(
     """
     import sys, time
-    import tidemark
+    import safepoint
 
-    tm = tidemark.open(None, workspace=sys.argv[1])
+    tm = safepoint.open(None, workspace=sys.argv[1])
     with tm.start("think between calls", run_id="own") as run:
         run.call("read_file", {"path": "a.txt"}, call_id="c1")
         open(sys.argv[2], "w").write("thinking")
-        time.sleep(float(sys.argv[3]))  # the model thinks: no tidemark call, no tool
+        time.sleep(float(sys.argv[3]))  # the model thinks: no safepoint call, no tool
         run.call("read_file", {"path": "a.txt"}, call_id="c2")
         run.finish()
     """
@@ -35,7 +35,7 @@ def test_an_own_loop_thinking_between_calls_is_not_reaped(tmp_path: Path) -> Non
     script = tmp_path / "own_loop.py"
     script.write_text(OWN_LOOP)
     thinking = tmp_path / "thinking"
-    fast = {"TIDEMARK_HEARTBEAT_SECONDS": "0.3"}
+    fast = {"SAFEPOINT_HEARTBEAT_SECONDS": "0.3"}
     daemon = cli.start("daemon", "--lease", "2", "--poll", "0.2", "--json", **fast)
     loop = subprocess.Popen(
         [sys.executable, str(script), str(cli.workspace), str(thinking), "5"],
@@ -58,7 +58,7 @@ def test_a_command_running_when_the_supervisor_stops_does_not_outlive_it(tmp_pat
     pid_file, effect = tmp_path / "cmd.pid", tmp_path / "effect.txt"
     command = f"echo $$ > {pid_file}; sleep 60; echo late >> {effect}"
     sc = scenario(tmp_path, [{"tool_calls": [{"tool": "run_command", "args": {"command": command}}]}, {"text": "ok"}])
-    crashed = cli("run", sc, "--run-id", "r", TIDEMARK_FAILPOINT="before_started:run_command")
+    crashed = cli("run", sc, "--run-id", "r", SAFEPOINT_FAILPOINT="before_started:run_command")
     assert crashed.returncode == -signal.SIGKILL
     daemon = cli.start("daemon", "--poll", "0.2", "--grace", "1", "--json")
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", "the worker's command to start")

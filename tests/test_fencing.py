@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tidemark.runtime.session import load_view
-from tidemark.store.url import open_store
+from safepoint.engine.session import load_view
+from safepoint.store.url import open_store
 
 from .conftest import cli_env
 
@@ -41,9 +41,9 @@ def store(request):
     return ["--store", request.getfixturevalue("fresh_url")]
 
 
-def tidemark(workspace, *args, env, store=()):
+def safepoint(workspace, *args, env, store=()):
     return subprocess.Popen(
-        [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace), *store],
+        [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace), *store],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -63,16 +63,16 @@ def test_a_stopped_owner_taken_over_is_refused_every_write_when_it_wakes(tmp_pat
     workspace.mkdir()
     outbox = tmp_path / "outbox.jsonl"
     marker = tmp_path / "started"
-    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
-    owner = tidemark(
+    env = cli_env(SAFEPOINT_OUTBOX=str(outbox))
+    owner = safepoint(
         workspace, "run", str(scenario(tmp_path, f"touch {marker}; sleep 2")), "--run-id", "r", env=env, store=store
     )
     wait_for(marker)
     owner.send_signal(signal.SIGSTOP)  # a zombie: alive, holding nothing, about to write
-    refused = tidemark(workspace, "resume", "r", env=env, store=store)
+    refused = safepoint(workspace, "resume", "r", env=env, store=store)
     _, err = refused.communicate(timeout=60)
     assert refused.returncode == 5 and "--takeover" in err  # its owner is alive: resume says so
-    takeover = tidemark(workspace, "resume", "r", "--takeover", "--skip", "call_1", env=env, store=store)
+    takeover = safepoint(workspace, "resume", "r", "--takeover", "--skip", "call_1", env=env, store=store)
     _, err = takeover.communicate(timeout=60)
     assert takeover.returncode == 0, err
     opened = open_store(store[1] if store else "file:" + str(workspace / ".agent-runtime"))
@@ -89,12 +89,12 @@ def test_two_resumes_at_once_exactly_one_proceeds(tmp_path, store):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     outbox = tmp_path / "outbox.jsonl"
-    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
-    crash = cli_env(TIDEMARK_OUTBOX=str(outbox), TIDEMARK_FAILPOINT="before_started:run_command")
-    first = tidemark(workspace, "run", str(scenario(tmp_path, "sleep 1")), "--run-id", "r", env=crash, store=store)
+    env = cli_env(SAFEPOINT_OUTBOX=str(outbox))
+    crash = cli_env(SAFEPOINT_OUTBOX=str(outbox), SAFEPOINT_FAILPOINT="before_started:run_command")
+    first = safepoint(workspace, "run", str(scenario(tmp_path, "sleep 1")), "--run-id", "r", env=crash, store=store)
     first.communicate(timeout=60)
     assert first.returncode == -9
-    both = [tidemark(workspace, "resume", "r", env=env, store=store) for _ in range(2)]
+    both = [safepoint(workspace, "resume", "r", env=env, store=store) for _ in range(2)]
     results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in both]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 5], results  # one resumed the run, the other was told a live process owns it

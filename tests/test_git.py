@@ -1,4 +1,4 @@
-"""tidemark.workspace.git: reads never change the repository; commit_paths commits only what it is given."""
+"""safepoint.workspace.git: reads never change the repository; commit_paths commits only what it is given."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark.errors import TidemarkError, WorkspaceError
-from tidemark.workspace import git as g
-from tidemark.workspace.git import (
+from safepoint.errors import SafepointError, WorkspaceError
+from safepoint.workspace import git as g
+from safepoint.workspace.git import (
     GitError,
     GitState,
     commit_paths,
@@ -528,7 +528,7 @@ def test_commit_paths_refusals(tmp_path: Path, paths: list[str], message: str, e
     with pytest.raises(GitError, match=expected) as caught:
         commit_paths(str(repo), paths, message)
     assert "\n" not in str(caught.value)
-    assert isinstance(caught.value, TidemarkError)
+    assert isinstance(caught.value, SafepointError)
     assert refs_snapshot(str(repo)) == before
     assert git(repo, "status", "--porcelain") == status_before
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-import tidemark
-from tidemark.errors import ProviderError
-from tidemark.records import Message, ToolCall, ToolDefinition
-from tidemark.runtime.openai_provider import NO_RESULT, PERMISSIVE_PARAMETERS, OpenAIProvider, to_messages
-from tidemark.runtime.provider import Context, Provider
-from tidemark.runtime.session import load_view
+import safepoint
+from safepoint.engine.session import load_view
+from safepoint.errors import ProviderError
+from safepoint.providers.base import Context, Provider
+from safepoint.providers.openai_compat import NO_RESULT, PERMISSIVE_PARAMETERS, OpenAIProvider, to_messages
+from safepoint.records import Message, ToolCall, ToolDefinition
 
 from .conftest import PY, ROOT
 from .openai_server import FakeOpenAI
@@ -316,7 +316,7 @@ def test_it_is_a_provider_for_the_agent_loop(server, workspace):
         {"tool_calls": [{"id": "call_w", "name": "write_file", "arguments": {"path": "a.txt", "content": "hi\n"}}]},
         {"text": "All done."},
     )
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("write a.txt", run_id="r", model=MODEL) as run:
         assert tm.run_agent(run, provider) == "completed"
     assert (workspace / "a.txt").read_text() == "hi\n"

@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from tidemark.recovery_records import (
+from safepoint.engine.session import load_view
+from safepoint.protocol import (
     SELF_HEALING,
     SELF_HEALING_PROMPT,
     TERMINAL_STATUS_RESTART,
@@ -23,9 +24,8 @@ from tidemark.recovery_records import (
     ExecutionConfig,
     RuntimeRestartCheckpoint,
 )
-from tidemark.runtime.session import load_view
-from tidemark.store.base import Store
-from tidemark.store.url import open_store
+from safepoint.store.base import Store
+from safepoint.store.url import open_store
 
 from .conftest import cli_env
 
@@ -47,11 +47,11 @@ class Cli:
         self.url = store[1] if store else "file:" + str(self.workspace / ".agent-runtime")
 
     def env(self, **extra: str) -> dict[str, str]:
-        return cli_env(TIDEMARK_OUTBOX=str(self.outbox), **extra)
+        return cli_env(SAFEPOINT_OUTBOX=str(self.outbox), **extra)
 
     def start(self, *args: str, **env: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "tidemark", *args, "--workspace", str(self.workspace), *self.store_args],
+            [sys.executable, "-m", "safepoint", *args, "--workspace", str(self.workspace), *self.store_args],
             env=self.env(**env),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -125,7 +125,7 @@ def assert_closed(cli: Cli, run_id: str, reason: str) -> None:
 def crashed_run(cli: Cli, tmp_path: Path, run_id: str = "r", point: str = "after_tool:send_notification") -> None:
     """A run killed after its notification went out but before the outcome was recorded."""
     sc = scenario(tmp_path, [{"text": "go", "tool_calls": [NOTIFY]}, {"text": "done"}], name=f"{run_id}.json")
-    done = cli("run", sc, "--run-id", run_id, TIDEMARK_FAILPOINT=point)
+    done = cli("run", sc, "--run-id", run_id, SAFEPOINT_FAILPOINT=point)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert cli.checkpoint(run_id) is not None
 
@@ -190,7 +190,9 @@ def test_an_approval_counts_only_for_the_input_it_was_given_for(tmp_path):
 def test_a_call_dispatched_before_the_restart_is_not_dispatched_again(tmp_path):
     cli = Cli(tmp_path)
     sc = scenario(tmp_path, [{"tool_calls": [NOTIFY]}, {"text": "ok"}])
-    run = cli.start("run", sc, "--run-id", "r", "--approval", "high", TIDEMARK_FAILPOINT="after_tool:send_notification")
+    run = cli.start(
+        "run", sc, "--run-id", "r", "--approval", "high", SAFEPOINT_FAILPOINT="after_tool:send_notification"
+    )
     wait_until(lambda: waiting_for_approval(cli, "r"), "the approval wait")
     assert cli("approve", "r", "call_1").returncode == 0
     run.communicate(timeout=60)
@@ -210,7 +212,7 @@ def test_a_submission_is_admitted_once_per_key_and_its_overrides_survive_a_resta
     assert cli("run", sc, "--run-id", "r").returncode == 0
     for _ in range(2):  # a client retrying the same submission
         assert cli("submit", "r", "now write a.txt", "--key", "k1", "--tools-allowed", "read_file").returncode == 0
-    crashed = cli("resume", "r", TIDEMARK_FAILPOINT="submission_admitted")
+    crashed = cli("resume", "r", SAFEPOINT_FAILPOINT="submission_admitted")
     assert crashed.returncode == -signal.SIGKILL
     payload = cli.payload("r")
     assert payload["payload_kind"] == "queued_submission" and payload["submission_key"] == "k1"
@@ -255,7 +257,7 @@ def test_a_whole_stream_cancel_reaches_the_subagents(tmp_path):
     child = {"task": "notify", "turns": [{"tool_calls": [NOTIFY]}, {"text": "sent"}]}
     spawn = {"tool": "spawn_subagent", "args": {"task": "notify", "scenario": child}}
     sc = scenario(tmp_path, [{"tool_calls": [spawn]}, {"text": "done"}])
-    crashed = cli("run", sc, "--run-id", "p", TIDEMARK_FAILPOINT="after_started:send_notification")
+    crashed = cli("run", sc, "--run-id", "p", SAFEPOINT_FAILPOINT="after_started:send_notification")
     assert crashed.returncode == -signal.SIGKILL
     assert cli("cancel", "p", "--whole-stream").returncode == 0
     assert_closed(cli, "p", "user_cancelled_whole_stream")
@@ -293,7 +295,7 @@ def test_resuming_with_another_model_does_not_replay_the_interrupted_work(tmp_pa
 def test_a_run_closed_before_its_cleanup_finished_is_agent_closed(tmp_path):
     cli = Cli(tmp_path)
     sc = scenario(tmp_path, [{"tool_calls": [NOTIFY]}, {"text": "ok"}])
-    run = cli.start("run", sc, "--run-id", "r", "--approval", "high", TIDEMARK_FAILPOINT="closing")
+    run = cli.start("run", sc, "--run-id", "r", "--approval", "high", SAFEPOINT_FAILPOINT="closing")
     wait_until(lambda: waiting_for_approval(cli, "r"), "the approval wait")
     assert cli("cancel", "r").returncode == 0
     run.communicate(timeout=60)
@@ -322,7 +324,7 @@ def test_streamed_text_forbids_replay_and_the_parent_gets_the_self_healing_promp
             {"text": "checking what it produced", "expect_in_context": [SELF_HEALING_PROMPT]},
         ],
     )
-    crashed = cli("run", sc, "--run-id", "p", TIDEMARK_FAILPOINT="visible_output")
+    crashed = cli("run", sc, "--run-id", "p", SAFEPOINT_FAILPOINT="visible_output")
     assert crashed.returncode == -signal.SIGKILL
     assert "Here is the su" in crashed.stdout  # the user saw the start of the child's answer
     assert cli.payload("p.call_1")["visible_output_started"] is True
@@ -345,7 +347,7 @@ def test_streamed_text_forbids_replay_and_the_parent_gets_the_self_healing_promp
 def test_a_root_run_that_streamed_shows_its_user_the_same_through_status_and_explain(tmp_path):
     cli = Cli(tmp_path)
     sc = scenario(tmp_path, [{"text": "Streaming an answer to you now.", "streamed": True}])
-    crashed = cli("run", sc, "--run-id", "r", TIDEMARK_FAILPOINT="visible_output")
+    crashed = cli("run", sc, "--run-id", "r", SAFEPOINT_FAILPOINT="visible_output")
     assert crashed.returncode == -signal.SIGKILL
     resumed = cli("resume", "r")
     assert resumed.returncode == 9 and "visible_output_started" in resumed.stderr
@@ -398,7 +400,7 @@ def test_partial_recovery_descriptor(tmp_path):
 def test_invalid_recovery_descriptor(tmp_path):
     cli = Cli(tmp_path)
     crashed_run(cli, tmp_path)
-    rewrite_checkpoint(cli, "r", config={"descriptor_version": 99})  # written by a newer tidemark
+    rewrite_checkpoint(cli, "r", config={"descriptor_version": 99})  # written by a newer safepoint
     resume_fails(cli, "r", "invalid_recovery_descriptor")
 
 
@@ -414,7 +416,7 @@ def test_invalid_structural_owner_identity(tmp_path):
     child = {"task": "notify", "turns": [{"tool_calls": [NOTIFY]}, {"text": "sent"}]}
     spawn = {"tool": "spawn_subagent", "args": {"task": "notify", "scenario": child}}
     sc = scenario(tmp_path, [{"tool_calls": [spawn]}, {"text": "done"}])
-    crashed = cli("run", sc, "--run-id", "p", TIDEMARK_FAILPOINT="after_tool:send_notification")
+    crashed = cli("run", sc, "--run-id", "p", SAFEPOINT_FAILPOINT="after_tool:send_notification")
     assert crashed.returncode == -signal.SIGKILL
     import shutil
 
@@ -447,7 +449,7 @@ def test_invalid_inherited_execution_authority(tmp_path):
         tmp_path,
         [{"tool_calls": [spawn]}, {"text": "redoing only what is missing", "expect_in_context": [SELF_HEALING_PROMPT]}],
     )
-    crashed = cli("run", sc, "--run-id", "p", TIDEMARK_FAILPOINT="after_tool:send_notification")
+    crashed = cli("run", sc, "--run-id", "p", SAFEPOINT_FAILPOINT="after_tool:send_notification")
     assert crashed.returncode == -signal.SIGKILL and cli.sent() == 1
     expires = load_view(cli.store(), "p").spawned["call_1"].grant_expires_at_ms
     assert expires is not None
@@ -467,4 +469,4 @@ def test_restart_recovery_closes_the_same_way_on_both_stores(tmp_path, kind, req
     resumed = cli("resume", "r", "--model", "m2")
     assert resumed.returncode == 9 and "model_switch" in resumed.stderr
     assert_closed(cli, "r", "model_switch")
-    assert os.environ.get("TIDEMARK_FAILPOINT") is None
+    assert os.environ.get("SAFEPOINT_FAILPOINT") is None

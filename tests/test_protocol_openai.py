@@ -7,7 +7,7 @@ import json
 import signal
 from pathlib import Path
 
-from tidemark.runtime.session import load_view
+from safepoint.engine.session import load_view
 
 from .openai_server import FakeOpenAI
 from .test_protocol import Cli, assert_closed, wait_until
@@ -56,7 +56,7 @@ def test_the_model_recorded_per_checkpoint_detects_a_switch(tmp_path: Path) -> N
     cli = Cli(tmp_path)
     write = {"id": "c1", "name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}
     with FakeOpenAI([{"tool_calls": [write]}, {"text": "done"}]) as server:
-        crashed = cli(*run_args(server), TIDEMARK_FAILPOINT="after_tool:write_file")
+        crashed = cli(*run_args(server), SAFEPOINT_FAILPOINT="after_tool:write_file")
         assert crashed.returncode == -signal.SIGKILL
         resumed = cli("resume", "r", "--model", "m2")
         assert resumed.returncode == 9 and "model_switch" in resumed.stderr

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.recovery_records import SELF_HEALING, TERMINAL_STATUS_RESTART
-from tidemark.runtime.inbox import CANCELLED_STATUS
-from tidemark.runtime.session import load_view
+from safepoint.engine.session import load_view
+from safepoint.protocol import SELF_HEALING, TERMINAL_STATUS_RESTART
+from safepoint.restart.inbox import CANCELLED_STATUS
 
 from .test_protocol import (
     NOTIFY,
@@ -60,7 +60,7 @@ def test_a_submission_to_a_completed_run_is_answered_after_a_crash_in_its_step(t
     sc = scenario(tmp_path, [{"text": "hello"}, {"tool_calls": [NOTIFY], "expect_in_context": ["notify ops"]}, DONE])
     assert cli("run", sc, "--run-id", "r").returncode == 0
     assert cli("submit", "r", "notify ops", "--key", "k1").returncode == 0
-    crashed = cli("resume", "r", TIDEMARK_FAILPOINT="after_model")
+    crashed = cli("resume", "r", SAFEPOINT_FAILPOINT="after_model")
     assert crashed.returncode == -signal.SIGKILL
     assert load_view(cli.store(), "r").status != "completed"  # it answers new input: not a finished run
     assert cli.checkpoint("r") is not None
@@ -87,7 +87,7 @@ def test_the_daemon_answers_a_submission_whose_step_crashed_instead_of_deleting_
     sc = scenario(tmp_path, [{"text": "hello"}, {"tool_calls": [NOTIFY], "expect_in_context": ["notify ops"]}, DONE])
     assert cli("run", sc, "--run-id", "r").returncode == 0
     assert cli("submit", "r", "notify ops", "--key", "k1").returncode == 0
-    assert cli("resume", "r", TIDEMARK_FAILPOINT="after_model").returncode == -signal.SIGKILL
+    assert cli("resume", "r", SAFEPOINT_FAILPOINT="after_model").returncode == -signal.SIGKILL
     daemon = cli("daemon", "--once", "--json")
     assert daemon.returncode == 0, daemon.stderr
     events = [json.loads(line) for line in daemon.stdout.splitlines() if line.startswith("{")]
@@ -102,7 +102,7 @@ def test_a_submission_admitted_by_a_live_run_is_not_lost_by_a_crash_in_the_step_
     """The same loss without a completed run: admitted at a step's start, killed before that step's checkpoint."""
     cli = Cli(tmp_path)
     sc = scenario(tmp_path, [{"tool_calls": [NOTIFY]}, {"text": "ok", "expect_in_context": ["also this"]}, DONE])
-    run = cli.start("run", sc, "--run-id", "r", "--approval", "high", TIDEMARK_FAILPOINT="after_model@2")
+    run = cli.start("run", sc, "--run-id", "r", "--approval", "high", SAFEPOINT_FAILPOINT="after_model@2")
     wait_until(lambda: waiting_for_approval(cli, "r"), "the approval wait")
     assert cli("submit", "r", "also this", "--key", "k1").returncode == 0
     assert cli("approve", "r", "call_1").returncode == 0
@@ -120,7 +120,7 @@ def test_a_streamed_turn_with_a_call_is_not_streamed_again_after_a_crash_before_
     cli = Cli(tmp_path)
     shown = "I am notifying ops now."
     sc = scenario(tmp_path, [{"text": shown, "streamed": True, "tool_calls": [NOTIFY]}, {"text": "done"}])
-    crashed = cli("run", sc, "--run-id", "r", TIDEMARK_FAILPOINT="before_started:send_notification")
+    crashed = cli("run", sc, "--run-id", "r", SAFEPOINT_FAILPOINT="before_started:send_notification")
     assert crashed.returncode == -signal.SIGKILL
     assert shown in crashed.stdout  # the user saw the turn
     assert cli.sent() == 0
@@ -197,7 +197,7 @@ def test_a_child_cannot_grant_its_own_child_a_tool_it_does_not_hold(tmp_path: Pa
         "args": {"task": "delegate", "tools": ["read_file", "spawn_subagent"], "scenario": child},
     }
     sc = scenario(tmp_path, [{"tool_calls": [spawn_c]}, {"text": "parent done"}])
-    done = cli("run", sc, "--run-id", "p", TIDEMARK_FAILPOINT="before_started:send_notification")
+    done = cli("run", sc, "--run-id", "p", SAFEPOINT_FAILPOINT="before_started:send_notification")
     assert done.returncode == 0, done.stderr  # never got as far as a notification
     assert cli.sent() == 0
     store = cli.store()
@@ -224,7 +224,7 @@ def test_a_nested_subagent_is_recorded_by_its_own_parent_and_survives_a_restart(
         "args": {"task": "delegate", "tools": ["read_file", "spawn_subagent"], "scenario": child},
     }
     sc = scenario(tmp_path, [{"tool_calls": [spawn_c]}, {"text": "parent done", "expect_in_context": ["child done"]}])
-    crashed = cli("run", sc, "--run-id", "p", TIDEMARK_FAILPOINT="after_tool:read_file")  # in the grandchild
+    crashed = cli("run", sc, "--run-id", "p", SAFEPOINT_FAILPOINT="after_tool:read_file")  # in the grandchild
     assert crashed.returncode == -signal.SIGKILL
     store = cli.store()
     assert {k: v.child_run_id for k, v in load_view(store, "p").spawned.items()} == {"call_1": "p.call_1"}
@@ -323,7 +323,7 @@ def test_resuming_a_cancelled_run_leaves_it_cancelled(tmp_path: Path) -> None:
 
 KILLER = """
 import os, signal, sys
-from tidemark.store.files import FileStore
+from safepoint.store.files import FileStore
 when, method = sys.argv[1], sys.argv[2]
 del sys.argv[1:3]
 original = getattr(FileStore, method)
@@ -334,8 +334,8 @@ def killing(self, *args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
     return result
 setattr(FileStore, method, killing)
-from tidemark.cli.app import main
-sys.argv[0] = "tidemark"
+from safepoint.cli.app import main
+sys.argv[0] = "safepoint"
 main()
 """
 
@@ -390,7 +390,7 @@ def test_the_parents_resume_finishes_a_childs_close_cut_short(tmp_path: Path) ->
     child = {"task": "notify", "turns": [{"tool_calls": [NOTIFY]}, {"text": "sent"}]}
     spawn = {"tool": "spawn_subagent", "args": {"task": "notify", "scenario": child}}
     sc = scenario(tmp_path, [{"tool_calls": [spawn]}, {"text": "done"}])
-    run = cli.start("run", sc, "--run-id", "p", "--approval", "high", TIDEMARK_FAILPOINT="closing")
+    run = cli.start("run", sc, "--run-id", "p", "--approval", "high", SAFEPOINT_FAILPOINT="closing")
     wait_until(lambda: waiting_for_approval(cli, "p.call_1"), "the child's approval wait")
     assert cli("cancel", "p.call_1").returncode == 0
     run.communicate(timeout=60)
@@ -417,7 +417,7 @@ def test_resume_after_restore_continues_the_restored_branch(tmp_path: Path) -> N
     write = {"tool": "write_file", "args": {"path": "a.txt", "content": "x\n"}}
     shown = "Streaming the summary now."
     sc = scenario(tmp_path, [{"tool_calls": [write]}, {"text": shown, "streamed": True}])
-    crashed = cli("run", sc, "--run-id", "r", TIDEMARK_FAILPOINT="visible_output")
+    crashed = cli("run", sc, "--run-id", "r", SAFEPOINT_FAILPOINT="visible_output")
     assert crashed.returncode == -signal.SIGKILL
     assert cli.payload("r")["visible_output_started"] is True
     listed = json.loads(cli("checkpoints", "r", "--json").stdout)
@@ -504,7 +504,7 @@ def test_a_child_waiting_for_a_decision_makes_its_parent_wait_and_then_answers_i
     sc = scenario(
         tmp_path, [{"tool_calls": [spawn]}, {"text": "parent done", "expect_in_context": ["child result: f.txt"]}]
     )
-    crashed = cli("run", sc, "--run-id", "p", TIDEMARK_FAILPOINT="after_started:run_command")
+    crashed = cli("run", sc, "--run-id", "p", SAFEPOINT_FAILPOINT="after_started:run_command")
     assert crashed.returncode == -signal.SIGKILL
 
     waiting = cli("resume", "p")

@@ -1,4 +1,4 @@
-"""Restart recovery's pure rules (``tidemark.core.restart``, seed 003 §3-§4): no disk, no processes.
+"""Restart recovery's pure rules (``safepoint.core.restart``, seed 003 §3-§4): no disk, no processes.
 
 Every case starts from a valid, resumable baseline (a root run, or a subagent with its parent's view) and injects
 faults by name. ``FAULTS`` lists, per recovery assertion and per replay-forbidden reason, every distinct way the
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.core.restart import (
+from safepoint.core.restart import (
     CHECKED_ORDER,
     ParentFacts,
     RecoveryVerdict,
@@ -27,7 +27,7 @@ from tidemark.core.restart import (
     decode_descriptor,
     replay_disposition,
 )
-from tidemark.recovery_records import (
+from safepoint.protocol import (
     DESCRIPTOR_VERSION,
     PAYLOAD_MODES,
     RECOVERY_FAILURE_REASONS,
@@ -49,7 +49,7 @@ from tidemark.recovery_records import (
     SubagentSpawned,
     SuccessorAccepted,
 )
-from tidemark.store.base import OwnerState, StoredDescriptor
+from safepoint.store.base import OwnerState, StoredDescriptor
 
 NOW = 1_700_000_000_000
 ROOT, CHILD, CALL = "root-1", "child-1", "call-7"
@@ -386,7 +386,7 @@ FAULTS: dict[str, Fault] = {
     "newer_descriptor": Fault(
         "invalid_recovery_descriptor",
         _set(config__descriptor_version=DESCRIPTOR_VERSION + 1),
-        (f"descriptor version {DESCRIPTOR_VERSION + 1} is newer than this tidemark reads ({DESCRIPTOR_VERSION})",),
+        (f"descriptor version {DESCRIPTOR_VERSION + 1} is newer than this safepoint reads ({DESCRIPTOR_VERSION})",),
     ),
     "another_agents_checkpoint": Fault(
         "invalid_recovery_descriptor",

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tidemark
-from tidemark.core.hashing import content_hash
-from tidemark.runtime.recovery_actions import NoCompensatorError, merge_revert
-from tidemark.runtime.scenario import parse_scenario
-from tidemark.runtime.session import load_view
-from tidemark.runtime.tools import ToolContext
+import safepoint
+from safepoint.core.hashing import content_hash
+from safepoint.engine.actions import NoCompensatorError, merge_revert
+from safepoint.engine.session import load_view
+from safepoint.engine.tools import ToolContext
+from safepoint.standins.scenario import parse_scenario
 
 
 def write(run, path, content, call_id):
@@ -24,7 +24,7 @@ def write(run, path, content, call_id):
 
 def test_rollback_reverts_the_agents_changes_newest_first(workspace):
     (workspace / "a.txt").write_text("original\n")
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         write(run, "a.txt", "one\n", "c1")
@@ -38,7 +38,7 @@ def test_rollback_reverts_the_agents_changes_newest_first(workspace):
 
 
 def test_a_file_the_user_changed_is_a_conflict_and_is_not_touched(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         write(run, "a.txt", "agent\n", "c1")
@@ -56,7 +56,7 @@ def test_a_file_the_user_changed_is_a_conflict_and_is_not_touched(workspace):
 
 
 def test_a_user_edit_between_two_agent_writes_stops_the_revert_there(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         write(run, "a.txt", "agent 1\n", "c1")
@@ -77,7 +77,7 @@ def test_a_user_edit_between_two_agent_writes_stops_the_revert_there(workspace):
 )
 def test_resolutions(workspace, resolution, expected):
     (workspace / "f.txt").write_text("line1\nline2\nline3\n")
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         write(run, "f.txt", "line1\nAGENT\nline3\n", "c1")
@@ -91,7 +91,7 @@ def test_resolutions(workspace, resolution, expected):
 
 
 def test_apply_agent_keeps_the_overwritten_user_version_recoverable(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         write(run, "f.txt", "agent\n", "c1")
@@ -115,7 +115,7 @@ def test_merge_revert_takes_the_agents_change_out_and_keeps_the_users():
 
 
 def test_a_rollback_is_recorded_and_can_itself_be_rolled_back(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         write(run, "a.txt", "agent\n", "c1")
@@ -131,9 +131,9 @@ def test_binary_files_symlinks_and_modes_roll_back_exactly(workspace):
     (workspace / "img.bin").write_bytes(blob)
     (workspace / "tool.sh").write_text("#!/bin/sh\n")
     os.chmod(workspace / "tool.sh", 0o755)
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
 
-    @tidemark.tool(idempotency="conditional", replay_policy="auto", risk_level="low", writes=lambda a: a["paths"])
+    @safepoint.tool(idempotency="conditional", replay_policy="auto", risk_level="low", writes=lambda a: a["paths"])
     def mess(ctx: ToolContext, paths: list[str]) -> str:
         (workspace / "img.bin").write_bytes(blob[::-1])
         os.chmod(workspace / "tool.sh", 0o600)
@@ -152,7 +152,7 @@ def test_binary_files_symlinks_and_modes_roll_back_exactly(workspace):
 
 
 def test_a_crash_half_way_through_a_rollback_is_finished_by_the_next_command(workspace, monkeypatch):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()
         for index in range(5):
@@ -161,7 +161,7 @@ def test_a_crash_half_way_through_a_rollback_is_finished_by_the_next_command(wor
     class Crash(BaseException):
         pass
 
-    from tidemark.workspace.files import Workspace
+    from safepoint.workspace.files import Workspace
 
     original = Workspace.restore
     calls = []
@@ -198,11 +198,11 @@ TWO_STEPS = {
 
 def two_step_run(workspace):
     """A finished scripted run that wrote ``a`` in step 1 and ``b`` in step 2."""
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     script = parse_scenario(json.dumps(TWO_STEPS).encode())
     run = tm.start(script.task, run_id="r", model=script.model)
     with run:
-        tm.run_agent(run, tidemark.ScriptedProvider(script))
+        tm.run_agent(run, safepoint.ScriptedProvider(script))
     return tm, script
 
 
@@ -221,12 +221,12 @@ def test_restore_session_branches_the_conversation_and_leaves_files(workspace):
     assert "write_file(call_2) succeeded" in resumed.recovery_note  # left on the abandoned branch, and said so
     assert resumed.completed_steps == 1
     with resumed:
-        assert tm.run_agent(resumed, tidemark.ScriptedProvider(script)) == "completed"
+        assert tm.run_agent(resumed, safepoint.ScriptedProvider(script)) == "completed"
     tm.restore_session("r", after_first.checkpoint_id, with_files=True)
     assert not (workspace / "b").exists() and (workspace / "a").exists()
     resumed = tm.resume("r")
     with resumed:
-        assert tm.run_agent(resumed, tidemark.ScriptedProvider(script)) == "completed"
+        assert tm.run_agent(resumed, safepoint.ScriptedProvider(script)) == "completed"
     assert (workspace / "b").read_text() == "2"  # the repeated call ran again on the new branch, so b is back
     ledger = load_view(tm.store, "r").ledger
     assert any(call_id.startswith("call_2~b") for call_id in ledger)
@@ -239,18 +239,18 @@ def test_compensation_runs_once_and_links_to_the_original(workspace):
         issues[result] = "closed"
         return f"closed {result}"
 
-    @tidemark.tool(idempotency="non_idempotent", replay_policy="never", risk_level="medium", compensator=close_issue)
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="medium", compensator=close_issue)
     def create_issue(ctx: ToolContext, title: str) -> str:
         issues["ISSUE-1"] = "open"
         return "ISSUE-1"
 
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", tools=[create_issue], run_id="r") as run:
         run.call("create_issue", {"title": "x"}, call_id="c1")
         run.call("read_file", {"path": "nothing"}, call_id="c2")
     assert tm.compensate("r", "c1", tools=[create_issue]) == "closed ISSUE-1"
     assert issues == {"ISSUE-1": "closed"}
-    with pytest.raises(tidemark.ResumeError, match="at most once"):
+    with pytest.raises(safepoint.ResumeError, match="at most once"):
         tm.compensate("r", "c1", tools=[create_issue])
     entry = load_view(tm.store, "r").ledger["compensate_c1"]
     assert entry.compensates == "c1" and entry.status == "succeeded"
@@ -259,13 +259,13 @@ def test_compensation_runs_once_and_links_to_the_original(workspace):
 
 
 def test_no_recovery_action_is_called_undo():
-    import tidemark.api
-    import tidemark.cli.app
+    import safepoint.api
+    import safepoint.cli.app
 
-    for module in (tidemark.api, tidemark.cli.app):
+    for module in (safepoint.api, safepoint.cli.app):
         names = [name for name in dir(module) if "undo" in name.lower()]
         assert names == []
-    for name in dir(tidemark.api.Tidemark):
+    for name in dir(safepoint.api.Safepoint):
         assert "undo" not in name.lower()
 
 
@@ -308,7 +308,7 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
         subprocess.run(
             ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i"], check=True
         )
-    tm = tidemark.open(workspace=str(root))
+    tm = safepoint.open(workspace=str(root))
     run = tm.start("t", run_id="r")
     checkpoints = [run.checkpoint()]
 
@@ -319,7 +319,7 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
         after = snapshot()
         for path, old in before.items():
             if old is not None and after[path] != old:
-                # tidemark changed it (a tool, a command, a rollback): the old bytes must be reproducible
+                # safepoint changed it (a tool, a command, a rollback): the old bytes must be reproducible
                 assert reproduce(session, path, old) == old
 
     for counter, (kind, path, value) in enumerate(ops, 1):
@@ -351,7 +351,7 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
                     agent_last = {}
                     for patch in session.patches:
                         agent_last[patch.path] = patch.after_hash
-                    plan = tidemark.runtime.recovery_actions.rollback_files(session, target_checkpoint)
+                    plan = safepoint.engine.actions.rollback_files(session, target_checkpoint)
                     touched = {a.path for a in plan.actions}
                     for path_, old in before.items():
                         if path_ in touched:
@@ -364,7 +364,7 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
                 pending = [c["path"] for c in tm.conflicts("r")]
                 if path in pending:
                     with tm._session("r") as session:
-                        tidemark.runtime.recovery_actions.resolve(session, path, choice)
+                        safepoint.engine.actions.resolve(session, path, choice)
                         check_recoverable(before, session)
                     if choice == "keep_user":
                         assert snapshot() == before
@@ -374,12 +374,12 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
 
 def test_a_write_rerun_after_a_crash_never_overwrites_an_edit_made_meanwhile(workspace):
     (workspace / "f.txt").write_text("original\n")
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
 
     class Crash(BaseException):
         pass
 
-    from tidemark.runtime import builtin
+    from safepoint.engine import builtin
 
     run = tm.start("t", run_id="r")
     original_fn = builtin.write_file.fn
@@ -391,7 +391,7 @@ def test_a_write_rerun_after_a_crash_never_overwrites_an_edit_made_meanwhile(wor
         object.__setattr__(builtin.write_file, "fn", original_fn)
     run.session.store.release(run.session.claim)
     (workspace / "f.txt").write_text("USER WORK\n")  # edited after the crash, before the resume
-    with pytest.raises(tidemark.DecisionNeeded):
+    with pytest.raises(safepoint.DecisionNeeded):
         tm.resume("r")
     assert (workspace / "f.txt").read_text() == "USER WORK\n"
     resumed = tm.resume("r", replay=["w1"])  # the person decides to write anyway: the user's bytes are kept
@@ -409,5 +409,5 @@ def test_a_rollback_does_not_move_the_run_back_to_its_first_step(workspace):
     tm.rollback_files("r", first)
     after = load_view(tm.store, "r").latest_complete_checkpoint().checkpoint
     assert (after.step, after.next_turn) == (before.step, before.next_turn)
-    explained = __import__("tidemark.inspect", fromlist=["explain"]).explain(tm.store, "r", str(workspace))
+    explained = __import__("safepoint.report", fromlist=["explain"]).explain(tm.store, "r", str(workspace))
     assert explained["workspace_drift"] == []  # the rollback's own removals are the run's, not someone else's

@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-import tidemark
-from tidemark.errors import RunLockedError, StaleGenerationError, ToolRegistrationError
-from tidemark.runtime.scenario import parse_scenario
-from tidemark.runtime.session import load_view
-from tidemark.runtime.tools import ToolContext
+import safepoint
+from safepoint.engine.session import load_view
+from safepoint.engine.tools import ToolContext
+from safepoint.errors import RunLockedError, StaleGenerationError, ToolRegistrationError
+from safepoint.standins.scenario import parse_scenario
 
 from .conftest import PY, ROOT, cli_env
 
@@ -29,11 +29,11 @@ def scenario(*turns, task="t"):
 def play(tm, script, run_id="r", tools=()):
     run = tm.start(script.task, tools=tools, run_id=run_id, model=script.model)
     with run:
-        return tm.run_agent(run, tidemark.ScriptedProvider(script)), run
+        return tm.run_agent(run, safepoint.ScriptedProvider(script)), run
 
 
 def test_a_scripted_run_records_everything_it_did(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     script = scenario(
         {"tool_calls": [{"tool": "write_file", "args": {"path": "pkg/a.py", "content": "x = 1\n"}}]},
         {"tool_calls": [{"tool": "read_file", "args": {"path": "pkg/a.py"}}, {"tool": "list_files", "args": {}}]},
@@ -53,10 +53,10 @@ def test_a_scripted_run_records_everything_it_did(workspace):
 
 
 def test_the_ledger_says_started_before_the_tool_runs(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     seen = []
 
-    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    @safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
     def spy(ctx: ToolContext) -> str:
         seen.append(load_view(tm.store, ctx.run_id).ledger[ctx.call_id].status)  # read from disk, mid-call
         return "ok"
@@ -69,7 +69,7 @@ def test_the_ledger_says_started_before_the_tool_runs(workspace):
 def test_paths_outside_the_workspace_are_refused(workspace, tmp_path):
     (tmp_path / "secret").write_text("s")
     os.symlink(tmp_path / "secret", workspace / "link")
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         assert "outside the workspace" in run.call("write_file", {"path": "../evil", "content": "x"})
         assert "outside the workspace" in run.call("read_file", {"path": "link"})
@@ -78,10 +78,10 @@ def test_paths_outside_the_workspace_are_refused(workspace, tmp_path):
 
 
 def test_an_interrupted_idempotent_call_is_rerun_and_a_never_call_is_not(workspace, outbox):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     runs = []
 
-    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    @safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
     def lookup(ctx: ToolContext) -> str:
         runs.append("lookup")
         if len(runs) == 1:
@@ -99,13 +99,13 @@ def test_an_interrupted_idempotent_call_is_rerun_and_a_never_call_is_not(workspa
 
 
 def test_a_probe_settles_an_uncertain_write_without_running_it_again(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     writes = []
 
     def probe(ctx, args):
         return "done" if (workspace / "f.txt").exists() else "not_done"
 
-    @tidemark.tool(idempotency="conditional", replay_policy="ask", risk_level="medium", probe=probe)
+    @safepoint.tool(idempotency="conditional", replay_policy="ask", risk_level="medium", probe=probe)
     def create(ctx: ToolContext) -> str:
         writes.append(1)
         ctx.workspace.write("f.txt", b"made")
@@ -125,9 +125,9 @@ def test_a_probe_settles_an_uncertain_write_without_running_it_again(workspace):
 
 
 def test_an_ask_call_waits_for_a_decision(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
 
-    @tidemark.tool(idempotency="non_idempotent", replay_policy="ask", risk_level="medium")
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="ask", risk_level="medium")
     def charge(ctx: ToolContext) -> str:
         raise Crash
 
@@ -135,7 +135,7 @@ def test_an_ask_call_waits_for_a_decision(workspace):
     with pytest.raises(Crash):
         run.call("charge", {}, call_id="c1")
     run.session.store.release(run.session.claim)
-    with pytest.raises(tidemark.DecisionNeeded, match="--replay CALL_ID"):
+    with pytest.raises(safepoint.DecisionNeeded, match="--replay CALL_ID"):
         tm.resume("r", tools=[charge])
     assert load_view(tm.store, "r").status == "waiting_decision"
     resumed = tm.resume("r", tools=[charge], skip=["c1"])
@@ -146,13 +146,13 @@ def test_an_ask_call_waits_for_a_decision(workspace):
 def test_registration_refuses_non_idempotent_auto():
     with pytest.raises(ToolRegistrationError):
 
-        @tidemark.tool(idempotency="non_idempotent", replay_policy="auto")
+        @safepoint.tool(idempotency="non_idempotent", replay_policy="auto")
         def pay(ctx: ToolContext) -> str:
             return "paid"
 
 
 def test_run_command_is_classified_per_input_and_long_output_is_kept(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("run_command", {"command": "ls"}, call_id="c1")
         run.call("run_command", {"command": "echo x > out.txt"}, call_id="c2")
@@ -170,7 +170,7 @@ def test_run_command_is_classified_per_input_and_long_output_is_kept(workspace):
 def test_apply_patch_is_conditional_on_its_base(workspace):
     (workspace / "a.txt").write_text("one\ntwo\n")
     patch = "--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n"
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         assert run.call("apply_patch", {"patch": patch}, call_id="c1").startswith("applied")
         assert run.call("apply_patch", {"patch": patch}, call_id="c2").startswith("error: patch does not apply")
@@ -178,7 +178,7 @@ def test_apply_patch_is_conditional_on_its_base(workspace):
 
 
 def test_every_recorded_version_is_reproduced_exactly(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     text = "".join(f"line {i}\n" for i in range(2000))
     versions = [text]
     with tm.start("t", run_id="r") as run:
@@ -195,9 +195,9 @@ def test_every_recorded_version_is_reproduced_exactly(workspace):
 
 
 def test_async_calls_share_the_sync_implementation(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
 
-    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    @safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
     async def fetch(ctx: ToolContext, n: int) -> int:
         await asyncio.sleep(0)
         return n * 2
@@ -211,9 +211,9 @@ def test_async_calls_share_the_sync_implementation(workspace):
 
 
 def test_a_second_writer_is_refused_and_a_fenced_writer_stops(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     first = tm.start("t", run_id="r")
-    other = tidemark.open(workspace=str(workspace))
+    other = safepoint.open(workspace=str(workspace))
     with pytest.raises(RunLockedError, match="--takeover"):
         other.resume("r")
     second = other.resume("r", takeover=True)
@@ -225,7 +225,7 @@ def test_a_second_writer_is_refused_and_a_fenced_writer_stops(workspace):
 
 
 def test_public_api_is_pinned():
-    assert sorted(tidemark.__all__) == sorted(
+    assert sorted(safepoint.__all__) == sorted(
         [
             "Checkpoint",
             "CheckpointConflict",
@@ -270,8 +270,8 @@ def test_public_api_is_pinned():
             "StoreError",
             "StoreURLError",
             "TERMINAL_STATUS_RESTART",
-            "Tidemark",
-            "TidemarkError",
+            "Safepoint",
+            "SafepointError",
             "Tool",
             "ToolCall",
             "ToolContext",
@@ -290,8 +290,8 @@ def test_public_api_is_pinned():
             "tool",
         ]
     )
-    for name in tidemark.__all__:
-        assert hasattr(tidemark, name)
+    for name in safepoint.__all__:
+        assert hasattr(safepoint, name)
     for name in (
         "CorruptRecordError",
         "RunLockedError",
@@ -301,7 +301,7 @@ def test_public_api_is_pinned():
         "ProviderError",
         "RecoveryClosedError",
     ):
-        assert issubclass(getattr(tidemark, name), tidemark.TidemarkError)
+        assert issubclass(getattr(safepoint, name), safepoint.SafepointError)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -311,7 +311,7 @@ def test_the_own_loop_example_survives_a_crash_without_resending(tmp_path, mode)
     example = os.path.join(ROOT, "examples", "own_loop.py")
     crashed = subprocess.run(
         [PY, example, str(workspace), "start"],
-        env=cli_env(TIDEMARK_FAILPOINT="after_tool:send_email"),
+        env=cli_env(SAFEPOINT_FAILPOINT="after_tool:send_email"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -328,10 +328,10 @@ def test_the_own_loop_example_survives_a_crash_without_resending(tmp_path, mode)
 
 
 def test_the_recovery_note_reaches_the_models_high_priority_context(workspace, outbox):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     crashes = []
 
-    @tidemark.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high")
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high")
     def publish(ctx: ToolContext) -> str:
         crashes.append(1)
         raise Crash
@@ -347,10 +347,10 @@ def test_the_recovery_note_reaches_the_models_high_priority_context(workspace, o
     )
     run = tm.start(script.task, tools=[publish], run_id="r", model=script.model)
     with pytest.raises(Crash):
-        tm.run_agent(run, tidemark.ScriptedProvider(script))
+        tm.run_agent(run, safepoint.ScriptedProvider(script))
     run.session.store.release(run.session.claim)
     resumed = tm.resume("r", tools=[publish])
-    provider = tidemark.ScriptedProvider(script)
+    provider = safepoint.ScriptedProvider(script)
     with resumed:
         assert tm.run_agent(resumed, provider) == "completed"
     assert crashes == [1]
@@ -362,14 +362,14 @@ def test_the_recovery_note_reaches_the_models_high_priority_context(workspace, o
 
 
 def test_a_scenario_expectation_that_fails_stops_the_run(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     script = scenario({"text": "x", "expect_in_context": ["never there"]})
-    with pytest.raises(tidemark.ScenarioError, match="never there"):
+    with pytest.raises(safepoint.ScenarioError, match="never there"):
         play(tm, script)
 
 
 def test_ledgered_wraps_a_plain_function_sync_and_async(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     sent = []
 
     def send_email(to: str) -> str:
@@ -391,17 +391,17 @@ def test_ledgered_wraps_a_plain_function_sync_and_async(workspace):
 
 
 def test_a_call_id_reused_for_another_input_is_refused(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("read_file", {"path": "a"}, call_id="c1")
-        with pytest.raises(tidemark.ResumeError, match="its own call id"):
+        with pytest.raises(safepoint.ResumeError, match="its own call id"):
             run.call("read_file", {"path": "b"}, call_id="c1")
 
 
 def test_a_tool_that_raises_has_a_known_outcome_failed(workspace):
-    tm = tidemark.open(workspace=str(workspace))
+    tm = safepoint.open(workspace=str(workspace))
 
-    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    @safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
     def flaky(ctx: ToolContext, n: int) -> str:
         raise ConnectionError("upstream said 503")
 

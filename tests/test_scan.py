@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark.workspace import scan as scan_mod
-from tidemark.workspace.scan import ChangeWatcher, FileStat, IgnoreRules, scan
+from safepoint.workspace import scan as scan_mod
+from safepoint.workspace.scan import ChangeWatcher, FileStat, IgnoreRules, scan
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux-only")
 

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tidemark.errors import ConfigError, RunNotFoundError
-from tidemark.runtime import schedule
-from tidemark.runtime.schedule import ScheduledJob
-from tidemark.store.url import open_store
+from safepoint.errors import ConfigError, RunNotFoundError
+from safepoint.store.url import open_store
+from safepoint.supervisor import schedule
+from safepoint.supervisor.schedule import ScheduledJob
 
 from .conftest import cli_env
 
@@ -148,9 +148,9 @@ def test_jobs_are_stored_versioned_and_removed(tmp_path):
 # the CLI --------------------------------------------------------------------------------------------------------
 
 
-def tidemark(workspace, *args: str) -> subprocess.CompletedProcess[str]:
+def safepoint(workspace, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tidemark", *args, "--workspace", str(workspace)],
+        [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace)],
         env=cli_env(),
         capture_output=True,
         text=True,
@@ -161,22 +161,22 @@ def tidemark(workspace, *args: str) -> subprocess.CompletedProcess[str]:
 def test_schedule_add_list_remove(tmp_path, workspace):
     scenario = tmp_path / "sc.json"
     scenario.write_text(json.dumps({"task": "report", "turns": [{"text": "done"}]}))
-    added = tidemark(workspace, "schedule", "add", "nightly", str(scenario), "--cron", "0 2 * * *", "--json")
+    added = safepoint(workspace, "schedule", "add", "nightly", str(scenario), "--cron", "0 2 * * *", "--json")
     assert added.returncode == 0, added.stderr
     row = json.loads(added.stdout)
     assert (row["job_id"], row["cron"], row["version"]) == ("nightly", "0 2 * * *", 1)
     assert row["next_at"].endswith("T02:00:00.000+00:00")
 
-    again = tidemark(workspace, "schedule", "add", "nightly", str(scenario), "--cron", "0 3 * * *")
+    again = safepoint(workspace, "schedule", "add", "nightly", str(scenario), "--cron", "0 3 * * *")
     assert again.returncode == 2 and "--replace" in again.stderr
-    replaced = tidemark(
+    replaced = safepoint(
         workspace, "schedule", "add", "nightly", str(scenario), "--cron", "0 3 * * *", "--replace",
         "--exec-timeout", "90", "--json",
     )  # fmt: skip
     assert replaced.returncode == 0, replaced.stderr
     assert json.loads(replaced.stdout)["version"] == 2
 
-    listed = tidemark(workspace, "schedule", "list", "--json")
+    listed = safepoint(workspace, "schedule", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     (only,) = json.loads(listed.stdout)
     assert (only["job_id"], only["cron"], only["exec_timeout_s"], only["last_fired_at"]) == (
@@ -185,13 +185,13 @@ def test_schedule_add_list_remove(tmp_path, workspace):
         90.0,
         None,
     )
-    shown = tidemark(workspace, "schedule", "list")
+    shown = safepoint(workspace, "schedule", "list")
     assert shown.returncode == 0 and "nightly" in shown.stdout
 
-    removed = tidemark(workspace, "schedule", "remove", "nightly")
+    removed = safepoint(workspace, "schedule", "remove", "nightly")
     assert removed.returncode == 0, removed.stderr
-    assert json.loads(tidemark(workspace, "schedule", "list", "--json").stdout) == []
-    gone = tidemark(workspace, "schedule", "remove", "nightly")
+    assert json.loads(safepoint(workspace, "schedule", "list", "--json").stdout) == []
+    gone = safepoint(workspace, "schedule", "remove", "nightly")
     assert gone.returncode == 4 and "no scheduled job" in gone.stderr
 
 
@@ -204,8 +204,8 @@ def test_schedule_add_refuses_bad_input_before_storing_anything(tmp_path, worksp
         (["--cron", "* * * * *"], "unknown tool 'nope'"),
     ]
     for extra, message in cases:
-        result = tidemark(workspace, "schedule", "add", "j", str(scenario), *extra)
+        result = safepoint(workspace, "schedule", "add", "j", str(scenario), *extra)
         assert result.returncode == 2 and message in result.stderr, (extra, result.stderr)
-    no_what = tidemark(workspace, "schedule", "add", "j", "--cron", "* * * * *")
+    no_what = safepoint(workspace, "schedule", "add", "j", "--cron", "* * * * *")
     assert no_what.returncode == 2 and "scenario" in no_what.stderr
-    assert json.loads(tidemark(workspace, "schedule", "list", "--json").stdout) == []
+    assert json.loads(safepoint(workspace, "schedule", "list", "--json").stdout) == []

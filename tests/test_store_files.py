@@ -5,9 +5,9 @@ import os
 import msgspec
 import pytest
 
-from tidemark.store.base import LogRecord
-from tidemark.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
-from tidemark.store.files import FileStore
+from safepoint.store.base import LogRecord
+from safepoint.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
+from safepoint.store.files import FileStore
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_checkpoint_index_points_at_checkpoint_records(make_store):
 
 
 def test_bad_run_id_is_refused_with_a_clear_message(make_store):
-    from tidemark.errors import ConfigError
+    from safepoint.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not valid"):
         make_store().create_run("../escape", b"{}")
@@ -218,7 +218,7 @@ def test_a_torn_terminal_event_is_not_an_event_and_the_next_one_is_recorded_clea
 
 
 def test_a_damaged_terminal_event_is_an_error_not_a_second_chance(make_store):
-    from tidemark.errors import CorruptRecordError
+    from safepoint.errors import CorruptRecordError
 
     store = make_store()
     store.create_run("r", b"{}")
@@ -238,7 +238,7 @@ def test_a_damaged_terminal_event_is_an_error_not_a_second_chance(make_store):
 
 
 def test_schedules_live_beside_the_runs_and_a_damaged_one_is_an_error(make_store):
-    from tidemark.errors import CorruptRecordError
+    from safepoint.errors import CorruptRecordError
 
     store = make_store()
     store.put_schedule("nightly", b'{"cron":"0 3 * * *"}')

@@ -1,5 +1,5 @@
 """The PostgreSQL store against a real, throwaway server: the conformance suite, damage detection, the runtime on
-top of it in one process, and a real ``tidemark`` process killed mid-run and resumed."""
+top of it in one process, and a real ``safepoint`` process killed mid-run and resumed."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import msgspec
 import psycopg
 import pytest
 
-import tidemark
-from tidemark.errors import StoreError
-from tidemark.runtime.scenario import parse_scenario
-from tidemark.runtime.session import load_view
-from tidemark.runtime.tools import ToolContext
-from tidemark.store.base import LogRecord
-from tidemark.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
-from tidemark.store.postgres import PostgresStore
-from tidemark.store.url import open_store
+import safepoint
+from safepoint.engine.session import load_view
+from safepoint.engine.tools import ToolContext
+from safepoint.errors import StoreError
+from safepoint.standins.scenario import parse_scenario
+from safepoint.store.base import LogRecord
+from safepoint.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
+from safepoint.store.postgres import PostgresStore
+from safepoint.store.url import open_store
 
 from .conftest import cli_env, database_names
 
@@ -55,10 +55,10 @@ def test_a_damaged_row_is_reported_as_corrupt_and_a_gap(make_store):
     claim = store.claim("r", "me")
     store.append(claim, [_rec(1, "a"), _rec(2, "bbbb"), _rec(3, "c")])
     with psycopg.connect(store.url, autocommit=True) as conn:
-        row = conn.execute("SELECT line FROM tidemark.log WHERE run_id = 'r' AND seq = 2").fetchone()
+        row = conn.execute("SELECT line FROM safepoint.log WHERE run_id = 'r' AND seq = 2").fetchone()
         assert row is not None and b"bbbb" in row[0]
         conn.execute(
-            "UPDATE tidemark.log SET line = %s WHERE run_id = 'r' AND seq = 2", (row[0].replace(b"bbbb", b"bxbb"),)
+            "UPDATE safepoint.log SET line = %s WHERE run_id = 'r' AND seq = 2", (row[0].replace(b"bbbb", b"bxbb"),)
         )
     read = make_store(store).read_log("r")
     assert [r.seq for r in read.records] == [1, 3]
@@ -66,7 +66,7 @@ def test_a_damaged_row_is_reported_as_corrupt_and_a_gap(make_store):
 
 
 def test_runs_are_listed_oldest_first_and_a_bad_run_id_is_refused(make_store):
-    from tidemark.errors import ConfigError, RunNotFoundError
+    from safepoint.errors import ConfigError, RunNotFoundError
 
     store = make_store()
     for run_id in ("zz", "aa", "mm"):
@@ -86,9 +86,9 @@ def _sql(store, query, params=()):
 
 
 def _damage(store, table, where, old, new):
-    (line,) = _sql(store, f"SELECT line FROM tidemark.{table} WHERE {where}")[0]
+    (line,) = _sql(store, f"SELECT line FROM safepoint.{table} WHERE {where}")[0]
     assert old in line
-    _sql(store, f"UPDATE tidemark.{table} SET line = %s WHERE {where}", (line.replace(old, new),))
+    _sql(store, f"UPDATE safepoint.{table} SET line = %s WHERE {where}", (line.replace(old, new),))
 
 
 def test_a_restart_checkpoint_fills_the_seed_columns_and_a_wrong_checksum_reads_as_not_intact(make_store):
@@ -99,10 +99,10 @@ def test_a_restart_checkpoint_fills_the_seed_columns_and_a_wrong_checksum_reads_
     row = _sql(
         store,
         "SELECT agent_id, mode, payload_json, updated_at, recovery_class, recovery_owner_id "
-        "FROM tidemark.runtime_restart_checkpoints",
+        "FROM safepoint.runtime_restart_checkpoints",
     )
     assert row == [("r", "reaction_loop", '{"payload_kind":"reaction_loop","turn":3}', 1_700_000_000_003, "root", "r")]
-    _sql(store, "UPDATE tidemark.runtime_restart_checkpoints SET checksum = repeat('0', 64)")
+    _sql(store, "UPDATE safepoint.runtime_restart_checkpoints SET checksum = repeat('0', 64)")
     read = make_store(store).read_restart_checkpoint("r")
     assert read is not None and not read.intact and "checksum" in read.detail
     assert read.data == restart_checkpoint("r", 3)  # handed over for the report, never loaded
@@ -113,7 +113,7 @@ def test_a_restart_checkpoint_row_whose_columns_were_changed_reads_as_not_intact
     store.create_run("r", b"{}")
     claim = store.claim("r", "me")
     store.upsert_restart_checkpoint(claim, restart_checkpoint("r"))
-    _sql(store, "UPDATE tidemark.runtime_restart_checkpoints SET mode = 'tool_approval_wait'")
+    _sql(store, "UPDATE safepoint.runtime_restart_checkpoints SET mode = 'tool_approval_wait'")
     read = store.read_restart_checkpoint("r")
     assert read is not None and not read.intact and "disagree" in read.detail
 
@@ -123,20 +123,20 @@ def test_an_undecodable_descriptor_is_kept_byte_for_byte(make_store):
     store.create_run("r", b"{}")
     claim = store.claim("r", "me")
     store.upsert_restart_checkpoint(claim, b"\x00not json")
-    assert _sql(store, "SELECT mode, payload_json FROM tidemark.runtime_restart_checkpoints") == [("", None)]
+    assert _sql(store, "SELECT mode, payload_json FROM safepoint.runtime_restart_checkpoints") == [("", None)]
     read = store.read_restart_checkpoint("r")
     assert read is not None and read.intact and read.data == b"\x00not json"
 
 
 def test_the_recovery_owner_row_is_the_seeds_and_its_columns_are_the_truth(make_store):
-    from tidemark.errors import StaleGenerationError
-    from tidemark.recovery_records import TERMINAL_STATUS_RESTART
-    from tidemark.store.base import RecoveryIdentity
+    from safepoint.errors import StaleGenerationError
+    from safepoint.protocol import TERMINAL_STATUS_RESTART
+    from safepoint.store.base import RecoveryIdentity
 
     store = make_store()
     store.create_run("parent", b"{}")
     store.create_run("child", b"{}")
-    assert _sql(store, "SELECT recovery_class, owner_id, generation FROM tidemark.recovery_owners ORDER BY 2") == [
+    assert _sql(store, "SELECT recovery_class, owner_id, generation FROM safepoint.recovery_owners ORDER BY 2") == [
         ("root", "child", 0),
         ("root", "parent", 0),
     ]
@@ -144,26 +144,26 @@ def test_the_recovery_owner_row_is_the_seeds_and_its_columns_are_the_truth(make_
     claim = store.claim("child", "me", identity=identity)
     rows = _sql(
         store,
-        "SELECT recovery_class, owner_id, generation, agent_id, message_id, terminal_at FROM tidemark.recovery_owners "
+        "SELECT recovery_class, owner_id, generation, agent_id, message_id, terminal_at FROM safepoint.recovery_owners "
         "WHERE agent_id = 'child'",
     )
     assert rows == [("subagent", "parent/c1", 1, "child", "m", None)]
     # The seed's own close (§5.1) is seen by the store, and a generation raised in the row fences the holder.
     _sql(
         store,
-        "UPDATE tidemark.recovery_owners SET terminal_at = now(), terminal_status = %s "
+        "UPDATE safepoint.recovery_owners SET terminal_at = now(), terminal_status = %s "
         "WHERE recovery_class = 'subagent' AND owner_id = 'parent/c1'",
         (TERMINAL_STATUS_RESTART,),
     )
     owner = store.owner("child")
     assert owner is not None and owner.terminal_at is not None and owner.terminal_status == TERMINAL_STATUS_RESTART
-    _sql(store, "UPDATE tidemark.recovery_owners SET generation = generation + 1 WHERE agent_id = 'child'")
+    _sql(store, "UPDATE safepoint.recovery_owners SET generation = generation + 1 WHERE agent_id = 'child'")
     with pytest.raises(StaleGenerationError):
         store.upsert_restart_checkpoint(claim, restart_checkpoint("child"))
 
 
 def test_a_recovery_owner_answers_for_one_agent_only(make_store):
-    from tidemark.store.base import RecoveryIdentity
+    from safepoint.store.base import RecoveryIdentity
 
     store = make_store()
     for run_id in ("a", "b"):
@@ -186,7 +186,7 @@ def test_terminal_events_are_the_seeds_rows_unique_by_key(make_store):
     rows = _sql(
         store,
         "SELECT recovery_class, owner_id, generation, event_type, payload_json "
-        "FROM tidemark.recovery_owner_terminal_events",
+        "FROM safepoint.recovery_owner_terminal_events",
     )
     assert rows == [("root", "r", 1, "closed", '{"a":1}')]
     assert store.terminal_events("r") == [event]  # created_at reads back as written
@@ -208,14 +208,14 @@ def test_a_control_post_does_not_wait_for_the_owner_row(make_store):
     store.create_run("r", b"{}")
     store.claim("r", "me")
     with psycopg.connect(store.url) as conn:
-        conn.execute("SELECT 1 FROM tidemark.recovery_owners WHERE agent_id = 'r' FOR UPDATE")
-        conn.execute("SELECT 1 FROM tidemark.runs WHERE run_id = 'r' FOR KEY SHARE")  # as a log insert holds it
+        conn.execute("SELECT 1 FROM safepoint.recovery_owners WHERE agent_id = 'r' FOR UPDATE")
+        conn.execute("SELECT 1 FROM safepoint.runs WHERE run_id = 'r' FOR KEY SHARE")  # as a log insert holds it
         assert make_store(store).post_control("r", b'{"type":"cancel"}') == 1
         conn.rollback()
 
 
 def test_a_damaged_schedule_is_an_error(make_store):
-    from tidemark.errors import CorruptRecordError
+    from safepoint.errors import CorruptRecordError
 
     store = make_store()
     store.put_schedule("nightly", b'{"cron":"0 3 * * *"}')
@@ -263,7 +263,7 @@ def scenario(*turns, task="t"):
 
 
 def test_a_scripted_run_completes_on_postgres(fresh_url, workspace):
-    tm = tidemark.open(fresh_url, workspace=str(workspace))
+    tm = safepoint.open(fresh_url, workspace=str(workspace))
     script = scenario(
         {"tool_calls": [{"tool": "write_file", "args": {"path": "pkg/a.py", "content": "x = 1\n"}}]},
         {"tool_calls": [{"tool": "read_file", "args": {"path": "pkg/a.py"}}, {"tool": "list_files", "args": {}}]},
@@ -273,7 +273,7 @@ def test_a_scripted_run_completes_on_postgres(fresh_url, workspace):
     try:
         run = tm.start(script.task, run_id="r", model=script.model)
         with run:
-            status = tm.run_agent(run, tidemark.ScriptedProvider(script))
+            status = tm.run_agent(run, safepoint.ScriptedProvider(script))
         assert status == "completed"
         assert (workspace / "pkg" / "a.py").read_text() == "x = 1\n"
         assert (workspace / "b.txt").read_text() == "made\n"
@@ -291,10 +291,10 @@ def test_a_scripted_run_completes_on_postgres(fresh_url, workspace):
 
 
 def test_a_run_resumes_after_an_in_process_crash_on_postgres(fresh_url, workspace, outbox):
-    tm = tidemark.open(fresh_url, workspace=str(workspace))
+    tm = safepoint.open(fresh_url, workspace=str(workspace))
     runs = []
 
-    @tidemark.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    @safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
     def lookup(ctx: ToolContext) -> str:
         runs.append("lookup")
         if len(runs) == 1:
@@ -346,13 +346,13 @@ def test_a_killed_cli_run_resumes_from_postgres_without_sending_twice(fresh_url,
             }
         )
     )
-    env = cli_env(TIDEMARK_OUTBOX=str(outbox))
+    env = cli_env(SAFEPOINT_OUTBOX=str(outbox))
     store = ["--store", fresh_url]
 
-    def tidemark_cli(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
-        run_env = dict(env, TIDEMARK_FAILPOINT=failpoint) if failpoint else env
+    def safepoint_cli(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+        run_env = dict(env, SAFEPOINT_FAILPOINT=failpoint) if failpoint else env
         return subprocess.run(
-            [sys.executable, "-m", "tidemark", *args],
+            [sys.executable, "-m", "safepoint", *args],
             env=run_env,
             capture_output=True,
             text=True,
@@ -361,7 +361,7 @@ def test_a_killed_cli_run_resumes_from_postgres_without_sending_twice(fresh_url,
         )
 
     started = time.monotonic()
-    killed = tidemark_cli(
+    killed = safepoint_cli(
         "run", str(script), "--workspace", str(workspace), "--run-id", "r", *store, "--json",
         failpoint="after_tool:send_notification",
     )  # fmt: skip
@@ -369,13 +369,13 @@ def test_a_killed_cli_run_resumes_from_postgres_without_sending_twice(fresh_url,
     assert len(outbox.read_text().splitlines()) == 1  # sent, but the outcome never reached the ledger
     assert (workspace / "notes.txt").read_text() == "a\n"
 
-    resumed = tidemark_cli("resume", "r", "--workspace", str(workspace), *store, "--json")
+    resumed = safepoint_cli("resume", "r", "--workspace", str(workspace), *store, "--json")
     assert resumed.returncode == 0, f"exit {resumed.returncode}: {resumed.stderr[-2000:]}"
     assert json.loads(resumed.stdout)["status"] == "completed"
     assert len(outbox.read_text().splitlines()) == 1
     assert (workspace / "notes.txt").read_text() == "b\n"
 
-    ledger = tidemark_cli("ledger", "r", "--workspace", str(workspace), *store, "--json")
+    ledger = safepoint_cli("ledger", "r", "--workspace", str(workspace), *store, "--json")
     assert ledger.returncode == 0, ledger.stderr
     rows = json.loads(ledger.stdout)
     assert [row["tool_name"] for row in rows] == ["write_file", "send_notification", "write_file"]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tidemark.core.unified_diff import (
+from safepoint.core.unified_diff import (
     FileDiff,
     Hunk,
     apply_file_diff,
@@ -15,7 +15,7 @@ from tidemark.core.unified_diff import (
     reverse_file_diff,
     touched_paths,
 )
-from tidemark.errors import ToolFailure
+from safepoint.errors import ToolFailure
 
 NO_NL = "\\ No newline at end of file"
 

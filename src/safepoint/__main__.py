@@ -1,0 +1,3 @@
+from safepoint.cli.app import main
+
+main()

@@ -1,0 +1,425 @@
+"""The library API: for the scenario runner, and for people who bring their own agent loop.
+
+::
+
+    tm = safepoint.open("file:.agent-runtime", workspace=".")
+    with tm.start("fix the bug", tools=[send_email]) as run:      # or tm.resume(run_id, tools=[...])
+        run.add_message("assistant", text)
+        result = run.call("send_email", {"to": "a@b.c", "body": "hi"}, call_id=model_call_id)
+        run.checkpoint()
+
+``run.call`` writes ``started`` durably before the tool runs; called again with the same ``call_id`` after a
+crash it returns the recorded result, re-runs only what its policy allows, and never repeats a non-idempotent
+call. ``await run.acall(...)`` is the same for asyncio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any, Literal
+
+from safepoint.agent.loop import Agent, Recovery
+from safepoint.agent.resume import resume_session
+from safepoint.core.hashing import content_hash
+from safepoint.core.restart import RecoveryVerdict
+from safepoint.core.resume import ResumePlan, last_completed_step, plan_resume
+from safepoint.core.rollback import RollbackPlan
+from safepoint.engine import actions
+from safepoint.engine.builtin import builtin_registry
+from safepoint.engine.session import RunSession, load_view, now
+from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
+from safepoint.errors import ResumeError, ToolRegistrationError
+from safepoint.protocol import SuccessorAccepted
+from safepoint.providers.base import Provider
+from safepoint.records import (
+    Checkpoint,
+    ConflictResolution,
+    FilePatchEntry,
+    Idempotency,
+    Message,
+    ReplayPolicy,
+    RiskLevel,
+    RunInfo,
+    RunStatus,
+    ToolCall,
+)
+from safepoint.restart import control
+from safepoint.restart.judge import judge
+from safepoint.store.base import Store
+from safepoint.store.url import default_store_url, open_store
+from safepoint.workspace.files import Workspace
+
+
+def new_run_id() -> str:
+    return "run_" + now()[:10].replace("-", "") + "_" + uuid.uuid4().hex[:8]
+
+
+class Run:
+    """An open run: its session (the only writer) plus conveniences for an own loop."""
+
+    def __init__(self, session: RunSession, recovery: Recovery | None = None) -> None:
+        self.session = session
+        self.recovery = recovery
+        self._auto_ids = 0  # calls without an id are numbered per step, so a redone step gets the same ids
+
+    @property
+    def run_id(self) -> str:
+        return self.session.info.run_id
+
+    @property
+    def history(self) -> list[Message]:
+        return list(self.session.history)
+
+    @property
+    def recovery_note(self) -> str | None:
+        return self.recovery.note if self.recovery else None
+
+    @property
+    def completed_steps(self) -> int:
+        """Steps finished before the crash: an own loop resumes with the step after them."""
+        at = self.recovery.plan.resume_from if self.recovery else None
+        return last_completed_step(at.checkpoint) if at else 0
+
+    def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
+        if call_id is None:
+            self._auto_ids += 1
+            call_id = f"auto_{self.session.step}_{self._auto_ids}"
+        return ToolCall(call_id=call_id, tool=tool, args=dict(args or {}))
+
+    def call(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
+        """Run a registered tool through the ledger; returns its observation (``error: ...`` on failure)."""
+        message = self.session.execute(self._call(tool, args, call_id), f"step_{self.session.step}")
+        return message.content
+
+    async def acall(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
+        message = await self.session.aexecute(self._call(tool, args, call_id), f"step_{self.session.step}")
+        return message.content
+
+    def ledgered(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        idempotency: Idempotency = "non_idempotent",
+        replay_policy: ReplayPolicy = "ask",
+        risk_level: RiskLevel = "medium",
+        side_effects: Iterable[str] = (),
+    ) -> Callable[..., Any]:
+        """Wrap a plain function (a framework's tool, say) so each call goes through the ledger.
+
+        ``send = run.ledgered(send_email, idempotency="non_idempotent", replay_policy="never")`` then
+        ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper.
+        """
+        if inspect.iscoroutinefunction(fn):
+
+            async def run_async(ctx: ToolContext, **kwargs: Any) -> Any:
+                return await fn(**kwargs)
+
+            body: Callable[..., Any] = run_async
+        else:
+
+            def run_sync(ctx: ToolContext, **kwargs: Any) -> Any:
+                return fn(**kwargs)
+
+            body = run_sync
+        wrapped = tool(
+            name=name or fn.__name__,
+            idempotency=idempotency,
+            replay_policy=replay_policy,
+            risk_level=risk_level,
+            side_effects=side_effects,
+            description=inspect.getdoc(fn) or "",
+        )(body)
+        existing = self.session.registry.get(wrapped.name) if wrapped.name in self.session.registry else None
+        if existing is not None and getattr(existing.fn, "__wrapped_fn__", None) is not fn:
+            raise ToolRegistrationError(
+                f"a tool named {wrapped.name!r} is registered already; pass name=... to ledgered() to tell them apart"
+            )
+        if existing is None:
+            body.__wrapped_fn__ = fn  # type: ignore[attr-defined]
+            self.session.registry.register(wrapped)
+        if wrapped.is_async:
+
+            async def acall(*, call_id: str | None = None, **kwargs: Any) -> str:
+                return await self.acall(wrapped.name, kwargs, call_id=call_id)
+
+            return acall
+
+        def call(*, call_id: str | None = None, **kwargs: Any) -> str:
+            return self.call(wrapped.name, kwargs, call_id=call_id)
+
+        return call
+
+    def add_message(self, role: Any, content: str, *, tool_calls: Iterable[ToolCall] = ()) -> Message:
+        """Append to the history (an assistant message may carry the tool calls the model asked for)."""
+        return self.session.add_message(role, content, tool_calls=tuple(tool_calls))
+
+    def step(self) -> int:
+        """Start the next step (a model turn); takes the before-step checkpoint."""
+        self.session.step += 1
+        self.session.next_turn = self.session.step
+        self._auto_ids = 0
+        self.session.checkpoint("before_step")
+        self.session.commit()
+        return self.session.step
+
+    def checkpoint(self) -> str:
+        """An after-step checkpoint, durable on return."""
+        checkpoint = self.session.checkpoint("after_step")
+        self.session.commit()
+        return checkpoint.checkpoint_id
+
+    def finish(self, status: RunStatus = "completed", detail: str = "") -> None:
+        self.session.event(status, detail)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc is None and not self.session.closed:
+            self.session.commit()
+        self.close()
+
+
+class Safepoint:
+    """A store plus a workspace: where runs are kept and where their tools act."""
+
+    def __init__(self, store: Store, workspace: str, *, exclude: Iterable[str] = ()) -> None:
+        self.store = store
+        self.workspace = Workspace(workspace, exclude=tuple(exclude), protected=store.local_dir())
+
+    def registry(self, tools: Iterable[Tool] = (), *, builtins: bool = True) -> ToolRegistry:
+        return builtin_registry(*tools) if builtins else ToolRegistry(tools)
+
+    def start(
+        self,
+        task: str,
+        *,
+        tools: Iterable[Tool] = (),
+        builtins: bool = True,
+        model: str = "own-loop",
+        model_config: dict[str, Any] | None = None,
+        run_id: str | None = None,
+        scenario: dict[str, Any] | None = None,
+        provider: dict[str, Any] | None = None,
+        approval: Literal["none", "high"] = "none",
+        approval_timeout_s: float = 600.0,
+        successor_of: str | None = None,
+    ) -> Run:
+        """Start a run. ``approval="high"``: high-risk calls wait for ``approve``. ``successor_of``: this run takes
+        over an earlier one's work; that run is never resumed again (``successor_accepted``)."""
+        info = RunInfo(
+            run_id=run_id or new_run_id(),
+            task=task,
+            model=model,
+            created_at=now(),
+            workspace=self.workspace.root,
+            model_config=model_config or {},
+            scenario=scenario,
+            provider=provider,
+            approval=approval,
+            approval_timeout_s=approval_timeout_s,
+        )
+        if successor_of is not None:
+            load_view(self.store, successor_of)  # refuse an unknown predecessor before creating anything
+        session = RunSession.create(self.store, info, self.workspace, self.registry(tools, builtins=builtins))
+        session.add_message("user", task)
+        session.commit()
+        if successor_of is not None:
+            control.post(self.store, successor_of, SuccessorAccepted(successor_run_id=info.run_id, at=now()))
+        return Run(session)
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        tools: Iterable[Tool] = (),
+        builtins: bool = True,
+        replay: Iterable[str] = (),
+        skip: Iterable[str] = (),
+        takeover: bool = False,
+        model: str | None = None,
+        output: Callable[[str], None] | None = None,
+    ) -> Run:
+        """Open a run after a crash or a restart: check the seven recovery assertions and the replay disposition
+        (seed 003), then plan, settle the interrupted calls and inject the recovery note. ``model``: the model
+        the run will continue with (a different one than the interrupted turn's is ``model_switch``).
+
+        Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
+        ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
+        """
+        session, recovery = resume_session(
+            self.store,
+            run_id,
+            self.workspace,
+            self.registry(tools, builtins=builtins),
+            replay=tuple(replay),
+            skip=tuple(skip),
+            takeover=takeover,
+            model=model,
+            output=output,
+        )
+        return Run(session, recovery)
+
+    # the three recovery actions (§8.8) and their companions ---------------------------------------------------------
+    @contextlib.contextmanager
+    def _session(
+        self, run_id: str, tools: Iterable[Tool] = (), *, read_only: bool = False, takeover: bool = False
+    ) -> Iterator[RunSession]:
+        session = RunSession.open(
+            self.store,
+            run_id,
+            self.workspace,
+            self.registry(tools),
+            read_only=read_only,
+            takeover=takeover,
+            watch=False,  # rollback, resolve, restore and compensate run no command
+        )
+        try:
+            yield session
+        finally:
+            if not session.read_only:
+                session.commit()
+            session.close()
+
+    def rollback_files(
+        self, run_id: str, checkpoint_id: str, *, dry_run: bool = False, takeover: bool = False
+    ) -> RollbackPlan:
+        """Revert the agent's file changes made after ``checkpoint_id``; files changed since become conflicts."""
+        with self._session(run_id, read_only=dry_run, takeover=takeover) as session:
+            return actions.rollback_files(session, checkpoint_id, dry_run=dry_run)
+
+    def conflicts(self, run_id: str) -> list[dict[str, Any]]:
+        """Pending conflicts, each with the agent's change and what changed since (a three-way view)."""
+        with self._session(run_id, read_only=True) as session:
+            return [actions.describe_conflict(session, c) for c in actions.pending_conflicts(session)]
+
+    def resolve(
+        self, run_id: str, path: str, resolution: ConflictResolution, *, takeover: bool = False
+    ) -> dict[str, Any]:
+        """``keep_user`` leaves the file, ``apply_agent`` finishes the rollback over it, ``manual_merge`` writes a
+        three-way merge (conflict markers where the two changes overlap)."""
+        if resolution == "pending":
+            raise ResumeError("a resolution is keep_user, apply_agent or manual_merge")
+        with self._session(run_id, takeover=takeover) as session:
+            return actions.resolve(session, path, resolution)
+
+    def restore_session(
+        self, run_id: str, checkpoint_id: str, *, with_files: bool = False, takeover: bool = False
+    ) -> Checkpoint:
+        """Continue the run from an earlier checkpoint as a new branch; the old branch stays in the log."""
+        with self._session(run_id, takeover=takeover) as session:
+            return actions.restore_session(session, checkpoint_id, with_files=with_files)
+
+    def compensate(
+        self,
+        run_id: str,
+        ledger_entry_id: str,
+        *,
+        tools: Iterable[Tool] = (),
+        assume_done: bool = False,
+        decision: str | None = None,
+        takeover: bool = False,
+    ) -> str:
+        """Run the compensator a tool declares for one finished call, at most once. ``decision`` ("replay" or
+        "skip") settles a compensation a crash interrupted."""
+        with self._session(run_id, tools, takeover=takeover) as session:
+            return actions.compensate(session, ledger_entry_id, assume_done=assume_done, decision=decision)
+
+    def agent_changes(self, run_id: str) -> tuple[list[str], list[str]]:
+        """Paths holding exactly what the agent last left there (its diff), and paths that are not only the agent's:
+        changed since it wrote them, or holding uncommitted work of the user's from before the agent touched them."""
+        from safepoint.workspace.git import head_blob_ids
+
+        head = head_blob_ids(self.workspace.root)
+        with self._session(run_id, read_only=True) as session:
+            first: dict[str, FilePatchEntry] = {}
+            last: dict[str, str] = {}
+            for patch in session.patches:
+                first.setdefault(patch.path, patch)
+                last[patch.path] = patch.after_hash
+            ours: list[str] = []
+            since: list[str] = []
+            for path, after in sorted(last.items()):
+                clean_base = _matches_head(session, first[path], head.get(path))
+                (ours if clean_base and session.files.state(path).hash == after else since).append(path)
+            return ours, since
+
+    def commit(self, run_id: str, message: str | None = None) -> tuple[str, list[str], list[str]]:
+        """Commit the agent's changes only (never the user's other work), when the user asks. Returns the commit,
+        the paths committed and the paths left out."""
+        from safepoint.workspace.git import commit_paths
+
+        ours, since = self.agent_changes(run_id)
+        if not ours:
+            raise ResumeError(f"run {run_id!r} left no change of its own to commit")
+        info = load_view(self.store, run_id).info
+        sha = commit_paths(self.workspace.root, ours, message or f"safepoint: changes of run {run_id}\n\n{info.task}")
+        return sha, ours, since
+
+    def history(self, run_id: str) -> tuple[list[Message], list[Message]]:
+        """The current branch of the conversation, and messages of abandoned branches."""
+        view = load_view(self.store, run_id)
+        current = {id(message) for message in view.history}
+        return list(view.history), [m for m in view.message_records.values() if id(m) not in current]
+
+    def run_agent(
+        self, run: Run, provider: Provider, *, system: str = "", output: Callable[[str], None] | None = None
+    ) -> RunStatus:
+        """Drive the run with a model. ``output`` receives streamed text as it is shown to the user."""
+        return Agent(run.session, provider, system=system, output=output).run()
+
+    # the recovery protocol's controls (seed 003): people act on runs they do not own ------------------------------
+    def approve(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
+        return control.answer(self.store, run_id, call_id, approved=True, by=by, reason=reason)
+
+    def deny(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
+        return control.answer(self.store, run_id, call_id, approved=False, by=by, reason=reason)
+
+    def submit(self, run_id: str, text: str, **options: Any) -> tuple[str, int]:
+        """Queue user input for a run (keys dedupe resubmissions); see ``control.submit`` for the overrides."""
+        return control.submit(self.store, run_id, text, **options)
+
+    def cancel(self, run_id: str, *, whole_stream: bool = False, by: str = "user") -> str:
+        return control.cancel(self.store, run_id, whole_stream=whole_stream, by=by)
+
+    def reset_context(self, run_id: str, *, by: str = "user") -> str:
+        return control.reset_context(self.store, run_id, by=by)
+
+    def judge(self, run_id: str, *, model: str | None = None) -> RecoveryVerdict:
+        """What restart recovery would decide for the run now (reads only)."""
+        return judge(self.store, run_id, resuming_model=model).verdict
+
+    def plan(self, run_id: str) -> ResumePlan:
+        """What a resume would do now, without claiming the run or running anything."""
+        return plan_resume(load_view(self.store, run_id))
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | None) -> bool:
+    """Did the agent start from HEAD's version of the path (so a commit of it holds nothing of the user's)?"""
+    if head_blob is None:
+        return first.before_hash == ""
+    if first.before_ref == f"git:{head_blob}":
+        return True
+    from safepoint.workspace.git import read_blob
+
+    data = read_blob(session.workspace.root, head_blob)
+    return data is not None and content_hash(data) == first.before_hash
+
+
+def open(url: str | None = None, *, workspace: str = ".", exclude: Iterable[str] = ()) -> Safepoint:
+    """Open a store (``file:PATH``, a bare path, or ``postgresql://...``) for a workspace. ``exclude`` adds
+    gitignore-style patterns that captures of command changes never look at (as does WORKSPACE/.safepointignore)."""
+    workspace = os.path.abspath(workspace)
+    return Safepoint(open_store(url or default_store_url(workspace)), workspace, exclude=exclude)

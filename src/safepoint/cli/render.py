@@ -1,0 +1,216 @@
+"""Rich renderings of the library's plain-data reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+_STATUS_STYLE = {
+    "succeeded": "green",
+    "completed": "green",
+    "failed": "red",
+    "uncertain": "yellow",
+    "started": "yellow",
+    "interrupted": "yellow",
+    "waiting_decision": "magenta",
+    "waiting_approval": "magenta",
+    "closed": "red",
+    "cancelled": "red",
+}
+
+
+def _styled(value: str) -> Text:
+    return Text(value, style=_STATUS_STYLE.get(value, ""))
+
+
+def status_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="runs")
+    for column in ("run_id", "status", "step", "calls", "problems", "task"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        status = _styled(row["status"])
+        if row.get("terminal_status"):  # closed: say how, in the seed's words (`explain` says why)
+            status.append(f"\n{row['terminal_status']}", style="dim")
+        table.add_row(
+            row["run_id"],
+            status,
+            str(row["step"]),
+            str(row["calls"]),
+            str(row["problems"]),
+            row["task"][:60],
+        )
+    return table
+
+
+def ledger_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="tool ledger")
+    for column in ("call_id", "step_id", "tool_name", "status", "idempotency", "replay_policy", "risk_level"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["call_id"],
+            row["step_id"],
+            row["tool_name"],
+            _styled(row["status"]),
+            row["idempotency"],
+            row["replay_policy"],
+            row["risk_level"],
+        )
+    return table
+
+
+def checkpoint_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="checkpoints")
+    for column in ("checkpoint_id", "step", "kind", "created_at", "complete"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["checkpoint_id"],
+            str(row["step"]),
+            row["kind"],
+            row["created_at"],
+            "yes" if row["complete"] else "NO",
+        )
+    return table
+
+
+def explain_view(data: dict[str, Any]) -> Group:
+    resume_from = data["resume_from"]
+    head = Text.assemble(
+        ("run ", "bold"),
+        data["run_id"],
+        "  status ",
+        _styled(data["status"]),
+        "\n",
+        ("resume from ", "bold"),
+        str(resume_from["checkpoint_id"]),
+        f" (step {resume_from['step']}): ",
+        resume_from["why"],
+    )
+    table = Table(title="calls")
+    for column in ("call_id", "tool", "status", "idempotency/policy", "replayable", "why"):
+        table.add_column(column, overflow="fold")
+    for call in data["calls"]:
+        table.add_row(
+            call["call_id"],
+            call["tool"],
+            _styled(call["status"]),
+            f"{call['idempotency']}/{call['replay_policy']}",
+            "yes" if call["replayable"] else "no",
+            call["why"],
+        )
+    parts: list[Any] = [head, table]
+    if data["needs_decision"]:
+        lines = [f"{d['call_id']} ({d['tool']}): {d['why']}" for d in data["needs_decision"]]
+        parts.append(Panel("\n".join(lines), title="needs a decision (--replay / --skip)", style="magenta"))
+    outside = [f"{c['call_id']} ({c['tool']}): {c['not_captured']}" for c in data["calls"] if c.get("not_captured")]
+    if outside:
+        parts.append(Panel("\n".join(outside), title="not captured by safepoint", style="blue"))
+    if data.get("conflicts"):
+        lines = [f"{c['path']}: changed after the agent wrote it (safepoint conflicts)" for c in data["conflicts"]]
+        parts.append(Panel("\n".join(lines), title="pending conflicts", style="yellow"))
+    if data.get("not_restorable"):
+        lines = [f"{n['path']} ({n['call_id']}): {n['why']}" for n in data["not_restorable"]]
+        parts.append(Panel("\n".join(lines), title="changes rollback cannot put back", style="red"))
+    if data["workspace_drift"]:
+        lines = [f"{d['path']}: changed since {d['call_id']} wrote it" for d in data["workspace_drift"]]
+        parts.append(Panel("\n".join(lines), title="workspace drift", style="yellow"))
+    if data.get("recovery"):
+        parts.append(recovery_panel(data["run_id"], data["recovery"]))
+    if data["problems"]:
+        lines = [f"{p['kind']} at {p['position']}: {p['detail']}" for p in data["problems"]]
+        parts.append(Panel("\n".join(lines), title="damaged records (skipped)", style="red"))
+    return Group(*parts)
+
+
+def note_panel(note: str) -> Panel:
+    return Panel(Text(note), title="recovery note injected for the model", style="cyan")
+
+
+def rollback_view(data: dict[str, Any]) -> Group:
+    verb = "would revert" if data["dry_run"] else "reverted"
+    table = Table(title=f"rollback_files to {data['checkpoint_id']}")
+    for column in ("path", "result", "undoes"):
+        table.add_column(column)
+    for action in data["actions"]:
+        target = "removed" if action["target_hash"] == "" else "restored"
+        table.add_row(action["path"], f"{verb}: {target}", ", ".join(action["undoes"]))
+    for conflict in data["conflicts"]:
+        table.add_row(conflict["path"], Text("conflict: changed since the agent wrote it", style="yellow"), "")
+    for item in data["unrestorable"]:
+        table.add_row(item["path"], Text("left as is: " + item["why"], style="red"), item["call_id"])
+    parts: list[Any] = [table]
+    if data["conflicts"]:
+        parts.append(
+            Text(
+                "See `safepoint conflicts RUN_ID`, then `safepoint resolve RUN_ID PATH --keep-user | "
+                "--apply-agent | --manual-merge`.",
+                style="yellow",
+            )
+        )
+    return Group(*parts)
+
+
+def conflicts_view(found: list[dict[str, Any]]) -> Group:
+    if not found:
+        return Group(Text("no pending conflicts", style="green"))
+    parts: list[Any] = []
+    for conflict in found:
+        body = Text()
+        body.append(f"{conflict['path']}: {conflict['why']}\n", style="bold")
+        body.append(f"expected (the agent's version) {conflict['expected_hash']}\n")
+        body.append(f"actual (the file now)          {conflict['actual_hash']}\n\n")
+        body.append("what the agent changed (before the agent -> the agent's version):\n", style="bold")
+        body.append(conflict["agent_change"] or "(no textual change)\n")
+        body.append("\nwhat changed since (the agent's version -> the file now):\n", style="bold")
+        body.append(conflict["changed_since"] or "(no textual change)\n")
+        parts.append(Panel(body, title=f"conflict: {conflict['path']} ({conflict['resolution']})", style="yellow"))
+    return Group(*parts)
+
+
+def history_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="history")
+    for column in ("seq", "branch", "role", "content"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        calls = ", ".join(f"{c['tool']}({c['call_id']})" for c in row.get("tool_calls", []))
+        content = (row["content"][:200] + (f"  -> {calls}" if calls else "")).strip()
+        table.add_row(str(row["seq"]), row["branch"], row["role"], content)
+    return table
+
+
+def recovery_panel(run_id: str, recovery: dict[str, Any]) -> Panel:
+    """The recovery protocol's part of `explain`: owner, restart checkpoint, the verdict now, past recoveries."""
+    lines: list[str] = []
+    owner = recovery["recovery_owner"]
+    if owner:
+        lines.append(
+            f"recovery owner {owner['recovery_class']}/{owner['owner_id']}, generation {owner['generation']}"
+            + (f", closed {owner['terminal_at']}: {owner['terminal_status']}" if owner["terminal_at"] else "")
+        )
+    checkpoint = recovery["restart_checkpoint"]
+    if checkpoint is None:
+        lines.append("restart checkpoint: none (no work in flight)")
+    elif not checkpoint["intact"]:
+        lines.append(f"restart checkpoint: damaged ({checkpoint['detail']})")
+    else:
+        lines.append(f"restart checkpoint: {checkpoint.get('mode', '?')}")
+    now = recovery["if_restarted_now"]
+    lines.append("assertions: " + ", ".join(now["assertions_checked"]))
+    lines.append(f"if restarted now: {now['detail']}")
+    for report in recovery["recoveries"]:
+        disposition = report.get("disposition") or {}
+        verdict = report.get("failed") or disposition.get("reason") or disposition.get("disposition", "")
+        lines.append(f"{report['at']}: generation {report['generation']} {report['action']} ({verdict})")
+    for event in recovery["terminal_events"]:
+        lines.append(f"terminal event {event['event_type']} (generation {event['generation']})")
+    if recovery["self_healing_prompt"]:
+        lines.append("told the parent / the user: " + recovery["self_healing_prompt"])
+    for child in recovery["subagents"]:
+        verdict = child.get("recovery", {}).get("if_restarted_now", {}).get("detail", "")
+        lines.append(f"subagent {child['run_id']} ({child['call_id']}): {child['status']}; {verdict}")
+    return Panel("\n".join(lines), title=f"recovery protocol: {run_id}", style="cyan")

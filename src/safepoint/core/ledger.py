@@ -1,0 +1,66 @@
+"""The tool ledger's state machine (§8.2): which status may follow which, and what a crash leaves behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from safepoint.errors import SafepointError
+from safepoint.records import LedgerStatus, ToolLedgerEntry
+
+# planned -> (approved) -> started -> succeeded | failed; a crash turns started into uncertain, which a probe,
+# a person or a re-run settles. planned -> failed covers a call refused before it ran (denied, unknown tool).
+TRANSITIONS: dict[LedgerStatus | None, frozenset[LedgerStatus]] = {
+    None: frozenset({"planned"}),
+    "planned": frozenset({"approved", "started", "failed"}),
+    "approved": frozenset({"started", "failed"}),
+    "started": frozenset({"succeeded", "failed", "uncertain"}),
+    "uncertain": frozenset({"started", "succeeded", "failed"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+}
+FINISHED: frozenset[LedgerStatus] = frozenset({"succeeded", "failed"})
+NEVER_RAN: frozenset[LedgerStatus] = frozenset({"planned", "approved"})
+
+
+class LedgerTransitionError(SafepointError):
+    """A status change the state machine forbids: a bug in the caller, never a user error."""
+
+
+def check_transition(previous: ToolLedgerEntry | None, new: ToolLedgerEntry) -> None:
+    before = previous.status if previous else None
+    if new.status not in TRANSITIONS[before]:
+        raise LedgerTransitionError(
+            f"ledger entry {new.call_id}: {before or 'nothing'} -> {new.status} is not a valid transition"
+        )
+
+
+def fold(entries: Iterable[ToolLedgerEntry]) -> dict[str, ToolLedgerEntry]:
+    """The current entry per call, in order of first appearance (the last appended state wins).
+
+    A call's input is logged with its first entry only; later states inherit it here.
+    """
+    current: dict[str, ToolLedgerEntry] = {}
+    for entry in entries:
+        previous = current.get(entry.call_id)
+        if previous is not None and not entry.input and previous.input:
+            entry = msgspec.structs.replace(entry, input=previous.input)
+        current[entry.call_id] = entry
+    return current
+
+
+def settle_after_crash(entry: ToolLedgerEntry) -> ToolLedgerEntry:
+    """A call that started but has no recorded outcome may or may not have had its effect: ``uncertain``."""
+    if entry.status == "started":
+        return msgspec.structs.replace(entry, status="uncertain")
+    return entry
+
+
+def attempts(entries: Iterable[ToolLedgerEntry]) -> dict[str, int]:
+    """How many times each call was started; a person's decision about a call applies to one attempt only."""
+    counts: dict[str, int] = {}
+    for entry in entries:
+        if entry.status == "started":
+            counts[entry.call_id] = counts.get(entry.call_id, 0) + 1
+    return counts

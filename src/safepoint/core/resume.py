@@ -1,0 +1,123 @@
+"""The resume plan (§8.6): where to continue from, what each recorded call means now, what needs a person.
+
+Pure: the runtime reads the store, runs probes and hashes the workspace, then asks this module what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from safepoint.core.ledger import attempts, settle_after_crash
+from safepoint.core.replay import ProbeResult, ReplayDecision, decide_replay
+from safepoint.core.run_view import CheckpointAt, RunView
+from safepoint.records import CallDecision, Checkpoint, Message, ToolCall, ToolLedgerEntry
+
+_STEP = re.compile(r"step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class CallReport:
+    entry: ToolLedgerEntry  # as settled after the crash (started -> uncertain)
+    decision: ReplayDecision
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A file the run wrote whose content is no longer what the run left there."""
+
+    path: str
+    expected_hash: str
+    actual_hash: str | None
+    call_id: str
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    resume_from: CheckpointAt | None
+    why: str
+    calls: list[CallReport]
+    needs_decision: list[CallReport]
+    drift: list[Drift] = field(default_factory=list)
+
+    @property
+    def step(self) -> int:
+        return self.resume_from.checkpoint.step if self.resume_from else 0
+
+
+def expected_files(view: RunView) -> dict[str, tuple[str, str]]:
+    """Path -> (after_hash, call_id) of the run's last finished write to each path."""
+    finished = {call_id for call_id, entry in view.ledger.items() if entry.status == "succeeded"}
+    expected: dict[str, tuple[str, str]] = {}
+    for patch in view.patches:
+        if patch.tool_call_id in finished:
+            expected[patch.path] = (patch.after_hash, patch.tool_call_id)  # "" when the run removed it
+    return expected
+
+
+def plan_resume(
+    view: RunView,
+    *,
+    decisions: dict[str, CallDecision] | None = None,
+    probes: dict[str, ProbeResult] | None = None,
+    workspace_hashes: dict[str, str | None] | None = None,
+) -> ResumePlan:
+    started = attempts(view.ledger_entries)
+    decisions = {
+        call_id: decision
+        for call_id, decision in {**view.decisions, **(decisions or {})}.items()
+        if decision.attempt == started.get(call_id, 0)  # a decision made before a later crash no longer applies
+    }
+    probes = probes or {}
+    at = view.latest_complete_checkpoint()
+    if at is None:
+        why = "no complete checkpoint: the run starts again from its first step"
+    else:
+        why = f"latest complete checkpoint ({at.checkpoint.kind} of step {at.checkpoint.step})"
+        skipped = [c for c in view.checkpoints if c.seq > at.seq]
+        if skipped:
+            why += f"; {len(skipped)} later checkpoint(s) unusable: {skipped[0].why_incomplete}"
+    calls = []
+    for entry in view.ledger.values():
+        settled = settle_after_crash(entry)
+        decision = decide_replay(settled, decision=decisions.get(entry.call_id), probe=probes.get(entry.call_id))
+        calls.append(CallReport(settled, decision))
+    # safepoint's own calls (rollback, resolution, compensation) are settled by their own commands, never by
+    # the agent's resume: an uncertain compensation does not hold the agent up.
+    needs = [r for r in calls if r.decision.action == "wait_decision" and not is_internal(r.entry)]
+    drift = []
+    if workspace_hashes is not None:
+        for path, (expected, call_id) in expected_files(view).items():
+            actual = workspace_hashes.get(path)
+            if (actual or "") != expected:
+                drift.append(Drift(path, expected, actual, call_id))
+    return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)
+
+
+INTERNAL_TOOLS = frozenset({"rollback_files", "resolve_conflict"})
+
+
+def is_internal(entry: ToolLedgerEntry) -> bool:
+    return entry.tool_name in INTERNAL_TOOLS or entry.compensates is not None
+
+
+def pending_calls(history: Sequence[Message], call_ids: Sequence[str]) -> list[ToolCall]:
+    """The calls a checkpoint names as pending, taken from the assistant messages its history holds."""
+    calls = {call.call_id: call for message in history for call in message.tool_calls}
+    return [calls[call_id] for call_id in call_ids if call_id in calls]
+
+
+def step_number(step_id: str) -> int:
+    match = _STEP.search(step_id)
+    return int(match.group(1)) if match else 0
+
+
+def last_completed_step(checkpoint: Checkpoint) -> int:
+    return checkpoint.step if checkpoint.kind == "after_step" else checkpoint.step - 1
+
+
+def recent_calls(plan: ResumePlan) -> list[CallReport]:
+    """The calls a recovery note reports: those of the last completed step and of the interrupted one."""
+    first = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
+    return [r for r in plan.calls if step_number(r.entry.step_id) >= first and not is_internal(r.entry)]

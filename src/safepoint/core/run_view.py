@@ -1,0 +1,179 @@
+"""A run as its log tells it: history, ledger, patches, checkpoints, decisions. Pure: records in, view out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from safepoint.core.ledger import fold
+from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
+from safepoint.records import (
+    RECORD_TYPES,
+    Blob,
+    CallDecision,
+    Checkpoint,
+    CheckpointConflict,
+    FileBeforeState,
+    FilePatchEntry,
+    Message,
+    Rewind,
+    RunEvent,
+    RunInfo,
+    RunStatus,
+    ToolLedgerEntry,
+    WorkspaceState,
+)
+from safepoint.store.base import LogProblem, LogRead
+
+_decoders = {kind: msgspec.json.Decoder(kind_type) for kind, kind_type in RECORD_TYPES.items()}
+
+
+@dataclass(frozen=True)
+class CheckpointAt:
+    """A checkpoint with what it needs to be restored: the history branch it points into."""
+
+    checkpoint: Checkpoint
+    seq: int
+    branch: list[Message]
+    complete: bool
+    why_incomplete: str = ""
+
+    @property
+    def history(self) -> list[Message]:
+        return self.branch[: self.checkpoint.history_len]
+
+
+@dataclass
+class RunView:
+    info: RunInfo
+    history: list[Message] = field(default_factory=list)
+    ledger_entries: list[ToolLedgerEntry] = field(default_factory=list)
+    patches: list[FilePatchEntry] = field(default_factory=list)
+    checkpoints: list[CheckpointAt] = field(default_factory=list)
+    decisions: dict[str, CallDecision] = field(default_factory=dict)
+    events: list[RunEvent] = field(default_factory=list)
+    blobs: dict[str, Blob] = field(default_factory=dict)
+    conflicts: dict[str, CheckpointConflict] = field(default_factory=dict)  # path -> latest state
+    workspace_states: list[WorkspaceState] = field(default_factory=list)  # git state at each session start
+    abandoned: dict[str, int] = field(default_factory=dict)  # call id -> the branch (restore number) that left it
+    restores: list[Rewind] = field(default_factory=list)
+    befores: dict[str, list[FileBeforeState]] = field(default_factory=dict)  # call id -> paths it may change
+    message_records: dict[int, Message] = field(default_factory=dict)  # log seq -> message (results point here)
+    problems: list[LogProblem] = field(default_factory=list)
+    last_seq: int = 0
+    spawned: dict[str, SubagentSpawned] = field(default_factory=dict)  # call id -> the latest child it started
+    recoveries: list[RecoveryReport] = field(default_factory=list)
+    control_seen: dict[int, ControlSeen] = field(default_factory=dict)  # control position -> what was done
+    context_epoch: int = 0  # context resets so far: a restart checkpoint written before one is void
+
+    @property
+    def assistant_turns(self) -> frozenset[int]:
+        return frozenset(m.turn for m in self.history if m.role == "assistant" and m.turn is not None)
+
+    @property
+    def absorbed_submission_keys(self) -> tuple[str, ...]:
+        return tuple(seen.key for seen in self.control_seen.values() if seen.type == "submission")
+
+    @property
+    def ledger(self) -> dict[str, ToolLedgerEntry]:
+        return fold(self.ledger_entries)
+
+    @property
+    def status(self) -> RunStatus:
+        return self.events[-1].status if self.events else "running"
+
+    def latest_complete_checkpoint(self) -> CheckpointAt | None:
+        for at in reversed(self.checkpoints):
+            if at.complete:
+                return at
+        return None
+
+    def checkpoint(self, checkpoint_id: str) -> CheckpointAt | None:
+        for at in self.checkpoints:
+            if at.checkpoint.checkpoint_id == checkpoint_id:
+                return at
+        return None
+
+
+def build_view(info: RunInfo, log: LogRead) -> RunView:
+    """Fold the log. A checkpoint counts as complete only if no damaged record precedes it on its branch and the
+    history it points into is whole. Records after a damaged one still count as evidence (a `started` stays
+    started). A resume that routed around the damage rewinds to a sound checkpoint: checkpoints after that rewind
+    are sound again."""
+    view = RunView(info=info, problems=list(log.problems))
+    damaged_at: int | None = None  # the last good seq before a hole, while the current branch is tainted by it
+    expected = 1
+    branch: list[Message] = []
+    for record in log.records:
+        if record.seq != expected and damaged_at is None:
+            damaged_at = expected - 1
+        expected = record.seq + 1
+        view.last_seq = record.seq
+        decoder = _decoders.get(record.kind)
+        if decoder is None:
+            view.problems.append(
+                LogProblem(kind="corrupt", position=record.seq, detail=f"unknown record kind {record.kind!r}")
+            )
+            continue
+        try:
+            body = decoder.decode(record.body)
+        except msgspec.DecodeError as exc:
+            view.problems.append(LogProblem(kind="corrupt", position=record.seq, detail=f"{record.kind}: {exc}"))
+            continue
+        if isinstance(body, Message):
+            view.message_records[record.seq] = body
+            if body.seq != len(branch):
+                view.problems.append(
+                    LogProblem(
+                        kind="gap",
+                        position=record.seq,
+                        detail=f"message {body.seq} follows {len(branch)} messages; history has a hole",
+                    )
+                )
+                branch = branch[: body.seq] if body.seq < len(branch) else branch
+                if body.seq > len(branch):
+                    continue
+            branch.append(body)
+        elif isinstance(body, ToolLedgerEntry):
+            view.ledger_entries.append(body)
+        elif isinstance(body, FilePatchEntry):
+            view.patches.append(body)
+        elif isinstance(body, Checkpoint):
+            complete, why = True, ""
+            if damaged_at is not None:
+                complete, why = False, f"a damaged record precedes it (after seq {damaged_at})"
+            elif body.history_len > len(branch):
+                complete, why = False, f"points at {body.history_len} messages but only {len(branch)} exist"
+            view.checkpoints.append(CheckpointAt(body, record.seq, branch, complete, why))
+        elif isinstance(body, Blob):
+            view.blobs[body.hash] = body
+        elif isinstance(body, CallDecision):
+            view.decisions[body.call_id] = body
+        elif isinstance(body, RunEvent):
+            view.events.append(body)
+        elif isinstance(body, FileBeforeState):
+            view.befores.setdefault(body.tool_call_id, []).append(body)
+        elif isinstance(body, WorkspaceState):
+            view.workspace_states.append(body)
+        elif isinstance(body, CheckpointConflict):
+            view.conflicts[body.path] = body
+        elif isinstance(body, SubagentSpawned):
+            view.spawned[body.call_id] = body
+        elif isinstance(body, RecoveryReport):
+            view.recoveries.append(body)
+        elif isinstance(body, ControlSeen):
+            view.control_seen[body.position] = body
+        elif isinstance(body, Rewind):
+            branch = branch[: body.history_len]
+            if body.reason == "context_reset":
+                view.context_epoch += 1
+            if body.reason == "restore_session":
+                view.restores.append(body)
+                for call_id in body.abandoned:
+                    view.abandoned.setdefault(call_id, len(view.restores))
+            target = view.checkpoint(body.checkpoint_id) if body.checkpoint_id else None
+            if damaged_at is not None and ((target is None and body.history_len == 0) or (target and target.complete)):
+                damaged_at = None  # rebuilt from a sound point: what follows does not depend on the damage
+    view.history = branch
+    return view

@@ -1,0 +1,256 @@
+"""File patch records (§8.4): the before-state of every path a call changes, kept durably before the change, the
+after-state after it, and any recorded version reproduced exactly.
+
+Storage grows with the edits, not the files: a path's content is stored whole once (the first time the run sees
+it), and every later version is a small patch from the one before. Binary content is stored whole, compressed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from safepoint.core.hashing import content_hash
+from safepoint.core.patches import apply_patch, make_patch
+from safepoint.core.rollback import ABSENT, UNKNOWN, FileState
+from safepoint.errors import StoreError, ToolFailure
+from safepoint.records import FileBeforeState, FilePatchEntry, PatchOp
+
+if TYPE_CHECKING:
+    from safepoint.engine.session import RunSession
+
+
+@dataclass
+class FileBefore:
+    path: str  # workspace-relative
+    hash: str
+    mode: int | None
+    content: bytes | None = field(repr=False, default=None)
+    ref: str | None = None
+
+
+DIRECTORY = "directory"  # the state of a path that is now a folder (a file's rollback must not touch it)
+NOT_KEPT = "none:too-large"  # the patch_ref of a change recorded by hash only
+CACHE_BYTES = 64 * 1024 * 1024  # rebuilt versions kept in memory (oldest dropped first)
+
+
+class FileChanges:
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+        # Content this run can reproduce: its blobs, and every patch's after-state (before + patch) when the
+        # before-state was itself reproducible or absent.
+        self._reproducible: set[str] = set(session.blobs)
+        self._producers: dict[str, list[int]] = {}  # after-hash -> indexes of the patches that produced it
+        self._cache: dict[str, bytes] = {}
+        self._patches: dict[tuple[str, str], str] = {}  # (before, after) hashes -> stored patch
+        self._cache_bytes = 0
+        for index, patch in enumerate(session.patches):
+            self._producers.setdefault(patch.after_hash, []).append(index)
+        for patch in session.patches:
+            if patch.after_hash and patch.patch_ref != NOT_KEPT and self._base_known(patch):
+                self._reproducible.add(patch.after_hash)
+
+    @property
+    def patches(self) -> list[FilePatchEntry]:
+        return self.session.patches
+
+    def state(self, path: str) -> FileState:
+        data, mode = self.session.workspace.snapshot(path)
+        if data is None and os.path.isdir(self.session.workspace.locate(path)):
+            return FileState(hash=DIRECTORY, mode=None)  # a folder where a file was: never the agent's state
+        return FileState(hash=ABSENT if data is None else content_hash(data), mode=mode)
+
+    def before(self, call_id: str, paths: Iterable[str]) -> list[FileBefore]:
+        """The before-state of the paths a call may change, recorded (with any content the run cannot reproduce
+        yet) in the group that becomes durable with ``started``. A re-run after a crash reuses what was recorded
+        for the first attempt, so changes that attempt made before dying are not mistaken for the starting point."""
+        recorded = self.session.befores.get(call_id)
+        if recorded:
+            return [self._again(call_id, state) for state in recorded]
+        states = []
+        for path in dict.fromkeys(paths):
+            try:
+                # The file a write lands in: through a symlink inside the workspace, that is the link's target.
+                rel = self.session.workspace.relative(path)
+                data, mode = self.session.workspace.snapshot(rel)
+            except ToolFailure:
+                continue  # the tool itself refuses such a path; nothing will be written there
+            state = self.describe(rel, data, mode)
+            record = FileBeforeState(
+                tool_call_id=call_id, path=rel, before_hash=state.hash, before_ref=state.ref, before_mode=state.mode
+            )
+            self.session.befores.setdefault(call_id, []).append(record)
+            self.session.add_record(record)
+            states.append(state)
+        return states
+
+    def _again(self, call_id: str, state: FileBeforeState) -> FileBefore:
+        """The before-state for a re-run after a crash. The file as it is now decides: unchanged, the recorded
+        state; changed to content the run knows (the interrupted attempt's own work), that change is recorded as
+        the call's and the re-run starts from it; changed to anything else (someone's new bytes), those bytes are
+        kept and the re-run starts from them, so nothing they wrote is lost or blamed on the agent."""
+        data, mode = self.session.workspace.snapshot(state.path)
+        digest = ABSENT if data is None else content_hash(data)
+        if digest == state.before_hash and mode == state.before_mode:
+            return self._recalled(state)
+        if digest == ABSENT or digest in self._reproducible:
+            self.record(call_id, self._recalled(state), data, mode)
+            return FileBefore(state.path, digest, mode, data, None if data is None else f"blob:{digest}")
+        return self.describe(state.path, data, mode)
+
+    def _recalled(self, state: FileBeforeState) -> FileBefore:
+        content = None
+        if state.before_hash != ABSENT:
+            content = self.version(state.path, state.before_hash, state.before_ref)
+        return FileBefore(state.path, state.before_hash, state.before_mode, content, state.before_ref)
+
+    def describe(self, rel: str, data: bytes | None, mode: int | None, *, ref: str | None = None) -> FileBefore:
+        """The before-state of ``rel`` holding ``data``; stores the content unless the run can reproduce it."""
+        if data is None:
+            return FileBefore(rel, ABSENT, None)
+        digest = content_hash(data)
+        if ref is None and digest not in self._reproducible:
+            self.session.put_content(data, digest)
+            self._reproducible.add(digest)
+        return FileBefore(rel, digest, mode, data, ref or f"blob:{digest}")
+
+    def after(self, call_id: str, befores: Iterable[FileBefore]) -> list[FilePatchEntry]:
+        recorded = []
+        for before in befores:
+            data, mode = self.session.workspace.snapshot(before.path)
+            entry = self.record(call_id, before, data, mode)
+            if entry is not None:
+                recorded.append(entry)
+        return recorded
+
+    def record(self, call_id: str, before: FileBefore, data: bytes | None, mode: int | None) -> FilePatchEntry | None:
+        """Append the patch from ``before`` to the given after-state (nothing when nothing changed)."""
+        after_hash = ABSENT if data is None else content_hash(data)
+        if after_hash == before.hash and mode == before.mode:
+            return None
+        entry = self._append(call_id, before, after_hash, mode, "blob:" + self.patch(before, data or b"", after_hash))
+        if data is not None:
+            self._remember(after_hash, data)
+        if after_hash and self._base_known(entry):
+            self._reproducible.add(after_hash)
+        return entry
+
+    def patch(self, before: FileBefore, data: bytes, after_hash: str | None = None) -> str:
+        """The stored patch from ``before`` to ``data`` (computed once per pair: a writer's logged input and its
+        file patch are the same diff)."""
+        key = (before.hash, after_hash or content_hash(data))
+        digest = self._patches.get(key)
+        if digest is None:
+            digest = self.session.put_content(make_patch(before.content or b"", data))
+            if len(self._patches) > 1024:  # only the pair of one call matters: keep the memo small
+                self._patches.clear()
+            self._patches[key] = digest
+        return digest
+
+    def record_large(self, call_id: str, before: FileBefore, after_hash: str, mode: int | None) -> FilePatchEntry:
+        """A file too large to keep: its change is recorded by hash only (it can be detected, not put back)."""
+        return self._append(call_id, before, after_hash, mode, NOT_KEPT)
+
+    def _append(
+        self, call_id: str, before: FileBefore, after_hash: str, mode: int | None, patch_ref: str
+    ) -> FilePatchEntry:
+        if before.hash == ABSENT:
+            op: PatchOp = "create"
+        elif after_hash == ABSENT:
+            op = "delete"
+        else:
+            op = "modify" if after_hash != before.hash else "chmod"
+        entry = FilePatchEntry(
+            path=before.path,
+            before_hash=before.hash,
+            after_hash=after_hash,
+            patch_ref=patch_ref,
+            tool_call_id=call_id,
+            created_at=self.session.clock(),
+            op=op,
+            before_ref=before.ref,
+            before_mode=before.mode,
+            after_mode=mode,
+        )
+        self.patches.append(entry)
+        self._producers.setdefault(after_hash, []).append(len(self.patches) - 1)
+        self.session.add_record(entry)
+        self.session.trace("file_patch", path=before.path, call_id=call_id, op=op)
+        return entry
+
+    # versions ---------------------------------------------------------------------------------------------
+    def can_reproduce(self, digest: str) -> bool:
+        return digest in self._reproducible
+
+    def restorable(self, patch: FilePatchEntry) -> bool:
+        """Can the content before ``patch`` be reproduced? (absent always can: it means remove)"""
+        return patch.before_hash != UNKNOWN and self._base_known(patch)
+
+    def version(self, path: str, digest: str, ref: str | None = None) -> bytes:
+        """Reproduce content this run recorded, verified by its hash."""
+        return self._version(path, digest, ref, len(self.patches))
+
+    def _version(self, path: str, digest: str, ref: str | None, before_index: int) -> bytes:
+        """Rebuild content iteratively: walk back along the patches that produced it to something stored (a blob,
+        git, nothing), then apply forward. Rebuilt versions are cached, so a long chain of edits costs once."""
+        chain: list[FilePatchEntry] = []
+        base: bytes | None = None
+        while True:
+            cached = self._cache.get(digest)
+            if cached is not None:
+                base = cached
+                break
+            if digest in self.session.blobs:
+                base = self.session.content(digest)
+                break
+            if ref is not None and ref.startswith("git:"):
+                from safepoint.workspace.git import read_blob
+
+                data = read_blob(self.session.workspace.root, ref[4:])
+                if data is not None and content_hash(data) == digest:
+                    base = data
+                    break
+            index = self._producer(digest, before_index)
+            if index is None:
+                raise StoreError(f"content {digest} of {path} is not recorded in run {self.session.info.run_id!r}")
+            patch = self.patches[index]
+            chain.append(patch)
+            if patch.before_hash in (ABSENT, UNKNOWN):
+                base = b""  # a patch from an absent or never-captured before-state was made against nothing
+                break
+            digest, ref, before_index = patch.before_hash, patch.before_ref, index
+        data = base
+        for patch in reversed(chain):
+            data = apply_patch(data, self.session.content(patch.patch_ref.removeprefix("blob:")))
+            if content_hash(data) != patch.after_hash:
+                raise StoreError(f"the patch for {patch.path} does not reproduce its result; its record is damaged")
+            self._remember(patch.after_hash, data)
+        return data
+
+    def _producer(self, digest: str, before_index: int) -> int | None:
+        """The oldest patch before ``before_index`` that produced ``digest`` (it depends only on earlier ones)."""
+        for index in self._producers.get(digest, ()):
+            if index < before_index and self.patches[index].patch_ref != NOT_KEPT:
+                return index
+        return None
+
+    def _remember(self, digest: str, data: bytes) -> None:
+        self._cache[digest] = data
+        self._cache_bytes += len(data)
+        while self._cache_bytes > CACHE_BYTES and self._cache:
+            oldest = next(iter(self._cache))
+            self._cache_bytes -= len(self._cache.pop(oldest))
+
+    def _base_known(self, patch: FilePatchEntry) -> bool:
+        """A patch reproduces its after-state only from a before-state that is itself known (or from nothing)."""
+        return (
+            patch.before_hash in (ABSENT, UNKNOWN)
+            or patch.before_hash in self._reproducible
+            or _in_git(patch.before_ref)
+        )
+
+
+def _in_git(ref: str | None) -> bool:
+    return ref is not None and ref.startswith("git:")

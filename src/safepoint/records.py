@@ -1,0 +1,285 @@
+"""The seed's records, with its field names and values verbatim (snake_case).
+
+Chapter 8 of the seed names ``ToolLedgerEntry``, ``ToolDefinition``, ``FilePatchEntry``, ``RecoveryAction`` and
+``CheckpointConflict``; ``Checkpoint`` and ``Message`` are the run state those records point into. Every record is
+a frozen ``msgspec.Struct`` so that it encodes to JSON without hand-written converters and cannot be mutated in
+place by accident: a state change is a new record appended to the log, never an edit of an old one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from safepoint.protocol import ControlSeen, RecoveryReport, ScheduledWorkContext, SubagentSpawned
+
+Idempotency = Literal["idempotent", "conditional", "non_idempotent"]
+ReplayPolicy = Literal["auto", "ask", "never"]
+RiskLevel = Literal["low", "medium", "high"]
+LedgerStatus = Literal["planned", "approved", "started", "succeeded", "failed", "uncertain"]
+CheckpointKind = Literal["before_step", "tool_start", "tool_end", "after_step"]
+ConflictResolution = Literal["pending", "keep_user", "apply_agent", "manual_merge"]
+PatchOp = Literal["create", "modify", "delete", "chmod"]
+Role = Literal["system", "user", "assistant", "tool"]
+RunStatus = Literal[
+    "running", "waiting_decision", "waiting_approval", "completed", "failed", "interrupted", "cancelled", "closed"
+]
+
+IDEMPOTENCY_VALUES: tuple[Idempotency, ...] = ("idempotent", "conditional", "non_idempotent")
+REPLAY_POLICY_VALUES: tuple[ReplayPolicy, ...] = ("auto", "ask", "never")
+RISK_LEVEL_VALUES: tuple[RiskLevel, ...] = ("low", "medium", "high")
+
+JSONValue = Any  # tool inputs and outputs are arbitrary JSON
+
+
+class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a tool declares about itself (§8.7); classification may still depend on the input."""
+
+    name: str
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    risk_level: RiskLevel = "low"
+    side_effects: tuple[str, ...] = ()
+    description: str = ""
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A tool call as the model asked for it."""
+
+    call_id: str
+    tool: str
+    args: dict[str, JSONValue] = msgspec.field(default_factory=dict)
+
+
+class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One state of one tool call (§8.2). The ledger appends a new entry per transition; the last one wins.
+
+    Beyond the seed's fields: ``run_id``, the call's ``input`` (needed to re-run it), the stable
+    ``idempotency_key`` handed to the tool, ``planned_at``, ``error`` for a failed call and ``decision`` for a
+    call settled by a person or a probe after a crash.
+    """
+
+    call_id: str
+    step_id: str
+    tool_name: str
+    input_hash: str
+    status: LedgerStatus
+    risk_level: RiskLevel
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    side_effects: tuple[str, ...] = ()
+    started_at: str | None = None
+    finished_at: str | None = None
+    result_ref: str | None = None
+    run_id: str = ""
+    input: dict[str, JSONValue] = msgspec.field(default_factory=dict)
+    idempotency_key: str = ""
+    planned_at: str | None = None
+    error: str | None = None
+    decision: str | None = None
+    compensates: str | None = None  # for a compensating call: the ledger entry it compensates
+
+
+class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A file change made by a tool call (§8.4): hashes before and after, and a reference to the patch.
+
+    ``after_hash`` is empty while the write is under way (the before-state is recorded durably first).
+    ``before_ref`` points at the stored before-content the first time the run touches a path.
+    """
+
+    path: str
+    before_hash: str
+    after_hash: str
+    patch_ref: str
+    tool_call_id: str
+    created_at: str
+    op: PatchOp = "modify"
+    before_ref: str | None = None  # where the before-content is kept: "blob:<hash>", "git:<blob id>", or None
+    before_mode: int | None = None  # permission bits (None when absent)
+    after_mode: int | None = None
+
+
+class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A path's state just before a call may change it, durable before the call runs; the call's FilePatchEntry
+    (written after) completes it. A call re-run after a crash is compared against this, not against the file as
+    the crash left it, so the changes of the interrupted attempt are recorded too."""
+
+    tool_call_id: str
+    path: str
+    before_hash: str
+    before_ref: str | None = None
+    before_mode: int | None = None
+
+
+class WorkspaceState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The workspace's git state when a session of the run starts (§8.5): HEAD, branch, the user's dirty paths."""
+
+    at: str
+    is_repo: bool
+    head: str | None = None
+    branch: str | None = None
+    dirty: tuple[str, ...] = ()
+    nested_repos: tuple[str, ...] = ()
+    submodules: tuple[str, ...] = ()
+    is_worktree: bool = False
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One entry of the append-only message history; checkpoints point into it by ``seq``."""
+
+    seq: int
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    turn: int | None = None
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Run state at a fixed point (§8.3). It references the history by length, never copies it."""
+
+    checkpoint_id: str
+    run_id: str
+    step: int
+    kind: CheckpointKind
+    created_at: str
+    history_len: int
+    ledger_seq: int
+    model: str
+    model_config: dict[str, JSONValue] = msgspec.field(default_factory=dict)
+    # Call ids only: the calls themselves are in the assistant message the history points to, so a checkpoint
+    # never copies a call's input (a step of ten 50 KB writes would otherwise log each input ten times).
+    pending_tool_calls: tuple[str, ...] = ()
+    next_turn: int = 0
+    patches_len: int = 0  # file patches recorded before this checkpoint: rollback_files undoes the ones after
+    git_head: str | None = None  # HEAD when the checkpoint was taken (None outside git)
+
+
+class RollbackFiles(msgspec.Struct, frozen=True, kw_only=True, tag="rollback_files", tag_field="type"):
+    checkpoint_id: str
+
+
+class RestoreSession(msgspec.Struct, frozen=True, kw_only=True, tag="restore_session", tag_field="type"):
+    checkpoint_id: str
+
+
+class CompensateExternalAction(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag="compensate_external_action", tag_field="type"
+):
+    ledger_entry_id: str
+
+
+# §8.8: three different things, never one "undo".
+RecoveryAction = RollbackFiles | RestoreSession | CompensateExternalAction
+
+
+class CheckpointConflict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A file the user changed after the agent did (§8.9); it is never overwritten silently."""
+
+    path: str
+    expected_hash: str
+    actual_hash: str
+    agent_patch_ref: str
+    resolution: ConflictResolution = "pending"
+
+
+class RunInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A run's header: what it was started with."""
+
+    run_id: str
+    task: str
+    model: str
+    created_at: str
+    workspace: str
+    model_config: dict[str, JSONValue] = msgspec.field(default_factory=dict)
+    scenario: dict[str, JSONValue] | None = None
+    # The recovery owner (seed 003 §1.1): a root run owns itself; a subagent answers to the call that spawned it.
+    recovery_class: Literal["root", "subagent", "scheduled"] = "root"
+    recovery_owner_id: str | None = None  # None: the run id
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+    tools_allowed: tuple[str, ...] | None = None  # the grants a subagent inherited (None: every registered tool)
+    grant_expires_at_ms: int | None = None
+    scheduled: ScheduledWorkContext | None = None  # an occurrence of a scheduled job
+    job_id: str | None = None
+    approval: Literal["none", "high"] = "none"  # "high": high-risk calls wait for `safepoint approve`
+    approval_timeout_s: float = 600.0
+    provider: dict[str, JSONValue] | None = None  # how to reach the model again on resume (never an API key)
+
+    @property
+    def owner_id(self) -> str:
+        return self.recovery_owner_id or self.run_id
+
+
+class RunEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A change of the run's own status (started, resumed, waiting for a decision, completed, failed)."""
+
+    status: RunStatus
+    at: str
+    detail: str = ""
+    generation: int = 0
+
+
+class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a person (``--replay``/``--skip``) or a probe decided for an ``uncertain`` call."""
+
+    call_id: str
+    decision: Literal["replay", "skip", "probe_done", "probe_not_done"]
+    at: str
+    by: str = "user"
+    attempt: int = 0  # the number of `started` entries the call had: a decision settles that attempt only
+
+
+class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Content stored in the log itself, addressed by ``content_hash`` of the uncompressed bytes."""
+
+    hash: str
+    codec: Literal["raw", "zstd"]
+    data: bytes
+    size: int
+
+
+class Rewind(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The history continues from its first ``history_len`` messages: a resume from an older checkpoint, or a
+    restored session. Messages after that point stay in the log (inspectable) but leave the current branch."""
+
+    history_len: int
+    checkpoint_id: str
+    reason: str
+    at: str
+    abandoned: tuple[str, ...] = ()  # restore_session: calls of the branch left behind (kept in the ledger)
+
+
+RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
+    "event": RunEvent,
+    "message": Message,
+    "ledger": ToolLedgerEntry,
+    "patch": FilePatchEntry,
+    "checkpoint": Checkpoint,
+    "blob": Blob,
+    "decision": CallDecision,
+    "rewind": Rewind,
+    "conflict": CheckpointConflict,
+    "file_before": FileBeforeState,
+    "workspace": WorkspaceState,
+    "spawned": SubagentSpawned,
+    "recovery": RecoveryReport,
+    "control_seen": ControlSeen,
+}
+RECORD_KINDS: dict[type[msgspec.Struct], str] = {kind_type: kind for kind, kind_type in RECORD_TYPES.items()}
+
+
+def to_plain(value: Any) -> Any:
+    """A record as plain data with every field, defaults included (the log omits defaults to stay small; what
+    users read never does)."""
+    if isinstance(value, msgspec.Struct):
+        config = value.__struct_config__
+        tag = {config.tag_field: config.tag} if config.tag_field is not None and config.tag is not None else {}
+        return tag | {name: to_plain(getattr(value, name)) for name in value.__struct_fields__}
+    if isinstance(value, list | tuple):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    return value

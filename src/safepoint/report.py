@@ -1,0 +1,225 @@
+"""Read-only reports on runs (status, ledger, checkpoints, explain), as plain data for the CLI and for users."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from safepoint.core.replay import ProbeResult
+from safepoint.core.resume import expected_files, plan_resume
+from safepoint.core.rollback import UNKNOWN
+from safepoint.core.run_view import RunView
+from safepoint.engine.builtin import builtin_registry
+from safepoint.engine.file_changes import NOT_KEPT
+from safepoint.engine.session import RunSession, load_view
+from safepoint.errors import SafepointError, ToolFailure
+from safepoint.protocol import SELF_HEALING_PROMPT, TERMINAL_STATUS_RESTART, ReplayForbidden
+from safepoint.records import to_plain
+from safepoint.restart.judge import judge
+from safepoint.store.base import Store
+from safepoint.store.liveness import owner_alive
+from safepoint.workspace.files import Workspace
+
+
+def effective_status(store: Store, view: RunView) -> str:
+    """``running`` only while its owner lives; a dead owner's run is ``interrupted``."""
+    status = view.status
+    if status != "running":
+        return status
+    owner = store.owner(view.info.run_id)
+    if owner is None or owner.released or not owner_alive(owner):
+        return "interrupted"
+    return "running"
+
+
+def status_row(store: Store, run_id: str) -> dict[str, Any]:
+    view = load_view(store, run_id)
+    last = view.latest_complete_checkpoint()
+    owner = store.owner(run_id)
+    return {
+        "run_id": run_id,
+        "status": effective_status(store, view),
+        "terminal_status": owner.terminal_status if owner else None,
+        "parent": view.info.parent_run_id,
+        "task": view.info.task,
+        "step": last.checkpoint.step if last else 0,
+        "calls": len(view.ledger),
+        "problems": len(view.problems),
+        "created_at": view.info.created_at,
+    }
+
+
+def ledger_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+
+    return [to_plain(entry) for entry in load_view(store, run_id).ledger.values()]
+
+
+def checkpoint_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "checkpoint_id": at.checkpoint.checkpoint_id,
+            "step": at.checkpoint.step,
+            "kind": at.checkpoint.kind,
+            "created_at": at.checkpoint.created_at,
+            "complete": at.complete,
+        }
+        for at in load_view(store, run_id).checkpoints
+    ]
+
+
+def _hash_or_none(workspace: Workspace, path: str) -> str | None:
+    try:
+        return workspace.hash(path)
+    except ToolFailure:  # a folder now, or a path that leads outside: not what the run left there
+        return "unreadable"
+
+
+_WORKSPACE_EFFECTS = frozenset({"filesystem_write", "filesystem_delete", "process"})
+
+
+def not_captured(tool: str, side_effects: Iterable[str]) -> str | None:
+    """What safepoint cannot see or roll back for a call: effects outside the workspace (§8.4)."""
+    outside = sorted(set(side_effects) - _WORKSPACE_EFFECTS)
+    if outside:
+        return f"effects outside the workspace ({', '.join(outside)}) are not captured and cannot be rolled back"
+    if tool == "run_command":
+        return "changes the command made outside the workspace are not captured"
+    return None
+
+
+def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str, Any]:
+    """Why a resume would continue where it would, and what it would do with every recorded call."""
+    view = load_view(store, run_id)
+    hashes = None
+    probes: dict[str, ProbeResult] = {}
+    if workspace is not None:
+        ws = Workspace(workspace)
+        hashes = {path: _hash_or_none(ws, path) for path in expected_files(view)}
+        # What a resume would decide: the built-in tools' probes too (they only read).
+        reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True)
+        for call_id, entry in reader.ledger.items():
+            if entry.status == "started" and reader.current_decision(call_id) is None:
+                found = reader.probe(entry)
+                if found is not None:
+                    probes[call_id] = found
+    plan = plan_resume(view, workspace_hashes=hashes, probes=probes)
+    at = plan.resume_from
+    files: dict[str, list[str]] = {}
+    for patch in view.patches:
+        files.setdefault(patch.tool_call_id, []).append(patch.path)
+    return {
+        "run_id": run_id,
+        "status": effective_status(store, view),
+        "task": view.info.task,
+        "resume_from": {
+            "checkpoint_id": at.checkpoint.checkpoint_id if at else None,
+            "step": at.checkpoint.step if at else 0,
+            "kind": at.checkpoint.kind if at else None,
+            "why": plan.why,
+        },
+        "calls": [
+            {
+                "call_id": r.entry.call_id,
+                "step_id": r.entry.step_id,
+                "tool": r.entry.tool_name,
+                "status": r.entry.status,
+                "idempotency": r.entry.idempotency,
+                "replay_policy": r.entry.replay_policy,
+                "risk_level": r.entry.risk_level,
+                "side_effects": list(r.entry.side_effects),
+                "replayable": r.decision.replayable,
+                "action": r.decision.action,
+                "why": r.decision.why,
+                "files": files.get(r.entry.call_id, []),
+                "not_captured": not_captured(r.entry.tool_name, r.entry.side_effects),
+            }
+            for r in plan.calls
+        ],
+        "conflicts": [to_plain(c) for c in view.conflicts.values() if c.resolution == "pending"],
+        "not_restorable": [
+            {"path": p.path, "call_id": p.tool_call_id, "why": "content before it was never captured"}
+            for p in view.patches
+            if p.before_hash == UNKNOWN
+        ]
+        + [
+            {"path": p.path, "call_id": p.tool_call_id, "why": "larger than 64 MiB: recorded by hash only"}
+            for p in view.patches
+            if p.patch_ref == NOT_KEPT
+        ],
+        "needs_decision": [
+            {"call_id": r.entry.call_id, "tool": r.entry.tool_name, "why": r.decision.why} for r in plan.needs_decision
+        ],
+        "workspace_drift": [
+            {
+                "path": d.path,
+                "expected_hash": d.expected_hash,
+                "actual_hash": d.actual_hash,
+                "call_id": d.call_id,
+            }
+            for d in plan.drift
+        ],
+        "workspace": to_plain(view.workspace_states[-1]) if view.workspace_states else None,
+        "problems": [{"kind": p.kind, "position": p.position, "detail": p.detail} for p in view.problems],
+        "recovery": recovery_report(store, view),
+    }
+
+
+def recovery_report(store: Store, view: RunView, depth: int = 0) -> dict[str, Any]:
+    """The recovery protocol's view of a run (seed 003): its recovery owner, its restart checkpoint, what restart
+    recovery would decide now (the assertions checked, the disposition and its reason), what earlier recoveries
+    decided, the terminal events, and the same for every subagent it spawned."""
+    run_id = view.info.run_id
+    owner = store.owner(run_id)
+    judged = judge(store, run_id, resuming_model=None)
+    verdict = judged.verdict
+    stored = store.read_restart_checkpoint(run_id)
+    checkpoint: dict[str, Any] | None = None
+    if stored is not None:
+        checkpoint = {"intact": stored.intact, "detail": stored.detail}
+        if verdict.checkpoint is not None:
+            checkpoint |= {
+                "mode": verdict.checkpoint.mode,
+                "updated_at": verdict.checkpoint.updated_at,
+                "payload": to_plain(verdict.payload),
+                "execution_config": to_plain(verdict.config),
+            }
+    closed = owner is not None and owner.terminal_status == TERMINAL_STATUS_RESTART
+    disposition = verdict.disposition
+    return {
+        "recovery_owner": {
+            "recovery_class": owner.recovery_class,
+            "owner_id": owner.owner_id,
+            "generation": owner.generation,
+            "agent_id": owner.agent_id,
+            "message_id": owner.message_id,
+            "active_at": owner.active_at,
+            "terminal_at": owner.terminal_at,
+            "terminal_status": owner.terminal_status,
+            "heartbeat_at": owner.heartbeat_at,
+        }
+        if owner
+        else None,
+        "restart_checkpoint": checkpoint,
+        "if_restarted_now": {
+            "assertions_checked": list(verdict.checked),
+            "failed": verdict.failed,
+            "disposition": type(disposition).__name__ if disposition is not None else None,
+            "reason": disposition.reason if isinstance(disposition, ReplayForbidden) else None,
+            "detail": verdict.summary,
+        },
+        "recoveries": [to_plain(report) for report in view.recoveries],
+        "terminal_events": [to_plain(event) for event in store.terminal_events(run_id)],
+        "self_healing_prompt": SELF_HEALING_PROMPT if closed else None,
+        "subagents": [_child(store, spawned.child_run_id, spawned.call_id, depth) for spawned in view.spawned.values()],
+    }
+
+
+def _child(store: Store, run_id: str, call_id: str, depth: int) -> dict[str, Any]:
+    try:
+        view = load_view(store, run_id)
+    except SafepointError as exc:
+        return {"run_id": run_id, "call_id": call_id, "status": "missing", "detail": str(exc)}
+    found: dict[str, Any] = {"run_id": run_id, "call_id": call_id, "status": effective_status(store, view)}
+    if depth < 8:
+        found["recovery"] = recovery_report(store, view, depth + 1)
+    return found

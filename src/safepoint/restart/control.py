@@ -1,0 +1,134 @@
+"""What people send a run they do not own: approve, deny, submit, cancel, reset (seed 003 §2.1, §2.2, §4.1).
+
+Each is one durable, checksummed record on the run's control channel. A live owner acts on it at its next safe
+point; when nobody owns the run, a cancel or a reset is settled at once by a restart recovery (which finds the
+request and closes the work with its reason), so nothing waits for a process that will never come back.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from safepoint.engine.session import holder_id, load_view
+from safepoint.errors import ResumeError
+from safepoint.protocol import Approval, CancelRequest, ContextResetRequest, ControlRecord, Submission
+from safepoint.restart.judge import close_after_restart, controls, judge
+from safepoint.store.base import Store
+from safepoint.store.liveness import owner_alive
+from safepoint.store.ownership import now
+
+_encoder = msgspec.json.Encoder()
+
+
+def post(store: Store, run_id: str, record: ControlRecord) -> int:
+    return store.post_control(run_id, _encoder.encode(record))
+
+
+def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str = "user", reason: str = "") -> int:
+    """Approve or deny a waiting call. The answer is bound to the call's input as the ledger recorded it."""
+    view = load_view(store, run_id)
+    if view.status in ("closed", "cancelled"):
+        raise ResumeError(f"run {run_id!r} is {view.status}: nothing in it waits for approval any more")
+    entry = view.ledger.get(call_id)
+    if entry is None:
+        raise ResumeError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
+    if entry.status != "planned":
+        raise ResumeError(
+            f"call {call_id!r} of run {run_id!r} is {entry.status}: it does not wait for approval, so there is "
+            "nothing to approve or deny"
+        )
+    for _, record in controls(store, run_id):
+        if isinstance(record, Approval) and record.call_id == call_id and record.input_hash == entry.input_hash:
+            verb = "approved" if record.approved else "denied"
+            raise ResumeError(f"call {call_id!r} of run {run_id!r} was {verb} already by {record.by} at {record.at}")
+    return post(
+        store,
+        run_id,
+        Approval(call_id=call_id, input_hash=entry.input_hash, approved=approved, at=now(), by=by, reason=reason),
+    )
+
+
+def submit(
+    store: Store,
+    run_id: str,
+    text: str,
+    *,
+    key: str | None = None,
+    override_system_prompt: str | None = None,
+    append_system_prompt: str | None = None,
+    requested_model: str | None = None,
+    reasoning_strength_override: str | None = None,
+    tools_allowed_override: tuple[str, ...] | None = None,
+) -> tuple[str, int]:
+    """Queue user input. A client that may retry passes the same ``key`` each time: it is admitted once."""
+    view = load_view(store, run_id)
+    if view.status in ("closed", "cancelled"):
+        raise ResumeError(
+            f"run {run_id!r} is {view.status}; start a new run with `safepoint run ... --successor-of {run_id}`"
+        )
+    submission = Submission(
+        submission_key=key or uuid.uuid4().hex[:16],
+        text=text,
+        at=now(),
+        override_system_prompt=override_system_prompt,
+        append_system_prompt=append_system_prompt,
+        requested_model=requested_model,
+        reasoning_strength_override=reasoning_strength_override,
+        tools_allowed_override=tools_allowed_override,
+    )
+    return submission.submission_key, post(store, run_id, submission)
+
+
+def _owner_is_live(store: Store, run_id: str) -> bool:
+    owner = store.owner(run_id)
+    return owner is not None and not owner.released and owner.terminal_at is None and owner_alive(owner)
+
+
+def settle_now(store: Store, run_id: str) -> str:
+    """With no live owner, a restart recovery acts on the request now; returns what became of the run."""
+    claim = store.claim(run_id, holder_id(), takeover=False)
+    try:
+        judged = judge(store, run_id)
+        if judged.verdict.resumable:
+            return "requested"
+        close_after_restart(store, claim, judged)
+    finally:
+        store.release(claim)
+    return "closed"
+
+
+def _refuse_finished(store: Store, run_id: str, what: str) -> None:
+    view = load_view(store, run_id)
+    if view.status in ("completed", "closed", "cancelled"):
+        raise ResumeError(f"run {run_id!r} is {view.status}; there is nothing to {what}")
+
+
+def cancel(store: Store, run_id: str, *, whole_stream: bool = False, by: str = "user") -> str:
+    """Returns "requested" (a live owner stops at its next safe point) or "closed" (settled now)."""
+    _refuse_finished(store, run_id, "cancel")
+    post(store, run_id, CancelRequest(at=now(), whole_stream=whole_stream, by=by))
+    if _owner_is_live(store, run_id):
+        return "requested"
+    if whole_stream:
+        settle_subagents(store, run_id)
+    return settle_now(store, run_id)
+
+
+def settle_subagents(store: Store, run_id: str, depth: int = 0) -> None:
+    """A whole-stream cancel closes the subagents below first, while their parent still stands: each is closed
+    for the cancel (user_cancelled_whole_stream), not for losing its parent."""
+    view = load_view(store, run_id)
+    for spawned in view.spawned.values():
+        child = spawned.child_run_id
+        if depth < 16:
+            settle_subagents(store, child, depth + 1)
+        if store.read_restart_checkpoint(child) is not None and not _owner_is_live(store, child):
+            settle_now(store, child)
+
+
+def reset_context(store: Store, run_id: str, *, by: str = "user") -> str:
+    _refuse_finished(store, run_id, "reset")
+    post(store, run_id, ContextResetRequest(at=now(), by=by))
+    return "requested" if _owner_is_live(store, run_id) else settle_now(store, run_id)

@@ -1,0 +1,64 @@
+"""Why a live run stops before its work is done, checked at every safe point (between steps, and while a call
+waits for approval): a cancel (its own, or a whole-stream cancel of any ancestor), a context reset, a successor,
+or SIGTERM. The first three close the work for good (seed 003 §4.1); SIGTERM leaves it for the next start."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from safepoint.errors import SafepointError
+from safepoint.protocol import (
+    CancelRequest,
+    ContextResetRequest,
+    ControlRecord,
+    ReplayForbiddenReason,
+    SuccessorAccepted,
+)
+from safepoint.restart.judge import ancestor_stream_cancel
+
+if TYPE_CHECKING:
+    from safepoint.engine.session import RunSession
+
+
+class RunCancelled(SafepointError):
+    """The user cancelled the run while it was working (``safepoint cancel``)."""
+
+    exit_code = 10
+
+    def __init__(self, request: CancelRequest, position: int | None) -> None:
+        super().__init__(f"cancelled by {request.by} at {request.at}")
+        self.request = request
+        self.position = position  # None: a whole-stream cancel sent to an ancestor
+
+
+class WorkVoided(SafepointError):
+    """The work in flight lost its meaning: the context was reset, or a successor took it over."""
+
+    def __init__(self, reason: ReplayForbiddenReason, detail: str, position: int) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.position = position
+
+
+class Interrupted(SafepointError):
+    """The process was asked to stop (SIGTERM): it stops at a safe point and leaves the restart checkpoint."""
+
+    exit_code = 11
+
+
+def raise_if_stopped(session: RunSession, found: list[tuple[int, ControlRecord]]) -> None:
+    for position, record in found:
+        if position in session.control_seen:
+            continue
+        if isinstance(record, CancelRequest):
+            raise RunCancelled(record, position)
+        if isinstance(record, ContextResetRequest):
+            raise WorkVoided("context_reset", f"the user reset the context at {record.at}", position)
+        if isinstance(record, SuccessorAccepted):
+            detail = f"run {record.successor_run_id!r} took over this work at {record.at}"
+            raise WorkVoided("successor_accepted", detail, position)
+    if session.info.parent_run_id is not None:
+        above = ancestor_stream_cancel(session.store, session.info)
+        if above is not None:
+            raise RunCancelled(above, None)

@@ -1,0 +1,660 @@
+"""The embedded default store: plain files under ``.agent-runtime/``, the seed's layout (§8.10).
+
+::
+
+    .agent-runtime/
+    ├── runs/<run_id>/
+    │   ├── run.json                 the run's header (atomic write)
+    │   ├── owner.json               the recovery owner (seed 003 §1.1) and its holder (atomic write)
+    │   ├── lock                     flock'd for the few microseconds of each append or claim
+    │   ├── ledger.jsonl             the run's ordered log: ledger entries, file patches, messages, checkpoints
+    │   ├── checkpoints/index.jsonl  the separate checkpoint index: seq and byte offset of each checkpoint
+    │   ├── restart_checkpoint.json  the run's one restart checkpoint (seed 003 §1.2; atomic write, framed)
+    │   ├── terminal_events.jsonl    terminal events (seed 003 §1.3; fsync'd appends, unique per key)
+    │   ├── control.jsonl            what people send the run (fsync'd appends, no claim needed)
+    │   ├── control.lock             flock'd by each control post (not the run's lock: see post_control)
+    │   ├── artifacts/               large tool outputs and blobs, one file each (atomic write)
+    │   ├── tmp/                     the run's workspace writes in flight (swept when the run is claimed)
+    │   └── trace.jsonl              trace events (not fsync'd: recovery never reads them)
+    └── schedules/<job_id>.json      scheduled jobs, store-wide (atomic write, framed)
+
+Fencing: every write takes the run's lock, compares the writer's generation with ``owner.json`` and refuses a
+stale one. A lock held for a whole run (the obvious alternative) would let a SIGSTOP'd owner block a takeover
+forever; a short lock per append cannot.
+
+Every file holds framed lines (``safepoint.store.framing``); a whole-file record (header, owner, restart
+checkpoint, schedule) is one framed line, so a torn or bit-flipped one is detected like a log record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import msgspec
+
+from safepoint.durable import append_fd, atomic_write, fsync_dir, write_all
+from safepoint.errors import (
+    ConfigError,
+    CorruptRecordError,
+    RunExistsError,
+    RunNotFoundError,
+    StoreError,
+)
+from safepoint.protocol import RecoveryOwnerTerminalEvent
+from safepoint.store.base import (
+    Claim,
+    LogProblem,
+    LogRead,
+    LogRecord,
+    OwnerState,
+    RecoveryIdentity,
+    Store,
+    StoredDescriptor,
+)
+from safepoint.store.framing import check_line, frame, read_records, unframe_all
+from safepoint.store.ownership import (
+    check_current,
+    check_event,
+    claim_of,
+    closed_owner,
+    event_key,
+    next_owner,
+    now,
+    stuck_lock,
+)
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_record_encoder = msgspec.json.Encoder()
+_record_decoder = msgspec.json.Decoder(LogRecord)
+_owner_decoder = msgspec.json.Decoder(OwnerState)
+_event_decoder = msgspec.json.Decoder(RecoveryOwnerTerminalEvent)
+RESTART_CHECKPOINT = "restart_checkpoint.json"
+TERMINAL_EVENTS = "terminal_events.jsonl"
+CONTROL = "control.jsonl"
+_INDEXED_KINDS = frozenset({"checkpoint"})
+CLAIM_LOCK_TIMEOUT = 10.0  # a claim waits this long for an append in progress; a stopped owner would hold it forever
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise ConfigError(
+            f"run id {run_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', not starting with '.'"
+        )
+    return run_id
+
+
+def check_job_id(job_id: str) -> str:
+    if not _RUN_ID.match(job_id):
+        raise ConfigError(
+            f"job id {job_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', not starting with '.'"
+        )
+    return job_id
+
+
+def check_one_line(what: str, data: bytes) -> bytes:
+    """A record for a line-framed file must hold no newline (encoded JSON never does); both backends refuse one,
+    so a caller cannot come to rely on what only one of them accepts."""
+    if b"\n" in data:
+        raise StoreError(f"{what} holds a newline; encode it as JSON (msgspec never writes one)")
+    return data
+
+
+def read_descriptor(raw: bytes) -> StoredDescriptor:
+    """A whole-file framed record as read: intact, or damaged with why (never raised, never trusted)."""
+    if not raw.endswith(b"\n"):
+        return StoredDescriptor(data=raw[9:], intact=False, detail=f"cut short: {len(raw)} bytes and no end")
+    payload = check_line(raw.removesuffix(b"\n"))
+    if payload is None:
+        return StoredDescriptor(data=raw[9:-1], intact=False, detail="checksum does not match")
+    return StoredDescriptor(data=payload, intact=True)
+
+
+class _Tail:
+    """What this process knows of a log's end, so appends need not re-read the file."""
+
+    __slots__ = ("next_seq", "size")
+
+    def __init__(self, next_seq: int, size: int) -> None:
+        self.next_seq = next_seq
+        self.size = size
+
+
+class FileStore(Store):
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.url = f"file:{self.root}"
+        self._runs = os.path.join(self.root, "runs")  # made by the first create_run: reading never creates a store
+        self._schedules = os.path.join(self.root, "schedules")
+        self._tails: dict[tuple[str, int], _Tail] = {}
+        self._log_fds: dict[str, int] = {}
+        self._lock_fds: dict[str, int] = {}
+        self._thread_lock = threading.RLock()
+        self._index_fds: dict[str, int] = {}
+        self._trace_fds: dict[str, int] = {}
+
+    # paths ------------------------------------------------------------------------------------------------
+    def run_dir(self, run_id: str) -> str:
+        return os.path.join(self._runs, check_run_id(run_id))
+
+    def _path(self, run_id: str, *parts: str) -> str:
+        return os.path.join(self.run_dir(run_id), *parts)
+
+    def _existing_run_dir(self, run_id: str) -> str:
+        path = self.run_dir(run_id)
+        if not os.path.exists(os.path.join(path, "run.json")):
+            raise RunNotFoundError(f"run {run_id!r} not found in store {self.url}; list runs with `safepoint status`")
+        return path
+
+    # runs -------------------------------------------------------------------------------------------------
+    def create_run(self, run_id: str, header: bytes) -> None:
+        """Build the run's folder under a temporary name, then rename it into place: a crash half-way leaves
+        an invisible ``.new-*`` folder, never a half-made run that blocks its own id."""
+        self._make_root()
+        path = self.run_dir(run_id)
+        if os.path.exists(path):
+            raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id")
+        staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")
+        for folder in ("checkpoints", "artifacts", "tmp"):
+            os.mkdir(os.path.join(staging, folder))
+        os.close(append_fd(os.path.join(staging, "ledger.jsonl")))
+        atomic_write(os.path.join(staging, "run.json"), frame(header))
+        try:
+            os.rename(staging, path)  # fails if another process created the run meanwhile
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id") from None
+        fsync_dir(self._runs)
+
+    def local_dir(self) -> str | None:
+        return self.root
+
+    def _make_root(self) -> None:
+        os.makedirs(self._runs, exist_ok=True)
+        ignore = os.path.join(self.root, ".gitignore")
+        if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
+            with open(ignore, "w") as handle:
+                handle.write("# safepoint's store: not for version control\n*\n")
+
+    def scratch_dir(self, run_id: str) -> str | None:
+        return self._path(run_id, "tmp")
+
+    def run_header(self, run_id: str) -> bytes:
+        path = os.path.join(self._existing_run_dir(run_id), "run.json")
+        with open(path, "rb") as handle:
+            payload = check_line(handle.read().rstrip(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(f"header of run {run_id!r} ({path}) fails its checksum; the run cannot be read")
+        return payload
+
+    def list_runs(self) -> list[str]:
+        found = []
+        if not os.path.isdir(self._runs):
+            return []
+        for name in os.listdir(self._runs):
+            if name.startswith("."):
+                continue  # a run being created (or whose creation was interrupted): not a run yet
+            header = os.path.join(self._runs, name, "run.json")
+            with contextlib.suppress(FileNotFoundError):
+                found.append((os.stat(header).st_mtime_ns, name))
+        return [name for _, name in sorted(found)]
+
+    # ownership --------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(
+        self, run_id: str, *, timeout: float | None = None, name: str = "lock", stuck: StoreError | None = None
+    ) -> Iterator[None]:
+        # A flock excludes other processes only; threads of this one (a session's heartbeat while a tool runs)
+        # take turns on this lock first.
+        with self._thread_lock, self._flocked(run_id, timeout=timeout, name=name, stuck=stuck):
+            yield
+
+    @contextlib.contextmanager
+    def _flocked(self, run_id: str, *, timeout: float | None, name: str, stuck: StoreError | None) -> Iterator[None]:
+        key = run_id if name == "lock" else f"{run_id}/{name}"
+        fd = self._lock_fds.get(key)
+        if fd is None:
+            fd = os.open(self._path(run_id, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._lock_fds[key] = fd
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise (stuck or stuck_lock(run_id)) from None
+                    time.sleep(0.01)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def owner(self, run_id: str) -> OwnerState | None:
+        # Read every time (a few microseconds): a cache keyed on inode and mtime could be fooled by an inode
+        # reused within one clock tick and let a fenced-off writer through.
+        path = self._path(run_id, "owner.json")
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return None
+        payload = check_line(raw.rstrip(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
+        return _owner_decoder.decode(payload)
+
+    def _write_owner(self, run_id: str, state: OwnerState) -> None:
+        atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))
+
+    def claim(
+        self,
+        run_id: str,
+        holder: str,
+        *,
+        takeover: bool = False,
+        identity: RecoveryIdentity | None = None,
+        reopen: bool = False,
+    ) -> Claim:
+        self._existing_run_dir(run_id)
+        with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT):
+            current = self.owner(run_id)
+            state = next_owner(run_id, current, holder, takeover=takeover, identity=identity, reopen=reopen)
+            self._write_owner(run_id, state)
+        return claim_of(run_id, state)
+
+    def close_owner(self, claim: Claim, terminal_status: str) -> None:
+        with self._locked(claim.run_id):
+            current = self._check_generation(claim)
+            self._write_owner(claim.run_id, closed_owner(current, terminal_status))
+
+    def release(self, claim: Claim) -> None:
+        try:
+            with self._locked(claim.run_id):
+                current = self.owner(claim.run_id)
+                if current is not None and current.generation == claim.generation:
+                    self._write_owner(claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=now()))
+        finally:
+            self._drop_handles(claim.run_id)
+
+    def heartbeat(self, claim: Claim) -> None:
+        with self._locked(claim.run_id):
+            current = self._check_generation(claim)
+            self._write_owner(claim.run_id, msgspec.structs.replace(current, heartbeat_at=now()))
+
+    def _check_generation(self, claim: Claim) -> OwnerState:
+        return check_current(claim, self.owner(claim.run_id))
+
+    # the log ----------------------------------------------------------------------------------------------
+    def _fd(self, table: dict[str, int], run_id: str, *parts: str) -> int:
+        """An append fd kept open per run: opening a file per append would cost more than the write."""
+        fd = table.get(run_id)
+        if fd is None:
+            fd = append_fd(self._path(run_id, *parts))
+            table[run_id] = fd
+        return fd
+
+    def _tail(self, claim: Claim) -> _Tail:
+        key = (claim.run_id, claim.generation)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._repair_tail(claim.run_id)
+            self._tails[key] = tail
+        return tail
+
+    def _repair_tail(self, run_id: str) -> _Tail:
+        """Move a torn tail aside (kept in ``ledger.jsonl.torn``, never deleted) so appends start clean."""
+        path = self._path(run_id, "ledger.jsonl")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return _Tail(1, 0)
+        last_seq = 0
+        good_end = 0
+        for offset, item in unframe_all(data):
+            if isinstance(item, LogProblem):
+                if item.kind == "torn":
+                    self._quarantine(run_id, data[offset:])
+                    os.truncate(path, offset)
+                    fd = os.open(path, os.O_WRONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    return _Tail(last_seq + 1, offset)
+                good_end = data.find(b"\n", offset) + 1
+                continue
+            with contextlib.suppress(msgspec.DecodeError):
+                last_seq = max(last_seq, _record_decoder.decode(item).seq)
+            good_end = data.find(b"\n", offset) + 1
+        return _Tail(last_seq + 1, good_end)
+
+    def _quarantine(self, run_id: str, data: bytes, name: str = "ledger.jsonl") -> None:
+        fd = append_fd(self._path(run_id, f"{name}.torn"))
+        try:
+            write_all(fd, frame(b'{"quarantined_at":"%s","bytes":%d}' % (now().encode(), len(data))) + data + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.run_dir(run_id))  # the quarantine file must outlive the truncation that follows
+
+    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
+        if not records:
+            return
+        with self._locked(claim.run_id):
+            self._check_generation(claim)
+            tail = self._tail(claim)
+            if records[0].seq != tail.next_seq:
+                raise StoreError(
+                    f"run {claim.run_id!r}: append at seq {records[0].seq} but the log ends at {tail.next_seq - 1}; "
+                    "another writer slipped in; resume the run to continue from what is stored"
+                )
+            lines = []
+            index_lines = []
+            offset = tail.size
+            for record in records:
+                line = frame(_record_encoder.encode(record))
+                if record.kind in _INDEXED_KINDS:
+                    index_lines.append(frame(b'{"seq":%d,"offset":%d}' % (record.seq, offset)))
+                offset += len(line)
+                lines.append(line)
+            fd = self._fd(self._log_fds, claim.run_id, "ledger.jsonl")
+            write_all(fd, b"".join(lines))
+            if durable:
+                os.fdatasync(fd)
+            tail.size = offset
+            tail.next_seq = records[-1].seq + 1
+            if index_lines:
+                # The index only speeds look-ups and every entry is checked against the log when read
+                # (checkpoint_offsets), so it needs no fsync of its own.
+                write_all(self._fd(self._index_fds, claim.run_id, "checkpoints", "index.jsonl"), b"".join(index_lines))
+
+    def read_log(self, run_id: str) -> LogRead:
+        path = os.path.join(self._existing_run_dir(run_id), "ledger.jsonl")
+        try:
+            data = _read_settled(path)
+        except FileNotFoundError:
+            return LogRead(records=[], problems=[])
+        return read_records(unframe_all(data))
+
+    def checkpoint_offsets(self, run_id: str) -> list[tuple[int, int]]:
+        """``(seq, byte offset)`` of each checkpoint, from the separate index, each checked against the log: an
+        index entry the log does not confirm (torn, or cut away with a torn tail) is left out."""
+        run_dir = self._existing_run_dir(run_id)
+        try:
+            with open(os.path.join(run_dir, "checkpoints", "index.jsonl"), "rb") as handle:
+                index = handle.read()
+            with open(os.path.join(run_dir, "ledger.jsonl"), "rb") as handle:
+                log = handle.read()
+        except FileNotFoundError:
+            return []
+        found = []
+        for _, item in unframe_all(index):
+            if isinstance(item, LogProblem):
+                continue
+            entry = msgspec.json.decode(item)
+            seq, offset = int(entry["seq"]), int(entry["offset"])
+            end = log.find(b"\n", offset)
+            payload = check_line(log[offset:end]) if end > 0 else None
+            if payload is not None and _record_decoder.decode(payload).seq == seq:
+                found.append((seq, offset))
+        return found
+
+    # line files other than the log: terminal events, control ----------------------------------------------
+    def _append_line(self, run_id: str, name: str, payload: bytes) -> None:
+        """Append one framed line durably, under the lock that serializes this file's writers, after
+        ``_complete_lines`` has cut off any torn tail."""
+        path = self._path(run_id, name)
+        created = not os.path.exists(path)
+        fd = append_fd(path)
+        try:
+            write_all(fd, frame(payload))
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(self.run_dir(run_id))  # the new file's name must outlive a crash too
+
+    def _complete_lines(self, run_id: str, name: str) -> bytes:
+        """The file's complete lines, its torn tail (a writer killed mid-append) moved to ``<name>.torn`` and cut
+        off: a line appended after it would be glued to the torn bytes and lost with them. Only under the file's
+        lock: a writer holding it may be mid-line, and a reader must not cut what a live writer is finishing."""
+        path = self._path(run_id, name)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return b""
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            self._quarantine(run_id, data[end:], name)
+            os.truncate(path, end)
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return data[:end]
+
+    # the restart checkpoint -------------------------------------------------------------------------------
+    def upsert_restart_checkpoint(self, claim: Claim, data: bytes) -> None:
+        with self._locked(claim.run_id):
+            self._check_generation(claim)
+            atomic_write(self._path(claim.run_id, RESTART_CHECKPOINT), frame(data))
+
+    def read_restart_checkpoint(self, run_id: str) -> StoredDescriptor | None:
+        path = os.path.join(self._existing_run_dir(run_id), RESTART_CHECKPOINT)
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return None
+        return read_descriptor(raw)
+
+    def delete_restart_checkpoint(self, claim: Claim) -> None:
+        with self._locked(claim.run_id):
+            self._check_generation(claim)
+            try:
+                os.unlink(self._path(claim.run_id, RESTART_CHECKPOINT))
+            except FileNotFoundError:
+                return
+            fsync_dir(self.run_dir(claim.run_id))
+
+    def list_restart_checkpoints(self) -> list[str]:
+        return [name for name in self.list_runs() if os.path.exists(os.path.join(self._runs, name, RESTART_CHECKPOINT))]
+
+    # terminal events --------------------------------------------------------------------------------------
+    def record_terminal_event(self, claim: Claim, event: RecoveryOwnerTerminalEvent) -> bool:
+        with self._locked(claim.run_id):
+            check_event(claim.run_id, event, self._check_generation(claim))
+            key = event_key(event)
+            if any(event_key(known) == key for known in self._events(claim.run_id, complete=True)):
+                return False
+            self._append_line(claim.run_id, TERMINAL_EVENTS, _record_encoder.encode(event))
+        return True
+
+    def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
+        self._existing_run_dir(run_id)
+        return self._events(run_id, complete=False)
+
+    def _events(self, run_id: str, *, complete: bool) -> list[RecoveryOwnerTerminalEvent]:
+        """The run's terminal events (``complete``: under the run's lock, a torn tail cut off first). A damaged
+        line is an error, not a skip: it may be the very event asked about, and "at most once" would break."""
+        path = self._path(run_id, TERMINAL_EVENTS)
+        if complete:
+            data = self._complete_lines(run_id, TERMINAL_EVENTS)
+        else:
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except FileNotFoundError:
+                return []
+        events = []
+        for _, item in unframe_all(data):
+            if isinstance(item, LogProblem):
+                if item.kind == "torn":
+                    continue  # a record being appended right now, or never finished: not yet an event
+                raise CorruptRecordError(
+                    f"terminal events of run {run_id!r} ({path}) hold a line that fails its checksum at byte "
+                    f"{item.position}; restore the file or remove that line by hand"
+                )
+            events.append(_event_decoder.decode(item))
+        return events
+
+    # the control channel ----------------------------------------------------------------------------------
+    def post_control(self, run_id: str, data: bytes) -> int:
+        """Under ``control.lock``, not the run's lock: a sender must get through while the owner is stopped (a
+        cancel is wanted most then), and control posts need ordering only among themselves.
+
+        Each line carries its position (``<position> <data>``), as each log record carries its seq: a damaged
+        line, even one whose newline was hit, never shifts the positions after it, which the owner records as
+        seen. A torn tail was never acknowledged, so its position is given to the next post."""
+        check_one_line("a control record", data)
+        self._existing_run_dir(run_id)
+        stuck = StoreError(
+            f"run {run_id!r}: another process holds the control lock in the middle of a post and does not let go "
+            "(stopped with SIGSTOP?); end that process and post again"
+        )
+        with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT, name="control.lock", stuck=stuck):
+            lines = self._complete_lines(run_id, CONTROL)
+            last = max((position for position, _ in _control_records(lines)), default=0)
+            position = max(last, lines.count(b"\n")) + 1  # the count covers a damaged last line
+            self._append_line(run_id, CONTROL, b"%d %s" % (position, data))
+        return position
+
+    def read_control(self, run_id: str) -> list[tuple[int, bytes]]:
+        path = os.path.join(self._existing_run_dir(run_id), CONTROL)
+        try:
+            with open(path, "rb") as handle:
+                return _control_records(handle.read())
+        except FileNotFoundError:
+            return []
+
+    # schedules --------------------------------------------------------------------------------------------
+    def put_schedule(self, job_id: str, data: bytes | None) -> None:
+        path = os.path.join(self._schedules, f"{check_job_id(job_id)}.json")
+        if data is None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return
+            fsync_dir(self._schedules)
+            return
+        if not os.path.isdir(self._schedules):
+            self._make_root()
+            os.makedirs(self._schedules, exist_ok=True)
+            fsync_dir(self.root)
+        atomic_write(path, frame(data))
+
+    def list_schedules(self) -> dict[str, bytes]:
+        try:
+            names = sorted(os.listdir(self._schedules))
+        except FileNotFoundError:
+            return {}
+        found = {}
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
+                continue  # a write in flight (.tmp-*.part), or not ours
+            path = os.path.join(self._schedules, name)
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as handle:
+                stored = read_descriptor(handle.read())
+                if not stored.intact:
+                    raise CorruptRecordError(
+                        f"schedule {name[:-5]!r} ({path}) is damaged ({stored.detail}); write it again or delete it"
+                    )
+                found[name[:-5]] = stored.data
+        return found
+
+    # artifacts and trace ----------------------------------------------------------------------------------
+    def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        safe = _ARTIFACT_NAME.sub("_", name)[:100] or "artifact"
+        filename = f"{safe}.{digest[:16]}"
+        path = self._path(claim.run_id, "artifacts", filename)
+        with self._locked(claim.run_id):
+            self._check_generation(claim)
+        if not os.path.exists(path):
+            atomic_write(path, data)
+        return f"artifact:{filename}:sha256:{digest}"
+
+    def get_artifact(self, run_id: str, ref: str) -> bytes:
+        try:
+            _, filename, _, digest = ref.split(":", 3)
+        except ValueError:
+            raise StoreError(f"{ref!r} is not an artifact ref (artifact:NAME:sha256:HEX)") from None
+        path = os.path.join(self._existing_run_dir(run_id), "artifacts", os.path.basename(filename))
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} is missing from {path}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} fails its checksum ({path})")
+        return data
+
+    def trace(self, run_id: str, lines: Sequence[bytes]) -> None:
+        write_all(self._fd(self._trace_fds, run_id, "trace.jsonl"), b"".join(frame(line) for line in lines))
+
+    def read_trace(self, run_id: str) -> Iterator[bytes]:
+        path = os.path.join(self._existing_run_dir(run_id), "trace.jsonl")
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        for _, item in unframe_all(data):
+            if not isinstance(item, LogProblem):
+                yield item
+
+    # handles ----------------------------------------------------------------------------------------------
+    def _drop_handles(self, run_id: str) -> None:
+        for table in (self._log_fds, self._lock_fds, self._index_fds, self._trace_fds):
+            fd = table.pop(run_id, None)
+            if fd is not None:
+                os.close(fd)
+        fd = self._lock_fds.pop(f"{run_id}/control.lock", None)
+        if fd is not None:
+            os.close(fd)
+        for key in [key for key in self._tails if key[0] == run_id]:
+            del self._tails[key]
+
+    def close(self) -> None:
+        for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds}:
+            self._drop_handles(run_id.partition("/")[0])
+
+
+def _control_records(data: bytes) -> list[tuple[int, bytes]]:
+    """``(position, data)`` of each intact control line; a damaged line or a torn tail is skipped."""
+    found = []
+    for _, item in unframe_all(data):
+        if isinstance(item, LogProblem):
+            continue
+        position, _, record = item.partition(b" ")
+        if position.isdigit():
+            found.append((int(position), record))
+    return found
+
+
+def _read_settled(path: str) -> bytes:
+    """The log's bytes; a last line without its end is read again once, briefly later, since a live writer may be
+    in the middle of appending it (only a tail that stays torn is one)."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data and not data.endswith(b"\n"):
+        time.sleep(0.02)
+        with open(path, "rb") as handle:
+            data = handle.read()
+    return data

@@ -1,0 +1,513 @@
+"""The supervisor (``safepoint daemon``): restart recovery at startup, then a reaper, queued input and schedules.
+
+Startup (seed 003 §6): every run with a restart checkpoint is judged (the seven assertions, then the replay
+disposition). One that may not continue is closed (§5: terminal status, terminal event, checkpoint deleted, parent
+told) under a fresh claim; one that may is resumed in a worker process (``safepoint resume``), unless a live process
+already owns it (someone runs it) or it is a subagent (its parent's ``spawn_subagent`` call resumes it when the
+parent is resumed). A run stopped on purpose that waits for a person (``waiting_decision``) is left to that person.
+
+Then, every ``poll`` seconds:
+
+(a) crashed owners and the reaper. A run whose owner on this host died without releasing it (a crash) is recovered
+    as at startup. A run whose owner is alive, or on another host, but whose heartbeat is older than ``lease`` is
+    hung: the reaper judges it with ``reaping`` (``ReplayForbidden(runtime_work_reap)``), takes it over (the
+    generation goes up, which fences the hung process off: its next write is refused and it exits with
+    StaleGenerationError) and closes it with a ``runtime_work_reap`` terminal event. The reaper only fences; it
+    never kills the hung process, which may be on another host or hold state only it can clean up.
+    A worker of this daemon that is alive is reaped only past ``max(lease, 3 x its heartbeat interval)``.
+(b) queued input: a run nobody owns with submissions it has not taken is resumed in a worker.
+(c) schedules: an occurrence that is due (``schedule.due``) is fired in a worker (``safepoint schedule fire``).
+
+Workers are separate processes, one per run at most; they die with the daemon (``PR_SET_PDEATHSIG``) and leave
+their runs to the next startup. On SIGTERM (or SIGINT) the daemon starts nothing more, forwards SIGTERM to its
+workers (each stops at its next safe point and keeps its restart checkpoint), waits up to ``grace`` seconds, kills
+what is left and exits 0.
+
+Why the heartbeat lease should stay well above a session's heartbeat interval (10 s): a session renews its
+heartbeat when it commits and while a tool runs; a lease shorter than that interval reaps healthy runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import IO, Any, Literal
+
+from safepoint.engine.processes import kill_leftovers
+from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
+from safepoint.errors import RunLockedError, SafepointError, StoreError
+from safepoint.restart.inbox import pending_submissions
+from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
+from safepoint.store.base import OwnerState, Store
+from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
+from safepoint.store.ownership import now
+from safepoint.supervisor import schedule
+
+PR_SET_PDEATHSIG = 1
+OWN_WORKER_LEASE_S = 3 * HEARTBEAT_SECONDS
+MAX_FAILED_WORKERS = 3  # a run (or an occurrence) whose workers failed this often is left alone, said once
+SLICE_S = 0.05  # how often a sleeping daemon looks at its stop flag and its workers
+# Worker exit codes that settle the run for now (see safepoint.cli.app.EXIT_CODES): completed, waiting for a
+# decision, stale (someone else took the run over), closed, cancelled, interrupted (stopped by SIGTERM).
+SETTLED_EXITS = frozenset({0, 3, 6, 9, 10, 11})
+FINISHED = frozenset({"completed", "closed", "cancelled"})
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    workspace: str  # where a run without a recorded workspace is resumed (every run records one)
+    poll_s: float = 1.0
+    lease_s: float = OWNER_LEASE_SECONDS
+    grace_s: float = 30.0
+    once: bool = False
+    tools: tuple[str, ...] = ()  # extra tools (MODULE:ATTR) every worker loads
+    python: str = sys.executable
+
+
+@dataclass
+class Worker:
+    key: str  # the run id (for a fire: the occurrence's run id, which exists once the worker created it)
+    kind: Literal["resume", "fire"]
+    why: str
+    proc: subprocess.Popen[bytes]
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+    started: float = field(default_factory=time.monotonic)
+    terminated: bool = False
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """Runs in the forked child before exec: it gets SIGKILL when the daemon dies, however it dies."""
+
+    def setup() -> None:
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError, AttributeError):
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the daemon died before the line above took effect
+            os._exit(1)
+
+    return setup
+
+
+def _heartbeat_age_s(owner: OwnerState) -> float:
+    try:
+        beat = datetime.fromisoformat(owner.heartbeat_at)
+    except ValueError:
+        return float("inf")
+    return (datetime.now(UTC) - beat).total_seconds()
+
+
+def _on_this_host(owner: OwnerState) -> bool:
+    return owner.host.rpartition("#")[0] == socket.gethostname()
+
+
+def _tail(handle: IO[bytes], limit: int = 4000) -> str:
+    handle.seek(0)
+    return handle.read()[-limit:].decode(errors="replace")
+
+
+class Daemon:
+    def __init__(self, store: Store, options: DaemonOptions, emit: Emit) -> None:
+        self.store = store
+        self.options = options
+        self._emit = emit
+        self.holder = "daemon-" + holder_id()
+        self.workers: dict[str, Worker] = {}
+        self.failures: dict[str, int] = {}  # key -> failed workers
+        self.handled: dict[str, tuple[object, ...]] = {}  # run id -> the state it was last looked at in, unchanged
+        self.said: set[str] = set()  # one-time notices already given
+        self.stop_requested = False
+
+    # output -------------------------------------------------------------------------------------------------------
+    def emit(self, event: str, run_id: str | None = None, **data: Any) -> None:
+        record: dict[str, Any] = {"at": now(), "event": event}
+        if run_id is not None:
+            record["run_id"] = run_id
+        record.update(data)
+        self._emit(record)
+
+    def _once(self, key: str, event: str, run_id: str | None = None, **data: Any) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            self.emit(event, run_id, **data)
+
+    # lifecycle ----------------------------------------------------------------------------------------------------
+    def install_signals(self) -> None:
+        def request(signum: int, frame: object) -> None:
+            self.stop_requested = True
+
+        signal.signal(signal.SIGTERM, request)
+        signal.signal(signal.SIGINT, request)
+
+    def run(self) -> int:
+        options = self.options
+        self.emit(
+            "daemon_started",
+            store=_redacted(self.store.url),
+            pid=os.getpid(),
+            poll_s=options.poll_s,
+            lease_s=options.lease_s,
+            once=options.once,
+        )
+        self._store_guard("startup", self.startup)
+        if not self.stop_requested:
+            self._store_guard("tick", self.tick)
+        while not self.stop_requested:
+            if options.once:
+                if not self.workers:
+                    break
+                self.sleep(options.poll_s)
+                self.reap_workers()
+                continue
+            self.sleep(options.poll_s)
+            if not self.stop_requested:
+                self._store_guard("tick", self.tick)
+        self.stop_workers()
+        self.emit("daemon_stopped", reason="signal" if self.stop_requested else "once")
+        return 0
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stop_requested and time.monotonic() < deadline:
+            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
+            if self.workers:
+                self.reap_workers()
+
+    def _store_guard(self, what: str, action: Callable[[], None]) -> None:
+        """A store that is briefly unreachable (a database restart) is said and waited out: the supervisor, and
+        with it every worker in the middle of a tool, must not die of it."""
+        try:
+            action()
+        except StoreError as exc:
+            self.emit("error", what, error=" ".join(str(exc).split()), kind=type(exc).__name__)
+            self.sleep(min(5.0, self.options.poll_s * 5))
+        except Exception as exc:  # psycopg's own errors when a connection drops mid-read
+            self.emit("error", what, error=" ".join(repr(exc).split()), kind=type(exc).__name__)
+            self.sleep(min(5.0, self.options.poll_s * 5))
+
+    def _guard(self, what: str, action: Callable[[], None]) -> None:
+        """One run's trouble is said and skipped; the daemon goes on supervising the others."""
+        try:
+            action()
+        except SafepointError as exc:
+            self.emit("error", what, error=" ".join(str(exc).split()), kind=type(exc).__name__)
+        except Exception as exc:  # a bug in one run's handling must not stop the supervisor
+            self.emit("error", what, error=repr(exc), kind=type(exc).__name__)
+
+    # startup: §6 over every restart checkpoint ---------------------------------------------------------------------
+    def startup(self) -> None:
+        checkpoints = self.store.list_restart_checkpoints()
+        self.emit("startup_recovery", checkpoints=len(checkpoints))
+        for run_id in checkpoints:
+            if self.stop_requested:
+                return
+            owner = self.store.owner(run_id)
+            state = ("crashed", owner.generation if owner is not None else 0)
+            self._guard(
+                run_id,
+                functools.partial(
+                    self._once_per_state, run_id, state, functools.partial(self.recover, run_id, "startup")
+                ),
+            )
+
+    def recover(self, run_id: str, why: str) -> None:
+        """Restart recovery for one run with no live owner: close it, resume it in a worker, or leave it."""
+        if run_id in self.workers:
+            return
+        judged = judge(self.store, run_id)
+        owner = judged.facts.owner
+        if owner is not None and not owner.released and owner_alive(owner):
+            self.handled.pop(run_id, None)  # someone runs it; if that process dies, its run is looked at again
+            self.emit("skipped", run_id, why=why, detail=f"owned by live process {owner.pid} on {owner.host}")
+            return
+        verdict = judged.verdict
+        if not verdict.resumable:
+            try:
+                claim = self.store.claim(run_id, self.holder)
+            except RunLockedError as exc:
+                self.emit("skipped", run_id, why=why, detail=" ".join(str(exc).split()))
+                return
+            try:
+                judged = judge(self.store, run_id)  # again, under the claim: nothing can change it now
+                if judged.verdict.resumable:
+                    return
+                verdict = judged.verdict
+                report = close_after_restart(self.store, claim, judged)
+            finally:
+                self.store.release(claim)
+            self.emit(
+                "closed", run_id, why=why, verdict=verdict.summary, generation=claim.generation, detail=report.detail
+            )
+            return
+        view = judged.view
+        assert view is not None  # a run that is not there fails missing_conversation
+        info = view.info
+        if info.recovery_class == "subagent":
+            self.emit("left_to_parent", run_id, why=why, parent=info.parent_run_id, call=info.parent_call_id)
+            return
+        if view.status == "waiting_decision":
+            self.emit("needs_decision", run_id, why=why, detail="resume it with --replay CALL_ID or --skip CALL_ID")
+            return
+        if view.status == "completed" and not pending_submissions(self.store, view):
+            if judged.facts.descriptor is not None:  # a crash between "completed" and the checkpoint's delete
+                claim = self.store.claim(run_id, self.holder)
+                try:
+                    self.store.delete_restart_checkpoint(claim)
+                finally:
+                    self.store.release(claim)
+                self.emit("cleaned", run_id, why=why, detail="completed run: its leftover restart checkpoint deleted")
+            return
+        if info.scenario is None and info.provider is None:
+            self.emit("skipped", run_id, why=why, detail="started by its own loop: resume it from there")
+            return
+        self.start_resume(run_id, why, info.workspace, info.job_id)
+
+    # the loop ----------------------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        self.reap_workers()
+        runs = self.store.list_runs()
+        for run_id in runs:
+            if self.stop_requested:
+                return
+            self._guard(run_id, functools.partial(self.check_run, run_id))
+        if not self.stop_requested:
+            self._guard("schedules", lambda: self.check_schedules(runs))
+
+    def check_run(self, run_id: str) -> None:
+        owner = self.store.owner(run_id)
+        worker = self.workers.get(run_id)
+        live = owner is not None and not owner.released and owner.terminal_at is None
+        if worker is not None:
+            # Our worker holds it: only a hung one (alive, no heartbeat for long) is reaped.
+            if (
+                live
+                and owner is not None
+                and owner.pid == worker.proc.pid
+                and _on_this_host(owner)
+                and _heartbeat_age_s(owner) > max(self.options.lease_s, OWN_WORKER_LEASE_S)
+            ):
+                self.reap(run_id, owner)
+            return
+        if live and owner is not None:
+            if _on_this_host(owner) and not owner_alive(owner):
+                self._once_per_state(run_id, ("crashed", owner.generation), lambda: self.recover(run_id, "crashed"))
+            elif _heartbeat_age_s(owner) > self.options.lease_s:
+                self._once_per_state(
+                    run_id, ("reap", owner.generation, owner.heartbeat_at), lambda: self.reap(run_id, owner)
+                )
+            return
+        if owner is not None and owner.terminal_at is not None:
+            return  # closed for good
+        self.check_submissions(run_id, owner)
+
+    def _once_per_state(self, run_id: str, state: tuple[object, ...], action: Callable[[], None]) -> None:
+        """Look at a run again only when its state changed (a new generation, new control records, ...)."""
+        if self.handled.get(run_id) == state or self._gave_up(run_id):
+            return
+        self.handled[run_id] = state
+        action()
+
+    def reap(self, run_id: str, owner: OwnerState) -> None:
+        """runtime_work_reap: fence the hung owner off (a takeover) and close its work; never kill it."""
+        judged = judge(self.store, run_id, reaping=True)
+        if judged.view is not None and judged.view.status in FINISHED:
+            return  # its work is over; only the release is missing, and that closes nothing
+        current = self.store.owner(run_id)
+        if (
+            current is None
+            or current.released
+            or current.generation != owner.generation
+            or current.heartbeat_at != owner.heartbeat_at
+        ):
+            return  # it moved since it was read: not hung after all
+        claim = self.store.claim(run_id, self.holder, takeover=True)
+        try:
+            report = close_after_restart(self.store, claim, judged, event_type=REAPED_EVENT)
+        finally:
+            self.store.release(claim)
+        self.emit(
+            "reaped",
+            run_id,
+            fenced_generation=owner.generation,
+            generation=claim.generation,
+            pid=owner.pid,
+            host=owner.host.rpartition("#")[0],
+            heartbeat_age_s=round(_heartbeat_age_s(owner), 1),
+            verdict=judged.verdict.summary,
+            detail=report.detail,
+        )
+
+    def check_submissions(self, run_id: str, owner: OwnerState | None) -> None:
+        controls = self.store.read_control(run_id)
+        if not controls:
+            return
+        state = ("submissions", owner.generation if owner is not None else 0, len(controls))
+
+        def look() -> None:
+            view = load_view(self.store, run_id)
+            if view.status in ("closed", "cancelled", "waiting_decision"):
+                return
+            pending = pending_submissions(self.store, view)
+            if not pending:
+                return
+            if view.info.scenario is None and view.info.provider is None:
+                self.emit("skipped", run_id, why="queued submission", detail="started by its own loop")
+                return
+            keys = ", ".join(s.submission_key for s in pending)
+            self.start_resume(run_id, f"queued submission ({keys})", view.info.workspace, view.info.job_id)
+
+        self._once_per_state(run_id, state, look)
+
+    def check_schedules(self, runs: list[str]) -> None:
+        jobs, broken = schedule.load_jobs(self.store)
+        for job_id, why in broken.items():
+            self._once(f"broken-job:{job_id}", "error", None, job_id=job_id, error=f"unreadable scheduled job: {why}")
+        existing = set(runs)
+        at = schedule.now_ms()
+        for job in jobs.values():
+            if self.stop_requested:
+                return
+            for scheduled_for in schedule.due(job, schedule.last_fired(job.job_id, runs), at):
+                run_id = schedule.occurrence_run_id(job.job_id, scheduled_for)
+                if run_id in existing or run_id in self.workers or self._gave_up(run_id):
+                    continue
+                self.start_worker(
+                    run_id,
+                    "fire",
+                    f"job {job.job_id} due at {schedule.iso(scheduled_for)}",
+                    ["schedule", "fire", job.job_id, "--at", str(scheduled_for)],
+                    job.workspace,
+                    job.tools,
+                )
+
+    # workers -----------------------------------------------------------------------------------------------------
+    def _gave_up(self, key: str) -> bool:
+        return self.failures.get(key, 0) >= MAX_FAILED_WORKERS
+
+    def start_resume(self, run_id: str, why: str, workspace: str, job_id: str | None) -> None:
+        if run_id in self.workers or self._gave_up(run_id):
+            return
+        tools: tuple[str, ...] = ()
+        if job_id is not None:
+            with contextlib.suppress(SafepointError):
+                tools = schedule.get_job(self.store, job_id).tools
+        self.start_worker(run_id, "resume", why, ["resume", run_id], workspace, tools)
+
+    def start_worker(
+        self,
+        key: str,
+        kind: Literal["resume", "fire"],
+        why: str,
+        args: list[str],
+        workspace: str,
+        tools: tuple[str, ...],
+    ) -> None:
+        if self.stop_requested or key in self.workers:
+            return
+        # The store URL goes by the environment, not argv: a password in it must not show in `ps`.
+        command = [self.options.python, "-m", "safepoint", *args]
+        command += ["--workspace", workspace or self.options.workspace, "--json"]
+        for spec in dict.fromkeys((*tools, *self.options.tools)):
+            command += ["--tools", spec]
+        stdout = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the worker is reaped
+        stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env={**os.environ, "SAFEPOINT_STORE": self.store.url},
+                preexec_fn=_die_with_parent(os.getpid()),  # safe here: the daemon has one thread
+                process_group=0,  # its own group: a terminal's Ctrl-C reaches the daemon, which decides
+            )
+        except OSError as exc:
+            stdout.close()
+            stderr.close()
+            self.failures[key] = self.failures.get(key, 0) + 1
+            self.emit("error", key, error=f"cannot start a worker: {exc}", kind="OSError")
+            return
+        self.workers[key] = Worker(key=key, kind=kind, why=why, proc=proc, stdout=stdout, stderr=stderr)
+        self.emit("worker_started", key, kind=kind, why=why, pid=proc.pid)
+
+    def reap_workers(self) -> None:
+        for key, worker in list(self.workers.items()):
+            code = worker.proc.poll()
+            if code is None:
+                continue
+            del self.workers[key]
+            out, err = _tail(worker.stdout, 1 << 20), _tail(worker.stderr)
+            worker.stdout.close()
+            worker.stderr.close()
+            status: str | None = None
+            with contextlib.suppress(ValueError, AttributeError):
+                status = json.loads(out).get("status")
+            data: dict[str, Any] = {"kind": worker.kind, "pid": worker.proc.pid, "exit_code": code}
+            if status is not None:
+                data["status"] = status
+            failed = code not in SETTLED_EXITS and not worker.terminated
+            if code != 0:
+                lines = [line for line in err.splitlines() if line.strip()]
+                if lines:
+                    data["stderr"] = lines[-1][:500]
+            self.emit("worker_exited", key, **data)
+            if failed:
+                self.failures[key] = self.failures.get(key, 0) + 1
+                if self._gave_up(key):
+                    self.emit(
+                        "gave_up",
+                        key,
+                        detail=f"{MAX_FAILED_WORKERS} workers failed; fix the cause, then resume it yourself "
+                        "or restart the daemon",
+                    )
+
+    def stop_workers(self) -> None:
+        """SIGTERM to every worker (each stops at its next safe point), then up to ``grace`` seconds, then SIGKILL."""
+        if not self.workers:
+            return
+        for worker in self.workers.values():
+            worker.terminated = True
+            with contextlib.suppress(ProcessLookupError):
+                worker.proc.send_signal(signal.SIGTERM)
+        self.emit("stopping_workers", workers=len(self.workers), grace_s=self.options.grace_s)
+        deadline = time.monotonic() + self.options.grace_s
+        while self.workers and time.monotonic() < deadline:
+            time.sleep(SLICE_S)
+            self.reap_workers()
+        for worker in list(self.workers.values()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(worker.proc.pid, signal.SIGKILL)
+            worker.proc.wait()
+            # A command the worker started runs in its own process group: it must not outlive its supervisor
+            # and finish unsupervised (its call is then uncertain, settled at the next start).
+            scratch = self.store.scratch_dir(worker.key)
+            if scratch is not None:
+                killed = kill_leftovers(scratch)
+                if killed:
+                    self.emit("killed_commands", worker.key, pids=killed)
+        self.reap_workers()
+
+
+def _redacted(url: str) -> str:
+    """A store URL without its password, for output."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.partition(":")[0]
+    return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"

@@ -1,3 +1,0 @@
-from tidemark.cli.app import main
-
-main()
