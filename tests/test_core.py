@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 from safepoint.core.blobs import make_blob, open_blob
 from safepoint.core.classify import Classification, check_definition, normalize
 from safepoint.core.hashing import idempotency_key, input_hash
-from safepoint.core.ledger import LedgerTransitionError, check_transition, fold, settle_after_crash
+from safepoint.core.ledger import check_transition, fold, settle_after_crash
 from safepoint.core.note import recovery_note
 from safepoint.core.patches import apply_patch, make_patch
 from safepoint.core.replay import decide_replay
 from safepoint.core.resume import plan_resume, recent_calls
 from safepoint.core.run_view import build_view
-from safepoint.errors import CorruptRecordError, ToolRegistrationError
+from safepoint.errors import CorruptRecordError, LedgerTransitionError, ToolRegistrationError
 from safepoint.records import (
     RECORD_KINDS,
     CallDecision,
@@ -24,6 +24,9 @@ from safepoint.records import (
     CheckpointConflict,
     CompensateExternalAction,
     FilePatchEntry,
+    LogProblem,
+    LogRead,
+    LogRecord,
     Message,
     RecoveryAction,
     RollbackFiles,
@@ -32,7 +35,6 @@ from safepoint.records import (
     ToolLedgerEntry,
     to_plain,
 )
-from safepoint.store.base import LogProblem, LogRead, LogRecord
 
 
 def entry(status="started", idempotency="non_idempotent", policy="never", risk="high", call_id="call_1", step=1):

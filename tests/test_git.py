@@ -12,10 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safepoint.errors import SafepointError, WorkspaceError
+from safepoint.errors import GitError, SafepointError, WorkspaceError
 from safepoint.workspace import git as g
 from safepoint.workspace.git import (
-    GitError,
     GitState,
     commit_paths,
     git_blob_id,

@@ -49,7 +49,7 @@ from safepoint.protocol import (
     SubagentSpawned,
     SuccessorAccepted,
 )
-from safepoint.store.base import OwnerState, StoredDescriptor
+from safepoint.records import OwnerState, StoredDescriptor
 
 NOW = 1_700_000_000_000
 ROOT, CHILD, CALL = "root-1", "child-1", "call-7"

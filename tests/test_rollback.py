@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 import safepoint
 from safepoint.core.hashing import content_hash
-from safepoint.engine.actions import NoCompensatorError, merge_revert
+from safepoint.engine.actions import merge_revert
 from safepoint.engine.session import load_view
 from safepoint.engine.tools import ToolContext
+from safepoint.errors import NoCompensatorError
 from safepoint.standins.scenario import parse_scenario
 
 

@@ -5,7 +5,7 @@ import os
 import msgspec
 import pytest
 
-from safepoint.store.base import LogRecord
+from safepoint.records import LogRecord
 from safepoint.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
 from safepoint.store.files import FileStore
 

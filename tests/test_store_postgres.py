@@ -16,8 +16,8 @@ import safepoint
 from safepoint.engine.session import load_view
 from safepoint.engine.tools import ToolContext
 from safepoint.errors import StoreError
+from safepoint.records import LogRecord
 from safepoint.standins.scenario import parse_scenario
-from safepoint.store.base import LogRecord
 from safepoint.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
 from safepoint.store.postgres import PostgresStore
 from safepoint.store.url import open_store
@@ -131,7 +131,7 @@ def test_an_undecodable_descriptor_is_kept_byte_for_byte(make_store):
 def test_the_recovery_owner_row_is_the_seeds_and_its_columns_are_the_truth(make_store):
     from safepoint.errors import StaleGenerationError
     from safepoint.protocol import TERMINAL_STATUS_RESTART
-    from safepoint.store.base import RecoveryIdentity
+    from safepoint.records import RecoveryIdentity
 
     store = make_store()
     store.create_run("parent", b"{}")
@@ -163,7 +163,7 @@ def test_the_recovery_owner_row_is_the_seeds_and_its_columns_are_the_truth(make_
 
 
 def test_a_recovery_owner_answers_for_one_agent_only(make_store):
-    from safepoint.store.base import RecoveryIdentity
+    from safepoint.records import RecoveryIdentity
 
     store = make_store()
     for run_id in ("a", "b"):

@@ -10,11 +10,11 @@ from safepoint.api import Run, Safepoint, new_run_id, open
 from safepoint.core.classify import Classification
 from safepoint.core.commands import CommandRules, CommandVerdict, classify_command
 from safepoint.core.restart import RecoveryVerdict
-from safepoint.engine.session import DecisionNeeded
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
 from safepoint.errors import (
     ConfigError,
     CorruptRecordError,
+    DecisionNeeded,
     ProviderError,
     RecoveryClosedError,
     ResumeError,

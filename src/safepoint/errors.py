@@ -1,39 +1,70 @@
 """Every failure safepoint raises on purpose is a ``SafepointError``; each message names the thing and the fix.
 
-The tree::
+The tree (the exit code a command ends with, from ``ExitCode``)::
 
-    SafepointError
-    ├── ConfigError                 bad store URL, missing workspace, bad tool registration
+    SafepointError                      1  FAILED
+    ├── ConfigError                     2  USAGE     bad store URL, missing workspace, bad tool registration
     │   ├── StoreURLError
     │   ├── WorkspaceError
-    │   └── ToolRegistrationError   e.g. a non_idempotent tool with replay_policy auto
-    ├── ScenarioError               a scenario file that cannot be played
-    ├── UnknownToolError            the model asked for a tool nobody registered
-    ├── StoreError                  the store cannot do what was asked
-    │   ├── CorruptRecordError      a torn or corrupt record (reported, never loaded)
-    │   ├── RunNotFoundError
-    │   ├── RunExistsError
-    │   ├── RunLockedError          another live process owns the run
-    │   └── StaleGenerationError    this process was fenced off by a newer owner
-    ├── ResumeError                 nothing safe to resume from, or a decision that does not apply
-    │   └── RecoveryClosedError     restart recovery closed the run (a failed assertion or ReplayForbidden)
-    ├── ProviderError               the model server failed or refused the request
-    └── ToolFailure                 a tool reported failure (recorded in the ledger as ``failed``)
+    │   │   └── GitError                             git failed, timed out, or refused what was asked
+    │   ├── ToolRegistrationError                    e.g. a non_idempotent tool with replay_policy auto
+    │   └── NoCompensatorError                       compensate on a tool that declares no compensator
+    ├── ScenarioError                   2  USAGE     a scenario file that cannot be played
+    ├── UnknownToolError                1            the model asked for a tool nobody registered
+    ├── StoreError                      1            the store cannot do what was asked
+    │   ├── CorruptRecordError                       a torn or corrupt record (reported, never loaded)
+    │   ├── RunNotFoundError            4  NOT_FOUND
+    │   ├── RunExistsError              2  USAGE
+    │   ├── RunLockedError              5  LOCKED    another live process owns the run
+    │   └── StaleGenerationError        6  STALE     this process was fenced off by a newer owner
+    ├── ResumeError                     1            nothing safe to resume from, or a decision that does not apply
+    │   └── RecoveryClosedError         9  CLOSED    restart recovery closed the run (an assertion, ReplayForbidden)
+    ├── DecisionNeeded                  3  WAITING_DECISION  a call may have taken effect; a person decides
+    ├── RunCancelled                   10  CANCELLED the user cancelled the run while it worked
+    ├── WorkVoided                      1            a context reset or a successor voided the work in flight
+    ├── Interrupted                    11  INTERRUPTED  SIGTERM: stopped at a safe point, restart checkpoint kept
+    ├── LedgerTransitionError           1            a status change the ledger forbids (a bug, never user input)
+    ├── ProviderError                   8  PROVIDER  the model server failed or refused the request
+    └── ToolFailure                     1            a tool reported failure (recorded in the ledger as ``failed``)
 
-The CLI turns each into one line on stderr and a non-zero exit code.
+The CLI turns each into one line on stderr and its exit code; the daemon reads its workers' exit codes with the
+same enum. Private exceptions that only carry control flow inside one module (and never leave it) stay there.
 """
 
 from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from safepoint.protocol import CancelRequest, ReplayForbiddenReason
+
+
+class ExitCode(enum.IntEnum):
+    """The exit codes of every ``safepoint`` command and daemon worker (documented in the README)."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2  # bad input: a scenario, a store URL, an option, a checkpoint or call that does not exist
+    WAITING_DECISION = 3  # an uncertain call waits for --replay/--skip, or a call waits for approval
+    NOT_FOUND = 4
+    LOCKED = 5  # another live process owns the run
+    STALE = 6  # this process was fenced off by a newer owner
+    CONFLICTS = 7  # a rollback or resolve left conflicts for the user
+    PROVIDER = 8
+    CLOSED = 9  # restart recovery closed the run instead of resuming it
+    CANCELLED = 10
+    INTERRUPTED = 11  # SIGTERM: stopped at a safe point; the next start resumes
 
 
 class SafepointError(Exception):
     """Root of every error safepoint raises on purpose."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.FAILED
 
 
 class ConfigError(SafepointError):
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class StoreURLError(ConfigError):
@@ -44,12 +75,20 @@ class WorkspaceError(ConfigError):
     pass
 
 
+class GitError(WorkspaceError):
+    """git failed, timed out, or refused what was asked; the message names the repository or path and the fix."""
+
+
 class ToolRegistrationError(ConfigError):
     pass
 
 
+class NoCompensatorError(ConfigError):
+    """The tool declares no compensator: its effect must be undone by hand."""
+
+
 class ScenarioError(SafepointError):
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class UnknownToolError(SafepointError):
@@ -65,19 +104,19 @@ class CorruptRecordError(StoreError):
 
 
 class RunNotFoundError(StoreError):
-    exit_code = 4
+    exit_code = ExitCode.NOT_FOUND
 
 
 class RunExistsError(StoreError):
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class RunLockedError(StoreError):
-    exit_code = 5
+    exit_code = ExitCode.LOCKED
 
 
 class StaleGenerationError(StoreError):
-    exit_code = 6
+    exit_code = ExitCode.STALE
 
 
 class ResumeError(SafepointError):
@@ -85,13 +124,50 @@ class ResumeError(SafepointError):
 
 
 class RecoveryClosedError(ResumeError):
-    """Restart recovery did not resume the run; it was closed and its parent (if any) told. Exit code 9."""
+    """Restart recovery did not resume the run; it was closed and its parent (if any) told."""
 
-    exit_code = 9
+    exit_code = ExitCode.CLOSED
+
+
+class DecisionNeeded(SafepointError):
+    """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``)."""
+
+    exit_code = ExitCode.WAITING_DECISION
+
+
+class RunCancelled(SafepointError):
+    """The user cancelled the run while it was working (``safepoint cancel``)."""
+
+    exit_code = ExitCode.CANCELLED
+
+    def __init__(self, request: CancelRequest, position: int | None) -> None:
+        super().__init__(f"cancelled by {request.by} at {request.at}")
+        self.request = request
+        self.position = position  # None: a whole-stream cancel sent to an ancestor
+
+
+class WorkVoided(SafepointError):
+    """The work in flight lost its meaning: the context was reset, or a successor took it over."""
+
+    def __init__(self, reason: ReplayForbiddenReason, detail: str, position: int) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.position = position
+
+
+class Interrupted(SafepointError):
+    """The process was asked to stop (SIGTERM): it stops at a safe point and leaves the restart checkpoint."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
+class LedgerTransitionError(SafepointError):
+    """A status change the state machine forbids: a bug in the caller, never a user error."""
 
 
 class ProviderError(SafepointError):
-    exit_code = 8
+    exit_code = ExitCode.PROVIDER
 
 
 class ToolFailure(SafepointError):

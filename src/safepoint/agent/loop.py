@@ -10,12 +10,11 @@ from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
 from safepoint.core.note import recovery_note
 from safepoint.core.resume import CallReport, ResumePlan, expected_files, pending_calls, plan_resume, recent_calls
 from safepoint.engine import failpoints, shutdown
-from safepoint.engine.session import DecisionNeeded, RunSession
-from safepoint.errors import ResumeError, ToolFailure
+from safepoint.engine.session import RunSession
+from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, RunCancelled, ToolFailure, WorkVoided
 from safepoint.providers.base import Provider
 from safepoint.records import RunStatus, ToolCall, ToolLedgerEntry
 from safepoint.restart import inbox
-from safepoint.restart.stops import Interrupted, RunCancelled, WorkVoided
 
 
 class VisibleStream:

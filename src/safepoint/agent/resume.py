@@ -9,9 +9,9 @@ from safepoint.agent.loop import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
 from safepoint.core.resume import last_completed_step
 from safepoint.engine import actions
-from safepoint.engine.session import DecisionNeeded, RunSession, holder_id
+from safepoint.engine.session import RunSession, holder_id
 from safepoint.engine.tools import ToolRegistry
-from safepoint.errors import RecoveryClosedError, ResumeError
+from safepoint.errors import DecisionNeeded, RecoveryClosedError, ResumeError
 from safepoint.protocol import TERMINAL_STATUS_RESTART
 from safepoint.providers.select import provider_for
 from safepoint.restart import inbox

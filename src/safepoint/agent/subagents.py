@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
-from safepoint.errors import RecoveryClosedError, RunNotFoundError, ToolFailure
+from safepoint.errors import Interrupted, RecoveryClosedError, RunNotFoundError, ToolFailure
 from safepoint.protocol import SELF_HEALING_PROMPT, SubagentSpawned
 from safepoint.providers.base import Provider
 from safepoint.records import RunInfo
 from safepoint.restart.judge import tell_parent
-from safepoint.restart.stops import Interrupted
 
 if TYPE_CHECKING:
     from safepoint.engine.session import RunSession
@@ -64,7 +63,8 @@ def subagent_tool(
     """The tool, bound to one parent session, a way to build the child's model, and where streamed text goes."""
     from safepoint.agent.loop import Agent
     from safepoint.agent.resume import resume_session
-    from safepoint.engine.session import DecisionNeeded, RunSession, load_view, now
+    from safepoint.engine.session import RunSession, load_view, now
+    from safepoint.errors import DecisionNeeded
 
     def registry_for(info: RunInfo) -> ToolRegistry:
         # Never the parent's spawn_subagent: it is bound to the parent. A child allowed to spawn gets its own,

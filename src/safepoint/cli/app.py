@@ -16,9 +16,8 @@ from safepoint.api import Run
 from safepoint.cli import protocol, render, supervise
 from safepoint.cli.common import JsonOpt, StoreOpt, ToolsOpt, WorkspaceOpt, emit, open_safepoint_at
 from safepoint.engine import shutdown
-from safepoint.engine.session import DecisionNeeded
 from safepoint.engine.tools import Tool
-from safepoint.errors import ConfigError, SafepointError, ScenarioError
+from safepoint.errors import ConfigError, DecisionNeeded, SafepointError, ScenarioError
 from safepoint.providers.select import openai_config, provider_for
 from safepoint.records import to_plain
 from safepoint.standins.notify import send_notification

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from safepoint.errors import SafepointError
+from safepoint.errors import LedgerTransitionError
 from safepoint.records import LedgerStatus, ToolLedgerEntry
 
 # planned -> (approved) -> started -> succeeded | failed; a crash turns started into uncertain, which a probe,
@@ -22,10 +22,6 @@ TRANSITIONS: dict[LedgerStatus | None, frozenset[LedgerStatus]] = {
 }
 FINISHED: frozenset[LedgerStatus] = frozenset({"succeeded", "failed"})
 NEVER_RAN: frozenset[LedgerStatus] = frozenset({"planned", "approved"})
-
-
-class LedgerTransitionError(SafepointError):
-    """A status change the state machine forbids: a bug in the caller, never a user error."""
 
 
 def check_transition(previous: ToolLedgerEntry | None, new: ToolLedgerEntry) -> None:

@@ -36,7 +36,7 @@ from safepoint.protocol import (
     SubagentSpawned,
     SuccessorAccepted,
 )
-from safepoint.store.base import OwnerState, StoredDescriptor
+from safepoint.records import OwnerState, StoredDescriptor
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from safepoint.records import (
     CheckpointConflict,
     FileBeforeState,
     FilePatchEntry,
+    LogProblem,
+    LogRead,
     Message,
     Rewind,
     RunEvent,
@@ -24,7 +26,6 @@ from safepoint.records import (
     ToolLedgerEntry,
     WorkspaceState,
 )
-from safepoint.store.base import LogProblem, LogRead
 
 _decoders = {kind: msgspec.json.Decoder(kind_type) for kind, kind_type in RECORD_TYPES.items()}
 

@@ -19,7 +19,7 @@ from safepoint.core.resume import is_internal, pending_calls
 from safepoint.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
-from safepoint.errors import ResumeError, SafepointError, ToolFailure
+from safepoint.errors import NoCompensatorError, ResumeError, ToolFailure
 from safepoint.records import (
     Checkpoint,
     CheckpointConflict,
@@ -33,12 +33,6 @@ ROLLBACK_TOOL = "rollback_files"
 RESOLVE_TOOL = "resolve_conflict"
 COMPENSATE_PREFIX = "compensate_"
 _actions_decoder = msgspec.json.Decoder(list[FileAction])
-
-
-class NoCompensatorError(SafepointError):
-    """The tool declares no compensator: its effect must be undone by hand."""
-
-    exit_code = 2
 
 
 # rollback_files ---------------------------------------------------------------------------------------------------

@@ -36,7 +36,15 @@ from safepoint.engine import failpoints
 from safepoint.engine.file_changes import FileBefore, FileChanges
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
-from safepoint.errors import ResumeError, SafepointError, StaleGenerationError, StoreError, ToolFailure
+from safepoint.errors import (
+    DecisionNeeded,
+    Interrupted,
+    ResumeError,
+    SafepointError,
+    StaleGenerationError,
+    StoreError,
+    ToolFailure,
+)
 from safepoint.protocol import ControlSeen
 from safepoint.records import (
     RECORD_KINDS,
@@ -45,10 +53,13 @@ from safepoint.records import (
     Checkpoint,
     CheckpointConflict,
     CheckpointKind,
+    Claim,
     FileBeforeState,
     FilePatchEntry,
     LedgerStatus,
+    LogRecord,
     Message,
+    RecoveryIdentity,
     Rewind,
     Role,
     RunEvent,
@@ -59,8 +70,7 @@ from safepoint.records import (
 )
 from safepoint.restart.approvals import ApprovalOutcome, AwaitApproval, needs_approval, wait_for_approval
 from safepoint.restart.checkpoint import RestartState
-from safepoint.restart.stops import Interrupted
-from safepoint.store.base import Claim, LogRecord, RecoveryIdentity, Store
+from safepoint.store.base import Store
 from safepoint.workspace.files import Workspace
 from safepoint.workspace.head import find_git_dir, read_head
 
@@ -77,12 +87,6 @@ COMPACT_BYTES = 1024  # a file writer's content argument at least this long is l
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-class DecisionNeeded(SafepointError):
-    """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``)."""
-
-    exit_code = 3
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from safepoint.engine import failpoints, shutdown
+from safepoint.errors import Interrupted
 from safepoint.protocol import Approval, RuntimeRestartToolApprovalWait
 from safepoint.records import ToolCall, ToolLedgerEntry
 from safepoint.restart import stops
 from safepoint.restart.checkpoint import now_ms
 from safepoint.restart.judge import controls, mark_seen
-from safepoint.restart.stops import Interrupted
 
 if TYPE_CHECKING:
     from safepoint.engine.session import RunSession

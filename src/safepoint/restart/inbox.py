@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from safepoint.engine import failpoints
+from safepoint.errors import RunCancelled, WorkVoided
 from safepoint.protocol import (
     SELF_HEALING,
     ControlRecord,
@@ -31,7 +32,6 @@ from safepoint.protocol import (
 from safepoint.records import RunStatus
 from safepoint.restart import stops
 from safepoint.restart.judge import controls, tell_parent, unhandled
-from safepoint.restart.stops import RunCancelled, WorkVoided
 from safepoint.store.ownership import now
 
 if TYPE_CHECKING:

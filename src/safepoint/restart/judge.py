@@ -31,8 +31,8 @@ from safepoint.protocol import (
     SubtaskStopped,
     SuccessorAccepted,
 )
-from safepoint.records import RECORD_KINDS, RunEvent, RunInfo
-from safepoint.store.base import Claim, LogRecord, Store
+from safepoint.records import RECORD_KINDS, Claim, LogRecord, RunEvent, RunInfo
+from safepoint.store.base import Store
 from safepoint.store.ownership import now
 
 _control_decoder = msgspec.json.Decoder(ControlRecord)

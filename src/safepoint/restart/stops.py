@@ -6,45 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from safepoint.errors import SafepointError
+from safepoint.errors import RunCancelled, WorkVoided
 from safepoint.protocol import (
     CancelRequest,
     ContextResetRequest,
     ControlRecord,
-    ReplayForbiddenReason,
     SuccessorAccepted,
 )
 from safepoint.restart.judge import ancestor_stream_cancel
 
 if TYPE_CHECKING:
     from safepoint.engine.session import RunSession
-
-
-class RunCancelled(SafepointError):
-    """The user cancelled the run while it was working (``safepoint cancel``)."""
-
-    exit_code = 10
-
-    def __init__(self, request: CancelRequest, position: int | None) -> None:
-        super().__init__(f"cancelled by {request.by} at {request.at}")
-        self.request = request
-        self.position = position  # None: a whole-stream cancel sent to an ancestor
-
-
-class WorkVoided(SafepointError):
-    """The work in flight lost its meaning: the context was reset, or a successor took it over."""
-
-    def __init__(self, reason: ReplayForbiddenReason, detail: str, position: int) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.position = position
-
-
-class Interrupted(SafepointError):
-    """The process was asked to stop (SIGTERM): it stops at a safe point and leaves the restart checkpoint."""
-
-    exit_code = 11
 
 
 def raise_if_stopped(session: RunSession, found: list[tuple[int, ControlRecord]]) -> None:

@@ -15,84 +15,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
-from typing import Literal
 
-import msgspec
-
-from safepoint.protocol import RecoveryClass, RecoveryOwnerTerminalEvent
-
-ProblemKind = Literal["torn", "corrupt", "gap"]
-
-
-class LogRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry of a run's log. ``body`` is the JSON of a record from ``safepoint.records``."""
-
-    kind: str
-    body: msgspec.Raw
-    seq: int = 0
-    gen: int = 0
-
-
-class LogProblem(msgspec.Struct, frozen=True, kw_only=True):
-    """A record that could not be trusted: reported, never loaded."""
-
-    kind: ProblemKind
-    position: int  # byte offset (files) or sequence number (databases)
-    detail: str
-
-
-class LogRead(msgspec.Struct, frozen=True, kw_only=True):
-    records: list[LogRecord]
-    problems: list[LogProblem]
-
-
-class Claim(msgspec.Struct, frozen=True, kw_only=True):
-    """The right to write one run, fenced by ``generation``: a write under an older generation is refused.
-    ``holder`` names the process (it is not the seed's ``owner_id``, which names who answers for the agent)."""
-
-    run_id: str
-    holder: str
-    generation: int
-
-
-class RecoveryIdentity(msgspec.Struct, frozen=True, kw_only=True):
-    """Who answers for an agent's recovery (seed 003 §1.1): set by the run's first claim, kept by every later one."""
-
-    recovery_class: RecoveryClass = "root"
-    owner_id: str
-    agent_id: str
-    message_id: str | None = None
-
-
-class OwnerState(msgspec.Struct, frozen=True, kw_only=True):
-    """A run's recovery owner (seed 003 §1.1, ``agent.recovery_owners``: the seed's columns first) and the process
-    that holds it now. Every claim, takeover or restart raises ``generation``; ``terminal_at`` set means the
-    agent's work was closed under that generation."""
-
-    recovery_class: RecoveryClass
-    owner_id: str
-    generation: int
-    agent_id: str
-    message_id: str | None
-    active_at: str
-    terminal_at: str | None = None
-    terminal_status: str | None = None
-    holder: str
-    pid: int
-    host: str
-    claimed_at: str
-    heartbeat_at: str
-    lease_ms: int = 30_000  # past heartbeat_at + lease_ms the holder is presumed dead (the reaper closes its work)
-    released: bool = False
-
-
-class StoredDescriptor(msgspec.Struct, frozen=True, kw_only=True):
-    """A restart checkpoint as read: ``intact`` is false when its checksum fails or it is cut short (the
-    ``partial_recovery_descriptor`` assertion reports it; nothing loads it)."""
-
-    data: bytes
-    intact: bool
-    detail: str = ""
+from safepoint.protocol import RecoveryOwnerTerminalEvent
+from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 
 
 class Store(abc.ABC):

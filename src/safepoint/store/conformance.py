@@ -25,7 +25,8 @@ from safepoint.errors import (
     StoreError,
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
-from safepoint.store.base import Claim, LogRecord, RecoveryIdentity, Store
+from safepoint.records import Claim, LogRecord, RecoveryIdentity
+from safepoint.store.base import Store
 from safepoint.store.ownership import now
 
 StoreFactory = Callable[..., Store]

@@ -50,16 +50,8 @@ from safepoint.errors import (
     StoreError,
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent
-from safepoint.store.base import (
-    Claim,
-    LogProblem,
-    LogRead,
-    LogRecord,
-    OwnerState,
-    RecoveryIdentity,
-    Store,
-    StoredDescriptor,
-)
+from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store.base import Store
 from safepoint.store.framing import check_line, frame, read_records, unframe_all
 from safepoint.store.ownership import (
     check_current,

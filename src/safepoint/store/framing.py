@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from safepoint.store.base import LogProblem, LogRead, LogRecord
+from safepoint.records import LogProblem, LogRead, LogRecord
 
 _record_decoder = msgspec.json.Decoder(LogRecord)
 

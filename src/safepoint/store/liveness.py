@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from safepoint.store.base import OwnerState
+    from safepoint.records import OwnerState
 
 OWNER_LEASE_SECONDS = 30.0  # an owner on another host is presumed alive this long after its heartbeat
 

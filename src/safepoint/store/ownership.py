@@ -10,7 +10,7 @@ import msgspec
 
 from safepoint.errors import RunLockedError, StaleGenerationError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
-from safepoint.store.base import Claim, OwnerState, RecoveryIdentity
+from safepoint.records import Claim, OwnerState, RecoveryIdentity
 from safepoint.store.liveness import owner_alive, process_start_time
 
 

@@ -49,16 +49,8 @@ from safepoint.errors import (
     StoreError,
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
-from safepoint.store.base import (
-    Claim,
-    LogProblem,
-    LogRead,
-    LogRecord,
-    OwnerState,
-    RecoveryIdentity,
-    Store,
-    StoredDescriptor,
-)
+from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store.base import Store
 from safepoint.store.files import CLAIM_LOCK_TIMEOUT, check_job_id, check_one_line, check_run_id
 from safepoint.store.framing import check_line, frame, read_records
 from safepoint.store.ownership import (

@@ -48,9 +48,10 @@ from typing import IO, Any, Literal
 from safepoint.engine.processes import kill_leftovers
 from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
 from safepoint.errors import RunLockedError, SafepointError, StoreError
+from safepoint.records import OwnerState
 from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
-from safepoint.store.base import OwnerState, Store
+from safepoint.store.base import Store
 from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
 from safepoint.store.ownership import now
 from safepoint.supervisor import schedule

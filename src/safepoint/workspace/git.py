@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from safepoint.errors import WorkspaceError
+from safepoint.errors import GitError, WorkspaceError
 
 READ_TIMEOUT = 60.0
 """Seconds a read-only git command may take (a cold ``git status`` of a very large repository is the slow one)."""
@@ -76,10 +76,6 @@ _IDENTITY_FIX = (
     'run `git config --global user.name "Your Name"` and `git config --global user.email you@example.com` '
     '(or pass author="Name <email>")'
 )
-
-
-class GitError(WorkspaceError):
-    """git failed, timed out, or refused what was asked; the message names the repository or path and the fix."""
 
 
 class GitState(msgspec.Struct, frozen=True, kw_only=True):
