@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from safepoint.core.blobs import make_blob, open_blob
 from safepoint.core.classify import Classification, check_definition, normalize
 from safepoint.core.hashing import idempotency_key, input_hash
 from safepoint.core.ledger import check_transition, fold, settle_after_crash
 from safepoint.core.note import recovery_note
-from safepoint.core.patches import apply_patch, make_patch
 from safepoint.core.replay import decide_replay
 from safepoint.core.resume import plan_resume, recent_calls
 from safepoint.core.run_view import build_view
@@ -161,32 +158,6 @@ def test_input_hash_ignores_key_order_and_keys_are_stable():
 
 
 # patches and blobs --------------------------------------------------------------------------------------------
-lines = st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=30)
-
-
-@given(lines, lines, st.sampled_from(["\n", "\r\n"]), st.booleans())
-def test_patches_reproduce_text_exactly(old, new, newline, final_newline):
-    before = newline.join(old).encode()
-    after = (newline.join(new) + (newline if final_newline else "")).encode()
-    assert apply_patch(before, make_patch(before, after)) == after
-
-
-@given(st.binary(max_size=300), st.binary(max_size=300))
-def test_patches_reproduce_binary_exactly(before, after):
-    assert apply_patch(before, make_patch(before, after)) == after
-
-
-def test_a_one_line_edit_of_a_large_file_makes_a_small_patch():
-    before = "".join(f"line {i}\n" for i in range(5000)).encode()
-    after = before.replace(b"line 2500\n", b"line 2500 edited\n")
-    assert len(make_patch(before, after)) < 200
-
-
-def test_binary_content_is_stored_whole_not_diffed():
-    before, after = b"\x00\x01" * 100, b"\x00\x02" * 100
-    assert b'"format":"whole"' in make_patch(before, after)
-
-
 def test_blobs_roundtrip_and_detect_damage():
     data = b"hello " * 200
     blob = make_blob(data)
