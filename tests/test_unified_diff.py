@@ -452,5 +452,36 @@ def test_property_lines_added_on_top_shift_every_hunk(
     files = parse_unified_diff(make_diff(old_text, new_text, context))
     assume(files)
     top = _content(pad, True)
+    blind = any(
+        not any(line.startswith(" ") for line in hunk.lines) and any(line.startswith("-") for line in hunk.lines)
+        for hunk in files[0].hunks
+    )
+    if blind:  # a hunk that removes lines with no context around them holds to its stated line, like `git apply`
+        with pytest.raises(ToolFailure, match="no context lines"):
+            apply_file_diff(files[0], (top + old_text).encode())
+        return
     assert apply_file_diff(files[0], (top + old_text).encode()) == (top + new_text).encode()
     assert check_applied(files[0], (top + new_text).encode()) in ("applied", "applies")
+
+
+def test_a_zero_context_hunk_edits_the_line_it_states_not_the_nearest_identical_one() -> None:
+    # Two identical lines; a `diff -U0` of a change to the second one must not edit the first.
+    old = "x = 1\nkeep\nx = 1\n"
+    new = "x = 1\nkeep\nx = 2\n"
+    diff = one(make_diff(old, new, context=0))
+    assert all(not line.startswith(" ") for hunk in diff.hunks for line in hunk.lines)
+    assert apply_file_diff(diff, old.encode()) == new.encode()
+    # The same hunk stated one line off (as a model writes it from memory) is refused, not moved to a neighbour.
+    shifted = "--- a/f\n+++ b/f\n@@ -2 +2 @@\n-x = 1\n+x = 2\n"
+    with pytest.raises(ToolFailure, match=r"no context lines.*line 2"):
+        apply_file_diff(one(shifted), old.encode())
+    # A pure deletion and a multi-line replacement without context are held to their stated lines too.
+    with pytest.raises(ToolFailure, match="no context lines"):
+        apply_file_diff(one("--- a/f\n+++ b/f\n@@ -2,2 +1,0 @@\n-x = 1\n-keep\n"), old.encode())
+    assert apply_file_diff(one("--- a/f\n+++ b/f\n@@ -2,2 +1,0 @@\n-keep\n-x = 1\n"), old.encode()) == b"x = 1\n"
+
+
+def test_a_hunk_with_context_still_finds_its_lines_when_the_file_moved() -> None:
+    old = "a\nb\nc\nd\ne\n"
+    diff = one(make_diff(old, old.replace("c\n", "C\n"), context=1))
+    assert apply_file_diff(diff, ("top\n" * 3 + old).encode()) == ("top\n" * 3 + old.replace("c\n", "C\n")).encode()

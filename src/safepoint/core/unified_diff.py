@@ -318,6 +318,13 @@ def _locate(lines: list[str], want: list[str], expected: int, lowest: int, at_en
     return None
 
 
+def _at_stated(lines: list[str], want: list[str], pos: int, lowest: int, at_end: bool) -> int | None:
+    """``pos`` when ``want`` matches there exactly (and ends the file when it must), else None."""
+    if pos < lowest or lines[pos : pos + len(want)] != want or (at_end and pos + len(want) != len(lines)):
+        return None
+    return pos
+
+
 def _display_path(diff: FileDiff) -> str:
     return diff.new_path or diff.old_path or "/dev/null"
 
@@ -350,7 +357,18 @@ def apply_file_diff(diff: FileDiff, before: bytes | None) -> bytes | None:
         old, new = _sides(hunk, path)
         stated = (hunk.old_start - 1 if old else hunk.old_start) if lines else 0
         at_end = hunk.new_no_newline and not hunk.old_no_newline  # a line without newline must end the file
-        pos = _locate(lines, old, stated + drift, cursor, at_end)
+        if old and not any(line[:1] == " " for line in hunk.lines):
+            # No context lines (a `diff -U0` hunk): nothing tells two identical lines apart, so only the stated line
+            # will do (`git apply` refuses such hunks without --unidiff-zero; `patch` guesses, and may guess wrong).
+            pos = _at_stated(lines, old, stated + drift, cursor, at_end)
+            if pos is None:
+                label = _hunk_label(hunk, number, len(diff.hunks))
+                raise ToolFailure(
+                    f"patch does not apply to {path}: {label} has no context lines and its removed lines are not at "
+                    f"line {stated + drift + 1}; regenerate the diff with context (diff -U3)"
+                )
+        else:
+            pos = _locate(lines, old, stated + drift, cursor, at_end)
         if pos is None:
             label = _hunk_label(hunk, number, len(diff.hunks))
             raise ToolFailure(f"patch does not apply to {path}: {label} does not match the file's lines; {_REGENERATE}")
