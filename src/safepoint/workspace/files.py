@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
+from typing import NoReturn
 
 from safepoint.core.hashing import content_hash
 from safepoint.durable import fsync_dir
@@ -16,6 +18,10 @@ from safepoint.errors import ToolFailure, WorkspaceError
 # as a link.
 SYMLINK_MARK = b"\x00safepoint-symlink\x00"
 FILE_MARK = b"\x00safepoint-file\x00"
+
+NAME_MAX = 255  # bytes in one path component on every filesystem people use (ext4, xfs, btrfs, apfs, ntfs)
+PATH_MAX = 4096
+_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: new files get the mode the user's umask gives, not mkstemp's 0600
@@ -58,8 +64,7 @@ class Workspace:
 
     def resolve(self, rel: str) -> str:
         """An absolute path inside the workspace. Symlinks are resolved and must stay inside."""
-        if not rel or "\x00" in rel:
-            raise ToolFailure(f"path {rel!r} is empty or invalid")
+        check_path(rel)
         joined = os.path.realpath(os.path.join(self.root, rel))
         if joined != self.root and not joined.startswith(self.root + os.sep):
             raise ToolFailure(f"path {rel!r} leads outside the workspace; only paths inside {self.root} are allowed")
@@ -75,8 +80,7 @@ class Workspace:
 
     def locate(self, rel: str) -> str:
         """The absolute path of ``rel`` itself, not following a final symlink (for recording and restoring links)."""
-        if not rel or "\x00" in rel:
-            raise ToolFailure(f"path {rel!r} is empty or invalid")
+        check_path(rel)
         parent = os.path.realpath(os.path.join(self.root, os.path.dirname(rel) or "."))
         if parent != self.root and not parent.startswith(self.root + os.sep):
             raise ToolFailure(f"path {rel!r} leads outside the workspace; only paths inside {self.root} are allowed")
@@ -144,33 +148,92 @@ class Workspace:
             raise
 
 
-def read_if_exists(path: str) -> bytes | None:
-    """A resolved path's content, or None when it does not exist."""
+def check_path(rel: str) -> None:
+    """Refuse, as the tool's failure, a path no filesystem would take: checked before anything is recorded for it,
+    so a model's overlong name fails its call instead of crashing the run (and every resume of it)."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel:
+        raise ToolFailure(f"path {rel!r} is empty or invalid")
+    encoded = os.fsencode(rel)
+    if len(encoded) > PATH_MAX:
+        raise ToolFailure(f"path {rel[:60]!r}... is {len(encoded)} bytes, over the {PATH_MAX} a path may have")
+    for name in encoded.split(b"/"):
+        if len(name) > NAME_MAX:
+            shown = os.fsdecode(name[:40])
+            raise ToolFailure(
+                f"path {rel[:60]!r}...: the name {shown!r}... is {len(name)} bytes, over the {NAME_MAX} a file name "
+                "may have; use a shorter name"
+            )
+
+
+def _open_regular(path: str, *, follow: bool) -> int | None:
+    """A read-only descriptor of the regular file at ``path``; None when absent or a folder. Opened without
+    blocking and checked on the descriptor, so a FIFO or a device (even one swapped in after a check) is refused
+    instead of blocking the run for ever."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= os.O_NOFOLLOW
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except IsADirectoryError:
         raise ToolFailure(f"{path!r} is a directory, not a file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise  # a symlink where none may be followed: the caller decides
+        if exc.errno == errno.ENXIO:  # a socket, or a device with nothing behind it
+            _refuse(path, stat.S_IFMT(os.stat(path).st_mode))
+        raise ToolFailure(f"cannot read {path!r}: {exc.strerror}") from None
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind == stat.S_IFREG:
+        return fd
+    os.close(fd)
+    _refuse(path, kind)
+
+
+def _refuse(path: str, kind: int) -> NoReturn:
+    if kind == stat.S_IFDIR:
+        raise ToolFailure(f"{path!r} is a directory, not a file")
+    raise ToolFailure(f"{path!r} is {_SPECIAL.get(kind, 'a special file')}, not a regular file; tools read only files")
+
+
+def _read_fd(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def read_if_exists(path: str) -> bytes | None:
+    """A resolved path's content, or None when it does not exist. Refuses folders, FIFOs, sockets and devices."""
+    fd = _open_regular(path, follow=True)
+    return None if fd is None else _read_fd(fd)
 
 
 def read_state(path: str) -> tuple[bytes | None, int | None]:
     """Content and permission bits of ``path`` without following a final symlink; (None, None) when absent.
-    A directory counts as absent: only files and links are recorded."""
+    Only files and links are recorded: a folder, FIFO, socket or device counts as absent (and is never opened for
+    reading, which could block for ever)."""
     try:
         info = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None, None
+    except OSError as exc:
+        raise ToolFailure(f"cannot read {path!r}: {exc.strerror}") from None
     if stat.S_ISLNK(info.st_mode):
         return SYMLINK_MARK + os.fsencode(os.readlink(path)), None
     if not stat.S_ISREG(info.st_mode):
         return None, None
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
+        fd = _open_regular(path, follow=False)
+    except ToolFailure:
+        return None, None  # swapped for a folder or a FIFO since the lstat: not a file now
+    except OSError as exc:  # swapped for a symlink since the lstat: record what is there now
+        if exc.errno == errno.ELOOP:
+            return SYMLINK_MARK + os.fsencode(os.readlink(path)), None
+        raise ToolFailure(f"cannot read {path!r}: {exc.strerror}") from None
+    if fd is None:
         return None, None
+    mode = os.fstat(fd).st_mode & 0o7777
+    data = _read_fd(fd)
     if data.startswith((SYMLINK_MARK, FILE_MARK)):
         data = FILE_MARK + data
-    return data, info.st_mode & 0o7777
+    return data, mode
