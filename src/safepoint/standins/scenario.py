@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from safepoint.core.nesting import MAX_DEPTH, deeper_than
 from safepoint.errors import ScenarioError
 from safepoint.records import ToolCall
 
@@ -53,11 +54,18 @@ def parse_scenario(data: bytes, source: str = "scenario") -> Scenario:
         raise ScenarioError(f"{source}: {exc}; see the scenario format in the README") from None
     except msgspec.DecodeError as exc:
         raise ScenarioError(f"{source} is not valid JSON ({exc}); fix the file and run again") from None
+    except RecursionError:
+        raise ScenarioError(f"{source} nests too deep to read; keep tool arguments under {MAX_DEPTH} levels") from None
     if not scenario.turns:
         raise ScenarioError(f"{source} has no turns; add at least one turn")
     seen: set[str] = set()
     for index in range(len(scenario.turns)):
         for call in scenario.calls(index):
+            if deeper_than(call.args):
+                raise ScenarioError(
+                    f"{source}: the arguments of call {call.call_id!r} nest deeper than {MAX_DEPTH} levels; "
+                    "flatten them"
+                )
             if call.call_id in seen:
                 raise ScenarioError(f"{source}: call id {call.call_id!r} is used twice; call ids must be unique")
             seen.add(call.call_id)
