@@ -65,6 +65,10 @@ _FIXED_ENV = {
     "GIT_EDITOR": ":",
     "GIT_LITERAL_PATHSPECS": "1",
 }
+# Whatever a repository's configuration would run on its own, safepoint's git commands never run: no fsmonitor
+# daemon or hook (`git status` starts it), no hooks (an index write runs post-index-change). An agent that planted
+# one in .git/config would otherwise run code the moment the user looks at its changes.
+_SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}")
 # A temporary index must stay one plain file: a split index would write sharedindex.* into .git.
 _TEMP_INDEX_CONFIG = ("-c", "core.splitIndex=false", "-c", "index.sparse=false")
 _EMPTY_TREES = frozenset(
@@ -157,7 +161,7 @@ def _run(
         raise _GitMissing
     try:
         proc = subprocess.Popen(
-            [exe, *args],
+            [exe, *_SAFE_CONFIG, *args],
             cwd=cwd,
             env=_env(env),
             stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
@@ -422,6 +426,85 @@ def read_blob(workspace: str, blob_id: str) -> bytes | None:
         _raise_if_untrusted(result, os.path.abspath(workspace))
         return None
     return result.out
+
+
+class BlobReader:
+    """Blobs read through ONE ``git cat-file --batch`` process for a whole operation (a rollback of 500 tracked
+    files, a capture's before-states), instead of a process per file. Started at the first read; closed with the
+    reader (use it as a context manager). Gives what ``read_blob`` gives for each id."""
+
+    def __init__(self, workspace: str) -> None:
+        self.workspace = workspace
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._failed = False
+
+    def __enter__(self) -> BlobReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen[bytes] | None:
+        if self._proc is None and not self._failed:
+            exe = shutil.which("git")
+            if exe is None or not os.path.isdir(self.workspace):
+                self._failed = True
+                return None
+            self._proc = subprocess.Popen(
+                [exe, *_SAFE_CONFIG, "cat-file", "--batch"],
+                cwd=self.workspace,
+                env=_env(None),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return self._proc
+
+    def read(self, blob_id: str) -> bytes | None:
+        blob_id = blob_id.lower()
+        if not _OBJECT_ID.fullmatch(blob_id):
+            return None
+        proc = self._start()
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            return self._single(blob_id)  # no git, or it could not start here: the single read says why
+        try:
+            proc.stdin.write(blob_id.encode() + b"\n")
+            proc.stdin.flush()
+            header = proc.stdout.readline()
+        except OSError:  # a broken pipe: git exited (not a repository)
+            header = b""
+        fields = header.split()
+        if len(fields) == 2 and fields[1] == b"missing":
+            return None
+        if len(fields) != 3:
+            # git exited (not a repository, or it refused): one process for this read says why the way every other
+            # read does (an untrusted repository is an error, not a missing blob).
+            self.close()
+            self._failed = True
+            return self._single(blob_id)
+        size = int(fields[2])
+        data = proc.stdout.read(size + 1)  # the content and the newline that ends every answer
+        return data[:size] if fields[1] == b"blob" else None
+
+    def _single(self, blob_id: str) -> bytes | None:
+        return read_blob(self.workspace, blob_id)
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=READ_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def refs_snapshot(workspace: str) -> dict[str, str]:
