@@ -1,0 +1,68 @@
+"""The environment an agent's commands get: the user's, minus every variable that holds a credential.
+
+A variable is a credential by its name (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*`` and the like) or by
+its value (a URL with a password in it, such as a database URL). The user passes one back by name
+(``--pass-env NAME``); safepoint's own store URL never goes, whatever is passed. The same names give the redactor
+the values to hunt for in what is persisted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+STORE_VARIABLES = frozenset({"SAFEPOINT_STORE"})  # safepoint's own; never handed to an agent's command
+
+_WORDS = frozenset(
+    {"PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "SECRETS", "TOKEN", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
+)
+_ENDINGS = ("_API_KEY", "_ACCESS_KEY", "_SECRET_KEY", "_PRIVATE_KEY", "_KEY", "_PAT", "_AUTH", "_PWD")
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:[^\s/?#@]+@")
+# Names that match the rules but hold no secret, and that commands need.
+_NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "XAUTHORITY", "GPG_KEY", "TOKENIZERS_PARALLELISM"})
+
+
+def is_credential(name: str, value: str = "") -> bool:
+    """By name (a word such as TOKEN or SECRET, an ending such as _API_KEY; PGPASSWORD-like names too) or by a
+    URL with a password in the value. ``TOKENIZERS_PARALLELISM`` and ``PWD`` are not credentials."""
+    upper = name.upper()
+    if upper in _NOT_SECRET:
+        return False
+    words = set(upper.split("_"))
+    return (
+        name in STORE_VARIABLES
+        or bool(words & _WORDS)
+        or upper.endswith(_ENDINGS)
+        or "PASSWORD" in upper
+        or bool(_URL_PASSWORD.search(value))
+    )
+
+
+def command_environment(
+    environ: Mapping[str, str], *, pass_env: Iterable[str] = (), withhold: Iterable[str] = ()
+) -> dict[str, str]:
+    """``environ`` less its credentials and the names in ``withhold`` (a provider's key variable), except those
+    passed by name; the store's variables are withheld whatever is passed."""
+    passed = set(pass_env) - STORE_VARIABLES
+    held = set(withhold) | STORE_VARIABLES
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in passed or (name not in held and not is_credential(name, value))
+    }
+
+
+def credential_values(environ: Mapping[str, str], *, withhold: Iterable[str] = ()) -> list[str]:
+    """The values a redactor hunts for: those of every credential variable (passed or not: a command that was
+    given one may still print it)."""
+    held = set(withhold) | STORE_VARIABLES
+    values = []
+    for name, value in environ.items():
+        if not value:
+            continue
+        if name in held or is_credential(name, value):
+            values.append(value)
+            match = _URL_PASSWORD.search(value)
+            if match:  # the password alone may show up elsewhere too
+                values.append(match.group(0).rsplit(":", 1)[1].removesuffix("@"))
+    return values
