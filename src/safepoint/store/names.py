@@ -1,10 +1,11 @@
-"""The names a store accepts and hands out: run ids, job ids, artifact file names and refs. Every backend applies
-the same rules, so a name one accepts is never refused by another."""
+"""The names a store accepts and hands out: run ids, job ids, artifact file names and refs, and its URL as messages
+show it. Every backend applies the same rules, so a name one accepts is never refused by another."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 from safepoint.errors import ConfigError, CorruptRecordError, StoreError
 
@@ -56,3 +57,13 @@ def checked_artifact(run_id: str, filename: str, digest: str, data: bytes | None
     if hashlib.sha256(data).hexdigest() != digest:
         raise CorruptRecordError(f"artifact {filename} of run {run_id!r} fails its checksum ({where})")
     return data
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))

@@ -8,10 +8,10 @@ module supplies its critical section and the SQL of each write (the ``_txn`` hoo
 Fencing: ``claim`` and every write lock the run's ``recovery_owners`` row (``SELECT ... FOR UPDATE``) for one
 short transaction and compare generations, like the file store's flock; the lock dies with the transaction, so a
 killed writer never blocks a takeover. The row is made with the run (as ``('root', run_id)``, generation 0) so
-there is always one to lock; the first claim gives it the run's recovery identity. ``generation`` and the other seed columns are the truth (the seed's own SQL,
-e.g. §5.1's close, works on them); ``holder_state`` adds only who holds the run now.
-``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file store's rule (same
-host: pid and start time; elsewhere: a heartbeat younger than the lease).
+there is always one to lock; the first claim gives it the run's recovery identity. ``generation`` and the other
+seed columns are the truth (the seed's own SQL, e.g. §5.1's close, works on them); ``holder_state`` adds only who
+holds the run now. ``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file
+store's rule (same host: pid and start time; elsewhere: a heartbeat younger than the lease).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import psycopg
@@ -41,7 +40,7 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpo
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
-from safepoint.store.names import check_job_id, check_run_id
+from safepoint.store.names import check_job_id, check_run_id, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 
@@ -56,16 +55,6 @@ _UPSERT_CHECKPOINT = ", ".join(
     f"{column} = EXCLUDED.{column}" for column in (*_SEED_CHECKPOINT.split(", "), "descriptor", "checksum")
 )
 _SEED_EVENT = "recovery_class, owner_id, generation, event_type, created_at, payload_json"
-
-
-def safe_url(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def _one_line(exc: BaseException) -> str:
