@@ -18,7 +18,7 @@ from safepoint.engine.tools import ToolContext
 from safepoint.errors import StoreError
 from safepoint.records import LogRecord
 from safepoint.standins.scenario import parse_scenario
-from safepoint.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
+from safepoint.store.conformance import CONFORMANCE_CHECKS, check_id, restart_checkpoint, terminal_event
 from safepoint.store.postgres import PostgresStore
 from safepoint.store.url import open_store
 
@@ -40,7 +40,7 @@ def make_store(pg_server):
         store.close()
 
 
-@pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=check_id)
 def test_conformance(check, make_store):
     check(make_store)
 
