@@ -214,6 +214,23 @@ def test_a_control_post_does_not_wait_for_the_owner_row(make_store):
         conn.rollback()
 
 
+def test_a_claim_facing_a_writer_stuck_on_the_owner_row_says_so(make_store, monkeypatch):
+    """The lock timeout reaches the claim as RunLockedError (exit 5, "end that process"), not a generic error."""
+    from safepoint.errors import RunLockedError
+    from safepoint.store import postgres
+
+    monkeypatch.setattr(postgres, "CLAIM_LOCK_TIMEOUT", 0.3)
+    store = make_store()
+    store.create_run("r", b"{}")
+    store.claim("r", "me")
+    with psycopg.connect(store.url) as conn:
+        conn.execute("SELECT 1 FROM safepoint.recovery_owners WHERE agent_id = 'r' FOR UPDATE")  # stopped mid-write
+        with pytest.raises(RunLockedError, match="does not let go"):
+            make_store(store).claim("r", "other", takeover=True)
+        conn.rollback()
+    assert make_store(store).claim("r", "other", takeover=True).generation == 2
+
+
 def test_a_damaged_schedule_is_an_error(make_store):
     from safepoint.errors import CorruptRecordError
 
