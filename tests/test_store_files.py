@@ -149,6 +149,27 @@ def test_a_reader_facing_a_writer_stopped_mid_append_says_so(make_store, monkeyp
     assert [r.seq for r in read.records] == [1] and [p.kind for p in read.problems] == ["torn"]
 
 
+def test_an_append_facing_a_reader_stopped_under_the_log_lock_says_so_and_writes_nothing(make_store, monkeypatch):
+    from safepoint.errors import StoreError
+    from safepoint.store import files
+
+    monkeypatch.setattr(files, "APPEND_WAIT_TIMEOUT", 0.2)
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [_rec(1, "a")])
+    fd = os.open(_log_path(store), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a reader stopped while it reads the log again
+        with pytest.raises(StoreError, match="a reader holds the log's lock"):
+            store.append(claim, [_rec(2, "b")])
+    finally:
+        os.close(fd)
+    assert [r.seq for r in store.read_log("r").records] == [1]
+    store.append(claim, [_rec(2, "b")])
+    assert [r.seq for r in store.read_log("r").records] == [1, 2]
+
+
 def test_corrupt_record_in_the_middle_is_reported_as_damage_and_a_gap(make_store):
     store = make_store()
     store.create_run("r", b"{}")

@@ -43,7 +43,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
@@ -78,9 +78,10 @@ def read_descriptor(raw: bytes) -> StoredDescriptor:
     return StoredDescriptor(data=payload, intact=True)
 
 
-def flock_within(fd: int, mode: int, timeout: float | None, stuck: StoreError) -> None:
+def flock_within(fd: int, mode: int, timeout: float | None, stuck: Callable[[], StoreError]) -> None:
     """Take a flock (``LOCK_EX`` or ``LOCK_SH``), waiting at most ``timeout`` seconds (None: for ever). It waits only
-    while another holder has it; a holder stopped mid-write would keep it for ever, so past the timeout: ``stuck``."""
+    while another holder has it; a holder stopped inside its section would keep it for ever, so past the timeout it
+    raises ``stuck()``."""
     if timeout is None:
         fcntl.flock(fd, mode)
         return
@@ -91,7 +92,7 @@ def flock_within(fd: int, mode: int, timeout: float | None, stuck: StoreError) -
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise stuck from None
+                raise stuck() from None
             time.sleep(0.005)
 
 
@@ -202,7 +203,7 @@ class FileStore(FencedStore[None]):
         if fd is None:
             fd = os.open(self._path(run_id, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self._lock_fds[key] = fd
-        flock_within(fd, fcntl.LOCK_EX, timeout, stuck or stuck_lock(run_id))
+        flock_within(fd, fcntl.LOCK_EX, timeout, lambda: stuck or stuck_lock(run_id))
         try:
             yield
         finally:
@@ -310,8 +311,10 @@ class FileStore(FencedStore[None]):
             offset += len(line)
             lines.append(line)
         fd = self._fd(self._log_fds, claim.run_id, LOG)
-        # Exclusive from the first byte to the fsync: a reader meeting a tail without its end waits on this.
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        # Exclusive from the first byte to the fsync: a reader meeting a tail without its end waits on this. A
+        # reader holds it shared only while it reads the file again, but one stopped right then would hold it for
+        # ever: the append waits a bounded time and says so rather than hang the run.
+        flock_within(fd, fcntl.LOCK_EX, APPEND_WAIT_TIMEOUT, lambda: _stuck_reader(claim.run_id))
         try:
             write_all(fd, b"".join(lines))
             if durable:
@@ -336,11 +339,7 @@ class FileStore(FencedStore[None]):
             if data and not data.endswith(b"\n"):
                 # A writer mid-append holds the log exclusively; once it is ours to share, a tail still without
                 # its end is a crash's torn record, not a write in flight.
-                stuck = StoreError(
-                    f"run {run_id!r}: another process holds the log's lock in the middle of an append and does not "
-                    "let go (stopped with SIGSTOP?); end that process and read again"
-                )
-                flock_within(handle.fileno(), fcntl.LOCK_SH, APPEND_WAIT_TIMEOUT, stuck)
+                flock_within(handle.fileno(), fcntl.LOCK_SH, APPEND_WAIT_TIMEOUT, lambda: _stuck_writer(run_id))
                 try:
                     handle.seek(0)
                     data = handle.read()
@@ -585,3 +584,17 @@ def _control_records(data: bytes) -> list[tuple[int, bytes]]:
         if position.isdigit():
             found.append((int(position), record))
     return found
+
+
+def _stuck_writer(run_id: str) -> StoreError:
+    return StoreError(
+        f"run {run_id!r}: another process holds the log's lock in the middle of an append and does not let go "
+        "(stopped with SIGSTOP?); end that process and read again"
+    )
+
+
+def _stuck_reader(run_id: str) -> StoreError:
+    return StoreError(
+        f"run {run_id!r}: a reader holds the log's lock and does not let go (a safepoint command stopped with "
+        "Ctrl-Z or SIGSTOP?); end it, then resume the run"
+    )
