@@ -85,7 +85,11 @@ def flock_within(fd: int, mode: int, timeout: float | None, stuck: Callable[[], 
     if timeout is None:
         fcntl.flock(fd, mode)
         return
-    deadline = time.monotonic() + timeout
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)  # the common case: nobody holds it
+        return
+    except BlockingIOError:
+        deadline = time.monotonic() + timeout
     while True:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
