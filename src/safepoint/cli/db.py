@@ -17,8 +17,8 @@ def register(app: typer.Typer, out: Console) -> None:
     def migrate(store: StoreOpt = None, workspace: WorkspaceOpt = ".", as_json: JsonOpt = False) -> None:
         """Bring a PostgreSQL store's schema to this safepoint's version (a no-op when it is there already).
 
-        Opening a store sets up a fresh database but never upgrades one in use: run this once every safepoint
-        using the database is this version."""
+        Opening a store sets up a fresh database but never upgrades one in use: run this once all its users upgraded.
+        """
         url = store or default_store_url(workspace)
         shown = safe_url(url)
         change = migrate_store(url)
