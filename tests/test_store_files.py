@@ -1,13 +1,24 @@
 from __future__ import annotations
 
+import fcntl
 import os
+import threading
 
 import msgspec
 import pytest
 
 from safepoint.records import LogRecord
-from safepoint.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
+from safepoint.store.conformance import (
+    CONFORMANCE_CHECKS,
+    PARTS,
+    check_id,
+    restart_checkpoint,
+    terminal_event,
+    validate,
+)
 from safepoint.store.files import FileStore
+from safepoint.store.framing import frame
+from safepoint.store.names import artifact_file, artifact_ref
 
 
 @pytest.fixture
@@ -20,9 +31,45 @@ def make_store(tmp_path):
     return make
 
 
-@pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=check_id)
 def test_conformance(check, make_store):
     check(make_store)
+
+
+class _Careless(FileStore):
+    """Two broken promises: a heartbeat that skips the generation check, an artifact written without fencing."""
+
+    def heartbeat(self, claim):
+        with self._owner_section(claim.run_id) as (handle, current):
+            self._write_owner_txn(handle, claim.run_id, current)
+
+    def put_artifact(self, claim, name, data):
+        filename, digest = artifact_file(name, data)
+        self._put_artifact_txn(None, claim.run_id, filename, digest, data)
+        return artifact_ref(filename, digest)
+
+
+def test_validate_reports_each_part_and_finds_each_broken_promise(tmp_path):
+    def factory(cls):
+        def make(existing=None):
+            if existing is not None:
+                return cls(existing.root)
+            return cls(str(tmp_path / f"{cls.__name__}{len(os.listdir(tmp_path))}"))
+
+        return make
+
+    good = validate(factory(FileStore))
+    assert good.passed_all(), good.render()
+    assert [part.part for part in good.parts] == [part.name for part in PARTS]
+    assert "restart_checkpoints" in good.render() and "every part passes" in good.render()
+
+    bad = validate(factory(_Careless), name="careless")
+    assert not bad.passed_all()
+    assert {part.part for part in bad.parts if not part.passed} == {"ownership", "artifacts"}
+    failed = bad.failures()
+    assert len(failed) == 2, failed
+    assert "stale heartbeat" in failed[0] and "stale put_artifact" in failed[1]
+    assert "NOT conformant" in bad.render()
 
 
 def _rec(seq, text="x", kind="event"):
@@ -51,6 +98,76 @@ def test_torn_tail_is_reported_then_quarantined_not_lost(make_store):
     assert [r.seq for r in read.records] == [1, 2, 3] and not read.problems
     with open(_log_path(store) + ".torn", "rb") as handle:
         assert b'"bo' in handle.read()
+
+
+def _half_appended(store, seq, text):
+    """Stand in for an appender mid-write: the log's exclusive lock held and part of a record written. Returns the
+    fd (still locked) and the rest of the record."""
+    line = frame(msgspec.json.encode(_rec(seq, text)))
+    fd = os.open(_log_path(store), os.O_WRONLY | os.O_APPEND)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, line[:12])
+    return fd, line[12:]
+
+
+def test_a_reader_waits_for_an_append_in_flight_instead_of_calling_it_torn(make_store):
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [_rec(1, "a")])
+    fd, rest = _half_appended(store, 2, "b")
+    result = {}
+    reader = threading.Thread(target=lambda: result.update(read=make_store(store).read_log("r")))
+    try:
+        reader.start()
+        reader.join(timeout=0.3)
+        assert reader.is_alive(), f"the reader did not wait for the append in flight: {result}"
+        os.write(fd, rest)
+    finally:
+        os.close(fd)  # closing lets go of the lock, as the appender's unlock would
+    reader.join(timeout=30)
+    read = result["read"]
+    assert [r.seq for r in read.records] == [1, 2] and not read.problems
+
+
+def test_a_reader_facing_a_writer_stopped_mid_append_says_so(make_store, monkeypatch):
+    from safepoint.errors import StoreError
+    from safepoint.store import files
+
+    monkeypatch.setattr(files, "APPEND_WAIT_TIMEOUT", 0.2)
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [_rec(1, "a")])
+    fd, _ = _half_appended(store, 2, "b")
+    try:
+        with pytest.raises(StoreError, match="in the middle of an append"):
+            make_store(store).read_log("r")
+    finally:
+        os.close(fd)
+    read = store.read_log("r")  # the writer is gone and its record unfinished: a torn tail, at once
+    assert [r.seq for r in read.records] == [1] and [p.kind for p in read.problems] == ["torn"]
+
+
+def test_an_append_facing_a_reader_stopped_under_the_log_lock_says_so_and_writes_nothing(make_store, monkeypatch):
+    from safepoint.errors import StoreError
+    from safepoint.store import files
+
+    monkeypatch.setattr(files, "APPEND_WAIT_TIMEOUT", 0.2)
+    store = make_store()
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [_rec(1, "a")])
+    fd = os.open(_log_path(store), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a reader stopped while it reads the log again
+        with pytest.raises(StoreError, match="a reader holds the log's lock"):
+            store.append(claim, [_rec(2, "b")])
+    finally:
+        os.close(fd)
+    assert [r.seq for r in store.read_log("r").records] == [1]
+    store.append(claim, [_rec(2, "b")])
+    assert [r.seq for r in store.read_log("r").records] == [1, 2]
 
 
 def test_corrupt_record_in_the_middle_is_reported_as_damage_and_a_gap(make_store):

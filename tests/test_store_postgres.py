@@ -18,7 +18,7 @@ from safepoint.engine.tools import ToolContext
 from safepoint.errors import StoreError
 from safepoint.records import LogRecord
 from safepoint.standins.scenario import parse_scenario
-from safepoint.store.conformance import CONFORMANCE_CHECKS, restart_checkpoint, terminal_event
+from safepoint.store.conformance import CONFORMANCE_CHECKS, check_id, restart_checkpoint, terminal_event
 from safepoint.store.postgres import PostgresStore
 from safepoint.store.url import open_store
 
@@ -40,7 +40,7 @@ def make_store(pg_server):
         store.close()
 
 
-@pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=check_id)
 def test_conformance(check, make_store):
     check(make_store)
 
@@ -212,6 +212,23 @@ def test_a_control_post_does_not_wait_for_the_owner_row(make_store):
         conn.execute("SELECT 1 FROM safepoint.runs WHERE run_id = 'r' FOR KEY SHARE")  # as a log insert holds it
         assert make_store(store).post_control("r", b'{"type":"cancel"}') == 1
         conn.rollback()
+
+
+def test_a_claim_facing_a_writer_stuck_on_the_owner_row_says_so(make_store, monkeypatch):
+    """The lock timeout reaches the claim as RunLockedError (exit 5, "end that process"), not a generic error."""
+    from safepoint.errors import RunLockedError
+    from safepoint.store import postgres
+
+    monkeypatch.setattr(postgres, "CLAIM_LOCK_TIMEOUT", 0.3)
+    store = make_store()
+    store.create_run("r", b"{}")
+    store.claim("r", "me")
+    with psycopg.connect(store.url) as conn:
+        conn.execute("SELECT 1 FROM safepoint.recovery_owners WHERE agent_id = 'r' FOR UPDATE")  # stopped mid-write
+        with pytest.raises(RunLockedError, match="does not let go"):
+            make_store(store).claim("r", "other", takeover=True)
+        conn.rollback()
+    assert make_store(store).claim("r", "other", takeover=True).generation == 2
 
 
 def test_a_damaged_schedule_is_an_error(make_store):

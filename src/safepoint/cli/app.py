@@ -13,7 +13,7 @@ from rich.console import Console
 from safepoint import report as reports
 from safepoint.agent.subagents import SPAWN_SUBAGENT
 from safepoint.api import Run
-from safepoint.cli import protocol, render, supervise
+from safepoint.cli import db, protocol, render, supervise
 from safepoint.cli.common import JsonOpt, StoreOpt, ToolsOpt, WorkspaceOpt, emit, open_safepoint_at
 from safepoint.engine import shutdown
 from safepoint.engine.tools import Tool
@@ -421,6 +421,7 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
 
 protocol.register(app, out)
 supervise.register(app, out)
+db.register(app, out)
 
 
 def main() -> None:

@@ -1,14 +1,21 @@
-"""The one contract every storage backend implements, and the records it moves.
+"""The store's contract, in parts: each part a small ABC with the durability and fencing it promises.
 
 A backend knows durability and nothing about agents: it keeps, per run, one ordered log of checksummed records
-(ledger entries, file patches, messages, checkpoints, blobs, ...), large artifacts, a trace, and the run's
-ownership (who may write, under which generation). Everything else (resume, rollback, gc) is built on these in
-the core and the runtime. ``safepoint.store.conformance`` is the suite every backend must pass.
+(ledger entries, file patches, messages, checkpoints, blobs, ...), the run's ownership (who may write, under which
+generation), its restart checkpoint and terminal events (seed 003 §1), a control channel, large artifacts and a
+trace; and, store-wide, the schedules. Everything else (resume, rollback, gc) is built on these in the core and the
+runtime. ``Store`` is the composition every backend implements; engine code that needs one part names that part
+(``RunLog``, ``Ownership``, ...), so what it may touch is visible in its signature.
+``safepoint.store.conformance`` checks a backend part by part.
 
 Why one ordered log per run rather than a file per record kind: one log is prefix-consistent, so a record's
 presence proves every earlier record is present, and one fsync makes a whole group durable (the tool-start group
 is one fsync, the tool-end group another). Separate ledger/history/checkpoint files would need an fsync each and
 cross-file repair after a crash.
+
+Fencing, said once for every part: a method that takes a ``Claim`` checks, under the backend's lock for the run
+and in the same critical section as its write, that the claim is still the run's current generation, and refuses
+a stale one with ``StaleGenerationError`` before anything is written (DESIGN promise 6).
 """
 
 from __future__ import annotations
@@ -20,12 +27,15 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 
 
-class Store(abc.ABC):
-    """The store interface. Methods that write take the writer's ``Claim`` and check its generation."""
+class RunLog(abc.ABC):
+    """Runs and their ordered log.
 
-    url: str
+    Durability: ``create_run`` is durable when it returns; ``append(durable=True)`` survives power loss when it
+    returns (fsync or a committed transaction), as a group: a reader sees a prefix of the log, never a record
+    without every record before it. Fencing: ``append`` is fenced and refuses a seq that does not continue the log
+    (a second writer of one generation). Reads never write and never report an append in flight as damage.
+    """
 
-    # runs -------------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def create_run(self, run_id: str, header: bytes) -> None:
         """Create an empty run; ``header`` is the encoded ``RunInfo``. Raises ``RunExistsError``."""
@@ -38,7 +48,27 @@ class Store(abc.ABC):
     def list_runs(self) -> list[str]:
         """Run ids, oldest first."""
 
-    # ownership --------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
+        """Append records in order, atomically as a group with respect to the generation check.
+
+        ``durable`` makes them survive power loss before returning (fsync or a committed transaction).
+        Raises ``StaleGenerationError`` if ``claim`` is no longer the run's current generation.
+        """
+
+    @abc.abstractmethod
+    def read_log(self, run_id: str) -> LogRead:
+        """Every record that passes its checksum, in order, and a report of every one that does not."""
+
+
+class Ownership(abc.ABC):
+    """Who may write a run: one owner at a time, under a generation that only grows (seed 003 §1.1).
+
+    Durability: every change of the owner record is durable when the method returns. Fencing: a claim raises the
+    generation under the run's lock, so every later write by an older generation is refused; ``close_owner`` and
+    ``heartbeat`` are fenced; ``release`` by a stale holder is a no-op (it must never undo a newer owner).
+    """
+
     @abc.abstractmethod
     def claim(
         self,
@@ -70,22 +100,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def heartbeat(self, claim: Claim) -> None:
-        """Tell other hosts the owner is alive (they presume it dead once its lease runs out)."""
+        """Tell other hosts the owner is alive (they presume it dead once its lease runs out). Fenced."""
 
-    # the log ----------------------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
-        """Append records in order, atomically as a group with respect to the generation check.
 
-        ``durable`` makes them survive power loss before returning (fsync or a committed transaction).
-        Raises ``StaleGenerationError`` if ``claim`` is no longer the run's current generation.
-        """
+class RestartCheckpoints(abc.ABC):
+    """The restart checkpoint (seed 003 §1.2: one per agent, upserted, never appended) and the terminal events
+    (§1.3: at most one per key).
 
-    @abc.abstractmethod
-    def read_log(self, run_id: str) -> LogRead:
-        """Every record that passes its checksum, in order, and a report of every one that does not."""
+    Durability: an upsert or delete is durable and atomic when it returns (readers see the old or the new one,
+    checksummed); a recorded terminal event is durable. Fencing: all three writes are fenced.
+    """
 
-    # the restart checkpoint (seed 003 §1.2): one per agent, upserted, never appended -------------------------
     @abc.abstractmethod
     def upsert_restart_checkpoint(self, claim: Claim, data: bytes) -> None:
         """Replace the run's restart checkpoint (``data`` is an encoded ``RuntimeRestartCheckpoint``) durably and
@@ -103,7 +128,6 @@ class Store(abc.ABC):
     def list_restart_checkpoints(self) -> list[str]:
         """The runs that have a restart checkpoint (what a supervisor recovers at startup)."""
 
-    # terminal events (seed 003 §1.3) -----------------------------------------------------------------------
     @abc.abstractmethod
     def record_terminal_event(self, claim: Claim, event: RecoveryOwnerTerminalEvent) -> bool:
         """Record ``event`` durably unless one with its (recovery_class, owner_id, generation, event_type) exists;
@@ -113,7 +137,15 @@ class Store(abc.ABC):
     def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
         """The run's terminal events, oldest first."""
 
-    # the control channel: what people send a run (approve, submit, cancel, ...) without owning it ------------
+
+class ControlChannel(abc.ABC):
+    """What people send a run (approve, submit, cancel, ...) without owning it.
+
+    Durability: a post is durable (fsync'd or committed, checksummed) before its position is returned; positions
+    are 1, 2, ... per run and never shift, even around a damaged record. Fencing: none (the sender holds no
+    claim); posts are ordered among themselves and never wait for the owner's lock.
+    """
+
     @abc.abstractmethod
     def post_control(self, run_id: str, data: bytes) -> int:
         """Append a control record durably (fsync'd, checksummed); returns its position (1, 2, ...).
@@ -123,7 +155,15 @@ class Store(abc.ABC):
     def read_control(self, run_id: str) -> list[tuple[int, bytes]]:
         """Every intact control record with its position, in order (a torn tail is skipped, not loaded)."""
 
-    # schedules (a store-wide table, not a run's) ------------------------------------------------------------
+
+class Schedules(abc.ABC):
+    """Scheduled jobs: a store-wide table, not a run's.
+
+    Durability: a put or delete is durable and atomic when it returns; a damaged definition is an error when read,
+    never skipped. Fencing: none (schedules belong to no run; the supervisor fires each occurrence at most once
+    through the run it creates).
+    """
+
     @abc.abstractmethod
     def put_schedule(self, job_id: str, data: bytes | None) -> None:
         """Write a scheduled job's definition durably, or delete it when ``data`` is None."""
@@ -132,10 +172,18 @@ class Store(abc.ABC):
     def list_schedules(self) -> dict[str, bytes]:
         """Every scheduled job's definition, by job id."""
 
-    # artifacts and trace ----------------------------------------------------------------------------------
+
+class Artifacts(abc.ABC):
+    """Large outputs addressed by their checksum, and the run's trace.
+
+    Durability: an artifact is durable when its ref is returned and is checked against its SHA-256 when read. The
+    trace is not fsync'd (observability only; recovery never reads it). Fencing: ``put_artifact`` is fenced, and
+    the write happens under the same lock as the check, so a stale writer never adds an artifact.
+    """
+
     @abc.abstractmethod
     def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
-        """Store a large output durably; returns its ref. Same name and data twice is a no-op."""
+        """Store a large output durably; returns its ref. Same name and data twice is a no-op. Fenced."""
 
     @abc.abstractmethod
     def get_artifact(self, run_id: str, ref: str) -> bytes:
@@ -149,6 +197,15 @@ class Store(abc.ABC):
     def read_trace(self, run_id: str) -> Iterator[bytes]:
         """The trace events that pass their checksum."""
 
+
+PARTS: tuple[type[abc.ABC], ...] = (RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Artifacts)
+
+
+class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Artifacts):
+    """Every part, on one backend. Methods that write take the writer's ``Claim`` and check its generation."""
+
+    url: str
+
     def local_dir(self) -> str | None:
         """The folder the store keeps on this machine, if any (a workspace capture must never look inside it)."""
         return None
@@ -157,5 +214,5 @@ class Store(abc.ABC):
         """A local folder for the run's workspace writes in flight, if the backend has one (else: beside the file)."""
         return None
 
-    def close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing
+    def close(self) -> None:  # optional hook; most backends hold nothing
         """Release connections or handles."""

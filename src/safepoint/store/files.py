@@ -22,6 +22,14 @@ Fencing: every write takes the run's lock, compares the writer's generation with
 stale one. A lock held for a whole run (the obvious alternative) would let a SIGSTOP'd owner block a takeover
 forever; a short lock per append cannot.
 
+Only what is particular to files lives here: ownership and the fenced writes are ``FencedStore``'s, this module
+supplies its critical section (the flock above, ``owner.json``) and the raw writes.
+
+An append in flight and a crash's torn tail look the same to a reader (a last line without its end); the log's
+own flock tells them apart: the writer holds it exclusively from its first byte to its fsync, so a reader that
+takes it shared and still sees the tail without its end knows no writer is finishing it. (The alternative, reading
+again a little later, guesses: an fsync slower than the guess under load reads as damage.)
+
 Every file holds framed lines (``safepoint.store.framing``); a whole-file record (header, owner, restart
 checkpoint, schedule) is one framed line, so a torn or bit-flipped one is detected like a log record.
 """
@@ -30,75 +38,34 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
-import re
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
 from safepoint.durable import append_fd, atomic_write, fsync_dir, write_all
-from safepoint.errors import (
-    ConfigError,
-    CorruptRecordError,
-    RunExistsError,
-    RunNotFoundError,
-    StoreError,
-)
+from safepoint.errors import CorruptRecordError, RunExistsError, RunNotFoundError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
-from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
-from safepoint.store.base import Store
-from safepoint.store.framing import check_line, frame, read_records, unframe_all
-from safepoint.store.ownership import (
-    check_current,
-    check_event,
-    claim_of,
-    closed_owner,
-    event_key,
-    next_owner,
-    now,
-    stuck_lock,
-)
+from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
+from safepoint.store.fenced import FencedStore
+from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
+from safepoint.store.names import check_job_id, check_run_id
+from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(LogRecord)
 _owner_decoder = msgspec.json.Decoder(OwnerState)
 _event_decoder = msgspec.json.Decoder(RecoveryOwnerTerminalEvent)
+LOG = "ledger.jsonl"
 RESTART_CHECKPOINT = "restart_checkpoint.json"
 TERMINAL_EVENTS = "terminal_events.jsonl"
 CONTROL = "control.jsonl"
 _INDEXED_KINDS = frozenset({"checkpoint"})
-CLAIM_LOCK_TIMEOUT = 10.0  # a claim waits this long for an append in progress; a stopped owner would hold it forever
-
-
-def check_run_id(run_id: str) -> str:
-    if not _RUN_ID.match(run_id):
-        raise ConfigError(
-            f"run id {run_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', not starting with '.'"
-        )
-    return run_id
-
-
-def check_job_id(job_id: str) -> str:
-    if not _RUN_ID.match(job_id):
-        raise ConfigError(
-            f"job id {job_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', not starting with '.'"
-        )
-    return job_id
-
-
-def check_one_line(what: str, data: bytes) -> bytes:
-    """A record for a line-framed file must hold no newline (encoded JSON never does); both backends refuse one,
-    so a caller cannot come to rely on what only one of them accepts."""
-    if b"\n" in data:
-        raise StoreError(f"{what} holds a newline; encode it as JSON (msgspec never writes one)")
-    return data
+APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
 
 
 def read_descriptor(raw: bytes) -> StoredDescriptor:
@@ -111,6 +78,28 @@ def read_descriptor(raw: bytes) -> StoredDescriptor:
     return StoredDescriptor(data=payload, intact=True)
 
 
+def flock_within(fd: int, mode: int, timeout: float | None, stuck: Callable[[], StoreError]) -> None:
+    """Take a flock (``LOCK_EX`` or ``LOCK_SH``), waiting at most ``timeout`` seconds (None: for ever). It waits only
+    while another holder has it; a holder stopped inside its section would keep it for ever, so past the timeout it
+    raises ``stuck()``."""
+    if timeout is None:
+        fcntl.flock(fd, mode)
+        return
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)  # the common case: nobody holds it
+        return
+    except BlockingIOError:
+        deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise stuck() from None
+            time.sleep(0.005)
+
+
 class _Tail:
     """What this process knows of a log's end, so appends need not re-read the file."""
 
@@ -121,10 +110,11 @@ class _Tail:
         self.size = size
 
 
-class FileStore(Store):
+class FileStore(FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
+        self.shown = self.url
         self._runs = os.path.join(self.root, "runs")  # made by the first create_run: reading never creates a store
         self._schedules = os.path.join(self.root, "schedules")
         self._tails: dict[tuple[str, int], _Tail] = {}
@@ -158,7 +148,7 @@ class FileStore(Store):
         staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")
         for folder in ("checkpoints", "artifacts", "tmp"):
             os.mkdir(os.path.join(staging, folder))
-        os.close(append_fd(os.path.join(staging, "ledger.jsonl")))
+        os.close(append_fd(os.path.join(staging, LOG)))
         atomic_write(os.path.join(staging, "run.json"), frame(header))
         try:
             os.rename(staging, path)  # fails if another process created the run meanwhile
@@ -217,18 +207,7 @@ class FileStore(Store):
         if fd is None:
             fd = os.open(self._path(run_id, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self._lock_fds[key] = fd
-        if timeout is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        else:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise (stuck or stuck_lock(run_id)) from None
-                    time.sleep(0.01)
+        flock_within(fd, fcntl.LOCK_EX, timeout, lambda: stuck or stuck_lock(run_id))
         try:
             yield
         finally:
@@ -248,46 +227,24 @@ class FileStore(Store):
             raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
         return _owner_decoder.decode(payload)
 
-    def _write_owner(self, run_id: str, state: OwnerState) -> None:
+    # the critical section FencedStore builds on ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def _owner_section(
+        self, run_id: str, *, claiming: bool = False, durable: bool = True
+    ) -> Iterator[tuple[None, OwnerState | None]]:
+        if claiming:
+            self._existing_run_dir(run_id)
+        with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
+            yield None, self.owner(run_id)
+
+    def _write_owner_txn(self, handle: None, run_id: str, state: OwnerState) -> None:
         atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))
-
-    def claim(
-        self,
-        run_id: str,
-        holder: str,
-        *,
-        takeover: bool = False,
-        identity: RecoveryIdentity | None = None,
-        reopen: bool = False,
-    ) -> Claim:
-        self._existing_run_dir(run_id)
-        with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT):
-            current = self.owner(run_id)
-            state = next_owner(run_id, current, holder, takeover=takeover, identity=identity, reopen=reopen)
-            self._write_owner(run_id, state)
-        return claim_of(run_id, state)
-
-    def close_owner(self, claim: Claim, terminal_status: str) -> None:
-        with self._locked(claim.run_id):
-            current = self._check_generation(claim)
-            self._write_owner(claim.run_id, closed_owner(current, terminal_status))
 
     def release(self, claim: Claim) -> None:
         try:
-            with self._locked(claim.run_id):
-                current = self.owner(claim.run_id)
-                if current is not None and current.generation == claim.generation:
-                    self._write_owner(claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=now()))
+            super().release(claim)
         finally:
             self._drop_handles(claim.run_id)
-
-    def heartbeat(self, claim: Claim) -> None:
-        with self._locked(claim.run_id):
-            current = self._check_generation(claim)
-            self._write_owner(claim.run_id, msgspec.structs.replace(current, heartbeat_at=now()))
-
-    def _check_generation(self, claim: Claim) -> OwnerState:
-        return check_current(claim, self.owner(claim.run_id))
 
     # the log ----------------------------------------------------------------------------------------------
     def _fd(self, table: dict[str, int], run_id: str, *parts: str) -> int:
@@ -308,7 +265,7 @@ class FileStore(Store):
 
     def _repair_tail(self, run_id: str) -> _Tail:
         """Move a torn tail aside (kept in ``ledger.jsonl.torn``, never deleted) so appends start clean."""
-        path = self._path(run_id, "ledger.jsonl")
+        path = self._path(run_id, LOG)
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
@@ -334,7 +291,7 @@ class FileStore(Store):
             good_end = data.find(b"\n", offset) + 1
         return _Tail(last_seq + 1, good_end)
 
-    def _quarantine(self, run_id: str, data: bytes, name: str = "ledger.jsonl") -> None:
+    def _quarantine(self, run_id: str, data: bytes, name: str = LOG) -> None:
         fd = append_fd(self._path(run_id, f"{name}.torn"))
         try:
             write_all(fd, frame(b'{"quarantined_at":"%s","bytes":%d}' % (now().encode(), len(data))) + data + b"\n")
@@ -343,43 +300,55 @@ class FileStore(Store):
             os.close(fd)
         fsync_dir(self.run_dir(run_id))  # the quarantine file must outlive the truncation that follows
 
-    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
-        if not records:
-            return
-        with self._locked(claim.run_id):
-            self._check_generation(claim)
-            tail = self._tail(claim)
-            if records[0].seq != tail.next_seq:
-                raise StoreError(
-                    f"run {claim.run_id!r}: append at seq {records[0].seq} but the log ends at {tail.next_seq - 1}; "
-                    "another writer slipped in; resume the run to continue from what is stored"
-                )
-            lines = []
-            index_lines = []
-            offset = tail.size
-            for record in records:
-                line = frame(_record_encoder.encode(record))
-                if record.kind in _INDEXED_KINDS:
-                    index_lines.append(frame(b'{"seq":%d,"offset":%d}' % (record.seq, offset)))
-                offset += len(line)
-                lines.append(line)
-            fd = self._fd(self._log_fds, claim.run_id, "ledger.jsonl")
+    def _log_end_txn(self, handle: None, claim: Claim) -> int:
+        return self._tail(claim).next_seq - 1
+
+    def _append_txn(self, handle: None, claim: Claim, records: Sequence[LogRecord], *, durable: bool) -> None:
+        tail = self._tail(claim)
+        lines = []
+        index_lines = []
+        offset = tail.size
+        for record in records:
+            line = frame(_record_encoder.encode(record))
+            if record.kind in _INDEXED_KINDS:
+                index_lines.append(frame(b'{"seq":%d,"offset":%d}' % (record.seq, offset)))
+            offset += len(line)
+            lines.append(line)
+        fd = self._fd(self._log_fds, claim.run_id, LOG)
+        # Exclusive from the first byte to the fsync: a reader meeting a tail without its end waits on this. A
+        # reader holds it shared only while it reads the file again, but one stopped right then would hold it for
+        # ever: the append waits a bounded time and says so rather than hang the run.
+        flock_within(fd, fcntl.LOCK_EX, APPEND_WAIT_TIMEOUT, lambda: _stuck_reader(claim.run_id))
+        try:
             write_all(fd, b"".join(lines))
             if durable:
                 os.fdatasync(fd)
-            tail.size = offset
-            tail.next_seq = records[-1].seq + 1
-            if index_lines:
-                # The index only speeds look-ups and every entry is checked against the log when read
-                # (checkpoint_offsets), so it needs no fsync of its own.
-                write_all(self._fd(self._index_fds, claim.run_id, "checkpoints", "index.jsonl"), b"".join(index_lines))
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        tail.size = offset
+        tail.next_seq = records[-1].seq + 1
+        if index_lines:
+            # The index only speeds look-ups and every entry is checked against the log when read
+            # (checkpoint_offsets), so it needs no fsync of its own.
+            write_all(self._fd(self._index_fds, claim.run_id, "checkpoints", "index.jsonl"), b"".join(index_lines))
 
     def read_log(self, run_id: str) -> LogRead:
-        path = os.path.join(self._existing_run_dir(run_id), "ledger.jsonl")
+        path = os.path.join(self._existing_run_dir(run_id), LOG)
         try:
-            data = _read_settled(path)
+            handle = open(path, "rb")  # noqa: SIM115 - kept open across the lock below
         except FileNotFoundError:
             return LogRead(records=[], problems=[])
+        with handle:
+            data = handle.read()
+            if data and not data.endswith(b"\n"):
+                # A writer mid-append holds the log exclusively; once it is ours to share, a tail still without
+                # its end is a crash's torn record, not a write in flight.
+                flock_within(handle.fileno(), fcntl.LOCK_SH, APPEND_WAIT_TIMEOUT, lambda: _stuck_writer(run_id))
+                try:
+                    handle.seek(0)
+                    data = handle.read()
+                finally:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         return read_records(unframe_all(data))
 
     def checkpoint_offsets(self, run_id: str) -> list[tuple[int, int]]:
@@ -389,7 +358,7 @@ class FileStore(Store):
         try:
             with open(os.path.join(run_dir, "checkpoints", "index.jsonl"), "rb") as handle:
                 index = handle.read()
-            with open(os.path.join(run_dir, "ledger.jsonl"), "rb") as handle:
+            with open(os.path.join(run_dir, LOG), "rb") as handle:
                 log = handle.read()
         except FileNotFoundError:
             return []
@@ -442,10 +411,8 @@ class FileStore(Store):
         return data[:end]
 
     # the restart checkpoint -------------------------------------------------------------------------------
-    def upsert_restart_checkpoint(self, claim: Claim, data: bytes) -> None:
-        with self._locked(claim.run_id):
-            self._check_generation(claim)
-            atomic_write(self._path(claim.run_id, RESTART_CHECKPOINT), frame(data))
+    def _put_restart_checkpoint_txn(self, handle: None, run_id: str, data: bytes) -> None:
+        atomic_write(self._path(run_id, RESTART_CHECKPOINT), frame(data))
 
     def read_restart_checkpoint(self, run_id: str) -> StoredDescriptor | None:
         path = os.path.join(self._existing_run_dir(run_id), RESTART_CHECKPOINT)
@@ -456,26 +423,22 @@ class FileStore(Store):
             return None
         return read_descriptor(raw)
 
-    def delete_restart_checkpoint(self, claim: Claim) -> None:
-        with self._locked(claim.run_id):
-            self._check_generation(claim)
-            try:
-                os.unlink(self._path(claim.run_id, RESTART_CHECKPOINT))
-            except FileNotFoundError:
-                return
-            fsync_dir(self.run_dir(claim.run_id))
+    def _delete_restart_checkpoint_txn(self, handle: None, run_id: str) -> None:
+        try:
+            os.unlink(self._path(run_id, RESTART_CHECKPOINT))
+        except FileNotFoundError:
+            return
+        fsync_dir(self.run_dir(run_id))
 
     def list_restart_checkpoints(self) -> list[str]:
         return [name for name in self.list_runs() if os.path.exists(os.path.join(self._runs, name, RESTART_CHECKPOINT))]
 
     # terminal events --------------------------------------------------------------------------------------
-    def record_terminal_event(self, claim: Claim, event: RecoveryOwnerTerminalEvent) -> bool:
-        with self._locked(claim.run_id):
-            check_event(claim.run_id, event, self._check_generation(claim))
-            key = event_key(event)
-            if any(event_key(known) == key for known in self._events(claim.run_id, complete=True)):
-                return False
-            self._append_line(claim.run_id, TERMINAL_EVENTS, _record_encoder.encode(event))
+    def _add_terminal_event_txn(self, handle: None, run_id: str, event: RecoveryOwnerTerminalEvent) -> bool:
+        key = event_key(event)
+        if any(event_key(known) == key for known in self._events(run_id, complete=True)):
+            return False
+        self._append_line(run_id, TERMINAL_EVENTS, _record_encoder.encode(event))
         return True
 
     def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
@@ -571,31 +534,18 @@ class FileStore(Store):
         return found
 
     # artifacts and trace ----------------------------------------------------------------------------------
-    def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        safe = _ARTIFACT_NAME.sub("_", name)[:100] or "artifact"
-        filename = f"{safe}.{digest[:16]}"
-        path = self._path(claim.run_id, "artifacts", filename)
-        with self._locked(claim.run_id):
-            self._check_generation(claim)
-        if not os.path.exists(path):
+    def _put_artifact_txn(self, handle: None, run_id: str, filename: str, digest: str, data: bytes) -> None:
+        path = self._path(run_id, "artifacts", filename)
+        if not os.path.exists(path):  # the name holds the digest: a file there holds these bytes already
             atomic_write(path, data)
-        return f"artifact:{filename}:sha256:{digest}"
 
-    def get_artifact(self, run_id: str, ref: str) -> bytes:
-        try:
-            _, filename, _, digest = ref.split(":", 3)
-        except ValueError:
-            raise StoreError(f"{ref!r} is not an artifact ref (artifact:NAME:sha256:HEX)") from None
+    def _artifact_bytes(self, run_id: str, filename: str) -> bytes | None:
         path = os.path.join(self._existing_run_dir(run_id), "artifacts", os.path.basename(filename))
         try:
             with open(path, "rb") as handle:
-                data = handle.read()
+                return handle.read()
         except FileNotFoundError:
-            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} is missing from {path}") from None
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} fails its checksum ({path})")
-        return data
+            return None
 
     def trace(self, run_id: str, lines: Sequence[bytes]) -> None:
         write_all(self._fd(self._trace_fds, run_id, "trace.jsonl"), b"".join(frame(line) for line in lines))
@@ -640,13 +590,15 @@ def _control_records(data: bytes) -> list[tuple[int, bytes]]:
     return found
 
 
-def _read_settled(path: str) -> bytes:
-    """The log's bytes; a last line without its end is read again once, briefly later, since a live writer may be
-    in the middle of appending it (only a tail that stays torn is one)."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    if data and not data.endswith(b"\n"):
-        time.sleep(0.02)
-        with open(path, "rb") as handle:
-            data = handle.read()
-    return data
+def _stuck_writer(run_id: str) -> StoreError:
+    return StoreError(
+        f"run {run_id!r}: another process holds the log's lock in the middle of an append and does not let go "
+        "(stopped with SIGSTOP?); end that process and read again"
+    )
+
+
+def _stuck_reader(run_id: str) -> StoreError:
+    return StoreError(
+        f"run {run_id!r}: a reader holds the log's lock and does not let go (a safepoint command stopped with "
+        "Ctrl-Z or SIGSTOP?); end it, then resume the run"
+    )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
+from safepoint.errors import StoreError
 from safepoint.records import LogProblem, LogRead, LogRecord
 
 _record_decoder = msgspec.json.Decoder(LogRecord)
@@ -22,6 +23,14 @@ _HEX = frozenset(b"0123456789abcdef")
 def frame(payload: bytes) -> bytes:
     """One line holding ``payload`` (which must contain no newline; JSON from msgspec never does)."""
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
+
+
+def check_one_line(what: str, data: bytes) -> bytes:
+    """A record for a line-framed file or row must hold no newline (encoded JSON never does); every backend refuses
+    one, so a caller cannot come to rely on what only one of them accepts."""
+    if b"\n" in data:
+        raise StoreError(f"{what} holds a newline; encode it as JSON (msgspec never writes one)")
+    return data
 
 
 def unframe_all(data: bytes) -> Iterator[tuple[int, bytes | LogProblem]]:

@@ -13,6 +13,10 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, OwnerState, RecoveryIdentity
 from safepoint.store.liveness import owner_alive, process_start_time
 
+# A claim waits this long for a write in progress to let go of the run's lock (a flock, a row lock); a writer
+# stopped mid-write (SIGSTOP) would hold it forever, so past this the claim says so instead of hanging.
+CLAIM_LOCK_TIMEOUT = 10.0
+
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -1,27 +1,17 @@
 """The PostgreSQL store: the file store's contract on a shared database (``postgresql://...``).
 
-Schema ``safepoint`` (made on first use, idempotent)::
+The schema and its versioned migrations are in ``safepoint.store.postgres_schema``.
 
-    runs                            run_id pk, header (framed line), created_at
-    recovery_owners                 seed 003 §1.1's columns, pk (recovery_class, owner_id), unique agent_id (the
-                                    run), + holder_state (the encoded OwnerState; NULL until the first claim)
-    runtime_restart_checkpoints     seed 003 §1.2's columns, pk agent_id, + descriptor (the bytes as written) and
-                                    checksum (sha256 of them)
-    recovery_owner_terminal_events  seed 003 §1.3's columns, pk (recovery_class, owner_id, generation, event_type)
-    log                             (run_id, seq) pk, line: the same framed, checksummed line the file store writes
-    control                         (run_id, position) pk, line (framed)
-    schedules                       job_id pk, line (framed)
-    artifacts                       (run_id, name) pk, sha256, data
-    trace                           id bigserial, run_id, line (framed)
+Only what differs from the file store lives here: ownership and the fenced writes are ``FencedStore``'s, this
+module supplies its critical section and the SQL of each write (the ``_txn`` hooks take the open connection).
 
-Only what differs from the file store lives here. Fencing: ``claim`` and every write lock the run's
-``recovery_owners`` row (``SELECT ... FOR UPDATE``) for one short transaction and compare generations, like the
-file store's flock; the lock dies with the transaction, so a killed writer never blocks a takeover. The row is
-made with the run (as ``('root', run_id)``, generation 0) so there is always one to lock; the first claim gives
-it the run's recovery identity. ``generation`` and the other seed columns are the truth (the seed's own SQL,
-e.g. §5.1's close, works on them); ``holder_state`` adds only who holds the run now.
-``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file store's rule (same
-host: pid and start time; elsewhere: a heartbeat younger than the lease).
+Fencing: ``claim`` and every write lock the run's ``recovery_owners`` row (``SELECT ... FOR UPDATE``) for one
+short transaction and compare generations, like the file store's flock; the lock dies with the transaction, so a
+killed writer never blocks a takeover. The row is made with the run (as ``('root', run_id)``, generation 0) so
+there is always one to lock; the first claim gives it the run's recovery identity. ``generation`` and the other
+seed columns are the truth (the seed's own SQL, e.g. §5.1's close, works on them); ``holder_state`` adds only who
+holds the run now. ``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file
+store's rule (same host: pid and start time; elsewhere: a heartbeat younger than the lease).
 """
 
 from __future__ import annotations
@@ -29,13 +19,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import psycopg
@@ -50,22 +38,13 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
-from safepoint.store.base import Store
-from safepoint.store.files import CLAIM_LOCK_TIMEOUT, check_job_id, check_one_line, check_run_id
-from safepoint.store.framing import check_line, frame, read_records
-from safepoint.store.ownership import (
-    check_current,
-    check_event,
-    claim_of,
-    closed_owner,
-    next_owner,
-    now,
-    stuck_lock,
-)
+from safepoint.store.fenced import FencedStore, fork_error
+from safepoint.store.framing import check_line, check_one_line, frame, read_records
+from safepoint.store.names import check_job_id, check_run_id, safe_url
+from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
+from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 
-SCHEMA = "safepoint"
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
-_ARTIFACT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _record_encoder = msgspec.json.Encoder()
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
 _SEED_OWNER = "recovery_class, owner_id, generation, agent_id, message_id, active_at, terminal_at, terminal_status"
@@ -77,97 +56,33 @@ _UPSERT_CHECKPOINT = ", ".join(
 )
 _SEED_EVENT = "recovery_class, owner_id, generation, event_type, created_at, payload_json"
 
-_DDL = f"""
-CREATE SCHEMA IF NOT EXISTS {SCHEMA};
-CREATE TABLE IF NOT EXISTS {SCHEMA}.runs (
-    run_id text PRIMARY KEY,
-    header bytea NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.recovery_owners (
-    recovery_class text NOT NULL,
-    owner_id text NOT NULL,
-    generation bigint NOT NULL DEFAULT 1,
-    agent_id text UNIQUE REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
-    message_id text,
-    active_at timestamptz NOT NULL DEFAULT now(),
-    terminal_at timestamptz,
-    terminal_status text,
-    holder_state bytea,
-    PRIMARY KEY (recovery_class, owner_id)
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.runtime_restart_checkpoints (
-    agent_id text PRIMARY KEY REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
-    mode text NOT NULL,
-    payload_json text,
-    created_at bigint NOT NULL,
-    updated_at bigint NOT NULL,
-    recovery_class text,
-    recovery_owner_id text,
-    execution_config_json text,
-    descriptor bytea NOT NULL,
-    checksum text NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.recovery_owner_terminal_events (
-    recovery_class text NOT NULL,
-    owner_id text NOT NULL,
-    generation bigint NOT NULL,
-    event_type text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    payload_json text,
-    PRIMARY KEY (recovery_class, owner_id, generation, event_type)
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.control (
-    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
-    position bigint NOT NULL,
-    line bytea NOT NULL,
-    PRIMARY KEY (run_id, position)
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.schedules (
-    job_id text PRIMARY KEY,
-    line bytea NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.log (
-    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
-    seq bigint NOT NULL,
-    line bytea NOT NULL,
-    PRIMARY KEY (run_id, seq)
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.artifacts (
-    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
-    name text NOT NULL,
-    sha256 text NOT NULL,
-    data bytea NOT NULL,
-    PRIMARY KEY (run_id, name)
-);
-CREATE TABLE IF NOT EXISTS {SCHEMA}.trace (
-    id bigserial PRIMARY KEY,
-    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
-    line bytea NOT NULL
-);
-CREATE INDEX IF NOT EXISTS trace_run_id ON {SCHEMA}.trace (run_id, id);
-"""
-
-
-def safe_url(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
-
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 
-class PostgresStore(Store):
-    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+def migrate(url: str, *, to: int = LATEST) -> SchemaChange:
+    """Bring the database at ``url`` to schema version ``to`` (default: this safepoint's), in one transaction; the
+    library form of ``safepoint db migrate``. A database already there is left as it is."""
+    shown = safe_url(url)
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn, conn.transaction():
+            return ensure_schema(conn, shown, upgrade=True, to=to)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc)}") from None
+
+
+class PostgresStore(FencedStore[Connection]):
+    def __init__(self, url: str, *, pool_size: int = 4, migrate: bool = False) -> None:
+        """``migrate``: upgrade a database at an older schema version when opening it (a fresh one is always set
+        up; see ``safepoint.store.postgres_schema`` for why an upgrade is not automatic)."""
         self.url = url
-        self._shown = safe_url(url)
+        self.shown = safe_url(url)
+        self._migrate = migrate
         self._pool_size = pool_size
         self._pool: ConnectionPool | None = None
         self._opening = threading.Lock()
@@ -182,10 +97,9 @@ class PostgresStore(Store):
                     psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn,
                     conn.transaction(),
                 ):
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('safepoint schema'))")
-                    conn.execute(_DDL.encode())
+                    ensure_schema(conn, self.shown, upgrade=self._migrate)
             except psycopg.Error as exc:
-                raise StoreError(f"cannot open PostgreSQL store {self._shown}: {_one_line(exc)}") from None
+                raise StoreError(f"cannot open PostgreSQL store {self.shown}: {_one_line(exc)}") from None
             self._pool = ConnectionPool(
                 self.url,
                 min_size=1,
@@ -200,7 +114,7 @@ class PostgresStore(Store):
             return self._pool
 
     @contextlib.contextmanager
-    def _tx(self, *, durable: bool = True) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    def _tx(self, *, durable: bool = True) -> Iterator[Connection]:
         """A connection inside one transaction; database failures become one-line ``StoreError``s."""
         pool = self._pool or self._open_pool()
         try:
@@ -208,15 +122,17 @@ class PostgresStore(Store):
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
                 yield conn
+        except pg_errors.LockNotAvailable:
+            raise  # a lock_timeout the caller set, and turns into its own message (a stuck owner, a stuck sender)
         except (pg_errors.OperationalError, PoolTimeout) as exc:
-            raise StoreError(f"PostgreSQL store {self._shown}: {_one_line(exc)}") from None
+            raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc)}") from None
 
-    def _require_run(self, conn: psycopg.Connection[tuple[object, ...]], run_id: str) -> None:
+    def _require_run(self, conn: Connection, run_id: str) -> None:
         if conn.execute(f"SELECT 1 FROM {SCHEMA}.runs WHERE run_id = %s", (run_id,)).fetchone() is None:
             raise self._not_found(run_id)
 
     def _not_found(self, run_id: str) -> RunNotFoundError:
-        return RunNotFoundError(f"run {run_id!r} not found in store {self._shown}; list runs with `safepoint status`")
+        return RunNotFoundError(f"run {run_id!r} not found in store {self.shown}; list runs with `safepoint status`")
 
     # runs -------------------------------------------------------------------------------------------------
     def create_run(self, run_id: str, header: bytes) -> None:
@@ -227,7 +143,7 @@ class PostgresStore(Store):
                 (run_id, frame(header)),
             ).fetchone()
             if created is None:
-                raise RunExistsError(f"run {run_id!r} already exists in {self._shown}; pick another --run-id")
+                raise RunExistsError(f"run {run_id!r} already exists in {self.shown}; pick another --run-id")
             # The owner row every claim and write locks; its identity is the first claim's to set.
             conn.execute(
                 f"INSERT INTO {SCHEMA}.recovery_owners (recovery_class, owner_id, generation, agent_id) "
@@ -239,13 +155,11 @@ class PostgresStore(Store):
         with self._tx() as conn:
             row = conn.execute(f"SELECT header FROM {SCHEMA}.runs WHERE run_id = %s", (run_id,)).fetchone()
         if row is None:
-            raise RunNotFoundError(
-                f"run {run_id!r} not found in store {self._shown}; list runs with `safepoint status`"
-            )
+            raise RunNotFoundError(f"run {run_id!r} not found in store {self.shown}; list runs with `safepoint status`")
         payload = check_line(_bytes(row[0]).removesuffix(b"\n"))
         if payload is None:
             raise CorruptRecordError(
-                f"header of run {run_id!r} (in {self._shown}) fails its checksum; the run cannot be read"
+                f"header of run {run_id!r} (in {self.shown}) fails its checksum; the run cannot be read"
             )
         return payload
 
@@ -255,7 +169,7 @@ class PostgresStore(Store):
         return [str(row[0]) for row in rows]
 
     # ownership --------------------------------------------------------------------------------------------
-    def _lock_owner(self, conn: psycopg.Connection[tuple[object, ...]], run_id: str) -> OwnerState | None:
+    def _lock_owner(self, conn: Connection, run_id: str) -> OwnerState | None:
         """Lock the run's owner row for this transaction and return the owner it records."""
         row = conn.execute(
             f"SELECT {_SEED_OWNER}, holder_state FROM {SCHEMA}.recovery_owners WHERE agent_id = %s FOR UPDATE",
@@ -264,12 +178,12 @@ class PostgresStore(Store):
         if row is None:
             self._require_run(conn, run_id)
             raise StoreError(
-                f"run {run_id!r} in {self._shown} has no recovery owner row: the run was made by an older safepoint "
+                f"run {run_id!r} in {self.shown} has no recovery owner row: the run was made by an older safepoint "
                 "(its schema had an owners table) or the store was edited by hand"
             )
         return _owner_state(row)
 
-    def _write_owner(self, conn: psycopg.Connection[tuple[object, ...]], run_id: str, state: OwnerState) -> None:
+    def _write_owner(self, conn: Connection, run_id: str, state: OwnerState) -> None:
         conn.execute(
             f"UPDATE {SCHEMA}.recovery_owners SET recovery_class = %s, owner_id = %s, generation = %s, "
             "message_id = %s, active_at = %s::timestamptz, terminal_at = %s::timestamptz, terminal_status = %s, "
@@ -294,6 +208,22 @@ class PostgresStore(Store):
             ).fetchone()
         return None if row is None else _owner_state(row)
 
+    # the critical section FencedStore builds on ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def _owner_section(
+        self, run_id: str, *, claiming: bool = False, durable: bool = True
+    ) -> Iterator[tuple[Connection, OwnerState | None]]:
+        with self._tx(durable=durable) as conn:
+            if claiming:
+                self._require_run(conn, run_id)
+                # An append in progress holds the row for milliseconds; one stopped mid-transaction holds it
+                # until its connection dies: wait a while, then say so (the file store's CLAIM_LOCK_TIMEOUT).
+                conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
+            yield conn, self._lock_owner(conn, run_id)
+
+    def _write_owner_txn(self, handle: Connection, run_id: str, state: OwnerState) -> None:
+        self._write_owner(handle, run_id, state)
+
     def claim(
         self,
         run_id: str,
@@ -305,65 +235,32 @@ class PostgresStore(Store):
     ) -> Claim:
         check_run_id(run_id)
         try:
-            with self._tx() as conn:
-                self._require_run(conn, run_id)
-                # An append in progress holds the row for milliseconds; one stopped mid-transaction holds it
-                # until its connection dies: wait a while, then say so (the file store's CLAIM_LOCK_TIMEOUT).
-                conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
-                current = self._lock_owner(conn, run_id)
-                state = next_owner(run_id, current, holder, takeover=takeover, identity=identity, reopen=reopen)
-                self._write_owner(conn, run_id, state)
+            return super().claim(run_id, holder, takeover=takeover, identity=identity, reopen=reopen)
         except pg_errors.LockNotAvailable:
             raise stuck_lock(run_id) from None
         except pg_errors.UniqueViolation:  # only a first claim sets (recovery_class, owner_id)
             kept = identity or RecoveryIdentity(owner_id=run_id, agent_id=run_id)
             raise StoreError(
                 f"run {run_id!r}: recovery owner {kept.recovery_class}/{kept.owner_id} already answers for another "
-                f"run in {self._shown}; each agent has its own recovery owner"
+                f"run in {self.shown}; each agent has its own recovery owner"
             ) from None
-        return claim_of(run_id, state)
-
-    def close_owner(self, claim: Claim, terminal_status: str) -> None:
-        with self._tx() as conn:
-            current = self._check_generation(conn, claim)
-            self._write_owner(conn, claim.run_id, closed_owner(current, terminal_status))
-
-    def release(self, claim: Claim) -> None:
-        with self._tx() as conn:
-            current = self._lock_owner(conn, claim.run_id)
-            if current is not None and current.generation == claim.generation:
-                self._write_owner(
-                    conn, claim.run_id, msgspec.structs.replace(current, released=True, heartbeat_at=now())
-                )
-
-    def heartbeat(self, claim: Claim) -> None:
-        with self._tx() as conn:
-            current = self._check_generation(conn, claim)
-            self._write_owner(conn, claim.run_id, msgspec.structs.replace(current, heartbeat_at=now()))
-
-    def _check_generation(self, conn: psycopg.Connection[tuple[object, ...]], claim: Claim) -> OwnerState:
-        return check_current(claim, self._lock_owner(conn, claim.run_id))
 
     # the log ----------------------------------------------------------------------------------------------
-    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
-        if not records:
-            return
+    def _log_end_txn(self, handle: Connection, claim: Claim) -> int:
+        row = handle.execute(f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log WHERE run_id = %s", (claim.run_id,))
+        found = row.fetchone()
+        return _int(found[0]) if found is not None else 0
+
+    def _append_txn(self, handle: Connection, claim: Claim, records: Sequence[LogRecord], *, durable: bool) -> None:
+        # ``durable`` is the transaction's (synchronous_commit, set by the section): nothing to do per insert.
         try:
-            with self._tx(durable=durable) as conn:
-                self._check_generation(conn, claim)
-                row = conn.execute(
-                    f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log WHERE run_id = %s", (claim.run_id,)
-                ).fetchone()
-                last = _int(row[0]) if row is not None else 0
-                if records[0].seq != last + 1:
-                    raise _fork(claim.run_id, records[0].seq, last)
-                with conn.cursor() as cursor:
-                    cursor.executemany(
-                        f"INSERT INTO {SCHEMA}.log (run_id, seq, line) VALUES (%s, %s, %s)",
-                        [(claim.run_id, record.seq, frame(_record_encoder.encode(record))) for record in records],
-                    )
+            with handle.cursor() as cursor:
+                cursor.executemany(
+                    f"INSERT INTO {SCHEMA}.log (run_id, seq, line) VALUES (%s, %s, %s)",
+                    [(claim.run_id, record.seq, frame(_record_encoder.encode(record))) for record in records],
+                )
         except pg_errors.UniqueViolation:  # two writers of one generation raced past the check
-            raise _fork(claim.run_id, records[0].seq, None) from None
+            raise fork_error(claim.run_id, records[0].seq, None) from None
 
     def read_log(self, run_id: str) -> LogRead:
         with self._tx() as conn:
@@ -380,16 +277,13 @@ class PostgresStore(Store):
         return read_records(lines, row_seqs=True)
 
     # the restart checkpoint -------------------------------------------------------------------------------
-    def upsert_restart_checkpoint(self, claim: Claim, data: bytes) -> None:
-        columns = _checkpoint_columns(data)
-        with self._tx() as conn:
-            self._check_generation(conn, claim)  # under the owner row's lock until commit: no stale upsert slips in
-            conn.execute(
-                f"INSERT INTO {SCHEMA}.runtime_restart_checkpoints "
-                f"(agent_id, {_SEED_CHECKPOINT}, descriptor, checksum) VALUES ({', '.join(['%s'] * 10)}) "
-                f"ON CONFLICT (agent_id) DO UPDATE SET {_UPSERT_CHECKPOINT}",
-                (claim.run_id, *columns, data, hashlib.sha256(data).hexdigest()),
-            )
+    def _put_restart_checkpoint_txn(self, handle: Connection, run_id: str, data: bytes) -> None:
+        handle.execute(
+            f"INSERT INTO {SCHEMA}.runtime_restart_checkpoints "
+            f"(agent_id, {_SEED_CHECKPOINT}, descriptor, checksum) VALUES ({', '.join(['%s'] * 10)}) "
+            f"ON CONFLICT (agent_id) DO UPDATE SET {_UPSERT_CHECKPOINT}",
+            (run_id, *_checkpoint_columns(data), data, hashlib.sha256(data).hexdigest()),
+        )
 
     def read_restart_checkpoint(self, run_id: str) -> StoredDescriptor | None:
         with self._tx() as conn:
@@ -410,10 +304,8 @@ class PostgresStore(Store):
             return StoredDescriptor(data=data, intact=False, detail="the row's columns disagree with its descriptor")
         return StoredDescriptor(data=data, intact=True)
 
-    def delete_restart_checkpoint(self, claim: Claim) -> None:
-        with self._tx() as conn:
-            self._check_generation(conn, claim)
-            conn.execute(f"DELETE FROM {SCHEMA}.runtime_restart_checkpoints WHERE agent_id = %s", (claim.run_id,))
+    def _delete_restart_checkpoint_txn(self, handle: Connection, run_id: str) -> None:
+        handle.execute(f"DELETE FROM {SCHEMA}.runtime_restart_checkpoints WHERE agent_id = %s", (run_id,))
 
     def list_restart_checkpoints(self) -> list[str]:
         with self._tx() as conn:
@@ -424,21 +316,19 @@ class PostgresStore(Store):
         return [str(row[0]) for row in rows]
 
     # terminal events --------------------------------------------------------------------------------------
-    def record_terminal_event(self, claim: Claim, event: RecoveryOwnerTerminalEvent) -> bool:
-        with self._tx() as conn:
-            check_event(claim.run_id, event, self._check_generation(conn, claim))
-            recorded = conn.execute(
-                f"INSERT INTO {SCHEMA}.recovery_owner_terminal_events ({_SEED_EVENT}) "
-                "VALUES (%s, %s, %s, %s, %s::timestamptz, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                (
-                    event.recovery_class,
-                    event.owner_id,
-                    event.generation,
-                    event.event_type,
-                    event.created_at,
-                    event.payload_json,
-                ),
-            ).fetchone()
+    def _add_terminal_event_txn(self, handle: Connection, run_id: str, event: RecoveryOwnerTerminalEvent) -> bool:
+        recorded = handle.execute(
+            f"INSERT INTO {SCHEMA}.recovery_owner_terminal_events ({_SEED_EVENT}) "
+            "VALUES (%s, %s, %s, %s, %s::timestamptz, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (
+                event.recovery_class,
+                event.owner_id,
+                event.generation,
+                event.event_type,
+                event.created_at,
+                event.payload_json,
+            ),
+        ).fetchone()
         return recorded is not None
 
     def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
@@ -524,41 +414,26 @@ class PostgresStore(Store):
             payload = check_line(_bytes(line).removesuffix(b"\n"))
             if payload is None:
                 raise CorruptRecordError(
-                    f"schedule {job_id!r} (in {self._shown}) fails its checksum; write it again or delete it"
+                    f"schedule {job_id!r} (in {self.shown}) fails its checksum; write it again or delete it"
                 )
             found[str(job_id)] = payload
         return found
 
     # artifacts and trace ----------------------------------------------------------------------------------
-    def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        safe = _ARTIFACT_NAME.sub("_", name)[:100] or "artifact"
-        filename = f"{safe}.{digest[:16]}"
-        with self._tx() as conn:
-            self._check_generation(conn, claim)
-            conn.execute(
-                f"INSERT INTO {SCHEMA}.artifacts (run_id, name, sha256, data) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                (claim.run_id, filename, digest, data),
-            )
-        return f"artifact:{filename}:sha256:{digest}"
+    def _put_artifact_txn(self, handle: Connection, run_id: str, filename: str, digest: str, data: bytes) -> None:
+        handle.execute(
+            f"INSERT INTO {SCHEMA}.artifacts (run_id, name, sha256, data) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            (run_id, filename, digest, data),
+        )
 
-    def get_artifact(self, run_id: str, ref: str) -> bytes:
-        try:
-            _, filename, _, digest = ref.split(":", 3)
-        except ValueError:
-            raise StoreError(f"{ref!r} is not an artifact ref (artifact:NAME:sha256:HEX)") from None
+    def _artifact_bytes(self, run_id: str, filename: str) -> bytes | None:
         with self._tx() as conn:
             self._require_run(conn, run_id)
             row = conn.execute(
                 f"SELECT data FROM {SCHEMA}.artifacts WHERE run_id = %s AND name = %s", (run_id, filename)
             ).fetchone()
-        if row is None:
-            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} is missing from {self._shown}")
-        data = _bytes(row[0])
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise CorruptRecordError(f"artifact {filename} of run {run_id!r} fails its checksum ({self._shown})")
-        return data
+        return None if row is None else _bytes(row[0])
 
     def trace(self, run_id: str, lines: Sequence[bytes]) -> None:
         if not lines:
@@ -571,7 +446,7 @@ class PostgresStore(Store):
                 )
         except pg_errors.ForeignKeyViolation:
             raise RunNotFoundError(
-                f"run {run_id!r} not found in store {self._shown}; list runs with `safepoint status`"
+                f"run {run_id!r} not found in store {self.shown}; list runs with `safepoint status`"
             ) from None
 
     def read_trace(self, run_id: str) -> Iterator[bytes]:
@@ -659,11 +534,3 @@ def _int(value: object) -> int:
     if isinstance(value, int):
         return value
     raise StoreError(f"expected an integer from the database, got {type(value).__name__}")
-
-
-def _fork(run_id: str, seq: int, last: int | None) -> StoreError:
-    end = f"the log ends at {last}" if last is not None else "that seq is already in the log"
-    return StoreError(
-        f"run {run_id!r}: append at seq {seq} but {end}; "
-        "another writer slipped in; resume the run to continue from what is stored"
-    )

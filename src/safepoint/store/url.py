@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from safepoint.errors import StoreURLError
 from safepoint.store.base import Store
+
+if TYPE_CHECKING:
+    from safepoint.store.postgres_schema import SchemaChange
 
 DEFAULT_STORE_DIR = ".agent-runtime"
 
@@ -14,16 +18,24 @@ def default_store_url(workspace: str) -> str:
     return "file:" + os.path.join(os.path.abspath(workspace), DEFAULT_STORE_DIR)
 
 
+def is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def _no_psycopg(url: str, exc: ImportError) -> StoreURLError:
+    return StoreURLError(
+        f"store URL {url.split('://', 1)[0]}://...: the PostgreSQL backend needs psycopg ({exc.name} is "
+        "missing); install it with `pip install 'safepoint[postgres]'`"
+    )
+
+
 def open_store(url: str) -> Store:
     """Open the store named by ``url``; a bare path means the file store."""
-    if url.startswith(("postgresql://", "postgres://")):
+    if is_postgres(url):
         try:
             from safepoint.store.postgres import PostgresStore
         except ImportError as exc:
-            raise StoreURLError(
-                f"store URL {url.split('://', 1)[0]}://...: the PostgreSQL backend needs psycopg ({exc.name} is "
-                "missing); install it with `pip install 'safepoint[postgres]'`"
-            ) from None
+            raise _no_psycopg(url, exc) from None
         return PostgresStore(url)
     if url.startswith("file:"):
         path = url[len("file:") :]
@@ -38,3 +50,15 @@ def open_store(url: str) -> Store:
     from safepoint.store.files import FileStore
 
     return FileStore(os.path.expanduser(path))
+
+
+def migrate_store(url: str) -> SchemaChange | None:
+    """Bring the store named by ``url`` to this safepoint's schema version (``safepoint db migrate``). None: the
+    backend has no schema to migrate (the file store's layout is the seed's and carries no version)."""
+    if not is_postgres(url):
+        return None
+    try:
+        from safepoint.store.postgres import migrate
+    except ImportError as exc:
+        raise _no_psycopg(url, exc) from None
+    return migrate(url)

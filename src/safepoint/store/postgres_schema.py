@@ -1,0 +1,190 @@
+"""The PostgreSQL store's schema: an ordered list of migrations, the version table that records them, and the
+rule for opening a database at another version.
+
+Schema ``safepoint``::
+
+    schema_migrations               version pk, description, applied_at: one row per migration applied
+    runs                            run_id pk, header (framed line), created_at
+    recovery_owners                 seed 003 §1.1's columns, pk (recovery_class, owner_id), unique agent_id (the
+                                    run), + holder_state (the encoded OwnerState; NULL until the first claim)
+    runtime_restart_checkpoints     seed 003 §1.2's columns, pk agent_id, + descriptor (the bytes as written) and
+                                    checksum (sha256 of them)
+    recovery_owner_terminal_events  seed 003 §1.3's columns, pk (recovery_class, owner_id, generation, event_type)
+    log                             (run_id, seq) pk, line: the same framed, checksummed line the file store writes
+    control                         (run_id, position) pk, line (framed)
+    schedules                       job_id pk, line (framed)
+    artifacts                       (run_id, name) pk, sha256, data
+    trace                           id bigserial, run_id, line (framed)
+
+Opening a store migrates a fresh database (nothing in it to break) but never upgrades one that already holds a
+schema: other hosts may be running an older safepoint on it, whose queries a change would break under them, so an
+upgrade is a person's decision (``safepoint db migrate``, or ``migrate()``). A schema newer than the code is
+always refused: this code does not know what the newer one promises. Migrations run in one transaction under an
+advisory lock, so two processes never apply one twice and a failed migration leaves the database as it was.
+
+A database made before versioning (its tables, no version table) is at version 1: migration 1 is that schema.
+A migration is appended, never edited: a database that applied it must stay what the list says it is.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import psycopg
+
+from safepoint.errors import StoreError
+
+SCHEMA = "safepoint"
+VERSION_TABLE = f"{SCHEMA}.schema_migrations"
+
+
+class Migration(msgspec.Struct, frozen=True):
+    version: int
+    description: str
+    sql: str
+
+
+class SchemaChange(msgspec.Struct, frozen=True):
+    """What a migration did: the version found, the version left, and the migrations applied in between."""
+
+    before: int
+    after: int
+    applied: list[str]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "the tables of seed 003 §1 and the run's log, control channel, schedules, artifacts and trace",
+        f"""
+CREATE TABLE IF NOT EXISTS {SCHEMA}.runs (
+    run_id text PRIMARY KEY,
+    header bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.recovery_owners (
+    recovery_class text NOT NULL,
+    owner_id text NOT NULL,
+    generation bigint NOT NULL DEFAULT 1,
+    agent_id text UNIQUE REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    message_id text,
+    active_at timestamptz NOT NULL DEFAULT now(),
+    terminal_at timestamptz,
+    terminal_status text,
+    holder_state bytea,
+    PRIMARY KEY (recovery_class, owner_id)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.runtime_restart_checkpoints (
+    agent_id text PRIMARY KEY REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    mode text NOT NULL,
+    payload_json text,
+    created_at bigint NOT NULL,
+    updated_at bigint NOT NULL,
+    recovery_class text,
+    recovery_owner_id text,
+    execution_config_json text,
+    descriptor bytea NOT NULL,
+    checksum text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.recovery_owner_terminal_events (
+    recovery_class text NOT NULL,
+    owner_id text NOT NULL,
+    generation bigint NOT NULL,
+    event_type text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    payload_json text,
+    PRIMARY KEY (recovery_class, owner_id, generation, event_type)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.control (
+    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    position bigint NOT NULL,
+    line bytea NOT NULL,
+    PRIMARY KEY (run_id, position)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.schedules (
+    job_id text PRIMARY KEY,
+    line bytea NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.log (
+    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    seq bigint NOT NULL,
+    line bytea NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.artifacts (
+    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    name text NOT NULL,
+    sha256 text NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.trace (
+    id bigserial PRIMARY KEY,
+    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    line bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS trace_run_id ON {SCHEMA}.trace (run_id, id);
+""",
+    ),
+    Migration(
+        2,
+        "index runs by creation order (list_runs and list_restart_checkpoints read them oldest first)",
+        f"CREATE INDEX runs_created_at ON {SCHEMA}.runs (created_at, run_id);",
+    ),
+)
+LATEST = MIGRATIONS[-1].version
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+def stored_version(conn: Connection) -> int:
+    """The database's schema version: 0 when it holds no safepoint schema, 1 for one made before versioning."""
+    row = conn.execute("SELECT to_regclass(%s), to_regclass(%s)", (VERSION_TABLE, f"{SCHEMA}.runs")).fetchone()
+    if row is None or row[0] is None:
+        return 1 if row is not None and row[1] is not None else 0
+    found = conn.execute(f"SELECT coalesce(max(version), 0) FROM {VERSION_TABLE}").fetchone()
+    version = found[0] if found is not None else 0
+    if not isinstance(version, int):
+        raise StoreError(f"{VERSION_TABLE} holds a version that is not a number: {version!r}")
+    return version
+
+
+def ensure_schema(conn: Connection, shown: str, *, upgrade: bool, to: int = LATEST) -> SchemaChange:
+    """Bring the database to version ``to`` inside the caller's transaction, or refuse with one line: a newer
+    schema always, an older one unless ``upgrade`` (a fresh database is always set up)."""
+    if not 1 <= to <= LATEST:
+        raise StoreError(f"schema version {to} does not exist; this safepoint knows versions 1 to {LATEST}")
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext('safepoint schema'))")
+    found = stored_version(conn)
+    if found > LATEST:
+        raise StoreError(
+            f"PostgreSQL store {shown} is at schema version {found}, newer than this safepoint's {LATEST}; upgrade "
+            "safepoint here (`safepoint db migrate` never downgrades)"
+        )
+    if found > to:
+        raise StoreError(
+            f"PostgreSQL store {shown} is at schema version {found}, past {to}; `safepoint db migrate` never downgrades"
+        )
+    if 0 < found < to and not upgrade:
+        raise StoreError(
+            f"PostgreSQL store {shown} is at schema version {found} and this safepoint needs {LATEST}; upgrade it with "
+            "`safepoint db migrate --store URL` once every safepoint using it is this version"
+        )
+    applied = []
+    if found < to:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version integer PRIMARY KEY, description text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        if found == 1 and not conn.execute(f"SELECT 1 FROM {VERSION_TABLE}").fetchone():
+            # Made before versioning: its tables are migration 1's; record that, so the history starts at 1.
+            first = MIGRATIONS[0]
+            conn.execute(f"INSERT INTO {VERSION_TABLE} (version, description) VALUES (1, %s)", (first.description,))
+        for migration in MIGRATIONS[found:to]:
+            conn.execute(migration.sql.encode())
+            conn.execute(
+                f"INSERT INTO {VERSION_TABLE} (version, description) VALUES (%s, %s)",
+                (migration.version, migration.description),
+            )
+            applied.append(f"{migration.version}: {migration.description}")
+    return SchemaChange(before=found, after=max(found, to), applied=applied)
