@@ -6,13 +6,16 @@ import asyncio
 import json
 import os
 import subprocess
+import threading
 
 import pytest
 
 import safepoint
-from safepoint.engine.session import load_view
+from safepoint.engine.log_writer import LogWriter
+from safepoint.engine.session import RunSession, load_view
 from safepoint.engine.tools import ToolContext
 from safepoint.errors import RunLockedError, StaleGenerationError, ToolRegistrationError
+from safepoint.records import RunEvent
 from safepoint.standins.scenario import parse_scenario
 
 from .conftest import PY, ROOT, cli_env
@@ -491,3 +494,37 @@ def test_a_tool_that_raises_has_a_known_outcome_failed(workspace):
     ledger = load_view(tm.store, "r").ledger
     assert ledger["c1"].status == ledger["c2"].status == "failed"
     assert ledger["c1"].error == "ConnectionError: upstream said 503"
+
+
+def test_making_a_session_has_no_side_effects_and_opening_it_is_explicit(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    tm.start("t", run_id="r").close()
+    claim = tm.store.claim("r", "me")
+    beats = [t for t in threading.enumerate() if t.name == "heartbeat-r"]
+    session = RunSession(tm.store, claim, load_view(tm.store, "r"), tm.workspace, tm.registry())
+    try:
+        assert [t for t in threading.enumerate() if t.name == "heartbeat-r"] == beats  # no thread yet
+        assert session.capture_started is None and session.workspace is tm.workspace  # no capture, no staging
+        session.start()
+        assert len([t for t in threading.enumerate() if t.name == "heartbeat-r"]) == len(beats) + 1
+        assert session.capture_started is not None  # run_command captures: it watches from the start
+    finally:
+        session.close()
+
+
+def test_a_refused_group_takes_its_sequence_numbers_back(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    stale = run.session.claim
+    writer = LogWriter(tm.store, stale, run.session.log.seq)
+    before = writer.seq
+    tm.resume("r", takeover=True).close()  # a newer owner: this generation is fenced off
+    for _ in range(2):
+        writer.add(RunEvent(status="running", at="now", detail="late"))
+    assert writer.seq == before + 2
+    with pytest.raises(StaleGenerationError):
+        writer.commit()
+    assert writer.seq == before  # the in-memory log never runs ahead of the store
+    writer.commit()  # nothing staged is left to write
+    assert all(e.detail != "late" for e in load_view(tm.store, "r").events)
+    run.session.heartbeat.stop()

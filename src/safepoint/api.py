@@ -133,7 +133,8 @@ class Run:
         """Wrap a plain function (a framework's tool, say) so each call goes through the ledger.
 
         ``send = run.ledgered(send_email, idempotency="non_idempotent", replay_policy="never")`` then
-        ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper.
+        ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper. The wrapper
+        returns what ``fn`` returned (as ``call`` does) and raises ``ToolFailure`` when the call did not succeed.
         """
         if inspect.iscoroutinefunction(fn):
 

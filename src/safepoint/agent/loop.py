@@ -86,9 +86,7 @@ class Agent:
                 if shutdown.requested():
                     raise Interrupted("stopped between steps; the run resumes from here on restart")
                 turn = session.next_turn
-                session.step = turn + 1
-                session.pending = []
-                session.checkpoint("before_step")
+                session.begin_turn(turn)
                 failpoints.hit("before_step")
                 overrides = inbox.overrides(session)
                 context = build_context(
@@ -104,9 +102,7 @@ class Agent:
                     reply = self.provider.complete(context, turn, stream)
                 failpoints.hit("after_model")
                 calls = [_on_this_branch(session, call) for call in reply.tool_calls]
-                session.add_message("assistant", reply.text, tool_calls=tuple(calls), turn=turn)
-                session.next_turn = turn + 1
-                session.pending = list(calls)
+                session.answered(reply.text, calls, turn)
                 if stream is not None and stream.started and calls:
                     # The user saw this turn: a resume continues from it, its calls pending, and never asks the
                     # model for it again. Durable before the flag that guards it is cleared.

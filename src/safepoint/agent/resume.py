@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from safepoint.agent.context import RECOVERY_NOTE
 from safepoint.core.note import recovery_note
-from safepoint.core.resume import CallReport, ResumePlan, expected_files, pending_calls, plan_resume, recent_calls
+from safepoint.core.resume import CallReport, ResumePlan, expected_files, plan_resume, recent_calls
 from safepoint.engine.session import RunSession
 from safepoint.errors import ResumeError, ToolFailure
 from safepoint.records import ToolLedgerEntry
@@ -72,24 +72,11 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     """Steps 4, 7 and 8: restore history and state, settle the interrupted calls, inject the recovery note."""
     at = plan.resume_from
     if at is None:
-        if session.history:
-            session.rewind(0, "", "no complete checkpoint")
-        session.add_message("user", session.info.task)  # the run starts over: the model needs its task first
-        session.step, session.next_turn, session.pending = 0, 0, []
+        session.start_over()
     else:
-        checkpoint = at.checkpoint
         if session.history != at.history:
-            session.rewind(checkpoint.history_len, checkpoint.checkpoint_id, "resume from checkpoint")
-            session.history = list(at.history)
-        session.step = checkpoint.step
-        session.next_turn = checkpoint.next_turn
-        session.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
-        if len(session.pending) != len(checkpoint.pending_tool_calls):
-            raise ResumeError(
-                f"checkpoint {checkpoint.checkpoint_id} names pending calls its history lacks; the run's log is damaged"
-            )
-        session.model = checkpoint.model
-        session.model_config = dict(checkpoint.model_config)
+            session.rewind(at.checkpoint.history_len, at.checkpoint.checkpoint_id, "resume from checkpoint")
+        session.return_to(at)
     session.event("running", f"resumed: {plan.why}")
     step_id = f"step_{session.step}"
     for call in list(session.pending):

@@ -15,7 +15,7 @@ import merge3
 import msgspec
 
 from safepoint.core.patches import unified_diff
-from safepoint.core.resume import is_internal, pending_calls
+from safepoint.core.resume import is_internal
 from safepoint.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
 from safepoint.engine.call_runner import expand_input
 from safepoint.engine.session import RunSession
@@ -299,10 +299,7 @@ def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool
     kept = {call.call_id for message in at.history for call in message.tool_calls}
     abandoned = tuple(c for c, e in session.ledger.items() if c not in kept and not is_internal(e))
     session.rewind(checkpoint.history_len, checkpoint_id, "restore_session", abandoned)
-    session.history = list(at.history)
-    session.step, session.next_turn = checkpoint.step, checkpoint.next_turn
-    session.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
-    session.model, session.model_config = checkpoint.model, dict(checkpoint.model_config)
+    session.return_to(at)
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
     session.event("interrupted", f"session restored to {checkpoint_id}; `safepoint resume` continues from there")
     # What was in flight belonged to the branch left behind: a restart must not judge the new one by it.

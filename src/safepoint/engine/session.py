@@ -27,7 +27,7 @@ from safepoint.core.hashing import idempotency_key
 from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
-from safepoint.core.run_view import RunView, build_view
+from safepoint.core.run_view import CheckpointAt, RunView, build_view
 from safepoint.engine.call_runner import CallRunner
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
@@ -38,6 +38,7 @@ from safepoint.engine.log_writer import LogWriter, now
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
 from safepoint.engine.restart_writer import RestartWriter
 from safepoint.engine.tools import ToolContext, ToolRegistry
+from safepoint.errors import ResumeError
 from safepoint.protocol import ControlSeen, ExecutionConfig
 from safepoint.records import (
     Checkpoint,
@@ -76,7 +77,6 @@ class RunSession:
         self.base_workspace = workspace
         self.workspace = workspace  # staging in the run's scratch folder once started
         self.processes = ProcessNotes(None)
-        self.killed_leftovers: list[int] = []
         self.closed = False
         # the conversation ------------------------------------------------------------------------------------
         self.history: list[Message] = list(view.history)
@@ -188,8 +188,8 @@ class RunSession:
         if self.read_only:
             return
         scratch = self.store.scratch_dir(self.info.run_id)
-        if scratch is not None:
-            self.killed_leftovers = kill_leftovers(scratch)
+        if scratch is not None and (killed := kill_leftovers(scratch)):
+            self.log.trace("leftovers_killed", pids=killed)
         self.workspace = self.files.workspace = self.base_workspace.for_run(scratch)
         self.processes = ProcessNotes(scratch)
         self.heartbeat.start()
@@ -307,6 +307,37 @@ class RunSession:
             self.restores += 1  # the branch number: the calls repeated on it get new ids
             for call_id in abandoned:
                 self.abandoned.setdefault(call_id, self.restores)
+
+    def return_to(self, at: CheckpointAt) -> None:
+        """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch)."""
+        checkpoint = at.checkpoint
+        self.history = list(at.history)
+        self.step, self.next_turn = checkpoint.step, checkpoint.next_turn
+        self.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
+        if len(self.pending) != len(checkpoint.pending_tool_calls):
+            raise ResumeError(
+                f"checkpoint {checkpoint.checkpoint_id} names pending calls its history lacks; the run's log is damaged"
+            )
+        self.model, self.model_config = checkpoint.model, dict(checkpoint.model_config)
+
+    def start_over(self) -> None:
+        """No complete checkpoint to go back to: the run starts again from its task."""
+        if self.history:
+            self.rewind(0, "", "no complete checkpoint")
+        self.add_message("user", self.info.task)  # the model needs its task first
+        self.step, self.next_turn, self.pending = 0, 0, []
+
+    def begin_turn(self, turn: int) -> None:
+        """A model turn starts (agent loop): its step, no call pending yet, the before-step checkpoint staged."""
+        self.step = turn + 1
+        self.pending = []
+        self.checkpoint("before_step")
+
+    def answered(self, text: str, calls: list[ToolCall], turn: int) -> None:
+        """The model's reply for ``turn``: its message, and its calls pending until each is settled."""
+        self.add_message("assistant", text, tool_calls=tuple(calls), turn=turn)
+        self.next_turn = turn + 1
+        self.pending = list(calls)
 
     def next_step(self) -> int:
         """Start the next step of an own loop (a model turn): the before-step checkpoint, durable on return."""
