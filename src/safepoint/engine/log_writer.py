@@ -9,8 +9,8 @@ Ordering rules (promise 1 and 6 rest on them):
   ``started`` before a tool runs). A failed append takes the sequence numbers back, so the in-memory log never
   runs ahead of the store.
 - ``durable=False`` writes without the fsync, for records whose loss a crash may bring (nothing of recovery hangs
-  on them). ``on_durable`` runs after each durable group: the session learns what a restart checkpoint may point
-  into.
+  on them). ``durable_seq`` is the last record a durable group covered (it covers every record before it too):
+  what a restart checkpoint may point into.
 - Trace events are observability, not recovery: they are batched (``TRACE_BATCH``) and written after a commit or
   on close, never inside the group; losing the last few to a crash costs nothing.
 
@@ -20,7 +20,6 @@ durable "soon" cannot order a tool run after it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,14 +40,14 @@ def now() -> str:
 class LogWriter:
     """Stages records with sequence numbers and group-commits them under the run's claim."""
 
-    def __init__(self, store: Store, claim: Claim, last_seq: int, *, on_durable: Callable[[], None] | None = None):
+    def __init__(self, store: Store, claim: Claim, last_seq: int) -> None:
         self.store = store
         self.claim = claim
         self.run_id = claim.run_id
         self.seq = last_seq  # the sequence number of the last record staged (durable once committed)
         self._buffer: list[LogRecord] = []
         self._trace: list[bytes] = []
-        self._on_durable = on_durable
+        self.durable_seq = last_seq
 
     def add(self, body: msgspec.Struct) -> int:
         """Stage a record; it becomes durable with the next ``commit``. Returns its sequence number."""
@@ -73,8 +72,8 @@ class LogWriter:
         except StoreError:
             self.seq -= len(records)
             raise
-        if durable and self._on_durable is not None:
-            self._on_durable()
+        if durable:
+            self.durable_seq = self.seq
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
 

@@ -17,6 +17,7 @@ workspace capture.
 
 from __future__ import annotations
 
+import bisect
 import os
 import uuid
 from typing import Any
@@ -80,7 +81,7 @@ class RunSession:
         self.closed = False
         # the conversation ------------------------------------------------------------------------------------
         self.history: list[Message] = list(view.history)
-        self.durable_history_len = len(self.history)  # what a restart checkpoint may point into
+        self._history_seqs = [0] * len(self.history)  # the log record of each message (0: loaded, durable)
         # Where the run stands, from its latest complete checkpoint: a session that only rolls back or resolves
         # writes checkpoints too, and they must not move the run back to its first step.
         latest = view.latest_complete_checkpoint()
@@ -100,7 +101,7 @@ class RunSession:
         self.control_seen: dict[int, ControlSeen] = dict(view.control_seen)
         self.git_dir = find_git_dir(workspace.root)
         # the parts ---------------------------------------------------------------------------------------------
-        self.log = LogWriter(store, claim, view.last_seq, on_durable=self._durable)
+        self.log = LogWriter(store, claim, view.last_seq)
         self.contents = Content(view.info.run_id, dict(view.blobs), dict(view.message_records), self.log.add)
         self.calls = LedgerMachine(
             view.info.run_id, dict(view.ledger), attempts(view.ledger_entries), dict(view.decisions), self.log.add
@@ -228,8 +229,10 @@ class RunSession:
                 self.store.release(self.claim)
 
     # records ------------------------------------------------------------------------------------------------
-    def _durable(self) -> None:
-        self.durable_history_len = len(self.history)
+    @property
+    def durable_history_len(self) -> int:
+        """How much of the history is durable: what a restart checkpoint may point into."""
+        return bisect.bisect_right(self._history_seqs, self.log.durable_seq)
 
     def commit(self, *, durable: bool = True) -> None:
         self.log.commit(durable=durable)
@@ -269,7 +272,9 @@ class RunSession:
     def add_message(self, role: Role, content: str, **fields: Any) -> Message:
         message = Message(seq=len(self.history), role=role, content=content, **fields)
         self.history.append(message)
-        self.contents.message_records[self.log.add(message)] = message
+        seq = self.log.add(message)
+        self._history_seqs.append(seq)
+        self.contents.message_records[seq] = message
         return message
 
     def tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
@@ -300,6 +305,7 @@ class RunSession:
 
     def rewind(self, history_len: int, checkpoint_id: str, reason: str, abandoned: tuple[str, ...] = ()) -> None:
         self.history = self.history[:history_len]
+        self._history_seqs = self._history_seqs[:history_len]
         self.log.add(
             Rewind(history_len=history_len, checkpoint_id=checkpoint_id, reason=reason, at=now(), abandoned=abandoned)
         )
@@ -312,6 +318,7 @@ class RunSession:
         """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch)."""
         checkpoint = at.checkpoint
         self.history = list(at.history)
+        self._history_seqs = [0] * len(self.history)  # as the log held it when the run was opened
         self.step, self.next_turn = checkpoint.step, checkpoint.next_turn
         self.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
         if len(self.pending) != len(checkpoint.pending_tool_calls):
