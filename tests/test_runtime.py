@@ -528,3 +528,26 @@ def test_a_refused_group_takes_its_sequence_numbers_back(workspace):
     writer.commit()  # nothing staged is left to write
     assert all(e.detail != "late" for e in load_view(tm.store, "r").events)
     run.session.heartbeat.stop()
+
+
+def test_a_value_lost_to_damage_is_none_and_the_call_is_not_run_again(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    runs: list[str] = []
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    def info(ctx: ToolContext) -> dict:
+        runs.append("info")
+        return {"marker": "UNIQUE-VALUE"}
+
+    run = tm.start("t", tools=[info], run_id="r")
+    assert run.call("info", {}, call_id="c1") == {"marker": "UNIQUE-VALUE"}
+    run.session.store.release(run.session.claim)
+    path = os.path.join(tm.store.run_dir("r"), "ledger.jsonl")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:  # the tool message's record is damaged: its checksum fails
+        handle.write(data.replace(b"UNIQUE-VALUE", b"UNIQUE-VALUX", 1))
+    with tm.resume("r", tools=[info]) as resumed:
+        result = resumed.call_result("info", {}, call_id="c1")
+    assert result.value is None and "lost to damage" in result.observation
+    assert runs == ["info"]  # never re-created by running the call again

@@ -437,11 +437,16 @@ class CallRunner:
         else:
             # Finished before the crash: the recorded observation, never a second run (promise 3), and never a
             # second copy of it on the branch.
-            message = (
-                self.conversation.on_branch(call.call_id)
-                or self._tool_message(call, self.content.load_result(entry.result_ref))[0]
-            )
-            value = recorded_value(message.content, entry.result_encoding) if entry.status == "succeeded" else None
+            on_branch = self.conversation.on_branch(call.call_id)
+            recorded = on_branch.content if on_branch else self.content.recorded(entry.result_ref)
+            if on_branch is not None:
+                message = on_branch
+            else:
+                text = recorded if recorded is not None else self.content.load_result(entry.result_ref)
+                message = self._tool_message(call, text)[0]
+            # A record lost to damage takes the value with it: None, and the observation says so.
+            succeeded = entry.status == "succeeded"
+            value = recorded_value(recorded, entry.result_encoding) if succeeded and recorded is not None else None
         self._settled(call)
         return CallResult(call.call_id, entry.status, value, message.content)
 

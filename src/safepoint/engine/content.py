@@ -44,10 +44,19 @@ class Content:
         return open_blob(blob)
 
     def load_result(self, ref: str | None) -> str:
-        """A call's recorded observation."""
+        """A call's recorded observation (or what became of it)."""
         if ref and ref.startswith("blob:") and ref[5:] in self.blobs:
             return self.get(ref[5:]).decode(errors="replace")
         return load_result(self.message_records, ref)
+
+    def recorded(self, ref: str | None) -> str | None:
+        """A call's recorded observation, None when damage lost it."""
+        if ref and ref.startswith("blob:"):
+            return self.get(ref[5:]).decode(errors="replace") if ref[5:] in self.blobs else None
+        message = (
+            self.message_records.get(int(ref[4:])) if ref and ref.startswith("log:") and ref[4:].isdigit() else None
+        )
+        return None if message is None else message.content
 
 
 def load_result(message_records: dict[int, Message], ref: str | None) -> str:
