@@ -98,8 +98,7 @@ class Agent:
                     self.provider.model = overrides.requested_model
                     session.model = overrides.requested_model
                 stream = VisibleStream(session, turn, self.output) if self.output is not None else None
-                with session.heartbeat.working():  # a long model call must not look like a dead owner to a reaper
-                    reply = self.provider.complete(context, turn, stream)
+                reply = self.provider.complete(context, turn, stream)  # the heartbeat thread beats meanwhile
                 failpoints.hit("after_model")
                 calls = [_on_this_branch(session, call) for call in reply.tool_calls]
                 session.answered(reply.text, calls, turn)

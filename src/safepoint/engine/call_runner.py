@@ -47,7 +47,6 @@ from safepoint.engine import failpoints
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
-from safepoint.engine.heartbeat import Heartbeat
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import LogWriter, now
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
@@ -232,7 +231,6 @@ class CallRunner:
         content: Content,
         conversation: Conversation,
         restart: RestartWrites,
-        heartbeat: Heartbeat,
         capture: Callable[[], CommandCapture],
         approval_mode: str,
     ) -> None:
@@ -243,7 +241,6 @@ class CallRunner:
         self.content = content
         self.conversation = conversation
         self.restart = restart
-        self.heartbeat = heartbeat
         self.capture = capture
         self.approval_mode = approval_mode
         self.approvals: ApprovalWaiter | None = None  # set by the layer that can wait (restart.approvals.attach)
@@ -262,8 +259,7 @@ class CallRunner:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(self._wait(request))
                 else:
-                    with self.heartbeat.working():
-                        request = driver.send(run_tool_sync(request))
+                    request = driver.send(run_tool_sync(request))
         except StopIteration as done:
             result: CallResult = done.value
             return result
@@ -286,8 +282,7 @@ class CallRunner:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(await asyncio.to_thread(self._wait, request))
                 else:
-                    with self.heartbeat.working():
-                        request = driver.send(await run_tool_async(request))
+                    request = driver.send(await run_tool_async(request))
         except StopIteration as done:
             result: CallResult = done.value
             return result

@@ -7,10 +7,8 @@ constructor, and stopped when the run closes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator
 
 from safepoint.errors import StaleGenerationError
 from safepoint.records import Claim
@@ -25,7 +23,6 @@ class Heartbeat:
     def __init__(self, store: Store, claim: Claim) -> None:
         self.store = store
         self.claim = claim
-        self.busy = 0  # stretches of work under way (a tool, a model call)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -37,15 +34,6 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
-
-    @contextlib.contextmanager
-    def working(self) -> Iterator[None]:
-        """Marks a stretch of work (a tool, a model call); the beat itself does not depend on it."""
-        self.busy += 1
-        try:
-            yield
-        finally:
-            self.busy -= 1
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):

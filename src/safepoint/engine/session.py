@@ -126,7 +126,6 @@ class RunSession:
             content=self.contents,
             conversation=self,
             restart=self.restart,
-            heartbeat=self.heartbeat,
             capture=self.capture,
             approval_mode=view.info.approval,
         )
