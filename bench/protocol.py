@@ -28,6 +28,7 @@ import measure
 import safepoint
 from safepoint.agent.loop import Agent
 from safepoint.providers.scripted import ScriptedProvider
+from safepoint.restart.checkpoint import loop_state
 from safepoint.restart.judge import judge
 from safepoint.standins.scenario import parse_scenario
 
@@ -43,7 +44,7 @@ def upserts(tm: safepoint.Safepoint, count: int) -> list[int]:
     restart = run.session.restart
     samples = []
     for turn in range(count):
-        payload = restart.loop_state(turn)
+        payload = loop_state(run.session, turn)
         start = time.perf_counter_ns()
         restart.write(payload)
         samples.append(time.perf_counter_ns() - start)

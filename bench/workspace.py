@@ -360,7 +360,7 @@ def command_case(
             t0 = clock()
             run.call("run_command", {"command": cmd}, call_id="first")
             start_total = clock() - t0
-            capture = run.session._capture
+            capture = run.session.capture_started
             watcher_active = capture is not None and capture.watcher is not None
             flusher.sample()
             for first in range(0, calls, BLOCK):
@@ -436,10 +436,10 @@ def storage_case(parent: str, tool: str) -> dict[str, Any]:
                 else:
                     args = {"command": f"sed -i '{number}s/.*/edited {number}/' big.txt"}
                 t0 = time.perf_counter_ns()
-                out = run.call(tool, args, call_id=f"e{k}")
+                out = run.call_result(tool, args, call_id=f"e{k}")
                 times.append(time.perf_counter_ns() - t0)
-                if out.startswith("error:"):
-                    raise SystemExit(f"storage {tool}: {out}")
+                if out.status != "succeeded":
+                    raise SystemExit(f"storage {tool}: {out.observation}")
                 now = sum(tree_bytes(run_dir).values())
                 growth.append(now - last)
                 last = now

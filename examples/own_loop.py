@@ -46,7 +46,8 @@ PLAN = [
 def agent(run: safepoint.Run) -> None:
     for call_id, tool_name, args in PLAN[run.completed_steps :]:  # after a resume: from the interrupted step
         run.step()
-        observation = run.call(tool_name, args, call_id=call_id)  # ledgered: started is durable before it runs
+        # ledgered: started is durable before it runs; the observation is what a model would be shown
+        observation = run.call_result(tool_name, args, call_id=call_id).observation
         print(f"{call_id} {tool_name}: {observation.splitlines()[0]}")
         run.checkpoint()
     run.finish()
@@ -55,7 +56,7 @@ def agent(run: safepoint.Run) -> None:
 async def agent_async(run: safepoint.Run) -> None:
     for call_id, tool_name, args in PLAN[run.completed_steps :]:
         run.step()
-        observation = await run.acall(tool_name, args, call_id=call_id)
+        observation = (await run.acall_result(tool_name, args, call_id=call_id)).observation
         print(f"{call_id} {tool_name}: {observation.splitlines()[0]}")
         run.checkpoint()
     run.finish()

@@ -154,7 +154,8 @@ def test_an_approval_wait_survives_a_restart_with_its_remaining_timeout_and_the_
     assert second.returncode == 0, err
     assert cli.sent() == 1  # approved once, dispatched once
     entry = load_view(cli.store(), "r").ledger["call_1"]
-    assert entry.status == "succeeded" and entry.decision and entry.decision.startswith("approved by user")
+    assert entry.status == "succeeded" and entry.decision == "approved"
+    assert entry.decision_reason and entry.decision_reason.startswith("approved by user")
     assert cli.checkpoint("r") is None  # the run completed: no work in flight
 
 

@@ -248,7 +248,7 @@ def test_compensation_runs_once_and_links_to_the_original(workspace):
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", tools=[create_issue], run_id="r") as run:
         run.call("create_issue", {"title": "x"}, call_id="c1")
-        run.call("read_file", {"path": "nothing"}, call_id="c2")
+        run.call_result("read_file", {"path": "nothing"}, call_id="c2")  # fails: nothing to compensate
     assert tm.compensate("r", "c1", tools=[create_issue]) == "closed ISSUE-1"
     assert issues == {"ISSUE-1": "closed"}
     with pytest.raises(safepoint.ResumeError, match="at most once"):

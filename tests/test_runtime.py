@@ -6,13 +6,16 @@ import asyncio
 import json
 import os
 import subprocess
+import threading
 
 import pytest
 
 import safepoint
-from safepoint.engine.session import load_view
+from safepoint.engine.log_writer import LogWriter
+from safepoint.engine.session import RunSession, load_view
 from safepoint.engine.tools import ToolContext
 from safepoint.errors import RunLockedError, StaleGenerationError, ToolRegistrationError
+from safepoint.records import RunEvent
 from safepoint.standins.scenario import parse_scenario
 
 from .conftest import PY, ROOT, cli_env
@@ -71,8 +74,9 @@ def test_paths_outside_the_workspace_are_refused(workspace, tmp_path):
     os.symlink(tmp_path / "secret", workspace / "link")
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
-        assert "outside the workspace" in run.call("write_file", {"path": "../evil", "content": "x"})
-        assert "outside the workspace" in run.call("read_file", {"path": "link"})
+        assert "outside the workspace" in run.call_result("write_file", {"path": "../evil", "content": "x"}).observation
+        with pytest.raises(safepoint.ToolFailure, match="outside the workspace"):
+            run.call("read_file", {"path": "link"})
     assert not (tmp_path / "evil").exists()
     assert load_view(tm.store, "r").ledger["auto_0_1"].status == "failed"
 
@@ -117,11 +121,11 @@ def test_a_probe_settles_an_uncertain_write_without_running_it_again(workspace):
     run.session.store.release(run.session.claim)
     resumed = tm.resume("r", tools=[create])
     with resumed:
-        observation = resumed.call("create", {}, call_id="c1")
+        observation = resumed.call_result("create", {}, call_id="c1").observation
     assert writes == [1]
     assert "effect is in place" in observation
     entry = load_view(tm.store, "r").ledger["c1"]
-    assert entry.status == "succeeded" and entry.decision == "probe"
+    assert entry.status == "succeeded" and entry.decision == "probe" and entry.decision_reason
 
 
 def test_an_ask_call_waits_for_a_decision(workspace):
@@ -140,7 +144,9 @@ def test_an_ask_call_waits_for_a_decision(workspace):
     assert load_view(tm.store, "r").status == "waiting_decision"
     resumed = tm.resume("r", tools=[charge], skip=["c1"])
     with resumed:
-        assert "NOT run again" in resumed.call("charge", {}, call_id="c1")
+        result = resumed.call_result("charge", {}, call_id="c1")
+        assert "NOT run again" in result.observation and result.status == "uncertain" and result.value is None
+    assert load_view(tm.store, "r").ledger["c1"].decision == "skip"
 
 
 def test_registration_refuses_non_idempotent_auto():
@@ -157,7 +163,7 @@ def test_run_command_is_classified_per_input_and_long_output_is_kept(workspace):
         run.call("run_command", {"command": "ls"}, call_id="c1")
         run.call("run_command", {"command": "echo x > out.txt"}, call_id="c2")
         long = run.call("run_command", {"command": "seq 1 20000"}, call_id="c3")
-        failed = run.call("run_command", {"command": "exit 3"}, call_id="c4")
+        failed = run.call_result("run_command", {"command": "exit 3"}, call_id="c4").observation
     ledger = load_view(tm.store, "r").ledger
     assert (ledger["c1"].idempotency, ledger["c1"].replay_policy) == ("idempotent", "auto")
     assert ledger["c2"].idempotency != "idempotent" and ledger["c2"].replay_policy != "auto"
@@ -173,7 +179,8 @@ def test_apply_patch_is_conditional_on_its_base(workspace):
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         assert run.call("apply_patch", {"patch": patch}, call_id="c1").startswith("applied")
-        assert run.call("apply_patch", {"patch": patch}, call_id="c2").startswith("error: patch does not apply")
+        refused = run.call_result("apply_patch", {"patch": patch}, call_id="c2")
+        assert refused.observation.startswith("error: patch does not apply") and refused.status == "failed"
     assert (workspace / "a.txt").read_text() == "one\nTWO\n"
 
 
@@ -190,7 +197,7 @@ def test_every_recorded_version_is_reproduced_exactly(workspace):
         session = run.session
         for patch, expected in zip(session.patches, versions, strict=True):
             assert session.files.version("big.txt", patch.after_hash) == expected.encode()
-        stored = sum(len(b.data) for b in session.blobs.values())
+        stored = sum(len(b.data) for b in session.contents.blobs.values())
     assert stored < len(versions[0]) * 2  # 21 versions, far less than 21 copies
 
 
@@ -203,11 +210,84 @@ def test_async_calls_share_the_sync_implementation(workspace):
         return n * 2
 
     async def go(run):
-        return [await run.acall("fetch", {"n": 21}, call_id="a1"), await run.acall("read_file", {"path": "x"})]
+        return [await run.acall("fetch", {"n": 21}, call_id="a1"), await run.acall_result("read_file", {"path": "x"})]
 
     with tm.start("t", tools=[fetch], run_id="r") as run:
         results = asyncio.run(go(run))
-    assert results[0] == "42" and results[1].startswith("error:")
+    assert results[0] == 42 and results[1].observation.startswith("error:") and results[1].status == "failed"
+
+
+def test_a_call_returns_the_tools_own_value_and_the_same_value_after_a_crash(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    runs: list[str] = []
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    def count(ctx: ToolContext) -> int:
+        runs.append("count")
+        return 5
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    def info(ctx: ToolContext) -> dict:
+        runs.append("info")
+        return {"n": 1, "tags": ["a", "b"]}
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    def nothing(ctx: ToolContext) -> None:
+        runs.append("nothing")
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    def text(ctx: ToolContext) -> str:
+        runs.append("text")
+        return "5"
+
+    tools = [count, info, nothing, text]
+    run = tm.start("t", tools=tools, run_id="r")
+    first = [run.call(name, {}, call_id=name) for name in ("count", "info", "nothing", "text")]
+    assert first == [5, {"n": 1, "tags": ["a", "b"]}, None, "5"]
+    assert run.call_result("count", {}, call_id="count").observation == "5"  # what the model sees
+    run.session.store.release(run.session.claim)  # the process "dies" without closing
+    resumed = tm.resume("r", tools=tools)
+    with resumed:
+        again = [resumed.call(name, {}, call_id=name) for name in ("count", "info", "nothing", "text")]
+        results = [resumed.call_result(name, {}, call_id=name) for name in ("count", "info", "nothing", "text")]
+    assert again == first  # recorded values, types kept: 5 is an int, "5" a str
+    assert [r.observation for r in results] == ["5", '{"n":1,"tags":["a","b"]}', "ok", "5"]
+    assert runs == ["count", "info", "nothing", "text"]  # never run twice
+
+
+def test_async_call_values_survive_a_crash_too(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    async def pair(ctx: ToolContext) -> list:
+        return [1, 2]
+
+    run = tm.start("t", tools=[pair], run_id="r")
+    assert asyncio.run(run.acall("pair", {}, call_id="p")) == [1, 2]
+    run.session.store.release(run.session.claim)
+    with tm.resume("r", tools=[pair]) as resumed:
+        assert asyncio.run(resumed.acall("pair", {}, call_id="p")) == [1, 2]
+
+
+def test_a_tool_is_told_which_attempt_it_is(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    seen: list[int] = []
+
+    @safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+    def lookup(ctx: ToolContext) -> int:
+        seen.append(ctx.attempt)
+        if len(seen) < 3:
+            raise Crash
+        return ctx.attempt
+
+    for _ in range(2):
+        run = tm.start("t", tools=[lookup], run_id="r") if not seen else tm.resume("r", tools=[lookup])
+        with pytest.raises(Crash):
+            run.call("lookup", {}, call_id="c1")
+        run.session.store.release(run.session.claim)  # the "dead" process's lock goes away
+    with tm.resume("r", tools=[lookup]) as resumed:
+        assert resumed.call("lookup", {}, call_id="c1") == 3
+    assert seen == [1, 2, 3]
 
 
 def test_a_second_writer_is_refused_and_a_fenced_writer_stops(workspace):
@@ -393,7 +473,7 @@ def test_ledgered_wraps_a_plain_function_sync_and_async(workspace):
 def test_a_call_id_reused_for_another_input_is_refused(workspace):
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
-        run.call("read_file", {"path": "a"}, call_id="c1")
+        run.call_result("read_file", {"path": "a"}, call_id="c1")
         with pytest.raises(safepoint.ResumeError, match="its own call id"):
             run.call("read_file", {"path": "b"}, call_id="c1")
 
@@ -406,8 +486,68 @@ def test_a_tool_that_raises_has_a_known_outcome_failed(workspace):
         raise ConnectionError("upstream said 503")
 
     with tm.start("t", tools=[flaky], run_id="r") as run:
-        assert run.call("flaky", {"n": 1}, call_id="c1") == "error: ConnectionError: upstream said 503"
-        assert run.call("flaky", {"m": 1}, call_id="c2").startswith("error: bad arguments for flaky")
+        assert (
+            run.call_result("flaky", {"n": 1}, call_id="c1").observation == "error: ConnectionError: upstream said 503"
+        )
+        with pytest.raises(safepoint.ToolFailure, match=r"^error: bad arguments for flaky"):
+            run.call("flaky", {"m": 1}, call_id="c2")
     ledger = load_view(tm.store, "r").ledger
     assert ledger["c1"].status == ledger["c2"].status == "failed"
     assert ledger["c1"].error == "ConnectionError: upstream said 503"
+
+
+def test_making_a_session_has_no_side_effects_and_opening_it_is_explicit(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    tm.start("t", run_id="r").close()
+    claim = tm.store.claim("r", "me")
+    beats = [t for t in threading.enumerate() if t.name == "heartbeat-r"]
+    session = RunSession(tm.store, claim, load_view(tm.store, "r"), tm.workspace, tm.registry())
+    try:
+        assert [t for t in threading.enumerate() if t.name == "heartbeat-r"] == beats  # no thread yet
+        assert session.capture_started is None and session.workspace is tm.workspace  # no capture, no staging
+        session.start()
+        assert len([t for t in threading.enumerate() if t.name == "heartbeat-r"]) == len(beats) + 1
+        assert session.capture_started is not None  # run_command captures: it watches from the start
+    finally:
+        session.close()
+
+
+def test_a_refused_group_takes_its_sequence_numbers_back(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    stale = run.session.claim
+    writer = LogWriter(tm.store, stale, run.session.log.seq)
+    before = writer.seq
+    tm.resume("r", takeover=True).close()  # a newer owner: this generation is fenced off
+    for _ in range(2):
+        writer.add(RunEvent(status="running", at="now", detail="late"))
+    assert writer.seq == before + 2
+    with pytest.raises(StaleGenerationError):
+        writer.commit()
+    assert writer.seq == before  # the in-memory log never runs ahead of the store
+    writer.commit()  # nothing staged is left to write
+    assert all(e.detail != "late" for e in load_view(tm.store, "r").events)
+    run.session.heartbeat.stop()
+
+
+def test_a_value_lost_to_damage_is_none_and_the_call_is_not_run_again(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    runs: list[str] = []
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    def info(ctx: ToolContext) -> dict:
+        runs.append("info")
+        return {"marker": "UNIQUE-VALUE"}
+
+    run = tm.start("t", tools=[info], run_id="r")
+    assert run.call("info", {}, call_id="c1") == {"marker": "UNIQUE-VALUE"}
+    run.session.store.release(run.session.claim)
+    path = os.path.join(tm.store.run_dir("r"), "ledger.jsonl")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:  # the tool message's record is damaged: its checksum fails
+        handle.write(data.replace(b"UNIQUE-VALUE", b"UNIQUE-VALUX", 1))
+    with tm.resume("r", tools=[info]) as resumed:
+        result = resumed.call_result("info", {}, call_id="c1")
+    assert result.value is None and "lost to damage" in result.observation
+    assert runs == ["info"]  # never re-created by running the call again

@@ -23,17 +23,17 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Literal
 
-from safepoint.agent.loop import Agent, Recovery
-from safepoint.agent.resume import resume_session
+from safepoint.agent.loop import Agent, Recovery, resume_session
 from safepoint.core.hashing import content_hash
 from safepoint.core.restart import RecoveryVerdict
 from safepoint.core.resume import ResumePlan, last_completed_step, plan_resume
 from safepoint.core.rollback import RollbackPlan
 from safepoint.engine import actions
 from safepoint.engine.builtin import builtin_registry
+from safepoint.engine.call_runner import CallResult
 from safepoint.engine.session import RunSession, load_view, now
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
-from safepoint.errors import ResumeError, ToolRegistrationError
+from safepoint.errors import ResumeError, ToolFailure, ToolRegistrationError
 from safepoint.protocol import SuccessorAccepted
 from safepoint.providers.base import Provider
 from safepoint.records import (
@@ -48,7 +48,7 @@ from safepoint.records import (
     RunStatus,
     ToolCall,
 )
-from safepoint.restart import control
+from safepoint.restart import approvals, control
 from safepoint.restart.judge import judge
 from safepoint.store.base import Store
 from safepoint.store.url import default_store_url, open_store
@@ -60,10 +60,23 @@ def new_run_id() -> str:
 
 
 class Run:
-    """An open run: its session (the only writer) plus conveniences for an own loop."""
+    """An open run: its session (the only writer) plus conveniences for an own loop.
+
+    Calls, in one shape: ``run.call(tool, args, call_id=...)`` returns the tool's own value (a tool returning
+    ``5`` gives ``5``, a dict gives the dict); if the call did not succeed (the tool raised, it was denied, or a
+    crash left it uncertain and it was not run again) it raises ``ToolFailure`` whose message is the observation.
+    ``run.call_result(...)`` never raises for those: it returns a ``CallResult`` with ``value``, ``observation``
+    (the text the model sees, ``error: ...`` for a failure) and ``status`` (the ledger's: ``succeeded``,
+    ``failed``, ``uncertain``). ``acall``/``acall_result`` are the same for asyncio.
+
+    After a crash, a call whose outcome was recorded returns the value it returned the first time, rebuilt from
+    the record: a ``str`` or ``None`` as it was, anything else as msgspec decodes its JSON (a tuple comes back as a
+    list, a Struct or dataclass as a dict). A call settled by its probe ran in a process that died with its
+    value: its ``value`` is ``None``. A tool's value that msgspec cannot encode makes the call ``failed``.
+    """
 
     def __init__(self, session: RunSession, recovery: Recovery | None = None) -> None:
-        self.session = session
+        self.session = approvals.attach(session)  # a high-risk call waits for `safepoint approve`
         self.recovery = recovery
         self._auto_ids = 0  # calls without an id are numbered per step, so a redone step gets the same ids
 
@@ -91,14 +104,21 @@ class Run:
             call_id = f"auto_{self.session.step}_{self._auto_ids}"
         return ToolCall(call_id=call_id, tool=tool, args=dict(args or {}))
 
-    def call(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
-        """Run a registered tool through the ledger; returns its observation (``error: ...`` on failure)."""
-        message = self.session.execute(self._call(tool, args, call_id), f"step_{self.session.step}")
-        return message.content
+    def call_result(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> CallResult:
+        """Run a registered tool through the ledger; returns what the call came to (see the class docstring)."""
+        return self.session.runner.execute(self._call(tool, args, call_id), f"step_{self.session.step}")
 
-    async def acall(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> str:
-        message = await self.session.aexecute(self._call(tool, args, call_id), f"step_{self.session.step}")
-        return message.content
+    def call(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> Any:
+        """Run a registered tool through the ledger; returns the tool's own value."""
+        return _value_of(self.call_result(tool, args, call_id=call_id))
+
+    async def acall_result(
+        self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None
+    ) -> CallResult:
+        return await self.session.runner.aexecute(self._call(tool, args, call_id), f"step_{self.session.step}")
+
+    async def acall(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> Any:
+        return _value_of(await self.acall_result(tool, args, call_id=call_id))
 
     def ledgered(
         self,
@@ -113,7 +133,8 @@ class Run:
         """Wrap a plain function (a framework's tool, say) so each call goes through the ledger.
 
         ``send = run.ledgered(send_email, idempotency="non_idempotent", replay_policy="never")`` then
-        ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper.
+        ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper. The wrapper
+        returns what ``fn`` returned (as ``call`` does) and raises ``ToolFailure`` when the call did not succeed.
         """
         if inspect.iscoroutinefunction(fn):
 
@@ -145,12 +166,12 @@ class Run:
             self.session.registry.register(wrapped)
         if wrapped.is_async:
 
-            async def acall(*, call_id: str | None = None, **kwargs: Any) -> str:
+            async def acall(*, call_id: str | None = None, **kwargs: Any) -> Any:
                 return await self.acall(wrapped.name, kwargs, call_id=call_id)
 
             return acall
 
-        def call(*, call_id: str | None = None, **kwargs: Any) -> str:
+        def call(*, call_id: str | None = None, **kwargs: Any) -> Any:
             return self.call(wrapped.name, kwargs, call_id=call_id)
 
         return call
@@ -161,12 +182,8 @@ class Run:
 
     def step(self) -> int:
         """Start the next step (a model turn); takes the before-step checkpoint."""
-        self.session.step += 1
-        self.session.next_turn = self.session.step
         self._auto_ids = 0
-        self.session.checkpoint("before_step")
-        self.session.commit()
-        return self.session.step
+        return self.session.next_step()
 
     def checkpoint(self) -> str:
         """An after-step checkpoint, durable on return."""
@@ -283,6 +300,7 @@ class Safepoint:
             takeover=takeover,
             watch=False,  # rollback, resolve, restore and compensate run no command
         )
+        approvals.attach(session)  # a compensation may wait for approval
         try:
             yield session
         finally:
@@ -404,6 +422,12 @@ class Safepoint:
 
     def close(self) -> None:
         self.store.close()
+
+
+def _value_of(result: CallResult) -> Any:
+    if result.status != "succeeded":
+        raise ToolFailure(result.observation)
+    return result.value
 
 
 def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | None) -> bool:

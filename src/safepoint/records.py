@@ -52,12 +52,24 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     args: dict[str, JSONValue] = msgspec.field(default_factory=dict)
 
 
+# How a call was settled other than by running to its end: approved/denied by a person, no answer in time
+# (timeout), the subagent's grant expired during the wait (grant_expired), its effect found by a probe (probe),
+# a person chose to run it again (replay) or not (skip), or it was reported uncertain and not repeated.
+LedgerDecision = Literal[
+    "approved", "denied", "timeout", "grant_expired", "probe", "replay", "skip", "report_uncertain"
+]
+ResultEncoding = Literal["text", "json", "none"]
+
+
 class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One state of one tool call (§8.2). The ledger appends a new entry per transition; the last one wins.
 
     Beyond the seed's fields: ``run_id``, the call's ``input`` (needed to re-run it), the stable
-    ``idempotency_key`` handed to the tool, ``planned_at``, ``error`` for a failed call and ``decision`` for a
-    call settled by a person or a probe after a crash.
+    ``idempotency_key`` handed to the tool, ``planned_at``, ``error`` for a failed call, ``decision`` (one of
+    ``LedgerDecision``) for a call settled by a person, an approval or a probe, with its free text in
+    ``decision_reason``, and ``result_encoding``: how the tool's own return value is rebuilt from its recorded
+    observation after a crash (``text``: the observation is the value; ``json``: msgspec JSON of the value;
+    ``none``: the tool returned None).
     """
 
     call_id: str
@@ -77,8 +89,10 @@ class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     idempotency_key: str = ""
     planned_at: str | None = None
     error: str | None = None
-    decision: str | None = None
+    decision: LedgerDecision | None = None
+    decision_reason: str | None = None  # who decided and why, in words (for reports and the recovery note)
     compensates: str | None = None  # for a compensating call: the ledger entry it compensates
+    result_encoding: ResultEncoding | None = None
 
 
 class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -98,7 +98,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
         # What a resume would decide: the built-in tools' probes too (they only read).
         reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True)
         for call_id, entry in reader.ledger.items():
-            if entry.status == "started" and reader.current_decision(call_id) is None:
+            if entry.status == "started" and reader.calls.current_decision(call_id) is None:
                 found = reader.probe(entry)
                 if found is not None:
                     probes[call_id] = found

@@ -1,20 +1,40 @@
-"""The agent loop (model -> tool calls -> ledgered execution -> observations) and resume (§8.6, all eight steps)."""
+"""Running an agent: the loop (model -> tool calls -> ledgered execution -> observations), resuming a run
+(judge, claim, then ``agent.resume``'s steps), and how a subagent's run is started or resumed.
+
+``agent.subagents`` holds the spawn tool; it is handed ``Children`` (this module's ``AgentChildren``) instead of
+importing the loop, so the three modules import one way: loop -> resume, subagents.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from safepoint.agent.context import RECOVERY_NOTE, build_context
+from safepoint.agent.context import build_context
+from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
-from safepoint.core.note import recovery_note
-from safepoint.core.resume import CallReport, ResumePlan, expected_files, pending_calls, plan_resume, recent_calls
-from safepoint.engine import failpoints, shutdown
-from safepoint.engine.session import RunSession
-from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, RunCancelled, ToolFailure, WorkVoided
+from safepoint.core.resume import last_completed_step
+from safepoint.engine import actions, failpoints, shutdown
+from safepoint.engine.session import RunSession, holder_id
+from safepoint.engine.tools import ToolRegistry
+from safepoint.errors import (
+    DecisionNeeded,
+    Interrupted,
+    RecoveryClosedError,
+    ResumeError,
+    RunCancelled,
+    WorkVoided,
+)
+from safepoint.protocol import TERMINAL_STATUS_RESTART
 from safepoint.providers.base import Provider
-from safepoint.records import RunStatus, ToolCall, ToolLedgerEntry
-from safepoint.restart import inbox
+from safepoint.providers.select import provider_for
+from safepoint.records import RunStatus, ToolCall
+from safepoint.restart import approvals, inbox
+from safepoint.restart.checkpoint import loop_state
+from safepoint.restart.judge import close_after_restart, judge, report_of
+from safepoint.store.base import Store
+from safepoint.workspace.files import Workspace
+
+__all__ = ["Agent", "AgentChildren", "Recovery", "VisibleStream", "resume_session"]
 
 
 class VisibleStream:
@@ -31,8 +51,7 @@ class VisibleStream:
         if not chunk:
             return
         if not self.started:
-            restart = self.session.restart
-            restart.write(restart.loop_state(self.turn, visible_output_started=True))
+            self.session.restart.write(loop_state(self.session, self.turn, visible_output_started=True))
             self.started = True
         self.sink(chunk)
         failpoints.hit("visible_output")
@@ -52,10 +71,9 @@ class Agent:
         self.provider = provider
         self.system = system
         self.output = output  # where streamed text is shown (None: nothing is streamed to anyone)
+        approvals.attach(session)  # a high-risk call waits for `safepoint approve`
         if subagents and SPAWN_SUBAGENT not in session.registry:
-            from safepoint.providers.select import provider_for
-
-            session.registry.put(subagent_tool(session, provider_for, output))
+            session.registry.put(subagent_tool(session, provider_for, AgentChildren(output)))
 
     def run(self) -> RunStatus:
         """Run until the model answers without tool calls (and no submission is queued). Returns the status."""
@@ -68,9 +86,7 @@ class Agent:
                 if shutdown.requested():
                     raise Interrupted("stopped between steps; the run resumes from here on restart")
                 turn = session.next_turn
-                session.step = turn + 1
-                session.pending = []
-                session.checkpoint("before_step")
+                session.begin_turn(turn)
                 failpoints.hit("before_step")
                 overrides = inbox.overrides(session)
                 context = build_context(
@@ -82,13 +98,10 @@ class Agent:
                     self.provider.model = overrides.requested_model
                     session.model = overrides.requested_model
                 stream = VisibleStream(session, turn, self.output) if self.output is not None else None
-                with session.heartbeats():  # a long model call must not look like a dead owner to a reaper
-                    reply = self.provider.complete(context, turn, stream)
+                reply = self.provider.complete(context, turn, stream)  # the heartbeat thread beats meanwhile
                 failpoints.hit("after_model")
                 calls = [_on_this_branch(session, call) for call in reply.tool_calls]
-                session.add_message("assistant", reply.text, tool_calls=tuple(calls), turn=turn)
-                session.next_turn = turn + 1
-                session.pending = list(calls)
+                session.answered(reply.text, calls, turn)
                 if stream is not None and stream.started and calls:
                     # The user saw this turn: a resume continues from it, its calls pending, and never asks the
                     # model for it again. Durable before the flag that guards it is cleared.
@@ -102,20 +115,20 @@ class Agent:
                     session.event("completed", reply.text[:200])
                     session.restart.delete()
                     return "completed"
-                session.restart.write(session.restart.loop_state(turn))
+                session.restart.write(loop_state(session, turn))
                 for call in calls:
                     if not overrides.allows(call.tool, session):
-                        session.refuse(
+                        session.runner.refuse(
                             call,
                             f"step_{session.step}",
                             f"tool {call.tool!r} is not granted to this run now (not in its grants, or they expired)",
                         )
                         continue
-                    session.execute(call, f"step_{session.step}")
+                    session.runner.execute(call, f"step_{session.step}")
                 session.checkpoint("after_step")
                 session.commit()
                 failpoints.hit("after_step")
-                session.flush_trace()
+                session.log.flush_trace()
         except DecisionNeeded as exc:
             session.event("waiting_decision", str(exc))
             return "waiting_decision"
@@ -139,96 +152,89 @@ def _on_this_branch(session: RunSession, call: ToolCall) -> ToolCall:
     return ToolCall(call_id=f"{call.call_id}~b{session.restores}", tool=call.tool, args=call.args)
 
 
-def _left_behind(session: RunSession) -> list[ToolLedgerEntry]:
-    """The calls a restore_session just left on the abandoned branch (when that restore is what is resumed)."""
-    events = session.view.events
-    if not session.view.restores or not events or not events[-1].detail.startswith("session restored"):
-        return []
-    return [session.ledger[c] for c in session.view.restores[-1].abandoned if c in session.ledger]
+class AgentChildren:
+    """How the spawn tool runs a child: with this loop, streaming to the same place (``subagents.Children``)."""
+
+    def __init__(self, output: Callable[[str], None] | None) -> None:
+        self.output = output
+
+    def run(self, child: RunSession, provider: Provider, system: str) -> RunStatus:
+        return Agent(child, provider, system=system, output=self.output).run()
+
+    def resume(
+        self, store: Store, child_id: str, workspace: Workspace, registry: ToolRegistry, model: str
+    ) -> RunSession:
+        # The parent's current owner is the only one entitled to its children: any other holder is stale.
+        child, _ = resume_session(store, child_id, workspace, registry, takeover=True, model=model)
+        return child
 
 
-@dataclass(frozen=True)
-class Recovery:
-    plan: ResumePlan
-    note: str
+def resume_session(
+    store: Store,
+    run_id: str,
+    workspace: Workspace,
+    registry: ToolRegistry,
+    *,
+    replay: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
+    takeover: bool = False,
+    model: str | None = None,
+    output: Callable[[str], None] | None = None,
+) -> tuple[RunSession, Recovery | None]:
+    """The open session and what was recovered (None: a finished run goes on with newly submitted input).
 
-
-def workspace_hashes(session: RunSession) -> dict[str, str | None]:
-    hashes = {}
-    for path in expected_files(session.view):
+    Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
+    ``DecisionNeeded`` when a call may have taken effect and a person must decide."""
+    owner = store.owner(run_id)
+    if owner is not None and owner.terminal_at is not None and store.read_restart_checkpoint(run_id) is None:
+        # Closed, and its cleanup finished: nothing to claim, nothing to record again.
+        raise RecoveryClosedError(
+            f"run {run_id!r} is closed ({owner.terminal_status}, at {owner.terminal_at}); it is never resumed. "
+            f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
+        )
+    # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
+    claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
+    try:
+        judged = judge(store, run_id, resuming_model=model)
+    except BaseException:
+        store.release(claim)
+        raise
+    if not judged.verdict.resumable:
         try:
-            hashes[path] = session.workspace.hash(path)
-        except ToolFailure:
-            hashes[path] = None
-    return hashes
-
-
-def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> ResumePlan:
-    """Steps 1-3 and 5-6: checkpoint, integrity, workspace, last calls, replay decisions (nothing runs yet)."""
-    for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
-        entry = session.ledger.get(call_id)
-        if entry is None:
-            raise ResumeError(f"call {call_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`")
-        if entry.status == "uncertain":
-            raise ResumeError(
-                f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "
-                "the model decides whether to call it again"
+            close_after_restart(store, claim, judged)
+        finally:
+            store.release(claim)
+        raise RecoveryClosedError(
+            f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed: "
+            f"{TERMINAL_STATUS_RESTART} See `safepoint explain {run_id}`"
+        )
+    session = approvals.attach(RunSession.open(store, run_id, workspace, registry, claim=claim))
+    if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored
+        session.registry.put(subagent_tool(session, provider_for, AgentChildren(output)))
+    try:
+        session.add_record(report_of(judged.verdict, claim.generation, "resumed"))
+        session.restart.current = judged.verdict.payload  # what the wait or turn in flight goes on from
+        if session.view.status == "completed":
+            if inbox.has_submissions(session):
+                # The conversation goes on with what was submitted since; until it finishes again it is running,
+                # so a crash in between is resumed, not taken for a finished run.
+                session.event("running", "resumed: new input was submitted")
+                return session, None
+            raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
+        actions.finish_interrupted(session)  # a rollback or resolution a crash cut short is finished first
+        plan = prepare_resume(session, replay=replay, skip=skip)
+        if plan.needs_decision:
+            waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)
+            session.event("waiting_decision", waiting)
+            raise DecisionNeeded(
+                f"run {run_id!r} waits for a decision on {waiting}: "
+                "resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it"
             )
-        if entry.status != "started":
-            raise ResumeError(f"call {call_id!r} is {entry.status}, not uncertain: there is nothing to decide")
-        session.decide(call_id, choice)
-    probes = {}
-    for call_id, entry in session.ledger.items():
-        if entry.status == "started" and session.current_decision(call_id) is None:
-            found = session.probe(entry)
-            if found is not None:
-                probes[call_id] = found
-    return plan_resume(
-        session.view,
-        decisions={call_id: d for call_id, d in session.decisions.items() if session.current_decision(call_id)},
-        probes=probes,
-        workspace_hashes=workspace_hashes(session),
-    )
-
-
-def restore(session: RunSession, plan: ResumePlan) -> Recovery:
-    """Steps 4, 7 and 8: restore history and state, settle the interrupted calls, inject the recovery note."""
-    at = plan.resume_from
-    if at is None:
-        if session.history:
-            session.rewind(0, "", "no complete checkpoint")
-        session.add_message("user", session.info.task)  # the run starts over: the model needs its task first
-        session.step, session.next_turn, session.pending = 0, 0, []
-    else:
-        checkpoint = at.checkpoint
-        if session.history != at.history:
-            session.rewind(checkpoint.history_len, checkpoint.checkpoint_id, "resume from checkpoint")
-            session.history = list(at.history)
-        session.step = checkpoint.step
-        session.next_turn = checkpoint.next_turn
-        session.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
-        if len(session.pending) != len(checkpoint.pending_tool_calls):
-            raise ResumeError(
-                f"checkpoint {checkpoint.checkpoint_id} names pending calls its history lacks; the run's log is damaged"
-            )
-        session.model = checkpoint.model
-        session.model_config = dict(checkpoint.model_config)
-    session.event("running", f"resumed: {plan.why}")
-    step_id = f"step_{session.step}"
-    for call in list(session.pending):
-        session.execute(call, step_id)
-    # The note tells what actually happened: each call as the ledger has it now, with the decision taken.
-    left = _left_behind(session)
-    recent = [
-        CallReport(session.ledger.get(r.entry.call_id, r.entry), r.decision)
-        for r in recent_calls(plan)
-        if r.entry.call_id not in {entry.call_id for entry in left}
-    ]
-    summaries = {r.entry.call_id: session.load_result(r.entry.result_ref)[:300] for r in recent if r.entry.result_ref}
-    restored = (session.view.restores[-1].checkpoint_id, left) if left else None
-    note = recovery_note(plan, recent, summaries, restored=restored)
-    session.add_message("system", note, name=RECOVERY_NOTE)
-    # No after-step checkpoint here: the interrupted step ends when its loop says so, not when resume does.
-    session.commit()
-    session.trace("recovery_note", checkpoint_id=at.checkpoint.checkpoint_id if at else None)
-    return Recovery(plan, note)
+        recovery = restore(session, plan)
+        # An own loop numbers its steps itself: it continues after the last completed one.
+        session.step = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
+    except BaseException:
+        session.commit()
+        session.close()
+        raise
+    return session, recovery

@@ -1,91 +1,100 @@
-"""Resume after a crash or a restart (seed 003 §6 for one run, then §8.6 of seed 000): judge the run, claim it
-(a restart raises the generation), and either close it (§5) or restore it and settle its interrupted calls."""
+"""Resume's steps on an open session (§8.6 of seed 000, all eight): restore the history and run state of the
+latest complete checkpoint, settle the interrupted calls, and tell the model what happened (the recovery note).
+Judging and claiming the run come first (``agent.loop.resume_session``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
-from safepoint.agent.loop import Recovery, prepare_resume, restore
-from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
-from safepoint.core.resume import last_completed_step
-from safepoint.engine import actions
-from safepoint.engine.session import RunSession, holder_id
-from safepoint.engine.tools import ToolRegistry
-from safepoint.errors import DecisionNeeded, RecoveryClosedError, ResumeError
-from safepoint.protocol import TERMINAL_STATUS_RESTART
-from safepoint.providers.select import provider_for
-from safepoint.restart import inbox
-from safepoint.restart.judge import close_after_restart, judge, report_of
-from safepoint.store.base import Store
-from safepoint.workspace.files import Workspace
+from safepoint.agent.context import RECOVERY_NOTE
+from safepoint.core.note import recovery_note
+from safepoint.core.resume import CallReport, ResumePlan, expected_files, plan_resume, recent_calls
+from safepoint.engine.session import RunSession
+from safepoint.errors import ResumeError, ToolFailure
+from safepoint.records import ToolLedgerEntry
 
 
-def resume_session(
-    store: Store,
-    run_id: str,
-    workspace: Workspace,
-    registry: ToolRegistry,
-    *,
-    replay: tuple[str, ...] = (),
-    skip: tuple[str, ...] = (),
-    takeover: bool = False,
-    model: str | None = None,
-    output: Callable[[str], None] | None = None,
-) -> tuple[RunSession, Recovery | None]:
-    """The open session and what was recovered (None: a finished run goes on with newly submitted input).
+def _left_behind(session: RunSession) -> list[ToolLedgerEntry]:
+    """The calls a restore_session just left on the abandoned branch (when that restore is what is resumed)."""
+    events = session.view.events
+    if not session.view.restores or not events or not events[-1].detail.startswith("session restored"):
+        return []
+    return [session.ledger[c] for c in session.view.restores[-1].abandoned if c in session.ledger]
 
-    Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
-    ``DecisionNeeded`` when a call may have taken effect and a person must decide."""
-    owner = store.owner(run_id)
-    if owner is not None and owner.terminal_at is not None and store.read_restart_checkpoint(run_id) is None:
-        # Closed, and its cleanup finished: nothing to claim, nothing to record again.
-        raise RecoveryClosedError(
-            f"run {run_id!r} is closed ({owner.terminal_status}, at {owner.terminal_at}); it is never resumed. "
-            f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
-        )
-    # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
-    claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
-    try:
-        judged = judge(store, run_id, resuming_model=model)
-    except BaseException:
-        store.release(claim)
-        raise
-    if not judged.verdict.resumable:
+
+@dataclass(frozen=True)
+class Recovery:
+    plan: ResumePlan
+    note: str
+
+
+def workspace_hashes(session: RunSession) -> dict[str, str | None]:
+    hashes = {}
+    for path in expected_files(session.view):
         try:
-            close_after_restart(store, claim, judged)
-        finally:
-            store.release(claim)
-        raise RecoveryClosedError(
-            f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed: "
-            f"{TERMINAL_STATUS_RESTART} See `safepoint explain {run_id}`"
-        )
-    session = RunSession.open(store, run_id, workspace, registry, claim=claim)
-    if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored
-        session.registry.put(subagent_tool(session, provider_for, output))
-    try:
-        session.add_record(report_of(judged.verdict, claim.generation, "resumed"))
-        session.restart.current = judged.verdict.payload
-        if session.view.status == "completed":
-            if inbox.has_submissions(session):
-                # The conversation goes on with what was submitted since; until it finishes again it is running,
-                # so a crash in between is resumed, not taken for a finished run.
-                session.event("running", "resumed: new input was submitted")
-                return session, None
-            raise ResumeError(f"run {run_id!r} already completed; there is nothing to resume")
-        actions.finish_interrupted(session)  # a rollback or resolution a crash cut short is finished first
-        plan = prepare_resume(session, replay=replay, skip=skip)
-        if plan.needs_decision:
-            waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)
-            session.event("waiting_decision", waiting)
-            raise DecisionNeeded(
-                f"run {run_id!r} waits for a decision on {waiting}: "
-                "resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it"
+            hashes[path] = session.workspace.hash(path)
+        except ToolFailure:
+            hashes[path] = None
+    return hashes
+
+
+def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> ResumePlan:
+    """Steps 1-3 and 5-6: checkpoint, integrity, workspace, last calls, replay decisions (nothing runs yet)."""
+    for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
+        entry = session.ledger.get(call_id)
+        if entry is None:
+            raise ResumeError(f"call {call_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`")
+        if entry.status == "uncertain":
+            raise ResumeError(
+                f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "
+                "the model decides whether to call it again"
             )
-        recovery = restore(session, plan)
-        # An own loop numbers its steps itself: it continues after the last completed one.
-        session.step = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
-    except BaseException:
-        session.commit()
-        session.close()
-        raise
-    return session, recovery
+        if entry.status != "started":
+            raise ResumeError(f"call {call_id!r} is {entry.status}, not uncertain: there is nothing to decide")
+        session.calls.decide(call_id, choice)
+    probes = {}
+    for call_id, entry in session.ledger.items():
+        if entry.status == "started" and session.calls.current_decision(call_id) is None:
+            found = session.probe(entry)
+            if found is not None:
+                probes[call_id] = found
+    return plan_resume(
+        session.view,
+        decisions={
+            call_id: d for call_id, d in session.calls.decisions.items() if session.calls.current_decision(call_id)
+        },
+        probes=probes,
+        workspace_hashes=workspace_hashes(session),
+    )
+
+
+def restore(session: RunSession, plan: ResumePlan) -> Recovery:
+    """Steps 4, 7 and 8: restore history and state, settle the interrupted calls, inject the recovery note."""
+    at = plan.resume_from
+    if at is None:
+        session.start_over()
+    else:
+        if session.history != at.history:
+            session.rewind(at.checkpoint.history_len, at.checkpoint.checkpoint_id, "resume from checkpoint")
+        session.return_to(at)
+    session.event("running", f"resumed: {plan.why}")
+    step_id = f"step_{session.step}"
+    for call in list(session.pending):
+        session.runner.execute(call, step_id)
+    # The note tells what actually happened: each call as the ledger has it now, with the decision taken.
+    left = _left_behind(session)
+    recent = [
+        CallReport(session.ledger.get(r.entry.call_id, r.entry), r.decision)
+        for r in recent_calls(plan)
+        if r.entry.call_id not in {entry.call_id for entry in left}
+    ]
+    summaries = {
+        r.entry.call_id: session.contents.load_result(r.entry.result_ref)[:300] for r in recent if r.entry.result_ref
+    }
+    restored = (session.view.restores[-1].checkpoint_id, left) if left else None
+    note = recovery_note(plan, recent, summaries, restored=restored)
+    session.add_message("system", note, name=RECOVERY_NOTE)
+    # No after-step checkpoint here: the interrupted step ends when its loop says so, not when resume does.
+    session.commit()
+    session.trace("recovery_note", checkpoint_id=at.checkpoint.checkpoint_id if at else None)
+    return Recovery(plan, note)

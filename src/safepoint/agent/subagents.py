@@ -16,22 +16,36 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
+from safepoint.engine.session import RunSession, load_view, now
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
-from safepoint.errors import Interrupted, RecoveryClosedError, RunNotFoundError, ToolFailure
+from safepoint.errors import DecisionNeeded, Interrupted, RecoveryClosedError, RunNotFoundError, ToolFailure
 from safepoint.protocol import SELF_HEALING_PROMPT, SubagentSpawned
 from safepoint.providers.base import Provider
-from safepoint.records import RunInfo
+from safepoint.records import RunInfo, RunStatus
 from safepoint.restart.judge import tell_parent
-
-if TYPE_CHECKING:
-    from safepoint.engine.session import RunSession
+from safepoint.store.base import Store
+from safepoint.workspace.files import Workspace
 
 SPAWN_SUBAGENT = "spawn_subagent"
 ProviderFactory = Callable[[RunInfo], tuple[Provider, str]]
+
+
+class Children(Protocol):
+    """How a child run is driven: the agent loop hands its own (``agent.loop.AgentChildren``)."""
+
+    def run(self, child: RunSession, provider: Provider, system: str) -> RunStatus:
+        """Run the child's loop to its end; returns its status."""
+        ...
+
+    def resume(
+        self, store: Store, child_id: str, workspace: Workspace, registry: ToolRegistry, model: str
+    ) -> RunSession:
+        """Resume an existing child through restart recovery (raises ``RecoveryClosedError`` if it closed it)."""
+        ...
 
 
 def _granted(parent: RunSession, requested: list[str] | None) -> tuple[str, ...]:
@@ -57,14 +71,8 @@ def _stopped(child_id: str, why: str) -> ToolFailure:
     return ToolFailure(f"{SELF_HEALING_PROMPT} (subtask {child_id}: {why})")
 
 
-def subagent_tool(
-    parent: RunSession, child_provider: ProviderFactory, output: Callable[[str], None] | None = None
-) -> Tool:
-    """The tool, bound to one parent session, a way to build the child's model, and where streamed text goes."""
-    from safepoint.agent.loop import Agent
-    from safepoint.agent.resume import resume_session
-    from safepoint.engine.session import RunSession, load_view, now
-    from safepoint.errors import DecisionNeeded
+def subagent_tool(parent: RunSession, child_provider: ProviderFactory, children: Children) -> Tool:
+    """The tool, bound to one parent session, a way to build the child's model, and how a child is driven."""
 
     def registry_for(info: RunInfo) -> ToolRegistry:
         # Never the parent's spawn_subagent: it is bound to the parent. A child allowed to spawn gets its own,
@@ -74,7 +82,7 @@ def subagent_tool(
 
     def finish(child: RunSession, provider: Provider, system: str) -> str:
         try:
-            status = Agent(child, provider, system=system, output=output).run()
+            status = children.run(child, provider, system)
         finally:
             child.close()
         if status == "completed":
@@ -96,15 +104,7 @@ def subagent_tool(
             return _answer_of(view.history)
         provider, system = child_provider(view.info)
         try:
-            # The parent's current owner is the only one entitled to its children: any other holder is stale.
-            child, _ = resume_session(
-                parent.store,
-                child_id,
-                parent.workspace,
-                registry_for(view.info),
-                takeover=True,
-                model=provider.model,
-            )
+            child = children.resume(parent.store, child_id, parent.workspace, registry_for(view.info), provider.model)
         except RecoveryClosedError as exc:
             # Closed now or before (a close cut short is finished by that resume): the parent is told either way.
             tell_parent(parent.store, parent.info.run_id, child_id, view.info.parent_call_id or "", "closed")

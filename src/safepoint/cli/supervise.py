@@ -199,11 +199,12 @@ def register(app: typer.Typer, out: Console) -> None:
         shutdown.install()  # SIGTERM: stop at the next safe point, leave the restart checkpoint
         try:
             run_id, status = schedule.fire(
-                tm,
+                tm.store,
+                tm.workspace,
+                tm.registry(schedule.load_tools((*job.tools, *(tools or ())))),
                 job,
                 at,
                 attempt=attempt,
-                tools=schedule.load_tools((*job.tools, *(tools or ()))),
                 output=None if as_json else _write,
             )
         except RunExistsError:

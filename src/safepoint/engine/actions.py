@@ -15,8 +15,9 @@ import merge3
 import msgspec
 
 from safepoint.core.patches import unified_diff
-from safepoint.core.resume import is_internal, pending_calls
+from safepoint.core.resume import is_internal
 from safepoint.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
+from safepoint.engine.call_runner import expand_input
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
 from safepoint.errors import NoCompensatorError, ResumeError, ToolFailure
@@ -118,13 +119,13 @@ def rollback_files(session: RunSession, checkpoint_id: str, *, dry_run: bool = F
     for conflict in plan.conflicts:
         record_conflict(session, conflict.path, conflict.expected_hash, conflict.actual_hash, conflict.agent_patch_ref)
     if plan.actions:
-        session.registry_internal(rollback_tool(session))
+        session.registry.put(rollback_tool(session))
         call = ToolCall(
             call_id=_next_id(session, "rollback"),
             tool=ROLLBACK_TOOL,
             args={"checkpoint_id": checkpoint_id, "actions": msgspec.to_builtins(plan.actions)},
         )
-        session.execute(call, f"step_{session.step}")
+        session.runner.execute(call, f"step_{session.step}")
         entry = session.ledger[call.call_id]
         if entry.status != "succeeded":
             session.commit()
@@ -142,8 +143,8 @@ def finish_interrupted(session: RunSession) -> list[str]:
     for call_id, entry in list(session.ledger.items()):
         if entry.tool_name in (ROLLBACK_TOOL, RESOLVE_TOOL) and entry.status in ("started", "uncertain", "planned"):
             tool = rollback_tool(session) if entry.tool_name == ROLLBACK_TOOL else resolve_tool(session)
-            session.registry_internal(tool)
-            session.execute(ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
+            session.registry.put(tool)
+            session.runner.execute(ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
             finished.append(call_id)
     return finished
 
@@ -217,7 +218,7 @@ def resolve_tool(session: RunSession) -> Tool:
             record_conflict(session, path, conflict.expected_hash, now, conflict.agent_patch_ref)
             raise ToolFailure(f"{path} changed again after the resolution was chosen; it was left as it is")
         if now != (blob or ABSENT):
-            ctx.workspace.restore(path, session.content(blob) if blob else None, None)  # "" = must not exist
+            ctx.workspace.restore(path, session.contents.get(blob) if blob else None, None)  # "" = must not exist
         record_conflict(
             session,
             path,
@@ -269,11 +270,11 @@ def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> d
         data, clean = base, True  # what the rollback meant to do: the file as it was before the agent
     else:
         data, clean = merge_revert(base or b"", agent or b"", current or b"")
-    digest = "" if data is None else session.put_content(data)
-    session.registry_internal(resolve_tool(session))
+    digest = "" if data is None else session.contents.put(data)
+    session.registry.put(resolve_tool(session))
     args = {"path": path, "blob": digest, "expect": session.files.state(path).hash, "resolution": resolution}
     call = ToolCall(call_id=_next_id(session, "resolve"), tool=RESOLVE_TOOL, args=args)
-    session.execute(call, f"step_{session.step}")
+    session.runner.execute(call, f"step_{session.step}")
     entry = session.ledger[call.call_id]
     if entry.status != "succeeded":
         raise ResumeError(f"{path}: {entry.error or entry.status}; see `safepoint conflicts`")
@@ -298,10 +299,7 @@ def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool
     kept = {call.call_id for message in at.history for call in message.tool_calls}
     abandoned = tuple(c for c, e in session.ledger.items() if c not in kept and not is_internal(e))
     session.rewind(checkpoint.history_len, checkpoint_id, "restore_session", abandoned)
-    session.history = list(at.history)
-    session.step, session.next_turn = checkpoint.step, checkpoint.next_turn
-    session.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
-    session.model, session.model_config = checkpoint.model, dict(checkpoint.model_config)
+    session.return_to(at)
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
     session.event("interrupted", f"session restored to {checkpoint_id}; `safepoint resume` continues from there")
     # What was in flight belonged to the branch left behind: a restart must not judge the new one by it.
@@ -340,16 +338,16 @@ def compensate(
             f"{compensation_id} was interrupted and left as is (its outcome is unknown); check the external system"
         )
     if done is not None and done.status == "started" and decision is not None:
-        session.decide(compensation_id, decision)  # the interrupted compensation: run it again, or leave it
-    session.registry_internal(compensator_tool(session, tool))
-    message = session.execute(
+        session.calls.decide(compensation_id, decision)  # the interrupted compensation: run it again, or leave it
+    session.registry.put(compensator_tool(session, tool))
+    result = session.runner.execute(
         ToolCall(
             call_id=compensation_id, tool=COMPENSATE_PREFIX + tool.name, args={"ledger_entry_id": ledger_entry_id}
         ),
         f"step_{session.step}",
     )
     session.commit()
-    return message.content
+    return result.observation
 
 
 def compensator_tool(session: RunSession, tool: Tool) -> Tool:
@@ -358,7 +356,11 @@ def compensator_tool(session: RunSession, tool: Tool) -> Tool:
 
     def run(ctx: ToolContext, ledger_entry_id: str) -> Any:
         original = session.ledger[ledger_entry_id]
-        return compensator(ctx, session.call_input(original), session.load_result(original.result_ref))
+        return compensator(
+            ctx,
+            expand_input(original, session.files, session.contents),
+            session.contents.load_result(original.result_ref),
+        )
 
     definition = tool.compensator_definition or ToolDefinition(
         name="", idempotency="non_idempotent", replay_policy="ask", risk_level="medium"

@@ -21,20 +21,17 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from safepoint.core.hashing import content_hash
 from safepoint.core.rollback import UNKNOWN
 from safepoint.durable import atomic_write
-from safepoint.engine.file_changes import FileBefore
+from safepoint.engine.file_changes import FileBefore, FileChanges, Records
+from safepoint.engine.log_writer import now as timestamp
 from safepoint.records import FilePatchEntry, WorkspaceState
 from safepoint.workspace.git import git_state, head_blob_ids, read_blob
 from safepoint.workspace.scan import ChangeWatcher, FileStat, IgnoreRules, scan
-
-if TYPE_CHECKING:
-    from safepoint.engine.session import RunSession
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
 STATE_FILE = "capture-state.msgpack"
@@ -53,11 +50,25 @@ _state_decoder = msgspec.msgpack.Decoder(_SavedState)
 
 
 class CommandCapture:
-    def __init__(self, session: RunSession, *, exclude: tuple[str, ...] = ()) -> None:
-        self.session = session
-        root = session.workspace.root
+    """Starts watching when made (its baseline scan and the inotify watch): a run starts it as an explicit step
+    (``RunSession.start``), or at the first call that needs it. ``state_dir``: the run's scratch folder, where what
+    the capture learnt is kept for the next session (None for a reader); ``store_dir``: the store's own folder,
+    never looked at."""
+
+    def __init__(
+        self,
+        files: FileChanges,
+        records: Records,
+        *,
+        store_dir: str | None,
+        state_dir: str | None,
+        exclude: tuple[str, ...] = (),
+    ) -> None:
+        self.files = files
+        self.records = records
+        self.workspace = files.workspace
+        root = files.workspace.root
         extra = (*_safepointignore(root), *exclude)
-        store_dir = session.store.local_dir()
         store_dir = os.path.realpath(store_dir) if store_dir else None  # the root is a realpath too
         self.rules = IgnoreRules.for_workspace(root, store_dir=store_dir, extra=extra)
         self.watcher = ChangeWatcher.start(root, self.rules)  # before the baseline scan: no change falls between
@@ -65,16 +76,16 @@ class CommandCapture:
         self.known: dict[str, tuple[str, int | None]] = {}  # path -> (content hash, mode) last seen
         self.warnings: list[str] = []
         # Files the run already wrote are known if they still hold what it wrote (the run's own edits, so O(edits)).
-        last = {patch.path: patch.after_hash for patch in session.patches}
+        last = {patch.path: patch.after_hash for patch in files.patches}
         for path, after in last.items():
             if path in self.stats and after:
-                data, mode = session.workspace.snapshot(path)
+                data, mode = files.workspace.snapshot(path)
                 if data is not None and content_hash(data) == after:
                     self.known[path] = (after, mode)
         state = git_state(root)
-        session.add_record(
+        records.add(
             WorkspaceState(
-                at=session.clock(),
+                at=timestamp(),
                 is_repo=state.is_repo,
                 head=state.head,
                 branch=state.branch,
@@ -93,13 +104,12 @@ class CommandCapture:
                 if path in self.stats and path not in self.known:
                     self._learn(path)
         self._state_path = None
-        scratch = session.store.scratch_dir(session.info.run_id) if not session.read_only else None
-        if scratch is not None:
-            self._state_path = os.path.join(scratch, STATE_FILE)
+        if state_dir is not None:
+            self._state_path = os.path.join(state_dir, STATE_FILE)
             self._catch_up()
         self._saved_at = time.monotonic()
         self._window_start = time.time_ns()
-        self._patches_at_start = len(session.patches)
+        self._patches_at_start = len(files.patches)
 
     def _catch_up(self) -> None:
         """Learn what changed while no capture of this run was watching (between sessions, after a crash):
@@ -135,7 +145,7 @@ class CommandCapture:
         not exist); the stat cache is brought up to date."""
         drained = self.watcher.drain() if self.watcher is not None else None
         if drained is None:
-            current = scan(self.session.workspace.root, self.rules)
+            current = scan(self.workspace.root, self.rules)
             differ = current.keys() | self.stats.keys()
             scanned = {p: self.stats.get(p) for p in differ if current.get(p) != self.stats.get(p)}
             self.stats = current
@@ -148,7 +158,7 @@ class CommandCapture:
                 candidates.add(item)
         changed: dict[str, FileStat | None] = {}
         for path in candidates:
-            now = _stat(os.path.join(self.session.workspace.root, path))
+            now = _stat(os.path.join(self.workspace.root, path))
             old = self.stats.get(path)
             if now != old:
                 changed[path] = old
@@ -166,14 +176,14 @@ class CommandCapture:
         for path in self._changed():
             self._learn(path)
         self._window_start = time.time_ns()
-        self._patches_at_start = len(self.session.patches)
+        self._patches_at_start = len(self.files.patches)
         for path in self._expand(hints):
             if path not in self.known and path not in self.git_clean:
                 self._learn(path)
 
     def _expand(self, hints: Sequence[str]) -> list[str]:
         """Workspace-relative files the hints name (globs expanded, folders walked, outside paths dropped)."""
-        root = self.session.workspace.root
+        root = self.workspace.root
         found: list[str] = []
         for hint in hints:
             pattern = hint if os.path.isabs(hint) else os.path.join(root, hint)
@@ -193,7 +203,7 @@ class CommandCapture:
     def after_command(self, call_id: str) -> list[FilePatchEntry]:
         recorded = []
         # Paths another call of this run recorded while the command ran (an async tool alongside it) are theirs.
-        others = {p.path for p in self.session.patches[self._patches_at_start :] if p.tool_call_id != call_id}
+        others = {p.path for p in self.files.patches[self._patches_at_start :] if p.tool_call_id != call_id}
         for path, old in sorted(self._changed().items()):
             info = self.stats.get(path)
             stale = old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
@@ -204,11 +214,11 @@ class CommandCapture:
             before = self._before(path, old)
             entry: FilePatchEntry | None
             if self._large(path):
-                entry = self.session.files.record_large(call_id, before, self._hash_large(path), self._mode(path))
+                entry = self.files.record_large(call_id, before, self._hash_large(path), self._mode(path))
                 self.warnings.append(f"{path}: larger than {LARGE_FILE_BYTES} bytes, recorded by hash only")
             else:
-                data, mode = self.session.workspace.snapshot(path)
-                entry = self.session.files.record(call_id, before, data, mode)
+                data, mode = self.workspace.snapshot(path)
+                entry = self.files.record(call_id, before, data, mode)
             if entry is not None:
                 recorded.append(entry)
             self._learn(path, store=False)  # its new content is reproducible from the patch just recorded
@@ -220,12 +230,12 @@ class CommandCapture:
         if self._large(path):
             self.known[path] = (self._hash_large(path), self._mode(path))
             return
-        data, mode = self.session.workspace.snapshot(path)
+        data, mode = self.workspace.snapshot(path)
         if data is None:
             self.known.pop(path, None)
             return
         if store:
-            self.session.files.describe(path, data, mode)  # stores the content unless the run can reproduce it
+            self.files.describe(path, data, mode)  # stores the content unless the run can reproduce it
         self.known[path] = (content_hash(data), mode)
 
     def _before(self, path: str, old: FileStat | None) -> FileBefore:
@@ -233,11 +243,11 @@ class CommandCapture:
             return FileBefore(path, "", None)  # the command created it
         if path in self.known:
             digest, mode = self.known[path]
-            content = self.session.files.version(path, digest) if self.session.files.can_reproduce(digest) else None
+            content = self.files.version(path, digest) if self.files.can_reproduce(digest) else None
             return FileBefore(path, digest, mode, content, f"blob:{digest}" if content is not None else None)
         blob = self.git_clean.get(path)
         if blob is not None:
-            data = read_blob(self.session.workspace.root, blob)
+            data = read_blob(self.workspace.root, blob)
             if data is not None:
                 mode = None if stat.S_ISLNK(old.mode) else old.mode & 0o7777
                 return FileBefore(path, content_hash(data), mode, data, f"git:{blob}")
@@ -250,7 +260,7 @@ class CommandCapture:
 
     def _hash_large(self, path: str) -> str:
         digest = hashlib.sha256()
-        with open(os.path.join(self.session.workspace.root, path), "rb") as handle:
+        with open(os.path.join(self.workspace.root, path), "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
         return "sha256:" + digest.hexdigest()

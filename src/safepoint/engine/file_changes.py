@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
+
+import msgspec
 
 from safepoint.core.hashing import content_hash
 from safepoint.core.patches import apply_patch, make_patch
 from safepoint.core.rollback import ABSENT, UNKNOWN, FileState
+from safepoint.engine.log_writer import now
 from safepoint.errors import StoreError, ToolFailure
 from safepoint.records import FileBeforeState, FilePatchEntry, PatchOp
-
-if TYPE_CHECKING:
-    from safepoint.engine.session import RunSession
+from safepoint.workspace.files import Workspace
 
 
 @dataclass
@@ -36,29 +37,57 @@ NOT_KEPT = "none:too-large"  # the patch_ref of a change recorded by hash only
 CACHE_BYTES = 64 * 1024 * 1024  # rebuilt versions kept in memory (oldest dropped first)
 
 
+class Records(Protocol):
+    """Where file records go: staged in the run's next durable group (the log writer)."""
+
+    def add(self, body: msgspec.Struct) -> int: ...
+
+    def trace(self, event: str, **data: Any) -> None: ...
+
+
+class ContentStore(Protocol):
+    """The run's content-addressed blobs."""
+
+    def __contains__(self, digest: str) -> bool: ...
+
+    def put(self, data: bytes, digest: str | None = None) -> str: ...
+
+    def get(self, digest: str) -> bytes: ...
+
+
 class FileChanges:
-    def __init__(self, session: RunSession) -> None:
-        self.session = session
+    def __init__(
+        self,
+        run_id: str,
+        workspace: Workspace,
+        content: ContentStore,
+        records: Records,
+        patches: list[FilePatchEntry],
+        befores: dict[str, list[FileBeforeState]],
+        blobs: Iterable[str],
+    ) -> None:
+        self.run_id = run_id
+        self.workspace = workspace
+        self.content = content
+        self.records = records
+        self.patches = patches  # every file patch of the run, in log order (appended to here)
+        self.befores = befores  # call id -> the before-states recorded when it started
         # Content this run can reproduce: its blobs, and every patch's after-state (before + patch) when the
         # before-state was itself reproducible or absent.
-        self._reproducible: set[str] = set(session.blobs)
+        self._reproducible: set[str] = set(blobs)
         self._producers: dict[str, list[int]] = {}  # after-hash -> indexes of the patches that produced it
         self._cache: dict[str, bytes] = {}
         self._patches: dict[tuple[str, str], str] = {}  # (before, after) hashes -> stored patch
         self._cache_bytes = 0
-        for index, patch in enumerate(session.patches):
+        for index, patch in enumerate(patches):
             self._producers.setdefault(patch.after_hash, []).append(index)
-        for patch in session.patches:
+        for patch in patches:
             if patch.after_hash and patch.patch_ref != NOT_KEPT and self._base_known(patch):
                 self._reproducible.add(patch.after_hash)
 
-    @property
-    def patches(self) -> list[FilePatchEntry]:
-        return self.session.patches
-
     def state(self, path: str) -> FileState:
-        data, mode = self.session.workspace.snapshot(path)
-        if data is None and os.path.isdir(self.session.workspace.locate(path)):
+        data, mode = self.workspace.snapshot(path)
+        if data is None and os.path.isdir(self.workspace.locate(path)):
             return FileState(hash=DIRECTORY, mode=None)  # a folder where a file was: never the agent's state
         return FileState(hash=ABSENT if data is None else content_hash(data), mode=mode)
 
@@ -66,23 +95,23 @@ class FileChanges:
         """The before-state of the paths a call may change, recorded (with any content the run cannot reproduce
         yet) in the group that becomes durable with ``started``. A re-run after a crash reuses what was recorded
         for the first attempt, so changes that attempt made before dying are not mistaken for the starting point."""
-        recorded = self.session.befores.get(call_id)
+        recorded = self.befores.get(call_id)
         if recorded:
             return [self._again(call_id, state) for state in recorded]
         states = []
         for path in dict.fromkeys(paths):
             try:
                 # The file a write lands in: through a symlink inside the workspace, that is the link's target.
-                rel = self.session.workspace.relative(path)
-                data, mode = self.session.workspace.snapshot(rel)
+                rel = self.workspace.relative(path)
+                data, mode = self.workspace.snapshot(rel)
             except ToolFailure:
                 continue  # the tool itself refuses such a path; nothing will be written there
             state = self.describe(rel, data, mode)
             record = FileBeforeState(
                 tool_call_id=call_id, path=rel, before_hash=state.hash, before_ref=state.ref, before_mode=state.mode
             )
-            self.session.befores.setdefault(call_id, []).append(record)
-            self.session.add_record(record)
+            self.befores.setdefault(call_id, []).append(record)
+            self.records.add(record)
             states.append(state)
         return states
 
@@ -91,7 +120,7 @@ class FileChanges:
         state; changed to content the run knows (the interrupted attempt's own work), that change is recorded as
         the call's and the re-run starts from it; changed to anything else (someone's new bytes), those bytes are
         kept and the re-run starts from them, so nothing they wrote is lost or blamed on the agent."""
-        data, mode = self.session.workspace.snapshot(state.path)
+        data, mode = self.workspace.snapshot(state.path)
         digest = ABSENT if data is None else content_hash(data)
         if digest == state.before_hash and mode == state.before_mode:
             return self._recalled(state)
@@ -112,14 +141,14 @@ class FileChanges:
             return FileBefore(rel, ABSENT, None)
         digest = content_hash(data)
         if ref is None and digest not in self._reproducible:
-            self.session.put_content(data, digest)
+            self.content.put(data, digest)
             self._reproducible.add(digest)
         return FileBefore(rel, digest, mode, data, ref or f"blob:{digest}")
 
     def after(self, call_id: str, befores: Iterable[FileBefore]) -> list[FilePatchEntry]:
         recorded = []
         for before in befores:
-            data, mode = self.session.workspace.snapshot(before.path)
+            data, mode = self.workspace.snapshot(before.path)
             entry = self.record(call_id, before, data, mode)
             if entry is not None:
                 recorded.append(entry)
@@ -143,7 +172,7 @@ class FileChanges:
         key = (before.hash, after_hash or content_hash(data))
         digest = self._patches.get(key)
         if digest is None:
-            digest = self.session.put_content(make_patch(before.content or b"", data))
+            digest = self.content.put(make_patch(before.content or b"", data))
             if len(self._patches) > 1024:  # only the pair of one call matters: keep the memo small
                 self._patches.clear()
             self._patches[key] = digest
@@ -168,7 +197,7 @@ class FileChanges:
             after_hash=after_hash,
             patch_ref=patch_ref,
             tool_call_id=call_id,
-            created_at=self.session.clock(),
+            created_at=now(),
             op=op,
             before_ref=before.ref,
             before_mode=before.mode,
@@ -176,8 +205,8 @@ class FileChanges:
         )
         self.patches.append(entry)
         self._producers.setdefault(after_hash, []).append(len(self.patches) - 1)
-        self.session.add_record(entry)
-        self.session.trace("file_patch", path=before.path, call_id=call_id, op=op)
+        self.records.add(entry)
+        self.records.trace("file_patch", path=before.path, call_id=call_id, op=op)
         return entry
 
     # versions ---------------------------------------------------------------------------------------------
@@ -202,19 +231,19 @@ class FileChanges:
             if cached is not None:
                 base = cached
                 break
-            if digest in self.session.blobs:
-                base = self.session.content(digest)
+            if digest in self.content:
+                base = self.content.get(digest)
                 break
             if ref is not None and ref.startswith("git:"):
                 from safepoint.workspace.git import read_blob
 
-                data = read_blob(self.session.workspace.root, ref[4:])
+                data = read_blob(self.workspace.root, ref[4:])
                 if data is not None and content_hash(data) == digest:
                     base = data
                     break
             index = self._producer(digest, before_index)
             if index is None:
-                raise StoreError(f"content {digest} of {path} is not recorded in run {self.session.info.run_id!r}")
+                raise StoreError(f"content {digest} of {path} is not recorded in run {self.run_id!r}")
             patch = self.patches[index]
             chain.append(patch)
             if patch.before_hash in (ABSENT, UNKNOWN):
@@ -223,7 +252,7 @@ class FileChanges:
             digest, ref, before_index = patch.before_hash, patch.before_ref, index
         data = base
         for patch in reversed(chain):
-            data = apply_patch(data, self.session.content(patch.patch_ref.removeprefix("blob:")))
+            data = apply_patch(data, self.content.get(patch.patch_ref.removeprefix("blob:")))
             if content_hash(data) != patch.after_hash:
                 raise StoreError(f"the patch for {patch.path} does not reproduce its result; its record is damaged")
             self._remember(patch.after_hash, data)

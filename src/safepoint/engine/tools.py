@@ -35,6 +35,9 @@ class ToolContext:
     save_artifact: Callable[[str, bytes], str] = field(repr=False)
     processes: ProcessNotes = field(default_factory=lambda: ProcessNotes(None), repr=False)
     before_hashes: dict[str, str] = field(default_factory=dict)  # for a probe: what each path held when it started
+    # Which attempt this is: 1 the first time, 2 after a crash re-ran it, ... (the ledger's `started` entries).
+    # A probe is handed the attempt it asks about (the one that was interrupted).
+    attempt: int = 1
 
 
 ToolFn = Callable[..., Any]

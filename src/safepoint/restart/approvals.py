@@ -7,49 +7,51 @@ input it was given for: ``safepoint approve`` reads the call's ``input_hash`` fr
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import msgspec
 
 from safepoint.engine import failpoints, shutdown
+from safepoint.engine.call_runner import ApprovalOutcome, AwaitApproval
+from safepoint.engine.restart_writer import RestartWriter, now_ms
+from safepoint.engine.session import RunSession
 from safepoint.errors import Interrupted
-from safepoint.protocol import Approval, RuntimeRestartToolApprovalWait
-from safepoint.records import ToolCall, ToolLedgerEntry
+from safepoint.protocol import Approval, ControlSeen, RuntimeRestartToolApprovalWait
+from safepoint.records import Claim, RunInfo, RunStatus
 from safepoint.restart import stops
-from safepoint.restart.checkpoint import now_ms
 from safepoint.restart.judge import controls, mark_seen
-
-if TYPE_CHECKING:
-    from safepoint.engine.session import RunSession
+from safepoint.store.base import Store
 
 POLL_SECONDS = 0.05
 PERSIST_SECONDS = 1.0  # how often the time left is written: a restart loses at most this much of the wait
 
 
-@dataclass(frozen=True)
-class AwaitApproval:
-    """A request, from the call driver, to wait for a person's decision on ``entry`` before it runs."""
+class ApprovalHost(Protocol):
+    """What a wait reads and writes of its run (a ``RunSession`` is one)."""
 
-    call: ToolCall
-    entry: ToolLedgerEntry
+    store: Store
+    claim: Claim
+    info: RunInfo
+    restart: RestartWriter
+    next_turn: int
+    control_seen: dict[int, ControlSeen]
 
+    def event(self, status: RunStatus, detail: str = "") -> None: ...
 
-@dataclass(frozen=True)
-class ApprovalOutcome:
-    approved: bool
-    why: str
-    wait: RuntimeRestartToolApprovalWait
+    def add_record(self, body: msgspec.Struct) -> int: ...
 
-
-def needs_approval(session: RunSession, entry: ToolLedgerEntry, tool_needs: bool) -> bool:
-    if entry.status != "planned":
-        return False  # approved already (durably), or it has run: never asked twice
-    return tool_needs or (session.info.approval == "high" and entry.risk_level == "high")
+    def trace(self, event: str, **data: Any) -> None: ...
 
 
-def wait_for_approval(session: RunSession, request: AwaitApproval) -> ApprovalOutcome:
+def attach(session: RunSession) -> RunSession:
+    """Let the session's calls wait for a person's approval (the engine cannot: waiting is this layer's job)."""
+    session.runner.approvals = functools.partial(wait_for_approval, session)
+    return session
+
+
+def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> ApprovalOutcome:
     call, entry = request.call, request.entry
     prior = session.restart.current
     if (
@@ -92,16 +94,19 @@ def wait_for_approval(session: RunSession, request: AwaitApproval) -> ApprovalOu
             left = max(0, int((deadline - time.monotonic()) * 1000))
             verb = "approved" if record.approved else "denied"
             why = f"{verb} by {record.by} at {record.at}" + (f": {record.reason}" if record.reason else "")
-            return ApprovalOutcome(record.approved, why, msgspec.structs.replace(wait, timeout_remaining_ms=left))
+            left_wait = msgspec.structs.replace(wait, timeout_remaining_ms=left)
+            return ApprovalOutcome(record.approved, "approved" if record.approved else "denied", why, left_wait)
         if shutdown.requested():
             raise Interrupted(f"stopped while call {call.call_id} waited for approval; the wait resumes on restart")
         expires = session.info.grant_expires_at_ms
         if expires is not None and now_ms() >= expires:
-            return ApprovalOutcome(False, "the grant this subagent runs under expired while it waited", wait)
+            return ApprovalOutcome(
+                False, "grant_expired", "the grant this subagent runs under expired while it waited", wait
+            )
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             timeout = session.info.approval_timeout_s
-            return ApprovalOutcome(False, f"no approval within {timeout:.0f} s", wait)
+            return ApprovalOutcome(False, "timeout", f"no approval within {timeout:.0f} s", wait)
         if time.monotonic() - persisted >= PERSIST_SECONDS:
             wait = msgspec.structs.replace(wait, timeout_remaining_ms=int(left_s * 1000))
             session.restart.write(wait)

@@ -4,22 +4,30 @@ or SIGTERM. The first three close the work for good (seed 003 §4.1); SIGTERM le
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from safepoint.errors import RunCancelled, WorkVoided
 from safepoint.protocol import (
     CancelRequest,
     ContextResetRequest,
     ControlRecord,
+    ControlSeen,
     SuccessorAccepted,
 )
+from safepoint.records import RunInfo
 from safepoint.restart.judge import ancestor_stream_cancel
-
-if TYPE_CHECKING:
-    from safepoint.engine.session import RunSession
+from safepoint.store.base import Store
 
 
-def raise_if_stopped(session: RunSession, found: list[tuple[int, ControlRecord]]) -> None:
+class StopFacts(Protocol):
+    """The run a stop is checked for, and the control records it already acted on (a ``RunSession`` is one)."""
+
+    store: Store
+    info: RunInfo
+    control_seen: dict[int, ControlSeen]
+
+
+def raise_if_stopped(session: StopFacts, found: list[tuple[int, ControlRecord]]) -> None:
     for position, record in found:
         if position in session.control_seen:
             continue

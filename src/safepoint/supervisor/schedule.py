@@ -31,8 +31,8 @@ from safepoint.records import RunInfo, RunStatus
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from safepoint.api import Safepoint
     from safepoint.store.base import Store
+    from safepoint.workspace.files import Workspace
 
 DEFAULT_EXEC_TIMEOUT_S = 3600.0
 MAX_JOB_ID = 100  # the occurrence's run id appends "-" and 13 digits; a run id holds at most 128 characters
@@ -285,20 +285,22 @@ def occurrence_info(job: ScheduledJob, scheduled_for_ms: int, workspace: str, cr
 
 
 def fire(
-    tm: Safepoint,
+    store: Store,
+    workspace: Workspace,
+    registry: ToolRegistry,
     job: ScheduledJob,
     scheduled_for_ms: int,
     *,
     attempt: int = 1,
-    tools: Iterable[Tool] = (),
     output: Callable[[str], None] | None = None,
 ) -> tuple[str, RunStatus]:
-    """Run one occurrence of ``job`` in ``tm``'s workspace, start to finish. Returns the run id and its status.
+    """Run one occurrence of ``job`` in ``workspace`` with ``registry``'s tools, start to finish. Returns the run
+    id and its status.
 
     Raises ``RunExistsError`` when the occurrence was fired already (by anyone): it never runs twice. A crash or a
     stop leaves the run to restart recovery (``safepoint resume`` or the daemon), which closes it instead once its
     execution window has passed."""
-    from safepoint.api import Run
+    from safepoint.agent.loop import Agent  # the engine and the agent loop load only when a job fires
     from safepoint.engine.session import RunSession, now
     from safepoint.providers.select import provider_for
 
@@ -307,11 +309,10 @@ def fire(
             f"{iso(scheduled_for_ms)} ({scheduled_for_ms}) is not an occurrence of job {job.job_id!r} "
             f"({job.cron!r}, UTC)"
         )
-    info = occurrence_info(job, scheduled_for_ms, tm.workspace.root, now())
+    info = occurrence_info(job, scheduled_for_ms, workspace.root, now())
     provider, prompt = provider_for(info)  # a job that cannot reach its model is refused before its run exists
-    session = RunSession.create(tm.store, info, tm.workspace, tm.registry(tools))
-    run = Run(session)
-    with run:
+    session = RunSession.create(store, info, workspace, registry)
+    try:
         session.add_message("user", info.task)
         session.commit()
         assert info.scheduled is not None
@@ -324,5 +325,8 @@ def fire(
                 replay_disposition="Resumable",
             )
         )
-        status = tm.run_agent(run, provider, system=prompt, output=output)
+        status = Agent(session, provider, system=prompt, output=output).run()
+        session.commit()
+    finally:
+        session.close()
     return info.run_id, status

@@ -1,0 +1,507 @@
+"""The call runner: one tool call carried through the ledger, by ONE generator that serves sync and asyncio.
+
+The walk of one ``run.call("send_email", {...}, call_id="c1")``, top to bottom:
+
+1. ``api.Run.call`` -> ``Run.call_result`` -> ``CallRunner.execute`` (``aexecute`` for ``Run.acall``).
+2. ``CallRunner.execute`` starts the generator ``CallRunner.drive`` and serves what it yields: an ``Invocation``
+   (run the tool now: ``run_tool_sync``; ``run_tool_async`` in ``aexecute``) or an ``AwaitApproval`` (wait for a
+   person: the injected ``ApprovalWaiter``). Only these two differ between sync and async.
+3. ``drive``, a call the ledger does not know yet:
+   - ``FileChanges.before``: the before-state of every path the tool will write (staged);
+   - ``LedgerMachine.plan``: the ``planned`` entry (staged; a large content argument is logged as a patch);
+   - if the call needs approval: ``Conversation.checkpoint("tool_start")``, ``LogWriter.commit`` (durable), yield
+     ``AwaitApproval``; then ``LedgerMachine.settle(..., "approved")`` and ``LogWriter.commit``;
+   - ``CommandCapture.before_command`` for a tool that runs programs (the user's changes so far are settled);
+   - ``LedgerMachine.start`` -> ``Conversation.checkpoint("tool_start")`` -> ``LogWriter.commit`` ->
+     ``Store.append`` with ONE fsync: the ledger says ``started`` before the tool runs (promise 1);
+   - yield ``Invocation``: the tool runs (``ToolContext.attempt`` says which attempt this is);
+   - ``FileChanges.after`` / ``CommandCapture.after_command``: the after-state (staged);
+   - ``_tool_message`` (the observation, once) and ``LedgerMachine.finish`` (outcome, ``result_ref``, how the
+     value is rebuilt), then ``_settled``: ``Conversation.leave_pending``, the ``tool_end`` checkpoint and
+     ``LogWriter.commit`` -> ``Store.append`` (the second fsync).
+4. A call the ledger knows (a resume): ``LedgerMachine.replay_decision`` (``core.replay``) takes the recorded
+   outcome (``_take_outcome``: never a second run, promise 3), reports it uncertain (``_report_uncertain``),
+   waits for a person's decision (``DecisionNeeded``), or runs it again through step 3's ``started`` onwards.
+5. ``execute`` returns a ``CallResult``: the tool's own value, the observation the model sees, the status.
+
+The runner is handed its parts (ledger machine, log writer, file changes, content, the conversation, the restart
+checkpoint writer); it never sees the session that composes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import weakref
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from safepoint.core.hashing import input_hash
+from safepoint.core.patches import apply_patch
+from safepoint.core.replay import ProbeResult, ReplayDecision
+from safepoint.engine import failpoints
+from safepoint.engine.command_capture import CommandCapture
+from safepoint.engine.content import Content
+from safepoint.engine.file_changes import FileBefore, FileChanges
+from safepoint.engine.ledger_machine import LedgerMachine
+from safepoint.engine.log_writer import LogWriter, now
+from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
+from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, ToolFailure
+from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
+from safepoint.records import (
+    Checkpoint,
+    CheckpointKind,
+    LedgerStatus,
+    Message,
+    ResultEncoding,
+    ToolCall,
+    ToolLedgerEntry,
+)
+
+_encoder = msgspec.json.Encoder()
+COMPACT_BYTES = 1024  # a file writer's content argument at least this long is logged as a patch
+
+
+# what the driver asks for, and what it is answered ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Invocation:
+    """A request, from the call driver, to run a tool now."""
+
+    tool: Tool
+    ctx: ToolContext
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    text: str  # the observation (the error's text for a failure)
+    value: Any = None  # the tool's own return value
+    encoding: ResultEncoding | None = None  # how ``value`` is rebuilt from ``text`` after a crash
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    """A request, from the call driver, to wait for a person's decision on ``entry`` before it runs."""
+
+    call: ToolCall
+    entry: ToolLedgerEntry
+
+
+@dataclass(frozen=True)
+class ApprovalOutcome:
+    approved: bool
+    decision: Literal["approved", "denied", "timeout", "grant_expired"]
+    why: str
+    wait: RuntimeRestartToolApprovalWait
+
+
+ApprovalWaiter = Callable[[AwaitApproval], ApprovalOutcome]  # injected by the restart layer (restart.approvals)
+CallDriver = Generator[Invocation | AwaitApproval, Outcome | ApprovalOutcome, "CallResult"]
+
+
+class CallResult(msgspec.Struct, frozen=True):
+    """What one call came to. ``value``: the tool's own return value (after a crash, the recorded one: a ``str``
+    as it was, ``None`` as ``None``, anything else as msgspec decodes its JSON, so a tuple comes back as a list
+    and a Struct or dataclass as a dict); ``None`` when the call did not succeed. ``observation``: the text the
+    model sees (``error: ...`` for a failure). ``status``: the ledger's status for the call now."""
+
+    call_id: str
+    status: LedgerStatus
+    value: Any
+    observation: str
+
+
+# the parts the runner is handed --------------------------------------------------------------------------------------
+class Conversation(Protocol):
+    """The run's history and step state, as far as one call touches them."""
+
+    def tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
+        """Append the call's tool message; returns it and its ``result_ref`` (``log:N``)."""
+        ...
+
+    def on_branch(self, call_id: str) -> Message | None:
+        """The call's tool message on the current branch, if it is there."""
+        ...
+
+    def checkpoint(self, kind: CheckpointKind) -> Checkpoint: ...
+
+    def leave_pending(self, call_id: str) -> None: ...
+
+    def context_for(self, call: ToolCall, step_id: str, attempt: int) -> ToolContext: ...
+
+
+class RestartWrites(Protocol):
+    def write(self, payload: RestartPayload) -> None: ...
+
+
+# running the tool itself ---------------------------------------------------------------------------------------------
+def _rendered(value: Any) -> Outcome:
+    if value is None:
+        return Outcome(True, "ok", None, "none")
+    if isinstance(value, str):
+        return Outcome(True, value, value, "text")
+    return Outcome(True, _encoder.encode(value).decode(), value, "json")
+
+
+def recorded_value(text: str, encoding: ResultEncoding | None) -> Any:
+    """The value a finished call returned, rebuilt from its recorded observation."""
+    if encoding == "text":
+        return text
+    if encoding == "json":
+        try:
+            return msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return None  # the observation was lost to damage (it says so); the value with it
+    return None
+
+
+@functools.cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _bad_arguments(invocation: Invocation) -> Outcome | None:
+    try:
+        _signature(invocation.tool.fn).bind(invocation.ctx, **invocation.args)
+    except TypeError as exc:
+        return Outcome(False, f"bad arguments for {invocation.tool.name}: {exc}")
+    return None
+
+
+def _failure(exc: Exception) -> Outcome:
+    """A tool that raised has ended: its outcome is known (failed), unlike one whose process died."""
+    return Outcome(False, str(exc) if isinstance(exc, ToolFailure) else f"{type(exc).__name__}: {exc}")
+
+
+def run_tool_sync(invocation: Invocation) -> Outcome:
+    if (refused := _bad_arguments(invocation)) is not None:
+        return refused
+    try:
+        if invocation.tool.is_async:  # no loop runs here (execute refuses that case before `started`)
+            return _rendered(asyncio.run(invocation.tool.fn(invocation.ctx, **invocation.args)))
+        return _rendered(invocation.tool.fn(invocation.ctx, **invocation.args))
+    except (Interrupted, DecisionNeeded):
+        raise  # a subagent stopped, or waits for a person: no outcome is recorded, so a restart resumes the call
+    except Exception as exc:
+        return _failure(exc)
+
+
+async def run_tool_async(invocation: Invocation) -> Outcome:
+    if not invocation.tool.is_async:
+        return await asyncio.to_thread(run_tool_sync, invocation)  # a blocking tool must not stall the loop
+    if (refused := _bad_arguments(invocation)) is not None:
+        return refused
+    try:
+        return _rendered(await invocation.tool.fn(invocation.ctx, **invocation.args))
+    except (Interrupted, DecisionNeeded):
+        raise
+    except Exception as exc:
+        return _failure(exc)
+
+
+def needs_approval(entry: ToolLedgerEntry, tool_needs: bool, approval_mode: str) -> bool:
+    if entry.status != "planned":
+        return False  # approved already (durably), or it has run: never asked twice
+    return tool_needs or (approval_mode == "high" and entry.risk_level == "high")
+
+
+def expand_input(entry: ToolLedgerEntry, files: FileChanges, content: Content) -> dict[str, Any]:
+    """A call's input as it was given (a compacted content argument is rebuilt from its patch)."""
+    expanded = dict(entry.input)
+    for key, value in entry.input.items():
+        if isinstance(value, dict) and set(value) == {"$patch", "base"}:
+            base = files.version(key, str(value["base"]))
+            expanded[key] = apply_patch(base, content.get(str(value["$patch"]).removeprefix("blob:"))).decode()
+    return expanded
+
+
+class CallRunner:
+    def __init__(
+        self,
+        *,
+        registry: ToolRegistry,
+        ledger: LedgerMachine,
+        log: LogWriter,
+        files: FileChanges,
+        content: Content,
+        conversation: Conversation,
+        restart: RestartWrites,
+        capture: Callable[[], CommandCapture],
+        approval_mode: str,
+    ) -> None:
+        self.registry = registry
+        self.ledger = ledger
+        self.log = log
+        self.files = files
+        self.content = content
+        self.conversation = conversation
+        self.restart = restart
+        self.capture = capture
+        self.approval_mode = approval_mode
+        self.approvals: ApprovalWaiter | None = None  # set by the layer that can wait (restart.approvals.attach)
+        self._capture_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # the two entry points: they differ only in how they serve the driver ------------------------------------------
+    def execute(self, call: ToolCall, step_id: str) -> CallResult:
+        if call.tool in self.registry and self.registry.get(call.tool).is_async and _loop_running():
+            raise SafepointError(f"{call.tool} is an async tool and an event loop runs: use `await run.acall(...)`")
+        driver = self.drive(call, step_id)
+        try:
+            request = next(driver)
+            while True:
+                if isinstance(request, AwaitApproval):
+                    request = driver.send(self._wait(request))
+                else:
+                    request = driver.send(run_tool_sync(request))
+        except StopIteration as done:
+            result: CallResult = done.value
+            return result
+
+    async def aexecute(self, call: ToolCall, step_id: str) -> CallResult:
+        tool = self.registry.get(call.tool) if call.tool in self.registry else None
+        if tool is not None and tool.captures_workspace:
+            # Two commands running at once could not be told apart in the workspace: they take turns.
+            loop = asyncio.get_running_loop()
+            turn = self._capture_turns.setdefault(loop, asyncio.Lock())  # a lock belongs to one event loop
+            async with turn:
+                return await self._aexecute(call, step_id)
+        return await self._aexecute(call, step_id)
+
+    async def _aexecute(self, call: ToolCall, step_id: str) -> CallResult:
+        driver = self.drive(call, step_id)
+        try:
+            request = next(driver)
+            while True:
+                if isinstance(request, AwaitApproval):
+                    request = driver.send(await asyncio.to_thread(self._wait, request))
+                else:
+                    request = driver.send(await run_tool_async(request))
+        except StopIteration as done:
+            result: CallResult = done.value
+            return result
+
+    def _wait(self, request: AwaitApproval) -> ApprovalOutcome:
+        if self.approvals is None:
+            raise SafepointError(
+                f"call {request.call.call_id} ({request.entry.tool_name}) needs approval, but this session cannot "
+                "wait for one; run it through `safepoint run`/`resume` or Run, which wait for `safepoint approve`"
+            )
+        return self.approvals(request)
+
+    # the driver --------------------------------------------------------------------------------------------------
+    def drive(self, call: ToolCall, step_id: str) -> CallDriver:
+        """Carry one call through the ledger; yields once if the tool must run. Returns its ``CallResult``.
+
+        A call the ledger knows is decided from its entry first: taking a recorded outcome or reporting an
+        uncertain one needs no tool, so a tool missing at resume never turns a possible payment into an error.
+        """
+        ledger = self.ledger
+        existing = ledger.get(call.call_id)
+        tool = self.registry.get(call.tool) if call.tool in self.registry else None
+        if existing is None:
+            if tool is None:
+                return self._refuse_unknown(call, step_id, str(self.registry.unknown(call.tool)))
+            befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
+            planned = ledger.plan(tool, call, step_id, self._logged_input(tool, call.args, befores))
+        else:
+            if existing.input_hash != input_hash(call.args) or existing.tool_name != call.tool:
+                raise ResumeError(
+                    f"call id {call.call_id!r} is recorded for another call ({existing.tool_name} with other input); "
+                    "give every distinct tool call its own call id"
+                )
+            decision = ledger.replay_decision(existing, self.probe)
+            if decision.action == "take_outcome":
+                return self._take_outcome(call, existing, decision)
+            if decision.action in ("skip", "report_uncertain"):
+                return self._report_uncertain(call, existing, decision)
+            if decision.action == "wait_decision":
+                raise DecisionNeeded(f"call {call.call_id} ({call.tool}) needs a decision: {decision.why}")
+            if tool is None:
+                raise ResumeError(
+                    f"call {call.call_id} must run ({decision.why}) but tool {call.tool!r} is not registered; "
+                    "resume with the same tools (--tools MODULE:ATTR)"
+                )
+            if existing.status == "started":
+                person = ledger.current_decision(call.call_id)
+                if person is not None and person.decision == "replay":
+                    ledger.settle(existing, "uncertain", "replay", decision.why)
+                else:
+                    ledger.settle(existing, "uncertain")
+            planned = ledger.entries[call.call_id]
+            befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
+        if needs_approval(planned, tool.needs_approval, self.approval_mode):
+            self.conversation.checkpoint("tool_start")  # a restart resumes this call's wait, not the model's turn
+            self.log.commit()  # `safepoint approve` reads the call's input hash from the ledger
+            answer = yield AwaitApproval(call, planned)
+            assert isinstance(answer, ApprovalOutcome)
+            if not answer.approved:
+                return self._refused(call, planned, answer)
+            planned = ledger.settle(planned, "approved", "approved", answer.why)
+            self.log.commit()  # the approval is durable before anything is dispatched
+            # Before `started`: a restart that finds the flag knows the call may have gone out and waits for
+            # nothing; the ledger's `started` (durable next) is what decides whether it runs again.
+            self.restart.write(msgspec.structs.replace(answer.wait, dispatched_before_restart=True))
+        failpoints.hit("before_started", call.tool)
+        if tool.captures_workspace:
+            hints = tool.capture_hints(call.args) if tool.capture_hints else ()
+            self.capture().before_command(hints)  # the user's changes so far are settled, not blamed on the command
+        started = ledger.start(planned)
+        self.conversation.checkpoint("tool_start")
+        self.log.commit()  # durable: the ledger says `started` before the tool runs
+        self.log.trace("tool_started", call_id=call.call_id, tool=call.tool)
+        failpoints.hit("after_started", call.tool)
+        ctx = self.conversation.context_for(call, step_id, ledger.attempts(call.call_id))
+        outcome = yield Invocation(tool, ctx, call.args)
+        assert isinstance(outcome, Outcome)
+        failpoints.hit("after_tool", call.tool)
+        self.files.after(call.call_id, befores)
+        if tool.captures_workspace:
+            self.capture().after_command(call.call_id)
+        status: LedgerStatus = "succeeded" if outcome.ok else "failed"
+        text = outcome.text if outcome.ok else f"error: {outcome.text}"
+        message, ref = self._tool_message(call, text)
+        if outcome.ok:
+            ledger.finish(started, status, ref, encoding=outcome.encoding)
+        else:
+            ledger.finish(started, status, ref, error=outcome.text[:500])
+        self._settled(call)
+        self.log.trace("tool_finished", call_id=call.call_id, status=status)
+        failpoints.hit("after_outcome", call.tool)
+        return CallResult(call.call_id, status, outcome.value if outcome.ok else None, message.content)
+
+    def _logged_input(self, tool: Tool, args: dict[str, Any], befores: list[FileBefore]) -> dict[str, Any]:
+        """A file writer's new content is logged as a patch against the file's before-state, so 100 one-line edits
+        of a large file cost 100 small patches here too (the file patch recorded after it is the same bytes)."""
+        value = args.get(tool.content_arg) if tool.content_arg else None
+        if not isinstance(value, str) or len(value) < COMPACT_BYTES or len(befores) != 1:
+            return args
+        before = befores[0]
+        if before.content is None:
+            return args
+        patch = self.files.patch(before, value.encode())
+        return {**args, tool.content_arg: {"$patch": f"blob:{patch}", "base": before.hash}}  # type: ignore[dict-item]  # the key is a str here (content_arg is set)
+
+    def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
+        """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here. An
+        internal call's result is kept as a blob instead: the model never asked for it."""
+        if call.tool in self.registry and self.registry.get(call.tool).internal:
+            digest = self.content.put(text.encode())
+            return Message(
+                seq=-1, role="tool", content=text, tool_call_id=call.call_id, name=call.tool
+            ), f"blob:{digest}"
+        return self.conversation.tool_message(call, text)
+
+    def _settled(self, call: ToolCall) -> None:
+        """The call is settled: it leaves the pending list, and the tool-end checkpoint makes that durable."""
+        self.conversation.leave_pending(call.call_id)
+        self.conversation.checkpoint("tool_end")
+        self.log.commit()
+
+    def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
+        """What the tool's probe says of an interrupted call (None: it has none, or the call is not uncertain)."""
+        tool = self.registry.get(entry.tool_name) if entry.tool_name in self.registry else None
+        if tool is None or tool.probe is None or entry.status not in ("started", "uncertain"):
+            return None
+        args = expand_input(entry, self.files, self.content)
+        call = ToolCall(call_id=entry.call_id, tool=entry.tool_name, args=args)
+        ctx = self.conversation.context_for(call, entry.step_id, self.ledger.attempts(entry.call_id))
+        try:
+            return tool.probe(ctx, args)
+        except Exception:  # a probe that cannot tell is "unknown", never a reason to re-run
+            return "unknown"
+
+    # settling a call without running it --------------------------------------------------------------------------
+    def _take_outcome(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> CallResult:
+        if entry.status not in ("succeeded", "failed"):
+            # Settled by its probe: the effect is in place, so the call counts as done; its file changes are
+            # recorded against the before-state kept when it started.
+            if entry.status == "started":
+                entry = self.ledger.settle(entry, "uncertain")
+            self.files.after(call.call_id, self.files.before(call.call_id, ()))
+            text = f"[safepoint] this call was interrupted, but its effect is in place ({decision.why})."
+            message, ref = self._tool_message(call, text)
+            entry = self.ledger.finish(entry, "succeeded", ref, decision="probe", reason=decision.why)
+            value = None  # its value was never recorded: the process that had it died
+        else:
+            # Finished before the crash: the recorded observation, never a second run (promise 3), and never a
+            # second copy of it on the branch.
+            on_branch = self.conversation.on_branch(call.call_id)
+            recorded = on_branch.content if on_branch else self.content.recorded(entry.result_ref)
+            if on_branch is not None:
+                message = on_branch
+            else:
+                text = recorded if recorded is not None else self.content.load_result(entry.result_ref)
+                message = self._tool_message(call, text)[0]
+            # A record lost to damage takes the value with it: None, and the observation says so.
+            succeeded = entry.status == "succeeded"
+            value = recorded_value(recorded, entry.result_encoding) if succeeded and recorded is not None else None
+        self._settled(call)
+        return CallResult(call.call_id, entry.status, value, message.content)
+
+    def _report_uncertain(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> CallResult:
+        if entry.status == "started":
+            action: Literal["skip", "report_uncertain"] = "skip" if decision.action == "skip" else "report_uncertain"
+            entry = self.ledger.settle(entry, "uncertain", action, decision.why)
+        if decision.action == "skip":
+            reason = "a person chose not to run it again"
+        else:
+            reason = f"it is {entry.idempotency} with replay policy {entry.replay_policy}: never repeated automatically"
+        message, _ = self._tool_message(
+            call,
+            f"[safepoint] {call.tool}({call.call_id}) started before an interruption and no outcome was recorded. "
+            f"It was NOT run again: {reason}. Its effect may or may not have happened; check before relying on it "
+            "and do not simply call it again.",
+        )
+        self._settled(call)
+        return CallResult(call.call_id, entry.status, None, message.content)
+
+    def _refused(self, call: ToolCall, planned: ToolLedgerEntry, answer: ApprovalOutcome) -> CallResult:
+        """A call a person denied, or that nobody approved in time: it never ran, and the model is told why."""
+        message, ref = self._tool_message(call, f"error: not run: {answer.why}")
+        self.ledger.finish(
+            planned, "failed", ref, error=f"not run: {answer.why}", decision=answer.decision, reason=answer.why
+        )
+        self._settled(call)
+        return CallResult(call.call_id, "failed", None, message.content)
+
+    def refuse(self, call: ToolCall, step_id: str, why: str) -> CallResult:
+        """Record a call that must not run (a tool nobody registered, or one not granted): failed, never started."""
+        if call.call_id in self.ledger.entries:
+            return self.execute(call, step_id)  # decided already (a resume): its recorded outcome stands
+        return self._refuse_unknown(call, step_id, why)
+
+    def _refuse_unknown(self, call: ToolCall, step_id: str, why: str) -> CallResult:
+        entry = ToolLedgerEntry(
+            call_id=call.call_id,
+            step_id=step_id,
+            tool_name=call.tool,
+            input_hash=input_hash(call.args),
+            status="planned",
+            risk_level="high",
+            idempotency="non_idempotent",
+            replay_policy="never",
+            run_id=self.ledger.run_id,
+            input=call.args,
+            planned_at=now(),
+        )
+        self.conversation.leave_pending(call.call_id)
+        message, ref = self._tool_message(call, f"error: {why}")
+        if call.call_id not in self.ledger.entries:
+            self.ledger.record(entry)
+            self.ledger.finish(entry, "failed", ref, error=why)
+        return CallResult(call.call_id, "failed", None, message.content)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
