@@ -1,18 +1,16 @@
 """``safepoint``: parse, call the library API, render. Exit codes are ``ExitCode``'s (0 done, 3 waiting for a
 decision, others errors). Commands import the library when they run, so ``--help`` starts fast."""
 
-from __future__ import annotations
-
 import importlib
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from safepoint.cli import protocol, supervise
 from safepoint.cli.common import (
     JsonOpt,
+    Out,
     StoreOpt,
     TakeoverOpt,
     ToolsOpt,
@@ -32,13 +30,19 @@ if TYPE_CHECKING:
     from safepoint.api import Run
     from safepoint.records import ConflictResolution
 
+# Plain help and usage errors (rich_markup_mode=None): rich's help formatter imports markdown-it and doubles the
+# start-up of `safepoint --help`.
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Crash-safe AI-agent runs."
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Crash-safe AI-agent runs.",
 )
-out = Console()
+out = Out()
 
 
-def _load_tools(specs: list[str] | None) -> list[Tool]:
+def _load_tools(specs: list[str] | None) -> "list[Tool]":
     from safepoint.standins.notify import send_notification
 
     tools: list[Tool] = [send_notification]
@@ -55,14 +59,14 @@ def _load_tools(specs: list[str] | None) -> list[Tool]:
 _open = open_safepoint_at
 
 
-def _emit(data: Any, as_json: bool, render: Callable[[Any], Any] | None = None) -> None:
+def _emit(data: Any, as_json: bool, render: "Callable[[Any], Any] | None" = None) -> None:
     """``--json``: the result as plain data; otherwise ``render(plain data)`` when given."""
     emit(data, as_json)
     if not as_json and render is not None:
         out.print(render(plain(data)))
 
 
-def _finish(run: Run, status: str, as_json: bool) -> None:
+def _finish(run: "Run", status: str, as_json: bool) -> None:
     if as_json:
         emit({"run_id": run.run_id, "status": status}, True)
     else:
@@ -70,7 +74,7 @@ def _finish(run: Run, status: str, as_json: bool) -> None:
     raise typer.Exit(exit_code_for(status))
 
 
-def _shown(as_json: bool) -> Callable[[str], None] | None:
+def _shown(as_json: bool) -> "Callable[[str], None] | None":
     """Where streamed text goes: the terminal, as it arrives (never into --json output)."""
     return None if as_json else write_through
 
@@ -402,7 +406,7 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
     """A scripted coding agent is SIGKILLed mid-run and resumed (nothing is sent twice), then rolled back."""
     from safepoint.cli.demo import run_demo
 
-    raise typer.Exit(run_demo(out, keep=keep))
+    raise typer.Exit(run_demo(out.console(), keep=keep))
 
 
 protocol.register(app, out)

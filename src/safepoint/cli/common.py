@@ -5,7 +5,6 @@ Nothing here imports the library at module level: ``safepoint --help`` must not 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -15,6 +14,8 @@ import typer
 from safepoint.errors import ConfigError, ExitCode
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from safepoint.api import Safepoint
 
 StoreOpt = Annotated[
@@ -38,6 +39,23 @@ _STATUS_EXIT = {
 }
 
 
+class Out:
+    """The terminal: rich's Console, made at the first print (``--help`` never loads it)."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console()
+        return self._console
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.console().print(*objects, **options)
+
+
 def exit_code_for(status: str) -> ExitCode:
     return _STATUS_EXIT.get(status, ExitCode.FAILED)
 
@@ -59,6 +77,8 @@ def plain(value: Any) -> Any:
 
 def emit(data: Any, as_json: bool) -> None:
     if as_json:
+        import json
+
         sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
 
 

@@ -5,17 +5,14 @@ or void a run's work (``daemon`` and ``schedule`` are in ``supervise``). Each po
 control channel: a live owner acts on it at its next safe point, and with no owner a restart recovery acts at once.
 """
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from safepoint.cli.common import JsonOpt, StoreOpt, WorkspaceOpt, emit, open_safepoint_at
+from safepoint.cli.common import JsonOpt, Out, StoreOpt, WorkspaceOpt, emit, open_safepoint_at
 
 
-def register(app: typer.Typer, out: Console) -> None:
+def register(app: typer.Typer, out: Out) -> None:
     def answer(
         run_id: str,
         call_id: str,

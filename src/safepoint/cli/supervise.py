@@ -5,17 +5,15 @@ A schedule lives in the store, so every daemon on that store sees it; ``schedule
 runs for one due occurrence (a person may run it too: an occurrence fires at most once).
 """
 
-from __future__ import annotations
-
 import json
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from safepoint.cli.common import (
     JsonOpt,
+    Out,
     StoreOpt,
     ToolsOpt,
     WorkspaceOpt,
@@ -36,7 +34,7 @@ DEFAULT_EXEC_TIMEOUT_S = 3600.0
 DEFAULT_LEASE_S = 30.0
 
 
-def _jobs_table(rows: list[JobSummary]) -> Table:
+def _jobs_table(rows: "list[JobSummary]") -> "Table":
     from rich.table import Table
 
     table = Table(title="scheduled jobs (times in UTC)")
@@ -54,8 +52,10 @@ def _line(record: dict[str, Any]) -> str:
     return f"{record['at'][11:19]} {record['event']}{run} {rest}".rstrip()
 
 
-def register(app: typer.Typer, out: Console) -> None:
-    schedules = typer.Typer(no_args_is_help=True, help="Scheduled jobs: a cron expression (UTC) and what to run.")
+def register(app: typer.Typer, out: Out) -> None:
+    schedules = typer.Typer(
+        no_args_is_help=True, rich_markup_mode=None, help="Scheduled jobs: a cron expression (UTC) and what to run."
+    )
     app.add_typer(schedules, name="schedule")
 
     @schedules.command("add")
