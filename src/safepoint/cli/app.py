@@ -199,11 +199,11 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one run, or every run of the store."""
-    from safepoint.cli import render
-
     rows = _open(store, workspace).status(run_id)
     emit(rows[0] if run_id else rows, as_json)
     if not as_json:
+        from safepoint.cli import render  # rich's tables only for a person
+
         out.print(render.status_table(plain(rows)))
 
 
