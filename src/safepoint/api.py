@@ -629,11 +629,8 @@ class Safepoint:
         """``requested``: a live owner stops at its next safe point; ``closed``: settled now (no live owner)."""
         from safepoint.restart import control
 
-        return (
-            "closed"
-            if control.cancel(self.store, run_id, whole_stream=whole_stream, by=by) == "closed"
-            else ("requested")
-        )
+        outcome = control.cancel(self.store, run_id, whole_stream=whole_stream, by=by)
+        return "closed" if outcome == "closed" else "requested"
 
     def reset_context(self, run_id: str, *, by: str = "user") -> ControlOutcome:
         from safepoint.restart import control
