@@ -298,6 +298,7 @@ HEAVY = (
     "safepoint.core.commands",
     "safepoint.engine.session",
     "safepoint.agent.loop",
+    "rich.table",  # a person's table is drawn only when there is something to show
 )
 
 _PROBE = """
@@ -310,7 +311,7 @@ print(json.dumps({{"code": result.exit_code, "heavy": heavy}}))
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["status", "--json", "-w", "{ws}"]])
+@pytest.mark.parametrize("args", [["--help"], ["status", "--json", "-w", "{ws}"], ["status", "-w", "{ws}"]])
 def test_start_up_imports_nothing_heavy(workspace, args):
     """`safepoint --help` and `safepoint status` never load the engine, the command classifier (bashlex), the
     model client, the PostgreSQL driver, merge3 or croniter (bench/startup.py measures the time)."""
@@ -320,6 +321,14 @@ def test_start_up_imports_nothing_heavy(workspace, args):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"code": 0, "heavy": []}
+
+
+def test_status_of_an_empty_store_says_so_in_one_line(workspace):
+    done = subprocess.run(
+        [PY, "-m", "safepoint", "status", "-w", str(workspace)], env=cli_env(), capture_output=True, text=True
+    )
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert done.stdout.startswith("no runs in file:") and done.stdout.count("\n") == 1
 
 
 def test_import_safepoint_is_light():

@@ -199,12 +199,17 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one run, or every run of the store."""
-    rows = _open(store, workspace).status(run_id)
+    sp = _open(store, workspace)
+    rows = sp.status(run_id)
     emit(rows[0] if run_id else rows, as_json)
-    if not as_json:
-        from safepoint.cli import render  # rich's tables only for a person
+    if as_json:
+        return
+    if not rows:  # said in one plain line: an empty table tells less (and would load rich's tables for nothing)
+        sys.stdout.write(f"no runs in {sp.store.url}; start one with `safepoint run`\n")
+        return
+    from safepoint.cli import render  # rich's tables only for a person
 
-        out.print(render.status_table(plain(rows)))
+    out.print(render.status_table(plain(rows)))
 
 
 @app.command()
