@@ -131,8 +131,9 @@ def test_head_is_recorded_per_checkpoint_and_commit_takes_only_the_agents_paths(
     assert started.is_repo and started.head == head.strip() and started.branch == "main"
     assert started.dirty == ("user.txt",)
     before = refs_snapshot(str(workspace))
-    sha, ours, since = tm.commit("r")
-    assert ours == ["feature.py"] and since == ["edited.py"]
+    done = tm.commit("r")
+    sha = done.commit
+    assert done.committed == ["feature.py"] and done.left_out == ["edited.py"]
     files = subprocess.run(
         ["git", "-C", str(workspace), "show", "--name-only", "--format=", sha], capture_output=True, text=True
     ).stdout.split()
@@ -282,8 +283,8 @@ def test_commit_leaves_out_a_file_that_held_the_users_uncommitted_work(workspace
     with tm.start("t", run_id="r") as run:
         run.call("write_file", {"path": "tracked.txt", "content": "committed\nthe user's WIP\nagent\n"}, call_id="w1")
         run.call("write_file", {"path": "fresh.py", "content": "x = 1\n"}, call_id="w2")
-    ours, since = tm.agent_changes("r")
-    assert ours == ["fresh.py"] and since == ["tracked.txt"]
+    changes = tm.agent_changes("r")
+    assert changes.would_commit == ["fresh.py"] and changes.left_out == ["tracked.txt"]
 
 
 def test_a_file_uncovered_by_a_gitignore_edit_is_the_users_not_the_commands(workspace, watch_mode):

@@ -53,7 +53,7 @@ def test_a_file_the_user_changed_is_a_conflict_and_is_not_touched(workspace):
     assert conflict.expected_hash == content_hash(b"agent\n")
     assert conflict.actual_hash == content_hash(b"agent\nuser line\n")
     [described] = tm.conflicts("r")
-    assert "+agent" in described["agent_change"] and "+user line" in described["changed_since"]
+    assert "+agent" in described.agent_change and "+user line" in described.changed_since
 
 
 def test_a_user_edit_between_two_agent_writes_stops_the_revert_there(workspace):
@@ -86,7 +86,7 @@ def test_resolutions(workspace, resolution, expected):
     tm.rollback_files("r", start)
     result = tm.resolve("r", "f.txt", resolution)
     assert (workspace / "f.txt").read_text() == expected
-    assert result["resolution"] == resolution
+    assert result.resolution == resolution
     assert tm.conflicts("r") == []
     assert load_view(tm.store, "r").conflicts["f.txt"].resolution == resolution
 
@@ -212,8 +212,8 @@ def test_restore_session_branches_the_conversation_and_leaves_files(workspace):
     view = load_view(tm.store, "r")
     after_first = next(c for c in view.checkpoints if c.checkpoint.kind == "after_step").checkpoint
     restored = tm.restore_session("r", after_first.checkpoint_id)
-    current, abandoned = tm.history("r")
-    assert len(current) == after_first.history_len and abandoned
+    history = tm.history("r")
+    assert len(history.current) == after_first.history_len and history.abandoned
     assert (workspace / "b").exists()  # files are left alone without --with-files
     assert restored.kind == "after_step" and restored.next_turn == after_first.next_turn
     assert load_view(tm.store, "r").latest_complete_checkpoint().checkpoint.checkpoint_id == restored.checkpoint_id
@@ -362,7 +362,7 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
                     check_recoverable(before, session)
             else:
                 choice = ["keep_user", "apply_agent", "manual_merge"][value]
-                pending = [c["path"] for c in tm.conflicts("r")]
+                pending = [c.path for c in tm.conflicts("r")]
                 if path in pending:
                     with tm._session("r") as session:
                         safepoint.engine.actions.resolve(session, path, choice)
@@ -410,5 +410,5 @@ def test_a_rollback_does_not_move_the_run_back_to_its_first_step(workspace):
     tm.rollback_files("r", first)
     after = load_view(tm.store, "r").latest_complete_checkpoint().checkpoint
     assert (after.step, after.next_turn) == (before.step, before.next_turn)
-    explained = __import__("safepoint.report", fromlist=["explain"]).explain(tm.store, "r", str(workspace))
-    assert explained["workspace_drift"] == []  # the rollback's own removals are the run's, not someone else's
+    explained = tm.explain("r")
+    assert explained.workspace_drift == []  # the rollback's own removals are the run's, not someone else's

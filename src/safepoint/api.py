@@ -2,8 +2,8 @@
 
 ::
 
-    tm = safepoint.open("file:.agent-runtime", workspace=".")
-    with tm.start("fix the bug", tools=[send_email]) as run:      # or tm.resume(run_id, tools=[...])
+    sp = safepoint.open("file:.agent-runtime", workspace=".")
+    with sp.start("fix the bug", tools=[send_email]) as run:      # or sp.resume(run_id, tools=[...])
         run.add_message("assistant", text)
         result = run.call("send_email", {"to": "a@b.c", "body": "hi"}, call_id=model_call_id)
         run.checkpoint()
@@ -11,6 +11,12 @@
 ``run.call`` writes ``started`` durably before the tool runs; called again with the same ``call_id`` after a
 crash it returns the recorded result, re-runs only what its policy allows, and never repeats a non-idempotent
 call. ``await run.acall(...)`` is the same for asyncio.
+
+The handle (``Safepoint``) also holds what people do to runs: the reports (``status``, ``ledger``,
+``checkpoints``, ``explain``, ``history``), the three recovery actions (``recover(run_id, RollbackFiles(...))``),
+conflicts, the recovery protocol's controls (approve, deny, submit, cancel, reset) and committing the agent's
+changes. Results are typed (``safepoint.results``). The engine is imported when a method first needs it, so a
+command that only reads starts fast.
 """
 
 from __future__ import annotations
@@ -20,43 +26,62 @@ import inspect
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from safepoint.agent.loop import Agent, Recovery, resume_session
-from safepoint.core.hashing import content_hash
-from safepoint.core.restart import RecoveryVerdict
-from safepoint.core.resume import ResumePlan, last_completed_step, plan_resume
-from safepoint.core.rollback import RollbackPlan
-from safepoint.engine import actions
-from safepoint.engine.builtin import builtin_registry
-from safepoint.engine.call_runner import CallResult
-from safepoint.engine.session import RunSession, load_view, now
+from safepoint.core.resume import last_completed_step
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
-from safepoint.errors import ResumeError, ToolFailure, ToolRegistrationError
-from safepoint.protocol import SuccessorAccepted
-from safepoint.providers.base import Provider
+from safepoint.errors import ConfigError, ResumeError, ToolFailure, ToolRegistrationError
 from safepoint.records import (
     Checkpoint,
+    CompensateExternalAction,
     ConflictResolution,
     FilePatchEntry,
     Idempotency,
     Message,
+    RecoveryAction,
     ReplayPolicy,
+    RestoreSession,
     RiskLevel,
+    RollbackFiles,
     RunInfo,
     RunStatus,
     ToolCall,
+    ToolLedgerEntry,
 )
-from safepoint.restart import approvals, control
-from safepoint.restart.judge import judge
-from safepoint.store.base import Store
+from safepoint.results import (
+    AgentChanges,
+    CheckpointSummary,
+    Committed,
+    Compensated,
+    ConflictView,
+    ControlOutcome,
+    Explanation,
+    History,
+    Migrated,
+    Resolved,
+    RunSummary,
+    Submitted,
+)
 from safepoint.store.url import default_store_url, open_store
 from safepoint.workspace.files import Workspace
 
+if TYPE_CHECKING:
+    from safepoint.agent.loop import Recovery
+    from safepoint.core.restart import RecoveryVerdict
+    from safepoint.core.resume import ResumePlan
+    from safepoint.core.rollback import RollbackPlan
+    from safepoint.engine.call_runner import CallResult
+    from safepoint.engine.session import RunSession
+    from safepoint.protocol import RuntimeRestartCheckpoint
+    from safepoint.providers.base import Provider
+    from safepoint.standins.scenario import Scenario
+    from safepoint.store.base import Store
+
 
 def new_run_id() -> str:
-    return "run_" + now()[:10].replace("-", "") + "_" + uuid.uuid4().hex[:8]
+    return "run_" + datetime.now(UTC).strftime("%Y%m%d") + "_" + uuid.uuid4().hex[:8]
 
 
 class Run:
@@ -76,6 +101,8 @@ class Run:
     """
 
     def __init__(self, session: RunSession, recovery: Recovery | None = None) -> None:
+        from safepoint.restart import approvals
+
         self.session = approvals.attach(session)  # a high-risk call waits for `safepoint approve`
         self.recovery = recovery
         self._auto_ids = 0  # calls without an id are numbered per step, so a redone step gets the same ids
@@ -213,9 +240,19 @@ class Safepoint:
         self.store = store
         self.workspace = Workspace(workspace, exclude=tuple(exclude), protected=store.local_dir())
 
-    def registry(self, tools: Iterable[Tool] = (), *, builtins: bool = True) -> ToolRegistry:
-        return builtin_registry(*tools) if builtins else ToolRegistry(tools)
+    @property
+    def root(self) -> str:
+        """The workspace folder, absolute."""
+        return self.workspace.root
 
+    def registry(self, tools: Iterable[Tool] = (), *, builtins: bool = True) -> ToolRegistry:
+        if not builtins:
+            return ToolRegistry(tools)
+        from safepoint.engine.builtin import builtin_registry
+
+        return builtin_registry(*tools)
+
+    # runs -----------------------------------------------------------------------------------------------------------
     def start(
         self,
         task: str,
@@ -233,6 +270,10 @@ class Safepoint:
     ) -> Run:
         """Start a run. ``approval="high"``: high-risk calls wait for ``approve``. ``successor_of``: this run takes
         over an earlier one's work; that run is never resumed again (``successor_accepted``)."""
+        from safepoint.engine.session import RunSession, load_view, now
+        from safepoint.protocol import SuccessorAccepted
+        from safepoint.restart import control
+
         info = RunInfo(
             run_id=run_id or new_run_id(),
             task=task,
@@ -254,6 +295,29 @@ class Safepoint:
             control.post(self.store, successor_of, SuccessorAccepted(successor_run_id=info.run_id, at=now()))
         return Run(session)
 
+    def start_scenario(self, scenario: Scenario, *, source: str = "scenario", **options: Any) -> Run:
+        """Start a run of a scenario (the scripted model); a scenario calling a tool nobody registered is refused
+        before anything is written. ``options`` are ``start``'s."""
+        from safepoint.agent.subagents import SPAWN_SUBAGENT
+        from safepoint.errors import ScenarioError
+        from safepoint.standins.scenario import scenario_to_dict
+
+        registry = self.registry(options.get("tools", ()))
+        for index in range(len(scenario.turns)):
+            for call in scenario.calls(index):
+                if call.tool not in registry and call.tool != SPAWN_SUBAGENT:
+                    raise ScenarioError(
+                        f"{source}: turn {index + 1} calls unknown tool {call.tool!r}; "
+                        f"known tools: {', '.join(registry.names())} (add your own with --tools MODULE:ATTR)"
+                    )
+        return self.start(
+            scenario.task,
+            model=scenario.model,
+            model_config=scenario.model_config,
+            scenario=scenario_to_dict(scenario),
+            **options,
+        )
+
     def resume(
         self,
         run_id: str,
@@ -273,6 +337,8 @@ class Safepoint:
         Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
         ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
         """
+        from safepoint.agent.loop import resume_session
+
         session, recovery = resume_session(
             self.store,
             run_id,
@@ -286,11 +352,112 @@ class Safepoint:
         )
         return Run(session, recovery)
 
+    def nothing_to_resume(self, run_id: str) -> bool:
+        """A completed run with no input queued since: resuming it would do nothing (it stays completed)."""
+        from safepoint.engine.session import load_view
+        from safepoint.restart import inbox
+
+        view = load_view(self.store, run_id)
+        return view.status == "completed" and not inbox.pending_submissions(self.store, view)
+
+    def provider_for(self, run_id: str, *, model: str | None = None) -> tuple[Provider, str]:
+        """The model a run was started with (its scenario, or its model server) and its system prompt; ``model``
+        switches to another one. A run of an own loop has none (``ConfigError``)."""
+        from safepoint.engine.session import load_view
+        from safepoint.providers.select import provider_for
+
+        return provider_for(load_view(self.store, run_id).info, model=model)
+
+    def run_agent(
+        self,
+        run: Run,
+        provider: Provider | None = None,
+        *,
+        system: str | None = None,
+        output: Callable[[str], None] | None = None,
+    ) -> RunStatus:
+        """Drive the run with a model (by default the one it was started with). ``output`` receives streamed text
+        as it is shown to the user."""
+        from safepoint.agent.loop import Agent
+
+        if provider is None:
+            from safepoint.providers.select import provider_for
+
+            provider, prompt = provider_for(run.session.info)
+            system = prompt if system is None else system
+        return Agent(run.session, provider, system=system or "", output=output).run()
+
+    # reports (read only) --------------------------------------------------------------------------------------------
+    def list_runs(self) -> list[str]:
+        return list(self.store.list_runs())
+
+    def status(self, run_id: str | None = None) -> list[RunSummary]:
+        """One run, or every run of the store (a run whose records cannot be read is ``unreadable``)."""
+        from safepoint import report
+
+        return report.status_rows(self.store, run_id)
+
+    def ledger(self, run_id: str) -> list[ToolLedgerEntry]:
+        from safepoint import report
+
+        return report.ledger_rows(self.store, run_id)
+
+    def checkpoints(self, run_id: str) -> list[CheckpointSummary]:
+        from safepoint import report
+
+        return report.checkpoint_rows(self.store, run_id)
+
+    def explain(self, run_id: str, *, probe_workspace: bool = True) -> Explanation:
+        """What happened to every call, and where and why a resume would continue. ``probe_workspace``: compare
+        the workspace with what the run left there and ask the tools' probes (they only read)."""
+        from safepoint import report
+
+        return report.explain(self.store, run_id, self.workspace.root if probe_workspace else None)
+
+    def history(self, run_id: str) -> History:
+        """The current branch of the conversation, and messages of abandoned branches."""
+        from safepoint.engine.session import load_view
+
+        view = load_view(self.store, run_id)
+        current = {id(message) for message in view.history}
+        return History(
+            current=list(view.history), abandoned=[m for m in view.message_records.values() if id(m) not in current]
+        )
+
+    def restart_checkpoint(self, run_id: str) -> RuntimeRestartCheckpoint | None:
+        """The run's restart checkpoint (seed 003 §1.2) when one is stored and intact: the work in flight."""
+        import msgspec
+
+        from safepoint.protocol import RuntimeRestartCheckpoint
+
+        if run_id not in self.store.list_runs():
+            return None
+        stored = self.store.read_restart_checkpoint(run_id)
+        if stored is None or not stored.intact:
+            return None
+        return msgspec.json.decode(stored.data, type=RuntimeRestartCheckpoint)
+
+    def judge(self, run_id: str, *, model: str | None = None) -> RecoveryVerdict:
+        """What restart recovery would decide for the run now (reads only)."""
+        from safepoint.restart.judge import judge
+
+        return judge(self.store, run_id, resuming_model=model).verdict
+
+    def plan(self, run_id: str) -> ResumePlan:
+        """What a resume would do now, without claiming the run or running anything."""
+        from safepoint.core.resume import plan_resume
+        from safepoint.engine.session import load_view
+
+        return plan_resume(load_view(self.store, run_id))
+
     # the three recovery actions (§8.8) and their companions ---------------------------------------------------------
     @contextlib.contextmanager
     def _session(
         self, run_id: str, tools: Iterable[Tool] = (), *, read_only: bool = False, takeover: bool = False
     ) -> Iterator[RunSession]:
+        from safepoint.engine.session import RunSession
+        from safepoint.restart import approvals
+
         session = RunSession.open(
             self.store,
             run_id,
@@ -308,32 +475,56 @@ class Safepoint:
                 session.commit()
             session.close()
 
+    def recover(
+        self,
+        run_id: str,
+        action: RecoveryAction,
+        *,
+        dry_run: bool = False,
+        with_files: bool = False,
+        tools: Iterable[Tool] = (),
+        assume_done: bool = False,
+        decision: Literal["replay", "skip"] | None = None,
+        takeover: bool = False,
+    ) -> RollbackPlan | Checkpoint | Compensated:
+        """Carry out one of the seed's three recovery actions (§8.8), never one "undo":
+
+        - ``RollbackFiles(checkpoint_id=...)``: the agent's file changes after it are reverted (``dry_run``: only
+          planned); files changed since become conflicts. Returns the ``RollbackPlan``.
+        - ``RestoreSession(checkpoint_id=...)``: the conversation and run state go back to it as a new branch
+          (``with_files``: the files too). Returns the new checkpoint.
+        - ``CompensateExternalAction(ledger_entry_id=...)``: the tool's compensator runs once for that call
+          (``assume_done`` for an uncertain one; ``decision`` settles an interrupted compensation).
+        """
+        match action:
+            case RollbackFiles(checkpoint_id=checkpoint_id):
+                return self.rollback_files(run_id, checkpoint_id, dry_run=dry_run, takeover=takeover)
+            case RestoreSession(checkpoint_id=checkpoint_id):
+                return self.restore_session(run_id, checkpoint_id, with_files=with_files, takeover=takeover)
+            case CompensateExternalAction(ledger_entry_id=entry_id):
+                result = self.compensate(
+                    run_id, entry_id, tools=tools, assume_done=assume_done, decision=decision, takeover=takeover
+                )
+                return Compensated(run_id=run_id, compensated=entry_id, result=result)
+        raise ConfigError(
+            f"{action!r} is not a recovery action; give RollbackFiles, RestoreSession or CompensateExternalAction"
+        )
+
     def rollback_files(
         self, run_id: str, checkpoint_id: str, *, dry_run: bool = False, takeover: bool = False
     ) -> RollbackPlan:
         """Revert the agent's file changes made after ``checkpoint_id``; files changed since become conflicts."""
+        from safepoint.engine import actions
+
         with self._session(run_id, read_only=dry_run, takeover=takeover) as session:
             return actions.rollback_files(session, checkpoint_id, dry_run=dry_run)
-
-    def conflicts(self, run_id: str) -> list[dict[str, Any]]:
-        """Pending conflicts, each with the agent's change and what changed since (a three-way view)."""
-        with self._session(run_id, read_only=True) as session:
-            return [actions.describe_conflict(session, c) for c in actions.pending_conflicts(session)]
-
-    def resolve(
-        self, run_id: str, path: str, resolution: ConflictResolution, *, takeover: bool = False
-    ) -> dict[str, Any]:
-        """``keep_user`` leaves the file, ``apply_agent`` finishes the rollback over it, ``manual_merge`` writes a
-        three-way merge (conflict markers where the two changes overlap)."""
-        if resolution == "pending":
-            raise ResumeError("a resolution is keep_user, apply_agent or manual_merge")
-        with self._session(run_id, takeover=takeover) as session:
-            return actions.resolve(session, path, resolution)
 
     def restore_session(
         self, run_id: str, checkpoint_id: str, *, with_files: bool = False, takeover: bool = False
     ) -> Checkpoint:
         """Continue the run from an earlier checkpoint as a new branch; the old branch stays in the log."""
+        from safepoint.engine import actions
+
         with self._session(run_id, takeover=takeover) as session:
             return actions.restore_session(session, checkpoint_id, with_files=with_files)
 
@@ -347,16 +538,39 @@ class Safepoint:
         decision: str | None = None,
         takeover: bool = False,
     ) -> str:
-        """Run the compensator a tool declares for one finished call, at most once. ``decision`` ("replay" or
-        "skip") settles a compensation a crash interrupted."""
+        """Run the compensator a tool declares for one finished call, at most once; returns its observation.
+        ``decision`` ("replay" or "skip") settles a compensation a crash interrupted."""
+        from safepoint.engine import actions
+
         with self._session(run_id, tools, takeover=takeover) as session:
             return actions.compensate(session, ledger_entry_id, assume_done=assume_done, decision=decision)
 
-    def agent_changes(self, run_id: str) -> tuple[list[str], list[str]]:
+    def conflicts(self, run_id: str) -> list[ConflictView]:
+        """Pending conflicts, each with the agent's change and what changed since (a three-way view)."""
+        from safepoint.engine import actions
+
+        with self._session(run_id, read_only=True) as session:
+            return [ConflictView(**actions.describe_conflict(session, c)) for c in actions.pending_conflicts(session)]
+
+    def resolve(self, run_id: str, path: str, resolution: ConflictResolution, *, takeover: bool = False) -> Resolved:
+        """``keep_user`` leaves the file, ``apply_agent`` finishes the rollback over it, ``manual_merge`` writes a
+        three-way merge (conflict markers where the two changes overlap)."""
+        from safepoint.engine import actions
+
+        if resolution == "pending":
+            raise ResumeError("a resolution is keep_user, apply_agent or manual_merge")
+        with self._session(run_id, takeover=takeover) as session:
+            return Resolved(**actions.resolve(session, path, resolution))
+
+    # committing the agent's work ------------------------------------------------------------------------------------
+    def agent_changes(self, run_id: str, *, require_git: bool = False) -> AgentChanges:
         """Paths holding exactly what the agent last left there (its diff), and paths that are not only the agent's:
-        changed since it wrote them, or holding uncommitted work of the user's from before the agent touched them."""
+        changed since it wrote them, or holding uncommitted work of the user's from before the agent touched them.
+        ``require_git``: a workspace outside git is a ``ConfigError`` (there is nothing to commit to)."""
         from safepoint.workspace.git import head_blob_ids
 
+        if require_git:
+            self._require_git()
         head = head_blob_ids(self.workspace.root)
         with self._session(run_id, read_only=True) as session:
             first: dict[str, FilePatchEntry] = {}
@@ -369,56 +583,82 @@ class Safepoint:
             for path, after in sorted(last.items()):
                 clean_base = _matches_head(session, first[path], head.get(path))
                 (ours if clean_base and session.files.state(path).hash == after else since).append(path)
-            return ours, since
+            return AgentChanges(run_id=run_id, would_commit=ours, left_out=since)
 
-    def commit(self, run_id: str, message: str | None = None) -> tuple[str, list[str], list[str]]:
-        """Commit the agent's changes only (never the user's other work), when the user asks. Returns the commit,
-        the paths committed and the paths left out."""
+    def commit(self, run_id: str, message: str | None = None) -> Committed:
+        """Commit the agent's changes only (never the user's other work), when the user asks."""
+        from safepoint.engine.session import load_view
         from safepoint.workspace.git import commit_paths
 
-        ours, since = self.agent_changes(run_id)
-        if not ours:
+        changes = self.agent_changes(run_id, require_git=True)
+        if not changes.would_commit:
             raise ResumeError(f"run {run_id!r} left no change of its own to commit")
         info = load_view(self.store, run_id).info
-        sha = commit_paths(self.workspace.root, ours, message or f"safepoint: changes of run {run_id}\n\n{info.task}")
-        return sha, ours, since
+        sha = commit_paths(
+            self.workspace.root, changes.would_commit, message or f"safepoint: changes of run {run_id}\n\n{info.task}"
+        )
+        return Committed(run_id=run_id, commit=sha, committed=changes.would_commit, left_out=changes.left_out)
 
-    def history(self, run_id: str) -> tuple[list[Message], list[Message]]:
-        """The current branch of the conversation, and messages of abandoned branches."""
-        view = load_view(self.store, run_id)
-        current = {id(message) for message in view.history}
-        return list(view.history), [m for m in view.message_records.values() if id(m) not in current]
+    def _require_git(self) -> None:
+        from safepoint.workspace.git import git_state
 
-    def run_agent(
-        self, run: Run, provider: Provider, *, system: str = "", output: Callable[[str], None] | None = None
-    ) -> RunStatus:
-        """Drive the run with a model. ``output`` receives streamed text as it is shown to the user."""
-        return Agent(run.session, provider, system=system, output=output).run()
+        if not git_state(self.workspace.root).is_repo:
+            raise ConfigError(
+                f"workspace {self.workspace.root} is not in a git repository; there is nothing to commit to"
+            )
 
     # the recovery protocol's controls (seed 003): people act on runs they do not own ------------------------------
     def approve(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
+        """Approve a call waiting for approval; returns the answer's position in the run's control channel."""
+        from safepoint.restart import control
+
         return control.answer(self.store, run_id, call_id, approved=True, by=by, reason=reason)
 
     def deny(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
+        from safepoint.restart import control
+
         return control.answer(self.store, run_id, call_id, approved=False, by=by, reason=reason)
 
-    def submit(self, run_id: str, text: str, **options: Any) -> tuple[str, int]:
-        """Queue user input for a run (keys dedupe resubmissions); see ``control.submit`` for the overrides."""
-        return control.submit(self.store, run_id, text, **options)
+    def submit(
+        self,
+        run_id: str,
+        text: str,
+        *,
+        key: str | None = None,
+        override_system_prompt: str | None = None,
+        append_system_prompt: str | None = None,
+        requested_model: str | None = None,
+        reasoning_strength_override: str | None = None,
+        tools_allowed_override: tuple[str, ...] | None = None,
+    ) -> Submitted:
+        """Queue user input for a run. A client that may retry passes the same ``key`` each time: it is admitted
+        once. The overrides apply to this input only (seed 003 §2.2)."""
+        from safepoint.restart import control
 
-    def cancel(self, run_id: str, *, whole_stream: bool = False, by: str = "user") -> str:
-        return control.cancel(self.store, run_id, whole_stream=whole_stream, by=by)
+        submission_key, position = control.submit(
+            self.store,
+            run_id,
+            text,
+            key=key,
+            override_system_prompt=override_system_prompt,
+            append_system_prompt=append_system_prompt,
+            requested_model=requested_model,
+            reasoning_strength_override=reasoning_strength_override,
+            tools_allowed_override=tools_allowed_override,
+        )
+        return Submitted(run_id=run_id, submission_key=submission_key, position=position)
 
-    def reset_context(self, run_id: str, *, by: str = "user") -> str:
-        return control.reset_context(self.store, run_id, by=by)
+    def cancel(self, run_id: str, *, whole_stream: bool = False, by: str = "user") -> ControlOutcome:
+        """``requested``: a live owner stops at its next safe point; ``closed``: settled now (no live owner)."""
+        from safepoint.restart import control
 
-    def judge(self, run_id: str, *, model: str | None = None) -> RecoveryVerdict:
-        """What restart recovery would decide for the run now (reads only)."""
-        return judge(self.store, run_id, resuming_model=model).verdict
+        outcome = control.cancel(self.store, run_id, whole_stream=whole_stream, by=by)
+        return "closed" if outcome == "closed" else "requested"
 
-    def plan(self, run_id: str) -> ResumePlan:
-        """What a resume would do now, without claiming the run or running anything."""
-        return plan_resume(load_view(self.store, run_id))
+    def reset_context(self, run_id: str, *, by: str = "user") -> ControlOutcome:
+        from safepoint.restart import control
+
+        return "closed" if control.reset_context(self.store, run_id, by=by) == "closed" else "requested"
 
     def close(self) -> None:
         self.store.close()
@@ -430,16 +670,43 @@ def _value_of(result: CallResult) -> Any:
     return result.value
 
 
+def stop_at_safe_point_on_sigterm() -> None:
+    """SIGTERM (and SIGINT) make a running agent stop at its next safe point, keeping its restart checkpoint."""
+    from safepoint.engine import shutdown
+
+    shutdown.install()
+
+
 def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | None) -> bool:
     """Did the agent start from HEAD's version of the path (so a commit of it holds nothing of the user's)?"""
+    from safepoint.core.hashing import content_hash
+    from safepoint.workspace.git import read_blob
+
     if head_blob is None:
         return first.before_hash == ""
     if first.before_ref == f"git:{head_blob}":
         return True
-    from safepoint.workspace.git import read_blob
-
     data = read_blob(session.workspace.root, head_blob)
     return data is not None and content_hash(data) == first.before_hash
+
+
+def migrate(url: str | None = None, *, workspace: str = ".") -> Migrated:
+    """Bring a PostgreSQL store's schema to this safepoint's version (a no-op when it is there already; the file
+    store has none). Opening a store sets up a fresh database but never upgrades one other hosts may still use."""
+    from safepoint.store.names import safe_url
+    from safepoint.store.url import migrate_store
+
+    url = url or default_store_url(os.path.abspath(workspace))
+    change = migrate_store(url)
+    if change is None:
+        return Migrated(store=safe_url(url), migrated=False)
+    return Migrated(
+        store=safe_url(url),
+        migrated=bool(change.applied),
+        before=change.before,
+        after=change.after,
+        applied=list(change.applied),
+    )
 
 
 def open(url: str | None = None, *, workspace: str = ".", exclude: Iterable[str] = ()) -> Safepoint:

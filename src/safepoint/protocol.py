@@ -283,3 +283,39 @@ class RecoveryReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     mode: RestartMode | None = None
     detail: str = ""
     action: Literal["resumed", "closed", "none"] = "none"
+
+
+# The protocol's public names (pinned by tests/test_public_api.py); DESCRIPTOR_VERSION and SELF_HEALING are
+# internal markers of the stored format.
+__all__ = [
+    "PAYLOAD_MODES",
+    "RECOVERY_FAILURE_REASONS",
+    "REPLAY_FORBIDDEN_REASONS",
+    "SELF_HEALING_PROMPT",
+    "TERMINAL_STATUS_RESTART",
+    "Approval",
+    "CancelRequest",
+    "ContextResetRequest",
+    "ControlRecord",
+    "ControlSeen",
+    "ExecutionConfig",
+    "RecoveryClass",
+    "RecoveryFailureReason",
+    "RecoveryOwnerTerminalEvent",
+    "RecoveryReport",
+    "ReplayForbidden",
+    "ReplayForbiddenReason",
+    "RestartMode",
+    "Resumable",
+    "RuntimeRestartCheckpoint",
+    "RuntimeRestartCheckpointReplayDisposition",
+    "RuntimeRestartQueuedSubmission",
+    "RuntimeRestartReactionLoopState",
+    "RuntimeRestartScheduledWorkContext",
+    "RuntimeRestartToolApprovalWait",
+    "ScheduledWorkContext",
+    "SubagentSpawned",
+    "Submission",
+    "SubtaskStopped",
+    "SuccessorAccepted",
+]

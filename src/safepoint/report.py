@@ -1,24 +1,45 @@
-"""Read-only reports on runs (status, ledger, checkpoints, explain), as plain data for the CLI and for users."""
+"""Read-only reports on runs (status, ledger, checkpoints, explain), as typed results (``safepoint.results``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from safepoint.core.replay import ProbeResult
-from safepoint.core.resume import expected_files, plan_resume
-from safepoint.core.rollback import UNKNOWN
-from safepoint.core.run_view import RunView
-from safepoint.engine.builtin import builtin_registry
-from safepoint.engine.file_changes import NOT_KEPT
-from safepoint.engine.session import RunSession, load_view
+import msgspec
+
+from safepoint.core.run_view import RunView, build_view
 from safepoint.errors import SafepointError, ToolFailure
 from safepoint.protocol import SELF_HEALING_PROMPT, TERMINAL_STATUS_RESTART, ReplayForbidden
-from safepoint.records import to_plain
-from safepoint.restart.judge import judge
-from safepoint.store.base import Store
+from safepoint.records import RunInfo, ToolLedgerEntry, to_plain
+from safepoint.results import (
+    CallReport,
+    CheckpointSummary,
+    DecisionWanted,
+    Drift,
+    Explanation,
+    NotRestorable,
+    OwnerView,
+    Problem,
+    RecoveryView,
+    RestartCheckpointView,
+    RestartVerdictView,
+    ResumePoint,
+    RunSummary,
+    SubagentView,
+)
 from safepoint.store.liveness import owner_alive
-from safepoint.workspace.files import Workspace
+
+if TYPE_CHECKING:
+    from safepoint.core.replay import ProbeResult
+    from safepoint.store.base import Store
+    from safepoint.workspace.files import Workspace
+
+
+def load_view(store: Store, run_id: str) -> RunView:
+    """The run as its log tells it (the same reading as the engine's, without loading the engine: the status,
+    ledger and checkpoint reports must start fast)."""
+    info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
+    return build_view(info, store.read_log(run_id))
 
 
 def effective_status(store: Store, view: RunView) -> str:
@@ -32,37 +53,51 @@ def effective_status(store: Store, view: RunView) -> str:
     return "running"
 
 
-def status_row(store: Store, run_id: str) -> dict[str, Any]:
+def status_row(store: Store, run_id: str) -> RunSummary:
     view = load_view(store, run_id)
     last = view.latest_complete_checkpoint()
     owner = store.owner(run_id)
-    return {
-        "run_id": run_id,
-        "status": effective_status(store, view),
-        "terminal_status": owner.terminal_status if owner else None,
-        "parent": view.info.parent_run_id,
-        "task": view.info.task,
-        "step": last.checkpoint.step if last else 0,
-        "calls": len(view.ledger),
-        "problems": len(view.problems),
-        "created_at": view.info.created_at,
-    }
+    return RunSummary(
+        run_id=run_id,
+        status=effective_status(store, view),
+        terminal_status=owner.terminal_status if owner else None,
+        parent=view.info.parent_run_id,
+        task=view.info.task,
+        step=last.checkpoint.step if last else 0,
+        calls=len(view.ledger),
+        problems=len(view.problems),
+        created_at=view.info.created_at,
+    )
 
 
-def ledger_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+def status_rows(store: Store, run_id: str | None = None) -> list[RunSummary]:
+    """One run (its errors raised), or every run of the store (a run that cannot be read is ``unreadable``)."""
+    if run_id is not None:
+        return [status_row(store, run_id)]
+    rows: list[RunSummary] = []
+    for rid in store.list_runs():
+        try:
+            rows.append(status_row(store, rid))
+        except SafepointError as exc:
+            rows.append(
+                RunSummary(run_id=rid, status="unreadable", task=str(exc), step=0, calls=0, problems=1, created_at="")
+            )
+    return rows
 
-    return [to_plain(entry) for entry in load_view(store, run_id).ledger.values()]
+
+def ledger_rows(store: Store, run_id: str) -> list[ToolLedgerEntry]:
+    return list(load_view(store, run_id).ledger.values())
 
 
-def checkpoint_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+def checkpoint_rows(store: Store, run_id: str) -> list[CheckpointSummary]:
     return [
-        {
-            "checkpoint_id": at.checkpoint.checkpoint_id,
-            "step": at.checkpoint.step,
-            "kind": at.checkpoint.kind,
-            "created_at": at.checkpoint.created_at,
-            "complete": at.complete,
-        }
+        CheckpointSummary(
+            checkpoint_id=at.checkpoint.checkpoint_id,
+            step=at.checkpoint.step,
+            kind=at.checkpoint.kind,
+            created_at=at.checkpoint.created_at,
+            complete=at.complete,
+        )
         for at in load_view(store, run_id).checkpoints
     ]
 
@@ -87,8 +122,16 @@ def not_captured(tool: str, side_effects: Iterable[str]) -> str | None:
     return None
 
 
-def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str, Any]:
+def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanation:
     """Why a resume would continue where it would, and what it would do with every recorded call."""
+    # The engine, the resume planner and the command classifier behind the built-in tools: only here.
+    from safepoint.core.resume import expected_files, plan_resume
+    from safepoint.core.rollback import UNKNOWN
+    from safepoint.engine.builtin import builtin_registry
+    from safepoint.engine.file_changes import NOT_KEPT
+    from safepoint.engine.session import RunSession
+    from safepoint.workspace.files import Workspace
+
     view = load_view(store, run_id)
     hashes = None
     probes: dict[str, ProbeResult] = {}
@@ -107,119 +150,121 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> dict[str
     files: dict[str, list[str]] = {}
     for patch in view.patches:
         files.setdefault(patch.tool_call_id, []).append(patch.path)
-    return {
-        "run_id": run_id,
-        "status": effective_status(store, view),
-        "task": view.info.task,
-        "resume_from": {
-            "checkpoint_id": at.checkpoint.checkpoint_id if at else None,
-            "step": at.checkpoint.step if at else 0,
-            "kind": at.checkpoint.kind if at else None,
-            "why": plan.why,
-        },
-        "calls": [
-            {
-                "call_id": r.entry.call_id,
-                "step_id": r.entry.step_id,
-                "tool": r.entry.tool_name,
-                "status": r.entry.status,
-                "idempotency": r.entry.idempotency,
-                "replay_policy": r.entry.replay_policy,
-                "risk_level": r.entry.risk_level,
-                "side_effects": list(r.entry.side_effects),
-                "replayable": r.decision.replayable,
-                "action": r.decision.action,
-                "why": r.decision.why,
-                "files": files.get(r.entry.call_id, []),
-                "not_captured": not_captured(r.entry.tool_name, r.entry.side_effects),
-            }
+    return Explanation(
+        run_id=run_id,
+        status=effective_status(store, view),
+        task=view.info.task,
+        resume_from=ResumePoint(
+            checkpoint_id=at.checkpoint.checkpoint_id if at else None,
+            step=at.checkpoint.step if at else 0,
+            kind=at.checkpoint.kind if at else None,
+            why=plan.why,
+        ),
+        calls=[
+            CallReport(
+                call_id=r.entry.call_id,
+                step_id=r.entry.step_id,
+                tool=r.entry.tool_name,
+                status=r.entry.status,
+                idempotency=r.entry.idempotency,
+                replay_policy=r.entry.replay_policy,
+                risk_level=r.entry.risk_level,
+                side_effects=list(r.entry.side_effects),
+                replayable=r.decision.replayable,
+                action=r.decision.action,
+                why=r.decision.why,
+                files=files.get(r.entry.call_id, []),
+                not_captured=not_captured(r.entry.tool_name, r.entry.side_effects),
+            )
             for r in plan.calls
         ],
-        "conflicts": [to_plain(c) for c in view.conflicts.values() if c.resolution == "pending"],
-        "not_restorable": [
-            {"path": p.path, "call_id": p.tool_call_id, "why": "content before it was never captured"}
+        conflicts=[c for c in view.conflicts.values() if c.resolution == "pending"],
+        not_restorable=[
+            NotRestorable(path=p.path, call_id=p.tool_call_id, why="content before it was never captured")
             for p in view.patches
             if p.before_hash == UNKNOWN
         ]
         + [
-            {"path": p.path, "call_id": p.tool_call_id, "why": "larger than 64 MiB: recorded by hash only"}
+            NotRestorable(path=p.path, call_id=p.tool_call_id, why="larger than 64 MiB: recorded by hash only")
             for p in view.patches
             if p.patch_ref == NOT_KEPT
         ],
-        "needs_decision": [
-            {"call_id": r.entry.call_id, "tool": r.entry.tool_name, "why": r.decision.why} for r in plan.needs_decision
+        needs_decision=[
+            DecisionWanted(call_id=r.entry.call_id, tool=r.entry.tool_name, why=r.decision.why)
+            for r in plan.needs_decision
         ],
-        "workspace_drift": [
-            {
-                "path": d.path,
-                "expected_hash": d.expected_hash,
-                "actual_hash": d.actual_hash,
-                "call_id": d.call_id,
-            }
+        workspace_drift=[
+            Drift(path=d.path, expected_hash=d.expected_hash, actual_hash=d.actual_hash, call_id=d.call_id)
             for d in plan.drift
         ],
-        "workspace": to_plain(view.workspace_states[-1]) if view.workspace_states else None,
-        "problems": [{"kind": p.kind, "position": p.position, "detail": p.detail} for p in view.problems],
-        "recovery": recovery_report(store, view),
-    }
+        workspace=view.workspace_states[-1] if view.workspace_states else None,
+        problems=[Problem(kind=p.kind, position=p.position, detail=p.detail) for p in view.problems],
+        recovery=recovery_report(store, view),
+    )
 
 
-def recovery_report(store: Store, view: RunView, depth: int = 0) -> dict[str, Any]:
+def recovery_report(store: Store, view: RunView, depth: int = 0) -> RecoveryView:
     """The recovery protocol's view of a run (seed 003): its recovery owner, its restart checkpoint, what restart
     recovery would decide now (the assertions checked, the disposition and its reason), what earlier recoveries
     decided, the terminal events, and the same for every subagent it spawned."""
+    from safepoint.restart.judge import judge
+
     run_id = view.info.run_id
     owner = store.owner(run_id)
     judged = judge(store, run_id, resuming_model=None)
     verdict = judged.verdict
     stored = store.read_restart_checkpoint(run_id)
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: RestartCheckpointView | None = None
     if stored is not None:
-        checkpoint = {"intact": stored.intact, "detail": stored.detail}
+        checkpoint = RestartCheckpointView(intact=stored.intact, detail=stored.detail)
         if verdict.checkpoint is not None:
-            checkpoint |= {
-                "mode": verdict.checkpoint.mode,
-                "updated_at": verdict.checkpoint.updated_at,
-                "payload": to_plain(verdict.payload),
-                "execution_config": to_plain(verdict.config),
-            }
+            checkpoint = RestartCheckpointView(
+                intact=stored.intact,
+                detail=stored.detail,
+                mode=verdict.checkpoint.mode,
+                updated_at=verdict.checkpoint.updated_at,
+                payload=to_plain(verdict.payload),
+                execution_config=to_plain(verdict.config),
+            )
     closed = owner is not None and owner.terminal_status == TERMINAL_STATUS_RESTART
     disposition = verdict.disposition
-    return {
-        "recovery_owner": {
-            "recovery_class": owner.recovery_class,
-            "owner_id": owner.owner_id,
-            "generation": owner.generation,
-            "agent_id": owner.agent_id,
-            "message_id": owner.message_id,
-            "active_at": owner.active_at,
-            "terminal_at": owner.terminal_at,
-            "terminal_status": owner.terminal_status,
-            "heartbeat_at": owner.heartbeat_at,
-        }
+    return RecoveryView(
+        recovery_owner=OwnerView(
+            recovery_class=owner.recovery_class,
+            owner_id=owner.owner_id,
+            generation=owner.generation,
+            agent_id=owner.agent_id,
+            message_id=owner.message_id,
+            active_at=owner.active_at,
+            terminal_at=owner.terminal_at,
+            terminal_status=owner.terminal_status,
+            heartbeat_at=owner.heartbeat_at,
+        )
         if owner
         else None,
-        "restart_checkpoint": checkpoint,
-        "if_restarted_now": {
-            "assertions_checked": list(verdict.checked),
-            "failed": verdict.failed,
-            "disposition": type(disposition).__name__ if disposition is not None else None,
-            "reason": disposition.reason if isinstance(disposition, ReplayForbidden) else None,
-            "detail": verdict.summary,
-        },
-        "recoveries": [to_plain(report) for report in view.recoveries],
-        "terminal_events": [to_plain(event) for event in store.terminal_events(run_id)],
-        "self_healing_prompt": SELF_HEALING_PROMPT if closed else None,
-        "subagents": [_child(store, spawned.child_run_id, spawned.call_id, depth) for spawned in view.spawned.values()],
-    }
+        restart_checkpoint=checkpoint,
+        if_restarted_now=RestartVerdictView(
+            assertions_checked=list(verdict.checked),
+            failed=verdict.failed,
+            disposition=type(disposition).__name__ if disposition is not None else None,
+            reason=disposition.reason if isinstance(disposition, ReplayForbidden) else None,
+            detail=verdict.summary,
+        ),
+        recoveries=list(view.recoveries),
+        terminal_events=list(store.terminal_events(run_id)),
+        self_healing_prompt=SELF_HEALING_PROMPT if closed else None,
+        subagents=[_child(store, spawned.child_run_id, spawned.call_id, depth) for spawned in view.spawned.values()],
+    )
 
 
-def _child(store: Store, run_id: str, call_id: str, depth: int) -> dict[str, Any]:
+def _child(store: Store, run_id: str, call_id: str, depth: int) -> SubagentView:
     try:
         view = load_view(store, run_id)
     except SafepointError as exc:
-        return {"run_id": run_id, "call_id": call_id, "status": "missing", "detail": str(exc)}
-    found: dict[str, Any] = {"run_id": run_id, "call_id": call_id, "status": effective_status(store, view)}
-    if depth < 8:
-        found["recovery"] = recovery_report(store, view, depth + 1)
-    return found
+        return SubagentView(run_id=run_id, call_id=call_id, status="missing", detail=str(exc))
+    return SubagentView(
+        run_id=run_id,
+        call_id=call_id,
+        status=effective_status(store, view),
+        recovery=recovery_report(store, view, depth + 1) if depth < 8 else None,
+    )

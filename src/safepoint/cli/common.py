@@ -1,17 +1,22 @@
-"""What every command shares: the common options, opening a store for a workspace, JSON output."""
+"""What every command shares: the common options, opening a store for a workspace, JSON output, exit codes.
+
+Nothing here imports the library at module level: ``safepoint --help`` must not pay for the engine.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.api import Safepoint
-from safepoint.api import open as open_safepoint
-from safepoint.errors import ConfigError
+from safepoint.errors import ConfigError, ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from safepoint.api import Safepoint
 
 StoreOpt = Annotated[
     str | None,
@@ -22,14 +27,62 @@ WorkspaceOpt = Annotated[str, typer.Option("--workspace", "-w", help="The agent'
 ToolsOpt = Annotated[
     list[str] | None, typer.Option("--tools", help="Extra tools as MODULE:ATTR (a Tool or a list of them).")
 ]
+TakeoverOpt = Annotated[bool, typer.Option("--takeover", help="Fence off a live owner first.")]
+
+# How a run that ended tells its exit code (the codes themselves are ExitCode's, in errors.py).
+_STATUS_EXIT = {
+    "completed": ExitCode.OK,
+    "waiting_decision": ExitCode.WAITING_DECISION,
+    "closed": ExitCode.CLOSED,
+    "cancelled": ExitCode.CANCELLED,
+    "interrupted": ExitCode.INTERRUPTED,
+}
+
+
+class Out:
+    """The terminal: rich's Console, made at the first print (``--help`` never loads it)."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console()
+        return self._console
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.console().print(*objects, **options)
+
+
+def exit_code_for(status: str) -> ExitCode:
+    return _STATUS_EXIT.get(status, ExitCode.FAILED)
 
 
 def open_safepoint_at(store: str | None, workspace: str) -> Safepoint:
     if not os.path.isdir(workspace):
         raise ConfigError(f"workspace {workspace!r} does not exist; create it or pass an existing --workspace")
+    from safepoint.api import open as open_safepoint
+
     return open_safepoint(store, workspace=workspace)
+
+
+def plain(value: Any) -> Any:
+    """A typed result as the plain data ``--json`` prints and the renderings read (every field, defaults too)."""
+    from safepoint.records import to_plain
+
+    return to_plain(value)
 
 
 def emit(data: Any, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        import json
+
+        sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
+
+
+def write_through(chunk: str) -> None:
+    """Streamed model text, shown as it arrives."""
+    sys.stdout.write(chunk)
+    sys.stdout.flush()

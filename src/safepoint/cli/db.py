@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
-from safepoint.cli.common import JsonOpt, StoreOpt, WorkspaceOpt, emit
-from safepoint.store.names import safe_url
-from safepoint.store.url import default_store_url, migrate_store
+from safepoint.cli.common import JsonOpt, Out, StoreOpt, WorkspaceOpt, emit
 
 
-def register(app: typer.Typer, out: Console) -> None:
+def register(app: typer.Typer, out: Out) -> None:
     db = typer.Typer(no_args_is_help=True, help="The store's database: its schema version.")
 
     @db.command()
@@ -19,23 +16,19 @@ def register(app: typer.Typer, out: Console) -> None:
 
         Opening a store sets up a fresh database but never upgrades one in use: run this once all its users upgraded.
         """
-        url = store or default_store_url(workspace)
-        shown = safe_url(url)
-        change = migrate_store(url)
-        if change is None:
-            emit({"store": shown, "migrated": False, "applied": []}, as_json)
-            if not as_json:
-                out.print(f"store {shown}: the file store has no schema version; nothing to migrate")
-            return
-        data = {"store": shown, "migrated": bool(change.applied), "before": change.before, "after": change.after}
-        emit(data | {"applied": change.applied}, as_json)
+        from safepoint.api import migrate as migrate_store
+
+        done = migrate_store(store, workspace=workspace)
+        emit(done, as_json)
         if as_json:
             return
-        if not change.applied:
-            out.print(f"store {shown}: schema at version {change.after}, nothing to migrate")
-            return
-        out.print(f"store {shown}: schema version {change.before} -> {change.after}")
-        for line in change.applied:
-            out.print(f"  applied {line}")
+        if done.after is None:
+            out.print(f"store {done.store}: the file store has no schema version; nothing to migrate")
+        elif not done.applied:
+            out.print(f"store {done.store}: schema at version {done.after}, nothing to migrate")
+        else:
+            out.print(f"store {done.store}: schema version {done.before} -> {done.after}")
+            for line in done.applied:
+                out.print(f"  applied {line}")
 
     app.add_typer(db, name="db")

@@ -15,17 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 from rich.console import Console
 from rich.panel import Panel
 from rich.rule import Rule
 
-from safepoint import report as reports
+from safepoint.api import Safepoint
 from safepoint.api import open as open_safepoint
 from safepoint.cli import render
-from safepoint.protocol import RuntimeRestartCheckpoint
-from safepoint.store.base import Store
-from safepoint.store.url import open_store
+from safepoint.cli.common import plain
+from safepoint.records import RollbackFiles
 
 SCENARIO = {
     "task": "Add a slugify helper with a test, tell the team, and note it in the changelog.",
@@ -95,18 +93,16 @@ def _safepoint(args: list[str], env: dict[str, str], *, quiet: bool = False) -> 
     return subprocess.Popen([sys.executable, "-m", "safepoint", *args], env=env, stdout=out)
 
 
-def _wait_payload(store: Store, run_id: str, ready: Callable[[dict[str, Any], int], bool]) -> dict[str, Any]:
+def _wait_payload(sp: Safepoint, run_id: str, ready: Callable[[dict[str, Any], int], bool]) -> dict[str, Any]:
     """The run's approval-wait payload once ``ready(payload, writer generation)`` holds."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        stored = store.read_restart_checkpoint(run_id) if run_id in store.list_runs() else None
-        if stored is not None and stored.intact:
-            checkpoint = msgspec.json.decode(stored.data, type=RuntimeRestartCheckpoint)
-            if checkpoint.mode == "tool_approval_wait" and checkpoint.payload_json:
-                payload: dict[str, Any] = json.loads(checkpoint.payload_json)
-                generation = json.loads(checkpoint.execution_config_json or "{}").get("generation", 0)
-                if ready(payload, generation):
-                    return payload
+        checkpoint = sp.restart_checkpoint(run_id)
+        if checkpoint is not None and checkpoint.mode == "tool_approval_wait" and checkpoint.payload_json:
+            payload: dict[str, Any] = json.loads(checkpoint.payload_json)
+            generation = json.loads(checkpoint.execution_config_json or "{}").get("generation", 0)
+            if ready(payload, generation):
+                return payload
         time.sleep(0.05)
     raise TimeoutError(f"run {run_id} never reached its approval wait")
 
@@ -124,24 +120,24 @@ def _approval_part(console: Console, base: str, workspace: str, env: dict[str, s
     )
     args = ["--workspace", workspace]
     first = _safepoint(["run", scenario, *args, "--run-id", "deploy", "--approval", "high"], env, quiet=True)
-    store = open_store("file:" + os.path.join(workspace, ".agent-runtime"))
-    started = _wait_payload(store, "deploy", lambda p, g: True)
-    waited = _wait_payload(store, "deploy", lambda p, g: p["timeout_remaining_ms"] < started["timeout_remaining_ms"])
+    sp = open_safepoint(workspace=workspace)
+    started = _wait_payload(sp, "deploy", lambda p, g: True)
+    waited = _wait_payload(sp, "deploy", lambda p, g: p["timeout_remaining_ms"] < started["timeout_remaining_ms"])
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     console.print(
         f"[red]killed the agent[/red] while call_1 waited ({waited['timeout_remaining_ms'] / 1000:.1f} s left)"
     )
-    console.print(render.recovery_panel("deploy", reports.explain(store, "deploy")["recovery"]))
+    console.print(render.recovery_panel("deploy", plain(sp.explain("deploy", probe_workspace=False).recovery)))
     console.print("[bold]6.[/bold] `safepoint resume deploy`: the same wait goes on, with the time it had left.")
     resumed = _safepoint(["resume", "deploy", *args], env, quiet=True)
-    again = _wait_payload(store, "deploy", lambda p, g: g >= 2)
+    again = _wait_payload(sp, "deploy", lambda p, g: g >= 2)
     same = again["wait_started_at_ms"] == started["wait_started_at_ms"]
     console.print(
         f"wait started at the same moment: {same}; time left {again['timeout_remaining_ms'] / 1000:.1f} s "
         "(not a fresh 600 s). Now `safepoint approve deploy call_1`."
     )
-    open_safepoint(store.url, workspace=workspace).approve("deploy", "call_1")
+    sp.approve("deploy", "call_1")
     code = resumed.wait()
     sent = _lines(outbox) - before
     verdict = "[green]sent once[/green]" if sent == 1 else f"[red]sent {sent} times[/red]"
@@ -190,10 +186,10 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
     child.wait()
     console.print(f"[red]killed agent process {child.pid} with SIGKILL[/red] (exit {child.returncode})\n")
 
-    store = open_store("file:" + os.path.join(workspace, ".agent-runtime"))
+    sp = open_safepoint(workspace=workspace)
     console.print("[bold]2.[/bold] `safepoint status` and `safepoint explain` after the crash:")
-    console.print(render.status_table([reports.status_row(store, run_id)]))
-    console.print(render.explain_view(reports.explain(store, run_id, workspace)))
+    console.print(render.status_table(plain(sp.status(run_id))))
+    console.print(render.explain_view(plain(sp.explain(run_id))))
 
     console.print("\n[bold]3.[/bold] `safepoint resume demo`: the run continues from its latest complete checkpoint.")
     resumed = _safepoint(["resume", run_id, "--workspace", workspace], env)
@@ -202,17 +198,17 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
     with open(outbox) as handle:
         sent = handle.read().splitlines()
     files = sorted(f for f in os.listdir(workspace) if not f.startswith("."))
-    rows = reports.status_row(store, run_id)
+    [row] = sp.status(run_id)
     verdict = "[green]sent once[/green]" if len(sent) == 1 else f"[red]sent {len(sent)} times[/red]"
     console.print(
         Panel(
-            f"run status: {rows['status']} (resume exit code {code})\n"
+            f"run status: {row.status} (resume exit code {code})\n"
             f"notification: {verdict}\n"
             f"workspace files: {', '.join(files)}",
             title="after resume",
         )
     )
-    console.print(render.ledger_table(reports.ledger_rows(store, run_id)))
+    console.print(render.ledger_table(plain(sp.ledger(run_id))))
 
     console.print(
         "\n[bold]4.[/bold] You edit CHANGELOG.md, then ask for the files as they were before the run: "
@@ -221,9 +217,9 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
     changelog = os.path.join(workspace, "CHANGELOG.md")
     with open(changelog, "a") as handle:
         handle.write("- your own note, written after the agent\n")
-    first = reports.checkpoint_rows(store, run_id)[0]["checkpoint_id"]
-    plan = open_safepoint(store.url, workspace=workspace).rollback_files(run_id, first)
-    data = msgspec.to_builtins(plan) | {"dry_run": False}
+    first = sp.checkpoints(run_id)[0].checkpoint_id
+    plan = sp.recover(run_id, RollbackFiles(checkpoint_id=first))
+    data = plain(plan) | {"dry_run": False}
     console.print(render.rollback_view(data))
     left = sorted(f for f in os.listdir(workspace) if not f.startswith("."))
     with open(changelog) as handle:
@@ -241,4 +237,4 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
         console.print(f"kept {base}")
     else:
         shutil.rmtree(base, ignore_errors=True)
-    return 0 if code == 0 and len(sent) == 1 and rows["status"] == "completed" and kept and approval_ok else 1
+    return 0 if code == 0 and len(sent) == 1 and row.status == "completed" and kept and approval_ok else 1

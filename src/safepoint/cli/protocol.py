@@ -1,21 +1,18 @@
 """The recovery protocol's commands (seed 003): people act on runs they do not own.
 
 ``approve``/``deny`` answer a call waiting for approval; ``submit`` queues input; ``cancel`` and ``reset`` stop
-or void a run's work; ``daemon`` and ``schedule`` supervise. Each posts a durable record to the run's control
-channel: a live owner acts on it at its next safe point, and with no owner a restart recovery acts at once.
+or void a run's work (``daemon`` and ``schedule`` are in ``supervise``). Each posts a durable record to the run's
+control channel: a live owner acts on it at its next safe point, and with no owner a restart recovery acts at once.
 """
-
-from __future__ import annotations
 
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from safepoint.cli.common import JsonOpt, StoreOpt, WorkspaceOpt, emit, open_safepoint_at
+from safepoint.cli.common import JsonOpt, Out, StoreOpt, WorkspaceOpt, emit, open_safepoint_at
 
 
-def register(app: typer.Typer, out: Console) -> None:
+def register(app: typer.Typer, out: Out) -> None:
     def answer(
         run_id: str,
         call_id: str,
@@ -79,7 +76,7 @@ def register(app: typer.Typer, out: Console) -> None:
     ) -> None:
         """Queue user input for a run: a running agent takes it at its next step, a finished one on resume."""
         tools = tuple(t.strip() for t in allow_tools.split(",") if t.strip()) if allow_tools is not None else None
-        submission_key, position = open_safepoint_at(store, workspace).submit(
+        queued = open_safepoint_at(store, workspace).submit(
             run_id,
             text,
             key=key,
@@ -88,9 +85,9 @@ def register(app: typer.Typer, out: Console) -> None:
             requested_model=model,
             tools_allowed_override=tools,
         )
-        emit({"run_id": run_id, "submission_key": submission_key, "position": position}, as_json)
+        emit(queued, as_json)
         if not as_json:
-            out.print(f"run {run_id}: queued as {submission_key}")
+            out.print(f"run {run_id}: queued as {queued.submission_key}")
 
     @app.command()
     def cancel(

@@ -1,4 +1,4 @@
-"""Rich renderings of the library's plain-data reports."""
+"""Rich renderings of the library's typed results, read as plain data (``cli.common.plain``)."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ def recovery_panel(run_id: str, recovery: dict[str, Any]) -> Panel:
     elif not checkpoint["intact"]:
         lines.append(f"restart checkpoint: damaged ({checkpoint['detail']})")
     else:
-        lines.append(f"restart checkpoint: {checkpoint.get('mode', '?')}")
+        lines.append(f"restart checkpoint: {checkpoint.get('mode') or '?'}")
     now = recovery["if_restarted_now"]
     lines.append("assertions: " + ", ".join(now["assertions_checked"]))
     lines.append(f"if restarted now: {now['detail']}")
@@ -211,6 +211,6 @@ def recovery_panel(run_id: str, recovery: dict[str, Any]) -> Panel:
     if recovery["self_healing_prompt"]:
         lines.append("told the parent / the user: " + recovery["self_healing_prompt"])
     for child in recovery["subagents"]:
-        verdict = child.get("recovery", {}).get("if_restarted_now", {}).get("detail", "")
+        verdict = (child.get("recovery") or {}).get("if_restarted_now", {}).get("detail", "")
         lines.append(f"subagent {child['run_id']} ({child['call_id']}): {child['status']}; {verdict}")
     return Panel("\n".join(lines), title=f"recovery protocol: {run_id}", style="cyan")

@@ -1,57 +1,47 @@
-"""Supervision commands: ``safepoint schedule add|list|remove|fire`` and ``safepoint daemon``.
+"""Supervision commands: ``safepoint schedule add|list|remove|fire`` and ``safepoint daemon``, on
+``safepoint.supervision`` (imported when a command runs).
 
-A schedule lives in the store (``Store.put_schedule``), so every daemon on that store sees it; ``schedule fire`` is
-what a daemon's worker runs for one due occurrence (a person may run it too: an occurrence fires at most once).
+A schedule lives in the store, so every daemon on that store sees it; ``schedule fire`` is what a daemon's worker
+runs for one due occurrence (a person may run it too: an occurrence fires at most once).
 """
 
-from __future__ import annotations
-
 import json
-import os
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from safepoint.api import Safepoint
-from safepoint.cli.common import JsonOpt, StoreOpt, ToolsOpt, WorkspaceOpt, emit, open_safepoint_at
-from safepoint.engine import shutdown
-from safepoint.errors import ConfigError, RunExistsError
-from safepoint.store.liveness import OWNER_LEASE_SECONDS
-from safepoint.supervisor import schedule
-from safepoint.supervisor.daemon import Daemon, DaemonOptions
+from safepoint.cli.common import (
+    JsonOpt,
+    Out,
+    StoreOpt,
+    ToolsOpt,
+    WorkspaceOpt,
+    emit,
+    exit_code_for,
+    open_safepoint_at,
+    write_through,
+)
+from safepoint.errors import ConfigError, ExitCode
 
+if TYPE_CHECKING:
+    from rich.table import Table
 
-def _job_row(job: schedule.ScheduledJob, runs: list[str], at_ms: int) -> dict[str, Any]:
-    last = schedule.last_fired(job.job_id, runs)
-    return {
-        "job_id": job.job_id,
-        "cron": job.cron,
-        "version": job.version,
-        "exec_timeout_s": job.cron_exec_timeout_s,
-        "workspace": job.workspace,
-        "what": f"scenario: {job.scenario.get('task', '')}" if job.scenario is not None else f"task: {job.task}",
-        "next_at": schedule.iso(schedule.next_occurrence(job.cron, at_ms)),
-        "last_fired_at": schedule.iso(last) if last is not None else None,
-        "last_run_id": schedule.occurrence_run_id(job.job_id, last) if last is not None else None,
-    }
+    from safepoint.results import JobSummary
+
+# The library's defaults, repeated for --help (tests/test_public_api.py checks they agree with supervision's).
+DEFAULT_EXEC_TIMEOUT_S = 3600.0
+DEFAULT_LEASE_S = 30.0
 
 
-def _jobs_table(rows: list[dict[str, Any]]) -> Table:
+def _jobs_table(rows: "list[JobSummary]") -> "Table":
+    from rich.table import Table
+
     table = Table(title="scheduled jobs (times in UTC)")
     for column in ("job", "cron", "version", "next", "last fired", "what"):
         table.add_column(column)
     for row in rows:
-        table.add_row(
-            row["job_id"],
-            row["cron"],
-            str(row["version"]),
-            row["next_at"],
-            row["last_fired_at"] or "-",
-            row["what"][:60],
-        )
+        table.add_row(row.job_id, row.cron, str(row.version), row.next_at, row.last_fired_at or "-", row.what[:60])
     return table
 
 
@@ -62,8 +52,10 @@ def _line(record: dict[str, Any]) -> str:
     return f"{record['at'][11:19]} {record['event']}{run} {rest}".rstrip()
 
 
-def register(app: typer.Typer, out: Console) -> None:
-    schedules = typer.Typer(no_args_is_help=True, help="Scheduled jobs: a cron expression (UTC) and what to run.")
+def register(app: typer.Typer, out: Out) -> None:
+    schedules = typer.Typer(
+        no_args_is_help=True, rich_markup_mode=None, help="Scheduled jobs: a cron expression (UTC) and what to run."
+    )
     app.add_typer(schedules, name="schedule")
 
     @schedules.command("add")
@@ -79,7 +71,7 @@ def register(app: typer.Typer, out: Console) -> None:
                 "--exec-timeout",
                 help="Seconds after its time an occurrence may still start or be resumed (cron_exec_timeout).",
             ),
-        ] = schedule.DEFAULT_EXEC_TIMEOUT_S,
+        ] = DEFAULT_EXEC_TIMEOUT_S,
         task: Annotated[str | None, typer.Option("--task", help="The task, for a real model (no scenario).")] = None,
         model: Annotated[
             str | None, typer.Option("--model", help="Model name on the OpenAI-compatible server.")
@@ -102,75 +94,55 @@ def register(app: typer.Typer, out: Console) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Add a job: at every occurrence of --cron the daemon runs the scenario (or --task with --model)."""
+        from safepoint import supervision
         from safepoint.providers.select import openai_config
-        from safepoint.standins.scenario import load_scenario, scenario_to_dict
+        from safepoint.standins.scenario import load_scenario
 
         if not cron:
             raise ConfigError("give --cron, e.g. --cron '*/15 * * * *' (UTC)")
         if approval not in ("none", "high"):
             raise ConfigError(f"--approval {approval!r}: choose 'none' or 'high'")
-        if exec_timeout <= 0:
-            raise ConfigError(f"--exec-timeout {exec_timeout}: give a positive number of seconds")
-        schedule.check_job_id(job_id)
-        cron = schedule.check_cron(cron)
-        tm = open_safepoint_at(store, workspace)
-        specs = tuple(tools or ())
-        registry = tm.registry(schedule.load_tools(specs))
-        fields: dict[str, Any] = {}
-        if scenario is not None:
-            fields["scenario"] = scenario_to_dict(load_scenario(scenario))
-            schedule.check_scenario_tools(fields["scenario"], registry, scenario)
-        elif task is not None and model is not None:
-            fields |= {
-                "task": task,
-                "model": model,
-                "provider": openai_config(model, base_url, api_key_env) | {"system": system},
-            }
-        else:
-            raise ConfigError("give a scenario file, or --task and --model (and --base-url) for a model server")
-        at = schedule.now_ms()
-        job = schedule.put_job(
-            tm.store,
-            schedule.ScheduledJob(
-                job_id=job_id,
-                cron=cron,
-                workspace=tm.workspace.root,
-                created_at_ms=at,
-                updated_at_ms=at,
-                cron_exec_timeout_s=exec_timeout,
-                tools=specs,
-                approval=approval,  # type: ignore[arg-type]
-                approval_timeout_s=approval_timeout,
-                **fields,
-            ),
+        sp = open_safepoint_at(store, workspace)
+        provider = None
+        if scenario is None and task is not None and model is not None:
+            provider = openai_config(model, base_url, api_key_env) | {"system": system}
+        row = supervision.add_job(
+            sp,
+            job_id,
+            cron=cron,
+            scenario=load_scenario(scenario) if scenario is not None else None,
+            source=scenario or "scenario",
+            task=task,
+            provider=provider,
+            exec_timeout_s=exec_timeout,
+            tools=tuple(tools or ()),
+            approval="high" if approval == "high" else "none",
+            approval_timeout_s=approval_timeout,
             replace=replace,
         )
-        row = _job_row(job, tm.store.list_runs(), at)
         emit(row, as_json)
         if not as_json:
-            out.print(f"job {job_id} (version {job.version}): {job.cron} UTC; next at {row['next_at']}")
+            out.print(f"job {job_id} (version {row.version}): {row.cron} UTC; next at {row.next_at}")
 
     @schedules.command("list")
     def list_jobs(workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         """Every scheduled job, with its next occurrence and the last one fired."""
-        tm = open_safepoint_at(store, workspace)
-        jobs, broken = schedule.load_jobs(tm.store)
-        runs = tm.store.list_runs()
-        at = schedule.now_ms()
-        rows = [_job_row(job, runs, at) for job in jobs.values()]
-        rows += [{"job_id": job_id, "error": why} for job_id, why in broken.items()]
+        from safepoint import supervision
+
+        rows = supervision.jobs(open_safepoint_at(store, workspace))
         emit(rows, as_json)
         if not as_json:
-            out.print(_jobs_table([row for row in rows if "error" not in row]))
+            out.print(_jobs_table([row for row in rows if row.error is None]))
             for row in rows:
-                if "error" in row:
-                    out.print(f"job {row['job_id']} cannot be read: {row['error']}")
+                if row.error is not None:
+                    out.print(f"job {row.job_id} cannot be read: {row.error}")
 
     @schedules.command("remove")
     def remove(job_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         """Remove a job: nothing more is fired; runs it already started are left as they are."""
-        tm = open_safepoint_at(store, workspace)
-        schedule.remove_job(tm.store, job_id)
+        from safepoint import supervision
+
+        supervision.remove_job(open_safepoint_at(store, workspace), job_id)
         emit({"job_id": job_id, "removed": True}, as_json)
         if not as_json:
             out.print(f"job {job_id} removed")
@@ -186,39 +158,25 @@ def register(app: typer.Typer, out: Console) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Run one occurrence of a job now (what the daemon's worker runs). An occurrence runs at most once."""
-        from safepoint.cli.app import EXIT_CODES
+        from safepoint import supervision
 
-        opened = open_safepoint_at(store, workspace)
-        job = schedule.get_job(opened.store, job_id)
-        if at > schedule.now_ms():
-            raise ConfigError(f"occurrence {schedule.iso(at)} of job {job_id!r} is not due yet")
-        if not os.path.isdir(job.workspace):
-            raise ConfigError(f"job {job_id!r}: its workspace {job.workspace!r} does not exist")
-        tm = Safepoint(opened.store, job.workspace)
-        run_id = schedule.occurrence_run_id(job_id, at)
-        shutdown.install()  # SIGTERM: stop at the next safe point, leave the restart checkpoint
-        try:
-            run_id, status = schedule.fire(
-                tm.store,
-                tm.workspace,
-                tm.registry(schedule.load_tools((*job.tools, *(tools or ())))),
-                job,
-                at,
-                attempt=attempt,
-                output=None if as_json else _write,
-            )
-        except RunExistsError:
-            from safepoint.engine.session import load_view
-
-            current = load_view(tm.store, run_id).status
-            emit({"run_id": run_id, "status": current, "already_fired": True}, as_json)
+        done = supervision.fire(
+            open_safepoint_at(store, workspace),
+            job_id,
+            at,
+            attempt=attempt,
+            tools=tuple(tools or ()),
+            output=None if as_json else write_through,
+        )
+        if done.already_fired:
+            emit(done, as_json)
             if not as_json:
-                out.print(f"run {run_id}: occurrence fired already ({current}); not run again")
-            raise typer.Exit(0) from None
-        emit({"run_id": run_id, "status": status}, as_json)
+                out.print(f"run {done.run_id}: occurrence fired already ({done.status}); not run again")
+            raise typer.Exit(ExitCode.OK)
+        emit({"run_id": done.run_id, "status": done.status}, as_json)
         if not as_json:
-            out.print(f"\nrun {run_id}: [bold]{status}[/bold]")
-        raise typer.Exit(EXIT_CODES.get(status, 1))
+            out.print(f"\nrun {done.run_id}: [bold]{done.status}[/bold]")
+        raise typer.Exit(exit_code_for(done.status))
 
     @app.command()
     def daemon(
@@ -227,7 +185,7 @@ def register(app: typer.Typer, out: Console) -> None:
         poll: Annotated[float, typer.Option("--poll", help="Seconds between passes.")] = 1.0,
         lease: Annotated[
             float, typer.Option("--lease", help="Seconds without a heartbeat after which a run's work is reaped.")
-        ] = OWNER_LEASE_SECONDS,
+        ] = DEFAULT_LEASE_S,
         grace: Annotated[
             float, typer.Option("--grace", help="On SIGTERM, seconds workers get to stop before they are killed.")
         ] = 30.0,
@@ -238,11 +196,11 @@ def register(app: typer.Typer, out: Console) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Supervise a store: restart recovery at startup, then reap hung runs, run queued input and schedules."""
+        from safepoint import supervision
+
         if poll <= 0 or lease <= 0 or grace < 0:
             raise ConfigError("--poll and --lease must be positive, --grace not negative")
-        tm = open_safepoint_at(store, workspace)
-        specs = tuple(tools or ())
-        schedule.load_tools(specs)  # a bad --tools is refused here, not by every worker
+        sp = open_safepoint_at(store, workspace)
 
         def show(record: dict[str, Any]) -> None:
             if as_json:
@@ -251,21 +209,10 @@ def register(app: typer.Typer, out: Console) -> None:
             else:
                 out.print(_line(record), markup=False, highlight=False, soft_wrap=True)
 
-        supervisor = Daemon(
-            tm.store,
-            DaemonOptions(
-                workspace=tm.workspace.root, poll_s=poll, lease_s=lease, grace_s=grace, once=once, tools=specs
-            ),
-            show,
-        )
-        supervisor.install_signals()
         try:
-            code = supervisor.run()
+            code = supervision.run_daemon(
+                sp, emit=show, poll_s=poll, lease_s=lease, grace_s=grace, once=once, tools=tuple(tools or ())
+            )
         finally:
-            tm.close()
+            sp.close()
         raise typer.Exit(code)
-
-
-def _write(chunk: str) -> None:
-    sys.stdout.write(chunk)
-    sys.stdout.flush()

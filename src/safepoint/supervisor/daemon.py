@@ -47,7 +47,7 @@ from typing import IO, Any, Literal
 
 from safepoint.engine.processes import kill_leftovers
 from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
-from safepoint.errors import RunLockedError, SafepointError, StoreError
+from safepoint.errors import ExitCode, RunLockedError, SafepointError, StoreError
 from safepoint.records import OwnerState
 from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
@@ -60,9 +60,18 @@ PR_SET_PDEATHSIG = 1
 OWN_WORKER_LEASE_S = 3 * HEARTBEAT_SECONDS
 MAX_FAILED_WORKERS = 3  # a run (or an occurrence) whose workers failed this often is left alone, said once
 SLICE_S = 0.05  # how often a sleeping daemon looks at its stop flag and its workers
-# Worker exit codes that settle the run for now (see safepoint.cli.app.EXIT_CODES): completed, waiting for a
-# decision, stale (someone else took the run over), closed, cancelled, interrupted (stopped by SIGTERM).
-SETTLED_EXITS = frozenset({0, 3, 6, 9, 10, 11})
+# Worker exit codes that settle the run for now: completed, waiting for a decision, stale (someone else took the
+# run over), closed, cancelled, interrupted (stopped by SIGTERM).
+SETTLED_EXITS = frozenset(
+    {
+        ExitCode.OK,
+        ExitCode.WAITING_DECISION,
+        ExitCode.STALE,
+        ExitCode.CLOSED,
+        ExitCode.CANCELLED,
+        ExitCode.INTERRUPTED,
+    }
+)
 FINISHED = frozenset({"completed", "closed", "cancelled"})
 
 Emit = Callable[[dict[str, Any]], None]
@@ -100,7 +109,7 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
                 libc = ctypes.CDLL(None, use_errno=True)
                 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the daemon died before the line above took effect
-            os._exit(1)
+            os._exit(ExitCode.FAILED)
 
     return setup
 
@@ -155,7 +164,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, request)
         signal.signal(signal.SIGINT, request)
 
-    def run(self) -> int:
+    def run(self) -> ExitCode:
         options = self.options
         self.emit(
             "daemon_started",
@@ -180,7 +189,7 @@ class Daemon:
                 self._store_guard("tick", self.tick)
         self.stop_workers()
         self.emit("daemon_stopped", reason="signal" if self.stop_requested else "once")
-        return 0
+        return ExitCode.OK
 
     def sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

@@ -1,0 +1,292 @@
+"""What the library API returns: typed results, never bare dicts or tuples.
+
+Each field keeps the name the CLI's ``--json`` output documents (README), so ``records.to_plain(result)`` is that
+output. The seed's own records (``ToolLedgerEntry``, ``CheckpointConflict``, ``Message``, the recovery protocol's
+``RecoveryReport`` and ``RecoveryOwnerTerminalEvent``) are returned as they are, not copied into new types.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from safepoint.protocol import RecoveryOwnerTerminalEvent, RecoveryReport
+from safepoint.records import CheckpointConflict, ConflictResolution, Message, WorkspaceState
+
+ControlOutcome = Literal["requested", "closed"]  # a live owner acts at its next safe point, or it was settled now
+
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of ``status``. ``status`` is the effective one (``interrupted`` when the owner died), or
+    ``unreadable`` when the run's records cannot be read (``task`` then says why)."""
+
+    run_id: str
+    status: str
+    terminal_status: str | None = None
+    parent: str | None = None
+    task: str
+    step: int
+    calls: int
+    problems: int
+    created_at: str
+
+
+class CheckpointSummary(msgspec.Struct, frozen=True, kw_only=True):
+    checkpoint_id: str
+    step: int
+    kind: str
+    created_at: str
+    complete: bool
+
+
+class ConflictView(msgspec.Struct, frozen=True, kw_only=True):
+    """A pending conflict (§8.9) with the three things a user must be told: which file, what the agent changed
+    (``agent_change``: before the agent -> its version), and what changed since (its version -> the file now)."""
+
+    path: str
+    expected_hash: str
+    actual_hash: str
+    agent_patch_ref: str
+    resolution: ConflictResolution
+    why: str
+    agent_change: str
+    changed_since: str
+
+
+class Resolved(msgspec.Struct, frozen=True, kw_only=True):
+    """``clean`` is False when a manual merge left conflict markers; ``finished`` names an interrupted
+    resolution that was completed instead of the one asked for."""
+
+    path: str
+    resolution: ConflictResolution
+    clean: bool = True
+    finished: str | None = None
+
+
+class AgentChanges(msgspec.Struct, frozen=True, kw_only=True):
+    """``would_commit``: paths holding exactly what the agent last left there; ``left_out``: paths that are not
+    only the agent's (changed since, or holding the user's uncommitted work from before)."""
+
+    run_id: str
+    would_commit: list[str]
+    left_out: list[str]
+
+
+class Committed(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    commit: str
+    committed: list[str]
+    left_out: list[str]
+
+
+class Submitted(msgspec.Struct, frozen=True, kw_only=True):
+    """Queued input: its key (the same key is admitted once) and its position in the run's control channel."""
+
+    run_id: str
+    submission_key: str
+    position: int
+
+
+class Compensated(msgspec.Struct, frozen=True, kw_only=True):
+    """A compensator ran for ``compensated`` (the ledger entry); ``result`` is its observation."""
+
+    run_id: str
+    compensated: str
+    result: str
+
+
+class History(msgspec.Struct, frozen=True, kw_only=True):
+    """The current branch of the conversation, and messages of abandoned branches (``restore_session``)."""
+
+    current: list[Message]
+    abandoned: list[Message]
+
+
+class Finished(msgspec.Struct, frozen=True, kw_only=True):
+    """How an agent run (or a scheduled occurrence) ended; ``already_fired``: the occurrence ran before."""
+
+    run_id: str
+    status: str
+    already_fired: bool = False
+
+
+# explain ---------------------------------------------------------------------------------------------------------
+class ResumePoint(msgspec.Struct, frozen=True, kw_only=True):
+    checkpoint_id: str | None
+    step: int
+    kind: str | None
+    why: str
+
+
+class CallReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What a resume would do with one recorded call, and why; ``not_captured`` names effects safepoint cannot
+    see or roll back."""
+
+    call_id: str
+    step_id: str
+    tool: str
+    status: str
+    idempotency: str
+    replay_policy: str
+    risk_level: str
+    side_effects: list[str]
+    replayable: bool
+    action: str
+    why: str
+    files: list[str]
+    not_captured: str | None
+
+
+class NotRestorable(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    call_id: str
+    why: str
+
+
+class DecisionWanted(msgspec.Struct, frozen=True, kw_only=True):
+    call_id: str
+    tool: str
+    why: str
+
+
+class Drift(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    expected_hash: str
+    actual_hash: str | None
+    call_id: str
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    position: int
+    detail: str
+
+
+class OwnerView(msgspec.Struct, frozen=True, kw_only=True):
+    """The run's row of ``recovery_owners`` (seed 003 §1.1), and its last heartbeat."""
+
+    recovery_class: str
+    owner_id: str
+    generation: int
+    agent_id: str | None
+    message_id: str | None
+    active_at: str
+    terminal_at: str | None
+    terminal_status: str | None
+    heartbeat_at: str
+
+
+class RestartCheckpointView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The stored restart checkpoint; ``mode`` and the rest only when it could be read."""
+
+    intact: bool
+    detail: str
+    mode: str | None = None
+    updated_at: int | None = None
+    payload: Any = None
+    execution_config: Any = None
+
+
+class RestartVerdictView(msgspec.Struct, frozen=True, kw_only=True):
+    """What restart recovery would decide now: the assertions checked, the first that failed, the disposition
+    (``Resumable`` or ``ReplayForbidden``) and its reason."""
+
+    assertions_checked: list[str]
+    failed: str | None
+    disposition: str | None
+    reason: str | None
+    detail: str
+
+
+class SubagentView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    run_id: str
+    call_id: str
+    status: str
+    detail: str | None = None
+    recovery: RecoveryView | None = None
+
+
+class RecoveryView(msgspec.Struct, frozen=True, kw_only=True):
+    """The recovery protocol's view of a run (seed 003)."""
+
+    recovery_owner: OwnerView | None
+    restart_checkpoint: RestartCheckpointView | None
+    if_restarted_now: RestartVerdictView
+    recoveries: list[RecoveryReport]
+    terminal_events: list[RecoveryOwnerTerminalEvent]
+    self_healing_prompt: str | None
+    subagents: list[SubagentView]
+
+
+class Explanation(msgspec.Struct, frozen=True, kw_only=True):
+    """``explain``: where a resume would continue and why, and what it would do with every recorded call."""
+
+    run_id: str
+    status: str
+    task: str
+    resume_from: ResumePoint
+    calls: list[CallReport]
+    conflicts: list[CheckpointConflict]
+    not_restorable: list[NotRestorable]
+    needs_decision: list[DecisionWanted]
+    workspace_drift: list[Drift]
+    workspace: WorkspaceState | None
+    problems: list[Problem]
+    recovery: RecoveryView
+
+
+# schedules -------------------------------------------------------------------------------------------------------
+class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A scheduled job with its next occurrence and the last one fired (times ISO, UTC); ``error`` instead when
+    its record cannot be read."""
+
+    job_id: str
+    cron: str = ""
+    version: int = 0
+    exec_timeout_s: float = 0.0
+    workspace: str = ""
+    what: str = ""
+    next_at: str = ""
+    last_fired_at: str | None = None
+    last_run_id: str | None = None
+    error: str | None = None
+
+
+__all__ = [
+    "AgentChanges",
+    "CallReport",
+    "CheckpointSummary",
+    "Committed",
+    "Compensated",
+    "ConflictView",
+    "ControlOutcome",
+    "DecisionWanted",
+    "Drift",
+    "Explanation",
+    "Finished",
+    "History",
+    "JobSummary",
+    "NotRestorable",
+    "OwnerView",
+    "Problem",
+    "RecoveryView",
+    "Resolved",
+    "RestartCheckpointView",
+    "RestartVerdictView",
+    "ResumePoint",
+    "RunSummary",
+    "SubagentView",
+    "Submitted",
+]
+
+
+class Migrated(msgspec.Struct, frozen=True, kw_only=True):
+    """``safepoint db migrate``: the store (its password masked), whether anything was applied, the schema versions
+    before and after (None for the file store, whose layout carries no version) and the migrations applied."""
+
+    store: str
+    migrated: bool
+    before: int | None = None
+    after: int | None = None
+    applied: list[str] = msgspec.field(default_factory=list)
