@@ -138,13 +138,17 @@ def _translate(pat: str) -> str | None:
     """A git wildmatch pattern (WM_PATHNAME) as a regex for ``fullmatch``; None if it can never match."""
     out: list[str] = []
     i, n = 0, len(pat)
+    # git compares the literal prefix (up to the first wildcard) on its own, then wildmatches the rest: a "**" that
+    # starts the rest counts as starting the pattern ("a**" matches "ab/x", as git does).
+    first = _MAGIC.search(pat)
+    rest_starts = first.start() if first else n
     while i < n:
         c = pat[i]
         if c == "*":
             j = i
             while j < n and pat[j] == "*":
                 j += 1
-            if j - i >= 2 and (i == 0 or pat[i - 1] == "/") and (j == n or pat[j] == "/"):
+            if j - i >= 2 and (i in (0, rest_starts) or pat[i - 1] == "/") and (j == n or pat[j] == "/"):
                 if j == n:
                     out.append(".*")  # "x/**": everything inside
                 else:
