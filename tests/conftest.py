@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -44,6 +47,26 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 PY = sys.executable
+
+
+def read_until(process: subprocess.Popen[str], needle: str, timeout: float = 60.0) -> str:
+    """What ``process`` printed on its stdout pipe up to and including ``needle`` (fails after ``timeout``).
+
+    Reads the pipe's file descriptor directly, so ``process.communicate()`` can still collect the rest.
+    """
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle.encode() not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"timed out waiting for {needle!r} on the output; it showed {seen.decode(errors='replace')!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            data = os.read(fd, 4096)
+            assert data, f"the output ended before {needle!r}; it showed {seen.decode(errors='replace')!r}"
+            seen += data
+    return seen.decode()
 
 
 database_names = itertools.count()
