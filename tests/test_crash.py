@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,15 +165,6 @@ def expected_sends(scenario: dict[str, Any], spec: str | None) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- processes
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Let the hundreds of child processes share compiled bytecode (kept under tmp, never in the source tree)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
-        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-        yield
 
 
 def safepoint(*args: object, env: dict[str, str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
