@@ -24,10 +24,6 @@ __all__ = [
 ]
 
 
-# Programs whose arguments decide the verdict
-# ----------------------------------------------------------------------------------------------------------
-
-
 def _h_recursive(walker: Walker, argv: list[str], depth: int) -> list[Finding] | None:
     name = argv[0]
     flags = short_flags(argv[1:])
