@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
 
 import safepoint
 from safepoint.core.rollback import UNKNOWN
+from safepoint.engine.command_capture import WINDOW_SLACK_NS
 from safepoint.engine.session import load_view
 from safepoint.workspace import scan as scan_module
 from safepoint.workspace.git import refs_snapshot
 
-from .conftest import cli_env
+from .conftest import safepoint_in_process, wait_for
 
 
 def git(repo, *args):
@@ -167,13 +167,7 @@ def test_the_cli_shows_rollback_conflicts_and_resolution_as_a_user_meets_them(tm
     )
 
     def safepoint_cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace)],
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return safepoint_in_process(*args, "--workspace", workspace)
 
     assert safepoint_cli("run", str(scenario), "--run-id", "r").returncode == 0
     first = json.loads(safepoint_cli("checkpoints", "r", "--json").stdout)[0]["checkpoint_id"]
@@ -231,13 +225,7 @@ def test_no_command_but_commit_touches_head_refs_index_or_stash(tmp_path):
     )
 
     def cli(*args):
-        result = subprocess.run(
-            [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace)],
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = safepoint_in_process(*args, "--workspace", workspace)
         assert result.returncode in (0, 7), result.stderr
         return result
 
@@ -292,7 +280,10 @@ def test_a_file_uncovered_by_a_gitignore_edit_is_the_users_not_the_commands(work
     (workspace / ".gitignore").write_text("build/\n.env\n")
     git(workspace, "commit", "-qam", "ignore .env")
     (workspace / ".env").write_text("SECRET=1\n")
-    time.sleep(0.2)  # the user's file is older than the command (file times have a coarse clock)
+    # The user's file must predate the command clearly: file times come from a coarse clock, so capture only
+    # calls a change older than its window's start minus WINDOW_SLACK_NS someone else's. Wait for the clock.
+    changed = (workspace / ".env").stat().st_ctime_ns
+    wait_for(lambda: time.time_ns() > changed + WINDOW_SLACK_NS, "the clock to pass the user's file time")
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         start = run.checkpoint()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -253,6 +256,19 @@ def test_classification_table(command: str, expected: tuple[str, str, str], effe
     assert grade(verdict) == expected, verdict
     assert effects <= set(verdict.side_effects), verdict
     assert any(reason in r for r in verdict.reasons), verdict.reasons
+
+
+def test_bashlex_is_imported_on_the_first_parse_not_at_import() -> None:
+    # Building bashlex's parser tables costs a few hundred milliseconds: a CLI start-up must not pay it.
+    probe = (
+        "import sys, safepoint.core.commands, safepoint.core.command_targets, safepoint.engine.builtin\n"
+        "before = 'bashlex' in sys.modules\n"
+        "verdict = safepoint.core.commands.classify_command('rm -rf build')\n"
+        "print(before, 'bashlex' in sys.modules, verdict.risk_level)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "high"]
 
 
 def test_read_only_commands_have_no_side_effects() -> None:

@@ -1,8 +1,10 @@
 """Crash tests: real ``safepoint`` processes killed with SIGKILL, then resumed.
 
-Every test drives the CLI in child processes (``python -m safepoint ...``) and checks what a crash must never
-break: the run completes on resume, a non-idempotent notification is never sent twice, the workspace ends
-byte-identical to an uninterrupted run's, the ledger accounts for every call and leaves none ``started``.
+Every run and resume is a child process (``python -m safepoint ...``); what they left is read back through the
+CLI called in process (``explain``, ``ledger``). Each case is its own test with its own workspace. Checked is
+what a crash must never break: the run completes on resume, a non-idempotent notification is never sent twice,
+the workspace ends byte-identical to an uninterrupted run's, the ledger accounts for every call and leaves none
+``started``.
 
 1. every named fault point (``failpoints.POINTS``), at several occurrences and with ``:tool`` filters; a command
    with effects interrupted mid-call waits for ``--replay`` / ``--skip``; the model keeps its task after a resume;
@@ -17,13 +19,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,14 +30,13 @@ from typing import Any
 import pytest
 
 from safepoint.engine import failpoints
-from tests.conftest import cli_env
+from tests.conftest import cli_env, safepoint_in_process
 
 PY = sys.executable
 TIMEOUT = 120  # seconds for one child process: a hang fails the test instead of blocking it
 RUN_ID = "crash-run"
 FINAL_STATUSES = {"succeeded", "failed", "uncertain"}
 CALL_POINTS = ("before_started", "after_started", "after_tool", "after_outcome")  # reached once per call
-MATRIX_WORKERS = max(2, min(4, os.cpu_count() or 2))  # the fault-point cases run a few at a time
 
 
 # ------------------------------------------------------------------------------------------------- scenarios
@@ -169,15 +167,6 @@ def expected_sends(scenario: dict[str, Any], spec: str | None) -> int:
 # ------------------------------------------------------------------------------------------------- processes
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Let the hundreds of child processes share compiled bytecode (kept under tmp, never in the source tree)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
-        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-        yield
-
-
 def safepoint(*args: object, env: dict[str, str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PY, "-m", "safepoint", *map(str, args)],
@@ -190,7 +179,8 @@ def safepoint(*args: object, env: dict[str, str], timeout: float = TIMEOUT) -> s
 
 
 def safepoint_json(*args: object, env: dict[str, str]) -> Any:
-    done = safepoint(*args, "--json", env=env)
+    """A read-only command's --json output, from the CLI called in process (no kill or race involved)."""
+    done = safepoint_in_process(*args, "--json", env=env)
     assert done.returncode == 0, f"safepoint {' '.join(map(str, args))} failed: {done.stderr}"
     return json.loads(done.stdout)
 
@@ -343,8 +333,10 @@ def main_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]
     return files
 
 
-def run_failpoint_case(base: Path, spec: str, reference: dict[str, bytes]) -> None:
-    setup = Setup(base, MAIN_SCENARIO)
+@pytest.mark.parametrize("spec", MATRIX_CASES)
+def test_failpoint(tmp_path: Path, spec: str, main_reference: dict[str, bytes]) -> None:
+    """SIGKILL at a named fault point, then one resume: the run completes and every invariant holds."""
+    setup = Setup(tmp_path, MAIN_SCENARIO)
     crashed = setup.run(spec)
     assert crashed.returncode == -signal.SIGKILL, f"{spec} did not kill the run: {describe(crashed)}"
 
@@ -360,31 +352,7 @@ def run_failpoint_case(base: Path, spec: str, reference: dict[str, bytes]) -> No
         resumed = setup.resume("--replay", hit.call_id)
     assert resumed.returncode == 0, f"resume after {spec}: {describe(resumed)}"
     assert json.loads(resumed.stdout)["status"] == "completed"
-    assert_completed(setup, reference, sends=expected_sends(MAIN_SCENARIO, spec))
-
-
-@pytest.fixture(scope="module")
-def matrix_outcomes(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, main_reference: dict[str, bytes]
-) -> dict[str, Future[None]]:
-    """Run the selected fault-point cases a few at a time; each test then reports its own case."""
-    selected = [
-        item.callspec.params["spec"]
-        for item in request.session.items
-        if getattr(item, "originalname", "") == "test_failpoint" and hasattr(item, "callspec")
-    ]
-    base = tmp_path_factory.mktemp("matrix")
-    with ThreadPoolExecutor(max_workers=MATRIX_WORKERS) as pool:
-        return {
-            spec: pool.submit(run_failpoint_case, base / re.sub(r"\W", "_", spec), spec, main_reference)
-            for spec in dict.fromkeys(selected)
-        }
-
-
-@pytest.mark.parametrize("spec", MATRIX_CASES)
-def test_failpoint(spec: str, matrix_outcomes: dict[str, Future[None]]) -> None:
-    """SIGKILL at a named fault point, then one resume: the run completes and every invariant holds."""
-    matrix_outcomes[spec].result()
+    assert_completed(setup, main_reference, sends=expected_sends(MAIN_SCENARIO, spec))
 
 
 # ---------------------------------------------------------------- 1b. a command with effects waits for a person

@@ -1,7 +1,8 @@
 """The supervisor with real processes: ``safepoint daemon`` recovers, reaps, runs queued input and fires schedules.
 
-Every test drives the CLI in child processes and waits for conditions (a file, a stale heartbeat, a process gone)
-with generous deadlines; nothing asserts how long anything took.
+The daemon, its workers and every run that is killed are child processes; the commands around them (adding a job,
+a submission, an uninterrupted run) are the CLI called in process. Tests wait for conditions (a file, a stale
+heartbeat, a process gone) with generous deadlines; nothing asserts how long anything took.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from safepoint.store.liveness import process_is_alive, process_start_time
 from safepoint.store.url import open_store
 from safepoint.supervisor import schedule
 
-from .conftest import cli_env
+from .conftest import cli_env, safepoint_in_process
 
 TIMEOUT = 60.0
 
@@ -52,6 +53,14 @@ def done(workspace: Path, *args: str, env: dict[str, str] | None = None, store=(
     proc = safepoint(workspace, *args, env=env, store=store)
     out, err = proc.communicate(timeout=TIMEOUT)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def in_process(
+    workspace: Path, *args: str, env: dict[str, str] | None = None, store=()
+) -> subprocess.CompletedProcess[str]:
+    """A command whose process is not the point (adding a job, a submission, an uninterrupted run): the CLI called
+    in process. Runs that are killed, and the daemon and its workers, are real processes."""
+    return safepoint_in_process(*args, "--workspace", workspace, *store, env=env)
 
 
 def daemon_once(workspace: Path, *args: str, env: dict[str, str] | None = None, store=()) -> list[dict[str, Any]]:
@@ -127,7 +136,7 @@ def test_a_due_occurrence_is_fired_by_the_daemon_completes_and_never_runs_twice(
         tmp_path,
         [{"text": "telling", "tool_calls": [call("send_notification", to="#ops", message="nightly")]}, {"text": "ok"}],
     )
-    added = done(workspace, "schedule", "add", "tick", str(scenario), "--cron", "* * * * * *", env=env)
+    added = in_process(workspace, "schedule", "add", "tick", str(scenario), "--cron", "* * * * * *", env=env)
     assert added.returncode == 0, added.stderr
 
     fired: list[dict[str, Any]] = []
@@ -169,13 +178,13 @@ def test_a_due_occurrence_is_fired_by_the_daemon_completes_and_never_runs_twice(
     assert store.read_restart_checkpoint(run_id) is None  # and gone once the work is done
     assert lines(outbox) == 1
 
-    again = done(workspace, "schedule", "fire", "tick", "--at", str(scheduled_for), "--json", env=env)
+    again = in_process(workspace, "schedule", "fire", "tick", "--at", str(scheduled_for), "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == {"run_id": run_id, "status": "completed", "already_fired": True}
     assert lines(outbox) == 1  # the occurrence did not run twice
     assert len(load_view(store, run_id).events) == len(view.events)
 
-    not_an_occurrence = done(workspace, "schedule", "fire", "tick", "--at", str(scheduled_for + 1), env=env)
+    not_an_occurrence = in_process(workspace, "schedule", "fire", "tick", "--at", str(scheduled_for + 1), env=env)
     assert not_an_occurrence.returncode == 2 and "not an occurrence" in not_an_occurrence.stderr
 
 
@@ -183,7 +192,9 @@ def test_an_interrupted_occurrence_past_its_window_is_closed_at_startup_cron_exe
     scenario = write_scenario(
         tmp_path, [{"text": "writing", "tool_calls": [call("write_file", path="a.txt", content="x")]}, {"text": "ok"}]
     )
-    added = done(workspace, "schedule", "add", "short", str(scenario), "--cron", "* * * * * *", "--exec-timeout", "0.5")
+    added = in_process(
+        workspace, "schedule", "add", "short", str(scenario), "--cron", "* * * * * *", "--exec-timeout", "0.5"
+    )
     assert added.returncode == 0, added.stderr
     at = schedule.now_ms() // 1000 * 1000  # the latest whole second: an occurrence of "* * * * * *"
     crashed = done(
@@ -213,7 +224,7 @@ def test_an_interrupted_occurrence_past_its_window_is_closed_at_startup_cron_exe
         "scheduled_for_ms": at,
         "cron_exec_timeout_ms": 500,
     }
-    assert done(workspace, "schedule", "remove", "short").returncode == 0  # no new occurrence to fire
+    assert in_process(workspace, "schedule", "remove", "short").returncode == 0  # no new occurrence to fire
     wait_until(lambda: schedule.now_ms() > at + 500, "the end of the occurrence's window")
 
     events = daemon_once(workspace)
@@ -242,7 +253,7 @@ def test_an_interrupted_occurrence_within_its_window_is_resumed_at_startup(tmp_p
         [{"text": "telling", "tool_calls": [call("send_notification", to="#ops", message="yearly")]}, {"text": "ok"}],
     )
     yearly = "0 0 1 1 *"  # its latest occurrence is before the job exists: the daemon never fires one itself
-    added = done(
+    added = in_process(
         workspace, "schedule", "add", "yearly", str(scenario), "--cron", yearly, "--exec-timeout", str(400 * 86400)
     )
     assert added.returncode == 0, added.stderr
@@ -380,9 +391,9 @@ def test_a_submission_queued_to_a_completed_run_is_run_by_the_daemon(tmp_path, w
         tmp_path,
         [{"text": "first answer"}, {"text": "second answer", "expect_in_context": ["and one more thing"]}],
     )
-    first = done(workspace, "run", str(scenario), "--run-id", "r")
+    first = in_process(workspace, "run", str(scenario), "--run-id", "r")
     assert first.returncode == 0, first.stderr
-    submitted = done(workspace, "submit", "r", "and one more thing", "--key", "k1")
+    submitted = in_process(workspace, "submit", "r", "and one more thing", "--key", "k1")
     assert submitted.returncode == 0, submitted.stderr
 
     events = daemon_once(workspace)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from safepoint.engine.session import load_view
 
+from .conftest import read_until
 from .openai_server import FakeOpenAI
 from .test_protocol import Cli, assert_closed, wait_until
 
@@ -42,10 +43,12 @@ def test_a_crash_after_streamed_text_reached_the_user_is_never_replayed(tmp_path
         client = cli.start(*run_args(server))
         assert server.paused.wait(60)
         wait_until(lambda: cli.checkpoint("r") is not None and cli.payload("r").get("visible_output_started"), "mark")
+        # The mark is durable before the first character goes out, so the kill waits until the user saw the
+        # start of the answer (read_until fails if it never shows), not only until the mark is on disk.
+        read_until(client, "Dear user")
         client.send_signal(signal.SIGKILL)
-        out, _ = client.communicate(timeout=30)
+        client.communicate(timeout=30)
         server.release.set()
-        assert "Dear user" in out  # the user saw the start of the answer
         resumed = cli("resume", "r")
         assert resumed.returncode == 9 and "visible_output_started" in resumed.stderr
         assert len(server.requests) == 1  # the model was not asked again: no second answer was streamed

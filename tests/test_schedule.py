@@ -15,7 +15,7 @@ from safepoint.store.url import open_store
 from safepoint.supervisor import schedule
 from safepoint.supervisor.schedule import ScheduledJob
 
-from .conftest import cli_env
+from .conftest import cli_env, safepoint_in_process
 
 
 def ms(*args: int) -> int:
@@ -149,6 +149,12 @@ def test_jobs_are_stored_versioned_and_removed(tmp_path):
 
 
 def safepoint(workspace, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI called in process: what the commands do is the point here, not the process."""
+    return safepoint_in_process(*args, "--workspace", workspace)
+
+
+def safepoint_child(workspace, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``python -m safepoint`` child: the exit codes and one-line errors exactly as a user meets them."""
     return subprocess.run(
         [sys.executable, "-m", "safepoint", *args, "--workspace", str(workspace)],
         env=cli_env(),
@@ -204,8 +210,8 @@ def test_schedule_add_refuses_bad_input_before_storing_anything(tmp_path, worksp
         (["--cron", "* * * * *"], "unknown tool 'nope'"),
     ]
     for extra, message in cases:
-        result = safepoint(workspace, "schedule", "add", "j", str(scenario), *extra)
+        result = safepoint_child(workspace, "schedule", "add", "j", str(scenario), *extra)
         assert result.returncode == 2 and message in result.stderr, (extra, result.stderr)
-    no_what = safepoint(workspace, "schedule", "add", "j", "--cron", "* * * * *")
+    no_what = safepoint_child(workspace, "schedule", "add", "j", "--cron", "* * * * *")
     assert no_what.returncode == 2 and "scenario" in no_what.stderr
-    assert json.loads(safepoint(workspace, "schedule", "list", "--json").stdout) == []
+    assert json.loads(safepoint_child(workspace, "schedule", "list", "--json").stdout) == []

@@ -1,6 +1,6 @@
 """Which paths a shell command line may change, so that a runtime can save them before it runs.
 
-Pure: no I/O, nothing is executed. Reuses the parsing and walking of :mod:`safepoint.core.commands`; see the
+Pure: no I/O, nothing is executed. Reuses the walk of :mod:`safepoint.core.command_walk`; see the
 comment above ``_Word`` for what is reported and what is skipped.
 """
 
@@ -11,21 +11,16 @@ import posixpath
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from safepoint.core.command_rules import HARMLESS_TARGETS, SHELLS, WRAPPERS
-from safepoint.core.commands import (
-    _ASSIGNMENT,
-    _CURL_FILE_OUTPUTS,
-    _CURL_LONG_WITH_VALUE,
-    _CURL_SHORT_WITH_VALUE,
-    _EXPANSION_KINDS,
-    _WGET_LONG_WITH_VALUE,
-    _WGET_SHORT_WITH_VALUE,
-    DEFAULT_COMMAND_RULES,
-    _children,
-    _compile,
-    _replace_arithmetic,
-    _Walker,
+from safepoint.core.command_parse import ASSIGNMENT, EXPANSION_KINDS, children, replace_arithmetic
+from safepoint.core.command_programs import (
+    CURL_FILE_OUTPUTS,
+    CURL_LONG_WITH_VALUE,
+    CURL_SHORT_WITH_VALUE,
+    WGET_LONG_WITH_VALUE,
+    WGET_SHORT_WITH_VALUE,
 )
+from safepoint.core.command_rules import HARMLESS_TARGETS, SHELLS, WRAPPERS
+from safepoint.core.command_walk import Walker
 
 __all__ = ["write_targets"]
 
@@ -34,7 +29,7 @@ __all__ = ["write_targets"]
 # Write targets: which paths a command line may change, so that a runtime can save them first
 # ----------------------------------------------------------------------------------------------------------
 #
-# ``write_targets`` reuses the classifier's parsing and walking in ``commands`` (``_parse``, ``_Walker``:
+# ``write_targets`` reuses the classifier's parsing and walking (``command_parse.parse``, ``command_walk.Walker``:
 # wrappers such as env/sudo/xargs/timeout/`uv run` are peeled, `bash -c`/`eval`/`env -S` strings and
 # here-documents fed to a shell are parsed and walked, substitutions are entered) and swaps the judging of
 # each simple command for a table of per-program "which operands does it write" functions.
@@ -124,7 +119,7 @@ def _mark_arithmetic(text: str) -> str | None:
         return text
     if "\x00" in text:
         return None
-    masked = _replace_arithmetic(text.replace("0", "\x00"))
+    masked = replace_arithmetic(text.replace("0", "\x00"))
     return masked.replace("0", "${_}").replace("\x00", "0")
 
 
@@ -216,11 +211,11 @@ def _under(directory: str, paths: Iterable[str]) -> list[str]:
 _TargetFinder = Callable[["_TargetWalker", list[str]], list[str]]
 
 
-class _TargetWalker(_Walker):
+class _TargetWalker(Walker):
     """The classifier's walk, collecting the paths each simple command may change instead of verdicts."""
 
     def __init__(self) -> None:
-        super().__init__(_compile(DEFAULT_COMMAND_RULES))
+        super().__init__()
         self.targets: list[str] = []
         self.cwd: str | None = ""  # relative to the command's working directory; None once unknown
         self.words: list[str] = []  # the current simple command's words, peeled wrappers and options included
@@ -290,7 +285,7 @@ class _TargetWalker(_Walker):
             super().node(node, depth, quoted)
 
     def literal(self, node: Any) -> bool:
-        if any(getattr(c, "kind", None) in _EXPANSION_KINDS | {"tilde"} for c in _children(node)):
+        if any(getattr(c, "kind", None) in EXPANSION_KINDS | {"tilde"} for c in children(node)):
             return False
         pos = getattr(node, "pos", None)
         if not (isinstance(pos, tuple) and len(pos) == 2):
@@ -306,7 +301,7 @@ class _TargetWalker(_Walker):
             kind = getattr(part, "kind", None)
             if kind == "word":
                 text = self.word(part)
-                if not words and _ASSIGNMENT.match(text):
+                if not words and ASSIGNMENT.match(text):
                     continue
                 if not words:
                     first_pos = part.pos[0] if isinstance(getattr(part, "pos", None), tuple) else 0
@@ -617,17 +612,17 @@ def _t_uniq(walker: _TargetWalker, argv: list[str]) -> list[str]:
 
 
 def _t_curl(walker: _TargetWalker, argv: list[str]) -> list[str]:
-    args = _split_args(argv[1:], _CURL_SHORT_WITH_VALUE, _CURL_LONG_WITH_VALUE)
+    args = _split_args(argv[1:], CURL_SHORT_WITH_VALUE, CURL_LONG_WITH_VALUE)
     outputs = [v for v in args.values("-o", "--output") if v != "-"]
     for directory in args.values("--output-dir"):
         outputs = _under(directory, outputs)
-    others = [v for v in args.values(*(_CURL_FILE_OUTPUTS - {"-o", "--output"})) if v != "-"]
+    others = [v for v in args.values(*(CURL_FILE_OUTPUTS - {"-o", "--output"})) if v != "-"]
     return [*outputs, *others]
 
 
 def _t_wget(walker: _TargetWalker, argv: list[str]) -> list[str]:
     words = [a for a in argv[1:] if a not in {"-nc", "-nd", "-nH", "-np", "-nv"}]
-    args = _split_args(words, _WGET_SHORT_WITH_VALUE, _WGET_LONG_WITH_VALUE)
+    args = _split_args(words, WGET_SHORT_WITH_VALUE, WGET_LONG_WITH_VALUE)
     if args.has("--spider"):
         return []
     names = ("-O", "--output-document", "-o", "--output-file", "-a", "--append-output")

@@ -1,0 +1,122 @@
+"""Shell syntax for the classifier: a command line parsed into bashlex's trees, and facts about its words.
+
+bashlex is imported on the first parse, not with this module: building its parser tables costs a few hundred
+milliseconds, which every CLI start-up would pay although most commands never classify a line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = [
+    "ASSIGNMENT",
+    "EXPANSION_KINDS",
+    "ParseFailure",
+    "children",
+    "is_blank",
+    "looks_dynamic",
+    "parse",
+    "replace_arithmetic",
+]
+
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
+EXPANSION_KINDS = frozenset({"parameter", "commandsubstitution", "processsubstitution"})
+
+
+class ParseFailure(Exception):
+    pass
+
+
+_QUOTED_HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]+)'|\"([^\"\n]+)\"|\\(\w+))")
+_TIME_KEYWORD = re.compile(r"(^|[;&|(){}\n!]|\b(?:then|do|else))([ \t]*)time(?=[ \t]|$)", re.MULTILINE)
+_DOUBLE_BRACKETS = re.compile(r"(^|(?<=[\s;&|(]))\[\[(?=\s)|(?<=\s)\]\](?=$|[\s;&|)])", re.MULTILINE)
+
+
+def parse(text: str) -> tuple[list[Any], frozenset[str], str]:
+    """bashlex's trees, the here-document delimiters that were quoted (their bodies are not expanded), and the
+    text the trees' positions refer to.
+
+    bashlex rejects a few common constructs; on failure the line is rewritten once into an equivalent it does
+    accept (or one that is judged at least as dangerously) and parsed again.
+    """
+    import bashlex  # on first use, not at import: see the module docstring
+
+    try:
+        return list(bashlex.parse(text)), frozenset(), text
+    except Exception as first:  # bashlex raises ParsingError, NotImplementedError, AttributeError, …
+        quoted: set[str] = set()
+
+        def unquote(match: re.Match[str]) -> str:
+            delimiter = match.group(2) or match.group(3) or match.group(4)
+            quoted.add(delimiter)
+            return f"<<{match.group(1)}{delimiter}"
+
+        # `cat <<'EOF'` -> `cat <<EOF` (quoted delimiters are unsupported); `$((1+2))` -> `0` (unless it
+        # hides a substitution); `time cmd` -> `\time cmd` (the keyword is unsupported); `[[ … ]]` -> `[ … ]`
+        # (unsupported; the rewrite only ever adds findings).
+        rewritten = replace_arithmetic(_QUOTED_HEREDOC.sub(unquote, text))
+        rewritten = _TIME_KEYWORD.sub(r"\1\2\\time", rewritten)
+        rewritten = _DOUBLE_BRACKETS.sub(lambda m: m.group(0).replace("[[", "[").replace("]]", "]"), rewritten)
+        if rewritten != text:
+            try:
+                return list(bashlex.parse(rewritten)), frozenset(quoted), rewritten
+            except Exception:
+                pass
+        raise ParseFailure(_describe_parse_error(first)) from None
+
+
+def replace_arithmetic(text: str) -> str:
+    """`$(( … ))` -> `0`; left alone when it contains a command substitution, which must not vanish."""
+    out: list[str] = []
+    i = 0
+    while (start := text.find("$((", i)) >= 0:
+        depth, j, inner_end = 0, start + 1, -1
+        while j < len(text):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 1 and inner_end < 0 and j > start + 2:
+                inner_end = j  # where the second `(` closed
+            if depth == 0:
+                break
+            j += 1
+        inner = text[start + 3 : j - 1]
+        # Only a true `$(( … ))`: otherwise bash reads `$( ( … ) … )`, a command substitution.
+        if j >= len(text) or inner_end != j - 1 or "$(" in inner or "`" in inner:
+            out.append(text[i : start + 3])
+            i = start + 3
+            continue
+        out.append(text[i:start] + "0")
+        i = j + 1
+    out.append(text[i:])
+    return "".join(out)
+
+
+def _describe_parse_error(exc: Exception) -> str:
+    import bashlex  # already loaded by parse(), which is the only caller
+
+    message = " ".join(str(exc).split())[:120]
+    if isinstance(exc, NotImplementedError):
+        return f"uses shell syntax the parser does not support ({message})"
+    if isinstance(exc, bashlex.errors.ParsingError):
+        return f"is not valid shell ({message})"
+    return f"could not be parsed ({type(exc).__name__}: {message})" if message else "could not be parsed"
+
+
+def is_blank(text: str) -> bool:
+    return all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines())
+
+
+def children(node: Any) -> list[Any]:
+    found: list[Any] = []
+    for attr in ("parts", "list", "command", "output", "redirects"):
+        value = getattr(node, attr, None)
+        if isinstance(value, list):
+            found.extend(v for v in value if hasattr(v, "kind"))
+        elif hasattr(value, "kind"):
+            found.append(value)
+    return found
+
+
+def looks_dynamic(program: str) -> bool:
+    # `$CMD`, `$(…)`, and globs (`r?` may expand to `rm`) in the program position.
+    return "$" in program or "`" in program or (program != "[" and any(c in program for c in "*?["))

@@ -1,0 +1,318 @@
+"""The walk over a parsed command line down to its simple commands, with their wrappers peeled off.
+
+Every simple command found anywhere in a line (lists, pipelines, subshells, ``$( … )``, backticks, process
+substitution, ``if``/``for``/``while`` bodies, ``bash -c '…'`` and ``eval`` strings, here-documents fed to a
+shell) reaches :meth:`Walker.judge` as its words, after leading ``NAME=value`` words and wrappers (``env``,
+``nice``, ``timeout N``, ``xargs``, ``sudo``, ``npx``, ``uv run`` …) are peeled, ``python -m mod`` became
+``mod`` and ``git``'s global options were dropped. What the walk notices on the way (redirections that write,
+programs named at run time, unparsable text) it records as findings.
+
+``judge`` is left to subclasses: the classifier judges replay safety, the write-target finder collects paths.
+"""
+
+from __future__ import annotations
+
+import abc
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from safepoint.core.command_findings import Finding, finding
+from safepoint.core.command_options import option_pairs, python_module, skip_options, strip_git_options
+from safepoint.core.command_parse import (
+    ASSIGNMENT,
+    EXPANSION_KINDS,
+    ParseFailure,
+    children,
+    is_blank,
+    looks_dynamic,
+    parse,
+)
+from safepoint.core.command_rules import (
+    HARMLESS_TARGETS,
+    MAX_CHARS,
+    MAX_DEPTH,
+    PRIVILEGED,
+    RUNNERS,
+    WRAPPERS,
+    canonical,
+)
+from safepoint.records import RiskLevel
+
+__all__ = ["Handler", "Walker"]
+
+Handler = Callable[["Walker", list[str], int], "list[Finding] | None"]
+"""A per-program check: the findings for ``argv`` (its program already peeled and canonical), or None when
+the program's rule table entry should decide alone."""
+
+
+class Walker(abc.ABC):
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self.source = ""  # the text being walked: word positions point into it
+
+    def word(self, node: Any) -> str:
+        """A word's text without quotes. bashlex mangles adjacent quoted parts (`'it'\\''s'` stays as is), so
+        words with quotes are re-read from the source with shlex; bashlex's text is kept when that fails."""
+        text = str(getattr(node, "word", ""))
+        pos = getattr(node, "pos", None)
+        if not (isinstance(pos, tuple) and len(pos) == 2):
+            return text
+        raw = self.source[pos[0] : pos[1]]
+        if not any(q in raw for q in "'\"\\") or "`" in raw:
+            return text
+        try:
+            split = shlex.split(raw)
+        except ValueError:
+            return text
+        return split[0] if len(split) == 1 else text
+
+    def add(self, grade: str, effects: Iterable[str], reason: str, risk: RiskLevel | None = None) -> None:
+        self.findings.append(finding(grade, effects, reason, risk))
+
+    # ---- text -> trees -----------------------------------------------------------------------------------
+
+    def text(self, text: str, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            self.add(
+                "unparsable",
+                ("unknown",),
+                f"shell strings nested deeper than {MAX_DEPTH} levels; not analysed",
+            )
+            return
+        if is_blank(text):
+            self.add("read_only", (), "empty command")
+            return
+        if len(text) > MAX_CHARS:
+            self.add("unparsable", ("unknown",), f"command longer than {MAX_CHARS} characters; not analysed")
+            return
+        try:
+            trees, quoted, source = parse(text)
+        except ParseFailure as failure:
+            self.add("unparsable", ("unknown",), f"the command {failure}; treated as dangerous")
+            return
+        before = len(self.findings)
+        outer, self.source = self.source, source
+        try:
+            for tree in trees:
+                self.node(tree, depth, quoted)
+        finally:
+            self.source = outer
+        if len(self.findings) == before:  # the tree held nothing this walk recognises: do not call it safe
+            self.add("unknown", ("unknown",), "no command found in the parsed line; treated as having effects")
+
+    def collect(self, run: Callable[[], None]) -> list[Finding]:
+        """The findings ``run`` records, taken out of the line's list so a caller can weigh them first."""
+        before = len(self.findings)
+        run()
+        found = self.findings[before:]
+        del self.findings[before:]
+        return found
+
+    def node(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
+        kind = getattr(node, "kind", None)
+        if kind == "command":
+            self.simple_command(node, depth, quoted)
+            return
+        if kind == "parameter":
+            value = str(getattr(node, "value", ""))
+            if "$(" in value or "`" in value:  # bashlex leaves substitutions inside ${…} unparsed
+                self.add("unknown", ("unknown",), f"command substitution inside `${{{value}}}` is not analysed")
+            return
+        if kind == "redirect":
+            self.redirect(node, depth, quoted)
+            return
+        for child in children(node):
+            self.node(child, depth, quoted)
+
+    def simple_command(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
+        parts = list(getattr(node, "parts", []))
+        words: list[str] = []
+        dynamic_program = False
+        assignments: list[str] = []
+        stdin: str | None = None
+        for part in parts:
+            kind = getattr(part, "kind", None)
+            if kind == "assignment":
+                if not words:
+                    assignments.append(self.word(part))
+            elif kind == "word":
+                text = self.word(part)
+                if not words and ASSIGNMENT.match(text):
+                    assignments.append(text)
+                    continue
+                if not words:
+                    dynamic_program = any(getattr(p, "kind", None) in EXPANSION_KINDS for p in children(part))
+                words.append(text)
+            elif kind == "redirect":
+                stdin = self.stdin_text(part) if stdin is None else stdin
+        if words:
+            if dynamic_program or looks_dynamic(words[0]):
+                self.add(
+                    "unknown",
+                    ("unknown",),
+                    f"program name `{words[0]}` is decided at run time; treated as having effects",
+                )
+            else:
+                self.argv(words, depth, stdin)
+        elif assignments:
+            variable = re.split(r"[\[+=]", assignments[0], maxsplit=1)[0]
+            self.add("read_only", (), f"assignment to `{variable}` only sets a shell variable")
+        # Redirections and substitutions nested in the words, in the line's order.
+        for part in parts:
+            if getattr(part, "kind", None) == "redirect":
+                self.redirect(part, depth, quoted)
+            else:
+                self.nested(part, depth, quoted)
+
+    def nested(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
+        for child in children(node):
+            self.node(child, depth, quoted)
+
+    def stdin_text(self, redirect: Any) -> str | None:
+        """What a here-document or here-string feeds the command, for `bash <<EOF … EOF`."""
+        if getattr(redirect, "type", "") == "<<<":
+            return self.word(getattr(redirect, "output", None))
+        heredoc = getattr(redirect, "heredoc", None)
+        if heredoc is not None:
+            lines = str(getattr(heredoc, "value", "")).split("\n")
+            if lines and lines[-1].strip() == self.word(getattr(redirect, "output", None)):
+                lines = lines[:-1]  # bashlex keeps the closing delimiter line
+            return "\n".join(lines)
+        return None
+
+    def redirect(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
+        rtype = str(getattr(node, "type", ""))
+        output = getattr(node, "output", None)
+        heredoc = getattr(node, "heredoc", None)
+        if heredoc is not None:
+            delimiter = self.word(output)
+            body = str(getattr(heredoc, "value", ""))
+            if delimiter not in quoted and ("$(" in body or "`" in body):
+                self.add(
+                    "unknown",
+                    ("unknown",),
+                    "a here-document runs a command substitution that is not analysed",
+                )
+            return
+        if output is None or isinstance(output, int | str):
+            return  # to or from a file descriptor (`2>&1`, `>&-`)
+        target = self.word(output)
+        self.nested(output, depth, quoted)
+        shown = f"`{getattr(node, 'input', None) or ''}{rtype} {target}`"
+        if rtype in {">", ">|", "&>", ">&", "<>"}:
+            if target not in HARMLESS_TARGETS and not target.isdigit():
+                self.add("local_write", ("filesystem_write",), f"redirection {shown} writes a file")
+        elif rtype in {">>", "&>>"} and target not in HARMLESS_TARGETS:
+            self.add(
+                "mutation",
+                ("filesystem_write",),
+                f"redirection {shown} appends to a file; a re-run duplicates data",
+            )
+
+    # ---- one simple command's words ----------------------------------------------------------------------
+
+    def argv(self, words: Sequence[str], depth: int, stdin: str | None = None) -> None:
+        argv = list(words)
+        while argv:
+            if looks_dynamic(argv[0]):
+                self.add(
+                    "unknown",
+                    ("unknown",),
+                    f"program name `{argv[0]}` is decided at run time; treated as having effects",
+                )
+                return
+            name = canonical(posixpath.basename(argv[0]) or argv[0])
+            argv[0] = name
+            if name in WRAPPERS:
+                rest = self.unwrap(name, argv, depth)
+                if rest is None:
+                    return
+                if not rest:
+                    if name not in PRIVILEGED:
+                        self.add("read_only", (), f"`{'echo' if name == 'xargs' else name}` only reads")
+                    return
+                argv = rest
+                continue
+            runner = next((key for key in RUNNERS if tuple(argv[: len(key)]) == key), None)
+            if runner is not None and len(argv) > len(runner):
+                short, long = RUNNERS[runner]
+                rest = argv[len(runner) :]
+                if rest[0] in {"-c", "--call"} and runner in {("npx",), ("npm", "exec")} and len(rest) > 1:
+                    self.text(rest[1], depth + 1)
+                    return
+                start = skip_options(rest, short, long)
+                if start < len(rest):
+                    argv = rest[start:]
+                    continue
+            if name == "python":
+                module = python_module(argv)
+                if module is None:
+                    self.add("unknown", ("unknown",), "`python -c` runs inline code that is not analysed")
+                    return
+                if module:
+                    argv = module
+                    continue
+            break
+        if not argv:
+            return
+        if argv[0] == "git":
+            argv = strip_git_options(argv)
+        self.judge(argv, depth, stdin)
+
+    def unwrap(self, name: str, argv: list[str], depth: int) -> list[str] | None:
+        """The wrapped command's words, or None when the wrapper itself settled the verdict."""
+        short, long = WRAPPERS[name]
+        args = argv[1:]
+        if name in PRIVILEGED:
+            self.add("high_risk", ("privilege",), f"`{name}` runs the command with elevated privileges")
+        if name == "command" and any(a in {"-v", "-V"} for a in args[:2]):
+            self.add("read_only", (), "`command -v` only looks a command up")
+            return None
+        start = skip_options(args, short, long)
+        rest = args[start:]
+        for option, value in option_pairs(args[:start], short, long):
+            if name == "env" and option in {"-S", "--split-string"}:
+                # `env -S 'cmd args'` splits the string into a command line
+                self.text(" ".join([value or "", *rest]), depth + 1)
+                return None
+            if name == "time" and option in {"-o", "--output"}:
+                self.add("local_write", ("filesystem_write",), f"`time -o {value}` writes a file")
+        if name == "timeout" and rest:
+            rest = rest[1:]  # the duration
+        if name == "env":
+            while rest and ASSIGNMENT.match(rest[0]):
+                rest = rest[1:]
+        return rest
+
+    @abc.abstractmethod
+    def judge(self, argv: list[str], depth: int, stdin: str | None) -> None:
+        """Handle one simple command: ``argv`` with wrappers peeled, ``stdin`` what a here-document feeds it."""
+
+    def shell(self, argv: list[str], depth: int, stdin: str | None) -> list[Finding] | None:
+        args = argv[1:]
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                i += 1
+                break
+            if arg in {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}:
+                i += 2
+                continue
+            if arg.startswith(("-", "+")) and len(arg) > 1:
+                if not arg.startswith("--") and "c" in arg[1:]:
+                    script = args[i + 1] if i + 1 < len(args) else ""
+                    return self.collect(lambda: self.text(script, depth + 1))  # noqa: B023 (called at once)
+                i += 1
+                continue
+            break
+        if i < len(args):
+            reason = f"`{argv[0]} {args[i]}` runs a script that is not analysed"
+            return [finding("unknown", ("unknown",), reason)]
+        if stdin is not None:
+            return self.collect(lambda: self.text(stdin, depth + 1))
+        reason = f"`{argv[0]}` runs commands from standard input that are not analysed"
+        return [finding("unknown", ("unknown",), reason, "high")]
