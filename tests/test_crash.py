@@ -454,7 +454,7 @@ def run_status(setup: Setup) -> str | None:
     if not (setup.run_dir / "run.json").exists():
         return None
     from safepoint.engine.session import load_view
-    from safepoint.store.files import FileStore
+    from safepoint.store.file_store import FileStore
 
     return load_view(FileStore(str(setup.workspace / ".agent-runtime")), RUN_ID).status
 
@@ -504,7 +504,7 @@ def pause():
     time.sleep(3600)
 
 if moment == "run-header":  # the run's folder exists, its header (run.json) is not written yet
-    from safepoint.store import files
+    from safepoint.store import file_store as files
     atomic_write = files.atomic_write
     def paused_atomic_write(path, data, **kwargs):
         if os.path.basename(path) == "run.json":

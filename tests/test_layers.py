@@ -1,5 +1,6 @@
-"""The engine's layers, pinned: each folder imports only the ones below it, counting imports inside functions and
-under TYPE_CHECKING (an import is an import wherever it stands)."""
+"""The house, pinned: each folder imports only the ones below it, counting imports inside functions and under
+TYPE_CHECKING (an import is an import wherever it stands); no import cycles; the CLI calls only the library API;
+one store backend never imports the other; no module over 800 lines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import ast
 from pathlib import Path
 
 import pytest
+
+import safepoint
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "safepoint"
 
@@ -49,3 +52,149 @@ def test_the_check_sees_imports_inside_functions_and_under_type_checking(tmp_pat
         "def f():\n    import safepoint.api\n"
     )
     assert {"safepoint.agent.loop", "safepoint.api"} <= imported(sample)
+
+
+# The whole package's import graph ---------------------------------------------------------------------------
+ROOT = Path(safepoint.__file__).parent
+MAX_LINES = 800
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every safepoint module ``name`` imports, wherever the import statement stands."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in MODULES)
+        elif isinstance(node, ast.ImportFrom):
+            base = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            for _ in range(max(node.level - 1, 0)):
+                base = base.rpartition(".")[0]
+            target = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+            names = {f"{target}.{alias.name}" for alias in node.names} & MODULES.keys()
+            out.update(names or ({target} if target in MODULES else set()))
+    out.discard(name)
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles() -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in GRAPH:
+        if start in index:
+            continue
+        # Tarjan's algorithm, iteratively (no recursion limit to meet).
+        work = [(start, iter(sorted(GRAPH[start] - {"safepoint"})))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(GRAPH[nxt] - {"safepoint"}))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles() == []
+
+
+def test_every_module_is_under_800_lines() -> None:
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+SHARED = {"safepoint.records", "safepoint.protocol", "safepoint.errors"}
+
+
+def test_core_imports_only_records_protocol_and_errors() -> None:
+    wrong = {
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        if _package(name) == "safepoint.core"
+        for target in targets
+        if _package(target) not in SHARED | {"safepoint.core"}
+    }
+    assert wrong == set()
+
+
+def test_the_cli_calls_only_the_library_api() -> None:
+    # The API and the public modules beside it: typed results, supervision, the stand-ins and the providers.
+    public = {
+        "safepoint.api",
+        "safepoint.results",
+        "safepoint.supervision",
+        "safepoint.standins",
+        "safepoint.providers",
+    }
+    allowed = public | {"safepoint.cli"} | SHARED
+    wrong = {
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        if _package(name) == "safepoint.cli"
+        for target in targets
+        if _package(target) not in allowed and target != "safepoint"
+    }
+    assert wrong == set()
+
+
+def test_nothing_below_the_api_imports_it() -> None:
+    above = {"safepoint", "safepoint.api", "safepoint.supervision", "safepoint.cli", "safepoint.__main__"}
+    wrong = {name for name, targets in GRAPH.items() if "safepoint.api" in targets and _package(name) not in above}
+    assert wrong == set()
+
+
+def test_one_backend_never_imports_the_other() -> None:
+    files = {n for n in GRAPH if n.startswith("safepoint.store.file")}
+    postgres = {n for n in GRAPH if n.startswith("safepoint.store.postgres")}
+    assert not any(GRAPH[n] & postgres for n in files)
+    assert not any(GRAPH[n] & files for n in postgres)

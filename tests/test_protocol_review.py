@@ -323,7 +323,7 @@ def test_resuming_a_cancelled_run_leaves_it_cancelled(tmp_path: Path) -> None:
 
 KILLER = """
 import os, signal, sys
-from safepoint.store.files import FileStore
+from safepoint.store.file_store import FileStore
 when, method = sys.argv[1], sys.argv[2]
 del sys.argv[1:3]
 original = getattr(FileStore, method)

@@ -16,7 +16,7 @@ from safepoint.store.conformance import (
     terminal_event,
     validate,
 )
-from safepoint.store.files import FileStore
+from safepoint.store.file_store import FileStore
 from safepoint.store.framing import frame
 from safepoint.store.names import artifact_file, artifact_ref
 
@@ -132,7 +132,7 @@ def test_a_reader_waits_for_an_append_in_flight_instead_of_calling_it_torn(make_
 
 def test_a_reader_facing_a_writer_stopped_mid_append_says_so(make_store, monkeypatch):
     from safepoint.errors import StoreError
-    from safepoint.store import files
+    from safepoint.store import file_store as files
 
     monkeypatch.setattr(files, "APPEND_WAIT_TIMEOUT", 0.2)
     store = make_store()
@@ -151,7 +151,7 @@ def test_a_reader_facing_a_writer_stopped_mid_append_says_so(make_store, monkeyp
 
 def test_an_append_facing_a_reader_stopped_under_the_log_lock_says_so_and_writes_nothing(make_store, monkeypatch):
     from safepoint.errors import StoreError
-    from safepoint.store import files
+    from safepoint.store import file_store as files
 
     monkeypatch.setattr(files, "APPEND_WAIT_TIMEOUT", 0.2)
     store = make_store()

@@ -7,7 +7,7 @@
     fenced.py           what every backend does the same way: ownership and each fenced write, over a few hooks
     ownership.py        the ownership rules (who may claim, what a stale writer is); liveness.py: is an owner alive
     framing.py          checksummed lines, torn and corrupt ones reported; names.py: ids, artifact names and refs
-    files.py            the file store (the default, the seed's .agent-runtime/ layout)
+    file_store.py       the file store (the default, the seed's .agent-runtime/ layout)
     postgres.py         the PostgreSQL store; postgres_schema.py: its versioned migrations
     url.py              a store by URL; migrate_store (``safepoint db migrate``)
     conformance/        the suite every backend passes, one module per part; ``validate()`` reports part by part

@@ -47,7 +47,7 @@ def open_store(url: str) -> Store:
         path = url
     if not path:
         raise StoreURLError("store URL names no path; use file:PATH")
-    from safepoint.store.files import FileStore
+    from safepoint.store.file_store import FileStore
 
     return FileStore(os.path.expanduser(path))
 
