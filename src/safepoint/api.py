@@ -30,8 +30,6 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from safepoint.core.resume import last_completed_step
-from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
 from safepoint.errors import ConfigError, ResumeError, ToolFailure, ToolRegistrationError
 from safepoint.records import (
     Checkpoint,
@@ -74,6 +72,7 @@ if TYPE_CHECKING:
     from safepoint.core.rollback import RollbackPlan
     from safepoint.engine.call_runner import CallResult
     from safepoint.engine.session import RunSession
+    from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
     from safepoint.standins.scenario import Scenario
@@ -123,6 +122,8 @@ class Run:
     def completed_steps(self) -> int:
         """Steps finished before the crash: an own loop resumes with the step after them."""
         at = self.recovery.plan.resume_from if self.recovery else None
+        from safepoint.core.resume import last_completed_step
+
         return last_completed_step(at.checkpoint) if at else 0
 
     def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
@@ -163,6 +164,8 @@ class Run:
         ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper. The wrapper
         returns what ``fn`` returned (as ``call`` does) and raises ``ToolFailure`` when the call did not succeed.
         """
+        from safepoint.engine.tools import tool
+
         if inspect.iscoroutinefunction(fn):
 
             async def run_async(ctx: ToolContext, **kwargs: Any) -> Any:
@@ -241,12 +244,21 @@ class Safepoint:
         self.workspace = Workspace(workspace, exclude=tuple(exclude), protected=store.local_dir())
 
     @property
+    def shown_url(self) -> str:
+        """The store's URL as it may be shown: a password in it is masked."""
+        from safepoint.store.names import safe_url
+
+        return safe_url(self.store.url)
+
+    @property
     def root(self) -> str:
         """The workspace folder, absolute."""
         return self.workspace.root
 
     def registry(self, tools: Iterable[Tool] = (), *, builtins: bool = True) -> ToolRegistry:
         if not builtins:
+            from safepoint.engine.tools import ToolRegistry
+
             return ToolRegistry(tools)
         from safepoint.engine.builtin import builtin_registry
 

@@ -204,12 +204,12 @@ def status(
     emit(rows[0] if run_id else rows, as_json)
     if as_json:
         return
-    if not rows:  # said in one plain line: an empty table tells less (and would load rich's tables for nothing)
-        sys.stdout.write(f"no runs in {sp.store.url}; start one with `safepoint run`\n")
+    if not rows:  # said in one plain line: an empty table tells less
+        sys.stdout.write(f"no runs in {sp.shown_url}; start one with `safepoint run`\n")
         return
-    from safepoint.cli import render  # rich's tables only for a person
+    from safepoint.cli.plain import status_table  # the most run command: no rich to load
 
-    out.print(render.status_table(plain(rows)))
+    sys.stdout.write(status_table(rows))
 
 
 @app.command()

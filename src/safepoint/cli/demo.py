@@ -23,6 +23,7 @@ from safepoint.api import Safepoint
 from safepoint.api import open as open_safepoint
 from safepoint.cli import render
 from safepoint.cli.common import plain
+from safepoint.cli.plain import status_table
 from safepoint.records import RollbackFiles
 
 SCENARIO = {
@@ -188,7 +189,7 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
 
     sp = open_safepoint(workspace=workspace)
     console.print("[bold]2.[/bold] `safepoint status` and `safepoint explain` after the crash:")
-    console.print(render.status_table(plain(sp.status(run_id))))
+    console.print(status_table(sp.status(run_id), colour=False), markup=False, highlight=False, end="")
     console.print(render.explain_view(plain(sp.explain(run_id))))
 
     console.print("\n[bold]3.[/bold] `safepoint resume demo`: the run continues from its latest complete checkpoint.")

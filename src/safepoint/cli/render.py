@@ -27,25 +27,6 @@ def _styled(value: str) -> Text:
     return Text(value, style=_STATUS_STYLE.get(value, ""))
 
 
-def status_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="runs")
-    for column in ("run_id", "status", "step", "calls", "problems", "task"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        status = _styled(row["status"])
-        if row.get("terminal_status"):  # closed: say how, in the seed's words (`explain` says why)
-            status.append(f"\n{row['terminal_status']}", style="dim")
-        table.add_row(
-            row["run_id"],
-            status,
-            str(row["step"]),
-            str(row["calls"]),
-            str(row["problems"]),
-            row["task"][:60],
-        )
-    return table
-
-
 def ledger_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="tool ledger")
     for column in ("call_id", "step_id", "tool_name", "status", "idempotency", "replay_policy", "risk_level"):
