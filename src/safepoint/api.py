@@ -702,6 +702,14 @@ def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | N
     return data is not None and content_hash(data) == first.before_hash
 
 
+def load_tools(specs: Iterable[str]) -> list[Tool]:
+    """``MODULE:ATTR`` specs (a Tool or a list of them), plus the notification stand-in every CLI run has."""
+    from safepoint.engine.tools import load_tool_specs
+    from safepoint.standins.notify import send_notification
+
+    return [send_notification, *load_tool_specs(specs)]
+
+
 def migrate(url: str | None = None, *, workspace: str = ".") -> Migrated:
     """Bring a PostgreSQL store's schema to this safepoint's version (a no-op when it is there already; the file
     store has none). Opening a store sets up a fresh database but never upgrades one other hosts may still use."""

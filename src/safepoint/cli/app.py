@@ -1,7 +1,6 @@
 """``safepoint``: parse, call the library API, render. Exit codes are ``ExitCode``'s (0 done, 3 waiting for a
 decision, others errors). Commands import the library when they run, so ``--help`` starts fast."""
 
-import importlib
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -43,17 +42,9 @@ out = Out()
 
 
 def _load_tools(specs: list[str] | None) -> "list[Tool]":
-    from safepoint.standins.notify import send_notification
+    from safepoint.api import load_tools
 
-    tools: list[Tool] = [send_notification]
-    for spec in specs or []:
-        module_name, _, attr = spec.partition(":")
-        try:
-            value = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigError(f"--tools {spec}: cannot load it ({exc}); give MODULE:ATTR of a tool") from None
-        tools.extend(value if isinstance(value, list | tuple) else [value])
-    return tools
+    return load_tools(specs or [])
 
 
 _open = open_safepoint_at

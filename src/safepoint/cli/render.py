@@ -9,22 +9,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-_STATUS_STYLE = {
-    "succeeded": "green",
-    "completed": "green",
-    "failed": "red",
-    "uncertain": "yellow",
-    "started": "yellow",
-    "interrupted": "yellow",
-    "waiting_decision": "magenta",
-    "waiting_approval": "magenta",
-    "closed": "red",
-    "cancelled": "red",
-}
+from safepoint.cli.plain import STATUS_COLOUR
 
 
 def _styled(value: str) -> Text:
-    return Text(value, style=_STATUS_STYLE.get(value, ""))
+    return Text(value, style=STATUS_COLOUR.get(value, ""))
 
 
 def ledger_table(rows: list[dict[str, Any]]) -> Table:

@@ -18,7 +18,7 @@ from typing import Any, overload
 from safepoint.core.classify import Classification, check_definition, declared, normalize
 from safepoint.core.replay import ProbeResult
 from safepoint.engine.processes import ProcessNotes
-from safepoint.errors import ToolRegistrationError, UnknownToolError
+from safepoint.errors import ConfigError, ToolRegistrationError, UnknownToolError
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel, ToolDefinition
 from safepoint.workspace.files import Workspace
 
@@ -191,3 +191,33 @@ class ToolRegistry:
 
     def definitions(self) -> list[ToolDefinition]:
         return [self._tools[name].definition for name in self.names()]
+
+
+def load_tool_specs(specs: Iterable[str]) -> list[Tool]:
+    """Tools named ``MODULE:ATTR`` (a Tool or a list of them), as ``--tools`` gives them. A module in the current
+    folder is found too, as ``python -m`` would find it (the console script's own folder is first on the path)."""
+    import importlib
+    import os
+    import sys
+
+    tools: list[Tool] = []
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.append(here)  # after everything installed: a local file never shadows a real package
+    try:
+        for spec in specs:
+            module_name, _, attr = spec.partition(":")
+            try:
+                value = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ConfigError(f"--tools {spec}: cannot load it ({exc}); give MODULE:ATTR of a tool") from None
+            found = value if isinstance(value, list | tuple) else [value]
+            for item in found:
+                if not isinstance(item, Tool):
+                    raise ConfigError(f"--tools {spec}: {item!r} is not a tool; decorate it with @safepoint.tool")
+            tools.extend(found)
+    finally:
+        if added:
+            sys.path.remove(here)
+    return tools

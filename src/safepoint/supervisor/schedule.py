@@ -14,7 +14,6 @@ instants whatever the host's local zone or its daylight-saving changes.
 
 from __future__ import annotations
 
-import importlib
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -226,17 +225,10 @@ def remove_job(store: Store, job_id: str) -> None:
 # running an occurrence --------------------------------------------------------------------------------------------
 def load_tools(specs: Iterable[str]) -> list[Tool]:
     """``MODULE:ATTR`` specs (a Tool or a list of them), plus the notification tool ``safepoint run`` always has."""
+    from safepoint.engine.tools import load_tool_specs
     from safepoint.standins.notify import send_notification
 
-    tools: list[Tool] = [send_notification]
-    for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        try:
-            value = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigError(f"--tools {spec}: cannot load it ({exc}); give MODULE:ATTR of a tool") from None
-        tools.extend(value if isinstance(value, list | tuple) else [value])
-    return tools
+    return [send_notification, *load_tool_specs(specs)]
 
 
 def check_scenario_tools(scenario: dict[str, Any], registry: ToolRegistry, source: str) -> None:
