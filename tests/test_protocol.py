@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ class Cli:
         self.outbox = tmp_path / "outbox.jsonl"
         self.store_args = store or []
         self.url = store[1] if store else "file:" + str(self.workspace / ".agent-runtime")
+        self._store: Store | None = None
 
     def env(self, **extra: str) -> dict[str, str]:
         return cli_env(SAFEPOINT_OUTBOX=str(self.outbox), **extra)
@@ -68,7 +70,12 @@ class Cli:
         return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
     def store(self) -> Store:
-        return open_store(self.url)
+        """One store handle for the test's reads, closed when the test is done with this helper (an unclosed
+        PostgreSQL pool would be collected from its own worker thread)."""
+        if self._store is None:
+            self._store = open_store(self.url)
+            weakref.finalize(self, self._store.close)
+        return self._store
 
     def sent(self) -> int:
         return self.outbox.read_text().count("\n") if self.outbox.exists() else 0

@@ -14,6 +14,7 @@ from safepoint.cli.common import (
     TakeoverOpt,
     ToolsOpt,
     WorkspaceOpt,
+    close_opened,
     emit,
     exit_code_for,
     open_safepoint_at,
@@ -417,3 +418,5 @@ def main() -> None:
     except SafepointError as exc:
         sys.stderr.write(f"safepoint: {' '.join(str(exc).split())}\n")
         sys.exit(exc.exit_code)
+    finally:
+        close_opened()

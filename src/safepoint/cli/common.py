@@ -60,12 +60,22 @@ def exit_code_for(status: str) -> ExitCode:
     return _STATUS_EXIT.get(status, ExitCode.FAILED)
 
 
+_opened: list[Safepoint] = []  # closed when the command ends (a PostgreSQL pool's threads, a file handle)
+
+
 def open_safepoint_at(store: str | None, workspace: str) -> Safepoint:
     if not os.path.isdir(workspace):
         raise ConfigError(f"workspace {workspace!r} does not exist; create it or pass an existing --workspace")
     from safepoint.api import open as open_safepoint
 
-    return open_safepoint(store, workspace=workspace)
+    opened = open_safepoint(store, workspace=workspace)
+    _opened.append(opened)
+    return opened
+
+
+def close_opened() -> None:
+    while _opened:
+        _opened.pop().close()
 
 
 def plain(value: Any) -> Any:
