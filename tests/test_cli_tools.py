@@ -53,3 +53,13 @@ def test_a_local_file_never_shadows_an_installed_module(tmp_path):
     (tmp_path / "s.json").write_text(SCENARIO)
     done = _cli(tmp_path, "run", "s.json", "--tools", "mytools:hello", "--run-id", "r4")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_module_that_fails_to_import_or_a_spec_without_attr_is_one_line(tmp_path):
+    (tmp_path / "s.json").write_text(SCENARIO)
+    (tmp_path / "raising.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    for spec, said in [("raising:x", "RuntimeError: boom"), ("broken:x", "SyntaxError"), ("os", "MODULE:ATTR")]:
+        done = _cli(tmp_path, "run", "s.json", "--tools", spec, "--run-id", "r5")
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and said in done.stderr and "Traceback" not in done.stderr

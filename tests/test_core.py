@@ -311,3 +311,18 @@ def test_a_probe_that_cannot_tell_asks_a_person_even_for_an_auto_call():
     conditional = entry("uncertain", "conditional", "auto", "low")
     assert decide_replay(conditional, probe="unknown").action == "wait_decision"
     assert decide_replay(conditional).action == "rerun"  # no probe: the tool checks its condition itself
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("replay_policy", "safe"), ("idempotency", "mostly"), ("risk_level", "extreme")]
+)
+def test_a_tool_declared_with_a_value_the_ledger_does_not_know_is_refused_at_registration(field, value):
+    import safepoint
+    from safepoint.errors import ToolRegistrationError
+
+    declared = {"idempotency": "idempotent", "replay_policy": "auto", "risk_level": "low", field: value}
+    with pytest.raises(ToolRegistrationError, match=f"{field} '{value}' is not one of"):
+
+        @safepoint.tool(**declared)
+        def lookup(ctx, key: str) -> str:
+            return key

@@ -255,6 +255,36 @@ def test_a_call_returns_the_tools_own_value_and_the_same_value_after_a_crash(wor
     assert runs == ["count", "info", "nothing", "text"]  # never run twice
 
 
+@pytest.mark.parametrize(
+    ("made", "seen"),
+    [
+        ((1, 2), [1, 2]),
+        ({3}, [3]),
+        (b"hi", "aGk="),
+        ({1: "a"}, {"1": "a"}),
+        (float("nan"), None),
+        ({"nested": ({"x": (1,)},)}, {"nested": [{"x": [1]}]}),
+    ],
+)
+def test_a_value_is_the_same_before_and_after_a_crash_whatever_its_type(workspace, made, seen):
+    """The value handed back is the recorded one from the start: a caller never sees whether a crash came between."""
+    tm = safepoint.open(workspace=str(workspace))
+    runs: list[int] = []
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low")
+    def make(ctx: ToolContext) -> object:
+        runs.append(1)
+        return made
+
+    run = tm.start("t", tools=[make], run_id="r")
+    first = run.call("make", {}, call_id="c1")
+    run.session.store.release(run.session.claim)  # the process "dies" without closing
+    with tm.resume("r", tools=[make]) as resumed:
+        again = resumed.call("make", {}, call_id="c1")
+    assert first == again == seen
+    assert runs == [1]
+
+
 def test_async_call_values_survive_a_crash_too(workspace):
     tm = safepoint.open(workspace=str(workspace))
 

@@ -379,3 +379,20 @@ def test_reading_schedules_and_checkpoints_never_creates_a_store(tmp_path):
     assert store.list_restart_checkpoints() == []
     store.put_schedule("gone", None)
     assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "hidden"),
+    [
+        ("postgresql://alice:s3cret@db/x", "s3cret"),
+        ("postgresql://alice@db/x?password=s3cretQ&sslmode=require", "s3cretQ"),
+        ("postgresql://alice@db/x?sslmode=require&PASSWORD=s3cretQ", "s3cretQ"),
+        ("postgresql://a:p%40ss@db/x?sslpassword=keypw", "keypw"),
+    ],
+)
+def test_a_store_url_is_shown_without_its_password(url, hidden):
+    from safepoint.store.names import safe_url
+
+    shown = safe_url(url)
+    assert hidden not in shown and "***" in shown
+    assert shown.startswith("postgresql://a") and "db/x" in shown

@@ -93,10 +93,10 @@ class Run:
     (the text the model sees, ``error: ...`` for a failure) and ``status`` (the ledger's: ``succeeded``,
     ``failed``, ``uncertain``). ``acall``/``acall_result`` are the same for asyncio.
 
-    After a crash, a call whose outcome was recorded returns the value it returned the first time, rebuilt from
-    the record: a ``str`` or ``None`` as it was, anything else as msgspec decodes its JSON (a tuple comes back as a
-    list, a Struct or dataclass as a dict). A call settled by its probe ran in a process that died with its
-    value: its ``value`` is ``None``. A tool's value that msgspec cannot encode makes the call ``failed``.
+    The value is the one recorded, so it is the same the first time and after a crash: a ``str`` or ``None`` as
+    it is, anything else as the JSON round-trip of it (a tuple or set comes back as a list, a Struct or dataclass
+    as a dict, bytes as base64 text). A call settled by its probe ran in a process that died with its value: its
+    ``value`` is ``None``. A tool's value that msgspec cannot encode makes the call ``failed``.
     """
 
     def __init__(self, session: RunSession, recovery: Recovery | None = None) -> None:
@@ -704,10 +704,9 @@ def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | N
 
 def load_tools(specs: Iterable[str]) -> list[Tool]:
     """``MODULE:ATTR`` specs (a Tool or a list of them), plus the notification stand-in every CLI run has."""
-    from safepoint.engine.tools import load_tool_specs
-    from safepoint.standins.notify import send_notification
+    from safepoint.standins.notify import cli_tools
 
-    return [send_notification, *load_tool_specs(specs)]
+    return cli_tools(specs)
 
 
 def migrate(url: str | None = None, *, workspace: str = ".") -> Migrated:

@@ -123,6 +123,12 @@ class ResumeError(SafepointError):
     pass
 
 
+class UnknownReferenceError(ResumeError):
+    """A checkpoint, call or conflict path the run does not have: bad input, said with where to look."""
+
+    exit_code = ExitCode.USAGE
+
+
 class RecoveryClosedError(ResumeError):
     """Restart recovery did not resume the run; it was closed and its parent (if any) told."""
 

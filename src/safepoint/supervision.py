@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from safepoint.api import Safepoint, stop_at_safe_point_on_sigterm
-from safepoint.engine.tools import Tool
 from safepoint.errors import ConfigError, ExitCode, RunExistsError
 from safepoint.results import Finished, JobSummary
 from safepoint.standins.scenario import Scenario
@@ -26,12 +25,6 @@ from safepoint.supervisor import schedule
 
 DEFAULT_EXEC_TIMEOUT_S = schedule.DEFAULT_EXEC_TIMEOUT_S
 DEFAULT_LEASE_S = OWNER_LEASE_SECONDS
-
-
-def load_tools(specs: Iterable[str]) -> list[Tool]:
-    """Tools named ``MODULE:ATTR`` (a Tool or a list of them), with the notification tool ``safepoint run``
-    always has; a spec that cannot be loaded is a ``ConfigError`` naming it."""
-    return schedule.load_tools(specs)
 
 
 def _summary(job: schedule.ScheduledJob, runs: list[str], at_ms: int) -> JobSummary:

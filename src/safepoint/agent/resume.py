@@ -10,7 +10,7 @@ from safepoint.agent.context import RECOVERY_NOTE
 from safepoint.core.note import recovery_note
 from safepoint.core.resume import CallReport, ResumePlan, expected_files, plan_resume, recent_calls
 from safepoint.engine.session import RunSession
-from safepoint.errors import ResumeError, ToolFailure
+from safepoint.errors import ResumeError, ToolFailure, UnknownReferenceError
 from safepoint.records import ToolLedgerEntry
 
 
@@ -43,7 +43,9 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
     for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
         entry = session.ledger.get(call_id)
         if entry is None:
-            raise ResumeError(f"call {call_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`")
+            raise UnknownReferenceError(
+                f"call {call_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`"
+            )
         if entry.status == "uncertain":
             raise ResumeError(
                 f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "

@@ -24,6 +24,7 @@ from safepoint.api import open as open_safepoint
 from safepoint.cli import render
 from safepoint.cli.common import plain
 from safepoint.cli.plain import status_table
+from safepoint.errors import ExitCode
 from safepoint.records import RollbackFiles
 
 SCENARIO = {
@@ -154,7 +155,7 @@ def _lines(path: str) -> int:
         return 0
 
 
-def run_demo(console: Console, *, keep: bool = False) -> int:
+def run_demo(console: Console, *, keep: bool = False) -> ExitCode:
     base = tempfile.mkdtemp(prefix="safepoint-demo-")
     workspace = os.path.join(base, "workspace")
     os.mkdir(workspace)
@@ -181,7 +182,7 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
     while not os.path.exists(marker):
         if child.poll() is not None or time.monotonic() > deadline:
             console.print("[red]the agent ended before reaching the crash point[/red]")
-            return 1
+            return ExitCode.FAILED
         time.sleep(0.02)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
@@ -238,4 +239,5 @@ def run_demo(console: Console, *, keep: bool = False) -> int:
         console.print(f"kept {base}")
     else:
         shutil.rmtree(base, ignore_errors=True)
-    return 0 if code == 0 and len(sent) == 1 and row.status == "completed" and kept and approval_ok else 1
+    passed = code == 0 and len(sent) == 1 and row.status == "completed" and kept and approval_ok
+    return ExitCode.OK if passed else ExitCode.FAILED

@@ -6,6 +6,8 @@ call, so it is computed at planning time and stored in the call's ledger entry.
 
 from __future__ import annotations
 
+from typing import get_args
+
 import msgspec
 
 from safepoint.errors import ToolRegistrationError
@@ -21,7 +23,18 @@ class Classification(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def check_definition(definition: ToolDefinition) -> None:
-    """Refuse a declaration that would let a repeat-unsafe tool be re-run without asking anyone."""
+    """Refuse a declaration with a value the ledger does not know (every record of the tool would then read as
+    corrupt), or one that would let a repeat-unsafe tool be re-run without asking anyone."""
+    for field, allowed in (
+        ("idempotency", get_args(Idempotency)),
+        ("replay_policy", get_args(ReplayPolicy)),
+        ("risk_level", get_args(RiskLevel)),
+    ):
+        value = getattr(definition, field)
+        if value not in allowed:
+            raise ToolRegistrationError(
+                f"tool {definition.name!r}: {field} {value!r} is not one of {', '.join(allowed)}; declare one of them"
+            )
     if definition.idempotency == "non_idempotent" and definition.replay_policy == "auto":
         raise ToolRegistrationError(
             f"tool {definition.name!r} is non_idempotent with replay_policy 'auto': a crash could repeat its "

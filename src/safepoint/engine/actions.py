@@ -20,7 +20,7 @@ from safepoint.core.rollback import ABSENT, FileAction, RollbackPlan, action_ste
 from safepoint.engine.call_runner import expand_input
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
-from safepoint.errors import NoCompensatorError, ResumeError, ToolFailure
+from safepoint.errors import NoCompensatorError, ResumeError, ToolFailure, UnknownReferenceError
 from safepoint.records import (
     Checkpoint,
     CheckpointConflict,
@@ -40,7 +40,7 @@ _actions_decoder = msgspec.json.Decoder(list[FileAction])
 def plan_files(session: RunSession, checkpoint_id: str) -> RollbackPlan:
     checkpoint = session.checkpoints.get(checkpoint_id)
     if checkpoint is None:
-        raise ResumeError(
+        raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not in run {session.info.run_id!r}; "
             "list them with `safepoint checkpoints`"
         )
@@ -247,7 +247,9 @@ def resolve_tool(session: RunSession) -> Tool:
 def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> dict[str, Any]:
     conflict = session.conflicts.get(path)
     if conflict is None or conflict.resolution != "pending":
-        raise ResumeError(f"{path!r} has no pending conflict in run {session.info.run_id!r}; see `safepoint conflicts`")
+        raise UnknownReferenceError(
+            f"{path!r} has no pending conflict in run {session.info.run_id!r}; see `safepoint conflicts`"
+        )
     finish_interrupted(session)
     conflict = session.conflicts[path]
     if conflict.resolution != "pending":
@@ -289,7 +291,7 @@ def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool
     files stay as they are unless ``with_files`` also rolls them back."""
     at = session.view.checkpoint(checkpoint_id)
     if at is None or not at.complete:
-        raise ResumeError(
+        raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not a complete checkpoint of run {session.info.run_id!r}; "
             "list them with `safepoint checkpoints`"
         )
@@ -314,7 +316,7 @@ def compensate(
     """Run the compensator of a finished call, at most once, as its own ledger entry linked to the original."""
     entry = session.ledger.get(ledger_entry_id)
     if entry is None:
-        raise ResumeError(
+        raise UnknownReferenceError(
             f"ledger entry {ledger_entry_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`"
         )
     tool = session.registry.get(entry.tool_name)

@@ -105,9 +105,10 @@ CallDriver = Generator[Invocation | AwaitApproval, Outcome | ApprovalOutcome, "C
 
 
 class CallResult(msgspec.Struct, frozen=True):
-    """What one call came to. ``value``: the tool's own return value (after a crash, the recorded one: a ``str``
-    as it was, ``None`` as ``None``, anything else as msgspec decodes its JSON, so a tuple comes back as a list
-    and a Struct or dataclass as a dict); ``None`` when the call did not succeed. ``observation``: the text the
+    """What one call came to. ``value``: the tool's return value as it is recorded, the same before and after a
+    crash: a ``str`` or ``None`` as it is, anything else as the JSON round-trip of it (a tuple or set comes back as a
+    list, a Struct or dataclass as a dict, bytes as base64 text, NaN as ``None``); ``None`` when the call did not
+    succeed. ``observation``: the text the
     model sees (``error: ...`` for a failure). ``status``: the ledger's status for the call now."""
 
     call_id: str
@@ -145,7 +146,10 @@ def _rendered(value: Any) -> Outcome:
         return Outcome(True, "ok", None, "none")
     if isinstance(value, str):
         return Outcome(True, value, value, "text")
-    return Outcome(True, _encoder.encode(value).decode(), value, "json")
+    text = _encoder.encode(value).decode()
+    # The value handed back is the recorded one, so a caller gets the same thing whether or not a crash came between
+    # (the tool's own object would be a set or bytes the first time and a list or base64 text after a resume).
+    return Outcome(True, text, msgspec.json.decode(text), "json")
 
 
 def recorded_value(text: str, encoding: ResultEncoding | None) -> Any:

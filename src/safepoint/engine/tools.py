@@ -208,10 +208,28 @@ def load_tool_specs(specs: Iterable[str]) -> list[Tool]:
     try:
         for spec in specs:
             module_name, _, attr = spec.partition(":")
+            if not module_name or not attr:
+                raise ConfigError(f"--tools {spec}: give MODULE:ATTR of a tool (for example mytools:send_email)")
             try:
-                value = getattr(importlib.import_module(module_name), attr)
-            except (ImportError, AttributeError, ValueError) as exc:
-                raise ConfigError(f"--tools {spec}: cannot load it ({exc}); give MODULE:ATTR of a tool") from None
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name != module_name:
+                    what = f"importing {module_name} failed ({exc})"
+                    raise ConfigError(f"--tools {spec}: {what}; fix the module") from None
+                raise ConfigError(
+                    f"--tools {spec}: cannot load it (no module {module_name!r} here or installed); "
+                    "give MODULE:ATTR of a tool"
+                ) from None
+            except Exception as exc:  # the user's module runs on import: whatever it raises is their error to fix
+                raise ConfigError(
+                    f"--tools {spec}: importing {module_name} failed ({type(exc).__name__}: {exc}); fix the module"
+                ) from None
+            try:
+                value = getattr(module, attr)
+            except AttributeError:
+                raise ConfigError(
+                    f"--tools {spec}: {module_name} has no {attr!r}; give MODULE:ATTR of a tool"
+                ) from None
             found = value if isinstance(value, list | tuple) else [value]
             for item in found:
                 if not isinstance(item, Tool):

@@ -12,7 +12,7 @@ import uuid
 import msgspec
 
 from safepoint.engine.session import holder_id, load_view
-from safepoint.errors import ResumeError
+from safepoint.errors import ResumeError, UnknownReferenceError
 from safepoint.protocol import Approval, CancelRequest, ContextResetRequest, ControlRecord, Submission
 from safepoint.restart.judge import close_after_restart, controls, judge
 from safepoint.store.base import Store
@@ -33,7 +33,7 @@ def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str =
         raise ResumeError(f"run {run_id!r} is {view.status}: nothing in it waits for approval any more")
     entry = view.ledger.get(call_id)
     if entry is None:
-        raise ResumeError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
+        raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
     if entry.status != "planned":
         raise ResumeError(
             f"call {call_id!r} of run {run_id!r} is {entry.status}: it does not wait for approval, so there is "

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 
-from safepoint.engine.tools import ToolContext, tool
+from safepoint.engine.tools import Tool, ToolContext, load_tool_specs, tool
 from safepoint.errors import ToolFailure
 
 
@@ -26,3 +27,8 @@ def send_notification(ctx: ToolContext, to: str, message: str) -> str:
         handle.flush()
         os.fsync(handle.fileno())
     return f"notification sent to {to}"
+
+
+def cli_tools(specs: Iterable[str]) -> list[Tool]:
+    """The tools a CLI run or a scheduled job has: this notification stand-in, plus ``--tools MODULE:ATTR``."""
+    return [send_notification, *load_tool_specs(specs)]

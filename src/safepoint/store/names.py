@@ -59,11 +59,21 @@ def checked_artifact(run_id: str, filename: str, digest: str, data: bytes | None
     return data
 
 
+_SECRET_PARAMS = frozenset({"password", "passwd", "sslpassword", "pass", "secret", "token"})
+
+
 def safe_url(url: str) -> str:
-    """``url`` without its password, for messages."""
+    """``url`` without its password, for messages: the ``user:password@`` part and a ``?password=`` (libpq takes
+    both) are masked."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
+    if parts.query:
+        fields = []
+        for field in parts.query.split("&"):
+            name, eq, _ = field.partition("=")
+            fields.append(f"{name}=***" if eq and name.lower() in _SECRET_PARAMS else field)
+        parts = parts._replace(query="&".join(fields))
+    return urlunsplit(parts)

@@ -224,11 +224,10 @@ def remove_job(store: Store, job_id: str) -> None:
 
 # running an occurrence --------------------------------------------------------------------------------------------
 def load_tools(specs: Iterable[str]) -> list[Tool]:
-    """``MODULE:ATTR`` specs (a Tool or a list of them), plus the notification tool ``safepoint run`` always has."""
-    from safepoint.engine.tools import load_tool_specs
-    from safepoint.standins.notify import send_notification
+    """``MODULE:ATTR`` specs, plus the notification tool ``safepoint run`` always has."""
+    from safepoint.standins.notify import cli_tools
 
-    return [send_notification, *load_tool_specs(specs)]
+    return cli_tools(specs)
 
 
 def check_scenario_tools(scenario: dict[str, Any], registry: ToolRegistry, source: str) -> None:
