@@ -103,3 +103,35 @@ def test_a_planted_fsmonitor_or_hook_never_runs_when_safepoint_reads_or_commits(
     (repo / "f000.txt").write_text("changed\n")
     commit_paths(str(repo), ["f000.txt"], "agent change")
     assert not witness.exists()
+
+
+def test_a_command_over_many_tracked_files_and_its_rollback_start_one_git_reader_each(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before-states of tracked files come from git through one `cat-file --batch` per session, never a process
+    per file: a command that rewrites 300 tracked files, and the rollback of it, start one reader each."""
+    import safepoint
+    from safepoint.records import RollbackFiles
+
+    started: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def counting(args, *rest, **kwargs):  # type: ignore[no-untyped-def]
+        started.append([str(a) for a in args])
+        return real_popen(args, *rest, **kwargs)
+
+    monkeypatch.setattr(gitmod.subprocess, "Popen", counting)
+    sp = safepoint.open(workspace=str(repo))
+    with sp.start("edit everything", run_id="r") as run:
+        first = run.checkpoint()
+        run.step()
+        run.call("run_command", {"command": "sed -i 's/file/FILE/' f*.txt"}, call_id="c1")
+        run.checkpoint()
+    readers = [a for a in started if "cat-file" in a]
+    assert len(readers) == 1 and "--batch" in readers[0]
+    assert (repo / "f123.txt").read_text().startswith("FILE 123")
+    started.clear()
+    plan = sp.recover("r", RollbackFiles(checkpoint_id=first))
+    assert not plan.conflicts
+    assert (repo / "f123.txt").read_bytes() == b"file 123\n" * 124
+    assert len([a for a in started if "cat-file" in a]) <= 1

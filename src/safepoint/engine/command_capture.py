@@ -30,7 +30,7 @@ from safepoint.durable import atomic_write
 from safepoint.engine.file_changes import FileBefore, FileChanges, Records
 from safepoint.engine.log_writer import now as timestamp
 from safepoint.records import FilePatchEntry, WorkspaceState
-from safepoint.workspace.git import git_state, head_blob_ids, read_blob
+from safepoint.workspace.git import git_state, head_blob_ids
 from safepoint.workspace.scan import ChangeWatcher, FileStat, IgnoreRules, scan
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
@@ -247,7 +247,7 @@ class CommandCapture:
             return FileBefore(path, digest, mode, content, f"blob:{digest}" if content is not None else None)
         blob = self.git_clean.get(path)
         if blob is not None:
-            data = read_blob(self.workspace.root, blob)
+            data = self.files.git_blob(blob)
             if data is not None:
                 mode = None if stat.S_ISLNK(old.mode) else old.mode & 0o7777
                 return FileBefore(path, content_hash(data), mode, data, f"git:{blob}")

@@ -21,6 +21,7 @@ from safepoint.engine.log_writer import now
 from safepoint.errors import StoreError, ToolFailure
 from safepoint.records import FileBeforeState, FilePatchEntry, PatchOp
 from safepoint.workspace.files import Workspace
+from safepoint.workspace.git import BlobReader
 
 
 @dataclass
@@ -69,6 +70,7 @@ class FileChanges:
         self.run_id = run_id
         self.workspace = workspace
         self.content = content
+        self._git: BlobReader | None = None  # one `git cat-file --batch` for the session, started at its first read
         self.records = records
         self.patches = patches  # every file patch of the run, in log order (appended to here)
         self.befores = befores  # call id -> the before-states recorded when it started
@@ -209,6 +211,18 @@ class FileChanges:
         self.records.trace("file_patch", path=before.path, call_id=call_id, op=op)
         return entry
 
+    def git_blob(self, blob_id: str) -> bytes | None:
+        """A blob of the workspace's repository, read through one git process for the whole session (a rollback or
+        a command that touches 500 tracked files starts one process, not 500)."""
+        if self._git is None:
+            self._git = BlobReader(self.workspace.root)
+        return self._git.read(blob_id)
+
+    def close(self) -> None:
+        if self._git is not None:
+            self._git.close()
+            self._git = None
+
     # versions ---------------------------------------------------------------------------------------------
     def can_reproduce(self, digest: str) -> bool:
         return digest in self._reproducible
@@ -235,9 +249,7 @@ class FileChanges:
                 base = self.content.get(digest)
                 break
             if ref is not None and ref.startswith("git:"):
-                from safepoint.workspace.git import read_blob
-
-                data = read_blob(self.workspace.root, ref[4:])
+                data = self.git_blob(ref[4:])
                 if data is not None and content_hash(data) == digest:
                     base = data
                     break

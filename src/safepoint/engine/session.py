@@ -221,6 +221,7 @@ class RunSession:
         if self._capture is not None:
             self._capture.close()
             self._capture = None
+        self.files.close()
         if not self.closed:
             self.closed = True
             if not self.read_only:
