@@ -562,7 +562,10 @@ class Safepoint:
         from safepoint.engine import actions
 
         with self._session(run_id, read_only=True) as session:
-            return [ConflictView(**actions.describe_conflict(session, c)) for c in actions.pending_conflicts(session)]
+            return [
+                ConflictView(**actions.describe_conflict(session, c))
+                for c in actions.pending_conflicts(session.conflicts)
+            ]
 
     def resolve(self, run_id: str, path: str, resolution: ConflictResolution, *, takeover: bool = False) -> Resolved:
         """``keep_user`` leaves the file, ``apply_agent`` finishes the rollback over it, ``manual_merge`` writes a

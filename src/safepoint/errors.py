@@ -28,7 +28,8 @@ The tree (the exit code a command ends with, from ``ExitCode``)::
     └── ToolFailure                     1            a tool reported failure (recorded in the ledger as ``failed``)
 
 The CLI turns each into one line on stderr and its exit code; the daemon reads its workers' exit codes with the
-same enum. Private exceptions that only carry control flow inside one module (and never leave it) stay there.
+same enum. Internal exceptions that only carry control flow (the classifier's ``ParseFailure``, caught where the
+command is walked) and never reach a caller stay beside the code that raises and catches them.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ patches make the rollback itself something that can be rolled back.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import merge3
@@ -155,8 +156,8 @@ def _next_id(session: RunSession, prefix: str) -> str:
 
 
 # conflicts ------------------------------------------------------------------------------------------------------
-def pending_conflicts(session_or_view: Any) -> list[CheckpointConflict]:
-    return [c for c in session_or_view.conflicts.values() if c.resolution == "pending"]
+def pending_conflicts(conflicts: Mapping[str, CheckpointConflict]) -> list[CheckpointConflict]:
+    return [c for c in conflicts.values() if c.resolution == "pending"]
 
 
 def conflict_versions(

@@ -8,9 +8,8 @@ Ordering rules (promise 1 and 6 rest on them):
   caller that needs "A is durable before B happens" stages A and commits before it does B (the ledger's
   ``started`` before a tool runs). A failed append takes the sequence numbers back, so the in-memory log never
   runs ahead of the store.
-- ``durable=False`` writes without the fsync, for records whose loss a crash may bring (nothing of recovery hangs
-  on them). ``durable_seq`` is the last record a durable group covered (it covers every record before it too):
-  what a restart checkpoint may point into.
+- ``durable_seq`` is the last record a committed group covered (it covers every record before it too): what a
+  restart checkpoint may point into. Every commit is durable: no record of the log is worth a crash-window.
 - Trace events are observability, not recovery: they are batched (``TRACE_BATCH``) and written after a commit or
   on close, never inside the group; losing the last few to a crash costs nothing.
 
@@ -62,18 +61,17 @@ class LogWriter:
         )
         return self.seq
 
-    def commit(self, *, durable: bool = True) -> None:
-        """Write every staged record in one append (one fsync when ``durable``)."""
+    def commit(self) -> None:
+        """Write every staged record in one append: one fsync."""
         if not self._buffer:
             return
         records, self._buffer = self._buffer, []
         try:
-            self.store.append(self.claim, records, durable=durable)
+            self.store.append(self.claim, records)
         except StoreError:
             self.seq -= len(records)
             raise
-        if durable:
-            self.durable_seq = self.seq
+        self.durable_seq = self.seq
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
 

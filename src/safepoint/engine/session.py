@@ -234,8 +234,8 @@ class RunSession:
         """How much of the history is durable: what a restart checkpoint may point into."""
         return bisect.bisect_right(self._history_seqs, self.log.durable_seq)
 
-    def commit(self, *, durable: bool = True) -> None:
-        self.log.commit(durable=durable)
+    def commit(self) -> None:
+        self.log.commit()
 
     def add_record(self, body: msgspec.Struct) -> int:
         """Append a record to the pending group (made durable by the next ``commit``)."""
