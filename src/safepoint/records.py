@@ -112,6 +112,9 @@ class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     before_ref: str | None = None  # where the before-content is kept: "blob:<hash>", "git:<blob id>", or None
     before_mode: int | None = None  # permission bits (None when absent)
     after_mode: int | None = None
+    # True when the change happened while a command ran and the platform could not tell whether the command or
+    # someone else (the user, another run) made it: rollback lists it and reverts it only when the user confirms.
+    author_uncertain: bool = False
 
 
 class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
