@@ -231,7 +231,10 @@ def restore_session(
         plan = rollback_files(session, checkpoint_id, include_uncertain=include_uncertain)
         conflicts = [c.path for c in plan.conflicts]
     checkpoint = at.checkpoint
+    # Kept: the calls the branch's messages name, asked for (an assistant's tool calls) or answered (a tool
+    # message: an own loop's ``run.call`` adds only that).
     kept = {call.call_id for message in at.history for call in message.tool_calls}
+    kept |= {message.tool_call_id for message in at.history if message.tool_call_id is not None}
     abandoned = tuple(c for c, e in session.ledger.items() if c not in kept and not is_internal(e))
     not_undone = external_effects(session, [session.ledger[c] for c in abandoned])
     session.rewind(checkpoint.history_len, checkpoint_id, "restore_session", abandoned)

@@ -206,21 +206,60 @@ def describe_conflict(session: RunSession, conflict: CheckpointConflict) -> dict
 
 def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool]:
     """Take the agent's change back out of the current file, keeping the user's edits: a three-way merge of
-    ``current`` (the user's) and ``base`` (before the agent) over ``agent`` (their common ancestor)."""
-    merger = merge3.Merge3(
-        agent.decode(errors="surrogateescape").splitlines(keepends=True),
-        current.decode(errors="surrogateescape").splitlines(keepends=True),
-        base.decode(errors="surrogateescape").splitlines(keepends=True),
-    )
-    lines = list(
-        merger.merge_lines(
-            name_a="current (yours)", name_b="before the agent", start_marker="<<<<<<<", end_marker=">>>>>>>"
-        )
-    )
-    clean = not any(line.startswith("<<<<<<<") for line in lines)
-    # A last line without its newline must not run into the marker that follows it.
-    fixed = [line + "\n" if not line.endswith("\n") and i + 1 < len(lines) else line for i, line in enumerate(lines)]
+    ``current`` (the user's) and ``base`` (before the agent) over ``agent`` (their common ancestor).
+
+    Where the two touch the same region but one side only added lines around what the other changed (the user
+    appended a line right after the agent's edit), both are kept: a line merge would call that a conflict, and the
+    user would find markers around a line nobody disputes. Markers only where both changed the same lines."""
+    ancestor = agent.decode(errors="surrogateescape").splitlines(keepends=True)
+    mine = current.decode(errors="surrogateescape").splitlines(keepends=True)
+    before = base.decode(errors="surrogateescape").splitlines(keepends=True)
+    out: list[str] = []
+    clean = True
+    for region in merge3.Merge3(ancestor, mine, before).merge_regions():
+        kind = region[0]
+        if kind == "unchanged":
+            out += ancestor[region[1] : region[2]]
+        elif kind in ("a", "same"):
+            out += mine[region[1] : region[2]]
+        elif kind == "b":
+            out += before[region[1] : region[2]]
+        else:
+            at: tuple[int, ...] = tuple(region[1:])  # (ancestor, current, before) start and end of the region
+            z, a, b = ancestor[at[0] : at[1]], mine[at[2] : at[3]], before[at[4] : at[5]]
+            merged = _around(z, a, b)
+            if merged is None:
+                clean = False
+                merged = [
+                    "<<<<<<< current (yours)\n",
+                    *_ended(a),
+                    "=======\n",
+                    *_ended(b),
+                    ">>>>>>> before the agent\n",
+                ]
+            out += merged
+    # A last line without its newline must not run into a marker or a line that follows it.
+    fixed = [line + "\n" if not line.endswith("\n") and i + 1 < len(out) else line for i, line in enumerate(out)]
     return "".join(fixed).encode(errors="surrogateescape"), clean
+
+
+def _around(z: list[str], a: list[str], b: list[str]) -> list[str] | None:
+    """One side kept the common lines and only added lines before or after them: apply the other side's change
+    in their place. Or no side added or removed a line, and no line was changed by both: merge line by line.
+    None when both changed the same lines."""
+    if len(z) == len(a) == len(b):
+        lines = [y if x == old else x if y == old else x if x == y else None for old, x, y in zip(z, a, b, strict=True)]
+        if None not in lines:
+            return [line for line in lines if line is not None]
+    for keeper, other in ((a, b), (b, a)):
+        for start in range(len(keeper) - len(z) + 1):
+            if keeper[start : start + len(z)] == z and (z or start in (0, len(keeper))):
+                return keeper[:start] + other + keeper[start + len(z) :]
+    return None
+
+
+def _ended(lines: list[str]) -> list[str]:
+    return [line if line.endswith("\n") else line + "\n" for line in lines]
 
 
 def _not_text(data: bytes | None) -> str | None:
