@@ -62,13 +62,13 @@ def test_two_agent_changes_then_the_user_one_conflict_settled_once_and_for_all(w
     plan = tm.rollback_files("r", start)
     assert [c.path for c in plan.conflicts] == ["f.txt"] and not plan.actions
     [shown] = tm.conflicts("r")
-    assert shown.undoes == ["c2", "c1"]  # the whole of the agent's work on it, not only its last change
     assert "-one" in shown.agent_change and "+agent-2" in shown.agent_change and "agent-1" not in shown.agent_change
     result = tm.resolve("r", "f.txt", resolution)
     assert result.clean
     assert (workspace / "f.txt").read_bytes() == expected
     assert tm.conflicts("r") == []
     rollback_twice_more(tm, start, "f.txt", expected)
+    assert shown.undoes == ["c2", "c1"]  # the whole of the agent's work on it, not only its last change
 
 
 def test_three_changes_by_a_tool_and_commands_merge_out_together(workspace):
@@ -82,10 +82,11 @@ def test_three_changes_by_a_tool_and_commands_merge_out_together(workspace):
     (workspace / "f.txt").write_text("ALPHA\nbeta user\nGAMMA\ndelta\nagent tail\n")
     plan = tm.rollback_files("r", start)
     assert [c.path for c in plan.conflicts] == ["f.txt"]
-    assert tm.conflicts("r")[0].undoes == ["c3", "c2", "c1"]
+    [shown] = tm.conflicts("r")
     tm.resolve("r", "f.txt", "manual_merge")
     assert (workspace / "f.txt").read_text() == "alpha\nbeta user\ngamma\ndelta\n"
     rollback_twice_more(tm, start, "f.txt", b"alpha\nbeta user\ngamma\ndelta\n")
+    assert shown.undoes == ["c3", "c2", "c1"]
 
 
 def test_a_delete_then_a_re_create_is_one_change_to_undo(workspace):
@@ -97,10 +98,11 @@ def test_a_delete_then_a_re_create_is_one_change_to_undo(workspace):
         write(run, "f.txt", "brand new\n", "c2")
     (workspace / "f.txt").write_text("brand new\nuser\n")
     tm.rollback_files("r", start)
-    assert tm.conflicts("r")[0].undoes == ["c2", "c1"]
+    [shown] = tm.conflicts("r")
     tm.resolve("r", "f.txt", "apply_agent")
     assert (workspace / "f.txt").read_text() == "original\n"
     rollback_twice_more(tm, start, "f.txt", b"original\n")
+    assert shown.undoes == ["c2", "c1"]
 
 
 def test_a_mode_change_and_an_edit_are_undone_together(workspace):
@@ -113,11 +115,12 @@ def test_a_mode_change_and_an_edit_are_undone_together(workspace):
         write(run, "run.sh", "echo agent\n", "c2")
     (workspace / "run.sh").write_text("echo agent\necho user\n")
     tm.rollback_files("r", start)
-    assert tm.conflicts("r")[0].undoes == ["c2", "c1"]
+    [shown] = tm.conflicts("r")
     tm.resolve("r", "run.sh", "apply_agent")
     assert (workspace / "run.sh").read_text() == "echo hi\n"
     assert stat.S_IMODE(os.stat(workspace / "run.sh").st_mode) == 0o644
     rollback_twice_more(tm, start, "run.sh", b"echo hi\n")
+    assert shown.undoes == ["c2", "c1"]
 
 
 def test_a_user_edit_between_two_agent_changes_keeps_it_and_settles(workspace):
@@ -131,9 +134,9 @@ def test_a_user_edit_between_two_agent_changes_keeps_it_and_settles(workspace):
     tm.rollback_files("r", start)
     assert (workspace / "f.txt").read_text() == "user 1\n"  # c2 undone; c1 lies under the user's edit
     [conflict] = tm.conflicts("r")
-    assert conflict.undoes == ["c1"]
     tm.resolve("r", "f.txt", "keep_user")
     rollback_twice_more(tm, start, "f.txt", b"user 1\n")
+    assert conflict.undoes == ["c1"]
 
 
 def test_after_a_resolution_the_agents_later_changes_are_still_undone(workspace):
@@ -238,7 +241,8 @@ def swap_tool(workspace):
     return swap
 
 
-def test_a_folder_the_agent_swapped_for_a_link_inside_the_workspace_comes_back_as_a_folder(workspace):
+@pytest.mark.parametrize("paths", [["src/keep.txt", "src"], ["src", "src/keep.txt"]], ids=["file-first", "link-first"])
+def test_a_folder_the_agent_swapped_for_a_link_inside_the_workspace_comes_back_as_a_folder(workspace, paths):
     (workspace / "src").mkdir()
     (workspace / "src" / "keep.txt").write_text("the user's\n")
     (workspace / "other").mkdir()
@@ -246,7 +250,7 @@ def test_a_folder_the_agent_swapped_for_a_link_inside_the_workspace_comes_back_a
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", tools=[swap_tool(workspace)], run_id="r") as run:
         start = run.checkpoint()
-        run.call("swap", {"paths": ["src/keep.txt", "src"], "target": "other"}, call_id="c1")
+        run.call("swap", {"paths": paths, "target": "other"}, call_id="c1")
     assert (workspace / "src").is_symlink()
     plan = tm.rollback_files("r", start)
     assert not plan.conflicts
