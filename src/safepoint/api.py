@@ -594,8 +594,9 @@ class Safepoint:
         from safepoint.engine import conflicts
 
         with self._session(run_id, read_only=True) as session:
+            index = conflicts.cover_index(session)
             return [
-                ConflictView(**conflicts.describe_conflict(session, c))
+                ConflictView(**conflicts.describe_conflict(session, c, index))
                 for c in conflicts.pending_conflicts(session.conflicts)
             ]
 

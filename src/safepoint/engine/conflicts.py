@@ -61,19 +61,27 @@ class Cover:
     since: int | None
 
 
-def cover_of(session: RunSession, conflict: CheckpointConflict) -> Cover | None:
-    """What ``conflict`` covers, from the newest rollback call that journaled it (its planned conflicts, or the
-    action that met it). None for a conflict recorded before rollbacks journaled what they cover."""
-    for entry in reversed(session.ledger.values()):
+def cover_index(session: RunSession) -> dict[tuple[str, str], Cover]:
+    """(path, expected hash) -> what the conflict found there covers, from the rollback calls that journaled it
+    (their planned conflicts, or the action that met one); the newest wins. One pass over the ledger, so listing
+    many conflicts stays linear."""
+    index: dict[tuple[str, str], Cover] = {}
+    for entry in session.ledger.values():
         if entry.tool_name != ROLLBACK_TOOL or not is_internal(entry):
             continue
         since = entry.input.get("since")
-        found = [_cover(item) for item in _dicts(entry.input.get("conflicts"))]
-        found += [_action_cover(item) for item in _dicts(entry.input.get("actions"))]
+        found = [_action_cover(item) for item in _dicts(entry.input.get("actions"))]
+        found += [_cover(item) for item in _dicts(entry.input.get("conflicts"))]
         for cover in found:
-            if cover.path == conflict.path and cover.expected_hash == conflict.expected_hash:
-                return Cover(cover, since if isinstance(since, int) else None)
-    return None
+            index[(cover.path, cover.expected_hash)] = Cover(cover, since if isinstance(since, int) else None)
+    return index
+
+
+def cover_of(
+    session: RunSession, conflict: CheckpointConflict, index: dict[tuple[str, str], Cover] | None = None
+) -> Cover | None:
+    """What ``conflict`` covers; None for one recorded before rollbacks journaled what they cover."""
+    return (cover_index(session) if index is None else index).get((conflict.path, conflict.expected_hash))
 
 
 def _dicts(value: object) -> list[dict[str, Any]]:
@@ -164,8 +172,10 @@ class Versions:
     cover: Cover | None
 
 
-def conflict_versions(session: RunSession, conflict: CheckpointConflict) -> Versions:
-    cover = cover_of(session, conflict)
+def conflict_versions(
+    session: RunSession, conflict: CheckpointConflict, index: dict[tuple[str, str], Cover] | None = None
+) -> Versions:
+    cover = cover_of(session, conflict, index)
     try:
         base = _base(session, conflict, cover.cover if cover else None)
     except StoreError:
@@ -180,9 +190,12 @@ def conflict_versions(session: RunSession, conflict: CheckpointConflict) -> Vers
     return Versions(base, agent, current, missing, behind, cover)
 
 
-def describe_conflict(session: RunSession, conflict: CheckpointConflict) -> dict[str, Any]:
-    """The three things §8.9 says the user must be told, with the three-way diff."""
-    versions = conflict_versions(session, conflict)
+def describe_conflict(
+    session: RunSession, conflict: CheckpointConflict, index: dict[tuple[str, str], Cover] | None = None
+) -> dict[str, Any]:
+    """The three things §8.9 says the user must be told, with the three-way diff (``index``: ``cover_index``,
+    built once when many are described)."""
+    versions = conflict_versions(session, conflict, index)
     undoes = versions.cover.cover.undoes if versions.cover else ()
     changes = f"the agent's changes to it ({', '.join(undoes)})" if len(undoes) > 1 else "the agent's change"
     why = f"the file changed after the agent wrote it, so rolling {changes} back would overwrite that"

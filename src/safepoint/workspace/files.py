@@ -116,7 +116,8 @@ class Workspace:
                     return
                 except (IsADirectoryError, PermissionError):
                     raise ToolFailure(f"{rel!r} is a folder now, not a file; it was left as it is") from None
-                os.fsync(parent)
+                # No fsync of the folder: a removal lost to a power cut leaves the agent's file, which the next
+                # rollback finds as the agent left it and removes again (an fsync per removal doubled a rollback).
                 return
             if data.startswith(SYMLINK_MARK):
                 tmp = f".safepoint-link-{os.getpid()}-{secrets.token_hex(6)}"
