@@ -257,6 +257,8 @@ def test_a_folder_the_agent_swapped_for_a_link_inside_the_workspace_comes_back_a
     assert (workspace / "src").is_dir() and not (workspace / "src").is_symlink()
     assert (workspace / "src" / "keep.txt").read_text() == "the user's\n"
     assert sorted(os.listdir(workspace / "other")) == ["x.txt"]  # nothing written through the link
+    again = tm.rollback_files("r", start)
+    assert not again.actions and not again.conflicts
 
 
 def recorded_swap(tm, workspace, target):
@@ -272,6 +274,7 @@ def recorded_swap(tm, workspace, target):
         os.symlink(target, workspace / "src")
         files.record("c1", keep, None, None)
         files.record("c1", FileBefore("src", ABSENT, None), SYMLINK_MARK + os.fsencode(target), None)
+        run.checkpoint()
         run.session.commit()
     return start
 
@@ -289,7 +292,51 @@ def test_a_folder_swapped_for_a_link_outside_the_workspace_comes_back(workspace,
     assert not plan.conflicts
     assert (workspace / "src").is_dir() and (workspace / "src" / "keep.txt").read_text() == "the user's\n"
     assert os.listdir(elsewhere) == []
-    assert not tm.rollback_files("r", start).actions  # done: a second rollback finds nothing to do
+    again = tm.rollback_files("r", start)  # done: a second rollback finds nothing to do, and no conflict
+    assert not again.actions and not again.conflicts
+
+
+def test_rolling_the_rollback_back_puts_the_agents_link_back_and_forward_again(workspace, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace / "src").mkdir()
+    (workspace / "src" / "keep.txt").write_text("the user's\n")
+    tm = safepoint.open(workspace=str(workspace))
+    start = recorded_swap(tm, workspace, str(elsewhere))
+    after_swap = tm.checkpoints("r")[-1].checkpoint_id
+    tm.rollback_files("r", start)
+    assert (workspace / "src" / "keep.txt").read_text() == "the user's\n"
+    plan = tm.rollback_files("r", after_swap)  # the rollback is a recorded change: undone in turn
+    assert not plan.conflicts
+    assert os.readlink(workspace / "src") == str(elsewhere) and os.listdir(elsewhere) == []
+    plan = tm.rollback_files("r", start)
+    assert not plan.conflicts and (workspace / "src" / "keep.txt").read_text() == "the user's\n"
+
+
+def test_a_link_the_agent_replaced_by_a_folder_comes_back_as_the_link(workspace):
+    (workspace / "real").mkdir()
+    (workspace / "real" / "r.txt").write_text("r\n")
+    os.symlink("real", workspace / "lib")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        command(run, "rm lib && mkdir lib && echo a > lib/a", "c1")
+    plan = tm.rollback_files("r", start)
+    assert not plan.conflicts
+    assert os.readlink(workspace / "lib") == "real" and os.listdir(workspace / "real") == ["r.txt"]
+
+
+def test_a_folder_with_the_users_files_in_it_is_never_replaced(workspace):
+    (workspace / "real").mkdir()
+    os.symlink("real", workspace / "lib")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        command(run, "rm lib && mkdir lib", "c1")
+    (workspace / "lib" / "mine.txt").write_text("the user's\n")
+    plan = tm.rollback_files("r", start)
+    assert [c.path for c in plan.conflicts] == ["lib"]
+    assert (workspace / "lib" / "mine.txt").read_text() == "the user's\n"
 
 
 def test_a_link_the_user_made_over_the_folder_is_a_conflict_and_never_written_through(workspace):
@@ -335,3 +382,105 @@ def test_workspace_restore_never_follows_a_link_in_a_folder_on_the_way(tmp_path)
     assert os.readlink(root / "lnk") == "real"
     workspace.restore("lnk", b"a file now\n", None)  # the link itself is replaced, its target untouched
     assert not (root / "lnk").is_symlink() and (root / "real" / "f").read_text() == "keep me\n"
+
+
+# crashes at the worst moment ---------------------------------------------------------------------------------------
+class Crash(BaseException):
+    pass
+
+
+def test_a_crash_inside_a_resolution_is_finished_and_the_path_stays_settled(workspace, monkeypatch):
+    (workspace / "f.txt").write_text("one\ntwo\nthree\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "f.txt", "agent-1\n", "c1")
+        write(run, "f.txt", "agent-2\n", "c2")
+    (workspace / "f.txt").write_text("agent-2\nuser line\n")
+    tm.rollback_files("r", start)
+    original = Workspace.restore
+
+    def crash_after_writing(self, rel, data, mode):
+        original(self, rel, data, mode)
+        raise Crash  # the merged file is on disk, the ledger does not know it yet
+
+    monkeypatch.setattr(Workspace, "restore", crash_after_writing)
+    with pytest.raises(Crash):
+        tm.resolve("r", "f.txt", "manual_merge")
+    monkeypatch.setattr(Workspace, "restore", original)
+    plan = tm.rollback_files("r", start)  # finishes the interrupted resolution first, then finds nothing to do
+    assert not plan.conflicts and not plan.actions
+    assert (workspace / "f.txt").read_text() == "one\ntwo\nthree\nuser line\n"
+    rollback_twice_more(tm, start, "f.txt", b"one\ntwo\nthree\nuser line\n")
+
+
+def test_a_crash_between_removing_the_agents_link_and_restoring_the_folder(workspace, monkeypatch, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace / "src").mkdir()
+    (workspace / "src" / "keep.txt").write_text("the user's\n")
+    tm = safepoint.open(workspace=str(workspace))
+    start = recorded_swap(tm, workspace, str(elsewhere))
+    original = Workspace.restore
+
+    def crash_on_the_folder(self, rel, data, mode):
+        if rel == "src/keep.txt":
+            raise Crash
+        return original(self, rel, data, mode)
+
+    monkeypatch.setattr(Workspace, "restore", crash_on_the_folder)
+    with pytest.raises(Crash):
+        tm.rollback_files("r", start)
+    monkeypatch.setattr(Workspace, "restore", original)
+    assert not os.path.lexists(workspace / "src")  # the link went in its own call; the folder did not come yet
+    plan = tm.rollback_files("r", start)
+    assert not plan.conflicts
+    assert (workspace / "src" / "keep.txt").read_text() == "the user's\n" and os.listdir(elsewhere) == []
+    again = tm.rollback_files("r", start)
+    assert not again.actions and not again.conflicts
+
+
+# property: a resolution settles its path, whatever came before -------------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("agent"), st.sampled_from(["a.txt", "b.txt"]), st.integers(0, 3)),
+        st.tuples(st.just("command"), st.sampled_from(["a.txt", "b.txt"]), st.integers(0, 3)),
+        st.tuples(st.just("user"), st.sampled_from(["a.txt", "b.txt"]), st.integers(0, 3)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=steps, choices=st.lists(st.sampled_from(["keep_user", "apply_agent", "manual_merge"]), min_size=2, max_size=2)
+)
+def test_after_every_resolution_rolling_back_again_changes_nothing(tmp_path_factory, ops, choices):
+    root = tmp_path_factory.mktemp("ws")
+    (root / "a.txt").write_text("base a\nline 2\n")
+    tm = safepoint.open(workspace=str(root))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        for number, (kind, path, value) in enumerate(ops):
+            if kind == "agent":
+                write(run, path, f"agent {number} {value}\nline 2\n", f"c{number}")
+            elif kind == "command":
+                command(run, f"printf 'cmd {number}\\nline 2\\n' > {path}", f"c{number}")
+            else:
+                (root / path).write_text(f"user {number} {value}\nline 2\n")
+    plan = tm.rollback_files("r", start)
+    for conflict, choice in zip(plan.conflicts, choices * 2, strict=False):
+        try:
+            tm.resolve("r", conflict.path, choice)
+        except safepoint.ResumeError:
+            tm.resolve("r", conflict.path, "keep_user")  # nothing to merge with (the agent removed it)
+    settled = {p: (root / p).read_bytes() if (root / p).exists() else None for p in ("a.txt", "b.txt")}
+    for _ in range(2):
+        again = tm.rollback_files("r", start)
+        assert not again.conflicts and not again.actions
+        assert {p: (root / p).read_bytes() if (root / p).exists() else None for p in settled} == settled
+    assert tm.conflicts("r") == []

@@ -39,11 +39,13 @@ BEHIND_LINK = "behind-symlink:"  # the state of a path whose parent folder is no
 
 class FileState(msgspec.Struct, frozen=True, kw_only=True):
     """What a path holds now: content hash ("" when absent) and permission bits (None when absent).
-    ``behind``: the nearest parent folder that is a symlink now (the path is never read through it)."""
+    ``behind``: the nearest parent folder that is a symlink now (the path is never read through it); ``folder``:
+    the path is a folder now (as a file, absent)."""
 
     hash: str
     mode: int | None = None
     behind: str | None = None
+    folder: bool = False  # a folder stands there: no file, but nothing a file may be written over either
 
 
 def behind_link(folder: str) -> FileState:
@@ -190,6 +192,11 @@ class _Planner:
 
     def plan(self, path: str, indexes: list[int], now: FileState, settled: list[Settlement]) -> None:
         walked = self._walk(indexes, settled)
+        shown = now
+        if now.folder:
+            # No file there, as the agent's removal left it (a rollback that brought the folder's files back
+            # made it): walked as absent; only putting a file over the folder is refused below.
+            now = FileState(hash=ABSENT)
         expected = state = now
         undone: list[str] = []
         target: FilePatchEntry | None = None
@@ -204,7 +211,7 @@ class _Planner:
                 )
                 break
             if not _holds(state, patch):
-                self._conflict(path, walked[position:], state)
+                self._conflict(path, walked[position:], shown if state is now else state)
                 break
             if not self.restorable(patch):
                 self.unrestorable.append(
@@ -225,7 +232,9 @@ class _Planner:
             self.actions.append(
                 FileAction(
                     path=path,
-                    expected_hash=expected.hash,
+                    # Over a folder only while it is empty (checked when applied): the rollback's own removals
+                    # of the files in it run first.
+                    expected_hash=shown.hash if shown.folder else expected.hash,
                     target_hash=target.before_hash,
                     target_mode=target.before_mode,
                     target_ref=target.before_ref,
@@ -279,6 +288,10 @@ def action_step(action: FileAction, now: FileState) -> ActionStep:
     """What applying ``action`` means for a file in state ``now``: idempotent, so a re-run finishes a crash."""
     if now.behind is not None:
         return "conflict"  # never through a link
+    if now.folder:
+        if action.target_hash == ABSENT:
+            return "done"  # no file there
+        return "apply" if action.expected_hash == now.hash else "conflict"
     if now.hash == action.target_hash and (action.target_mode is None or now.mode in (None, action.target_mode)):
         return "done"
     if now.hash == action.expected_hash:

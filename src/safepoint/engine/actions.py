@@ -11,6 +11,7 @@ namespace (``core.resume.internal_id``), which no model call id can take. Confli
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ import msgspec
 from safepoint.core.resume import internal_id, is_internal, next_internal_id
 from safepoint.core.rollback import (
     ABSENT,
+    ConflictCover,
     FileAction,
     FileState,
     RollbackPlan,
@@ -37,11 +39,13 @@ from safepoint.engine.conflicts import (
     settle,
     with_combined_patch,
 )
+from safepoint.engine.file_changes import DIRECTORY
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
-from safepoint.errors import NoCompensatorError, ResumeError, UnknownReferenceError
-from safepoint.records import ConflictResolution, ToolCall, ToolDefinition, ToolLedgerEntry
+from safepoint.errors import NoCompensatorError, ResumeError, ToolFailure, UnknownReferenceError
+from safepoint.records import ConflictResolution, FileBeforeState, ToolCall, ToolDefinition, ToolLedgerEntry
 from safepoint.results import ExternalEffect, Restored
+from safepoint.workspace.files import Workspace
 
 COMPENSATE_PREFIX = "compensate_"  # the compensating tool's name: compensate_<tool>
 _actions_decoder = msgspec.json.Decoder(list[FileAction])
@@ -54,7 +58,10 @@ def current_state(session: RunSession) -> Callable[[str], FileState]:
 
     def current(path: str) -> FileState:
         link = session.workspace.link_parent(path)
-        return behind_link(link) if link is not None else session.files.state(path)
+        if link is not None:
+            return behind_link(link)
+        state = session.files.state(path)
+        return FileState(hash=state.hash, folder=True) if state.hash == DIRECTORY else state
 
     return current
 
@@ -106,14 +113,21 @@ def rollback_tool(session: RunSession) -> Tool:
     ) -> str:
         done: list[str] = []
         met: list[str] = []
-        for action in _actions_decoder.decode(json.dumps(actions)):
+        planned = _actions_decoder.decode(json.dumps(actions))
+        # Removals first, deepest first, then writes, shallowest first: a folder is emptied before a file or
+        # link takes its place, and comes back before the files in it.
+        for action in sorted(planned, key=lambda a: (a.target_hash != ABSENT, _depth(a.path, a.target_hash))):
             now = current(action.path)
             step = action_step(action, now)
+            if step == "apply" and now.folder and not ctx.workspace.remove_empty_folder(action.path):
+                step = "conflict"  # a folder with files in it: never replaced
             if step == "conflict":
                 record_conflict(session, conflict_of_action(session, action, now))
                 met.append(action.path)
                 continue
-            if step == "apply":
+            if step == "apply" and action.target_hash == ABSENT and _is_link(ctx.workspace, action.path):
+                _remove_link(session, ctx, action.path)
+            elif step == "apply":
                 data = None
                 if action.target_hash != ABSENT:
                     data = session.files.version(action.path, action.target_hash, action.target_ref)
@@ -131,18 +145,59 @@ def rollback_tool(session: RunSession) -> Tool:
             description="Revert the agent's file changes made after a checkpoint (internal).",
         ),
         fn=run,
-        writes=lambda args: [str(a["path"]) for a in args.get("actions", [])],
+        # A link is left out: the engine records a path's before-state through a final symlink (where a write
+        # lands), and a rollback removes the link itself; ``_remove_link`` records it.
+        writes=lambda args: [
+            str(a["path"]) for a in args.get("actions", []) if not _is_link(session.workspace, str(a["path"]))
+        ],
         internal=True,
     )
 
 
+def _depth(path: str, target: str) -> int:
+    depth = path.count("/")
+    return -depth if target == ABSENT else depth
+
+
+def _is_link(workspace: Workspace, path: str) -> bool:
+    try:
+        return workspace.link_parent(path) is None and os.path.islink(workspace.locate(path))
+    except ToolFailure:
+        return False
+
+
+def _remove_link(session: RunSession, ctx: ToolContext, path: str) -> None:
+    """Remove a symlink the agent made, recorded as this call's change like any other: its before-state durable
+    first (so rolling the rollback back puts the link back), the patch after."""
+    files = session.files
+    if any(state.path == path for state in files.befores.get(ctx.call_id, ())):
+        ctx.workspace.restore(path, None, None)  # a re-run: the engine recalled the before-state and records it
+        return
+    data, mode = ctx.workspace.snapshot(path)
+    before = files.describe(path, data, mode)
+    state = FileBeforeState(
+        tool_call_id=ctx.call_id, path=path, before_hash=before.hash, before_ref=before.ref, before_mode=before.mode
+    )
+    files.befores.setdefault(ctx.call_id, []).append(state)
+    session.add_record(state)
+    session.commit()
+    ctx.workspace.restore(path, None, None)
+    files.record(ctx.call_id, before, None, None)
+
+
 def _phases(actions: list[FileAction]) -> list[list[FileAction]]:
-    """The removals of what stands where a folder must come back (the agent's ``src`` link over the user's
-    ``src/``) run as a call of their own first: the next call's before-states are then read with the link gone,
-    so they are the paths' own, never a link target's."""
-    first = [a for a in actions if a.target_hash == ABSENT and any(b.path.startswith(a.path + "/") for b in actions)]
-    rest = [a for a in actions if a not in first]
-    return [phase for phase in (first, rest) if phase]
+    """Calls of their own, in order, where one path stands in another's way: the removal of what stands where a
+    folder must come back (the agent's ``src`` link over the user's ``src/``), then the removal of files in a
+    folder that a file or link replaces, then the rest. Each call's before- and after-states are then read with
+    nothing of the next call in place, so they are the paths' own, never a link target's."""
+
+    def under_a_write(action: FileAction) -> bool:
+        return any(action.path.startswith(other.path + "/") and other.target_hash != ABSENT for other in actions)
+
+    clear = [a for a in actions if a.target_hash == ABSENT and any(b.path.startswith(a.path + "/") for b in actions)]
+    emptied = [a for a in actions if a not in clear and under_a_write(a)]
+    rest = [a for a in actions if a not in clear and a not in emptied]
+    return [phase for phase in (clear, emptied, rest) if phase]
 
 
 def rollback_files(
@@ -168,7 +223,7 @@ def rollback_files(
             args["conflicts"] = msgspec.to_builtins(plan.covers)
         session.registry.put(rollback_tool(session))
         call = ToolCall(call_id=next_id(session, "rollback"), tool=ROLLBACK_TOOL, args=args)
-        session.runner.execute(call, f"step_{session.step}")
+        result = session.runner.execute(call, f"step_{session.step}")
         entry = session.ledger[call.call_id]
         if entry.status != "succeeded":
             session.commit()
@@ -176,8 +231,34 @@ def rollback_files(
                 f"rollback_files to {checkpoint_id} did not finish ({entry.error or entry.status}); nothing that was "
                 "reverted is lost: see `safepoint ledger`, fix the cause, and run the rollback again"
             )
+        plan = _with_met(session, plan, phase, json.loads(str(result.value)).get("conflicts", []))
     session.commit()
     return plan
+
+
+def _with_met(session: RunSession, plan: RollbackPlan, phase: list[FileAction], met: list[str]) -> RollbackPlan:
+    """The plan as carried out: an action that met a change made since the plan (or a folder with files in it)
+    is reported as the conflict it became."""
+    if not met:
+        return plan
+    by_path = {action.path: action for action in phase if action.path in met}
+    covers = [
+        ConflictCover(
+            path=a.path,
+            expected_hash=a.expected_hash,
+            base_hash=a.target_hash,
+            base_ref=a.target_ref,
+            base_mode=a.target_mode,
+            undoes=a.undoes,
+        )
+        for a in by_path.values()
+    ]
+    return msgspec.structs.replace(
+        plan,
+        actions=[a for a in plan.actions if a.path not in by_path],
+        conflicts=[*plan.conflicts, *(session.conflicts[path] for path in by_path)],
+        covers=[*plan.covers, *covers],
+    )
 
 
 def finish_interrupted(session: RunSession) -> list[str]:

@@ -131,6 +131,25 @@ class Workspace:
         finally:
             os.close(parent)
 
+    def remove_empty_folder(self, rel: str) -> bool:
+        """Remove ``rel`` when it is an empty folder (reached without following links); False when it holds
+        anything. Where a file or link comes back over a folder the rollback emptied."""
+        parts = self._parts(rel)
+        parent = self._open_parent(rel, parts, create=False)
+        if parent is None:
+            return True
+        try:
+            os.rmdir(parts[-1], dir_fd=parent)
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                return False
+            raise ToolFailure(f"cannot remove the folder {rel!r}: {exc.strerror}") from None
+        finally:
+            os.close(parent)
+        return True
+
     def link_parent(self, rel: str) -> str | None:
         """The nearest folder on the way to ``rel`` that is a symlink now (workspace-relative), or None: a path
         there belongs to the link, and nothing of safepoint's reads or writes it through the link."""
