@@ -110,17 +110,22 @@ def rollback_view(data: dict[str, Any]) -> Group:
         target = "removed" if action["target_hash"] == "" else "restored"
         uncertain = " (includes a change whose author is uncertain)" if action.get("author_uncertain") else ""
         table.add_row(action["path"], f"{verb}: {target}{uncertain}", ", ".join(action["undoes"]))
-    for conflict in data["conflicts"]:
+    covers = data.get("covers") or [{}] * len(data["conflicts"])
+    for conflict, cover in zip(data["conflicts"], covers, strict=False):
         what = "conflict: changed since the agent wrote it"
         if conflict["actual_hash"].startswith("behind-symlink:"):
             folder = conflict["actual_hash"].partition(":")[2]
             what = f"conflict: its folder {folder} is a symlink now (not the agent's)"
-        table.add_row(conflict["path"], Text(what, style="yellow"), ", ".join(conflict.get("undoes") or ()))
+        table.add_row(conflict["path"], Text(what, style="yellow"), ", ".join(cover.get("undoes") or ()))
     for item in data["unrestorable"]:
         table.add_row(item["path"], Text("left as is: " + item["why"], style="red"), item["call_id"])
     for item in data.get("uncertain") or ():
         table.add_row(item["path"], Text("skipped: " + item["why"], style="magenta"), item["call_id"])
     parts: list[Any] = [table]
+    if not table.rows:
+        parts = [
+            Text(f"rollback_files to {data['checkpoint_id']}: nothing of the agent's left to revert", style="green")
+        ]
     if data["conflicts"]:
         parts.append(
             Text(
@@ -182,8 +187,6 @@ def conflicts_view(found: list[dict[str, Any]]) -> Group:
     for conflict in found:
         body = Text()
         body.append(f"{conflict['path']}: {conflict['why']}\n", style="bold")
-        if len(conflict.get("undoes") or ()) > 1:
-            body.append(f"covers the agent's changes by {', '.join(conflict['undoes'])}\n")
         body.append(f"expected (the agent's version) {conflict['expected_hash']}\n")
         body.append(f"actual (the file now)          {conflict['actual_hash']}\n\n")
         body.append("what the agent changed (before the agent -> the agent's version):\n", style="bold")
