@@ -320,3 +320,59 @@ def test_commit_with_nothing_of_the_agents_says_why(workspace):
         write(run, "f.txt", "user work\nagent\n", "c1")
     with pytest.raises(safepoint.ResumeError, match="uncommitted work"):
         tm.commit("r")
+
+
+def test_a_rollback_interrupted_under_the_old_ids_is_finished_and_an_old_compensation_not_repeated(
+    workspace, monkeypatch
+):
+    """A run written before the namespace: its ``rollback_1`` (cut short by a crash) and ``compensate_c0``."""
+    import safepoint.engine.actions as actions
+    from safepoint.records import ToolCall
+    from safepoint.workspace.files import Workspace
+
+    closed: list[str] = []
+
+    def close(ctx: ToolContext, args: dict, result: str) -> str:
+        closed.append(result)
+        return "closed"
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="low", compensator=close)
+    def create_issue(ctx: ToolContext, title: str) -> str:
+        return "I-1"
+
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", tools=[create_issue], run_id="r") as run:
+        start = run.checkpoint()
+        run.call("create_issue", {"title": "x"}, call_id="c0")
+        for index in range(3):
+            write(run, f"f{index}.txt", "agent\n", f"c{index + 1}")
+    with tm._session("r", [create_issue]) as session:  # what the old code did, under the old ids
+        session.registry.put(actions.compensator_tool(session, session.registry.get("create_issue")))
+        session.runner.execute(
+            ToolCall(call_id="compensate_c0", tool="compensate_create_issue", args={"ledger_entry_id": "c0"}), "step_0"
+        )
+        plan = actions.plan_files(session, start)
+        session.registry.put(actions.rollback_tool(session))
+        original = Workspace.restore
+        calls: list[str] = []
+
+        def crash(self, rel, data, mode):
+            calls.append(rel)
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # the process dies half-way
+            return original(self, rel, data, mode)
+
+        monkeypatch.setattr(Workspace, "restore", crash)
+        old_args = {"checkpoint_id": start, "actions": msgspec.to_builtins(plan.actions)}
+        with pytest.raises(KeyboardInterrupt):
+            session.runner.execute(ToolCall(call_id="rollback_1", tool="rollback_files", args=old_args), "step_0")
+        monkeypatch.setattr(Workspace, "restore", original)
+    assert closed == ["I-1"]
+    assert load_view(tm.store, "r").ledger["rollback_1"].status == "started"
+    tm.rollback_files("r", start)  # finishes the old rollback first, then finds nothing left
+    assert not any((workspace / f"f{index}.txt").exists() for index in range(3))
+    ledger = load_view(tm.store, "r").ledger
+    assert ledger["rollback_1"].status == "succeeded" and is_internal(ledger["rollback_1"])
+    with pytest.raises(safepoint.ResumeError, match="compensated already by compensate_c0"):
+        tm.compensate("r", "c0", tools=[create_issue])
+    assert closed == ["I-1"]

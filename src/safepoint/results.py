@@ -67,7 +67,7 @@ class Resolved(msgspec.Struct, frozen=True, kw_only=True):
 
 LeftOutReason = Literal[
     "ignored_by_git",  # .gitignore'd and not tracked: git would refuse to commit it
-    "outside_repository",  # inside a nested repository or a submodule
+    "outside_repository",  # inside a nested repository or a submodule (or no repository at all)
     "changed_since",  # the file changed after the agent's last write (by the user or another program)
     "author_uncertain",  # changed while a command ran and the platform could not tell who wrote it
     "user_work_before",  # it held the user's uncommitted work before the agent changed it

@@ -17,7 +17,8 @@ from safepoint.workspace.scan import IgnoreRules
 
 
 def sort_changes(session: RunSession, head: dict[str, str], git: GitState) -> tuple[list[str], list[LeftOut]]:
-    """(paths to commit, paths left out with their reason), sorted. ``head``: path -> blob id at HEAD."""
+    """(paths to commit, paths left out with their reason), sorted. ``head``: path -> blob id at HEAD. Outside
+    git (``agent_changes`` without ``require_git``) only the files the agent created count as its own."""
     first: dict[str, FilePatchEntry] = {}
     last: dict[str, FilePatchEntry] = {}
     uncertain: set[str] = set()
@@ -31,7 +32,9 @@ def sort_changes(session: RunSession, head: dict[str, str], git: GitState) -> tu
     ours: list[str] = []
     left: list[LeftOut] = []
     for path in sorted(last):
-        reason = _reason(session, path, first[path], last[path], head, rules, nested, path in uncertain)
+        reason = _reason(
+            session, path, first[path], last[path], head, rules if git.is_repo else None, nested, path in uncertain
+        )
         if reason is None:
             ours.append(path)
         else:
@@ -45,7 +48,7 @@ def _reason(
     first: FilePatchEntry,
     last: FilePatchEntry,
     head: dict[str, str],
-    rules: IgnoreRules,
+    rules: IgnoreRules | None,
     nested: tuple[str, ...],
     uncertain: bool,
 ) -> LeftOut | None:
@@ -56,7 +59,7 @@ def _reason(
             reason="outside_repository",
             why="it is inside a nested repository or submodule; commit it there yourself",
         )
-    if path not in head and rules.excluded(path, is_dir=False):
+    if rules is not None and path not in head and rules.excluded(path, is_dir=False):
         return LeftOut(
             path=path,
             reason="ignored_by_git",
@@ -75,6 +78,12 @@ def _reason(
             path=path,
             reason="author_uncertain",
             why="it changed while a command ran and the platform could not tell who wrote it",
+        )
+    if rules is None and first.before_hash != ABSENT:
+        return LeftOut(
+            path=path,
+            reason="outside_repository",
+            why="the workspace is not in a git repository, and the file was there before the agent changed it",
         )
     if not _matches_head(session, first, head.get(path)):
         if last.after_hash == ABSENT:
