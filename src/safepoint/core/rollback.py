@@ -169,13 +169,12 @@ class _Planner:
         self.unrestorable: list[Unrestorable] = []
         self.uncertain: list[UncertainChange] = []
         self.covers: list[ConflictCover] = []
+        self.removed: set[str] = set()  # the paths an action of this plan removes
 
     def removes(self, folder: str) -> bool:
         """Does this plan remove what is at ``folder`` (or a parent of it)?"""
-        return any(
-            action.target_hash == ABSENT and (folder == action.path or folder.startswith(action.path + "/"))
-            for action in self.actions
-        )
+        parts = folder.split("/")
+        return any("/".join(parts[:end]) in self.removed for end in range(1, len(parts) + 1))
 
     def _walk(self, indexes: list[int], settled: list[Settlement]) -> list[int]:
         """The path's patches a rollback walks, newest first. A settlement that covers a patch stops the walk
@@ -195,7 +194,8 @@ class _Planner:
         shown = now
         if now.folder:
             # No file there, as the agent's removal left it (a rollback that brought the folder's files back
-            # made it): walked as absent; only putting a file over the folder is refused below.
+            # made it): walked as absent. A file or link comes back over it only while it is empty (applying
+            # the action checks; the rollback's removals of the files in it run first).
             now = FileState(hash=ABSENT)
         expected = state = now
         undone: list[str] = []
@@ -229,6 +229,8 @@ class _Planner:
             state = FileState(hash=patch.before_hash, mode=patch.before_mode)
         no_change = target is not None and target.before_hash == expected.hash and target.before_mode == expected.mode
         if target is not None and not no_change:
+            if target.before_hash == ABSENT:
+                self.removed.add(path)
             self.actions.append(
                 FileAction(
                     path=path,

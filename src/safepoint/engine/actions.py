@@ -191,13 +191,17 @@ def _phases(actions: list[FileAction]) -> list[list[FileAction]]:
     folder that a file or link replaces, then the rest. Each call's before- and after-states are then read with
     nothing of the next call in place, so they are the paths' own, never a link target's."""
 
-    def under_a_write(action: FileAction) -> bool:
-        return any(action.path.startswith(other.path + "/") and other.target_hash != ABSENT for other in actions)
-
-    clear = [a for a in actions if a.target_hash == ABSENT and any(b.path.startswith(a.path + "/") for b in actions)]
-    emptied = [a for a in actions if a not in clear and under_a_write(a)]
-    rest = [a for a in actions if a not in clear and a not in emptied]
+    folders = {parent for a in actions for parent in _parents(a.path)}  # linear: a path's parents, not all pairs
+    written = {a.path for a in actions if a.target_hash != ABSENT}
+    clear = [a for a in actions if a.target_hash == ABSENT and a.path in folders]
+    emptied = [a for a in actions if a.target_hash == ABSENT and a.path not in folders and written & _parents(a.path)]
+    rest = [a for a in actions if a.target_hash != ABSENT or (a.path not in folders and not written & _parents(a.path))]
     return [phase for phase in (clear, emptied, rest) if phase]
+
+
+def _parents(path: str) -> set[str]:
+    parts = path.split("/")
+    return {"/".join(parts[:end]) for end in range(1, len(parts))}
 
 
 def rollback_files(
