@@ -199,7 +199,8 @@ def test_results_are_typed(workspace):
     assert all(isinstance(c, CheckpointSummary) and c.complete for c in sp.checkpoints("r"))
     assert all(isinstance(e, ToolLedgerEntry) for e in sp.ledger("r"))
     changes = sp.agent_changes("r")
-    assert changes == AgentChanges(run_id="r", would_commit=[], left_out=["f.txt"])
+    assert changes == AgentChanges(run_id="r", would_commit=[], left_out=["f.txt"], reasons=changes.reasons)
+    assert [(r.path, r.reason) for r in changes.reasons] == [("f.txt", "changed_since")]
 
     plan = sp.recover("r", RollbackFiles(checkpoint_id=start))
     assert [c.path for c in plan.conflicts] == ["f.txt"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import safepoint
 from safepoint.core.hashing import content_hash
-from safepoint.engine.actions import merge_revert
+from safepoint.engine.conflicts import merge_revert
 from safepoint.engine.session import load_view
 from safepoint.engine.tools import ToolContext
 from safepoint.errors import NoCompensatorError
@@ -101,7 +101,7 @@ def test_apply_agent_keeps_the_overwritten_user_version_recoverable(workspace):
     tm.resolve("r", "f.txt", "apply_agent")
     assert not (workspace / "f.txt").exists()
     view = load_view(tm.store, "r")
-    resolve_patch = [p for p in view.patches if p.tool_call_id.startswith("resolve_")][-1]
+    resolve_patch = [p for p in view.patches if p.tool_call_id.startswith("safepoint:resolve:")][-1]
     assert resolve_patch.before_hash == content_hash(b"precious user work\n")
     with tm._session("r", read_only=True) as session:
         assert session.files.version("f.txt", resolve_patch.before_hash) == b"precious user work\n"
@@ -179,12 +179,12 @@ def test_a_crash_half_way_through_a_rollback_is_finished_by_the_next_command(wor
     monkeypatch.setattr(Workspace, "restore", original)
     remaining = sorted(p.name for p in workspace.iterdir() if p.name.startswith("f"))
     assert len(remaining) == 3  # two were removed before the crash
-    entry = load_view(tm.store, "r").ledger["rollback_1"]
+    entry = load_view(tm.store, "r").ledger["safepoint:rollback:1"]
     assert entry.status == "started"  # the journal: planned actions durable, outcome unknown
     plan = tm.rollback_files("r", start)  # finishes the interrupted rollback first
     assert not [p for p in workspace.iterdir() if p.name.startswith("f")]
     assert not plan.conflicts
-    assert load_view(tm.store, "r").ledger["rollback_1"].status == "succeeded"
+    assert load_view(tm.store, "r").ledger["safepoint:rollback:1"].status == "succeeded"
 
 
 TWO_STEPS = {
@@ -253,7 +253,7 @@ def test_compensation_runs_once_and_links_to_the_original(workspace):
     assert issues == {"ISSUE-1": "closed"}
     with pytest.raises(safepoint.ResumeError, match="at most once"):
         tm.compensate("r", "c1", tools=[create_issue])
-    entry = load_view(tm.store, "r").ledger["compensate_c1"]
+    entry = load_view(tm.store, "r").ledger["safepoint:compensate:c1"]
     assert entry.compensates == "c1" and entry.status == "succeeded"
     with pytest.raises(NoCompensatorError, match="by hand"):
         tm.compensate("r", "c2", tools=[create_issue])

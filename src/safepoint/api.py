@@ -32,10 +32,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from safepoint.errors import ConfigError, ResumeError, ToolFailure, ToolRegistrationError
 from safepoint.records import (
-    Checkpoint,
     CompensateExternalAction,
     ConflictResolution,
-    FilePatchEntry,
     Idempotency,
     Message,
     RecoveryAction,
@@ -59,6 +57,7 @@ from safepoint.results import (
     History,
     Migrated,
     Resolved,
+    Restored,
     RunSummary,
     Submitted,
 )
@@ -130,7 +129,9 @@ class Run:
         if call_id is None:
             self._auto_ids += 1
             call_id = f"auto_{self.session.step}_{self._auto_ids}"
-        return ToolCall(call_id=call_id, tool=tool, args=dict(args or {}))
+        from safepoint.core.resume import model_call_id
+
+        return ToolCall(call_id=model_call_id(call_id), tool=tool, args=dict(args or {}))
 
     def call_result(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> CallResult:
         """Run a registered tool through the ledger; returns what the call came to (see the class docstring)."""
@@ -494,25 +495,37 @@ class Safepoint:
         *,
         dry_run: bool = False,
         with_files: bool = False,
+        include_uncertain: bool = False,
         tools: Iterable[Tool] = (),
         assume_done: bool = False,
         decision: Literal["replay", "skip"] | None = None,
         takeover: bool = False,
-    ) -> RollbackPlan | Checkpoint | Compensated:
+    ) -> RollbackPlan | Restored | Compensated:
         """Carry out one of the seed's three recovery actions (§8.8), never one "undo":
 
         - ``RollbackFiles(checkpoint_id=...)``: the agent's file changes after it are reverted (``dry_run``: only
-          planned); files changed since become conflicts. Returns the ``RollbackPlan``.
+          planned); files changed since become conflicts; changes whose author is uncertain are reverted only with
+          ``include_uncertain``. Returns the ``RollbackPlan``.
         - ``RestoreSession(checkpoint_id=...)``: the conversation and run state go back to it as a new branch
-          (``with_files``: the files too). Returns the new checkpoint.
+          (``with_files``: the files too). Returns ``Restored``: the new checkpoint, and the effects outside the
+          workspace it does not undo (``tools``: to offer their compensators).
         - ``CompensateExternalAction(ledger_entry_id=...)``: the tool's compensator runs once for that call
           (``assume_done`` for an uncertain one; ``decision`` settles an interrupted compensation).
         """
         match action:
             case RollbackFiles(checkpoint_id=checkpoint_id):
-                return self.rollback_files(run_id, checkpoint_id, dry_run=dry_run, takeover=takeover)
+                return self.rollback_files(
+                    run_id, checkpoint_id, dry_run=dry_run, include_uncertain=include_uncertain, takeover=takeover
+                )
             case RestoreSession(checkpoint_id=checkpoint_id):
-                return self.restore_session(run_id, checkpoint_id, with_files=with_files, takeover=takeover)
+                return self.restore_session(
+                    run_id,
+                    checkpoint_id,
+                    with_files=with_files,
+                    include_uncertain=include_uncertain,
+                    tools=tools,
+                    takeover=takeover,
+                )
             case CompensateExternalAction(ledger_entry_id=entry_id):
                 result = self.compensate(
                     run_id, entry_id, tools=tools, assume_done=assume_done, decision=decision, takeover=takeover
@@ -523,22 +536,41 @@ class Safepoint:
         )
 
     def rollback_files(
-        self, run_id: str, checkpoint_id: str, *, dry_run: bool = False, takeover: bool = False
+        self,
+        run_id: str,
+        checkpoint_id: str,
+        *,
+        dry_run: bool = False,
+        include_uncertain: bool = False,
+        takeover: bool = False,
     ) -> RollbackPlan:
-        """Revert the agent's file changes made after ``checkpoint_id``; files changed since become conflicts."""
+        """Revert the agent's file changes made after ``checkpoint_id``; files changed since become conflicts.
+        Changes made while a command ran whose author is uncertain are listed (``plan.uncertain``) and reverted
+        only with ``include_uncertain``."""
         from safepoint.engine import actions
 
         with self._session(run_id, read_only=dry_run, takeover=takeover) as session:
-            return actions.rollback_files(session, checkpoint_id, dry_run=dry_run)
+            return actions.rollback_files(session, checkpoint_id, dry_run=dry_run, include_uncertain=include_uncertain)
 
     def restore_session(
-        self, run_id: str, checkpoint_id: str, *, with_files: bool = False, takeover: bool = False
-    ) -> Checkpoint:
-        """Continue the run from an earlier checkpoint as a new branch; the old branch stays in the log."""
+        self,
+        run_id: str,
+        checkpoint_id: str,
+        *,
+        with_files: bool = False,
+        include_uncertain: bool = False,
+        tools: Iterable[Tool] = (),
+        takeover: bool = False,
+    ) -> Restored:
+        """Continue the run from an earlier checkpoint as a new branch; the old branch stays in the log. Says what
+        it does not undo: effects outside the workspace after the checkpoint, and the compensations ``tools``
+        declare for them."""
         from safepoint.engine import actions
 
-        with self._session(run_id, takeover=takeover) as session:
-            return actions.restore_session(session, checkpoint_id, with_files=with_files)
+        with self._session(run_id, tools, takeover=takeover) as session:
+            return actions.restore_session(
+                session, checkpoint_id, with_files=with_files, include_uncertain=include_uncertain
+            )
 
     def compensate(
         self,
@@ -558,18 +590,20 @@ class Safepoint:
             return actions.compensate(session, ledger_entry_id, assume_done=assume_done, decision=decision)
 
     def conflicts(self, run_id: str) -> list[ConflictView]:
-        """Pending conflicts, each with the agent's change and what changed since (a three-way view)."""
-        from safepoint.engine import actions
+        """Pending conflicts, each with the agent's changes and what changed since (a three-way view)."""
+        from safepoint.engine import conflicts
 
         with self._session(run_id, read_only=True) as session:
+            index = conflicts.cover_index(session)
             return [
-                ConflictView(**actions.describe_conflict(session, c))
-                for c in actions.pending_conflicts(session.conflicts)
+                ConflictView(**conflicts.describe_conflict(session, c, index))
+                for c in conflicts.pending_conflicts(session.conflicts)
             ]
 
     def resolve(self, run_id: str, path: str, resolution: ConflictResolution, *, takeover: bool = False) -> Resolved:
         """``keep_user`` leaves the file, ``apply_agent`` finishes the rollback over it, ``manual_merge`` writes a
-        three-way merge (conflict markers where the two changes overlap)."""
+        three-way merge (conflict markers where the two changes overlap; refused for a symlink or binary file).
+        Either settles the path: a later rollback leaves it as resolved."""
         from safepoint.engine import actions
 
         if resolution == "pending":
@@ -579,26 +613,20 @@ class Safepoint:
 
     # committing the agent's work ------------------------------------------------------------------------------------
     def agent_changes(self, run_id: str, *, require_git: bool = False) -> AgentChanges:
-        """Paths holding exactly what the agent last left there (its diff), and paths that are not only the agent's:
-        changed since it wrote them, or holding uncommitted work of the user's from before the agent touched them.
-        ``require_git``: a workspace outside git is a ``ConfigError`` (there is nothing to commit to)."""
-        from safepoint.workspace.git import head_blob_ids
+        """Paths holding exactly what the agent last left there over HEAD's version (its diff), and the others,
+        each with the real reason it is left out (``reasons``): the user's uncommitted work from before, a change
+        since, a file the agent deleted that was the user's, ignored by git, in a nested repository, an uncertain
+        author, or no change left. ``require_git``: a workspace outside git is a ``ConfigError``."""
+        from safepoint.engine.commit_scope import sort_changes
+        from safepoint.workspace.git import git_state, head_blob_ids
 
+        state = git_state(self.workspace.root)
         if require_git:
-            self._require_git()
+            self._require_git(state.is_repo)
         head = head_blob_ids(self.workspace.root)
         with self._session(run_id, read_only=True) as session:
-            first: dict[str, FilePatchEntry] = {}
-            last: dict[str, str] = {}
-            for patch in session.patches:
-                first.setdefault(patch.path, patch)
-                last[patch.path] = patch.after_hash
-            ours: list[str] = []
-            since: list[str] = []
-            for path, after in sorted(last.items()):
-                clean_base = _matches_head(session, first[path], head.get(path))
-                (ours if clean_base and session.files.state(path).hash == after else since).append(path)
-            return AgentChanges(run_id=run_id, would_commit=ours, left_out=since)
+            ours, reasons = sort_changes(session, head, state)
+        return AgentChanges(run_id=run_id, would_commit=ours, left_out=[r.path for r in reasons], reasons=reasons)
 
     def commit(self, run_id: str, message: str | None = None) -> Committed:
         """Commit the agent's changes only (never the user's other work), when the user asks."""
@@ -607,17 +635,24 @@ class Safepoint:
 
         changes = self.agent_changes(run_id, require_git=True)
         if not changes.would_commit:
-            raise ResumeError(f"run {run_id!r} left no change of its own to commit")
+            why = "; ".join(f"{r.path}: {r.why}" for r in changes.reasons[:3])
+            raise ResumeError(f"run {run_id!r} left no change of its own to commit" + (f" ({why})" if why else ""))
         info = load_view(self.store, run_id).info
         sha = commit_paths(
             self.workspace.root, changes.would_commit, message or f"safepoint: changes of run {run_id}\n\n{info.task}"
         )
-        return Committed(run_id=run_id, commit=sha, committed=changes.would_commit, left_out=changes.left_out)
+        return Committed(
+            run_id=run_id,
+            commit=sha,
+            committed=changes.would_commit,
+            left_out=changes.left_out,
+            reasons=changes.reasons,
+        )
 
-    def _require_git(self) -> None:
+    def _require_git(self, is_repo: bool | None = None) -> None:
         from safepoint.workspace.git import git_state
 
-        if not git_state(self.workspace.root).is_repo:
+        if not (git_state(self.workspace.root).is_repo if is_repo is None else is_repo):
             raise ConfigError(
                 f"workspace {self.workspace.root} is not in a git repository; there is nothing to commit to"
             )
@@ -690,19 +725,6 @@ def stop_at_safe_point_on_sigterm() -> None:
     from safepoint.engine import shutdown
 
     shutdown.install()
-
-
-def _matches_head(session: RunSession, first: FilePatchEntry, head_blob: str | None) -> bool:
-    """Did the agent start from HEAD's version of the path (so a commit of it holds nothing of the user's)?"""
-    from safepoint.core.hashing import content_hash
-    from safepoint.workspace.git import read_blob
-
-    if head_blob is None:
-        return first.before_hash == ""
-    if first.before_ref == f"git:{head_blob}":
-        return True
-    data = read_blob(session.workspace.root, head_blob)
-    return data is not None and content_hash(data) == first.before_hash
 
 
 def load_tools(specs: Iterable[str]) -> list[Tool]:

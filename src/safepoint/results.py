@@ -12,7 +12,7 @@ from typing import Any, Literal
 import msgspec
 
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RecoveryReport
-from safepoint.records import CheckpointConflict, ConflictResolution, Message, WorkspaceState
+from safepoint.records import Checkpoint, CheckpointConflict, ConflictResolution, Message, WorkspaceState
 
 ControlOutcome = Literal["requested", "closed"]  # a live owner acts at its next safe point, or it was settled now
 
@@ -52,6 +52,7 @@ class ConflictView(msgspec.Struct, frozen=True, kw_only=True):
     why: str
     agent_change: str
     changed_since: str
+    undoes: list[str] = msgspec.field(default_factory=list)  # the agent's calls whose changes it covers
 
 
 class Resolved(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,13 +65,33 @@ class Resolved(msgspec.Struct, frozen=True, kw_only=True):
     finished: str | None = None
 
 
+LeftOutReason = Literal[
+    "ignored_by_git",  # .gitignore'd and not tracked: git would refuse to commit it
+    "outside_repository",  # inside a nested repository or a submodule (or no repository at all)
+    "changed_since",  # the file changed after the agent's last write (by the user or another program)
+    "author_uncertain",  # changed while a command ran and the platform could not tell who wrote it
+    "user_work_before",  # it held the user's uncommitted work before the agent changed it
+    "deleted_user_file",  # the agent deleted a file that held the user's uncommitted work (or was untracked)
+    "no_change",  # it matches HEAD again (the agent's change was rolled back, or it wrote what HEAD holds)
+]
+
+
+class LeftOut(msgspec.Struct, frozen=True, kw_only=True):
+    """A path the agent changed that ``commit`` leaves out, with the real reason (a name and its words)."""
+
+    path: str
+    reason: LeftOutReason
+    why: str
+
+
 class AgentChanges(msgspec.Struct, frozen=True, kw_only=True):
-    """``would_commit``: paths holding exactly what the agent last left there; ``left_out``: paths that are not
-    only the agent's (changed since, or holding the user's uncommitted work from before)."""
+    """``would_commit``: paths holding exactly what the agent last left there, over HEAD's version; ``left_out``:
+    the others, each with its reason in ``reasons`` (same order)."""
 
     run_id: str
     would_commit: list[str]
     left_out: list[str]
+    reasons: list[LeftOut] = msgspec.field(default_factory=list)
 
 
 class Committed(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,6 +99,32 @@ class Committed(msgspec.Struct, frozen=True, kw_only=True):
     commit: str
     committed: list[str]
     left_out: list[str]
+    reasons: list[LeftOut] = msgspec.field(default_factory=list)
+
+
+class ExternalEffect(msgspec.Struct, frozen=True, kw_only=True):
+    """A call after a restore point whose effect is outside the workspace: restoring the session does not undo
+    it. ``repeat`` says whether resuming may do it again; ``compensation`` is the command that takes it back, when
+    the tool declares a compensator (``compensated_by``: the call that did already)."""
+
+    call_id: str
+    tool: str
+    status: str
+    side_effects: list[str]
+    repeat: str
+    compensation: str | None = None
+    compensated_by: str | None = None
+
+
+class Restored(Checkpoint, frozen=True, kw_only=True):
+    """``restore_session``: the new checkpoint the run continues from (every field of ``Checkpoint``), plus what
+    the restore did not undo: ``not_undone`` (effects outside the workspace after ``restored_to``) and, with
+    files, ``conflicts`` (paths left as they are because they changed after the agent wrote them)."""
+
+    restored_to: str = ""
+    with_files: bool = False
+    not_undone: list[ExternalEffect] = msgspec.field(default_factory=list)
+    conflicts: list[str] = msgspec.field(default_factory=list)
 
 
 class Submitted(msgspec.Struct, frozen=True, kw_only=True):
@@ -264,9 +311,12 @@ __all__ = [
     "DecisionWanted",
     "Drift",
     "Explanation",
+    "ExternalEffect",
     "Finished",
     "History",
     "JobSummary",
+    "LeftOut",
+    "LeftOutReason",
     "NotRestorable",
     "OwnerView",
     "Problem",
@@ -274,6 +324,7 @@ __all__ = [
     "Resolved",
     "RestartCheckpointView",
     "RestartVerdictView",
+    "Restored",
     "ResumePoint",
     "RunSummary",
     "SubagentView",

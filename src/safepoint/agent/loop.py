@@ -12,7 +12,7 @@ from collections.abc import Callable
 from safepoint.agent.context import build_context
 from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
-from safepoint.core.resume import last_completed_step
+from safepoint.core.resume import last_completed_step, model_call_id
 from safepoint.engine import actions, failpoints, shutdown
 from safepoint.engine.session import RunSession, holder_id
 from safepoint.engine.tools import ToolRegistry
@@ -147,6 +147,8 @@ class Agent:
 def _on_this_branch(session: RunSession, call: ToolCall) -> ToolCall:
     """After restore_session, a call id the model repeats from the abandoned branch is a new call on this one (a
     scripted model repeats its ids; a real one makes new ones): it is not mistaken for the old call's outcome."""
+    if (call_id := model_call_id(call.call_id)) != call.call_id:  # never an id of safepoint's own calls
+        call = ToolCall(call_id=call_id, tool=call.tool, args=call.args)
     if call.call_id not in session.abandoned:
         return call
     return ToolCall(call_id=f"{call.call_id}~b{session.restores}", tool=call.tool, args=call.args)

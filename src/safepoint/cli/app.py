@@ -233,6 +233,12 @@ def rollback(
     run_id: str,
     to: Annotated[str, typer.Option("--to", help="The checkpoint to go back to (see `safepoint checkpoints`).")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
+    include_uncertain: Annotated[
+        bool,
+        typer.Option(
+            "--include-uncertain", help="Also revert changes made while a command ran whose author is uncertain."
+        ),
+    ] = False,
     takeover: TakeoverOpt = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
@@ -242,7 +248,13 @@ def rollback(
     from safepoint.cli import render
     from safepoint.records import RollbackFiles
 
-    plan = _open(store, workspace).recover(run_id, RollbackFiles(checkpoint_id=to), dry_run=dry_run, takeover=takeover)
+    plan = _open(store, workspace).recover(
+        run_id,
+        RollbackFiles(checkpoint_id=to),
+        dry_run=dry_run,
+        include_uncertain=include_uncertain,
+        takeover=takeover,
+    )
     data = plain(plan) | {"dry_run": dry_run}
     _emit(data, as_json, render.rollback_view)
     raise typer.Exit(ExitCode.CONFLICTS if data["conflicts"] else ExitCode.OK)
@@ -296,24 +308,34 @@ def restore(
     run_id: str,
     to: Annotated[str, typer.Option("--to", help="The checkpoint to restore the session to.")],
     with_files: Annotated[bool, typer.Option("--with-files", help="Also roll the files back to it.")] = False,
+    include_uncertain: Annotated[
+        bool, typer.Option("--include-uncertain", help="With --with-files: also changes whose author is uncertain.")
+    ] = False,
     takeover: TakeoverOpt = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    tools: ToolsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """restore_session: the conversation and run state go back to a checkpoint, as a new branch."""
+    """restore_session: the conversation and run state go back to a checkpoint, as a new branch; effects outside
+    the workspace after it are not undone (they are listed, with the compensations --tools declare)."""
+    from safepoint.cli import render
     from safepoint.records import RestoreSession
 
     sp = _open(store, workspace)
-    checkpoint = sp.recover(run_id, RestoreSession(checkpoint_id=to), with_files=with_files, takeover=takeover)
-    pending = [c.path for c in sp.conflicts(run_id)] if with_files else []
-    emit(plain(checkpoint) | {"conflicts": pending}, as_json)
+    restored = sp.recover(
+        run_id,
+        RestoreSession(checkpoint_id=to),
+        with_files=with_files,
+        include_uncertain=include_uncertain,
+        tools=_load_tools(tools),
+        takeover=takeover,
+    )
+    data = plain(restored)
+    emit(data, as_json)
     if not as_json:
-        new_id = plain(checkpoint)["checkpoint_id"]
-        out.print(f"run {run_id}: session restored to {to} as {new_id}; `safepoint resume` continues")
-        if pending:
-            out.print(f"files left as they are (changed since the agent wrote them): {', '.join(pending)}")
-    raise typer.Exit(ExitCode.CONFLICTS if pending else ExitCode.OK)
+        out.print(render.restore_view(run_id, data))
+    raise typer.Exit(ExitCode.CONFLICTS if data["conflicts"] else ExitCode.OK)
 
 
 @app.command()
@@ -369,15 +391,16 @@ def commit(
         emit(changes, as_json)
         if not as_json:
             out.print("would commit: " + (", ".join(changes.would_commit) or "nothing"))
-            if changes.left_out:
-                out.print("left out (changed after the agent wrote them): " + ", ".join(changes.left_out))
+            for reason in changes.reasons:
+                out.print(f"left out {reason.path}: {reason.why}", markup=False)
             out.print("run again with --yes to commit")
         return
     done = sp.commit(run_id, message)
     emit(done, as_json)
     if not as_json:
-        left = f"; left out: {', '.join(done.left_out)}" if done.left_out else ""
-        out.print(f"committed {len(done.committed)} path(s) as {done.commit[:12]}{left}")
+        out.print(f"committed {len(done.committed)} path(s) as {done.commit[:12]}")
+        for reason in done.reasons:
+            out.print(f"left out {reason.path}: {reason.why}", markup=False)
 
 
 @app.command()

@@ -108,18 +108,73 @@ def rollback_view(data: dict[str, Any]) -> Group:
         table.add_column(column)
     for action in data["actions"]:
         target = "removed" if action["target_hash"] == "" else "restored"
-        table.add_row(action["path"], f"{verb}: {target}", ", ".join(action["undoes"]))
-    for conflict in data["conflicts"]:
-        table.add_row(conflict["path"], Text("conflict: changed since the agent wrote it", style="yellow"), "")
+        uncertain = " (includes a change whose author is uncertain)" if action.get("author_uncertain") else ""
+        table.add_row(action["path"], f"{verb}: {target}{uncertain}", ", ".join(action["undoes"]))
+    covers = data.get("covers") or [{}] * len(data["conflicts"])
+    for conflict, cover in zip(data["conflicts"], covers, strict=False):
+        what = "conflict: changed since the agent wrote it"
+        if conflict["actual_hash"].startswith("behind-symlink:"):
+            folder = conflict["actual_hash"].partition(":")[2]
+            what = f"conflict: its folder {folder} is a symlink now (not the agent's)"
+        table.add_row(conflict["path"], Text(what, style="yellow"), ", ".join(cover.get("undoes") or ()))
     for item in data["unrestorable"]:
         table.add_row(item["path"], Text("left as is: " + item["why"], style="red"), item["call_id"])
+    for item in data.get("uncertain") or ():
+        table.add_row(item["path"], Text("skipped: " + item["why"], style="magenta"), item["call_id"])
     parts: list[Any] = [table]
+    if not table.rows:
+        parts = [
+            Text(f"rollback_files to {data['checkpoint_id']}: nothing of the agent's left to revert", style="green")
+        ]
     if data["conflicts"]:
         parts.append(
             Text(
                 "See `safepoint conflicts RUN_ID`, then `safepoint resolve RUN_ID PATH --keep-user | "
                 "--apply-agent | --manual-merge`.",
                 style="yellow",
+            )
+        )
+    return Group(*parts)
+
+
+def restore_view(run_id: str, data: dict[str, Any]) -> Group:
+    """``restore``: where the run continues, and what the restore did not undo."""
+    parts: list[Any] = [
+        Text(
+            f"run {run_id}: session restored to {data['restored_to']} as {data['checkpoint_id']}; "
+            "`safepoint resume` continues from there"
+        )
+    ]
+    if not data["with_files"]:
+        parts.append(Text("files are left as they are (add --with-files to roll them back too)"))
+    if data["conflicts"]:
+        parts.append(
+            Text(
+                "files left as they are (changed since the agent wrote them): " + ", ".join(data["conflicts"]),
+                style="yellow",
+            )
+        )
+    effects = data["not_undone"]
+    if effects:
+        table = Table(title="not undone: effects outside the workspace after the restore point")
+        for column in ("call", "effects", "status", "what to do"):
+            table.add_column(column, overflow="fold")
+        for effect in effects:
+            if effect["compensated_by"]:
+                todo = f"compensated already by {effect['compensated_by']}"
+            elif effect["compensation"]:
+                todo = f"take it back: {effect['compensation']}"
+            else:
+                todo = "no compensator: undo it by hand if it must not stand"
+            table.add_row(
+                f"{effect['tool']}({effect['call_id']})", ", ".join(effect["side_effects"]), effect["status"], todo
+            )
+        parts.append(table)
+        parts.append(
+            Text(
+                "Resuming may repeat them: the model is told they happened, but a call it makes again on the new "
+                "branch runs again.",
+                style="magenta",
             )
         )
     return Group(*parts)

@@ -6,7 +6,7 @@ Pure: the runtime reads the store, runs probes and hashes the workspace, then as
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from safepoint.core.ledger import attempts, settle_after_crash
@@ -95,11 +95,47 @@ def plan_resume(
     return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)
 
 
+# safepoint's own calls (rollback, resolution, compensation) have ids in a namespace no model call can take:
+# providers never put a ':' in a call id, and a model or own-loop id that starts with the prefix anyway is escaped
+# where it enters (``model_call_id``). Rejected: counting ``rollback_N`` beside the model's ids, where a model's
+# ``rollback_2`` took the id the next rollback needed and blocked it for good.
+INTERNAL_PREFIX = "safepoint:"
 INTERNAL_TOOLS = frozenset({"rollback_files", "resolve_conflict"})
+# Runs written before the namespace: the internal tools under ids ``rollback_N`` / ``resolve_N``, told apart from
+# a model's call with such an id (or a user's tool of the same name) by their input's shape.
+_LEGACY_ID = re.compile(r"(rollback|resolve)_[0-9]+")
+_LEGACY_INPUT = {"rollback_files": {"checkpoint_id", "actions"}, "resolve_conflict": {"path", "blob", "expect"}}
+
+
+def internal_id(kind: str, name: str) -> str:
+    """The id of one of safepoint's own calls: ``safepoint:rollback:1``, ``safepoint:compensate:call_3``."""
+    return f"{INTERNAL_PREFIX}{kind}:{name}"
+
+
+def next_internal_id(ledger: Mapping[str, object], kind: str) -> str:
+    """The next free id of safepoint's own ``kind`` of call in ``ledger`` (``safepoint:rollback:3``)."""
+    prefix = f"{INTERNAL_PREFIX}{kind}:"
+    number = sum(1 for call_id in ledger if call_id.startswith(prefix)) + 1
+    while internal_id(kind, str(number)) in ledger:
+        number += 1
+    return internal_id(kind, str(number))
 
 
 def is_internal(entry: ToolLedgerEntry) -> bool:
-    return entry.tool_name in INTERNAL_TOOLS or entry.compensates is not None
+    """Is this one of safepoint's own calls (never the model's)?"""
+    if entry.call_id.startswith(INTERNAL_PREFIX) or entry.compensates is not None:
+        return True
+    legacy = _LEGACY_INPUT.get(entry.tool_name)
+    return legacy is not None and _LEGACY_ID.fullmatch(entry.call_id) is not None and legacy <= set(entry.input)
+
+
+def model_call_id(call_id: str) -> str:
+    """A call id from a model (or an own loop) kept out of safepoint's namespace: one that starts with the prefix
+    after any leading ``_`` gets one more ``_``. Injective, so two ids never become one, and stable, so the id
+    a model repeats after a crash maps to the same entry."""
+    if call_id.lstrip("_").startswith(INTERNAL_PREFIX):
+        return "_" + call_id
+    return call_id
 
 
 def pending_calls(history: Sequence[Message], call_ids: Sequence[str]) -> list[ToolCall]:

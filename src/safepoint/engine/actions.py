@@ -3,81 +3,137 @@
 Each one that changes files runs as a ledgered call of an internal tool, so the ledger is its journal: the planned
 actions and the before-state of every path are durable before the first file changes, a crash half-way leaves an
 ``uncertain`` call that is finished by running it again (every action is idempotent), and the call's own file
-patches make the rollback itself something that can be rolled back.
+patches make the rollback itself something that can be rolled back. Their call ids live in safepoint's own
+namespace (``core.resume.internal_id``), which no model call id can take. Conflicts and their resolution are in
+``engine.conflicts``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable
 from typing import Any
 
-import merge3
 import msgspec
 
-from safepoint.core.patches import unified_diff
-from safepoint.core.resume import is_internal
-from safepoint.core.rollback import ABSENT, FileAction, RollbackPlan, action_step, plan_rollback
+from safepoint.core.resume import internal_id, is_internal, next_internal_id
+from safepoint.core.rollback import (
+    ABSENT,
+    ConflictCover,
+    FileAction,
+    FileState,
+    RollbackPlan,
+    Settlement,
+    action_step,
+    behind_link,
+    plan_rollback,
+)
 from safepoint.engine.call_runner import expand_input
+from safepoint.engine.conflicts import (
+    RESOLVE_TOOL,
+    ROLLBACK_TOOL,
+    conflict_of_action,
+    record_conflict,
+    resolve_tool,
+    settle,
+    with_combined_patch,
+)
+from safepoint.engine.file_changes import DIRECTORY
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
 from safepoint.errors import NoCompensatorError, ResumeError, ToolFailure, UnknownReferenceError
-from safepoint.records import (
-    Checkpoint,
-    CheckpointConflict,
-    ConflictResolution,
-    FilePatchEntry,
-    ToolCall,
-    ToolDefinition,
-)
+from safepoint.records import ConflictResolution, FileBeforeState, ToolCall, ToolDefinition, ToolLedgerEntry
+from safepoint.results import ExternalEffect, Restored
+from safepoint.workspace.files import Workspace
 
-ROLLBACK_TOOL = "rollback_files"
-RESOLVE_TOOL = "resolve_conflict"
-COMPENSATE_PREFIX = "compensate_"
+COMPENSATE_PREFIX = "compensate_"  # the compensating tool's name: compensate_<tool>
 _actions_decoder = msgspec.json.Decoder(list[FileAction])
+_WORKSPACE_EFFECTS = frozenset({"filesystem_write", "filesystem_delete"})
 
 
 # rollback_files ---------------------------------------------------------------------------------------------------
-def plan_files(session: RunSession, checkpoint_id: str) -> RollbackPlan:
+def current_state(session: RunSession) -> Callable[[str], FileState]:
+    """What a path holds now, never read through a symlinked folder (such a path is the link's)."""
+
+    def current(path: str) -> FileState:
+        link = session.workspace.link_parent(path)
+        if link is not None:
+            return behind_link(link)
+        state = session.files.state(path)
+        return FileState(hash=state.hash, folder=True) if state.hash == DIRECTORY else state
+
+    return current
+
+
+def settlements(session: RunSession) -> list[Settlement]:
+    """The resolved conflicts, from the ledger's resolutions: each settles the path's patches from its rollback's
+    checkpoint up to its own write. Resolutions written before settlements existed carry no ``since``: none."""
+    last_patch: dict[str, int] = {}
+    for index, patch in enumerate(session.patches):
+        last_patch[patch.tool_call_id] = index
+    found = []
+    for call_id, entry in session.ledger.items():
+        if entry.tool_name != RESOLVE_TOOL or entry.status != "succeeded" or not is_internal(entry):
+            continue
+        since, at = entry.input.get("since"), entry.input.get("at")
+        if isinstance(since, int) and isinstance(at, int):
+            until = max(at, last_patch.get(call_id, -1) + 1)
+            found.append(Settlement(path=str(entry.input["path"]), since=since, until=until))
+    return found
+
+
+def plan_files(session: RunSession, checkpoint_id: str, *, include_uncertain: bool = False) -> RollbackPlan:
     checkpoint = session.checkpoints.get(checkpoint_id)
     if checkpoint is None:
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not in run {session.info.run_id!r}; "
             "list them with `safepoint checkpoints`"
         )
-    later = session.patches[checkpoint.patches_len :]
-    return plan_rollback(checkpoint_id, later, session.files.state, session.files.restorable)
-
-
-def _patch_by_result(patches: list[FilePatchEntry], path: str, after_hash: str) -> FilePatchEntry:
-    """The agent's latest change of ``path`` that left ``after_hash`` (matched by result, not by content-addressed
-    patch_ref: equal edits share one patch)."""
-    for patch in reversed(patches):
-        if patch.path == path and patch.after_hash == after_hash:
-            return patch
-    raise ResumeError(f"no recorded change of {path} left {after_hash}; the run's log is damaged")
+    return plan_rollback(
+        checkpoint_id,
+        session.patches,
+        current_state(session),
+        session.files.restorable,
+        start=checkpoint.patches_len,
+        settlements=settlements(session),
+        include_uncertain=include_uncertain,
+    )
 
 
 def rollback_tool(session: RunSession) -> Tool:
-    def run(ctx: ToolContext, checkpoint_id: str, actions: list[dict[str, Any]]) -> str:
+    current = current_state(session)
+
+    def run(
+        ctx: ToolContext,
+        checkpoint_id: str,
+        actions: list[dict[str, Any]],
+        since: int | None = None,
+        conflicts: list[dict[str, Any]] | None = None,  # what the planned conflicts cover: journaled, not acted on
+    ) -> str:
         done: list[str] = []
-        conflicts: list[str] = []
-        for action in _actions_decoder.decode(json.dumps(actions)):
-            now = session.files.state(action.path)
+        met: list[str] = []
+        planned = _actions_decoder.decode(json.dumps(actions))
+        # Removals first, deepest first, then writes, shallowest first: a folder is emptied before a file or
+        # link takes its place, and comes back before the files in it.
+        for action in sorted(planned, key=lambda a: (a.target_hash != ABSENT, _depth(a.path, a.target_hash))):
+            now = current(action.path)
             step = action_step(action, now)
+            if step == "apply" and now.folder and not ctx.workspace.remove_empty_folder(action.path):
+                step = "conflict"  # a folder with files in it: never replaced
             if step == "conflict":
-                patch = _patch_by_result(session.patches, action.path, action.expected_hash)
-                record_conflict(session, action.path, action.expected_hash, now.hash, patch.patch_ref)
-                conflicts.append(action.path)
+                record_conflict(session, conflict_of_action(session, action, now))
+                met.append(action.path)
                 continue
-            if step == "apply":
+            if step == "apply" and action.target_hash == ABSENT and _is_link(ctx.workspace, action.path):
+                _remove_link(session, ctx, action.path)
+            elif step == "apply":
                 data = None
                 if action.target_hash != ABSENT:
                     data = session.files.version(action.path, action.target_hash, action.target_ref)
                 ctx.workspace.restore(action.path, data, action.target_mode)
             done.append(action.path)
-        result = {"checkpoint_id": checkpoint_id, "reverted": done, "conflicts": conflicts}
-        return json.dumps(result)
+        return json.dumps({"checkpoint_id": checkpoint_id, "reverted": done, "conflicts": met})
 
     return Tool(
         definition=ToolDefinition(
@@ -89,44 +145,89 @@ def rollback_tool(session: RunSession) -> Tool:
             description="Revert the agent's file changes made after a checkpoint (internal).",
         ),
         fn=run,
-        writes=lambda args: [str(a["path"]) for a in args.get("actions", [])],
+        # A link is left out: the engine records a path's before-state through a final symlink (where a write
+        # lands), and a rollback removes the link itself; ``_remove_link`` records it.
+        writes=lambda args: [
+            str(a["path"]) for a in args.get("actions", []) if not _is_link(session.workspace, str(a["path"]))
+        ],
         internal=True,
     )
 
 
-def record_conflict(
-    session: RunSession,
-    path: str,
-    expected: str,
-    actual: str,
-    patch_ref: str,
-    resolution: ConflictResolution = "pending",
-) -> CheckpointConflict:
-    conflict = CheckpointConflict(
-        path=path, expected_hash=expected, actual_hash=actual, agent_patch_ref=patch_ref, resolution=resolution
+def _depth(path: str, target: str) -> int:
+    depth = path.count("/")
+    return -depth if target == ABSENT else depth
+
+
+def _is_link(workspace: Workspace, path: str) -> bool:
+    try:
+        return workspace.link_parent(path) is None and os.path.islink(workspace.locate(path))
+    except ToolFailure:
+        return False
+
+
+def _remove_link(session: RunSession, ctx: ToolContext, path: str) -> None:
+    """Remove a symlink the agent made, recorded as this call's change like any other: its before-state durable
+    first (so rolling the rollback back puts the link back), the patch after."""
+    files = session.files
+    if any(state.path == path for state in files.befores.get(ctx.call_id, ())):
+        ctx.workspace.restore(path, None, None)  # a re-run: the engine recalled the before-state and records it
+        return
+    data, mode = ctx.workspace.snapshot(path)
+    before = files.describe(path, data, mode)
+    state = FileBeforeState(
+        tool_call_id=ctx.call_id, path=path, before_hash=before.hash, before_ref=before.ref, before_mode=before.mode
     )
-    session.conflicts[path] = conflict
-    session.add_record(conflict)
-    session.trace("conflict", path=path, resolution=resolution)
-    return conflict
+    files.befores.setdefault(ctx.call_id, []).append(state)
+    session.add_record(state)
+    session.commit()
+    ctx.workspace.restore(path, None, None)
+    files.record(ctx.call_id, before, None, None)
 
 
-def rollback_files(session: RunSession, checkpoint_id: str, *, dry_run: bool = False) -> RollbackPlan:
+def _phases(actions: list[FileAction]) -> list[list[FileAction]]:
+    """Calls of their own, in order, where one path stands in another's way: the removal of what stands where a
+    folder must come back (the agent's ``src`` link over the user's ``src/``), then the removal of files in a
+    folder that a file or link replaces, then the rest. Each call's before- and after-states are then read with
+    nothing of the next call in place, so they are the paths' own, never a link target's."""
+
+    folders = {parent for a in actions for parent in _parents(a.path)}  # linear: a path's parents, not all pairs
+    written = {a.path for a in actions if a.target_hash != ABSENT}
+    clear = [a for a in actions if a.target_hash == ABSENT and a.path in folders]
+    emptied = [a for a in actions if a.target_hash == ABSENT and a.path not in folders and written & _parents(a.path)]
+    rest = [a for a in actions if a.target_hash != ABSENT or (a.path not in folders and not written & _parents(a.path))]
+    return [phase for phase in (clear, emptied, rest) if phase]
+
+
+def _parents(path: str) -> set[str]:
+    parts = path.split("/")
+    return {"/".join(parts[:end]) for end in range(1, len(parts))}
+
+
+def rollback_files(
+    session: RunSession, checkpoint_id: str, *, dry_run: bool = False, include_uncertain: bool = False
+) -> RollbackPlan:
     """Revert the agent's changes after ``checkpoint_id``, newest first; files the user changed become conflicts."""
     finish_interrupted(session)
-    plan = plan_files(session, checkpoint_id)
+    plan = plan_files(session, checkpoint_id, include_uncertain=include_uncertain)
     if dry_run:
         return plan
-    for conflict in plan.conflicts:
-        record_conflict(session, conflict.path, conflict.expected_hash, conflict.actual_hash, conflict.agent_patch_ref)
-    if plan.actions:
+    recorded = [
+        record_conflict(session, with_combined_patch(session, c, cover))
+        for c, cover in zip(plan.conflicts, plan.covers, strict=True)
+    ]
+    plan = msgspec.structs.replace(plan, conflicts=recorded)
+    since = session.checkpoints[checkpoint_id].patches_len
+    # The conflicts' covers are journaled with the first call (one with no action when there are only conflicts):
+    # a resolution reads its base there, and settles the path from ``since`` on.
+    phases = _phases(plan.actions) or ([[]] if plan.conflicts else [])
+    for number, phase in enumerate(phases):
+        args: dict[str, Any] = {"checkpoint_id": checkpoint_id, "actions": msgspec.to_builtins(phase), "since": since}
+        if number == 0 and plan.covers:
+            args["conflicts"] = msgspec.to_builtins(plan.covers)
         session.registry.put(rollback_tool(session))
-        call = ToolCall(
-            call_id=_next_id(session, "rollback"),
-            tool=ROLLBACK_TOOL,
-            args={"checkpoint_id": checkpoint_id, "actions": msgspec.to_builtins(plan.actions)},
-        )
-        session.runner.execute(call, f"step_{session.step}")
+        call = ToolCall(call_id=next_id(session, "rollback"), tool=ROLLBACK_TOOL, args=args)
+        result = session.runner.execute(call, f"step_{session.step}")
         entry = session.ledger[call.call_id]
         if entry.status != "succeeded":
             session.commit()
@@ -134,15 +235,43 @@ def rollback_files(session: RunSession, checkpoint_id: str, *, dry_run: bool = F
                 f"rollback_files to {checkpoint_id} did not finish ({entry.error or entry.status}); nothing that was "
                 "reverted is lost: see `safepoint ledger`, fix the cause, and run the rollback again"
             )
+        plan = _with_met(session, plan, phase, json.loads(str(result.value)).get("conflicts", []))
     session.commit()
     return plan
+
+
+def _with_met(session: RunSession, plan: RollbackPlan, phase: list[FileAction], met: list[str]) -> RollbackPlan:
+    """The plan as carried out: an action that met a change made since the plan (or a folder with files in it)
+    is reported as the conflict it became."""
+    if not met:
+        return plan
+    by_path = {action.path: action for action in phase if action.path in met}
+    covers = [
+        ConflictCover(
+            path=a.path,
+            expected_hash=a.expected_hash,
+            base_hash=a.target_hash,
+            base_ref=a.target_ref,
+            base_mode=a.target_mode,
+            undoes=a.undoes,
+        )
+        for a in by_path.values()
+    ]
+    return msgspec.structs.replace(
+        plan,
+        actions=[a for a in plan.actions if a.path not in by_path],
+        conflicts=[*plan.conflicts, *(session.conflicts[path] for path in by_path)],
+        covers=[*plan.covers, *covers],
+    )
 
 
 def finish_interrupted(session: RunSession) -> list[str]:
     """Complete any rollback or resolution a crash interrupted (their actions are idempotent)."""
     finished = []
     for call_id, entry in list(session.ledger.items()):
-        if entry.tool_name in (ROLLBACK_TOOL, RESOLVE_TOOL) and entry.status in ("started", "uncertain", "planned"):
+        if entry.tool_name not in (ROLLBACK_TOOL, RESOLVE_TOOL) or not is_internal(entry):
+            continue  # a model's call that only shares a name or an id shape is the agent's, never finished here
+        if entry.status in ("started", "uncertain", "planned"):
             tool = rollback_tool(session) if entry.tool_name == ROLLBACK_TOOL else resolve_tool(session)
             session.registry.put(tool)
             session.runner.execute(ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
@@ -150,102 +279,13 @@ def finish_interrupted(session: RunSession) -> list[str]:
     return finished
 
 
-def _next_id(session: RunSession, prefix: str) -> str:
-    count = sum(1 for call_id in session.ledger if call_id.startswith(prefix + "_"))
-    return f"{prefix}_{count + 1}"
+def next_id(session: RunSession, kind: str) -> str:
+    return next_internal_id(session.ledger, kind)
 
 
 # conflicts ------------------------------------------------------------------------------------------------------
-def pending_conflicts(conflicts: Mapping[str, CheckpointConflict]) -> list[CheckpointConflict]:
-    return [c for c in conflicts.values() if c.resolution == "pending"]
-
-
-def conflict_versions(
-    session: RunSession, conflict: CheckpointConflict
-) -> tuple[bytes | None, bytes | None, bytes | None]:
-    """(before the agent, the agent's version, the file now) for a three-way view; None where absent."""
-    patch = _patch_by_result(session.patches, conflict.path, conflict.expected_hash)
-    files = session.files
-    base = agent = None
-    if patch.before_hash != ABSENT and files.restorable(patch):
-        base = files.version(patch.path, patch.before_hash, patch.before_ref)
-    if patch.after_hash != ABSENT and files.can_reproduce(patch.after_hash):
-        agent = files.version(patch.path, patch.after_hash)
-    current, _ = session.workspace.snapshot(conflict.path)
-    return base, agent, current
-
-
-def describe_conflict(session: RunSession, conflict: CheckpointConflict) -> dict[str, Any]:
-    """The three things §8.9 says the user must be told, with the three-way diff."""
-    base, agent, current = conflict_versions(session, conflict)
-    return {
-        "path": conflict.path,
-        "expected_hash": conflict.expected_hash,
-        "actual_hash": conflict.actual_hash,
-        "agent_patch_ref": conflict.agent_patch_ref,
-        "resolution": conflict.resolution,
-        "why": "the file changed after the agent wrote it, so rolling the agent's change back would overwrite that",
-        "agent_change": unified_diff(base or b"", agent or b"", conflict.path),
-        "changed_since": unified_diff(agent or b"", current or b"", conflict.path),
-    }
-
-
-def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool]:
-    """Take the agent's change back out of the current file, keeping the user's edits: a three-way merge of
-    ``current`` (the user's) and ``base`` (before the agent) over ``agent`` (their common ancestor)."""
-    merger = merge3.Merge3(
-        agent.decode(errors="surrogateescape").splitlines(keepends=True),
-        current.decode(errors="surrogateescape").splitlines(keepends=True),
-        base.decode(errors="surrogateescape").splitlines(keepends=True),
-    )
-    lines = list(
-        merger.merge_lines(
-            name_a="current (yours)", name_b="before the agent", start_marker="<<<<<<<", end_marker=">>>>>>>"
-        )
-    )
-    clean = not any(line.startswith("<<<<<<<") for line in lines)
-    # A last line without its newline must not run into the marker that follows it.
-    fixed = [line + "\n" if not line.endswith("\n") and i + 1 < len(lines) else line for i, line in enumerate(lines)]
-    return "".join(fixed).encode(errors="surrogateescape"), clean
-
-
-def resolve_tool(session: RunSession) -> Tool:
-    def run(ctx: ToolContext, path: str, blob: str, expect: str, resolution: str) -> str:
-        """Write the resolution only over the file the person saw; it settles the conflict in the same durable
-        group as the write, so a retry after a crash never merges twice."""
-        conflict = session.conflicts[path]
-        now = session.files.state(path).hash
-        if now not in (expect, blob or ABSENT):
-            record_conflict(session, path, conflict.expected_hash, now, conflict.agent_patch_ref)
-            raise ToolFailure(f"{path} changed again after the resolution was chosen; it was left as it is")
-        if now != (blob or ABSENT):
-            ctx.workspace.restore(path, session.contents.get(blob) if blob else None, None)  # "" = must not exist
-        record_conflict(
-            session,
-            path,
-            conflict.expected_hash,
-            blob or ABSENT,
-            conflict.agent_patch_ref,
-            resolution,  # type: ignore[arg-type]
-        )
-        return f"wrote {path}" if blob else f"removed {path}"
-
-    return Tool(
-        definition=ToolDefinition(
-            name=RESOLVE_TOOL,
-            idempotency="conditional",  # it checks the file first: a re-run finishes or refuses, never clobbers
-            replay_policy="auto",
-            risk_level="low",
-            side_effects=("filesystem_write",),
-            description="Write a conflict's resolution (internal).",
-        ),
-        fn=run,
-        writes=lambda args: [str(args["path"])],
-        internal=True,
-    )
-
-
 def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> dict[str, Any]:
+    """Settle a pending conflict (``engine.conflicts``), after finishing any resolution a crash cut short."""
     conflict = session.conflicts.get(path)
     if conflict is None or conflict.resolution != "pending":
         raise UnknownReferenceError(
@@ -255,59 +295,83 @@ def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> d
     conflict = session.conflicts[path]
     if conflict.resolution != "pending":
         return {"path": path, "resolution": conflict.resolution, "finished": "an interrupted resolution"}
-    outcome: dict[str, Any] = {"path": path, "resolution": resolution}
-    if resolution == "keep_user":
-        record_conflict(
-            session, path, conflict.expected_hash, session.files.state(path).hash, conflict.agent_patch_ref, resolution
-        )
-        session.commit()
-        return outcome
-    base, agent, current = conflict_versions(session, conflict)
-    patch = _patch_by_result(session.patches, conflict.path, conflict.expected_hash)
-    if (patch.before_hash != ABSENT and base is None) or (resolution == "manual_merge" and agent is None):
-        raise ResumeError(
-            f"{path}: the content before the agent's change was not captured, so only --keep-user is possible"
-        )
-    data: bytes | None
-    if resolution == "apply_agent":
-        data, clean = base, True  # what the rollback meant to do: the file as it was before the agent
-    else:
-        data, clean = merge_revert(base or b"", agent or b"", current or b"")
-    digest = "" if data is None else session.contents.put(data)
-    session.registry.put(resolve_tool(session))
-    args = {"path": path, "blob": digest, "expect": session.files.state(path).hash, "resolution": resolution}
-    call = ToolCall(call_id=_next_id(session, "resolve"), tool=RESOLVE_TOOL, args=args)
-    session.runner.execute(call, f"step_{session.step}")
-    entry = session.ledger[call.call_id]
-    if entry.status != "succeeded":
-        raise ResumeError(f"{path}: {entry.error or entry.status}; see `safepoint conflicts`")
-    outcome["clean"] = clean
-    session.commit()
-    return outcome
+    return settle(session, conflict, resolution)
 
 
 # restore_session ------------------------------------------------------------------------------------------------
-def restore_session(session: RunSession, checkpoint_id: str, *, with_files: bool = False) -> Checkpoint:
+def restore_session(
+    session: RunSession, checkpoint_id: str, *, with_files: bool = False, include_uncertain: bool = False
+) -> Restored:
     """The conversation and run state go back to ``checkpoint_id`` as a new branch (the old one stays in the log);
-    files stay as they are unless ``with_files`` also rolls them back."""
+    files stay as they are unless ``with_files`` also rolls them back. Effects outside the workspace after the
+    checkpoint are not undone: they are listed, with the compensations that exist."""
     at = session.view.checkpoint(checkpoint_id)
     if at is None or not at.complete:
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not a complete checkpoint of run {session.info.run_id!r}; "
             "list them with `safepoint checkpoints`"
         )
+    conflicts: list[str] = []
     if with_files:
-        rollback_files(session, checkpoint_id)
+        plan = rollback_files(session, checkpoint_id, include_uncertain=include_uncertain)
+        conflicts = [c.path for c in plan.conflicts]
     checkpoint = at.checkpoint
+    # Kept: the calls the branch's messages name, asked for (an assistant's tool calls) or answered (a tool
+    # message: an own loop's ``run.call`` adds only that).
     kept = {call.call_id for message in at.history for call in message.tool_calls}
+    kept |= {message.tool_call_id for message in at.history if message.tool_call_id is not None}
     abandoned = tuple(c for c, e in session.ledger.items() if c not in kept and not is_internal(e))
+    not_undone = external_effects(session, [session.ledger[c] for c in abandoned])
     session.rewind(checkpoint.history_len, checkpoint_id, "restore_session", abandoned)
     session.return_to(at)
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
     session.event("interrupted", f"session restored to {checkpoint_id}; `safepoint resume` continues from there")
     # What was in flight belonged to the branch left behind: a restart must not judge the new one by it.
     session.restart.delete()
-    return restored
+    return Restored(
+        **msgspec.structs.asdict(restored),
+        restored_to=checkpoint_id,
+        with_files=with_files,
+        not_undone=not_undone,
+        conflicts=conflicts,
+    )
+
+
+def external_effects(session: RunSession, entries: list[ToolLedgerEntry]) -> list[ExternalEffect]:
+    """The calls among ``entries`` that may have acted outside the workspace (anything but file changes, which
+    rollback_files handles); a read (idempotent) changed nothing and is not listed."""
+    compensated = {e.compensates: c for c, e in session.ledger.items() if e.compensates and e.status == "succeeded"}
+    run_id = session.info.run_id
+    effects = []
+    for entry in entries:
+        outside = sorted(set(entry.side_effects) - _WORKSPACE_EFFECTS)
+        if (
+            not outside
+            or entry.idempotency == "idempotent"
+            or entry.status not in ("succeeded", "started", "uncertain")
+        ):
+            continue
+        happened = "it happened" if entry.status == "succeeded" else "it may have happened (its outcome is unknown)"
+        repeat = (
+            f"not undone: {happened}. Resuming may repeat it: the model is told of it, but a call it makes again "
+            "on the new branch runs again"
+        )
+        tool = session.registry.get(entry.tool_name) if entry.tool_name in session.registry else None
+        compensation = None
+        if entry.call_id not in compensated and tool is not None and tool.compensator is not None:
+            compensation = f"safepoint compensate {run_id} {entry.call_id}"
+        effects.append(
+            ExternalEffect(
+                call_id=entry.call_id,
+                tool=entry.tool_name,
+                status=entry.status,
+                side_effects=outside,
+                repeat=repeat,
+                compensation=compensation,
+                compensated_by=compensated.get(entry.call_id),
+            )
+        )
+    return effects
 
 
 # compensate_external_action -------------------------------------------------------------------------------------
@@ -332,7 +396,9 @@ def compensate(
             f"{entry.tool_name}({ledger_entry_id}) is {entry.status}: compensate only an effect that happened "
             "(check it, then pass --assume-done for an uncertain call)"
         )
-    compensation_id = f"{COMPENSATE_PREFIX}{ledger_entry_id}"
+    # Found by the link, not by the id: a run written before the namespace named it compensate_<id>.
+    earlier = [c for c, e in session.ledger.items() if e.compensates == ledger_entry_id]
+    compensation_id = earlier[-1] if earlier else internal_id("compensate", ledger_entry_id)
     done = session.ledger.get(compensation_id)
     if done is not None and done.status == "succeeded":
         raise ResumeError(f"{ledger_entry_id} was compensated already by {compensation_id}; it runs at most once")

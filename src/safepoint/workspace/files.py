@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 import tempfile
 from typing import NoReturn
@@ -95,24 +96,153 @@ class Workspace:
         return read_state(self.locate(rel))
 
     def restore(self, rel: str, data: bytes | None, mode: int | None) -> None:
-        """Put a recorded form back: write (atomically), re-create a symlink, or remove (``data`` None)."""
-        path = self.locate(rel)
-        if data is None:
+        """Put a recorded form back: write (atomically), re-create a symlink, or remove (``data`` None).
+
+        Never through a symlink: rollback and resolutions write where the record says, so every folder on the
+        way is opened from the workspace root with ``O_NOFOLLOW | O_DIRECTORY`` and the last step acts on that
+        descriptor (a folder swapped for a link in between is refused, never followed). A link on the way is a
+        ``ToolFailure``; missing folders are created. Rejected: ``realpath`` of the parent, which put the user's
+        ``src/keep.txt`` into whatever folder an agent's ``src`` link pointed at."""
+        parts = self._parts(rel)
+        parent = self._open_parent(rel, parts, create=data is not None)
+        if parent is None:
+            return  # a folder on the way is missing: there is nothing to remove
+        name = parts[-1]
+        try:
+            if data is None:
+                try:
+                    os.unlink(name, dir_fd=parent)
+                except FileNotFoundError:
+                    return
+                except (IsADirectoryError, PermissionError):
+                    raise ToolFailure(f"{rel!r} is a folder now, not a file; it was left as it is") from None
+                # No fsync of the folder: a removal lost to a power cut leaves the agent's file, which the next
+                # rollback finds as the agent left it and removes again (an fsync per removal doubled a rollback).
+                return
+            if data.startswith(SYMLINK_MARK):
+                tmp = f".safepoint-link-{os.getpid()}-{secrets.token_hex(6)}"
+                os.symlink(os.fsdecode(data[len(SYMLINK_MARK) :]), tmp, dir_fd=parent)
+                self._replace(tmp, parent, name, parent, rel)
+                os.fsync(parent)
+                return
+            self._write_at(
+                parent, name, rel, data.removeprefix(FILE_MARK) if data.startswith(FILE_MARK) else data, mode
+            )
+        finally:
+            os.close(parent)
+
+    def remove_empty_folder(self, rel: str) -> bool:
+        """Remove ``rel`` when it is an empty folder (reached without following links); False when it holds
+        anything. Where a file or link comes back over a folder the rollback emptied."""
+        parts = self._parts(rel)
+        parent = self._open_parent(rel, parts, create=False)
+        if parent is None:
+            return True
+        try:
+            os.rmdir(parts[-1], dir_fd=parent)
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                return False
+            raise ToolFailure(f"cannot remove the folder {rel!r}: {exc.strerror}") from None
+        finally:
+            os.close(parent)
+        return True
+
+    def link_parent(self, rel: str) -> str | None:
+        """The nearest folder on the way to ``rel`` that is a symlink now (workspace-relative), or None: a path
+        there belongs to the link, and nothing of safepoint's reads or writes it through the link."""
+        parts = self._parts(rel)
+        path = self.root
+        for index, name in enumerate(parts[:-1]):
+            path = os.path.join(path, name)
+            try:
+                info = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            if stat.S_ISLNK(info.st_mode):
+                return "/".join(parts[: index + 1])
+            if not stat.S_ISDIR(info.st_mode):
+                return None
+        return None
+
+    def _parts(self, rel: str) -> list[str]:
+        check_path(rel)
+        normal = os.path.normpath(rel)
+        if os.path.isabs(normal) or normal in (".", "..") or normal.startswith("../"):
+            raise ToolFailure(f"path {rel!r} leads outside the workspace; only paths inside {self.root} are allowed")
+        self._check_protected(rel, os.path.join(self.root, normal))
+        return normal.split("/")
+
+    def _open_parent(self, rel: str, parts: list[str], *, create: bool) -> int | None:
+        """A descriptor of ``rel``'s folder, reached from the root without following any link; None when a folder
+        on the way is missing and ``create`` is False."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        for index, name in enumerate(parts[:-1]):
+            try:
+                try:
+                    inner = os.open(name, flags, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        os.close(fd)
+                        return None
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o777, dir_fd=fd)  # the umask applies, as for any folder the user makes
+                    os.fsync(fd)  # the new folder durable before the file in it
+                    inner = os.open(name, flags, dir_fd=fd)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    folder = "/".join(parts[: index + 1])
+                    raise ToolFailure(
+                        f"{folder!r} is a symlink or a file now, not a folder; {rel!r} is never written through it"
+                    ) from None
+                raise ToolFailure(f"cannot reach {rel!r}: {exc.strerror}") from None
+            os.close(fd)
+            fd = inner
+        return fd
+
+    def _write_at(self, parent: int, name: str, rel: str, data: bytes, mode: int | None) -> None:
+        if mode is None:
+            mode = 0o666 & ~_UMASK
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return
-        if data.startswith(SYMLINK_MARK):
-            directory = os.path.dirname(path)
-            os.makedirs(directory, exist_ok=True)
-            tmp = os.path.join(self._staging_dir(directory), f".safepoint-link-{os.getpid()}-{id(data)}")
+                info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode):
+                    mode = info.st_mode & 0o7777
+        stage = parent
+        if self.scratch is not None and os.stat(self.scratch).st_dev == os.fstat(parent).st_dev:
+            stage = os.open(self.scratch, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        tmp = f".safepoint-{secrets.token_hex(8)}.part"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=stage)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fchmod(handle.fileno(), mode)
+                    os.fsync(handle.fileno())  # durable before the ledger says the rollback succeeded
+                self._replace(tmp, stage, name, parent, rel)
+                os.fsync(parent)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=stage)
+                raise
+        finally:
+            if stage != parent:
+                os.close(stage)
+
+    @staticmethod
+    def _replace(tmp: str, tmp_dir: int, name: str, parent: int, rel: str) -> None:
+        try:
+            os.replace(tmp, name, src_dir_fd=tmp_dir, dst_dir_fd=parent)
+        except (IsADirectoryError, OSError) as exc:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            os.symlink(os.fsdecode(data[len(SYMLINK_MARK) :]), tmp)
-            os.replace(tmp, path)
-            return
-        if os.path.islink(path):
-            os.unlink(path)  # never write through a link: replace the link itself
-        self.write(rel, data.removeprefix(FILE_MARK) if data.startswith(FILE_MARK) else data, mode=mode)
+                os.unlink(tmp, dir_fd=tmp_dir)
+            if isinstance(exc, IsADirectoryError) or exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                raise ToolFailure(f"{rel!r} is a folder now, not a file; it was left as it is") from None
+            raise
 
     def read(self, rel: str) -> bytes | None:
         """The file's content, or None when it does not exist."""
