@@ -130,6 +130,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
     from safepoint.engine.builtin import builtin_registry
     from safepoint.engine.file_changes import NOT_KEPT
     from safepoint.engine.session import RunSession
+    from safepoint.restart.doubt import doubt_of
     from safepoint.workspace.files import Workspace
 
     view = load_view(store, run_id)
@@ -145,7 +146,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
                 found = reader.probe(entry)
                 if found is not None:
                     probes[call_id] = found
-    plan = plan_resume(view, workspace_hashes=hashes, probes=probes)
+    plan = plan_resume(view, workspace_hashes=hashes, probes=probes, doubt=doubt_of(store, view))
     at = plan.resume_from
     files: dict[str, list[str]] = {}
     for patch in view.patches:

@@ -9,7 +9,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from safepoint.core.ledger import attempts, settle_after_crash
+from safepoint.core.doubt import DOUBT_DECISION_REASON, Doubt, assumed_entry, doubted_entry
+from safepoint.core.ledger import NEVER_RAN, attempts, settle_after_crash
 from safepoint.core.replay import ProbeResult, ReplayDecision, decide_replay
 from safepoint.core.run_view import CheckpointAt, RunView
 from safepoint.records import CallDecision, Checkpoint, Message, ToolCall, ToolLedgerEntry
@@ -40,6 +41,9 @@ class ResumePlan:
     calls: list[CallReport]
     needs_decision: list[CallReport]
     drift: list[Drift] = field(default_factory=list)
+    damage: tuple[str, ...] = ()  # how the log is known to be damaged: its doubtful calls are uncertain
+    lost_calls: tuple[str, ...] = ()  # calls the damaged log lost entirely (what they were is unknown)
+    doubted: frozenset[str] = frozenset()  # calls uncertain because the log lost their records (now or before)
 
     @property
     def step(self) -> int:
@@ -62,7 +66,10 @@ def plan_resume(
     decisions: dict[str, CallDecision] | None = None,
     probes: dict[str, ProbeResult] | None = None,
     workspace_hashes: dict[str, str | None] | None = None,
+    doubt: Doubt | None = None,
 ) -> ResumePlan:
+    """``doubt``: what a damaged log no longer accounts for; those calls are planned as ``uncertain`` (the
+    runtime records them so durably first, with their tools' classification, before it asks)."""
     started = attempts(view.ledger_entries)
     decisions = {
         call_id: decision
@@ -78,8 +85,16 @@ def plan_resume(
         skipped = [c for c in view.checkpoints if c.seq > at.seq]
         if skipped:
             why += f"; {len(skipped)} later checkpoint(s) unusable: {skipped[0].why_incomplete}"
+    ledger = view.ledger
+    doubt = doubt or Doubt()
+    for call_id, (call, step_id) in doubt.calls.items():
+        entry = ledger.get(call_id)
+        if entry is None:
+            ledger[call_id] = assumed_entry(call, step_id, view.info.run_id)
+        elif entry.status in NEVER_RAN:
+            ledger[call_id] = doubted_entry(entry)
     calls = []
-    for entry in view.ledger.values():
+    for entry in ledger.values():
         settled = settle_after_crash(entry)
         decision = decide_replay(settled, decision=decisions.get(entry.call_id), probe=probes.get(entry.call_id))
         calls.append(CallReport(settled, decision))
@@ -92,7 +107,17 @@ def plan_resume(
             actual = workspace_hashes.get(path)
             if (actual or "") != expected:
                 drift.append(Drift(path, expected, actual, call_id))
-    return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)
+    return ResumePlan(
+        resume_from=at,
+        why=why,
+        calls=calls,
+        needs_decision=needs,
+        drift=drift,
+        damage=doubt.reasons,
+        lost_calls=doubt.lost,
+        doubted=frozenset(doubt.calls)
+        | {e.call_id for e in view.ledger_entries if e.decision_reason == DOUBT_DECISION_REASON},
+    )
 
 
 INTERNAL_TOOLS = frozenset({"rollback_files", "resolve_conflict"})

@@ -31,6 +31,7 @@ from safepoint.protocol import (
     SubtaskStopped,
     SuccessorAccepted,
 )
+from safepoint.restart.doubt import doubt_of
 from safepoint.records import RECORD_KINDS, Claim, LogRecord, RunEvent, RunInfo
 from safepoint.store.base import Store
 from safepoint.store.ownership import now
@@ -137,6 +138,8 @@ def judge(
         owner=owner,
         run_exists=view is not None,
         conversation_len=conversation_len(view) if view else 0,
+        # Only work in flight can have lost its calls (and only then is the trace read).
+        lost_calls=doubt_of(store, view).lost if view is not None and descriptor is not None else (),
         assistant_turns=view.assistant_turns if view else frozenset(),
         context_epoch=view.context_epoch if view else 0,
         recovery_class=view.info.recovery_class if view else "root",

@@ -374,6 +374,21 @@ class FileStore(FencedStore[None]):
                 found.append((seq, offset))
         return found
 
+    def log_mark(self, run_id: str) -> int:
+        """The checkpoint index is written after the log's fdatasync: an entry there is a seq that was durable,
+        whether or not the log still holds it (a log cut at a record boundary looks whole on its own)."""
+        try:
+            with open(os.path.join(self._existing_run_dir(run_id), "checkpoints", "index.jsonl"), "rb") as handle:
+                index = handle.read()
+        except FileNotFoundError:
+            return 0
+        mark = 0
+        for _, item in unframe_all(index):
+            if not isinstance(item, LogProblem):
+                with contextlib.suppress(msgspec.DecodeError, KeyError, TypeError, ValueError):
+                    mark = max(mark, int(msgspec.json.decode(item)["seq"]))
+        return mark
+
     # line files other than the log: terminal events, control ----------------------------------------------
     def _append_line(self, run_id: str, name: str, payload: bytes) -> None:
         """Append one framed line durably, under the lock that serializes this file's writers, after
