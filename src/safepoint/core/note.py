@@ -100,7 +100,8 @@ def recovery_note(
     do_not_repeat = [
         f"{report.entry.tool_name}({report.entry.call_id})"
         for report in recent
-        if report.entry.status in ("succeeded", "failed", "uncertain", "started") and report.entry.idempotency != "idempotent"
+        if report.entry.status in ("succeeded", "failed", "uncertain", "started")
+        and report.entry.idempotency != "idempotent"
     ]
     if do_not_repeat:
         lines.append(f"Do not repeat {', '.join(do_not_repeat)}.")
