@@ -9,6 +9,7 @@ it happens once. A resume either closes the run (the turn that asked for the cal
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import signal
@@ -17,12 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from safepoint.core.doubt import Witnesses, find_doubt
 from safepoint.core.run_view import build_view
 from safepoint.errors import ExitCode
-from safepoint.records import LogRead, LogRecord, Message, RunInfo, ToolCall, ToolLedgerEntry
+from safepoint.records import RECORD_KINDS, LogRead, LogRecord, Message, RunInfo, ToolCall, ToolLedgerEntry
 from tests.conftest import cli_env, safepoint_in_process
 
 RUN = "r"
@@ -70,7 +72,7 @@ def _killed_run(base: Path, call: dict[str, Any]) -> Path:
 
 def _cuts(data: bytes) -> list[int]:
     bounds = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
-    middles = [(a + b) // 2 for a, b in zip(bounds, bounds[1:], strict=False)]
+    middles = [(a + b) // 2 for a, b in itertools.pairwise(bounds)]
     return sorted({*bounds, *middles})
 
 
@@ -126,10 +128,6 @@ def test_the_recovery_note_says_the_log_was_damaged(tmp_path):
 
 # the rule itself, without a disk ---------------------------------------------------------------------------------
 def _record(seq: int, body: Any) -> LogRecord:
-    from safepoint.records import RECORD_KINDS
-
-    import msgspec
-
     return LogRecord(kind=RECORD_KINDS[type(body)], body=msgspec.Raw(msgspec.json.encode(body)), seq=seq, gen=1)
 
 

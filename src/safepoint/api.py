@@ -364,11 +364,15 @@ class Safepoint:
         )
         return Run(session, recovery)
 
-    def nothing_to_resume(self, run_id: str) -> bool:
-        """A completed run with no input queued since: resuming it would do nothing (it stays completed)."""
+    def nothing_to_resume(self, run_id: str, *, replay: Iterable[str] = (), skip: Iterable[str] = ()) -> bool:
+        """A completed run with no input queued since: resuming it would do nothing (it stays completed).
+        ``replay``/``skip``: the decisions a resume would be given, checked first (``ResumeOptionError``, exit 2,
+        when one does not apply: on a finished run none does)."""
+        from safepoint.agent.loop import check_resume_options
         from safepoint.engine.session import load_view
         from safepoint.restart import inbox
 
+        check_resume_options(self.store, run_id, tuple(replay), tuple(skip))
         view = load_view(self.store, run_id)
         return view.status == "completed" and not inbox.pending_submissions(self.store, view)
 

@@ -18,6 +18,8 @@ The tree (the exit code a command ends with, from ``ExitCode``)::
     │   ├── RunLockedError              5  LOCKED    another live process owns the run
     │   └── StaleGenerationError        6  STALE     this process was fenced off by a newer owner
     ├── ResumeError                     1            nothing safe to resume from, or a decision that does not apply
+    │   ├── UnknownReferenceError       2  USAGE     a checkpoint, call or conflict the run does not have
+    │   ├── ResumeOptionError           2  USAGE     --replay/--skip of a call that is not waiting for that decision
     │   └── RecoveryClosedError         9  CLOSED    restart recovery closed the run (an assertion, ReplayForbidden)
     ├── DecisionNeeded                  3  WAITING_DECISION  a call may have taken effect; a person decides
     ├── RunCancelled                   10  CANCELLED the user cancelled the run while it worked
@@ -126,6 +128,13 @@ class ResumeError(SafepointError):
 
 class UnknownReferenceError(ResumeError):
     """A checkpoint, call or conflict path the run does not have: bad input, said with where to look."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ResumeOptionError(ResumeError):
+    """``--replay``/``--skip`` that cannot apply: a call that is not uncertain, both for one call, a finished run.
+    Checked before the run is claimed, so nothing is written."""
 
     exit_code = ExitCode.USAGE
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from safepoint.agent.context import build_context
 from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
-from safepoint.core.resume import last_completed_step
+from safepoint.core.resume import check_decisions, last_completed_step
 from safepoint.engine import actions, failpoints, shutdown
-from safepoint.engine.session import RunSession, holder_id
+from safepoint.engine.session import RunSession, holder_id, load_view
 from safepoint.engine.tools import ToolRegistry
 from safepoint.errors import (
     DecisionNeeded,
@@ -30,6 +30,7 @@ from safepoint.providers.select import provider_for
 from safepoint.records import RunStatus, ToolCall
 from safepoint.restart import approvals, inbox
 from safepoint.restart.checkpoint import loop_state
+from safepoint.restart.doubt import doubt_of
 from safepoint.restart.judge import close_after_restart, judge, report_of
 from safepoint.store.base import Store
 from safepoint.workspace.files import Workspace
@@ -169,6 +170,13 @@ class AgentChildren:
         return child
 
 
+def check_resume_options(store: Store, run_id: str, replay: tuple[str, ...], skip: tuple[str, ...]) -> None:
+    """``--replay``/``--skip`` must name calls waiting for that decision (``ResumeOptionError``, exit 2)."""
+    if replay or skip:
+        view = load_view(store, run_id)
+        check_decisions(view, replay, skip, frozenset(doubt_of(store, view).calls))
+
+
 def resume_session(
     store: Store,
     run_id: str,
@@ -192,6 +200,7 @@ def resume_session(
             f"run {run_id!r} is closed ({owner.terminal_status}, at {owner.terminal_at}); it is never resumed. "
             f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
         )
+    check_resume_options(store, run_id, replay, skip)  # before the claim: a refused option writes nothing
     # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
     claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
     try:

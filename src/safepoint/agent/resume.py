@@ -10,9 +10,17 @@ from safepoint.agent.context import RECOVERY_NOTE
 from safepoint.core.doubt import Doubt, doubted_entry
 from safepoint.core.ledger import NEVER_RAN
 from safepoint.core.note import recovery_note
-from safepoint.core.resume import CallReport, ResumePlan, expected_files, is_internal, plan_resume, recent_calls
+from safepoint.core.resume import (
+    CallReport,
+    ResumePlan,
+    check_decisions,
+    expected_files,
+    is_internal,
+    plan_resume,
+    recent_calls,
+)
 from safepoint.engine.session import RunSession
-from safepoint.errors import ResumeError, ToolFailure, UnknownReferenceError
+from safepoint.errors import ToolFailure
 from safepoint.records import ToolLedgerEntry
 from safepoint.restart.doubt import doubt_of
 
@@ -66,19 +74,8 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
     """Steps 1-3 and 5-6: checkpoint, integrity, workspace, last calls, replay decisions (nothing runs yet)."""
     doubt = doubt_of(session.store, session.view)
     mark_doubt(session, doubt)
+    check_decisions(session.view, replay, skip, frozenset(doubt.calls))
     for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
-        entry = session.ledger.get(call_id)
-        if entry is None:
-            raise UnknownReferenceError(
-                f"call {call_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`"
-            )
-        if entry.status == "uncertain":
-            raise ResumeError(
-                f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "
-                "the model decides whether to call it again"
-            )
-        if entry.status != "started":
-            raise ResumeError(f"call {call_id!r} is {entry.status}, not uncertain: there is nothing to decide")
         session.calls.decide(call_id, choice)
     probes = {}
     for call_id, entry in session.ledger.items():

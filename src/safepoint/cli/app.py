@@ -151,7 +151,7 @@ def resume(
 
     extra = _load_tools(tools)
     sp = _open(store, workspace)
-    if sp.nothing_to_resume(run_id):
+    if sp.nothing_to_resume(run_id, replay=replay or (), skip=skip or ()):
         emit({"run_id": run_id, "status": "completed"}, as_json)  # resuming is idempotent: finished stays finished
         if not as_json:
             out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")

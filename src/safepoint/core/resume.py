@@ -13,6 +13,7 @@ from safepoint.core.doubt import DOUBT_DECISION_REASON, Doubt, assumed_entry, do
 from safepoint.core.ledger import NEVER_RAN, attempts, settle_after_crash
 from safepoint.core.replay import ProbeResult, ReplayDecision, decide_replay
 from safepoint.core.run_view import CheckpointAt, RunView
+from safepoint.errors import ResumeOptionError, UnknownReferenceError
 from safepoint.records import CallDecision, Checkpoint, Message, ToolCall, ToolLedgerEntry
 
 _STEP = re.compile(r"step_(\d+)$")
@@ -118,6 +119,43 @@ def plan_resume(
         doubted=frozenset(doubt.calls)
         | {e.call_id for e in view.ledger_entries if e.decision_reason == DOUBT_DECISION_REASON},
     )
+
+
+_FINISHED_RUN = frozenset({"completed", "closed", "cancelled"})
+
+
+def check_decisions(
+    view: RunView, replay: Sequence[str], skip: Sequence[str], doubted: frozenset[str] = frozenset()
+) -> None:
+    """``--replay``/``--skip`` name calls that wait for exactly that decision, or nothing is done at all: checked
+    on the log before the run is claimed. ``doubted``: calls a damaged log leaves in doubt (they may be decided
+    before the resume that records them so)."""
+    if not replay and not skip:
+        return
+    run_id = view.info.run_id
+    both = sorted(set(replay) & set(skip))
+    if both:
+        raise ResumeOptionError(f"--replay and --skip both name {', '.join(both)}: choose one for each call")
+    if view.status in _FINISHED_RUN:
+        raise ResumeOptionError(
+            f"run {run_id!r} is {view.status}: no call waits for --replay or --skip; see `safepoint explain {run_id}`"
+        )
+    ledger = view.ledger
+    for call_id in [*replay, *skip]:
+        entry = ledger.get(call_id)
+        if entry is None and call_id not in doubted:
+            raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
+        if entry is None or entry.status == "started" or (call_id in doubted and entry.status in NEVER_RAN):
+            continue
+        if entry.status == "uncertain":
+            raise ResumeOptionError(
+                f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "
+                "the model decides whether to call it again"
+            )
+        raise ResumeOptionError(
+            f"call {call_id!r} of run {run_id!r} is {entry.status}, not uncertain: there is nothing to decide; "
+            f"see `safepoint explain {run_id}`"
+        )
 
 
 INTERNAL_TOOLS = frozenset({"rollback_files", "resolve_conflict"})

@@ -31,8 +31,8 @@ from safepoint.protocol import (
     SubtaskStopped,
     SuccessorAccepted,
 )
-from safepoint.restart.doubt import doubt_of
 from safepoint.records import RECORD_KINDS, Claim, LogRecord, RunEvent, RunInfo
+from safepoint.restart.doubt import doubt_of
 from safepoint.store.base import Store
 from safepoint.store.ownership import now
 
