@@ -85,7 +85,7 @@ class Agent:
             while True:
                 inbox.take_controls(session)  # cancel, reset, successor, subtasks that stopped, submissions
                 if shutdown.requested():
-                    raise Interrupted("stopped between steps; the run resumes from here on restart")
+                    raise Interrupted(f"{shutdown.why()}: stopped between steps; the run resumes from here on restart")
                 turn = session.next_turn
                 session.begin_turn(turn)
                 failpoints.hit("before_step")
@@ -118,6 +118,10 @@ class Agent:
                     return "completed"
                 session.restart.write(loop_state(session, turn))
                 for call in calls:
+                    if shutdown.requested():
+                        # A safe point between two calls: those not started stay pending in the restart checkpoint
+                        # and the tool-end checkpoint; the next start runs them.
+                        raise Interrupted(f"{shutdown.why()}: stopped before call {call.call_id}; it runs on restart")
                     if not overrides.allows(call.tool, session):
                         session.runner.refuse(
                             call,

@@ -73,6 +73,11 @@ def recovery_note(
             + ("" if entry.idempotency == "idempotent" else ": do not repeat it unless it is really needed")
             for entry in left
         )
+    if plan.stopped_by:
+        lines.append(
+            f"It had been stopped on purpose ({plan.stopped_by}); a command running at that moment was stopped "
+            "with it, and its result says how it ended."
+        )
     doubted = [r for r in recent if r.entry.call_id in plan.doubted]
     if plan.damage or doubted:
         how = "; ".join(plan.damage) or "found when the run was resumed before"

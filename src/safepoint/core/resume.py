@@ -45,6 +45,7 @@ class ResumePlan:
     damage: tuple[str, ...] = ()  # how the log is known to be damaged: its doubtful calls are uncertain
     lost_calls: tuple[str, ...] = ()  # calls the damaged log lost entirely (what they were is unknown)
     doubted: frozenset[str] = frozenset()  # calls uncertain because the log lost their records (now or before)
+    stopped_by: str = ""  # the run was stopped on purpose (SIGTERM, Ctrl-C): how, as its last event says
 
     @property
     def step(self) -> int:
@@ -114,6 +115,7 @@ def plan_resume(
         calls=calls,
         needs_decision=needs,
         drift=drift,
+        stopped_by=view.events[-1].detail if view.events and view.events[-1].status == "interrupted" else "",
         damage=doubt.reasons,
         lost_calls=doubt.lost,
         doubted=frozenset(doubt.calls)
