@@ -50,6 +50,7 @@ from safepoint.records import (
 )
 from safepoint.results import (
     AgentChanges,
+    Answered,
     CheckpointSummary,
     Committed,
     Compensated,
@@ -627,16 +628,31 @@ class Safepoint:
             )
 
     # the recovery protocol's controls (seed 003): people act on runs they do not own ------------------------------
-    def approve(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
-        """Approve a call waiting for approval; returns the answer's position in the run's control channel."""
+    def approve(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> Answered:
+        """Approve a call waiting for approval. ``attended`` in the result: a live owner runs the call now;
+        otherwise ``next`` says what will (``safepoint resume``, or a daemon serving this store)."""
+        return self._answer(run_id, call_id, approved=True, by=by, reason=reason)
+
+    def deny(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> Answered:
+        """Deny a call waiting for approval: it never runs, and the model is told (now, or when the run goes on)."""
+        return self._answer(run_id, call_id, approved=False, by=by, reason=reason)
+
+    def _answer(self, run_id: str, call_id: str, *, approved: bool, by: str, reason: str) -> Answered:
         from safepoint.restart import control
 
-        return control.answer(self.store, run_id, call_id, approved=True, by=by, reason=reason)
-
-    def deny(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
-        from safepoint.restart import control
-
-        return control.answer(self.store, run_id, call_id, approved=False, by=by, reason=reason)
+        position = control.answer(self.store, run_id, call_id, approved=approved, by=by, reason=reason)
+        attended = control.owner_is_live(self.store, run_id)
+        effect = "runs the call" if approved else "tells the model it was denied"
+        if attended:
+            after = f"the process running run {run_id} {effect} at its next check (within a second)"
+        else:
+            after = (
+                f"nobody is running run {run_id}: `safepoint resume {run_id}` continues it and {effect}, or a "
+                "daemon does if one serves this store"
+            )
+        return Answered(
+            run_id=run_id, call_id=call_id, approved=approved, position=position, attended=attended, next=after
+        )
 
     def submit(
         self,
