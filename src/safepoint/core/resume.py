@@ -138,15 +138,16 @@ def check_decisions(
     both = sorted(set(replay) & set(skip))
     if both:
         raise ResumeOptionError(f"--replay and --skip both name {', '.join(both)}: choose one for each call")
+    ledger = view.ledger
+    for call_id in [*replay, *skip]:
+        if call_id not in ledger and call_id not in doubted:
+            raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
     if view.status in _FINISHED_RUN:
         raise ResumeOptionError(
             f"run {run_id!r} is {view.status}: no call waits for --replay or --skip; see `safepoint explain {run_id}`"
         )
-    ledger = view.ledger
     for call_id in [*replay, *skip]:
         entry = ledger.get(call_id)
-        if entry is None and call_id not in doubted:
-            raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
         if entry is None or entry.status == "started" or (call_id in doubted and entry.status in NEVER_RAN):
             continue
         if entry.status == "uncertain":
