@@ -347,8 +347,10 @@ class Safepoint:
         (seed 003), then plan, settle the interrupted calls and inject the recovery note. ``model``: the model
         the run will continue with (a different one than the interrupted turn's is ``model_switch``).
 
-        Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
-        ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
+        Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told),
+        ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide, and
+        ``ResumeOptionError`` / ``UnknownReferenceError`` (exit code 2, nothing written) when ``replay`` or ``skip``
+        names a call that does not wait for that decision.
         """
         from safepoint.agent.loop import resume_session
 
