@@ -108,3 +108,34 @@ def test_a_second_ctrl_c_kills_a_command_that_ignores_the_first(tmp_path):
     process.send_signal(signal.SIGINT)
     err = _check_stopped(process, ws, marker)
     assert "Ctrl-C again: commands killed" in err
+
+
+def test_an_own_loop_stops_at_its_next_call(tmp_path):
+    """``stop_at_safe_point_on_sigterm`` in an own loop: after Ctrl-C, no call starts; the run resumes later."""
+    import pytest
+
+    import safepoint
+    from safepoint.api import stop_at_safe_point_on_sigterm
+    from safepoint.engine import shutdown
+    from safepoint.errors import Interrupted
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    sp = safepoint.open(workspace=str(tmp_path))
+    try:
+        stop_at_safe_point_on_sigterm()
+        with sp.start("t", run_id="own") as run:
+            assert run.call("write_file", {"path": "one.txt", "content": "1"}, call_id="c1") is not None
+            os.kill(os.getpid(), signal.SIGINT)  # handled: a stop request, not KeyboardInterrupt
+            assert shutdown.requested() and shutdown.why() == "Ctrl-C"
+            with pytest.raises(Interrupted, match="Ctrl-C: stopped before calling write_file"):
+                run.call("write_file", {"path": "two.txt", "content": "2"}, call_id="c2")
+        shutdown.reset()
+        with sp.resume("own") as run:
+            run.call("write_file", {"path": "two.txt", "content": "2"}, call_id="c2")
+    finally:
+        shutdown.reset()
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        sp.close()
+    assert (tmp_path / "two.txt").read_text() == "2"
+    assert [row.call_id for row in sp.ledger("own")] == ["c1", "c2"]

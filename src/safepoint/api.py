@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from safepoint.errors import ConfigError, ResumeError, ToolFailure, ToolRegistrationError
+from safepoint.errors import ConfigError, Interrupted, ResumeError, ToolFailure, ToolRegistrationError
 from safepoint.records import (
     Checkpoint,
     CompensateExternalAction,
@@ -128,6 +128,12 @@ class Run:
         return last_completed_step(at.checkpoint) if at else 0
 
     def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
+        from safepoint.engine import shutdown
+
+        if shutdown.requested():  # a safe point of an own loop: no call starts once a stop was asked for
+            raise Interrupted(
+                f"{shutdown.why()}: stopped before calling {tool}; `safepoint resume {self.run_id}` continues the run"
+            )
         if call_id is None:
             self._auto_ids += 1
             call_id = f"auto_{self.session.step}_{self._auto_ids}"
@@ -708,7 +714,9 @@ def _value_of(result: CallResult) -> Any:
 
 
 def stop_at_safe_point_on_sigterm() -> None:
-    """SIGTERM (and SIGINT) make a running agent stop at its next safe point, keeping its restart checkpoint."""
+    """SIGTERM and Ctrl-C (SIGINT) make a running agent stop at its next safe point, keeping its restart
+    checkpoint: the agent loop between steps and calls, an own loop at its next ``run.call`` (``Interrupted``,
+    exit code 11). Ctrl-C also stops a command running then (its process group), as a terminal would."""
     from safepoint.engine import shutdown
 
     shutdown.install()
