@@ -112,6 +112,9 @@ def test_the_recovery_note_says_the_log_was_damaged(tmp_path):
     lines = data.splitlines(keepends=True)
     assistant = next(i for i, line in enumerate(lines) if b'"call_2"' in line and b'"assistant"' in line)
     log.write_bytes(b"".join(lines[: assistant + 1]))  # the turn is kept, every record of its call is cut off
+    before = json.loads(safepoint_in_process("explain", RUN, "-w", original / "ws", "--json").stdout)
+    assert any("cut off its end" in p["detail"] for p in before["problems"]), before["problems"]
+    assert [c["status"] for c in before["calls"] if c["call_id"] == "call_2"] == ["uncertain"], before["calls"]
     waiting = safepoint_in_process("resume", RUN, "-w", original / "ws")
     assert waiting.returncode == ExitCode.WAITING_DECISION, waiting.stderr
     assert "run_command(call_2)" in waiting.stderr

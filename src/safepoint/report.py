@@ -228,7 +228,14 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
             for d in plan.drift
         ],
         workspace=view.workspace_states[-1] if view.workspace_states else None,
-        problems=[Problem(kind=p.kind, position=p.position, detail=p.detail) for p in view.problems],
+        problems=[Problem(kind=p.kind, position=p.position, detail=p.detail) for p in view.problems]
+        # What only the records beside the log show (a hole, or a torn end, is reported above already).
+        + [
+            Problem(kind="gap", position=view.last_seq, detail=f"found by cross-checking the ledger: {reason}")
+            for reason in plan.damage
+            if not reason.startswith("record")
+            and not (reason.startswith("the log ends") and any(p.kind == "torn" for p in view.problems))
+        ],
         recovery=recovery_report(store, view),
     )
 

@@ -3,8 +3,8 @@
 A log cut at a record boundary looks whole on its own, and a call whose ``started`` was cut off looks as if it
 never ran: resume would run it again. So the ledger is never the only witness. The records beside it say what it
 once held: the store's mark of the last durable record, the trace, the approvals a person gave, the restart
-checkpoint's pending calls; and inside the log, the assistant messages that asked for calls and the holes in its
-sequence. When any of them shows the log lost records, every call they name whose ledger record is missing or
+checkpoint's pending calls; and inside the log, the assistant messages that asked for calls, the before-states of
+the files they write, and the holes in its sequence. When any of them shows the log lost records, every call they name whose ledger record is missing or
 behind ``started`` is treated as ``uncertain``: it may have run. Never as not started; it is re-run only when its
 policy allows re-running after doubt, or a person says so.
 
@@ -64,8 +64,8 @@ def find_doubt(view: RunView, witnesses: Witnesses) -> Doubt:
     tail_lost = witnesses.log_mark > view.last_seq
     if tail_lost:
         reasons.append(
-            f"record {witnesses.log_mark} was durable but the log now ends at record {view.last_seq}: "
-            "records were cut off its end"
+            f"the log ends at record {view.last_seq} but record {witnesses.log_mark} was durable: records were cut "
+            "off its end"
         )
     reasons += [
         f"record {a} is missing or unreadable" if a == b else f"records {a}..{b} are missing or unreadable"
@@ -90,7 +90,14 @@ def find_doubt(view: RunView, witnesses: Witnesses) -> Doubt:
         """Could a record of the call written after ``seq`` (its ``started``) be among the lost ones?"""
         return tail_lost or last_hole > seq
 
-    named = [*ledger, *asked, *sorted(witnesses.traced), *sorted(witnesses.approved), *witnesses.pending]
+    named = [
+        *ledger,
+        *asked,
+        *view.befores,  # a file tool's before-state is written with its planned record: it names the call too
+        *sorted(witnesses.traced),
+        *sorted(witnesses.approved),
+        *witnesses.pending,
+    ]
     calls: dict[str, tuple[ToolCall, str]] = {}
     lost: list[str] = []
     for call_id in dict.fromkeys(named):
