@@ -50,8 +50,11 @@ def _asked(view: RunView) -> dict[str, tuple[ToolCall, int, str]]:
     """Every call an assistant message asked for, on any branch: call id -> (call, log seq, step id)."""
     steps = sorted((at.seq, at.checkpoint.step) for at in view.checkpoints)
     asked: dict[str, tuple[ToolCall, int, str]] = {}
+    step, index = 1, 0
     for seq, message in sorted(view.message_records.items()):
-        step = max((s for at, s in steps if at < seq), default=0) or 1
+        while index < len(steps) and steps[index][0] < seq:  # one walk over both: linear in the log
+            step = steps[index][1] or 1
+            index += 1
         for call in message.tool_calls:
             asked.setdefault(call.call_id, (call, seq, f"step_{step}"))
     return asked

@@ -52,6 +52,8 @@ def restart_pending(store: Store, run_id: str) -> tuple[str, ...]:
 def traced_calls(store: Store, run_id: str) -> frozenset[str]:
     found: set[str] = set()
     for line in store.read_trace(run_id):
+        if b'"tool_' not in line:
+            continue  # most of the trace is checkpoints and file events: not decoded
         with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
             event = _trace_decoder.decode(line)
             call_id = event.data.get("call_id")
@@ -72,9 +74,13 @@ def answered_calls(store: Store, run_id: str) -> frozenset[str]:
 
 
 def witnesses(store: Store, run_id: str) -> Witnesses:
+    mark = store.log_mark(run_id)
     return Witnesses(
-        log_mark=store.log_mark(run_id),
-        traced=traced_calls(store, run_id),
+        log_mark=mark,
+        # Every `started` is written with a checkpoint after it, so a store that keeps a mark of its last durable
+        # checkpoint sees any cut that lost one; the trace (a third of a resume's reading on a long run) is read
+        # only where no mark is kept.
+        traced=traced_calls(store, run_id) if mark == 0 else frozenset(),
         approved=answered_calls(store, run_id),
         pending=restart_pending(store, run_id),
     )
