@@ -4,9 +4,11 @@ A log cut at a record boundary looks whole on its own, and a call whose ``starte
 never ran: resume would run it again. So the ledger is never the only witness. The records beside it say what it
 once held: the store's mark of the last durable record, the trace, the approvals a person gave, the restart
 checkpoint's pending calls; and inside the log, the assistant messages that asked for calls, the before-states of
-the files they write, and the holes in its sequence. When any of them shows the log lost records, every call they name whose ledger record is missing or
-behind ``started`` is treated as ``uncertain``: it may have run. Never as not started; it is re-run only when its
-policy allows re-running after doubt, or a person says so.
+the files they write, and the holes in its sequence. When any of them shows the log lost records, every call
+they name whose ledger record is missing or behind ``started`` is treated as ``uncertain``: it may have run.
+Never as not started; it is re-run only when its policy allows re-running after doubt, or a person says so.
+A store's mark is the last checkpoint it indexed after an fsync: every ``started`` is written with a checkpoint
+after it, so a cut that lost one leaves the log ending before the mark.
 
 Pure: the runtime gathers the witnesses (``restart.doubt``); this module judges them.
 """
