@@ -111,6 +111,8 @@ def find_doubt(view: RunView, witnesses: Witnesses) -> Doubt:
         entry = ledger.get(call_id)
         if entry is not None and entry.compensates is not None:
             continue  # safepoint's own calls are settled by the commands that made them
+        if entry is None and call_id in view.abandoned:
+            continue  # asked for on a branch a restore_session left behind: never to run on this one
         witnessed = call_id in witnesses.traced or (entry is None and call_id in witnesses.approved)
         if entry is not None:
             suspect = lost_after(view.ledger_seqs.get(call_id, 0))
