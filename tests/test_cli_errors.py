@@ -32,6 +32,12 @@ def ran(tmp_path):
         (["compensate", "r", "nope"], "safepoint ledger"),
         (["approve", "r", "nope"], "safepoint ledger"),
         (["resolve", "r", "nothing.txt", "--keep-user"], "safepoint conflicts"),
+        (["rollback", "r", "--to", "ckpt_nope", "--dry-run"], "safepoint checkpoints"),
+        (["restore", "r", "--to", "ckpt_nope", "--with-files"], "safepoint checkpoints"),
+        (["compensate", "r", "nope", "--assume-done"], "safepoint ledger"),
+        (["deny", "r", "nope"], "safepoint ledger"),
+        (["resume", "r", "--replay", "nope"], "safepoint ledger"),
+        (["resume", "r", "--skip", "nope"], "safepoint ledger"),
     ],
 )
 def test_an_unknown_checkpoint_call_or_conflict_exits_2_in_one_line(ran, args, said):

@@ -317,7 +317,8 @@ def test_resuming_a_cancelled_run_leaves_it_cancelled(tmp_path: Path) -> None:
     assert view.status == "cancelled" and len(view.recoveries) == 1
     assert terminal_reasons(cli, "r") == ["user_cancelled"]
     status = json.loads(cli("status", "r", "--json").stdout)
-    assert status["status"] == "cancelled" and status["terminal_status"] == CANCELLED_STATUS
+    # The record keeps "Cancelled by the user."; status shows who cancelled and when (issue 9 §4).
+    assert status["status"] == "cancelled" and status["terminal_status"].startswith("cancelled by user at ")
     assert cli.sent() == 0
 
 

@@ -52,3 +52,30 @@ json_values = st.recursive(
 def test_deeper_than_agrees_with_a_recursive_count(value, limit):
     assert deeper_than(value, limit) == (_depth(value) > limit)
     assert json.loads(json.dumps(value)) == value
+
+
+# the same through the CLI: one line on stderr, exit 2, no RecursionError and no run created ----------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"task": "t", "turns": ' + "[" * 50_000 + "]" * 50_000 + "}",  # deep where turns are
+        "[" * 50_000 + "]" * 50_000,  # a deep file that is no scenario at all
+        '{"task": "t", "turns": [{"text": "x", "expect_in_context": ' + "[" * 50_000 + "]" * 50_000 + "}]}",
+        _scenario(_nested(5_000)).decode(),  # deep tool arguments
+        '{"task": "t", "turns": [{"text": "x"}], "model_config": ' + '{"a": ' * 5_000 + "1" + "}" * 5_000 + "}",
+    ],
+    ids=["turns", "top", "expect_in_context", "arguments", "model_config"],
+)
+def test_a_deep_scenario_file_is_one_line_through_the_cli(tmp_path, text):
+    from safepoint.errors import ExitCode
+
+    from .conftest import safepoint_in_process
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "deep.json").write_text(text)
+    done = safepoint_in_process("run", tmp_path / "deep.json", "-w", ws, "--run-id", "r")
+    assert done.returncode == ExitCode.USAGE, (done.returncode, done.stderr[-500:])
+    assert done.stderr.count("\n") == 1 and "deep.json" in done.stderr, done.stderr[-500:]
+    assert "Recursion" not in done.stderr and "Traceback" not in done.stderr
+    assert safepoint_in_process("status", "-w", ws, "--json").stdout.strip() == "[]", "a run was created"

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from safepoint.errors import ConfigError, ResumeError, ToolFailure, ToolRegistrationError
+from safepoint.errors import ConfigError, Interrupted, ResumeError, ToolFailure, ToolRegistrationError
 from safepoint.records import (
     CompensateExternalAction,
     ConflictResolution,
@@ -48,6 +48,7 @@ from safepoint.records import (
 )
 from safepoint.results import (
     AgentChanges,
+    Answered,
     CheckpointSummary,
     Committed,
     Compensated,
@@ -126,6 +127,12 @@ class Run:
         return last_completed_step(at.checkpoint) if at else 0
 
     def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
+        from safepoint.engine import shutdown
+
+        if shutdown.requested():  # a safe point of an own loop: no call starts once a stop was asked for
+            raise Interrupted(
+                f"{shutdown.why()}: stopped before calling {tool}; `safepoint resume {self.run_id}` continues the run"
+            )
         if call_id is None:
             self._auto_ids += 1
             call_id = f"auto_{self.session.step}_{self._auto_ids}"
@@ -347,8 +354,10 @@ class Safepoint:
         (seed 003), then plan, settle the interrupted calls and inject the recovery note. ``model``: the model
         the run will continue with (a different one than the interrupted turn's is ``model_switch``).
 
-        Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told), and
-        ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide.
+        Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told),
+        ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide, and
+        ``ResumeOptionError`` / ``UnknownReferenceError`` (exit code 2, nothing written) when ``replay`` or ``skip``
+        names a call that does not wait for that decision.
         """
         from safepoint.agent.loop import resume_session
 
@@ -365,11 +374,15 @@ class Safepoint:
         )
         return Run(session, recovery)
 
-    def nothing_to_resume(self, run_id: str) -> bool:
-        """A completed run with no input queued since: resuming it would do nothing (it stays completed)."""
+    def nothing_to_resume(self, run_id: str, *, replay: Iterable[str] = (), skip: Iterable[str] = ()) -> bool:
+        """A completed run with no input queued since: resuming it would do nothing (it stays completed).
+        ``replay``/``skip``: the decisions a resume would be given, checked first (``ResumeOptionError``, exit 2,
+        when one does not apply: on a finished run none does)."""
+        from safepoint.agent.loop import check_resume_options
         from safepoint.engine.session import load_view
         from safepoint.restart import inbox
 
+        check_resume_options(self.store, run_id, tuple(replay), tuple(skip))
         view = load_view(self.store, run_id)
         return view.status == "completed" and not inbox.pending_submissions(self.store, view)
 
@@ -658,16 +671,31 @@ class Safepoint:
             )
 
     # the recovery protocol's controls (seed 003): people act on runs they do not own ------------------------------
-    def approve(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
-        """Approve a call waiting for approval; returns the answer's position in the run's control channel."""
+    def approve(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> Answered:
+        """Approve a call waiting for approval. ``attended`` in the result: a live owner runs the call now;
+        otherwise ``next`` says what will (``safepoint resume``, or a daemon serving this store)."""
+        return self._answer(run_id, call_id, approved=True, by=by, reason=reason)
+
+    def deny(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> Answered:
+        """Deny a call waiting for approval: it never runs, and the model is told (now, or when the run goes on)."""
+        return self._answer(run_id, call_id, approved=False, by=by, reason=reason)
+
+    def _answer(self, run_id: str, call_id: str, *, approved: bool, by: str, reason: str) -> Answered:
         from safepoint.restart import control
 
-        return control.answer(self.store, run_id, call_id, approved=True, by=by, reason=reason)
-
-    def deny(self, run_id: str, call_id: str, *, by: str = "user", reason: str = "") -> int:
-        from safepoint.restart import control
-
-        return control.answer(self.store, run_id, call_id, approved=False, by=by, reason=reason)
+        position = control.answer(self.store, run_id, call_id, approved=approved, by=by, reason=reason)
+        attended = control.owner_is_live(self.store, run_id)
+        effect = "runs the call" if approved else "tells the model it was denied"
+        if attended:
+            after = f"the process running run {run_id} {effect} at its next check (within a second)"
+        else:
+            after = (
+                f"nobody is running run {run_id}: `safepoint resume {run_id}` continues it and {effect}, or a "
+                "daemon does if one serves this store"
+            )
+        return Answered(
+            run_id=run_id, call_id=call_id, approved=approved, position=position, attended=attended, next=after
+        )
 
     def submit(
         self,
@@ -721,7 +749,9 @@ def _value_of(result: CallResult) -> Any:
 
 
 def stop_at_safe_point_on_sigterm() -> None:
-    """SIGTERM (and SIGINT) make a running agent stop at its next safe point, keeping its restart checkpoint."""
+    """SIGTERM and Ctrl-C (SIGINT) make a running agent stop at its next safe point, keeping its restart
+    checkpoint: the agent loop between steps and calls, an own loop at its next ``run.call`` (``Interrupted``,
+    exit code 11). Ctrl-C also stops a command running then (its process group), as a terminal would."""
     from safepoint.engine import shutdown
 
     shutdown.install()

@@ -18,11 +18,13 @@ The tree (the exit code a command ends with, from ``ExitCode``)::
     │   ├── RunLockedError              5  LOCKED    another live process owns the run
     │   └── StaleGenerationError        6  STALE     this process was fenced off by a newer owner
     ├── ResumeError                     1            nothing safe to resume from, or a decision that does not apply
+    │   ├── UnknownReferenceError       2  USAGE     a checkpoint, call or conflict the run does not have
+    │   ├── ResumeOptionError           2  USAGE     --replay/--skip of a call that is not waiting for that decision
     │   └── RecoveryClosedError         9  CLOSED    restart recovery closed the run (an assertion, ReplayForbidden)
     ├── DecisionNeeded                  3  WAITING_DECISION  a call may have taken effect; a person decides
     ├── RunCancelled                   10  CANCELLED the user cancelled the run while it worked
     ├── WorkVoided                      1            a context reset or a successor voided the work in flight
-    ├── Interrupted                    11  INTERRUPTED  SIGTERM: stopped at a safe point, restart checkpoint kept
+    ├── Interrupted                    11  INTERRUPTED  SIGTERM or Ctrl-C: stopped at a safe point, checkpoint kept
     ├── LedgerTransitionError           1            a status change the ledger forbids (a bug, never user input)
     ├── ProviderError                   8  PROVIDER  the model server failed or refused the request
     └── ToolFailure                     1            a tool reported failure (recorded in the ledger as ``failed``)
@@ -55,7 +57,7 @@ class ExitCode(enum.IntEnum):
     PROVIDER = 8
     CLOSED = 9  # restart recovery closed the run instead of resuming it
     CANCELLED = 10
-    INTERRUPTED = 11  # SIGTERM: stopped at a safe point; the next start resumes
+    INTERRUPTED = 11  # SIGTERM or Ctrl-C: stopped at a safe point; the next start resumes
 
 
 class SafepointError(Exception):
@@ -130,6 +132,13 @@ class UnknownReferenceError(ResumeError):
     exit_code = ExitCode.USAGE
 
 
+class ResumeOptionError(ResumeError):
+    """``--replay``/``--skip`` that cannot apply: a call that is not uncertain, both for one call, a finished run.
+    Checked before the run is claimed, so nothing is written."""
+
+    exit_code = ExitCode.USAGE
+
+
 class RecoveryClosedError(ResumeError):
     """Restart recovery did not resume the run; it was closed and its parent (if any) told."""
 
@@ -164,7 +173,7 @@ class WorkVoided(SafepointError):
 
 
 class Interrupted(SafepointError):
-    """The process was asked to stop (SIGTERM): it stops at a safe point and leaves the restart checkpoint."""
+    """The process was asked to stop (SIGTERM, Ctrl-C): it stops at a safe point and leaves the restart checkpoint."""
 
     exit_code = ExitCode.INTERRUPTED
 

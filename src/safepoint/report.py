@@ -53,14 +53,34 @@ def effective_status(store: Store, view: RunView) -> str:
     return "running"
 
 
+def ended_by_person(store: Store, view: RunView) -> tuple[str, str, str] | None:
+    """(status shown, what the person did, reason) for a run closed because a person cancelled it or reset its
+    context, whether its owner acted on it or a restart recovery did (no owner ran it): the records keep the seed's
+    terminal status and reason verbatim; what is shown says what happened ("cancelled by USER at ...")."""
+    from safepoint.protocol import CancelRequest, ContextResetRequest
+    from safepoint.restart.judge import BY_A_PERSON, ancestor_stream_cancel, controls, person_detail
+
+    closed = next((r for r in reversed(view.recoveries) if r.action == "closed"), None)
+    if closed is None or not isinstance(closed.disposition, ReplayForbidden):
+        return None
+    reason = closed.disposition.reason
+    if reason not in BY_A_PERSON:
+        return None
+    kind = ContextResetRequest if reason == "context_reset" else CancelRequest
+    found = [r for _, r in controls(store, view.info.run_id) if isinstance(r, kind)]
+    request = found[-1] if found else (ancestor_stream_cancel(store, view.info) if kind is CancelRequest else None)
+    return BY_A_PERSON[reason], person_detail(request) if request is not None else closed.detail, reason
+
+
 def status_row(store: Store, run_id: str) -> RunSummary:
     view = load_view(store, run_id)
     last = view.latest_complete_checkpoint()
     owner = store.owner(run_id)
+    person = ended_by_person(store, view) if owner is not None and owner.terminal_at is not None else None
     return RunSummary(
         run_id=run_id,
-        status=effective_status(store, view),
-        terminal_status=owner.terminal_status if owner else None,
+        status=person[0] if person else effective_status(store, view),
+        terminal_status=person[1] if person else owner.terminal_status if owner else None,
         parent=view.info.parent_run_id,
         task=view.info.task,
         step=last.checkpoint.step if last else 0,
@@ -130,6 +150,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
     from safepoint.engine.builtin import builtin_registry
     from safepoint.engine.file_changes import NOT_KEPT
     from safepoint.engine.session import RunSession
+    from safepoint.restart.doubt import doubt_of
     from safepoint.workspace.files import Workspace
 
     view = load_view(store, run_id)
@@ -145,14 +166,16 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
                 found = reader.probe(entry)
                 if found is not None:
                     probes[call_id] = found
-    plan = plan_resume(view, workspace_hashes=hashes, probes=probes)
+    plan = plan_resume(view, workspace_hashes=hashes, probes=probes, doubt=doubt_of(store, view))
     at = plan.resume_from
     files: dict[str, list[str]] = {}
     for patch in view.patches:
         files.setdefault(patch.tool_call_id, []).append(patch.path)
+    person = ended_by_person(store, view)
+    closed = view.status in ("closed", "cancelled")
     return Explanation(
         run_id=run_id,
-        status=effective_status(store, view),
+        status=person[0] if person else effective_status(store, view),
         task=view.info.task,
         resume_from=ResumePoint(
             checkpoint_id=at.checkpoint.checkpoint_id if at else None,
@@ -172,7 +195,12 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
                 side_effects=list(r.entry.side_effects),
                 replayable=r.decision.replayable,
                 action=r.decision.action,
-                why=r.decision.why,
+                why=r.decision.why
+                + (
+                    "; the run is closed: it is never resumed"
+                    if closed and r.entry.status in ("started", "uncertain")
+                    else ""
+                ),
                 files=files.get(r.entry.call_id, []),
                 not_captured=not_captured(r.entry.tool_name, r.entry.side_effects),
             )
@@ -189,7 +217,9 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
             for p in view.patches
             if p.patch_ref == NOT_KEPT
         ],
-        needs_decision=[
+        needs_decision=[]  # a closed run is never resumed: nobody is asked to decide for it
+        if closed
+        else [
             DecisionWanted(call_id=r.entry.call_id, tool=r.entry.tool_name, why=r.decision.why)
             for r in plan.needs_decision
         ],
@@ -198,7 +228,14 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
             for d in plan.drift
         ],
         workspace=view.workspace_states[-1] if view.workspace_states else None,
-        problems=[Problem(kind=p.kind, position=p.position, detail=p.detail) for p in view.problems],
+        problems=[Problem(kind=p.kind, position=p.position, detail=p.detail) for p in view.problems]
+        # What only the records beside the log show (a hole, or a torn end, is reported above already).
+        + [
+            Problem(kind="gap", position=view.last_seq, detail=f"found by cross-checking the ledger: {reason}")
+            for reason in plan.damage
+            if not reason.startswith("record")
+            and not (reason.startswith("the log ends") and any(p.kind == "torn" for p in view.problems))
+        ],
         recovery=recovery_report(store, view),
     )
 
@@ -227,6 +264,14 @@ def recovery_report(store: Store, view: RunView, depth: int = 0) -> RecoveryView
                 execution_config=to_plain(verdict.config),
             )
     closed = owner is not None and owner.terminal_status == TERMINAL_STATUS_RESTART
+    person = ended_by_person(store, view) if owner is not None and owner.terminal_at is not None else None
+    prompt = SELF_HEALING_PROMPT if closed else None
+    terminal = owner.terminal_status if owner else None
+    if person is not None:
+        from safepoint.restart.judge import stop_prompt
+
+        prompt = stop_prompt(person[2], person[1])  # what the parent was told: a person's act, not a restart
+        terminal = f"{person[1]} (recorded as: {terminal})"
     disposition = verdict.disposition
     return RecoveryView(
         recovery_owner=OwnerView(
@@ -237,7 +282,7 @@ def recovery_report(store: Store, view: RunView, depth: int = 0) -> RecoveryView
             message_id=owner.message_id,
             active_at=owner.active_at,
             terminal_at=owner.terminal_at,
-            terminal_status=owner.terminal_status,
+            terminal_status=terminal,
             heartbeat_at=owner.heartbeat_at,
         )
         if owner
@@ -252,7 +297,7 @@ def recovery_report(store: Store, view: RunView, depth: int = 0) -> RecoveryView
         ),
         recoveries=list(view.recoveries),
         terminal_events=list(store.terminal_events(run_id)),
-        self_healing_prompt=SELF_HEALING_PROMPT if closed else None,
+        self_healing_prompt=prompt,
         subagents=[_child(store, spawned.child_run_id, spawned.call_id, depth) for spawned in view.spawned.values()],
     )
 

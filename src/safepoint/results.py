@@ -135,6 +135,18 @@ class Submitted(msgspec.Struct, frozen=True, kw_only=True):
     position: int
 
 
+class Answered(msgspec.Struct, frozen=True, kw_only=True):
+    """``approve``/``deny``: the answer's position in the run's control channel, whether a live owner runs the
+    run now (``attended``: it acts on the answer at once), and what acts on it otherwise (``next``, in words)."""
+
+    run_id: str
+    call_id: str
+    approved: bool
+    position: int
+    attended: bool
+    next: str
+
+
 class Compensated(msgspec.Struct, frozen=True, kw_only=True):
     """A compensator ran for ``compensated`` (the ledger entry); ``result`` is its observation."""
 
@@ -302,6 +314,7 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 __all__ = [
     "AgentChanges",
+    "Answered",
     "CallReport",
     "CheckpointSummary",
     "Committed",

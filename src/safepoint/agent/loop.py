@@ -12,9 +12,9 @@ from collections.abc import Callable
 from safepoint.agent.context import build_context
 from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
-from safepoint.core.resume import last_completed_step, model_call_id
+from safepoint.core.resume import check_decisions, last_completed_step, model_call_id
 from safepoint.engine import actions, failpoints, shutdown
-from safepoint.engine.session import RunSession, holder_id
+from safepoint.engine.session import RunSession, holder_id, load_view
 from safepoint.engine.tools import ToolRegistry
 from safepoint.errors import (
     DecisionNeeded,
@@ -30,6 +30,7 @@ from safepoint.providers.select import provider_for
 from safepoint.records import RunStatus, ToolCall
 from safepoint.restart import approvals, inbox
 from safepoint.restart.checkpoint import loop_state
+from safepoint.restart.doubt import doubt_of
 from safepoint.restart.judge import close_after_restart, judge, report_of
 from safepoint.store.base import Store
 from safepoint.workspace.files import Workspace
@@ -84,7 +85,7 @@ class Agent:
             while True:
                 inbox.take_controls(session)  # cancel, reset, successor, subtasks that stopped, submissions
                 if shutdown.requested():
-                    raise Interrupted("stopped between steps; the run resumes from here on restart")
+                    raise Interrupted(f"{shutdown.why()}: stopped between steps; the run resumes from here on restart")
                 turn = session.next_turn
                 session.begin_turn(turn)
                 failpoints.hit("before_step")
@@ -117,6 +118,10 @@ class Agent:
                     return "completed"
                 session.restart.write(loop_state(session, turn))
                 for call in calls:
+                    if shutdown.requested():
+                        # A safe point between two calls: those not started stay pending in the restart checkpoint
+                        # and the tool-end checkpoint; the next start runs them.
+                        raise Interrupted(f"{shutdown.why()}: stopped before call {call.call_id}; it runs on restart")
                     if not overrides.allows(call.tool, session):
                         session.runner.refuse(
                             call,
@@ -171,6 +176,13 @@ class AgentChildren:
         return child
 
 
+def check_resume_options(store: Store, run_id: str, replay: tuple[str, ...], skip: tuple[str, ...]) -> None:
+    """``--replay``/``--skip`` must name calls waiting for that decision (``ResumeOptionError``, exit 2)."""
+    if replay or skip:
+        view = load_view(store, run_id)
+        check_decisions(view, replay, skip, frozenset(doubt_of(store, view).calls))
+
+
 def resume_session(
     store: Store,
     run_id: str,
@@ -194,6 +206,7 @@ def resume_session(
             f"run {run_id!r} is closed ({owner.terminal_status}, at {owner.terminal_at}); it is never resumed. "
             f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
         )
+    check_resume_options(store, run_id, replay, skip)  # before the claim: a refused option writes nothing
     # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
     claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
     try:

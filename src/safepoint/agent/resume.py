@@ -7,11 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from safepoint.agent.context import RECOVERY_NOTE
+from safepoint.core.doubt import Doubt, doubted_entry
+from safepoint.core.ledger import NEVER_RAN
 from safepoint.core.note import recovery_note
-from safepoint.core.resume import CallReport, ResumePlan, expected_files, plan_resume, recent_calls
+from safepoint.core.resume import (
+    CallReport,
+    ResumePlan,
+    check_decisions,
+    expected_files,
+    is_internal,
+    plan_resume,
+    recent_calls,
+)
 from safepoint.engine.session import RunSession
-from safepoint.errors import ResumeError, ToolFailure, UnknownReferenceError
+from safepoint.errors import ToolFailure
 from safepoint.records import ToolLedgerEntry
+from safepoint.restart.doubt import doubt_of
 
 
 def _left_behind(session: RunSession) -> list[ToolLedgerEntry]:
@@ -38,21 +49,33 @@ def workspace_hashes(session: RunSession) -> dict[str, str | None]:
     return hashes
 
 
-def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> ResumePlan:
-    """Steps 1-3 and 5-6: checkpoint, integrity, workspace, last calls, replay decisions (nothing runs yet)."""
-    for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
+def mark_doubt(session: RunSession, doubt: Doubt) -> None:
+    """Record, durably, the calls a damaged log no longer accounts for as ``started``: they may have run. From
+    there the ordinary rules settle them (``uncertain``; re-run only if their policy allows it, or a person says
+    so), here and whenever the model asks for the same call again. A call the ledger lost entirely is classified
+    by its tool first; one whose tool is not registered stays out of the ledger (the runner refuses it)."""
+    marked: list[ToolLedgerEntry] = []
+    for call_id, (call, step_id) in doubt.calls.items():
         entry = session.ledger.get(call_id)
         if entry is None:
-            raise UnknownReferenceError(
-                f"call {call_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`"
-            )
-        if entry.status == "uncertain":
-            raise ResumeError(
-                f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "
-                "the model decides whether to call it again"
-            )
-        if entry.status != "started":
-            raise ResumeError(f"call {call_id!r} is {entry.status}, not uncertain: there is nothing to decide")
+            if call.tool not in session.registry:
+                continue
+            entry = session.calls.plan(session.registry.get(call.tool), call, step_id, call.args)
+            marked.append(entry)
+        if entry.status in NEVER_RAN and not is_internal(entry):
+            marked.append(session.calls.record(doubted_entry(entry)))
+    if marked:
+        session.view.ledger_entries.extend(marked)  # the plan below reads the view: it must see them too
+        session.commit()
+        session.trace("ledger_damaged", calls=[e.call_id for e in marked if e.status == "started"])
+
+
+def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> ResumePlan:
+    """Steps 1-3 and 5-6: checkpoint, integrity, workspace, last calls, replay decisions (nothing runs yet)."""
+    doubt = doubt_of(session.store, session.view)
+    mark_doubt(session, doubt)
+    check_decisions(session.view, replay, skip, frozenset(doubt.calls))
+    for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
         session.calls.decide(call_id, choice)
     probes = {}
     for call_id, entry in session.ledger.items():
@@ -67,6 +90,7 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
         },
         probes=probes,
         workspace_hashes=workspace_hashes(session),
+        doubt=doubt,
     )
 
 

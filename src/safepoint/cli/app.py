@@ -76,6 +76,15 @@ ApprovalOpt = Annotated[
 ]
 
 
+def _stopped(run_id: str, status: str) -> None:
+    """A run stopped by SIGTERM or Ctrl-C says so, and what continues it (on stderr: --json stays clean)."""
+    if status == "interrupted":
+        sys.stderr.write(
+            f"safepoint: run {run_id} stopped at a safe point (SIGTERM or Ctrl-C); "
+            f"`safepoint resume {run_id}` continues it\n"
+        )
+
+
 @app.command()
 def run(
     scenario: Annotated[str | None, typer.Argument(help="Scenario JSON file for the scripted model.")] = None,
@@ -104,6 +113,7 @@ def run(
 
     if approval not in ("none", "high"):
         raise ConfigError(f"--approval {approval!r}: choose 'none' or 'high'")
+    stop_at_safe_point_on_sigterm()  # SIGTERM or Ctrl-C: stop at the next safe point, keep the restart checkpoint
     extra = _load_tools(tools)
     sp = _open(store, workspace)
     options: dict[str, Any] = {
@@ -126,9 +136,9 @@ def run(
         handle = sp.start(task, model=model, provider=config, **options)
     if not as_json:
         out.print(f"run id: {handle.run_id}")
-    stop_at_safe_point_on_sigterm()  # SIGTERM: stop at the next safe point, leave the restart checkpoint
     with handle:
         status = sp.run_agent(handle, output=_shown(as_json))  # the run's own model: its scenario or server
+    _stopped(handle.run_id, status)
     _finish(handle, status, as_json)
 
 
@@ -149,9 +159,10 @@ def resume(
     """Resume a run after a crash or restart: recovery checks first, then from its latest complete checkpoint."""
     from safepoint.api import stop_at_safe_point_on_sigterm
 
+    stop_at_safe_point_on_sigterm()
     extra = _load_tools(tools)
     sp = _open(store, workspace)
-    if sp.nothing_to_resume(run_id):
+    if sp.nothing_to_resume(run_id, replay=replay or (), skip=skip or ()):
         emit({"run_id": run_id, "status": "completed"}, as_json)  # resuming is idempotent: finished stays finished
         if not as_json:
             out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")
@@ -177,9 +188,9 @@ def resume(
         from safepoint.cli import render
 
         out.print(render.note_panel(handle.recovery_note))
-    stop_at_safe_point_on_sigterm()
     with handle:
         status = sp.run_agent(handle, provider, system=prompt, output=_shown(as_json))
+    _stopped(handle.run_id, status)
     _finish(handle, status, as_json)
 
 

@@ -24,10 +24,10 @@ def register(app: typer.Typer, out: Out) -> None:
         as_json: bool,
     ) -> None:
         tm = open_safepoint_at(store, workspace)
-        position = (tm.approve if approved else tm.deny)(run_id, call_id, by=by, reason=reason)
-        emit({"run_id": run_id, "call_id": call_id, "approved": approved, "position": position}, as_json)
+        answered = (tm.approve if approved else tm.deny)(run_id, call_id, by=by, reason=reason)
+        emit(answered, as_json)
         if not as_json:
-            out.print(f"run {run_id}: call {call_id} {'approved' if approved else 'denied'}")
+            out.print(f"run {run_id}: call {call_id} {'approved' if approved else 'denied'}; {answered.next}")
 
     @app.command()
     def approve(

@@ -73,6 +73,18 @@ def recovery_note(
             + ("" if entry.idempotency == "idempotent" else ": do not repeat it unless it is really needed")
             for entry in left
         )
+    if plan.stopped_by:
+        lines.append(
+            f"It had been stopped on purpose ({plan.stopped_by}); a command running at that moment was stopped "
+            "with it, and its result says how it ended."
+        )
+    doubted = [r for r in recent if r.entry.call_id in plan.doubted]
+    if plan.damage or doubted:
+        how = "; ".join(plan.damage) or "found when the run was resumed before"
+        lines.append(
+            f"The run's log was damaged ({how}). Calls it no longer accounts for are treated as uncertain: they "
+            "may have run. Check their effects before repeating any of them."
+        )
     if plan.resume_from is not None:
         checkpoint = plan.resume_from.checkpoint
         lines.append(f"Checkpoint: {checkpoint.checkpoint_id} ({checkpoint.kind}).")
@@ -82,11 +94,19 @@ def recovery_note(
         lines.append("No complete checkpoint was found; the run restarts from its first step.")
     if recent:
         lines.append("What the tool calls around the interruption did:")
-        lines.extend(_line(report, _outcome(report, summaries)) for report in recent)
+        lines.extend(
+            _line(
+                report,
+                ("its record was lost from the damaged log; " if report.entry.call_id in plan.doubted else "")
+                + _outcome(report, summaries),
+            )
+            for report in recent
+        )
     do_not_repeat = [
         f"{report.entry.tool_name}({report.entry.call_id})"
         for report in recent
-        if report.entry.status in ("succeeded", "failed", "uncertain") and report.entry.idempotency != "idempotent"
+        if report.entry.status in ("succeeded", "failed", "uncertain", "started")
+        and report.entry.idempotency != "idempotent"
     ]
     if do_not_repeat:
         lines.append(f"Do not repeat {', '.join(do_not_repeat)}.")

@@ -61,6 +61,7 @@ class RestartFacts:
     owner: OwnerState | None
     run_exists: bool = True
     conversation_len: int = 0  # messages in the log's history now
+    lost_calls: tuple[str, ...] = ()  # pending calls a damaged log lost with the turn that asked for them
     assistant_turns: frozenset[int] = frozenset()  # turns whose assistant message is in the history
     context_epoch: int = 0  # rewinds of the conversation so far
     recovery_class: str = "root"  # as the run's header says
@@ -205,6 +206,14 @@ def _conversation(facts: RestartFacts, config: ExecutionConfig | None) -> None:
         raise _Failed(
             "missing_conversation",
             f"the checkpoint points at message {config.history_len} but the conversation has {facts.conversation_len}",
+        )
+    if facts.lost_calls:
+        # The turn that asked for them is gone with the records cut off the log: what they were, and whether they
+        # ran, is unknown. Asking the model again could repeat them; the run is closed instead.
+        raise _Failed(
+            "missing_conversation",
+            f"call(s) {', '.join(facts.lost_calls)} named beside the log (the restart checkpoint, the trace, an "
+            "approval) are gone from the damaged log with the turn that asked for them; they may have run",
         )
 
 

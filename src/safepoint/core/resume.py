@@ -9,9 +9,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from safepoint.core.ledger import attempts, settle_after_crash
+from safepoint.core.doubt import DOUBT_DECISION_REASON, Doubt, assumed_entry, doubted_entry
+from safepoint.core.ledger import NEVER_RAN, attempts, settle_after_crash
 from safepoint.core.replay import ProbeResult, ReplayDecision, decide_replay
 from safepoint.core.run_view import CheckpointAt, RunView
+from safepoint.errors import ResumeOptionError, UnknownReferenceError
 from safepoint.records import CallDecision, Checkpoint, Message, ToolCall, ToolLedgerEntry
 
 _STEP = re.compile(r"step_(\d+)$")
@@ -40,6 +42,10 @@ class ResumePlan:
     calls: list[CallReport]
     needs_decision: list[CallReport]
     drift: list[Drift] = field(default_factory=list)
+    damage: tuple[str, ...] = ()  # how the log is known to be damaged: its doubtful calls are uncertain
+    lost_calls: tuple[str, ...] = ()  # calls the damaged log lost entirely (what they were is unknown)
+    doubted: frozenset[str] = frozenset()  # calls uncertain because the log lost their records (now or before)
+    stopped_by: str = ""  # the run was stopped on purpose (SIGTERM, Ctrl-C): how, as its last event says
 
     @property
     def step(self) -> int:
@@ -62,7 +68,10 @@ def plan_resume(
     decisions: dict[str, CallDecision] | None = None,
     probes: dict[str, ProbeResult] | None = None,
     workspace_hashes: dict[str, str | None] | None = None,
+    doubt: Doubt | None = None,
 ) -> ResumePlan:
+    """``doubt``: what a damaged log no longer accounts for; those calls are planned as ``uncertain`` (the
+    runtime records them so durably first, with their tools' classification, before it asks)."""
     started = attempts(view.ledger_entries)
     decisions = {
         call_id: decision
@@ -78,8 +87,16 @@ def plan_resume(
         skipped = [c for c in view.checkpoints if c.seq > at.seq]
         if skipped:
             why += f"; {len(skipped)} later checkpoint(s) unusable: {skipped[0].why_incomplete}"
+    ledger = view.ledger
+    doubt = doubt or Doubt()
+    for call_id, (call, step_id) in doubt.calls.items():
+        entry = ledger.get(call_id)
+        if entry is None:
+            ledger[call_id] = assumed_entry(call, step_id, view.info.run_id)
+        elif entry.status in NEVER_RAN:
+            ledger[call_id] = doubted_entry(entry)
     calls = []
-    for entry in view.ledger.values():
+    for entry in ledger.values():
         settled = settle_after_crash(entry)
         decision = decide_replay(settled, decision=decisions.get(entry.call_id), probe=probes.get(entry.call_id))
         calls.append(CallReport(settled, decision))
@@ -92,7 +109,56 @@ def plan_resume(
             actual = workspace_hashes.get(path)
             if (actual or "") != expected:
                 drift.append(Drift(path, expected, actual, call_id))
-    return ResumePlan(resume_from=at, why=why, calls=calls, needs_decision=needs, drift=drift)
+    return ResumePlan(
+        resume_from=at,
+        why=why,
+        calls=calls,
+        needs_decision=needs,
+        drift=drift,
+        stopped_by=view.events[-1].detail if view.events and view.events[-1].status == "interrupted" else "",
+        damage=doubt.reasons,
+        lost_calls=doubt.lost,
+        doubted=frozenset(doubt.calls)
+        | {e.call_id for e in view.ledger_entries if e.decision_reason == DOUBT_DECISION_REASON},
+    )
+
+
+_FINISHED_RUN = frozenset({"completed", "closed", "cancelled"})
+
+
+def check_decisions(
+    view: RunView, replay: Sequence[str], skip: Sequence[str], doubted: frozenset[str] = frozenset()
+) -> None:
+    """``--replay``/``--skip`` name calls that wait for exactly that decision, or nothing is done at all: checked
+    on the log before the run is claimed. ``doubted``: calls a damaged log leaves in doubt (they may be decided
+    before the resume that records them so)."""
+    if not replay and not skip:
+        return
+    run_id = view.info.run_id
+    both = sorted(set(replay) & set(skip))
+    if both:
+        raise ResumeOptionError(f"--replay and --skip both name {', '.join(both)}: choose one for each call")
+    ledger = view.ledger
+    for call_id in [*replay, *skip]:
+        if call_id not in ledger and call_id not in doubted:
+            raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
+    if view.status in _FINISHED_RUN:
+        raise ResumeOptionError(
+            f"run {run_id!r} is {view.status}: no call waits for --replay or --skip; see `safepoint explain {run_id}`"
+        )
+    for call_id in [*replay, *skip]:
+        entry = ledger.get(call_id)
+        if entry is None or entry.status == "started" or (call_id in doubted and entry.status in NEVER_RAN):
+            continue
+        if entry.status == "uncertain":
+            raise ResumeOptionError(
+                f"call {call_id!r} was already reported to the model as uncertain and is no longer pending; "
+                "the model decides whether to call it again"
+            )
+        raise ResumeOptionError(
+            f"call {call_id!r} of run {run_id!r} is {entry.status}, not uncertain: there is nothing to decide; "
+            f"see `safepoint explain {run_id}`"
+        )
 
 
 # safepoint's own calls (rollback, resolution, compensation) have ids in a namespace no model call can take:

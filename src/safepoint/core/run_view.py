@@ -67,6 +67,8 @@ class RunView:
     recoveries: list[RecoveryReport] = field(default_factory=list)
     control_seen: dict[int, ControlSeen] = field(default_factory=dict)  # control position -> what was done
     context_epoch: int = 0  # context resets so far: a restart checkpoint written before one is void
+    ledger_seqs: dict[str, int] = field(default_factory=dict)  # call id -> seq of its latest ledger record
+    lost_seqs: list[tuple[int, int]] = field(default_factory=list)  # seq ranges the log skips (lost or unreadable)
 
     @property
     def assistant_turns(self) -> frozenset[int]:
@@ -107,8 +109,11 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
     expected = 1
     branch: list[Message] = []
     for record in log.records:
-        if record.seq != expected and damaged_at is None:
-            damaged_at = expected - 1
+        if record.seq != expected:
+            if record.seq > expected:
+                view.lost_seqs.append((expected, record.seq - 1))
+            if damaged_at is None:
+                damaged_at = expected - 1
         expected = record.seq + 1
         view.last_seq = record.seq
         decoder = _decoders.get(record.kind)
@@ -121,6 +126,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             body = decoder.decode(record.body)
         except msgspec.DecodeError as exc:
             view.problems.append(LogProblem(kind="corrupt", position=record.seq, detail=f"{record.kind}: {exc}"))
+            view.lost_seqs.append((record.seq, record.seq))
             continue
         if isinstance(body, Message):
             view.message_records[record.seq] = body
@@ -138,6 +144,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             branch.append(body)
         elif isinstance(body, ToolLedgerEntry):
             view.ledger_entries.append(body)
+            view.ledger_seqs[body.call_id] = record.seq
         elif isinstance(body, FilePatchEntry):
             view.patches.append(body)
         elif isinstance(body, Checkpoint):

@@ -33,12 +33,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import typing
 import weakref
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import msgspec
+import msgspec.inspect
 
 from safepoint.core.hashing import input_hash
 from safepoint.core.patches import apply_patch
@@ -164,17 +166,114 @@ def recorded_value(text: str, encoding: ResultEncoding | None) -> Any:
     return None
 
 
+@dataclass(frozen=True)
+class _Arguments:
+    """What a tool's signature says of its arguments (after the context): their types, which are required,
+    and whether it takes any others (``**kwargs``). Built once per tool function."""
+
+    types: dict[str, Any]  # name -> annotation msgspec can check (``Any``: unannotated, or a type it cannot)
+    required: tuple[str, ...]
+    open: bool  # **kwargs: names beyond ``types`` are taken as they are
+
+
+def _opaque(info: Any, seen: set[int]) -> bool:
+    """Does the type hold a plain class msgspec takes only through a hook (``CustomType``) anywhere inside?"""
+    if isinstance(info, msgspec.inspect.CustomType):
+        return True
+    if id(info) in seen:
+        return False  # a recursive Struct: already being looked at
+    seen.add(id(info))
+    for value in msgspec.structs.astuple(info) if isinstance(info, msgspec.Struct) else ():
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            inner = item.type if isinstance(item, msgspec.inspect.Field) else item
+            if isinstance(inner, msgspec.inspect.Type) and _opaque(inner, seen):
+                return True
+    return False
+
+
+def _checkable(hint: Any) -> Any:
+    """The annotation, or ``Any`` for one msgspec cannot validate (a plain class: passed to the tool as is)."""
+    try:
+        return Any if _opaque(msgspec.inspect.type_info(hint), set()) else hint
+    except (TypeError, ValueError):
+        return Any
+
+
 @functools.cache
-def _signature(fn: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(fn)
+def _arguments(fn: Callable[..., Any]) -> _Arguments | None:
+    """None: a signature that cannot be read as keyword arguments (``*args``): the call is not checked here."""
+    wrapped = getattr(fn, "__wrapped_fn__", None)  # Run.ledgered: the plain function takes no context
+    if wrapped is not None:
+        fn = wrapped
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())[0 if wrapped else 1 :]  # 1st: the context
+    except (TypeError, ValueError):
+        return None
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation naming what its module cannot resolve: check names only, not types
+        hints = {}
+    types: dict[str, Any] = {}
+    required: list[str] = []
+    takes_more = False
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            takes_more = True
+        elif parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+            return None
+        else:
+            types[parameter.name] = _checkable(hints.get(parameter.name, Any))
+            if parameter.default is inspect.Parameter.empty:
+                required.append(parameter.name)
+    return _Arguments(types, tuple(required), takes_more)
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list"}
+    return "null" if value is None else names.get(type(value), "an object" if isinstance(value, dict) else "a value")
 
 
 def _bad_arguments(invocation: Invocation) -> Outcome | None:
-    try:
-        _signature(invocation.tool.fn).bind(invocation.ctx, **invocation.args)
-    except TypeError as exc:
-        return Outcome(False, f"bad arguments for {invocation.tool.name}: {exc}")
-    return None
+    """The arguments checked against the tool's annotations before it runs (rejected: msgspec converting them
+    into a Struct made per tool, whose error text names JSON paths and its own wording). One sentence for the
+    model, naming the argument and the type it takes; the call fails without running."""
+    tool, args = invocation.tool, invocation.args
+    spec = _arguments(tool.fn)
+    if spec is None:
+        return None
+    expected = ", ".join(
+        f"{name}: {_type_name(hint)}" + ("" if name in spec.required else " (optional)")
+        for name, hint in spec.types.items()
+    )
+    problem = ""
+    missing = [name for name in spec.required if name not in args]
+    unknown = [name for name in args if name not in spec.types]
+    if missing:
+        problem = f"argument {missing[0]!r} ({_type_name(spec.types[missing[0]])}) is missing"
+    elif unknown and not spec.open:
+        problem = f"it takes no argument {unknown[0]!r}"
+    else:
+        for name, value in args.items():
+            hint = spec.types.get(name, Any)
+            if hint is Any:
+                continue
+            try:
+                msgspec.convert(value, type=hint, strict=True)
+            except msgspec.ValidationError as exc:
+                where = str(exc).rpartition(" - at `$")[2].rstrip("`")
+                inside = f" (at {name}{where})" if where and " - at `$" in str(exc) else ""
+                problem = f"argument {name!r} must be {_type_name(hint)}, not {_json_type(value)}{inside}"
+                break
+    if not problem:
+        return None
+    return Outcome(
+        False, f"bad arguments for {tool.name}: {problem}; its arguments are {expected or 'none'}. It did not run."
+    )
 
 
 def _failure(exc: Exception) -> Outcome:

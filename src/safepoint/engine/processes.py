@@ -17,17 +17,27 @@ from safepoint.store.liveness import process_is_alive, process_start_time
 _PREFIX = "proc-"
 
 
+_running: set[int] = set()  # the process groups of commands running in this process now
+
+
+def running_groups() -> set[int]:
+    """The commands this process runs now (their process groups): a Ctrl-C stops them (``engine.shutdown``)."""
+    return set(_running)
+
+
 class ProcessNotes:
     def __init__(self, scratch: str | None) -> None:
         self.scratch = scratch
 
     def started(self, pid: int) -> None:
+        _running.add(pid)
         if self.scratch is None:
             return
         with open(os.path.join(self.scratch, f"{_PREFIX}{pid}"), "w") as handle:
             handle.write(process_start_time(pid))
 
     def ended(self, pid: int) -> None:
+        _running.discard(pid)
         if self.scratch is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.scratch, f"{_PREFIX}{pid}"))

@@ -97,7 +97,9 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
             left_wait = msgspec.structs.replace(wait, timeout_remaining_ms=left)
             return ApprovalOutcome(record.approved, "approved" if record.approved else "denied", why, left_wait)
         if shutdown.requested():
-            raise Interrupted(f"stopped while call {call.call_id} waited for approval; the wait resumes on restart")
+            raise Interrupted(
+                f"{shutdown.why()}: stopped while call {call.call_id} waited for approval; the wait resumes on restart"
+            )
         expires = session.info.grant_expires_at_ms
         if expires is not None and now_ms() >= expires:
             return ApprovalOutcome(

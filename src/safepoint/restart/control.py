@@ -81,7 +81,8 @@ def submit(
     return submission.submission_key, post(store, run_id, submission)
 
 
-def _owner_is_live(store: Store, run_id: str) -> bool:
+def owner_is_live(store: Store, run_id: str) -> bool:
+    """Does a live process own the run now (it acts on a control record at its next safe point)?"""
     owner = store.owner(run_id)
     return owner is not None and not owner.released and owner.terminal_at is None and owner_alive(owner)
 
@@ -109,7 +110,7 @@ def cancel(store: Store, run_id: str, *, whole_stream: bool = False, by: str = "
     """Returns "requested" (a live owner stops at its next safe point) or "closed" (settled now)."""
     _refuse_finished(store, run_id, "cancel")
     post(store, run_id, CancelRequest(at=now(), whole_stream=whole_stream, by=by))
-    if _owner_is_live(store, run_id):
+    if owner_is_live(store, run_id):
         return "requested"
     if whole_stream:
         settle_subagents(store, run_id)
@@ -124,11 +125,11 @@ def settle_subagents(store: Store, run_id: str, depth: int = 0) -> None:
         child = spawned.child_run_id
         if depth < 16:
             settle_subagents(store, child, depth + 1)
-        if store.read_restart_checkpoint(child) is not None and not _owner_is_live(store, child):
+        if store.read_restart_checkpoint(child) is not None and not owner_is_live(store, child):
             settle_now(store, child)
 
 
 def reset_context(store: Store, run_id: str, *, by: str = "user") -> str:
     _refuse_finished(store, run_id, "reset")
     post(store, run_id, ContextResetRequest(at=now(), by=by))
-    return "requested" if _owner_is_live(store, run_id) else settle_now(store, run_id)
+    return "requested" if owner_is_live(store, run_id) else settle_now(store, run_id)

@@ -31,7 +31,7 @@ from safepoint.protocol import (
 )
 from safepoint.records import RunStatus
 from safepoint.restart import stops
-from safepoint.restart.judge import controls, tell_parent, unhandled
+from safepoint.restart.judge import controls, person_detail, stop_prompt, tell_parent, unhandled
 from safepoint.store.ownership import now
 
 if TYPE_CHECKING:
@@ -202,22 +202,8 @@ def finish_closed(
         ),
     )
     if info.parent_run_id is not None and info.parent_call_id is not None:
-        tell_parent(store, info.parent_run_id, info.run_id, info.parent_call_id, reason, live_prompt(reason))
+        tell_parent(store, info.parent_run_id, info.run_id, info.parent_call_id, reason, stop_prompt(reason, detail))
     session.restart.delete()  # last: while it exists, a restart finishes this close
-
-
-def live_prompt(reason: ReplayForbiddenReason) -> str:
-    """What a parent is told when its subtask is stopped while running (the seed's prompt is for restarts)."""
-    why = {
-        "user_cancelled": "was cancelled by the user",
-        "user_cancelled_whole_stream": "was cancelled by the user, with everything it belongs to",
-        "context_reset": "was stopped because its context was reset",
-        "successor_accepted": "was stopped because another run took over its work",
-    }.get(reason, f"was stopped ({reason})")
-    return (
-        f"This subtask {why} and did not report a result. Its work may be partly done: check what it already "
-        "produced before redoing anything, then redo or redelegate only what is actually missing."
-    )
 
 
 def close_cancelled(session: RunSession, exc: RunCancelled) -> None:
@@ -236,7 +222,7 @@ def close_cancelled(session: RunSession, exc: RunCancelled) -> None:
     finish_closed(
         session,
         reason,
-        f"cancelled by {request.by} at {request.at}",
+        person_detail(request),
         status="cancelled",
         terminal_status=CANCELLED_STATUS,
     )

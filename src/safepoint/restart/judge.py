@@ -32,6 +32,7 @@ from safepoint.protocol import (
     SuccessorAccepted,
 )
 from safepoint.records import RECORD_KINDS, Claim, LogRecord, RunEvent, RunInfo
+from safepoint.restart.doubt import doubt_of
 from safepoint.store.base import Store
 from safepoint.store.ownership import now
 
@@ -137,6 +138,8 @@ def judge(
         owner=owner,
         run_exists=view is not None,
         conversation_len=conversation_len(view) if view else 0,
+        # Only work in flight can have lost its calls (and only then is the trace read).
+        lost_calls=doubt_of(store, view).lost if view is not None and descriptor is not None else (),
         assistant_turns=view.assistant_turns if view else frozenset(),
         context_epoch=view.context_epoch if view else 0,
         recovery_class=view.info.recovery_class if view else "root",
@@ -226,9 +229,49 @@ def close_after_restart(
             ),
         )
     if view is not None and view.info.parent_run_id is not None and view.info.parent_call_id is not None:
-        tell_parent(store, view.info.parent_run_id, claim.run_id, view.info.parent_call_id, reason)
+        # A person's cancel or reset, settled by a restart recovery because nobody ran the child, is told as what
+        # it was; only work a restart itself closed gets the seed's self-healing prompt.
+        person = judged.facts.cancel if reason.startswith("user_cancelled") else judged.facts.reset
+        prompt = (
+            stop_prompt(reason, person_detail(person))
+            if reason in BY_A_PERSON and person is not None
+            else SELF_HEALING_PROMPT
+        )
+        tell_parent(store, view.info.parent_run_id, claim.run_id, view.info.parent_call_id, reason, prompt)
     store.delete_restart_checkpoint(claim)
     return report
+
+
+BY_A_PERSON: dict[str, str] = {  # the reasons a person gave a run's end: shown as what they did, not as a restart
+    "user_cancelled": "cancelled",
+    "user_cancelled_whole_stream": "cancelled",
+    "context_reset": "closed",
+}
+
+
+def person_detail(request: CancelRequest | ContextResetRequest) -> str:
+    """What a person did to a run, in the words status, explain and the parent's prompt use."""
+    if isinstance(request, ContextResetRequest):
+        return f"context reset by {request.by} at {request.at}"
+    whole = ", with the whole stream it belongs to" if request.whole_stream else ""
+    return f"cancelled by {request.by} at {request.at}{whole}"
+
+
+def stop_prompt(reason: str, detail: str = "") -> str:
+    """What a parent is told when its subtask was stopped by a person or the run's own owner; the seed's
+    self-healing prompt is for work a restart closed."""
+    why = {
+        "user_cancelled": "was cancelled",
+        "user_cancelled_whole_stream": "was cancelled, with everything it belongs to",
+        "context_reset": "was stopped because its context was reset",
+        "successor_accepted": "was stopped because another run took over its work",
+    }.get(reason, f"was stopped ({reason})")
+    if detail.startswith(("cancelled by ", "context reset by ")):
+        why = f"was {detail}"  # the person and the time, as status shows them
+    return (
+        f"This subtask {why} and did not report a result. Its work may be partly done: check what it already "
+        "produced before redoing anything, then redo or redelegate only what is actually missing."
+    )
 
 
 def tell_parent(

@@ -34,7 +34,7 @@ def raise_if_stopped(session: StopFacts, found: list[tuple[int, ControlRecord]])
         if isinstance(record, CancelRequest):
             raise RunCancelled(record, position)
         if isinstance(record, ContextResetRequest):
-            raise WorkVoided("context_reset", f"the user reset the context at {record.at}", position)
+            raise WorkVoided("context_reset", f"context reset by {record.by} at {record.at}", position)
         if isinstance(record, SuccessorAccepted):
             detail = f"run {record.successor_run_id!r} took over this work at {record.at}"
             raise WorkVoided("successor_accepted", detail, position)

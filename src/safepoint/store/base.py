@@ -214,5 +214,10 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         """A local folder for the run's workspace writes in flight, if the backend has one (else: beside the file)."""
         return None
 
+    def log_mark(self, run_id: str) -> int:
+        """The highest log seq a record kept beside the log says was durable (0: nothing says). A log that ends
+        before it lost records at its end: recovery then treats the calls it no longer accounts for as uncertain."""
+        return 0
+
     def close(self) -> None:  # optional hook; most backends hold nothing
         """Release connections or handles."""

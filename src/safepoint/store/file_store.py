@@ -374,6 +374,25 @@ class FileStore(FencedStore[None]):
                 found.append((seq, offset))
         return found
 
+    def log_mark(self, run_id: str) -> int:
+        """The checkpoint index is written after the log's fdatasync: its last entry is a seq that was durable,
+        whether or not the log still holds it (a log cut at a record boundary looks whole on its own). Only its
+        end is read."""
+        path = os.path.join(self._existing_run_dir(run_id), "checkpoints", "index.jsonl")
+        try:
+            with open(path, "rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - 4096))
+                tail = handle.read()
+        except FileNotFoundError:
+            return 0
+        for line in reversed(tail.split(b"\n")[1 if size > 4096 else 0 :]):
+            payload = check_line(line)
+            if payload is not None:
+                with contextlib.suppress(msgspec.DecodeError, KeyError, TypeError, ValueError):
+                    return int(msgspec.json.decode(payload)["seq"])
+        return 0
+
     # line files other than the log: terminal events, control ----------------------------------------------
     def _append_line(self, run_id: str, name: str, payload: bytes) -> None:
         """Append one framed line durably, under the lock that serializes this file's writers, after

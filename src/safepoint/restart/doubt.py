@@ -1,0 +1,90 @@
+"""The witnesses a damaged log is checked against (``core.doubt`` judges them): the store's mark of the last
+durable record, the trace, the approvals on the control channel and the restart checkpoint's pending calls.
+
+Each is read once per resume or report, linear in what it holds; none of them can make a call look finished,
+only doubtful (the trace is not durable per call, so it may say too little, never too much).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgspec
+
+from safepoint.core.doubt import Doubt, Witnesses, find_doubt
+from safepoint.core.run_view import RunView
+from safepoint.protocol import (
+    Approval,
+    ControlRecord,
+    RestartPayload,
+    RuntimeRestartCheckpoint,
+    RuntimeRestartReactionLoopState,
+)
+from safepoint.store.base import Store
+
+_RAN = frozenset({"tool_started", "tool_finished"})
+
+
+class _TraceEvent(msgspec.Struct):
+    event: str = ""
+    data: dict[str, object] = msgspec.field(default_factory=dict)
+
+
+_trace_decoder = msgspec.json.Decoder(_TraceEvent)
+_checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
+_payload_decoder = msgspec.json.Decoder(RestartPayload)
+_control_decoder = msgspec.json.Decoder(ControlRecord)
+
+
+def restart_pending(store: Store, run_id: str) -> tuple[str, ...]:
+    """The calls the run's restart checkpoint names as pending (none when it has none, or it cannot be read:
+    the recovery assertions report a damaged descriptor)."""
+    stored = store.read_restart_checkpoint(run_id)
+    if stored is None or not stored.intact:
+        return ()
+    try:
+        payload = _payload_decoder.decode(_checkpoint_decoder.decode(stored.data).payload_json or "")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ()
+    return payload.pending_tool_calls if isinstance(payload, RuntimeRestartReactionLoopState) else ()
+
+
+def traced_calls(store: Store, run_id: str) -> frozenset[str]:
+    found: set[str] = set()
+    for line in store.read_trace(run_id):
+        if b'"tool_' not in line:
+            continue  # most of the trace is checkpoints and file events: not decoded
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            event = _trace_decoder.decode(line)
+            call_id = event.data.get("call_id")
+            if event.event in _RAN and isinstance(call_id, str):
+                found.add(call_id)
+    return frozenset(found)
+
+
+def answered_calls(store: Store, run_id: str) -> frozenset[str]:
+    """Calls a person approved or denied: ``approve`` reads the call from the ledger, so the ledger had it."""
+    found: set[str] = set()
+    for _, data in store.read_control(run_id):
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            record = _control_decoder.decode(data)
+            if isinstance(record, Approval):
+                found.add(record.call_id)
+    return frozenset(found)
+
+
+def witnesses(store: Store, run_id: str) -> Witnesses:
+    mark = store.log_mark(run_id)
+    return Witnesses(
+        log_mark=mark,
+        # Every `started` is written with a checkpoint after it, so a store that keeps a mark of its last durable
+        # checkpoint sees any cut that lost one; the trace (a third of a resume's reading on a long run) is read
+        # only where no mark is kept.
+        traced=traced_calls(store, run_id) if mark == 0 else frozenset(),
+        approved=answered_calls(store, run_id),
+        pending=restart_pending(store, run_id),
+    )
+
+
+def doubt_of(store: Store, view: RunView) -> Doubt:
+    return find_doubt(view, witnesses(store, view.info.run_id))
