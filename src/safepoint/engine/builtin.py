@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
-import signal
 import subprocess
+import sys
 from typing import Any
 
 from safepoint.core.classify import Classification
@@ -14,6 +16,8 @@ from safepoint.core.commands import classify_command
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
 from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
+from safepoint.engine import reaper
+from safepoint.engine.processes import kill_tree
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
 from safepoint.errors import ToolFailure
 
@@ -22,6 +26,7 @@ MAX_READ = 256 * 1024
 MAX_LIST = 2000
 MAX_OUTPUT = 8 * 1024  # longer command output is kept whole as an artifact, and shown cut
 DEFAULT_TIMEOUT = 120.0
+REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the reaper's tree itself
 
 
 def _walk(ctx: ToolContext, path: str) -> list[str]:
@@ -168,49 +173,87 @@ def _command_targets(args: dict[str, Any]) -> list[str]:
     capture_hints=_command_targets,
 )
 def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT) -> str:
-    """Run a shell command in the workspace; classified per command line (`ls` may be re-run, `npm publish` not)."""
+    """Run a shell command in the workspace; classified per command line (`ls` may be re-run, `npm publish` not).
+    ``timeout`` (seconds) limits the whole tree of processes the command starts; what it leaves running in the
+    background is stopped when it ends."""
+    limit = _timeout(timeout)
     env = {**os.environ, "SAFEPOINT_IDEMPOTENCY_KEY": ctx.idempotency_key}
     env.pop("SAFEPOINT_FAILPOINT", None)
-    # The command waits for a byte on a pipe before it starts, and the byte is sent only once its process group
-    # is noted: an agent killed in between leaves a process that sees end-of-file and exits without running it
-    # (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
+    # The reaper (engine/reaper.py) waits for a byte on a pipe before it starts the command, and the byte is sent
+    # only once it is noted: an agent killed in between leaves a process that sees end-of-file and exits without
+    # running it (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
     gate_read, gate_write = os.pipe()
+    status_read, status_write = os.pipe()
     try:
         process = subprocess.Popen(
-            [
-                "bash",
-                "-c",
-                f'read -r -n 1 _ <&{gate_read} || exit 125; exec {gate_read}<&-; exec bash -c "$0"',
-                command,
-            ],
+            [*_reaper_argv(gate_read, status_write, limit), "bash", "-c", command],
             cwd=ctx.workspace.root,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            pass_fds=(gate_read,),
-            start_new_session=True,  # so a timeout kills the whole process group, not just bash
+            pass_fds=(gate_read, status_write),
+            start_new_session=True,  # its own group: the agent's Ctrl-C is not the command's, a kill reaches all
         )
+    except BaseException:
+        for fd in (gate_write, status_read):
+            os.close(fd)
+        raise
     finally:
         os.close(gate_read)
-    with process:
+        os.close(status_write)
+    with process, os.fdopen(status_read, "rb") as status:
         try:
             ctx.processes.started(process.pid)
             os.write(gate_write, b"x")
         finally:
             os.close(gate_write)
         try:
-            output, _ = process.communicate(timeout=timeout)
+            # The reaper keeps the time itself; this is the backstop should it be stopped or stuck.
+            output, _ = process.communicate(timeout=limit + REAPER_GRACE)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_tree(process.pid)
             output, _ = process.communicate()
-            raise ToolFailure(f"`{command}` timed out after {timeout:g}s\n{_shown(ctx, output)}") from None
         finally:
             ctx.processes.ended(process.pid)
-    text = f"exit code {process.returncode}\n{_shown(ctx, output)}"
-    if process.returncode != 0:
+        report = _report(status.read())
+    if report.get("timed_out", True):
+        raise ToolFailure(
+            f"`{command}` hit its time limit of {limit:g}s and was stopped, with every process it started"
+            f"\n{_shown(ctx, output)}"
+        )
+    code = int(report.get("status", process.returncode) or 0)
+    leftovers = int(report.get("leftovers", 0))
+    text = f"exit code {code}\n{_shown(ctx, output)}"
+    if leftovers:
+        text += (
+            f"\n[safepoint] the command left {leftovers} background process(es) running when it ended; they were"
+            " stopped (a command's processes never outlive it)"
+        )
+    if code != 0:
         raise ToolFailure(text)
     return text
+
+
+def _reaper_argv(gate: int, status: int, limit: float) -> list[str]:
+    # -I -S: the reaper needs only the standard library, and starts in a few ms without site-packages.
+    return [sys.executable, "-I", "-S", reaper.__file__, str(gate), str(status), repr(limit)]
+
+
+def _timeout(value: Any) -> float:
+    """A command's time limit in seconds: a finite number above 0 (a bool, a string, NaN or inf is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ToolFailure(f"timeout {value!r} is not a time limit; give a number of seconds above 0, like 60")
+    return float(value)
+
+
+def _report(raw: bytes) -> dict[str, Any]:
+    """The reaper's one-line report; an empty or broken one (the reaper was killed) counts as a time-out."""
+    try:
+        report = json.loads(raw.decode() or "null")
+    except ValueError:
+        report = None
+    return report if isinstance(report, dict) else {"timed_out": True}
 
 
 def _shown(ctx: ToolContext, output: bytes) -> str:

@@ -1,0 +1,146 @@
+"""The small process that runs one command and answers for its whole process tree (run as a script, stdlib only).
+
+``python -I -S reaper.py GATE_FD STATUS_FD TIMEOUT PROGRAM ARGS...``
+
+It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): every process the command starts stays its
+descendant, even one that ``setsid``s or double-forks (an orphan is re-parented here, not to init). Then:
+
+1. it waits for one byte on GATE_FD before starting anything: the agent sends it only once this process is noted
+   (``ProcessNotes``), so an agent killed in between leaves a process that sees end-of-file and exits with 125
+   without running the command;
+2. it runs the command and waits for it, at most TIMEOUT seconds;
+3. when the command's main process has ended (or the time is up), it kills every descendant still running, so
+   nothing the command left behind outlives it or holds its output pipe open (the agent would wait on it);
+4. it writes one JSON line to STATUS_FD (``{"status": N, "timed_out": bool, "leftovers": N}``) and exits.
+
+Rejected: a cgroup (cgroup v1 needs a writable hierarchy, often missing; this works unprivileged), and making the
+agent itself the subreaper (the library runs inside the user's process, which would then inherit every orphan).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+GATE_CLOSED = 125  # the agent died before letting the command start
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root``, from /proc (one listing: O(processes), no process per check)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if len(fields) < 2 or fields[0] == b"Z":
+            continue  # a zombie is dead already: nothing to kill, its parent reaps it
+        parents.setdefault(int(fields[1]), []).append(int(name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def _status(raw: int) -> int:
+    return os.waitstatus_to_exitcode(raw) if os.WIFEXITED(raw) else 128 + os.WTERMSIG(raw)
+
+
+def _reap(main: int) -> int | None:
+    """Reap every ended child (orphans come here too); the main process's status once it ended."""
+    status = None
+    while True:
+        try:
+            pid, raw = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            return status
+        if pid == main:
+            status = _status(raw)
+
+
+def _kill_all() -> int:
+    """Kill every descendant until none is left (a process forking meanwhile is caught on the next pass: its
+    children are re-parented here). Returns how many were killed."""
+    me = os.getpid()
+    killed: set[int] = set()
+    while True:
+        for pid in descendants(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(-1, 0)  # some child ended: look again
+        except ChildProcessError:
+            return len(killed)
+
+
+def main(argv: list[str]) -> int:
+    gate, status_fd, timeout, command = int(argv[1]), int(argv[2]), float(argv[3]), argv[4:]
+    os.set_inheritable(status_fd, False)  # the command must not hold the status pipe
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # Linux only; elsewhere the process group still goes on timeout
+    try:
+        opened = os.read(gate, 1)
+    except OSError:
+        opened = b""
+    os.close(gate)
+    if not opened:
+        return GATE_CLOSED
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # before the fork: no child's end is missed
+    deadline = time.monotonic() + timeout
+    main_pid = os.fork()
+    if main_pid == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        try:
+            os.execvp(command[0], command)
+        finally:
+            os._exit(127)
+    status: int | None = None
+    timed_out = False
+    while status is None:
+        status = _reap(main_pid)
+        if status is not None:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        signal.sigtimedwait({signal.SIGCHLD}, remaining)
+    leftovers = 0
+    try:
+        os.waitpid(-1, os.WNOHANG)
+        pending = True  # a child is left (running, or ended just now: _kill_all reaps it)
+    except ChildProcessError:
+        pending = False  # nothing left at all: the usual case costs no /proc walk
+    if pending:
+        leftovers = _kill_all()
+        if timed_out:
+            leftovers = max(leftovers - 1, 0)  # the main process itself is not a leftover
+    report = {"status": -1 if status is None else status, "timed_out": timed_out, "leftovers": leftovers}
+    os.write(status_fd, json.dumps(report).encode() + b"\n")
+    os.close(status_fd)
+    return 124 if status is None else status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
