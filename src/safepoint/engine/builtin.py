@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
+import stat
 import subprocess
 import sys
+import time
 from typing import Any
+
+import regex
 
 from safepoint.core.classify import Classification
 from safepoint.core.command_targets import write_targets
@@ -20,12 +23,14 @@ from safepoint.engine import reaper
 from safepoint.engine.processes import kill_tree
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
 from safepoint.errors import ToolFailure
+from safepoint.workspace.names import quote_path, real_path
 
 SKIP_DIRS = frozenset({".git", ".agent-runtime", "node_modules", "__pycache__", ".venv"})
 MAX_READ = 256 * 1024
 MAX_LIST = 2000
 MAX_OUTPUT = 8 * 1024  # longer command output is kept whole as an artifact, and shown cut
 DEFAULT_TIMEOUT = 120.0
+SEARCH_SECONDS = 10.0  # a search_files call stops here (a replay after a crash cannot hang either)
 REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the reaper's tree itself
 
 
@@ -35,7 +40,9 @@ def _walk(ctx: ToolContext, path: str) -> list[str]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):
-            found.append(os.path.relpath(os.path.join(folder, name), ctx.workspace.root))
+            # In recorded form: a name that is not plain text (bytes that are not UTF-8, a newline) is quoted the way
+            # git quotes it, readable, and given back to a tool it names the same file.
+            found.append(quote_path(os.path.relpath(os.path.join(folder, name), ctx.workspace.root)))
     return found
 
 
@@ -55,28 +62,53 @@ def read_file(ctx: ToolContext, path: str) -> str:
 def list_files(ctx: ToolContext, path: str = ".") -> str:
     """List the workspace's files (version-control and runtime folders left out)."""
     found = _walk(ctx, path)
-    shown = "\n".join(found[:MAX_LIST])
-    return shown if len(found) <= MAX_LIST else shown + f"\n[... {len(found) - MAX_LIST} more]"
+    listed = "\n".join(found[:MAX_LIST])
+    return listed if len(found) <= MAX_LIST else listed + f"\n[... {len(found) - MAX_LIST} more]"
 
 
 @tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
 def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
-    """Search file contents with a regular expression; prints path:line: text."""
+    """Search file contents with a regular expression; prints path:line: text. Special files (FIFOs, sockets,
+    devices) and links leading out of the workspace are skipped; the search has a time limit."""
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        # The `regex` package, not `re`: the same syntax (backreferences and lookarounds, which models write), plus
+        # a timeout that stops catastrophic backtracking like `(a+)+$` on a long line. Rejected: google-re2 (linear
+        # time, but it refuses backreferences and lookarounds, and was 6x slower per line here; bench/workspace.py).
+        compiled = regex.compile(pattern)
+    except (regex.error, TypeError) as exc:
         raise ToolFailure(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    deadline = time.monotonic() + SEARCH_SECONDS
     hits: list[str] = []
+    searched = 0
     for rel in _walk(ctx, path):
-        data = ctx.workspace.read(rel) or b""
-        if b"\x00" in data[:8192]:
+        data = _searchable(ctx, rel)
+        if data is None or b"\x00" in data[:8192]:
             continue
-        for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-            if regex.search(line):
-                hits.append(f"{rel}:{number}: {line[:300]}")
-                if len(hits) >= MAX_LIST:
-                    return "\n".join(hits) + "\n[... more matches cut]"
+        searched += 1
+        try:
+            for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+                if compiled.search(line, timeout=max(deadline - time.monotonic(), 0.001)):
+                    hits.append(f"{rel}:{number}: {line[:300]}")
+                    if len(hits) >= MAX_LIST:
+                        return "\n".join(hits) + "\n[... more matches cut]"
+        except TimeoutError:
+            raise ToolFailure(
+                f"search_files hit its time limit of {SEARCH_SECONDS:g}s in {rel} ({searched} files searched):"
+                " simplify the pattern (nested repeats like (a+)+ backtrack without end) or narrow the path"
+            ) from None
     return "\n".join(hits) or "no matches"
+
+
+def _searchable(ctx: ToolContext, rel: str) -> bytes | None:
+    """A file's content for a search, or None for what a search skips: special files (reading a FIFO could block
+    for ever), links leading out of the workspace, and anything that vanished or cannot be read."""
+    try:
+        info = os.lstat(os.path.join(ctx.workspace.root, real_path(rel)))
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+            return None
+        return ctx.workspace.read(rel)  # follows a link only inside the workspace; refuses a special target
+    except (OSError, ToolFailure):
+        return None
 
 
 def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
