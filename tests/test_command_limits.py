@@ -10,8 +10,6 @@ import time
 import pytest
 
 import safepoint
-from safepoint.engine.processes import kill_tree
-from safepoint.engine.reaper import descendants
 
 
 def _running(pid: int) -> bool:
@@ -91,6 +89,8 @@ def test_kill_tree_reaches_escaped_descendants(tmp_path):
     import sys
 
     from safepoint.engine import reaper
+    from safepoint.engine.processes import kill_tree
+    from safepoint.engine.reaper import descendants
 
     pids = tmp_path / "pids"
     gate_read, gate_write = os.pipe()

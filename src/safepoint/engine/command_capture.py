@@ -33,6 +33,7 @@ from safepoint.engine.log_writer import now as timestamp
 from safepoint.errors import ToolFailure
 from safepoint.records import FilePatchEntry, WorkspaceState
 from safepoint.workspace.git import git_state, head_blob_ids
+from safepoint.workspace.head import find_git_dir, read_head
 from safepoint.workspace.ignore import IgnoreRules
 from safepoint.workspace.names import quote_path, real_path
 from safepoint.workspace.scan import ChangeWatcher, FileStat, scan
@@ -42,7 +43,7 @@ LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (w
 STATE_FILE = "capture-state.msgpack"
 JOURNAL_FILE = "capture-command.msgpack"  # what a command in flight started from (for a crash while it runs)
 HINT_LIMIT = 10_000  # paths a command line may name for saving ahead (a glob over a huge tree stops here)
-HINT_BYTES = 256 * 1024 * 1024  # content of ignored files a command line names, kept ahead at most
+HINT_BYTES = 64 * 1024 * 1024  # content of ignored files a command line names, kept ahead at most per command
 WINDOW_SLACK_NS = 50_000_000  # file times come from a coarse clock: only clearly older changes predate a command
 SAVE_SECONDS = 10.0  # a crashed session loses at most this much of what its capture learnt (it is re-learnt)
 
@@ -62,6 +63,7 @@ class _Journal(msgspec.Struct):
     stats: dict[str, FileStat | None]
     known: dict[str, _Known | None]
     named: dict[str, FileStat | None]
+    head: str | None = None  # git's HEAD then: a clean tracked file's content before is HEAD's, if HEAD stayed
 
 
 _state_encoder = msgspec.msgpack.Encoder()
@@ -128,17 +130,22 @@ class CommandCapture:
             )
         )
         self.git_clean: dict[str, str] = {}
+        self._head_blobs: dict[str, str] = {}
+        self._git_dir = find_git_dir(root) if state.is_repo else None
         if state.is_repo:
             dirty = set(state.dirty)
-            self.git_clean = {path: blob for path, blob in head_blob_ids(root).items() if path not in dirty}
+            self._head_blobs = head_blob_ids(root)
+            self.git_clean = {path: blob for path, blob in self._head_blobs.items() if path not in dirty}
             # The user's uncommitted work is what git cannot give back: keep it now (O(dirty), not O(workspace)).
             for path in dirty:
                 if path in self.stats and path not in self.known:
                     self._learn(path)
         self._state_path = self._journal_path = None
+        self._saved_once = True  # nothing to save for a reader
         if state_dir is not None:
             self._state_path = os.path.join(state_dir, STATE_FILE)
             self._journal_path = os.path.join(state_dir, JOURNAL_FILE)
+            self._saved_once = os.path.exists(self._state_path)
             self._catch_up()
         self._saved_at = time.monotonic()
         self._window_start = time.time_ns()
@@ -195,10 +202,15 @@ class CommandCapture:
                 self._learn(path)
             return
         call_id = journal.call_id
-        for path in sorted(changed):
+        head_stayed = journal.head == (read_head(self._git_dir) if self._git_dir else None)
+        for path in sorted(changed, key=lambda p: self._removals_first((p, None))):
             old = saved.stats.get(path)
-            if old is not None and path in saved.known:
+            if path in saved.known:
                 self.known[path] = saved.known[path]  # the before-state, kept with `started`
+            else:
+                self.known.pop(path, None)  # learnt just now: the command's result, not what it started from
+                if head_stayed and path in self._head_blobs:
+                    self.git_clean[path] = self._head_blobs[path]  # clean then (else the capture had kept it)
             self._record(call_id, path, old, author_uncertain=True, into=self.recovered)
         for path, old in sorted(journal.named.items()):
             if _stat(self.workspace.root, path, {}) != old:
@@ -212,13 +224,15 @@ class CommandCapture:
         self.save()
 
     def save(self) -> None:
-        """Keep the stat cache and what is known of each file for the next session (a cache: no fsync). Not while
+        """Keep the stat cache and what is known of each file for the next session. Not while
         a command runs: its changes are recorded with its outcome, and a saved state must not run ahead of that."""
         if self._state_path is None or self._command is not None:
             return
         data = _state_encoder.encode(_SavedState(stats=self.stats, known=self.known))
-        atomic_write(self._state_path, data, durable=False)
+        # Durable: a crash while a command runs is recovered from it and the journal (a few fsyncs a minute).
+        atomic_write(self._state_path, data, durable=True)
         self._saved_at = time.monotonic()
+        self._saved_once = True
         self._touched.clear()
         if self._journal_path is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -271,8 +285,8 @@ class CommandCapture:
         so even a file nothing of the run has seen yet can be put back after ``sed -i`` or ``rm`` -- ignored
         files too (``rm .env``), which no scan looks at. With ``call_id``, what the command starts from is kept
         durably (a journal) before it runs, so a crash while it runs loses none of its changes."""
-        if time.monotonic() - self._saved_at > SAVE_SECONDS:
-            self.save()
+        if time.monotonic() - self._saved_at > SAVE_SECONDS or not self._saved_once:
+            self.save()  # the journal below is a delta on a saved state: the run's first command saves one
         for path in self._changed():
             self._learn(path)
         self._named = {}
@@ -302,6 +316,7 @@ class CommandCapture:
                 stats={p: self.stats.get(p) for p in self._touched},
                 known={p: self.known.get(p) for p in self._touched | self._named.keys()},
                 named=self._named,
+                head=read_head(self._git_dir) if self._git_dir else None,
             )
             # Durable before `started`: recovery relies on it (the blobs it names are in `started`'s group).
             atomic_write(self._journal_path, _state_encoder.encode(journal), durable=True)
@@ -362,6 +377,11 @@ class CommandCapture:
                     )
                     continue
                 found.append(quote_path(here))
+        if stack:
+            self.warnings.append(
+                f"{quote_path(rel)}: more than {HINT_LIMIT} ignored files named by the command; those past the first"
+                f" {HINT_LIMIT} were not kept: rollback cannot put them back"
+            )
         return found
 
     def after_command(self, call_id: str) -> list[FilePatchEntry]:
@@ -381,7 +401,7 @@ class CommandCapture:
         for path, old in self._named.items():
             if path not in changed and _stat(self.workspace.root, path, folders) != old:
                 changed[path] = old
-        for path, old in sorted(changed.items()):
+        for path, old in sorted(changed.items(), key=self._removals_first):
             info = self.stats.get(path)
             stale = old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
             writers = authors.of(path) if authors is not None else set()
@@ -393,6 +413,12 @@ class CommandCapture:
             self._record(call_id, path, old, author_uncertain=writers != {"command"}, into=recorded)
         self._named = {}
         return recorded
+
+    def _removals_first(self, item: tuple[str, FileStat | None]) -> tuple[bool, str]:
+        """Record what a command removed before what it made: ``rm -rf src && ln -s x src`` removed src/keep.txt
+        before it made the link src, and rollback, undoing the newest first, removes the link before it puts
+        src/keep.txt back."""
+        return _stat(self.workspace.root, item[0], {}) is not None, item[0]
 
     def settled(self) -> None:
         """The command's outcome (and the changes recorded with it) is durable: the journal is spent."""

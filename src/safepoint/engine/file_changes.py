@@ -22,7 +22,7 @@ from safepoint.errors import StoreError, ToolFailure
 from safepoint.records import FileBeforeState, FilePatchEntry, PatchOp
 from safepoint.workspace.files import Workspace
 from safepoint.workspace.git import BlobReader
-from safepoint.workspace.names import quote_path
+from safepoint.workspace.names import quote_path, real_path
 
 
 @dataclass
@@ -89,6 +89,11 @@ class FileChanges:
                 self._reproducible.add(patch.after_hash)
 
     def state(self, path: str) -> FileState:
+        folder = os.path.join(self.workspace.root, os.path.dirname(real_path(path)))
+        if os.path.realpath(folder) != os.path.normpath(folder):
+            # Its folder is a link now (`rm -rf src && ln -s /elsewhere src`): what is there is not this path's
+            # file, and reading it would follow the link out. The path holds nothing (rollback may recreate it).
+            return FileState(hash=ABSENT, mode=None)
         data, mode = self.workspace.snapshot(path)
         if data is None and os.path.isdir(self.workspace.locate(path)):
             return FileState(hash=DIRECTORY, mode=None)  # a folder where a file was: never the agent's state
