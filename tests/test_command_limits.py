@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -48,20 +49,32 @@ def test_what_a_command_leaves_running_is_stopped_when_it_ends(workspace, tmp_pa
     assert not _running(pid), f"{case}: the background process outlived its command"
 
 
-@pytest.mark.parametrize("case", ["setsid", "double fork", "holds stdout"])
+DETACHED = {
+    "setsid": "(setsid sh -c 'echo $$ >> {pids}; exec sleep 300' > /dev/null 2>&1 &)",
+    "double fork": "sh -c '(sh -c \"echo \\$\\$ >> {pids}; exec sleep 300\" > /dev/null 2>&1 &) &'",
+    "nohup": "nohup sh -c 'echo $$ >> {pids}; exec sleep 300' > /dev/null 2>&1 &",
+}
+
+
+@pytest.mark.parametrize("case", sorted(DETACHED))
 def test_the_time_limit_covers_the_whole_tree(workspace, tmp_path, case):
-    """The main process waits on nothing, yet the limit ends every process the command started; the call's
-    failure names the limit."""
+    """The limit ends every process the command started, even one that left its process group and holds no
+    output open (a plain group kill misses it); the call's failure names the limit in its first line."""
     pids = tmp_path / "pids"
-    command = BACKGROUND[case].format(pids=pids) + "; sleep 60"
+    command = DETACHED[case].format(pids=pids) + f"\nwhile [ ! -s {pids} ]; do sleep 0.01; done; sleep 60"
     tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r") as run:
-        result = run.call_result("run_command", {"command": command, "timeout": 1.5}, call_id="c1")
-    assert result.status == "failed"
-    first = result.observation.splitlines()[0]
-    assert "hit its time limit of 1.5s" in first and "every process it started" in first
-    for pid in _pids(pids):
-        assert not _running(pid)
+    try:
+        with tm.start("t", run_id="r") as run:
+            result = run.call_result("run_command", {"command": command, "timeout": 1.5}, call_id="c1")
+        [pid] = _pids(pids)
+        assert not _running(pid), f"{case}: a process the command started outlived its time limit"
+        assert result.status == "failed"
+        first = result.observation.splitlines()[0]
+        assert "hit its time limit of 1.5s" in first and "every process it started" in first
+    finally:
+        for pid in _pids(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("value", [0, -1, 0.0, float("nan"), float("inf"), "3", "soon", True, None, [5]])

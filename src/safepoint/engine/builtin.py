@@ -251,8 +251,8 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
         report = _report(status.read())
     if report.get("timed_out", True):
         raise ToolFailure(
-            f"`{command}` hit its time limit of {limit:g}s and was stopped, with every process it started"
-            f"\n{_shown(ctx, output)}"
+            f"`{_one_line(command)}` hit its time limit of {limit:g}s and was stopped, with every process it"
+            f" started\n{_shown(ctx, output)}"
         )
     code = int(report.get("status", process.returncode) or 0)
     leftovers = int(report.get("leftovers", 0))
@@ -265,6 +265,12 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
     if code != 0:
         raise ToolFailure(text)
     return text
+
+
+def _one_line(command: str) -> str:
+    """A command line as one line of a message (its newlines would cut the line that names the failure)."""
+    flat = " ".join(command.split())
+    return flat if len(flat) <= 200 else flat[:200] + "..."
 
 
 def _reaper_argv(gate: int, status: int, limit: float) -> list[str]:

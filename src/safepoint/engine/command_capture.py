@@ -10,7 +10,17 @@ durable with ``started``. So the command's own changes are told apart from the u
 changes can be put back. The content before a command of a file the run has never seen change comes from git
 (the HEAD blob of a clean tracked file; the user's uncommitted files are kept when the capture starts). Without
 git, content that predates the run and that nothing of the run touched is recorded by hash only, and rollback
-says it cannot restore it.
+says it cannot restore it. Files the command line names are kept too when ``.gitignore`` hides them (``rm .env``).
+
+Who made a change: where the platform tells (``workspace/writers.py``: fanotify and fork events), a change only
+other processes made while the command ran is theirs (learnt, not recorded), one both made is recorded with
+``author_uncertain``; elsewhere every change made during the command is (rollback asks before reverting those).
+
+A crash while a command runs: before it starts, a journal (the capture's state as a delta on the last saved state,
+O(what changed since)) is durable with its ``started``; the next owner, finding the call still ``started``, records
+every change since as that call's (author uncertain) before anything else runs.
+
+Paths are in recorded form (``workspace/names.py``): any byte string survives a record.
 """
 
 from __future__ import annotations
@@ -421,8 +431,12 @@ class CommandCapture:
         return _stat(self.workspace.root, item[0], {}) is not None, item[0]
 
     def settled(self) -> None:
-        """The command's outcome (and the changes recorded with it) is durable: the journal is spent."""
+        """The command's outcome (and the changes recorded with it) is durable: the journal is spent (the next
+        command writes its own, holding everything since the last save)."""
         self._command = None
+        if self._journal_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._journal_path)
         if time.monotonic() - self._saved_at > SAVE_SECONDS:
             self.save()
 
