@@ -81,11 +81,13 @@ def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
     hits: list[str] = []
     searched = 0
     for rel in _walk(ctx, path):
-        data = _searchable(ctx, rel)
-        if data is None or b"\x00" in data[:8192]:
-            continue
-        searched += 1
         try:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            data = _searchable(ctx, rel)
+            if data is None or b"\x00" in data[:8192]:
+                continue
+            searched += 1
             for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
                 if compiled.search(line, timeout=max(deadline - time.monotonic(), 0.001)):
                     hits.append(f"{rel}:{number}: {line[:300]}")

@@ -97,8 +97,9 @@ def _kill_all() -> int:
 def main(argv: list[str]) -> int:
     gate, status_fd, timeout, command = int(argv[1]), int(argv[2]), float(argv[3]), argv[4:]
     os.set_inheritable(status_fd, False)  # the command must not hold the status pipe
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # Linux only; elsewhere the process group still goes on timeout
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is not None:  # Linux only; elsewhere the process group still goes on a time-out
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     try:
         opened = os.read(gate, 1)
     except OSError:
@@ -125,7 +126,10 @@ def main(argv: list[str]) -> int:
         if remaining <= 0:
             timed_out = True
             break
-        signal.sigtimedwait({signal.SIGCHLD}, remaining)
+        if hasattr(signal, "sigtimedwait"):
+            signal.sigtimedwait({signal.SIGCHLD}, remaining)
+        else:  # macOS: no sigtimedwait; poll
+            time.sleep(min(remaining, 0.01))
     leftovers = 0
     try:
         os.waitpid(-1, os.WNOHANG)
