@@ -120,7 +120,7 @@ def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
     current = ctx.workspace.hash(path) or ""
     if current == content_hash(str(args.get("content", "")).encode()):
         return "done"
-    before = ctx.before_hashes.get(ctx.workspace.relative(path))
+    before = ctx.before_hashes.get(quote_path(ctx.workspace.relative(path)))  # recorded form, as befores are
     return "not_done" if before is not None and current == before else "unknown"
 
 
