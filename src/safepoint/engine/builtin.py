@@ -6,8 +6,6 @@ import json
 import math
 import os
 import stat
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -19,7 +17,7 @@ from safepoint.core.commands import classify_command
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
 from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
-from safepoint.engine import reaper
+from safepoint.engine.launcher import LAUNCHER, collect
 from safepoint.engine.processes import kill_tree
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
 from safepoint.errors import ToolFailure
@@ -31,7 +29,7 @@ MAX_LIST = 2000
 MAX_OUTPUT = 8 * 1024  # longer command output is kept whole as an artifact, and shown cut
 DEFAULT_TIMEOUT = 120.0
 SEARCH_SECONDS = 10.0  # a search_files call stops here (a replay after a crash cannot hang either)
-REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the reaper's tree itself
+REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the supervisor's tree itself
 
 
 def _walk(ctx: ToolContext, path: str) -> list[str]:
@@ -213,50 +211,44 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
     limit = _timeout(timeout)
     env = {**os.environ, "SAFEPOINT_IDEMPOTENCY_KEY": ctx.idempotency_key}
     env.pop("SAFEPOINT_FAILPOINT", None)
-    # The reaper (engine/reaper.py) waits for a byte on a pipe before it starts the command, and the byte is sent
-    # only once it is noted: an agent killed in between leaves a process that sees end-of-file and exits without
-    # running it (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
-    gate_read, gate_write = os.pipe()
+    # The command's supervisor (engine/reaper.py) waits for a byte on a pipe before it starts the command, and the
+    # byte is sent only once it is noted: an agent killed in between leaves a process that sees end-of-file and
+    # exits without running it (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
+    output_read, output_write = os.pipe()
     status_read, status_write = os.pipe()
+    gate_read, gate_write = os.pipe()
     try:
-        process = subprocess.Popen(
-            [*_reaper_argv(gate_read, status_write, limit), "bash", "-c", command],
-            cwd=ctx.workspace.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            pass_fds=(gate_read, status_write),
-            start_new_session=True,  # its own group: the agent's Ctrl-C is not the command's, a kill reaches all
-        )
-    except BaseException:
-        for fd in (gate_write, status_read):
-            os.close(fd)
-        raise
-    finally:
-        os.close(gate_read)
-        os.close(status_write)
-    with process, os.fdopen(status_read, "rb") as status:
         try:
-            ctx.processes.started(process.pid)
+            pid = LAUNCHER.launch(
+                limit, ctx.workspace.root, env, ["bash", "-c", command], [output_write, status_write, gate_read]
+            )
+        finally:
+            for fd in (output_write, status_write, gate_read):
+                os.close(fd)
+        try:
+            ctx.processes.started(pid)
             os.write(gate_write, b"x")
         finally:
             os.close(gate_write)
         try:
-            # The reaper keeps the time itself; this is the backstop should it be stopped or stuck.
-            output, _ = process.communicate(timeout=limit + REAPER_GRACE)
-        except subprocess.TimeoutExpired:
-            kill_tree(process.pid)
-            output, _ = process.communicate()
+            # The supervisor keeps the time itself; this is the backstop should it be stopped or stuck.
+            output, raw, ended = collect(output_read, status_read, time.monotonic() + limit + REAPER_GRACE)
+            if not ended:
+                kill_tree(pid)
+                more, late, _ = collect(output_read, status_read, time.monotonic() + REAPER_GRACE)
+                output, raw = output + more, raw + late
         finally:
-            ctx.processes.ended(process.pid)
-        report = _report(status.read())
+            ctx.processes.ended(pid)
+    finally:
+        for fd in (output_read, status_read):
+            os.close(fd)
+    report = _report(raw)
     if report.get("timed_out", True):
         raise ToolFailure(
             f"`{_one_line(command)}` hit its time limit of {limit:g}s and was stopped, with every process it"
             f" started\n{_shown(ctx, output)}"
         )
-    code = int(report.get("status", process.returncode) or 0)
+    code = int(report.get("status") or 0)
     leftovers = int(report.get("leftovers", 0))
     text = f"exit code {code}\n{_shown(ctx, output)}"
     if leftovers:
@@ -273,11 +265,6 @@ def _one_line(command: str) -> str:
     """A command line as one line of a message (its newlines would cut the line that names the failure)."""
     flat = " ".join(command.split())
     return flat if len(flat) <= 200 else flat[:200] + "..."
-
-
-def _reaper_argv(gate: int, status: int, limit: float) -> list[str]:
-    # -I -S: the reaper needs only the standard library, and starts in a few ms without site-packages.
-    return [sys.executable, "-I", "-S", reaper.__file__, str(gate), str(status), repr(limit)]
 
 
 def _timeout(value: Any) -> float:

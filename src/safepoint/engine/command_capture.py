@@ -37,8 +37,9 @@ import msgspec
 
 from safepoint.core.hashing import content_hash
 from safepoint.core.rollback import UNKNOWN
-from safepoint.durable import atomic_write
+from safepoint.durable import atomic_write, fsync_dir, write_all
 from safepoint.engine.file_changes import FileBefore, FileChanges, Records
+from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.log_writer import now as timestamp
 from safepoint.errors import ToolFailure
 from safepoint.records import FilePatchEntry, WorkspaceState
@@ -164,7 +165,10 @@ class CommandCapture:
     @staticmethod
     def has_journal(state_dir: str | None) -> bool:
         """Whether a command may have been running when the run's last owner stopped (see ``_catch_up``)."""
-        return state_dir is not None and os.path.exists(os.path.join(state_dir, JOURNAL_FILE))
+        try:
+            return state_dir is not None and os.path.getsize(os.path.join(state_dir, JOURNAL_FILE)) > 0
+        except FileNotFoundError:
+            return False
 
     def _catch_up(self) -> None:
         """Learn what changed while no capture of this run was watching (between sessions, after a crash): those
@@ -244,9 +248,28 @@ class CommandCapture:
         self._saved_at = time.monotonic()
         self._saved_once = True
         self._touched.clear()
+        self._clear_journal()
+
+    def _write_journal(self, data: bytes) -> None:
+        """Durable before `started` (recovery relies on it; the blobs it names are in `started`'s group): written
+        in place and flushed with one fdatasync (the file stays: only its first creation costs a folder fsync). A
+        journal torn by a crash does not decode, and counts as none."""
+        assert self._journal_path is not None
+        created = not os.path.exists(self._journal_path)
+        fd = os.open(self._journal_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            write_all(fd, data)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(os.path.dirname(self._journal_path))
+
+    def _clear_journal(self) -> None:
+        """The journal is spent (emptied, not removed: see ``_write_journal``)."""
         if self._journal_path is not None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._journal_path)
+                os.truncate(self._journal_path, 0)
 
     def close(self) -> None:
         self.save()
@@ -328,8 +351,7 @@ class CommandCapture:
                 named=self._named,
                 head=read_head(self._git_dir) if self._git_dir else None,
             )
-            # Durable before `started`: recovery relies on it (the blobs it names are in `started`'s group).
-            atomic_write(self._journal_path, _state_encoder.encode(journal), durable=True)
+            self._write_journal(_state_encoder.encode(journal))
         self._command = call_id
         if self.writers is not None:
             self.writers.begin()
@@ -400,9 +422,10 @@ class CommandCapture:
         while the command ran is recorded with ``author_uncertain`` (rollback asks before reverting it)."""
         authors = None
         if self.writers is not None:
-            # The command's processes are this one's descendants started meanwhile (the tool's own, in-process
-            # writes count too); the user's editor or another run's agent is not a descendant of this process.
-            authors = self.writers.end([os.getpid()])
+            # The command's processes are those this process, or its command server, started meanwhile (the tool's
+            # own in-process writes count too); the user's editor or another run's agent descends from neither.
+            server = LAUNCHER.server_pid()
+            authors = self.writers.end([os.getpid()] if server is None else [os.getpid(), server])
         recorded: list[FilePatchEntry] = []
         # Paths another call of this run recorded while the command ran (an async tool alongside it) are theirs.
         others = {p.path for p in self.files.patches[self._patches_at_start :] if p.tool_call_id != call_id}
@@ -434,9 +457,7 @@ class CommandCapture:
         """The command's outcome (and the changes recorded with it) is durable: the journal is spent (the next
         command writes its own, holding everything since the last save)."""
         self._command = None
-        if self._journal_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._journal_path)
+        self._clear_journal()
         if time.monotonic() - self._saved_at > SAVE_SECONDS:
             self.save()
 

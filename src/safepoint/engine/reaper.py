@@ -1,6 +1,8 @@
 """The small process that runs one command and answers for its whole process tree (run as a script, stdlib only).
 
-``python -I -S reaper.py GATE_FD STATUS_FD TIMEOUT PROGRAM ARGS...``
+``python -I -S reaper.py GATE_FD STATUS_FD TIMEOUT PROGRAM ARGS...`` supervises one command; ``python -I -S
+reaper.py --serve SOCKET_FD`` is a server that forks one supervisor per request (``engine/launcher.py`` starts it
+once per agent process: a command then costs a fork, not a Python start of about 20 ms).
 
 It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): every process the command starts stays its
 descendant, even one that ``setsid``s or double-forks (an orphan is re-parented here, not to init). Then:
@@ -97,8 +99,8 @@ def _kill_all() -> int:
             return len(killed)
 
 
-def main(argv: list[str]) -> int:
-    gate, status_fd, timeout, command = int(argv[1]), int(argv[2]), float(argv[3]), argv[4:]
+def supervise(gate: int, status_fd: int, timeout: float, command: list[str], env: dict[str, str] | None) -> int:
+    """Steps 1-4 of the module docstring, in this process (which becomes the subreaper)."""
     os.set_inheritable(status_fd, False)  # the command must not hold the status pipe
     prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
     if prctl is not None:  # Linux only; elsewhere the process group still goes on a time-out
@@ -116,7 +118,10 @@ def main(argv: list[str]) -> int:
     if main_pid == 0:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         try:
-            os.execvp(command[0], command)
+            if env is None:
+                os.execvp(command[0], command)
+            else:
+                os.execvpe(command[0], command, env)
         finally:
             os._exit(127)
     status: int | None = None
@@ -148,6 +153,65 @@ def main(argv: list[str]) -> int:
     os.write(status_fd, (report + f'"leftovers": {leftovers}}}\n').encode())
     os.close(status_fd)
     return 124 if status is None else status
+
+
+# the server: one per agent process, so a command costs a fork, not a Python start ------------------------------------
+def encode_request(timeout: float, cwd: str, env: dict[str, str], command: list[str]) -> bytes:
+    """A request to the server: NUL-separated fields (a command line or environment cannot hold a NUL)."""
+    fields = [repr(timeout), cwd, str(len(env)), *(f"{k}={v}" for k, v in env.items()), *command]
+    return b"\0".join(os.fsencode(field) for field in fields)
+
+
+def _decode_request(data: bytes) -> tuple[float, str, dict[str, str], list[str]]:
+    fields = [os.fsdecode(field) for field in data.split(b"\0")]
+    count = int(fields[2])
+    env = dict(entry.split("=", 1) for entry in fields[3 : 3 + count])
+    return float(fields[0]), fields[1], env, fields[3 + count :]
+
+
+def serve(sock_fd: int) -> int:
+    """Answer requests on the socket (SOCK_SEQPACKET) until the agent closes it. Each request comes with three
+    descriptors (the command's output, the status pipe, the gate); the answer is the pid of a new process (a fork
+    of this one, in its own session) that supervises that command. This server is single-threaded, so forking it
+    is safe; its children are reaped by the kernel (SIGCHLD ignored here, restored in each child)."""
+    import socket  # only the server needs it
+
+    sock = socket.socket(fileno=sock_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 3)
+        except OSError:
+            return 0
+        if not data:
+            return 0  # the agent is gone; the commands it started run on under their own supervisors
+        timeout, cwd, env, command = _decode_request(data)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                sock.close()
+                os.setsid()  # its own session and group: a kill of the group reaches what stayed in it
+                output, status_fd, gate = fds
+                os.dup2(devnull, 0)
+                os.dup2(output, 1)
+                os.dup2(output, 2)
+                os.close(output)
+                os.chdir(cwd)
+                code = supervise(gate, status_fd, timeout, command, env)
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        sock.send(str(pid).encode())
+
+
+def main(argv: list[str]) -> int:
+    if argv[1] == "--serve":
+        return serve(int(argv[2]))
+    return supervise(int(argv[1]), int(argv[2]), float(argv[3]), argv[4:], None)
 
 
 if __name__ == "__main__":
