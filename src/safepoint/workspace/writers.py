@@ -175,6 +175,11 @@ class WriterWatch:
     def begin(self) -> None:
         """Start recording: what was queued before (the user's edits between commands) is dropped, its new folders
         marked; forks are listened to from now on."""
+        if self._thread is not None:
+            self.end(())  # a window its command never closed (the tool raised past the capture)
+        # Each window is judged on its own: what an earlier one lost cannot make a later one wrong (a folder left
+        # unmarked gives no events, and a change without events is of uncertain author).
+        self._broken = False
         self._read_fanotify(keep=False)
         self._events, self._forks = [], []
         try:
