@@ -208,11 +208,14 @@ def test_a_special_file_a_command_names_is_said_loudly(workspace):
     os.mkfifo(workspace / "pipe")
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
         result = run.call_result("run_command", {"command": "rm pipe"}, call_id="c1")
     assert result.status == "succeeded"
     assert "[safepoint] pipe: named by the command but not a regular file; rollback cannot put it back" in (
         result.observation
     )
+    plan = tm.rollback_files("r", start)
+    assert [u.path for u in plan.unrestorable] == ["pipe"]  # said by rollback too
 
 
 # ------------------------------------------------------------------------------ a folder swapped for a link

@@ -118,6 +118,7 @@ class CommandCapture:
         self.warnings: list[str] = []
         self._touched: set[str] = set()  # paths whose stat or content changed since the last save
         self._named: dict[str, FileStat | None] = {}  # ignored files the command line names -> their stat before
+        self._special: dict[str, int] = {}  # FIFOs, sockets, devices the command line names -> their inode
         self._command: str | None = None  # the call whose command runs (between before_command and settled)
         self.recovered: list[FilePatchEntry] = []  # changes of a command whose outcome a crash lost
         # Files the run already wrote are known if they still hold what it wrote (the run's own edits, so O(edits)).
@@ -323,6 +324,7 @@ class CommandCapture:
         for path in self._changed():
             self._learn(path)
         self._named = {}
+        self._special = {}
         tracked, ignored = self._expand(hints)
         for path in tracked:
             if path not in self.known and path not in self.git_clean:
@@ -404,6 +406,7 @@ class CommandCapture:
                     stack.extend(os.path.join(here, name) for name in os.listdir(path))
             elif quote_path(here) not in seen:
                 if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+                    self._special[quote_path(here)] = info.st_ino
                     self.warnings.append(
                         f"{quote_path(here)}: named by the command but not a regular file; rollback cannot put it back"
                     )
@@ -444,7 +447,19 @@ class CommandCapture:
                 self._learn(path)
                 continue
             self._record(call_id, path, old, author_uncertain=writers != {"command"}, into=recorded)
+        for path, ino in sorted(self._special.items()):
+            try:
+                gone = os.lstat(os.path.join(self.workspace.root, real_path(path))).st_ino != ino
+            except OSError:
+                gone = True
+            if gone:  # recorded with an unknown before-state, so `rollback` names it as what it cannot put back
+                data, mode = self._snapshot(path)
+                unknown = FileBefore(path, UNKNOWN, None)
+                entry = self.files.record(call_id, unknown, data, mode, author_uncertain=authors is None)
+                if entry is not None:
+                    recorded.append(entry)
         self._named = {}
+        self._special = {}
         return recorded
 
     def _removals_first(self, item: tuple[str, FileStat | None]) -> tuple[bool, str]:
