@@ -236,9 +236,11 @@ class WriterWatch:
     # reading ----------------------------------------------------------------------------------------------------
     def _reader(self) -> None:
         assert self._wake is not None and self._netlink is not None
-        fds = [self._fan, self._netlink.fileno(), self._wake[0]]
+        poller = select.poll()  # not select.select: a busy process may hold descriptors past 1024
+        for fd in (self._fan, self._netlink.fileno(), self._wake[0]):
+            poller.register(fd, select.POLLIN)
         while True:
-            ready, _, _ = select.select(fds, [], [], _POLL_SECONDS)
+            ready = {fd for fd, _event in poller.poll(_POLL_SECONDS * 1000)}
             if self._wake[0] in ready:
                 return
             if self._fan in ready:
