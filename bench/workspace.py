@@ -28,6 +28,10 @@ What it measures (one process, one run of this script, on the filesystem of ``te
   run. ``capture_start``: the capture (watches, baseline scan) now starts with the session, so ``tm.start`` with
   the built-in tools is timed against ``tm.start(builtins=False)`` (no capturing tool: no capture), and the
   first capturing call (minus a bare command) on its own.
+  ``without_attribution``: the inotify case again with ``SAFEPOINT_NO_FANOTIFY=1`` (no fanotify marks, no fork
+  events: every change marked of uncertain author); ``attribution_cost_ms`` is the difference of the two cost
+  medians, what telling the command's writes from others' costs a command (``writers_attributed`` says whether the
+  platform allowed it: root or ``CAP_SYS_ADMIN`` on Linux).
   ``no_change_command`` runs ``true`` the same way: the ledger's own cost for a command, without changes.
   ``shadow_git_command_checkpoint_ms``: ``git add -A`` + ``git commit`` after the same command.
 * ``storage``: 100 calls each changing one line of a 100 KB, 2,000-line text file (a separate small workspace per
@@ -91,6 +95,7 @@ from measure import (
 import safepoint
 from safepoint.engine.builtin import write_file
 from safepoint.workspace.scan import ChangeWatcher
+from safepoint.workspace.writers import DISABLE_ENV
 
 FILE_LINES = 16  # 1 KB files
 EDIT_LINES = range(5, 8)  # a tool edit replaces these 3 lines: 192 bytes
@@ -362,6 +367,7 @@ def command_case(
             start_total = clock() - t0
             capture = run.session.capture_started
             watcher_active = capture is not None and capture.watcher is not None
+            attributed = capture is not None and capture.writers is not None
             flusher.sample()
             for first in range(0, calls, BLOCK):
                 block = range(first, min(first + BLOCK, calls))
@@ -384,6 +390,7 @@ def command_case(
     return {
         "calls": calls,
         "watcher_active": watcher_active,
+        "writers_attributed": attributed,
         "file_patches_per_call": expect_patches,
         "call_total_ms": summary(total),
         "bare_command_ms": summary(bare_ns),
@@ -409,6 +416,19 @@ def scan_fallback(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return fn()
     finally:
         ChangeWatcher.start = original  # type: ignore[method-assign]
+
+
+def without_attribution(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``fn`` with writers not told apart by process (``SAFEPOINT_NO_FANOTIFY=1``): the fallback's cost."""
+    old = os.environ.get(DISABLE_ENV)
+    os.environ[DISABLE_ENV] = "1"
+    try:
+        return fn()
+    finally:
+        if old is None:
+            del os.environ[DISABLE_ENV]
+        else:
+            os.environ[DISABLE_ENV] = old
 
 
 # storage -----------------------------------------------------------------------------------------------------
@@ -623,6 +643,11 @@ def command_section(
             lambda: command_case(tm, "scan", cmd, twin, args.scan_calls, COMMAND_FILES, parent)
         )
         settle()
+        log(f"command capture without writer attribution, {args.command_calls} calls")
+        out["without_attribution"] = without_attribution(
+            lambda: command_case(tm, "unattributed", cmd, twin, args.command_calls, COMMAND_FILES, parent)
+        )
+        settle()
         log("no-change command (inotify)")
         out["no_change_command"] = command_case(tm, "no_change", "true", twin, args.command_calls, 0, parent)
         settle()
@@ -633,6 +658,9 @@ def command_section(
         settle()
     finally:
         shutil.rmtree(twin, ignore_errors=True)
+    out["attribution_cost_ms"] = round(
+        out["inotify"]["cost_ms"]["median"] - out["without_attribution"]["cost_ms"]["median"], 3
+    )
     git_median = out["shadow_git_command_checkpoint_ms"]["total"]["median"]
     for mode in ("inotify", "scan_fallback"):
         out[mode]["ratio_to_shadow_git"] = round(out[mode]["cost_ms"]["median"] / git_median, 4)

@@ -16,6 +16,7 @@ the workspace ends byte-identical to an uninterrupted run's, the ledger accounts
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -783,3 +784,53 @@ def _running(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_killed_agents_escaped_descendants_are_killed_too(tmp_path):
+    """A command that put a process out of its group (`setsid`) before the agent died: claiming the run again
+    kills that process too (it stays below the command's reaper, a child subreaper)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    pid_file = tmp_path / "escaped.pid"
+    command = f"(setsid sh -c 'echo $$ > {pid_file}; exec sleep 120' > /dev/null 2>&1 &); sleep 120"
+    script = tmp_path / "sc.json"
+    script.write_text(
+        json.dumps(
+            {
+                "task": "t",
+                "turns": [{"tool_calls": [{"tool": "run_command", "args": {"command": command}}]}, {"text": "done"}],
+            }
+        )
+    )
+    env = cli_env(SAFEPOINT_OUTBOX=str(tmp_path / "outbox"))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "safepoint", "run", str(script), "--workspace", str(workspace), "--run-id", "r"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(6000):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        time.sleep(0.01)
+    escaped = int(pid_file.read_text())
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    try:
+        assert _running(escaped)  # the agent died; the escaped process did not
+        resumed = subprocess.run(
+            [sys.executable, "-m", "safepoint", "resume", "r", "--workspace", str(workspace), "--skip", "call_1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        for _ in range(500):  # killed by the resume; init reaps it
+            if not _running(escaped):
+                break
+            time.sleep(0.01)
+        assert not _running(escaped), "the escaped descendant outlived the crashed agent's cleanup"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(escaped, signal.SIGKILL)

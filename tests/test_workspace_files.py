@@ -7,9 +7,12 @@ import os
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from safepoint.errors import ToolFailure
 from safepoint.workspace.files import Workspace, read_state
+from safepoint.workspace.names import quote_name, quote_path, real_path
 
 
 @pytest.fixture
@@ -103,3 +106,21 @@ def test_a_folder_is_refused_as_a_file(ws):
     with pytest.raises(ToolFailure, match="directory"):
         ws.read("sub")
     assert ws.snapshot("sub") == (None, None)
+
+
+# file names in recorded form (workspace/names.py) -----------------------------------------------------------------
+@given(st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b))
+def test_any_name_round_trips_through_its_recorded_form(raw):
+    name = os.fsdecode(raw)
+    recorded = quote_name(name)
+    recorded.encode("utf-8")  # a record (JSON, msgpack) can hold it
+    assert recorded.isprintable()  # and a person or a model can read it
+    assert os.fsencode(real_path(recorded)) == raw
+
+
+def test_recorded_paths_keep_their_folders_as_prefixes():
+    folder = os.fsdecode(b"d\xff")
+    assert quote_path(folder + "/x\ny") == '"d\\377"/"x\\ny"'
+    assert quote_path(folder + "/x").startswith(quote_path(folder) + "/")
+    assert quote_path("plain/path.txt") == "plain/path.txt"  # old records read the same
+    assert real_path('"\\"quoted\\""') == '"quoted"'

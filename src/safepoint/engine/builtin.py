@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
-import re
-import signal
-import subprocess
+import stat
+import time
 from typing import Any
+
+import regex
 
 from safepoint.core.classify import Classification
 from safepoint.core.command_targets import write_targets
@@ -14,14 +17,19 @@ from safepoint.core.commands import classify_command
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
 from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
+from safepoint.engine.launcher import LAUNCHER, collect
+from safepoint.engine.processes import kill_tree
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
 from safepoint.errors import ToolFailure
+from safepoint.workspace.names import quote_path, real_path
 
 SKIP_DIRS = frozenset({".git", ".agent-runtime", "node_modules", "__pycache__", ".venv"})
 MAX_READ = 256 * 1024
 MAX_LIST = 2000
 MAX_OUTPUT = 8 * 1024  # longer command output is kept whole as an artifact, and shown cut
 DEFAULT_TIMEOUT = 120.0
+SEARCH_SECONDS = 10.0  # a search_files call stops here (a replay after a crash cannot hang either)
+REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the supervisor's tree itself
 
 
 def _walk(ctx: ToolContext, path: str) -> list[str]:
@@ -30,7 +38,9 @@ def _walk(ctx: ToolContext, path: str) -> list[str]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):
-            found.append(os.path.relpath(os.path.join(folder, name), ctx.workspace.root))
+            # In recorded form: a name that is not plain text (bytes that are not UTF-8, a newline) is quoted the way
+            # git quotes it, readable, and given back to a tool it names the same file.
+            found.append(quote_path(os.path.relpath(os.path.join(folder, name), ctx.workspace.root)))
     return found
 
 
@@ -50,28 +60,55 @@ def read_file(ctx: ToolContext, path: str) -> str:
 def list_files(ctx: ToolContext, path: str = ".") -> str:
     """List the workspace's files (version-control and runtime folders left out)."""
     found = _walk(ctx, path)
-    shown = "\n".join(found[:MAX_LIST])
-    return shown if len(found) <= MAX_LIST else shown + f"\n[... {len(found) - MAX_LIST} more]"
+    listed = "\n".join(found[:MAX_LIST])
+    return listed if len(found) <= MAX_LIST else listed + f"\n[... {len(found) - MAX_LIST} more]"
 
 
 @tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
 def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
-    """Search file contents with a regular expression; prints path:line: text."""
+    """Search file contents with a regular expression; prints path:line: text. Special files (FIFOs, sockets,
+    devices) and links leading out of the workspace are skipped; the search has a time limit."""
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        # The `regex` package, not `re`: the same syntax (backreferences and lookarounds, which models write), plus
+        # a timeout that stops catastrophic backtracking like `(a+)+$` on a long line. Rejected: google-re2 (linear
+        # time, but it refuses backreferences and lookarounds, and was 6x slower per line here; bench/workspace.py).
+        compiled = regex.compile(pattern)
+    except (regex.error, TypeError) as exc:
         raise ToolFailure(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    deadline = time.monotonic() + SEARCH_SECONDS
     hits: list[str] = []
+    searched = 0
     for rel in _walk(ctx, path):
-        data = ctx.workspace.read(rel) or b""
-        if b"\x00" in data[:8192]:
-            continue
-        for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-            if regex.search(line):
-                hits.append(f"{rel}:{number}: {line[:300]}")
-                if len(hits) >= MAX_LIST:
-                    return "\n".join(hits) + "\n[... more matches cut]"
+        try:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            data = _searchable(ctx, rel)
+            if data is None or b"\x00" in data[:8192]:
+                continue
+            searched += 1
+            for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+                if compiled.search(line, timeout=max(deadline - time.monotonic(), 0.001)):
+                    hits.append(f"{rel}:{number}: {line[:300]}")
+                    if len(hits) >= MAX_LIST:
+                        return "\n".join(hits) + "\n[... more matches cut]"
+        except TimeoutError:
+            raise ToolFailure(
+                f"search_files hit its time limit of {SEARCH_SECONDS:g}s in {rel} ({searched} files searched):"
+                " simplify the pattern (nested repeats like (a+)+ backtrack without end) or narrow the path"
+            ) from None
     return "\n".join(hits) or "no matches"
+
+
+def _searchable(ctx: ToolContext, rel: str) -> bytes | None:
+    """A file's content for a search, or None for what a search skips: special files (reading a FIFO could block
+    for ever), links leading out of the workspace, and anything that vanished or cannot be read."""
+    try:
+        info = os.lstat(os.path.join(ctx.workspace.root, real_path(rel)))
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+            return None
+        return ctx.workspace.read(rel)  # follows a link only inside the workspace; refuses a special target
+    except (OSError, ToolFailure):
+        return None
 
 
 def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
@@ -81,7 +118,7 @@ def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
     current = ctx.workspace.hash(path) or ""
     if current == content_hash(str(args.get("content", "")).encode()):
         return "done"
-    before = ctx.before_hashes.get(ctx.workspace.relative(path))
+    before = ctx.before_hashes.get(quote_path(ctx.workspace.relative(path)))  # recorded form, as befores are
     return "not_done" if before is not None and current == before else "unknown"
 
 
@@ -168,49 +205,82 @@ def _command_targets(args: dict[str, Any]) -> list[str]:
     capture_hints=_command_targets,
 )
 def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT) -> str:
-    """Run a shell command in the workspace; classified per command line (`ls` may be re-run, `npm publish` not)."""
+    """Run a shell command in the workspace; classified per command line (`ls` may be re-run, `npm publish` not).
+    ``timeout`` (seconds) limits the whole tree of processes the command starts; what it leaves running in the
+    background is stopped when it ends."""
+    limit = _timeout(timeout)
     env = {**os.environ, "SAFEPOINT_IDEMPOTENCY_KEY": ctx.idempotency_key}
     env.pop("SAFEPOINT_FAILPOINT", None)
-    # The command waits for a byte on a pipe before it starts, and the byte is sent only once its process group
-    # is noted: an agent killed in between leaves a process that sees end-of-file and exits without running it
-    # (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
+    # The command's supervisor (engine/reaper.py) waits for a byte on a pipe before it starts the command, and the
+    # byte is sent only once it is noted: an agent killed in between leaves a process that sees end-of-file and
+    # exits without running it (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
+    output_read, output_write = os.pipe()
+    status_read, status_write = os.pipe()
     gate_read, gate_write = os.pipe()
     try:
-        process = subprocess.Popen(
-            [
-                "bash",
-                "-c",
-                f'read -r -n 1 _ <&{gate_read} || exit 125; exec {gate_read}<&-; exec bash -c "$0"',
-                command,
-            ],
-            cwd=ctx.workspace.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            pass_fds=(gate_read,),
-            start_new_session=True,  # so a timeout kills the whole process group, not just bash
-        )
-    finally:
-        os.close(gate_read)
-    with process:
         try:
-            ctx.processes.started(process.pid)
+            pid = LAUNCHER.launch(
+                limit, ctx.workspace.root, env, ["bash", "-c", command], [output_write, status_write, gate_read]
+            )
+        finally:
+            for fd in (output_write, status_write, gate_read):
+                os.close(fd)
+        try:
+            ctx.processes.started(pid)
             os.write(gate_write, b"x")
         finally:
             os.close(gate_write)
         try:
-            output, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            raise ToolFailure(f"`{command}` timed out after {timeout:g}s\n{_shown(ctx, output)}") from None
+            # The supervisor keeps the time itself; this is the backstop should it be stopped or stuck.
+            output, raw, ended = collect(output_read, status_read, time.monotonic() + limit + REAPER_GRACE)
+            if not ended:
+                kill_tree(pid)
+                more, late, _ = collect(output_read, status_read, time.monotonic() + REAPER_GRACE)
+                output, raw = output + more, raw + late
         finally:
-            ctx.processes.ended(process.pid)
-    text = f"exit code {process.returncode}\n{_shown(ctx, output)}"
-    if process.returncode != 0:
+            ctx.processes.ended(pid)
+    finally:
+        for fd in (output_read, status_read):
+            os.close(fd)
+    report = _report(raw)
+    if report.get("timed_out", True):
+        raise ToolFailure(
+            f"`{_one_line(command)}` hit its time limit of {limit:g}s and was stopped, with every process it"
+            f" started\n{_shown(ctx, output)}"
+        )
+    code = int(report.get("status") or 0)
+    leftovers = int(report.get("leftovers", 0))
+    text = f"exit code {code}\n{_shown(ctx, output)}"
+    if leftovers:
+        text += (
+            f"\n[safepoint] the command left {leftovers} background process(es) running when it ended; they were"
+            " stopped (a command's processes never outlive it)"
+        )
+    if code != 0:
         raise ToolFailure(text)
     return text
+
+
+def _one_line(command: str) -> str:
+    """A command line as one line of a message (its newlines would cut the line that names the failure)."""
+    flat = " ".join(command.split())
+    return flat if len(flat) <= 200 else flat[:200] + "..."
+
+
+def _timeout(value: Any) -> float:
+    """A command's time limit in seconds: a finite number above 0 (a bool, a string, NaN or inf is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ToolFailure(f"timeout {value!r} is not a time limit; give a number of seconds above 0, like 60")
+    return float(value)
+
+
+def _report(raw: bytes) -> dict[str, Any]:
+    """The reaper's one-line report; an empty or broken one (the reaper was killed) counts as a time-out."""
+    try:
+        report = json.loads(raw.decode() or "null")
+    except ValueError:
+        report = None
+    return report if isinstance(report, dict) else {"timed_out": True}
 
 
 def _shown(ctx: ToolContext, output: bytes) -> str:

@@ -454,7 +454,9 @@ class CallRunner:
         failpoints.hit("before_started", call.tool)
         if tool.captures_workspace:
             hints = tool.capture_hints(call.args) if tool.capture_hints else ()
-            self.capture().before_command(hints)  # the user's changes so far are settled, not blamed on the command
+            # The user's changes so far are settled, not blamed on the command; what it starts from is kept
+            # durably first, so a crash while it runs still leaves its changes attributable and reversible.
+            self.capture().before_command(hints, call.call_id)
         started = ledger.start(planned)
         self.conversation.checkpoint("tool_start")
         self.log.commit()  # durable: the ledger says `started` before the tool runs
@@ -465,16 +467,23 @@ class CallRunner:
         assert isinstance(outcome, Outcome)
         failpoints.hit("after_tool", call.tool)
         self.files.after(call.call_id, befores)
+        notes: list[str] = []
         if tool.captures_workspace:
-            self.capture().after_command(call.call_id)
+            capture = self.capture()
+            capture.after_command(call.call_id)
+            notes, capture.warnings = capture.warnings, []
         status: LedgerStatus = "succeeded" if outcome.ok else "failed"
         text = outcome.text if outcome.ok else f"error: {outcome.text}"
+        if notes:  # what the capture could not keep is said where the model and the user see the call
+            text += "".join(f"\n[safepoint] {note}" for note in notes)
         message, ref = self._tool_message(call, text)
         if outcome.ok:
             ledger.finish(started, status, ref, encoding=outcome.encoding)
         else:
             ledger.finish(started, status, ref, error=outcome.text[:500])
         self._settled(call)
+        if tool.captures_workspace:
+            self.capture().settled()
         self.log.trace("tool_finished", call_id=call.call_id, status=status)
         failpoints.hit("after_outcome", call.tool)
         return CallResult(call.call_id, status, outcome.value if outcome.ok else None, message.content)

@@ -10,50 +10,84 @@ durable with ``started``. So the command's own changes are told apart from the u
 changes can be put back. The content before a command of a file the run has never seen change comes from git
 (the HEAD blob of a clean tracked file; the user's uncommitted files are kept when the capture starts). Without
 git, content that predates the run and that nothing of the run touched is recorded by hash only, and rollback
-says it cannot restore it.
+says it cannot restore it. Files the command line names are kept too when ``.gitignore`` hides them (``rm .env``).
+
+Who made a change: where the platform tells (``workspace/writers.py``: fanotify and fork events), a change only
+other processes made while the command ran is theirs (learnt, not recorded), one both made is recorded with
+``author_uncertain``; elsewhere every change made during the command is (rollback asks before reverting those).
+
+A crash while a command runs: before it starts, a journal (the capture's state as a delta on the last saved state,
+O(what changed since)) is durable with its ``started``; the next owner, finding the call still ``started``, records
+every change since as that call's (author uncertain) before anything else runs.
+
+Paths are in recorded form (``workspace/names.py``): any byte string survives a record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
 from safepoint.core.hashing import content_hash
 from safepoint.core.rollback import UNKNOWN
-from safepoint.durable import atomic_write
+from safepoint.durable import atomic_write, fsync_dir, write_all
 from safepoint.engine.file_changes import FileBefore, FileChanges, Records
+from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.log_writer import now as timestamp
+from safepoint.errors import ToolFailure
 from safepoint.records import FilePatchEntry, WorkspaceState
 from safepoint.workspace.git import git_state, head_blob_ids
-from safepoint.workspace.scan import ChangeWatcher, FileStat, IgnoreRules, scan
+from safepoint.workspace.head import find_git_dir, read_head
+from safepoint.workspace.ignore import IgnoreRules
+from safepoint.workspace.names import quote_path, real_path
+from safepoint.workspace.scan import ChangeWatcher, FileStat, scan
+from safepoint.workspace.writers import WriterWatch
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
 STATE_FILE = "capture-state.msgpack"
+JOURNAL_FILE = "capture-command.msgpack"  # what a command in flight started from (for a crash while it runs)
 HINT_LIMIT = 10_000  # paths a command line may name for saving ahead (a glob over a huge tree stops here)
+HINT_BYTES = 64 * 1024 * 1024  # content of ignored files a command line names, kept ahead at most per command
 WINDOW_SLACK_NS = 50_000_000  # file times come from a coarse clock: only clearly older changes predate a command
 SAVE_SECONDS = 10.0  # a crashed session loses at most this much of what its capture learnt (it is re-learnt)
+
+_Known = tuple[str, int | None]
 
 
 class _SavedState(msgspec.Struct):
     stats: dict[str, FileStat]
-    known: dict[str, tuple[str, int | None]]
+    known: dict[str, _Known]
+
+
+class _Journal(msgspec.Struct):
+    """Written (durably) before a command's ``started``: the capture's state then, as a delta on the saved state
+    (O(what changed since the last save)), and the ignored files its command line named."""
+
+    call_id: str
+    stats: dict[str, FileStat | None]
+    known: dict[str, _Known | None]
+    named: dict[str, FileStat | None]
+    head: str | None = None  # git's HEAD then: a clean tracked file's content before is HEAD's, if HEAD stayed
 
 
 _state_encoder = msgspec.msgpack.Encoder()
 _state_decoder = msgspec.msgpack.Decoder(_SavedState)
+_journal_decoder = msgspec.msgpack.Decoder(_Journal)
 
 
 class CommandCapture:
     """Starts watching when made (its baseline scan and the inotify watch): a run starts it as an explicit step
     (``RunSession.start``), or at the first call that needs it. ``state_dir``: the run's scratch folder, where what
     the capture learnt is kept for the next session (None for a reader); ``store_dir``: the store's own folder,
-    never looked at."""
+    never looked at. ``in_flight``: whether a call's outcome is still unknown (its ledger entry says ``started``);
+    ``attribute=False`` tells no writer apart (the fallback where fanotify is missing, forced)."""
 
     def __init__(
         self,
@@ -63,23 +97,35 @@ class CommandCapture:
         store_dir: str | None,
         state_dir: str | None,
         exclude: tuple[str, ...] = (),
+        in_flight: Callable[[str], bool] = lambda call_id: False,
+        attribute: bool = True,
     ) -> None:
         self.files = files
         self.records = records
         self.workspace = files.workspace
         root = files.workspace.root
         extra = (*_safepointignore(root), *exclude)
-        store_dir = os.path.realpath(store_dir) if store_dir else None  # the root is a realpath too
+        self._store_dir = store_dir = os.path.realpath(store_dir) if store_dir else None  # the root is a realpath too
         self.rules = IgnoreRules.for_workspace(root, store_dir=store_dir, extra=extra)
         self.watcher = ChangeWatcher.start(root, self.rules)  # before the baseline scan: no change falls between
+        self.writers = WriterWatch.start(root, IgnoreRules.for_workspace(root, store_dir=store_dir, extra=extra))
+        if not attribute and self.writers is not None:
+            self.writers.close()
+            self.writers = None
+        self._in_flight = in_flight
         self.stats: dict[str, FileStat] = scan(root, self.rules)
-        self.known: dict[str, tuple[str, int | None]] = {}  # path -> (content hash, mode) last seen
+        self.known: dict[str, _Known] = {}  # path -> (content hash, mode) last seen
         self.warnings: list[str] = []
+        self._touched: set[str] = set()  # paths whose stat or content changed since the last save
+        self._named: dict[str, FileStat | None] = {}  # ignored files the command line names -> their stat before
+        self._special: dict[str, int] = {}  # FIFOs, sockets, devices the command line names -> their inode
+        self._command: str | None = None  # the call whose command runs (between before_command and settled)
+        self.recovered: list[FilePatchEntry] = []  # changes of a command whose outcome a crash lost
         # Files the run already wrote are known if they still hold what it wrote (the run's own edits, so O(edits)).
         last = {patch.path: patch.after_hash for patch in files.patches}
         for path, after in last.items():
             if path in self.stats and after:
-                data, mode = files.workspace.snapshot(path)
+                data, mode = self._snapshot(path)
                 if data is not None and content_hash(data) == after:
                     self.known[path] = (after, mode)
         state = git_state(root)
@@ -96,48 +142,143 @@ class CommandCapture:
             )
         )
         self.git_clean: dict[str, str] = {}
+        self._head_blobs: dict[str, str] = {}
+        self._git_dir = find_git_dir(root) if state.is_repo else None
         if state.is_repo:
             dirty = set(state.dirty)
-            self.git_clean = {path: blob for path, blob in head_blob_ids(root).items() if path not in dirty}
+            self._head_blobs = head_blob_ids(root)
+            self.git_clean = {path: blob for path, blob in self._head_blobs.items() if path not in dirty}
             # The user's uncommitted work is what git cannot give back: keep it now (O(dirty), not O(workspace)).
             for path in dirty:
                 if path in self.stats and path not in self.known:
                     self._learn(path)
-        self._state_path = None
+        self._state_path = self._journal_path = None
+        self._saved_once = True  # nothing to save for a reader
         if state_dir is not None:
             self._state_path = os.path.join(state_dir, STATE_FILE)
+            self._journal_path = os.path.join(state_dir, JOURNAL_FILE)
+            self._saved_once = os.path.exists(self._state_path)
             self._catch_up()
         self._saved_at = time.monotonic()
         self._window_start = time.time_ns()
         self._patches_at_start = len(files.patches)
 
+    @staticmethod
+    def has_journal(state_dir: str | None) -> bool:
+        """Whether a command may have been running when the run's last owner stopped (see ``_catch_up``)."""
+        try:
+            return state_dir is not None and os.path.getsize(os.path.join(state_dir, JOURNAL_FILE)) > 0
+        except FileNotFoundError:
+            return False
+
     def _catch_up(self) -> None:
-        """Learn what changed while no capture of this run was watching (between sessions, after a crash):
-        those changes are the user's, and their content is kept before any command can overwrite it."""
-        assert self._state_path is not None
+        """Learn what changed while no capture of this run was watching (between sessions, after a crash): those
+        changes are the user's, and their content is kept before any command can overwrite it. Unless a command was
+        running when the last owner died (its journal names a call still ``started``): then every change since the
+        command started is recorded as that call's, of uncertain author (nothing tells the command's changes from
+        the user's in a window nobody watched), so ``rollback`` can put it back."""
+        assert self._state_path is not None and self._journal_path is not None
         try:
             with open(self._state_path, "rb") as handle:
                 saved = _state_decoder.decode(handle.read())
         except (FileNotFoundError, msgspec.DecodeError):
-            return  # the first capture of the run: what is there is the baseline
+            saved = None  # the first capture of the run: what is there is the baseline
+        journal = None
+        try:
+            with open(self._journal_path, "rb") as handle:
+                journal = _journal_decoder.decode(handle.read())
+        except (FileNotFoundError, msgspec.DecodeError):
+            pass
+        if journal is not None and (
+            saved is None
+            or not self._in_flight(journal.call_id)
+            or any(p.tool_call_id == journal.call_id for p in self.files.patches)  # recovered already
+        ):
+            journal = None
+        if saved is None:
+            return
+        if journal is not None:
+            for path, info in journal.stats.items():
+                if info is None:
+                    saved.stats.pop(path, None)
+                else:
+                    saved.stats[path] = info
+            for path, known in journal.known.items():
+                if known is None:
+                    saved.known.pop(path, None)
+                else:
+                    saved.known[path] = known
         for path, (digest, mode) in saved.known.items():
             if path not in self.known and self.stats.get(path) == saved.stats.get(path):
                 self.known[path] = (digest, mode)
-        for path in saved.stats.keys() | self.stats.keys():
-            if saved.stats.get(path) != self.stats.get(path):
+        changed = [p for p in saved.stats.keys() | self.stats.keys() if saved.stats.get(p) != self.stats.get(p)]
+        if journal is None:
+            for path in changed:
                 self._learn(path)
+            return
+        call_id = journal.call_id
+        head_stayed = journal.head == (read_head(self._git_dir) if self._git_dir else None)
+        for path in sorted(changed, key=lambda p: self._removals_first((p, None))):
+            old = saved.stats.get(path)
+            if path in saved.known:
+                self.known[path] = saved.known[path]  # the before-state, kept with `started`
+            else:
+                self.known.pop(path, None)  # learnt just now: the command's result, not what it started from
+                if head_stayed and path in self._head_blobs:
+                    self.git_clean[path] = self._head_blobs[path]  # clean then (else the capture had kept it)
+            self._record(call_id, path, old, author_uncertain=True, into=self.recovered)
+        for path, old in sorted(journal.named.items()):
+            if _stat(self.workspace.root, path, {}) != old:
+                self._record(call_id, path, old, author_uncertain=True, into=self.recovered)
+        if self.recovered:
+            self.records.trace("command_changes_recovered", call_id=call_id, paths=len(self.recovered))
+
+    def recovery_settled(self) -> None:
+        """The recovered changes are durable: the journal is spent, and the state saved is the new baseline."""
+        self.recovered = []
+        self.save()
 
     def save(self) -> None:
-        """Keep the stat cache and what is known of each file for the next session (a cache: no fsync)."""
-        if self._state_path is not None:
-            data = _state_encoder.encode(_SavedState(stats=self.stats, known=self.known))
-            atomic_write(self._state_path, data, durable=False)
-            self._saved_at = time.monotonic()
+        """Keep the stat cache and what is known of each file for the next session. Not while
+        a command runs: its changes are recorded with its outcome, and a saved state must not run ahead of that."""
+        if self._state_path is None or self._command is not None:
+            return
+        data = _state_encoder.encode(_SavedState(stats=self.stats, known=self.known))
+        # Durable: a crash while a command runs is recovered from it and the journal (a few fsyncs a minute).
+        atomic_write(self._state_path, data, durable=True)
+        self._saved_at = time.monotonic()
+        self._saved_once = True
+        self._touched.clear()
+        self._clear_journal()
+
+    def _write_journal(self, data: bytes) -> None:
+        """Durable before `started` (recovery relies on it; the blobs it names are in `started`'s group): written
+        in place and flushed with one fdatasync (the file stays: only its first creation costs a folder fsync). A
+        journal torn by a crash does not decode, and counts as none."""
+        assert self._journal_path is not None
+        created = not os.path.exists(self._journal_path)
+        fd = os.open(self._journal_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            write_all(fd, data)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(os.path.dirname(self._journal_path))
+
+    def _clear_journal(self) -> None:
+        """The journal is spent (emptied, not removed: see ``_write_journal``)."""
+        if self._journal_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.truncate(self._journal_path, 0)
 
     def close(self) -> None:
         self.save()
         if self.watcher is not None:
             self.watcher.close()
+        if self.writers is not None:
+            self.writers.close()
+            self.writers = None
 
     # what changed ---------------------------------------------------------------------------------------------
     def _changed(self) -> dict[str, FileStat | None]:
@@ -149,6 +290,7 @@ class CommandCapture:
             differ = current.keys() | self.stats.keys()
             scanned = {p: self.stats.get(p) for p in differ if current.get(p) != self.stats.get(p)}
             self.stats = current
+            self._touched.update(scanned)
             return scanned
         candidates: set[str] = set()
         for item in drained:
@@ -157,8 +299,9 @@ class CommandCapture:
             else:
                 candidates.add(item)
         changed: dict[str, FileStat | None] = {}
+        folders: dict[str, bool] = {}
         for path in candidates:
-            now = _stat(os.path.join(self.workspace.root, path))
+            now = _stat(self.workspace.root, path, folders)
             old = self.stats.get(path)
             if now != old:
                 changed[path] = old
@@ -166,77 +309,213 @@ class CommandCapture:
                     del self.stats[path]
                 else:
                     self.stats[path] = now
+        self._touched.update(changed)
         return changed
 
     # before and after a command -------------------------------------------------------------------------------
-    def before_command(self, hints: Sequence[str] = ()) -> None:
+    def before_command(self, hints: Sequence[str] = (), call_id: str | None = None) -> None:
         """Settle what changed since the last capture: those changes are not the command's. ``hints`` are paths
         the command line names as written to or removed: their content is kept now if it is known nowhere else,
-        so even a file nothing of the run has seen yet can be put back after ``sed -i`` or ``rm``."""
+        so even a file nothing of the run has seen yet can be put back after ``sed -i`` or ``rm`` -- ignored
+        files too (``rm .env``), which no scan looks at. With ``call_id``, what the command starts from is kept
+        durably (a journal) before it runs, so a crash while it runs loses none of its changes."""
+        if time.monotonic() - self._saved_at > SAVE_SECONDS or not self._saved_once:
+            self.save()  # the journal below is a delta on a saved state: the run's first command saves one
         for path in self._changed():
             self._learn(path)
-        self._window_start = time.time_ns()
-        self._patches_at_start = len(self.files.patches)
-        for path in self._expand(hints):
+        self._named = {}
+        self._special = {}
+        tracked, ignored = self._expand(hints)
+        for path in tracked:
             if path not in self.known and path not in self.git_clean:
                 self._learn(path)
+        budget = HINT_BYTES
+        for path in ignored:
+            info = _stat(self.workspace.root, path, {})
+            if info is None:
+                continue  # an ignored file the command creates stays ignored (a build output): nothing to keep
+            self._named[path] = info
+            if path in self.known:
+                continue
+            if info.size > budget and not stat.S_ISLNK(info.mode):
+                self.warnings.append(
+                    f"{path}: ignored by git and named by the command, but not kept ({info.size} bytes, over what"
+                    " a command may keep ahead): rollback cannot put it back"
+                )
+                continue
+            budget -= info.size
+            self._learn(path)
+        if call_id is not None and self._journal_path is not None:
+            journal = _Journal(
+                call_id=call_id,
+                stats={p: self.stats.get(p) for p in self._touched},
+                known={p: self.known.get(p) for p in self._touched | self._named.keys()},
+                named=self._named,
+                head=read_head(self._git_dir) if self._git_dir else None,
+            )
+            self._write_journal(_state_encoder.encode(journal))
+        self._command = call_id
+        if self.writers is not None:
+            self.writers.begin()
+        self._window_start = time.time_ns()
+        self._patches_at_start = len(self.files.patches)
 
-    def _expand(self, hints: Sequence[str]) -> list[str]:
-        """Workspace-relative files the hints name (globs expanded, folders walked, outside paths dropped)."""
+    def _expand(self, hints: Sequence[str]) -> tuple[list[str], list[str]]:
+        """The files the hints name (globs expanded, folders walked, outside paths dropped): those the capture
+        watches, and the others (ignored by git or .safepointignore) with their recorded paths."""
         root = self.workspace.root
-        found: list[str] = []
+        tracked: list[str] = []
+        ignored: list[str] = []
         for hint in hints:
             pattern = hint if os.path.isabs(hint) else os.path.join(root, hint)
             matches = glob.glob(pattern)[:HINT_LIMIT] if glob.has_magic(hint) else [pattern]
             for match in matches:
-                rel = os.path.relpath(os.path.realpath(os.path.dirname(match)), root)
-                if rel.startswith(".."):
-                    continue  # outside the workspace: not ours to capture
-                rel = os.path.normpath(os.path.join(rel, os.path.basename(match))).removeprefix("./")
-                if rel in self.stats:
-                    found.append(rel)
-                else:
-                    prefix = rel.rstrip("/") + "/"
-                    found.extend(p for p in self.stats if p.startswith(prefix))
-        return found[:HINT_LIMIT]
+                folder = os.path.realpath(os.path.dirname(match))
+                if folder != root and not folder.startswith(root + os.sep):
+                    continue  # outside the workspace (or through a link leading out): not ours to capture
+                rel = os.path.normpath(os.path.join(os.path.relpath(folder, root), os.path.basename(match)))
+                rel = rel.removeprefix("./")
+                if rel in (".", "..") or rel.startswith("../"):
+                    continue
+                key = quote_path(rel)
+                if key in self.stats:
+                    tracked.append(key)
+                    continue
+                prefix = key.rstrip("/") + "/"
+                inside = [p for p in self.stats if p.startswith(prefix)]
+                tracked.extend(inside)
+                ignored.extend(self._ignored_below(rel, set(inside)))
+        return tracked[:HINT_LIMIT], ignored[:HINT_LIMIT]
+
+    def _ignored_below(self, rel: str, seen: set[str]) -> list[str]:
+        """``rel`` and the files below it that no scan looks at (never following a link, never into .git or the
+        store)."""
+        found: list[str] = []
+        stack = [rel]
+        while stack and len(found) < HINT_LIMIT:
+            here = stack.pop()
+            path = os.path.join(self.workspace.root, here)
+            if os.path.basename(here) == ".git" or (self._store_dir and os.path.realpath(path) == self._store_dir):
+                continue
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                with contextlib.suppress(OSError):
+                    stack.extend(os.path.join(here, name) for name in os.listdir(path))
+            elif quote_path(here) not in seen:
+                if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+                    self._special[quote_path(here)] = info.st_ino
+                    self.warnings.append(
+                        f"{quote_path(here)}: named by the command but not a regular file; rollback cannot put it back"
+                    )
+                    continue
+                found.append(quote_path(here))
+        if stack:
+            self.warnings.append(
+                f"{quote_path(rel)}: more than {HINT_LIMIT} ignored files named by the command; those past the first"
+                f" {HINT_LIMIT} were not kept: rollback cannot put them back"
+            )
+        return found
 
     def after_command(self, call_id: str) -> list[FilePatchEntry]:
-        recorded = []
+        """Record the command's changes. Each one is the command's where the platform saw only the command's
+        processes make it; one that only others made is theirs (learnt, not recorded); any other change made
+        while the command ran is recorded with ``author_uncertain`` (rollback asks before reverting it)."""
+        authors = None
+        if self.writers is not None:
+            # The command's processes are those this process, or its command server, started meanwhile (the tool's
+            # own in-process writes count too); the user's editor or another run's agent descends from neither.
+            server = LAUNCHER.server_pid()
+            authors = self.writers.end([os.getpid()] if server is None else [os.getpid(), server])
+        recorded: list[FilePatchEntry] = []
         # Paths another call of this run recorded while the command ran (an async tool alongside it) are theirs.
         others = {p.path for p in self.files.patches[self._patches_at_start :] if p.tool_call_id != call_id}
-        for path, old in sorted(self._changed().items()):
+        changed = self._changed()
+        folders: dict[str, bool] = {}
+        for path, old in self._named.items():
+            if path not in changed and _stat(self.workspace.root, path, folders) != old:
+                changed[path] = old
+        for path, old in sorted(changed.items(), key=self._removals_first):
             info = self.stats.get(path)
             stale = old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
-            if stale or path in others:
-                # Not the command's: merely visible now (its ignore rule went away), or written by another call.
+            writers = authors.of(path) if authors is not None else set()
+            if stale or path in others or writers == {"other"}:
+                # Not the command's: merely visible now (its ignore rule went away), written by another call, or
+                # by a process outside the command's tree (the user, another run).
                 self._learn(path)
                 continue
-            before = self._before(path, old)
-            entry: FilePatchEntry | None
-            if self._large(path):
-                entry = self.files.record_large(call_id, before, self._hash_large(path), self._mode(path))
-                self.warnings.append(f"{path}: larger than {LARGE_FILE_BYTES} bytes, recorded by hash only")
-            else:
-                data, mode = self.workspace.snapshot(path)
-                entry = self.files.record(call_id, before, data, mode)
-            if entry is not None:
-                recorded.append(entry)
-            self._learn(path, store=False)  # its new content is reproducible from the patch just recorded
-        if time.monotonic() - self._saved_at > SAVE_SECONDS:
-            self.save()
+            self._record(call_id, path, old, author_uncertain=writers != {"command"}, into=recorded)
+        for path, ino in sorted(self._special.items()):
+            try:
+                gone = os.lstat(os.path.join(self.workspace.root, real_path(path))).st_ino != ino
+            except OSError:
+                gone = True
+            if gone:  # recorded with an unknown before-state, so `rollback` names it as what it cannot put back
+                data, mode = self._snapshot(path)
+                unknown = FileBefore(path, UNKNOWN, None)
+                entry = self.files.record(call_id, unknown, data, mode, author_uncertain=authors is None)
+                if entry is not None:
+                    recorded.append(entry)
+        self._named = {}
+        self._special = {}
         return recorded
 
+    def _removals_first(self, item: tuple[str, FileStat | None]) -> tuple[bool, str]:
+        """Record what a command removed before what it made: ``rm -rf src && ln -s x src`` removed src/keep.txt
+        before it made the link src, and rollback, undoing the newest first, removes the link before it puts
+        src/keep.txt back."""
+        return _stat(self.workspace.root, item[0], {}) is not None, item[0]
+
+    def settled(self) -> None:
+        """The command's outcome (and the changes recorded with it) is durable: the journal is spent (the next
+        command writes its own, holding everything since the last save)."""
+        self._command = None
+        self._clear_journal()
+        if time.monotonic() - self._saved_at > SAVE_SECONDS:
+            self.save()
+
+    def _record(
+        self, call_id: str, path: str, old: FileStat | None, *, author_uncertain: bool, into: list[FilePatchEntry]
+    ) -> None:
+        before = self._before(path, old)
+        entry: FilePatchEntry | None
+        info = _stat(self.workspace.root, path, {})
+        if info is not None and info.size > LARGE_FILE_BYTES and not stat.S_ISLNK(info.mode):
+            entry = self.files.record_large(
+                call_id, before, self._hash_large(path), info.mode & 0o7777, author_uncertain=author_uncertain
+            )
+            self.warnings.append(f"{path}: larger than {LARGE_FILE_BYTES} bytes, recorded by hash only")
+        else:
+            data, mode = self._snapshot(path)
+            entry = self.files.record(call_id, before, data, mode, author_uncertain=author_uncertain)
+        if entry is not None:
+            into.append(entry)
+        self._learn(path, store=False)  # its new content is reproducible from the patch just recorded
+
     def _learn(self, path: str, *, store: bool = True) -> None:
+        self._touched.add(path)
         if self._large(path):
             self.known[path] = (self._hash_large(path), self._mode(path))
             return
-        data, mode = self.workspace.snapshot(path)
+        data, mode = self._snapshot(path)
         if data is None:
             self.known.pop(path, None)
             return
         if store:
             self.files.describe(path, data, mode)  # stores the content unless the run can reproduce it
         self.known[path] = (content_hash(data), mode)
+
+    def _snapshot(self, path: str) -> tuple[bytes | None, int | None]:
+        """A path's recorded form; a path whose folder is now a link (out of the workspace or elsewhere in it) or
+        that cannot be read counts as absent: what is there is not this path's."""
+        if _stat(self.workspace.root, path, {}) is None:
+            return None, None
+        try:
+            return self.workspace.snapshot(path)
+        except ToolFailure:
+            return None, None
 
     def _before(self, path: str, old: FileStat | None) -> FileBefore:
         if old is None:
@@ -255,12 +534,12 @@ class CommandCapture:
 
     # helpers ------------------------------------------------------------------------------------------------
     def _large(self, path: str) -> bool:
-        info = self.stats.get(path)
+        info = self.stats.get(path) or _stat(self.workspace.root, path, {})
         return info is not None and info.size > LARGE_FILE_BYTES and not stat.S_ISLNK(info.mode)
 
     def _hash_large(self, path: str) -> str:
         digest = hashlib.sha256()
-        with open(os.path.join(self.workspace.root, path), "rb") as handle:
+        with open(os.path.join(self.workspace.root, real_path(path)), "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
         return "sha256:" + digest.hexdigest()
@@ -279,9 +558,21 @@ def _safepointignore(root: str) -> list[str]:
         return []
 
 
-def _stat(path: str) -> FileStat | None:
+def _stat(root: str, path: str, folders: dict[str, bool]) -> FileStat | None:
+    """``lstat`` of a recorded path, None unless it is a file or link reached through real folders of the
+    workspace: after ``rm -rf src && ln -s /elsewhere src``, ``src/keep.txt`` is gone, whatever the link leads to.
+    ``folders`` caches which folders are real, for one pass."""
+    real = real_path(path)
+    folder = os.path.dirname(real)
+    if folder:
+        is_real = folders.get(folder)
+        if is_real is None:
+            absolute = os.path.join(root, folder)
+            is_real = folders[folder] = os.path.realpath(absolute) == absolute
+        if not is_real:
+            return None
     try:
-        info = os.lstat(path)
+        info = os.lstat(os.path.join(root, real))
     except (FileNotFoundError, NotADirectoryError):
         return None
     if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):

@@ -22,6 +22,7 @@ from safepoint.errors import StoreError, ToolFailure
 from safepoint.records import FileBeforeState, FilePatchEntry, PatchOp
 from safepoint.workspace.files import Workspace
 from safepoint.workspace.git import BlobReader
+from safepoint.workspace.names import quote_path, real_path
 
 
 @dataclass
@@ -88,6 +89,11 @@ class FileChanges:
                 self._reproducible.add(patch.after_hash)
 
     def state(self, path: str) -> FileState:
+        folder = os.path.join(self.workspace.root, os.path.dirname(real_path(path)))
+        if os.path.realpath(folder) != os.path.normpath(folder):
+            # Its folder is a link now (`rm -rf src && ln -s /elsewhere src`): what is there is not this path's
+            # file, and reading it would follow the link out. The path holds nothing (rollback may recreate it).
+            return FileState(hash=ABSENT, mode=None)
         data, mode = self.workspace.snapshot(path)
         if data is None and os.path.isdir(self.workspace.locate(path)):
             return FileState(hash=DIRECTORY, mode=None)  # a folder where a file was: never the agent's state
@@ -104,7 +110,7 @@ class FileChanges:
         for path in dict.fromkeys(paths):
             try:
                 # The file a write lands in: through a symlink inside the workspace, that is the link's target.
-                rel = self.workspace.relative(path)
+                rel = quote_path(self.workspace.relative(path))  # recorded form: any file name round-trips
                 data, mode = self.workspace.snapshot(rel)
             except ToolFailure:
                 continue  # the tool itself refuses such a path; nothing will be written there
@@ -156,12 +162,21 @@ class FileChanges:
                 recorded.append(entry)
         return recorded
 
-    def record(self, call_id: str, before: FileBefore, data: bytes | None, mode: int | None) -> FilePatchEntry | None:
+    def record(
+        self,
+        call_id: str,
+        before: FileBefore,
+        data: bytes | None,
+        mode: int | None,
+        *,
+        author_uncertain: bool = False,
+    ) -> FilePatchEntry | None:
         """Append the patch from ``before`` to the given after-state (nothing when nothing changed)."""
         after_hash = ABSENT if data is None else content_hash(data)
         if after_hash == before.hash and mode == before.mode:
             return None
-        entry = self._append(call_id, before, after_hash, mode, "blob:" + self.patch(before, data or b"", after_hash))
+        patch_ref = "blob:" + self.patch(before, data or b"", after_hash)
+        entry = self._append(call_id, before, after_hash, mode, patch_ref, author_uncertain)
         if data is not None:
             self._remember(after_hash, data)
         if after_hash and self._base_known(entry):
@@ -180,12 +195,20 @@ class FileChanges:
             self._patches[key] = digest
         return digest
 
-    def record_large(self, call_id: str, before: FileBefore, after_hash: str, mode: int | None) -> FilePatchEntry:
+    def record_large(
+        self, call_id: str, before: FileBefore, after_hash: str, mode: int | None, *, author_uncertain: bool = False
+    ) -> FilePatchEntry:
         """A file too large to keep: its change is recorded by hash only (it can be detected, not put back)."""
-        return self._append(call_id, before, after_hash, mode, NOT_KEPT)
+        return self._append(call_id, before, after_hash, mode, NOT_KEPT, author_uncertain)
 
     def _append(
-        self, call_id: str, before: FileBefore, after_hash: str, mode: int | None, patch_ref: str
+        self,
+        call_id: str,
+        before: FileBefore,
+        after_hash: str,
+        mode: int | None,
+        patch_ref: str,
+        author_uncertain: bool = False,
     ) -> FilePatchEntry:
         if before.hash == ABSENT:
             op: PatchOp = "create"
@@ -204,6 +227,7 @@ class FileChanges:
             before_ref=before.ref,
             before_mode=before.mode,
             after_mode=mode,
+            author_uncertain=author_uncertain,
         )
         self.patches.append(entry)
         self._producers.setdefault(after_hash, []).append(len(self.patches) - 1)

@@ -193,8 +193,14 @@ class RunSession:
         self.workspace = self.files.workspace = self.base_workspace.for_run(scratch)
         self.processes = ProcessNotes(scratch)
         self.heartbeat.start()
-        if watch and any(self.registry.get(n).captures_workspace for n in self.registry.names()):
-            self.capture()
+        captures = any(self.registry.get(n).captures_workspace for n in self.registry.names())
+        if (watch and captures) or CommandCapture.has_journal(scratch):
+            # A command may have been running when the last owner died (its leftovers were killed just above):
+            # its changes are recorded as its call's and made durable now, before anything else runs.
+            capture = self.capture()
+            if capture.recovered:
+                self.log.commit()
+                capture.recovery_settled()
 
     @property
     def read_only(self) -> bool:
@@ -209,8 +215,13 @@ class RunSession:
                 store_dir=self.store.local_dir(),
                 state_dir=None if self.read_only else self.store.scratch_dir(self.info.run_id),
                 exclude=self.base_workspace.exclude,
+                in_flight=self._in_flight,
             )
         return self._capture
+
+    def _in_flight(self, call_id: str) -> bool:
+        entry = self.calls.entries.get(call_id)
+        return entry is not None and entry.status == "started"
 
     @property
     def capture_started(self) -> CommandCapture | None:

@@ -13,6 +13,7 @@ from typing import NoReturn
 from safepoint.core.hashing import content_hash
 from safepoint.durable import fsync_dir
 from safepoint.errors import ToolFailure, WorkspaceError
+from safepoint.workspace.names import real_path
 
 # A symlink is recorded as this mark plus its target, so one hash and one blob describe any path's state. A
 # regular file whose bytes happen to start with a mark is recorded behind FILE_MARK, so it can never come back
@@ -65,6 +66,7 @@ class Workspace:
 
     def resolve(self, rel: str) -> str:
         """An absolute path inside the workspace. Symlinks are resolved and must stay inside."""
+        rel = real_path(rel)  # a recorded (quoted) name is the real one on disk: workspace/names.py
         check_path(rel)
         joined = os.path.realpath(os.path.join(self.root, rel))
         if joined != self.root and not joined.startswith(self.root + os.sep):
@@ -81,6 +83,7 @@ class Workspace:
 
     def locate(self, rel: str) -> str:
         """The absolute path of ``rel`` itself, not following a final symlink (for recording and restoring links)."""
+        rel = real_path(rel)
         check_path(rel)
         parent = os.path.realpath(os.path.join(self.root, os.path.dirname(rel) or "."))
         if parent != self.root and not parent.startswith(self.root + os.sep):

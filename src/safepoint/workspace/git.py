@@ -9,8 +9,8 @@ Every read runs ``git`` with ``GIT_OPTIONAL_LOCKS=0`` (so ``git status`` does no
 point git at another repository or index (``GIT_DIR``, ``GIT_INDEX_FILE`` …, e.g. when safepoint runs inside a git
 hook) are dropped, and every pathspec is literal (``GIT_LITERAL_PATHSPECS=1``: ``*`` in a file name is just ``*``).
 
-Paths handed in and out are workspace-relative and ``/``-separated; git's bytes are decoded with
-``os.fsdecode`` (undecodable bytes survive as surrogates, the same way ``os.listdir`` returns them).
+Paths handed in and out are workspace-relative, ``/``-separated and in recorded form (``workspace/names.py``: a
+name that is not plain text is quoted, so undecodable bytes survive a record).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import NamedTuple
 import msgspec
 
 from safepoint.errors import GitError, WorkspaceError
+from safepoint.workspace.names import quote_path, real_path
 
 READ_TIMEOUT = 60.0
 """Seconds a read-only git command may take (a cold ``git status`` of a very large repository is the slow one)."""
@@ -372,9 +373,9 @@ def git_state(workspace: str) -> GitState:
         prefix=prefix,
         head=head,
         branch=branch,
-        dirty=tuple(sorted(dirty)),
-        nested_repos=tuple(sorted(nested - submodules)),
-        submodules=tuple(sorted(submodules)),
+        dirty=tuple(sorted(map(quote_path, dirty))),
+        nested_repos=tuple(sorted(map(quote_path, nested - submodules))),
+        submodules=tuple(sorted(map(quote_path, submodules))),
         is_worktree=os.path.realpath(repo.git_dir) != os.path.realpath(repo.common_dir),
     )
 
@@ -407,7 +408,7 @@ def head_blob_ids(workspace: str) -> dict[str, str]:
             continue
         rel = _under(os.fsdecode(raw), repo.prefix)
         if rel is not None:
-            ids[rel] = fields[2].decode("ascii")
+            ids[quote_path(rel)] = fields[2].decode("ascii")
     return ids
 
 
@@ -660,7 +661,7 @@ def _commit(workspace: str, paths: list[str], message: str, author: str | None) 
     top, prefix = repo.top, repo.prefix
     by_rel: dict[str, str] = {}
     for path in paths:
-        by_rel.setdefault(_repo_path(path, prefix, workspace), path)
+        by_rel.setdefault(_repo_path(real_path(path), prefix, workspace), path)
     rels = sorted(by_rel)
 
     symbolic = _run(["symbolic-ref", "-q", "HEAD"], top)
