@@ -84,7 +84,14 @@ def test_a_timeout_that_is_no_limit_is_refused_in_one_line(workspace, tmp_path, 
     with tm.start("t", run_id="r") as run:
         result = run.call_result("run_command", {"command": f"touch {marker}", "timeout": value}, call_id="c1")
     assert result.status == "failed"
-    assert result.observation.count("\n") == 0 and "give a number of seconds above 0" in result.observation
+    # A number that is no limit is refused by run_command itself; a value of another type by the argument check
+    # that runs before any tool (both one line naming `timeout`).
+    expected = (
+        "give a number of seconds above 0"
+        if isinstance(value, float | int) and not isinstance(value, bool)
+        else "argument 'timeout' must be float"
+    )
+    assert result.observation.count("\n") == 0 and expected in result.observation
     assert not marker.exists()
 
 

@@ -171,8 +171,9 @@ class Workspace:
         return None
 
     def _parts(self, rel: str) -> list[str]:
-        check_path(rel)
-        normal = os.path.normpath(rel)
+        real = real_path(rel)  # a recorded (quoted) name is the real one on disk: workspace/names.py
+        check_path(real)
+        normal = os.path.normpath(real)
         if os.path.isabs(normal) or normal in (".", "..") or normal.startswith("../"):
             raise ToolFailure(f"path {rel!r} leads outside the workspace; only paths inside {self.root} are allowed")
         self._check_protected(rel, os.path.join(self.root, normal))
