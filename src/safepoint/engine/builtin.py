@@ -115,7 +115,10 @@ def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
     """Done when the file holds exactly the content the call was to write; not done when it still holds what it
     held before the call; anything else (someone changed it since) is for a person to decide."""
     path = str(args.get("path", ""))
-    current = ctx.workspace.hash(path) or ""
+    try:
+        current = ctx.workspace.hash(path) or ""
+    except ToolFailure:
+        return "not_done"  # a path the workspace refuses (too long, outside it) was refused before any write
     if current == content_hash(str(args.get("content", "")).encode()):
         return "done"
     before = ctx.before_hashes.get(quote_path(ctx.workspace.relative(path)))  # recorded form, as befores are
