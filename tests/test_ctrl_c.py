@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from safepoint.errors import ExitCode
 from tests.conftest import cli_env, safepoint_in_process, wait_for
 
@@ -60,6 +62,7 @@ def _start(tmp_path: Path, command: str) -> tuple[subprocess.Popen[str], Path]:
         env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=stderr,  # a file: a test may read it while the run goes on
+        start_new_session=True,  # its own group, like a terminal's foreground job: Ctrl-C may go to all of it
         text=True,
     )
     os.close(stderr)
@@ -89,10 +92,15 @@ def _check_stopped(process: subprocess.Popen[str], ws: Path, marker: str) -> str
     return err
 
 
-def test_ctrl_c_stops_the_command_and_the_run_resumes(tmp_path):
+@pytest.mark.parametrize("to_group", [False, True], ids=["process", "terminal"])
+def test_ctrl_c_stops_the_command_and_the_run_resumes(tmp_path, to_group):
+    """A terminal sends Ctrl-C to the whole foreground group, not only to the agent: the same clean stop."""
     marker = f"{random.randint(100, 999)}.{random.randint(1000, 9999)}"
     process, ws = _start(tmp_path, f"echo started > started.txt; sleep {marker}; echo finished >> after.txt")
-    process.send_signal(signal.SIGINT)
+    if to_group:
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.send_signal(signal.SIGINT)
     err = _check_stopped(process, ws, marker)
     assert "Ctrl-C: stopping at the next safe point" in err
 
@@ -112,7 +120,6 @@ def test_a_second_ctrl_c_kills_a_command_that_ignores_the_first(tmp_path):
 
 def test_an_own_loop_stops_at_its_next_call(tmp_path):
     """``stop_at_safe_point_on_sigterm`` in an own loop: after Ctrl-C, no call starts; the run resumes later."""
-    import pytest
 
     import safepoint
     from safepoint.api import stop_at_safe_point_on_sigterm
