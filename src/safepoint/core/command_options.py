@@ -1,20 +1,14 @@
 """Reading a program's options out of its words: where the options end, which value each option takes.
 
-Pure helpers shared by the walk (peeling wrappers and runners) and the per-program checks.
+Pure helpers of the walk, for peeling wrappers and runners (programs are read by their specs, see
+:mod:`safepoint.core.command_spec`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-__all__ = [
-    "option_pairs",
-    "positionals",
-    "python_module",
-    "short_flags",
-    "skip_options",
-    "strip_git_options",
-]
+__all__ = ["option_pairs", "python_module", "skip_options"]
 
 
 def skip_options(args: Sequence[str], short_with_value: str, long_with_value: frozenset[str]) -> int:
@@ -54,35 +48,6 @@ def python_module(argv: Sequence[str]) -> list[str] | None:
             return []
         i += 2 if arg in {"-W", "-X", "-Q"} else 1
     return []
-
-
-_GIT_OPTIONS_WITH_VALUE = frozenset(
-    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
-)
-
-
-def strip_git_options(argv: list[str]) -> list[str]:
-    i = 1
-    while i < len(argv) and argv[i].startswith("-"):
-        i += 2 if argv[i] in _GIT_OPTIONS_WITH_VALUE else 1
-    return ["git", *argv[i:]]
-
-
-def short_flags(args: Iterable[str]) -> set[str]:
-    """Single letters of `-abc` clusters plus whole `--long` options, up to a `--`."""
-    flags: set[str] = set()
-    for arg in args:
-        if arg == "--":
-            break
-        if arg.startswith("--"):
-            flags.add(arg.split("=", 1)[0])
-        elif arg.startswith("-") and len(arg) > 1:
-            flags.update(arg[1:])
-    return flags
-
-
-def positionals(args: Iterable[str]) -> list[str]:
-    return [arg for arg in args if not arg.startswith("-")]
 
 
 def option_pairs(

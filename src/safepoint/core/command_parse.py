@@ -55,7 +55,7 @@ def parse(text: str) -> tuple[list[Any], frozenset[str], str]:
         # `cat <<'EOF'` -> `cat <<EOF` (quoted delimiters are unsupported); `$((1+2))` -> `0` (unless it
         # hides a substitution); `time cmd` -> `\time cmd` (the keyword is unsupported); `[[ … ]]` -> `[ … ]`
         # (unsupported; the rewrite only ever adds findings).
-        rewritten = replace_arithmetic(_QUOTED_HEREDOC.sub(unquote, text))
+        rewritten = replace_arithmetic(_QUOTED_HEREDOC.sub(unquote, text), numbers_only=True)
         rewritten = _TIME_KEYWORD.sub(r"\1\2\\time", rewritten)
         rewritten = _DOUBLE_BRACKETS.sub(lambda m: m.group(0).replace("[[", "[").replace("]]", "]"), rewritten)
         if rewritten != text:
@@ -66,8 +66,13 @@ def parse(text: str) -> tuple[list[Any], frozenset[str], str]:
         raise ParseFailure(_describe_parse_error(first)) from None
 
 
-def replace_arithmetic(text: str) -> str:
-    """`$(( … ))` -> `0`; left alone when it contains a command substitution, which must not vanish."""
+_NUMERIC = re.compile(r"[\s0-9+\-*/%()<>=!&|^~?:,]*")
+
+
+def replace_arithmetic(text: str, *, numbers_only: bool = False) -> str:
+    """`$(( … ))` -> `0`; left alone when it contains a command substitution, which must not vanish, and with
+    ``numbers_only`` when it names a variable: arithmetic evaluates a variable's value as an expression, and an
+    array subscript in it (`a[$(cmd)]`) runs commands, so such a line stays unparsed and asks."""
     out: list[str] = []
     i = 0
     while (start := text.find("$((", i)) >= 0:
@@ -81,7 +86,8 @@ def replace_arithmetic(text: str) -> str:
             j += 1
         inner = text[start + 3 : j - 1]
         # Only a true `$(( … ))`: otherwise bash reads `$( ( … ) … )`, a command substitution.
-        if j >= len(text) or inner_end != j - 1 or "$(" in inner or "`" in inner:
+        dynamic = "$(" in inner or "`" in inner or (numbers_only and not _NUMERIC.fullmatch(inner))
+        if j >= len(text) or inner_end != j - 1 or dynamic:
             out.append(text[i : start + 3])
             i = start + 3
             continue

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 
 __all__ = [
+    "BUILTIN_TABLES",
     "CATEGORIES",
     "CATEGORY_PHRASE",
     "DESTRUCTIVE",
@@ -189,6 +190,15 @@ HIGH_RISK = name_set(
     mkfs, fdisk, wipefs, parted, crontab
     """
 )
+
+
+BUILTIN_TABLES: dict[str, frozenset[str]] = {
+    "read_only": READ_ONLY,
+    "rerunnable": RERUNNABLE,
+    "local_write": LOCAL_WRITE,
+    "destructive": DESTRUCTIVE,
+    "high_risk": HIGH_RISK,
+}
 
 
 class Hint(NamedTuple):

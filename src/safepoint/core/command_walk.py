@@ -19,8 +19,10 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from safepoint.core.command_checks import dangerous_variable
 from safepoint.core.command_findings import Finding, finding
-from safepoint.core.command_options import option_pairs, python_module, skip_options, strip_git_options
+from safepoint.core.command_judge import Tree, unknown_program
+from safepoint.core.command_options import option_pairs, python_module, skip_options
 from safepoint.core.command_parse import (
     ASSIGNMENT,
     EXPANSION_KINDS,
@@ -41,17 +43,20 @@ from safepoint.core.command_rules import (
 )
 from safepoint.records import RiskLevel
 
-__all__ = ["Handler", "Walker"]
+__all__ = ["Walker"]
 
-Handler = Callable[["Walker", list[str], int], "list[Finding] | None"]
-"""A per-program check: the findings for ``argv`` (its program already peeled and canonical), or None when
-the program's rule table entry should decide alone."""
+# Shell options that make it read startup files (~/.bashrc, profiles, --rcfile), which run code not in the line.
+_STARTUP_OPTIONS = frozenset({"--login", "--rcfile", "--init-file", "--interactive"})
 
 
 class Walker(abc.ABC):
-    def __init__(self) -> None:
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree  # the specs the rules make
         self.findings: list[Finding] = []
         self.source = ""  # the text being walked: word positions point into it
+
+    def unknown_program(self, argv: Sequence[str]) -> Finding:
+        return unknown_program(self.tree, argv)
 
     def word(self, node: Any) -> str:
         """A word's text without quotes. bashlex mangles adjacent quoted parts (`'it'\\''s'` stays as is), so
@@ -111,6 +116,9 @@ class Walker(abc.ABC):
         del self.findings[before:]
         return found
 
+    def nested_command(self, words: Sequence[str], depth: int) -> list[Finding]:
+        return self.collect(lambda: self.argv(words, depth))
+
     def node(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
         kind = getattr(node, "kind", None)
         if kind == "command":
@@ -148,6 +156,11 @@ class Walker(abc.ABC):
                 words.append(text)
             elif kind == "redirect":
                 stdin = self.stdin_text(part) if stdin is None else stdin
+        for assignment in assignments:
+            why = dangerous_variable(assignment)
+            if why is not None:
+                shown = assignment if len(assignment) <= 40 else assignment[:37] + "..."
+                self.add("unknown", ("unknown",), f"`{shown}`: {why}")
         if words:
             if dynamic_program or looks_dynamic(words[0]):
                 self.add(
@@ -258,8 +271,6 @@ class Walker(abc.ABC):
             break
         if not argv:
             return
-        if argv[0] == "git":
-            argv = strip_git_options(argv)
         self.judge(argv, depth, stdin)
 
     def unwrap(self, name: str, argv: list[str], depth: int) -> list[str] | None:
@@ -284,7 +295,13 @@ class Walker(abc.ABC):
             rest = rest[1:]  # the duration
         if name == "env":
             while rest and ASSIGNMENT.match(rest[0]):
+                why = dangerous_variable(rest[0])
+                if why is not None:
+                    self.add("unknown", ("unknown",), f"`env {rest[0]}`: {why}")
                 rest = rest[1:]
+        if name == "xargs" and rest:
+            # the words xargs reads from standard input join the command: they may be options (`--pre=x`)
+            self.add("unknown", ("unknown",), "`xargs` adds words from standard input that are not analysed")
         return rest
 
     @abc.abstractmethod
@@ -293,26 +310,31 @@ class Walker(abc.ABC):
 
     def shell(self, argv: list[str], depth: int, stdin: str | None) -> list[Finding] | None:
         args = argv[1:]
+        startup: list[Finding] = []
         i = 0
         while i < len(args):
             arg = args[i]
             if arg == "--":
                 i += 1
                 break
+            short = arg.startswith("-") and not arg.startswith("--")
+            if arg in _STARTUP_OPTIONS or (short and set(arg[1:]) & {"i", "l"}):
+                reason = f"`{argv[0]} {arg}` reads startup files that run code not in the line"
+                startup.append(finding("unknown", ("unknown",), reason))
             if arg in {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}:
                 i += 2
                 continue
             if arg.startswith(("-", "+")) and len(arg) > 1:
-                if not arg.startswith("--") and "c" in arg[1:]:
+                if short and "c" in arg[1:]:
                     script = args[i + 1] if i + 1 < len(args) else ""
-                    return self.collect(lambda: self.text(script, depth + 1))  # noqa: B023 (called at once)
+                    return [*startup, *self.collect(lambda: self.text(script, depth + 1))]  # noqa: B023
                 i += 1
                 continue
             break
         if i < len(args):
             reason = f"`{argv[0]} {args[i]}` runs a script that is not analysed"
-            return [finding("unknown", ("unknown",), reason)]
+            return [*startup, finding("unknown", ("unknown",), reason)]
         if stdin is not None:
-            return self.collect(lambda: self.text(stdin, depth + 1))
+            return [*startup, *self.collect(lambda: self.text(stdin, depth + 1))]
         reason = f"`{argv[0]}` runs commands from standard input that are not analysed"
-        return [finding("unknown", ("unknown",), reason, "high")]
+        return [*startup, finding("unknown", ("unknown",), reason, "high")]
