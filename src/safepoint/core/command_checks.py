@@ -134,9 +134,17 @@ def _variables(call: Call) -> None:
         why = dangerous_variable(word)
         if why is not None:
             call.add("unknown", UNKNOWN, f"`{program} {word}`: {why}")
-    for option, value, _ in call.parsed.options:
+    for option, _value, _word in call.parsed.options:
         if option == "-n" and program in {"declare", "typeset", "local"}:
             call.add("unknown", UNKNOWN, f"`{program} -n` makes a reference whose target is evaluated later")
+        if option == "-i" and program in {"declare", "typeset", "local"}:
+            call.add("unknown", UNKNOWN, f"`{program} -i` makes later assignments arithmetic, which can run commands")
+
+
+def _pager(call: Call) -> None:
+    for word in call.parsed.operands:
+        if word.startswith("+"):
+            call.add("unknown", UNKNOWN, f"`{call.shown} {word}` runs pager commands at start (`+!cmd` runs a shell)")
 
 
 def _test(call: Call) -> None:
@@ -680,6 +688,7 @@ def _wget(call: Call) -> None:
 CHECKS: dict[str, Check] = {
     "variables": _variables,
     "test": _test,
+    "pager": _pager,
     "alias": _alias,
     "trap": _trap,
     "date": _date,

@@ -28,6 +28,7 @@ from safepoint.core.command_spec import (
     GRADE_NAMES,
     OptionEffect,
     ProgramSpec,
+    filled,
     merge_spec,
     parse_words,
     spec_options,
@@ -94,7 +95,7 @@ def _coarse(category: str, entry: str, builtin: bool) -> ProgramSpec:
 def _put(programs: dict[str, ProgramSpec], path: Sequence[str], coarse: ProgramSpec, builtin: bool) -> None:
     def place(node: ProgramSpec | None, rest: Sequence[str]) -> ProgramSpec:
         if not rest:
-            if node is None or (node.grade == "unknown" and not node.options):
+            if node is None or (node.grade in {"", "unknown"} and not node.options):
                 # no opinion yet: the entry decides (a check of the program still finds its written paths)
                 subs = node.subcommands if node else ()
                 return msgspec.structs.replace(coarse, subcommands=subs, check=node.check if node else None)
@@ -106,7 +107,7 @@ def _put(programs: dict[str, ProgramSpec], path: Sequence[str], coarse: ProgramS
                                      risk=coarse.risk)  # fmt: skip
                 return msgspec.structs.replace(node, floor=floor)
             return node
-        parent = node or ProgramSpec()
+        parent = node or ProgramSpec(grade="")  # a placeholder for its sub-commands: no opinion of its own
         child = place(subcommand(parent, rest[0]), rest[1:])
         subs = dict(parent.subcommands)
         subs[rest[0]] = child
@@ -144,6 +145,7 @@ def compile_tree(
             _put(programs, words, _coarse(category, entry, known), known)
     for name, spec in user_specs:
         programs[canonical(name)] = merge_spec(programs.get(canonical(name)), spec)
+    programs = {name: filled(spec) for name, spec in programs.items()}
     depth: dict[str, int] = {}
     for path, _ in spec_paths(programs):
         depth[path[0]] = max(depth.get(path[0], 0), len(path))

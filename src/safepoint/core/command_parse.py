@@ -30,6 +30,7 @@ class ParseFailure(Exception):
 
 _QUOTED_HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]+)'|\"([^\"\n]+)\"|\\(\w+))")
 _TIME_KEYWORD = re.compile(r"(^|[;&|(){}\n!]|\b(?:then|do|else))([ \t]*)time(?=[ \t]|$)", re.MULTILINE)
+_ARITHMETIC_TEST = re.compile(r"\[\[(?:(?!\]\]).)*-(?:eq|ne|lt|le|gt|ge)\b(?:(?!\]\]).)*\]\]", re.DOTALL)
 _DOUBLE_BRACKETS = re.compile(r"(^|(?<=[\s;&|(]))\[\[(?=\s)|(?<=\s)\]\](?=$|[\s;&|)])", re.MULTILINE)
 
 
@@ -57,7 +58,8 @@ def parse(text: str) -> tuple[list[Any], frozenset[str], str]:
         # (unsupported; the rewrite only ever adds findings).
         rewritten = replace_arithmetic(_QUOTED_HEREDOC.sub(unquote, text), numbers_only=True)
         rewritten = _TIME_KEYWORD.sub(r"\1\2\\time", rewritten)
-        rewritten = _DOUBLE_BRACKETS.sub(lambda m: m.group(0).replace("[[", "[").replace("]]", "]"), rewritten)
+        if not _ARITHMETIC_TEST.search(rewritten):  # `[[ $x -eq 1 ]]` evaluates x's value: no `[` stands for it
+            rewritten = _DOUBLE_BRACKETS.sub(lambda m: m.group(0).replace("[[", "[").replace("]]", "]"), rewritten)
         if rewritten != text:
             try:
                 return list(bashlex.parse(rewritten)), frozenset(quoted), rewritten

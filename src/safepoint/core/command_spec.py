@@ -35,6 +35,7 @@ __all__ = [
     "derived",
     "is_literal",
     "effect",
+    "filled",
     "merge_spec",
     "names",
     "parse_words",
@@ -210,7 +211,10 @@ def merge_spec(base: ProgramSpec | None, extra: ProgramSpec) -> ProgramSpec:
     subs = dict(base.subcommands)
     for name, sub in extra.subcommands:
         subs[name] = merge_spec(subs.get(name), sub)
-    grade = _stricter(extra.grade, base.grade)
+    if not extra.grade or not base.grade:  # "": the user's spec keeps the grade it extends
+        grade = extra.grade or base.grade
+    else:
+        grade = _stricter(extra.grade, base.grade)
     chosen = extra if grade == extra.grade and extra.grade != base.grade else base
     return msgspec.structs.replace(
         base,
@@ -233,7 +237,7 @@ def merge_spec(base: ProgramSpec | None, extra: ProgramSpec) -> ProgramSpec:
 
 
 class _ProgramDecl(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    grade: str = "unknown"
+    grade: str = ""  # none given: the built-in spec's grade, or unknown for a program with none
     phrase: str | None = None
     effects: list[str] | None = None
     risk: RiskLevel | None = None
@@ -252,7 +256,7 @@ class _ProgramDecl(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def _to_spec(where: str, decl: _ProgramDecl) -> ProgramSpec:
-    if decl.grade not in GRADE_NAMES:
+    if decl.grade and decl.grade not in GRADE_NAMES:
         raise ConfigError(f"{where}: grade {decl.grade!r} is not one of {', '.join(GRADE_NAMES)}")
     for name, change in decl.options.items():
         if change.grade not in GRADE_NAMES:
@@ -278,6 +282,12 @@ def _to_spec(where: str, decl: _ProgramDecl) -> ProgramSpec:
         options_end_at_operand=decl.options_end_at_operand,
         subcommands=tuple(sorted((n, _to_spec(f"{where}.subcommands.{n}", s)) for n, s in decl.subcommands.items())),
     )
+
+
+def filled(spec: ProgramSpec) -> ProgramSpec:
+    """``spec`` with the grades a user left out ("") made unknown: what no spec knows is not read-only."""
+    subs = tuple((name, filled(sub)) for name, sub in spec.subcommands)
+    return msgspec.structs.replace(spec, grade=spec.grade or "unknown", subcommands=subs)
 
 
 def specs_from_document(document: Mapping[str, Any], source: str) -> dict[str, ProgramSpec]:

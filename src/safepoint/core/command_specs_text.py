@@ -367,6 +367,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
             "-s --split-exp": effect("local_write", "writes a file per document", ("filesystem_write",)),
         },
         verdict_values="-s --split-exp",
+        operands="after_first",  # the expression, then the files
         operands_when=names("-i --inplace"),
     ),
     "sed": spec(
@@ -390,8 +391,9 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         "-N -S -R -r -F -X -i -I -M -m -n -s -e -E -q -Q -f -K --chop-long-lines --RAW-CONTROL-CHARS "
         "--quit-if-one-screen --no-init --ignore-case --IGNORE-CASE --LONG-PROMPT --LINE-NUMBERS",
         "-p -x -y -j -b -h -z --pattern --tabs",
+        check="pager",
     ),
-    "more": ro("-d -l -f -p -c -s -u", "-n"),
+    "more": ro("-d -l -f -p -c -s -u", "-n", check="pager"),
     # ---- output and tests ---------------------------------------------------------------------------------
     "echo": anyopt(),
     "printf": spec("read_only", values="-v", check=_VARIABLES),

@@ -43,7 +43,30 @@ from safepoint.core.command_rules import (
 )
 from safepoint.records import RiskLevel
 
-__all__ = ["Walker"]
+__all__ = ["Walker", "parameter_danger"]
+
+_ARITHMETIC_WORD = re.compile(r"[A-Za-z_]")
+
+
+def parameter_danger(value: str) -> str | None:
+    """Why a parameter expansion can run code: `${x@P}` expands x's value as a prompt (its `$(...)` run);
+    `${!x}` names a variable by x's value, and `${a[i]}` / `${x:i}` evaluate i as arithmetic -- a variable
+    holding `b[$(cmd)]` runs cmd in both. None for the plain forms (`$x`, `${x:-d}`, `${a[@]}`, `${x:0:3}`)."""
+    if value.endswith(("@P", "@A")) or "@P}" in value:
+        return "expands a value as a prompt, which runs the command substitutions in it"
+    if value.startswith("!") and not value.endswith(("*", "@", "[@]", "[*]")):
+        return "names a variable by another's value, whose subscript can run commands"
+    name, bracket, rest = value.partition("[")
+    if bracket and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.lstrip("#!")):
+        subscript = rest.split("]", 1)[0]
+        if subscript not in {"@", "*"} and _ARITHMETIC_WORD.search(subscript):
+            return "evaluates a subscript as arithmetic on variables, which can run commands"
+    head, colon, tail = value.partition(":")
+    if colon and re.fullmatch(r"#?[A-Za-z_][A-Za-z0-9_]*", head) and tail[:1] not in {"-", "=", "?", "+"}:
+        if _ARITHMETIC_WORD.search(tail):
+            return "evaluates an offset as arithmetic on variables, which can run commands"
+    return None
+
 
 # Shell options that make it read startup files (~/.bashrc, profiles, --rcfile), which run code not in the line.
 _STARTUP_OPTIONS = frozenset({"--login", "--rcfile", "--init-file", "--interactive"})
@@ -128,6 +151,8 @@ class Walker(abc.ABC):
             value = str(getattr(node, "value", ""))
             if "$(" in value or "`" in value:  # bashlex leaves substitutions inside ${…} unparsed
                 self.add("unknown", ("unknown",), f"command substitution inside `${{{value}}}` is not analysed")
+            elif (why := parameter_danger(value)) is not None:
+                self.add("unknown", ("unknown",), f"`${{{value}}}` {why}")
             return
         if kind == "redirect":
             self.redirect(node, depth, quoted)

@@ -271,6 +271,8 @@ class _Classifier(Walker):
             self.findings.extend(self.shell(argv, depth, stdin) or [])
             return
         if name == "eval":
+            # eval expands its words a second time: what the line shows is not all it runs
+            self.add("unknown", ("unknown",), "`eval` runs its words as a new command line, expanded once more")
             self.text(" ".join(argv[1:]), depth + 1)
             return
         judged = judge(self.tree, argv, self, depth)
