@@ -40,16 +40,44 @@ def _pick(rng: random.Random, pool: list[str], most: int = 2) -> list[str]:
 
 def _sed_script(rng: random.Random) -> str:
     return rng.choice(
-        ["p", "1d", "s/a/b/", "s/a/b/g", "$p", "/x/d", "1,2p", "y/ab/ba/", "s/a/b/w w.out", "w w2.out",
-         "1e touch e.out", "s/.*/touch s.out/e", "1r a.txt", "$!N", "/a/{p;q}", "0~2d", "1W w3.out", "="]
-    )  # fmt: skip
+        [
+            "p",
+            "1d",
+            "s/a/b/",
+            "s/a/b/g",
+            "$p",
+            "/x/d",
+            "1,2p",
+            "y/ab/ba/",
+            "s/a/b/w w.out",
+            "w w2.out",
+            "1e touch e.out",
+            "s/.*/touch s.out/e",
+            "1r a.txt",
+            "$!N",
+            "/a/{p;q}",
+            "0~2d",
+            "1W w3.out",
+            "=",
+        ]
+    )
 
 
 def _awk_program(rng: random.Random) -> str:
     return rng.choice(
-        ["{print $1}", "NR>1", "{s+=1} END {print s}", "/a/", "{print NF}", 'BEGIN{system("touch sys.out")}',
-         '{print > "p.out"}', '{print | "cat > pipe.out"}', 'BEGIN{"touch g.out" | getline}', "{print length}"]
-    )  # fmt: skip
+        [
+            "{print $1}",
+            "NR>1",
+            "{s+=1} END {print s}",
+            "/a/",
+            "{print NF}",
+            'BEGIN{system("touch sys.out")}',
+            '{print > "p.out"}',
+            '{print | "cat > pipe.out"}',
+            'BEGIN{"touch g.out" | getline}',
+            "{print length}",
+        ]
+    )
 
 
 def _git(rng: random.Random) -> str:
@@ -99,38 +127,117 @@ def _simple(rng: random.Random) -> str:
     if kind == 7:
         return " ".join(["awk", *_pick(rng, ["-F:", "-v x=1"], 1), f"'{_awk_program(rng)}'", rng.choice(FILES)])
     if kind == 8:
-        tests = _pick(rng, ["-name '*.txt'", "-type f", "-type d", "-maxdepth 1", "-newer a.txt", "-empty",
-                            "-path ./dir -prune -o -print"], 2)  # fmt: skip
-        actions = _pick(rng, ["-print", "-ls", "-delete", "-fprint f.out", "-exec touch x.out \\;",
-                              "-printf '%p\\n'", "-exec cat {} +"], 1)  # fmt: skip
+        tests = _pick(
+            rng,
+            [
+                "-name '*.txt'",
+                "-type f",
+                "-type d",
+                "-maxdepth 1",
+                "-newer a.txt",
+                "-empty",
+                "-path ./dir -prune -o -print",
+            ],
+            2,
+        )
+        actions = _pick(
+            rng,
+            ["-print", "-ls", "-delete", "-fprint f.out", "-exec touch x.out \\;", "-printf '%p\\n'", "-exec cat {} +"],
+            1,
+        )
         return " ".join(["find", rng.choice([".", "dir"]), *tests, *actions])
     if kind == 9:
         return _git(rng)
     if kind == 10:
-        options = rng.choice(["-tf arch.tar", "tf arch.tar", "-tvf arch.tar", "-xf arch.tar",
-                              "-tf arch.tar --to-command='touch t.out'", "-cf new.tar a.txt", "-xOf arch.tar"])  # fmt: skip
+        options = rng.choice(
+            [
+                "-tf arch.tar",
+                "tf arch.tar",
+                "-tvf arch.tar",
+                "-xf arch.tar",
+                "-tf arch.tar --to-command='touch t.out'",
+                "-cf new.tar a.txt",
+                "-xOf arch.tar",
+            ]
+        )
         return f"tar {options}"
     if kind == 11:
         return " ".join(["wc", *_pick(rng, ["-l", "-c", "-w"], 2), *_pick(rng, FILES, 2)]) + " </dev/null"
     if kind == 12:
         return " ".join(["diff", *_pick(rng, ["-u", "-q", "-r", "-N"], 2), rng.choice(FILES), rng.choice(FILES)])
     if kind == 13:
-        return rng.choice(["echo hi", "printf '%s\\n' a", "pwd", "true", "stat a.txt", "du -s .", "wc -l a.txt",
-                           "basename dir/c.txt", "realpath a.txt", "cut -c1-2 a.txt", "tr a b < a.txt",
-                           "comm a.txt b.txt", "cmp a.txt b.txt", "nl a.txt", "od -c a.txt", "fold -w 3 a.txt",
-                           "md5sum a.txt", "base64 a.txt", "test -f a.txt", "[ -d dir ]", "cd dir && ls"])  # fmt: skip
+        return rng.choice(
+            [
+                "echo hi",
+                "printf '%s\\n' a",
+                "pwd",
+                "true",
+                "stat a.txt",
+                "du -s .",
+                "wc -l a.txt",
+                "basename dir/c.txt",
+                "realpath a.txt",
+                "cut -c1-2 a.txt",
+                "tr a b < a.txt",
+                "comm a.txt b.txt",
+                "cmp a.txt b.txt",
+                "nl a.txt",
+                "od -c a.txt",
+                "fold -w 3 a.txt",
+                "md5sum a.txt",
+                "base64 a.txt",
+                "test -f a.txt",
+                "[ -d dir ]",
+                "cd dir && ls",
+            ]
+        )
     if kind == 14:
-        return rng.choice(["tee tee.out < a.txt", "touch a.txt", "echo x > out.txt", "echo x >> a.txt",
-                           "cp a.txt copy.txt", "split a.txt part.", "csplit a.txt 1", "mkdir newdir",
-                           "rm -f b.txt", "mv a.txt moved.txt", "ln -s a.txt link", "chmod 600 a.txt"])  # fmt: skip
+        return rng.choice(
+            [
+                "tee tee.out < a.txt",
+                "touch a.txt",
+                "echo x > out.txt",
+                "echo x >> a.txt",
+                "cp a.txt copy.txt",
+                "split a.txt part.",
+                "csplit a.txt 1",
+                "mkdir newdir",
+                "rm -f b.txt",
+                "mv a.txt moved.txt",
+                "ln -s a.txt link",
+                "chmod 600 a.txt",
+            ]
+        )
     if kind == 15:
-        return rng.choice(["x=1; echo $x", "a=1", "PATH=.:$PATH ls", "trap 'touch trap.out' EXIT; ls",
-                           "printf -v v '%s' x", "test -v HOME", "declare -a arr", "export LANG=C",
-                           "HOME=. git status", "set -e; ls", "LC_ALL=C sort a.txt"])  # fmt: skip
+        return rng.choice(
+            [
+                "x=1; echo $x",
+                "a=1",
+                "PATH=.:$PATH ls",
+                "trap 'touch trap.out' EXIT; ls",
+                "printf -v v '%s' x",
+                "test -v HOME",
+                "declare -a arr",
+                "export LANG=C",
+                "HOME=. git status",
+                "set -e; ls",
+                "LC_ALL=C sort a.txt",
+            ]
+        )
     return rng.choice(
-        ["xargs cat < a.txt", "bash -c 'ls'", "bash -c 'touch bc.out'", "sh -c 'cat a.txt'", "eval 'ls'",
-         "env ls", "env -S 'touch envs.out'", "command -v ls", "nice ls", "timeout 5 ls"]
-    )  # fmt: skip
+        [
+            "xargs cat < a.txt",
+            "bash -c 'ls'",
+            "bash -c 'touch bc.out'",
+            "sh -c 'cat a.txt'",
+            "eval 'ls'",
+            "env ls",
+            "env -S 'touch envs.out'",
+            "command -v ls",
+            "nice ls",
+            "timeout 5 ls",
+        ]
+    )
 
 
 def generate(rng: random.Random) -> str:

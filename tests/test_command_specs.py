@@ -471,7 +471,7 @@ def test_a_user_cannot_make_a_built_in_spec_laxer_by_grade() -> None:
     ],
 )
 def test_a_bad_document_is_one_config_error_naming_the_place(document: dict[str, object], fragment: str) -> None:
-    with pytest.raises(ConfigError, match=".*") as info:
+    with pytest.raises(ConfigError) as info:
         rules_from_document(document, "rules.toml")
     assert fragment in str(info.value)
     assert "\n" not in str(info.value)

@@ -21,6 +21,7 @@ command that only reads starts fast.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import inspect
 import os
@@ -67,6 +68,7 @@ from safepoint.workspace.files import Workspace
 
 if TYPE_CHECKING:
     from safepoint.agent.loop import Recovery
+    from safepoint.core.commands import CommandReport, CommandRules
     from safepoint.core.restart import RecoveryVerdict
     from safepoint.core.resume import ResumePlan
     from safepoint.core.rollback import RollbackPlan
@@ -260,9 +262,18 @@ class Safepoint:
             from safepoint.engine.tools import ToolRegistry
 
             return ToolRegistry(tools)
-        from safepoint.engine.builtin import builtin_registry
+        import dataclasses
+        import functools
 
-        return builtin_registry(*tools)
+        from safepoint.engine.builtin import _classify_command, _command_targets, builtin_registry
+
+        registry = builtin_registry(*tools)
+        rules, source = _command_rules(self.workspace.root)
+        tool = registry.get("run_command")
+        if source != "built-in" and tool.classifier is _classify_command:  # the workspace's rules judge its lines
+            bound = {"classifier": _classify_command, "capture_hints": _command_targets}
+            registry.put(dataclasses.replace(tool, **{k: functools.partial(f, rules=rules) for k, f in bound.items()}))
+        return registry
 
     # runs -----------------------------------------------------------------------------------------------------------
     def start(
@@ -728,6 +739,48 @@ def migrate(url: str | None = None, *, workspace: str = ".") -> Migrated:
         before=change.before,
         after=change.after,
         applied=list(change.applied),
+    )
+
+
+COMMAND_RULES_FILES = (".safepoint/commands.toml", ".safepoint/commands.json")
+
+
+def _command_rules(root: str, path: str | None = None) -> tuple[CommandRules, str]:
+    """The rules run_command's lines are judged by: the built-in ones extended by ``path`` if given, else by the
+    workspace's ``.safepoint/commands.toml`` (or ``.json``) if it has one; and where they came from."""
+    from safepoint.core.commands import DEFAULT_COMMAND_RULES, rules_from_bytes
+
+    if path is None:
+        found = [os.path.join(root, name) for name in COMMAND_RULES_FILES if os.path.isfile(os.path.join(root, name))]
+        if not found:
+            return DEFAULT_COMMAND_RULES, "built-in"
+        path = found[0]
+    shown = os.path.relpath(path, root) if os.path.abspath(path).startswith(root + os.sep) else path
+    try:
+        with builtins.open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError(f"command rules {shown}: cannot read it ({exc.strerror}); give a TOML or JSON file") from None
+    return rules_from_bytes(data, f"command rules {shown}", json_format=path.endswith(".json")), shown
+
+
+def classify(command: str, *, workspace: str = ".", rules: str | None = None) -> CommandReport:
+    """How ``run_command`` would judge ``command`` in ``workspace``: its verdict (may a resume re-run it on its
+    own?), the paths it writes (kept before it runs), and which rules judged it (``rules``: a TOML or JSON rules
+    file; by default the workspace's ``.safepoint/commands.toml``, if any, extends the built-in rules). A line
+    that does not parse is a verdict (it asks), not an error; a bad rules file is a ``ConfigError``."""
+    import msgspec
+
+    from safepoint.core.command_targets import write_targets
+    from safepoint.core.commands import CommandReport, classify_command
+
+    loaded, source = _command_rules(os.path.abspath(workspace), rules)
+    verdict = classify_command(command, loaded)
+    return CommandReport(
+        command=command,
+        **msgspec.structs.asdict(verdict),
+        write_targets=write_targets(command, loaded),
+        rules=source,
     )
 
 

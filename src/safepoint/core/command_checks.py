@@ -12,84 +12,49 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Iterable
 
-from safepoint.core.command_findings import Finding, finding
+from safepoint.core.command_call import UNKNOWN, Call, Check, Nested, under
+from safepoint.core.command_downloads import curl, wget
+from safepoint.core.command_findings import finding
 from safepoint.core.command_git import git_finding
 from safepoint.core.command_scripts import awk_danger, sed_danger
-from safepoint.core.command_spec import Parsed, ProgramSpec, Word, derived, is_literal, parse_words
-from safepoint.records import RiskLevel
+from safepoint.core.command_spec import Parsed, ProgramSpec, Word, derived, is_literal, names, parse_words
 
 __all__ = ["CHECKS", "Call", "Nested", "dangerous_variable"]
-
-
-class Nested(Protocol):
-    """What a check may ask of the walk: judge a command it runs (`find -exec CMD`) or a string it parses."""
-
-    def nested_command(self, words: Sequence[str], depth: int) -> list[Finding]:
-        """The findings of a command another one runs (`find -exec CMD`); its written paths are not known."""
-        ...
-
-
-class Call:
-    """One simple command being judged, read by its spec."""
-
-    def __init__(
-        self,
-        walk: Nested,
-        depth: int,
-        path: list[str],
-        spec: ProgramSpec,
-        words: list[str],
-        parsed: Parsed,
-        levels: list[tuple[ProgramSpec, Parsed]],
-    ) -> None:
-        self.walk = walk
-        self.depth = depth
-        self.path = path  # the words naming the spec: ["git", "checkout"]
-        self.spec = spec
-        self.words = words  # the words after the path
-        self.parsed = parsed
-        self.levels = levels  # (spec, its options) of the levels above: git's global options
-        self.base: list[Finding] | None = None  # set by a check: replaces the spec's own grade
-        self.found: list[Finding] = []
-        self.targets: list[str] | None = None  # set by a check: replaces the spec's written operands
-
-    @property
-    def shown(self) -> str:
-        return " ".join(self.path)
-
-    def add(self, grade: str, effects: Iterable[str], reason: str, risk: RiskLevel | None = None) -> None:
-        self.found.append(finding(grade, effects, reason, risk))
-
-    def grade(self, grade: str, phrase: str, effects: Iterable[str] = (), risk: RiskLevel | None = None) -> None:
-        self.base = [finding(grade, effects, f"`{self.shown}` {phrase}", risk)]
-
-
-Check = Callable[[Call], None]
-UNKNOWN = ("unknown",)
 
 
 # ---- shell builtins whose words name variables ------------------------------------------------------------------
 
 # Environment and shell variables that choose programs to run, code to load, or configuration that does either.
 _DANGEROUS_EXACT = frozenset(
-    """PATH BASH_ENV ENV PROMPT_COMMAND PS0 PS1 PS2 PS3 PS4 IFS SHELLOPTS BASHOPTS CDPATH GLOBIGNORE HOME EDITOR
-    VISUAL PAGER MANPAGER MANOPT LESSOPEN LESSCLOSE LESS LESSKEY SHELL INPUTRC BROWSER CLASSPATH GCONV_PATH
-    RIPGREP_CONFIG_PATH GREP_OPTIONS TAR_OPTIONS GZIP XZ_OPT BZIP2 ZSTD_NBTHREADS FCEDIT HISTFILE MAKEFLAGS
-    GNUMAKEFLAGS MAKE MFLAGS CC CXX RUSTC RUSTC_WRAPPER KUBECONFIG TERMINFO PROMPT_DIRTRIM EXECIGNORE
-    POSIXLY_CORRECT TMOUT""".split()
+    names(
+        """
+    PATH BASH_ENV ENV PROMPT_COMMAND PS0 PS1 PS2 PS3 PS4 IFS SHELLOPTS BASHOPTS CDPATH GLOBIGNORE HOME
+    EDITOR VISUAL PAGER MANPAGER MANOPT LESSOPEN LESSCLOSE LESS LESSKEY SHELL INPUTRC BROWSER CLASSPATH
+    GCONV_PATH RIPGREP_CONFIG_PATH GREP_OPTIONS TAR_OPTIONS GZIP XZ_OPT BZIP2 ZSTD_NBTHREADS FCEDIT
+    HISTFILE MAKEFLAGS GNUMAKEFLAGS MAKE MFLAGS CC CXX RUSTC RUSTC_WRAPPER KUBECONFIG TERMINFO
+    PROMPT_DIRTRIM EXECIGNORE POSIXLY_CORRECT TMOUT
+    """
+    )
 )
-_DANGEROUS_PREFIXES = (
-    "GIT_", "LD_", "DYLD_", "BASH_", "PYTHON", "NODE_", "NPM_", "PERL", "RUBY", "LESS", "CARGO_", "RUSTUP_",
-    "JAVA", "_JAVA", "JDK_", "SSH_", "GPG", "GNUPG", "DOCKER_", "KUBE", "AWS_", "MAN", "XDG_", "SYSTEMD_",
-    "BAT_", "DELTA_", "GIT", "PIP_", "UV_", "POETRY_", "YARN_", "PNPM_", "BUN_", "GO", "CGO_",
-)  # fmt: skip
-_DANGEROUS_SUFFIXES = (
-    "PAGER", "EDITOR", "OPTS", "OPTIONS", "PATH", "CONFIG", "COMMAND", "CMD", "PROGRAM", "HOOK", "HOOKS",
-    "ASKPASS", "RC", "WRAPPER", "STARTUP", "HOME", "PRELOAD", "LIB", "SHELL", "EXEC", "PLUGINS", "DIR",
-)  # fmt: skip
+_DANGEROUS_PREFIXES = tuple(
+    names(
+        """
+        GIT_ LD_ DYLD_ BASH_ PYTHON NODE_ NPM_ PERL RUBY LESS CARGO_ RUSTUP_ JAVA _JAVA JDK_ SSH_
+        GPG GNUPG DOCKER_ KUBE AWS_ MAN XDG_ SYSTEMD_ BAT_ DELTA_ GIT PIP_ UV_ POETRY_ YARN_ PNPM_
+        BUN_ GO CGO_
+        """
+    )
+)
+_DANGEROUS_SUFFIXES = tuple(
+    names(
+        """
+        PAGER EDITOR OPTS OPTIONS PATH CONFIG COMMAND CMD PROGRAM HOOK HOOKS ASKPASS RC WRAPPER
+        STARTUP HOME PRELOAD LIB SHELL EXEC PLUGINS DIR
+        """
+    )
+)
 HARMLESS_VALUES = {"PAGER": {"cat", ""}, "GIT_PAGER": {"cat", ""}, "MANPAGER": {"cat", ""}}
 
 
@@ -203,17 +168,63 @@ def _sed(call: Call) -> None:
 
 
 def _awk(call: Call) -> None:
-    harmless = {"-F", "-v", "--field-separator", "--assign", "-b", "-c", "-M", "-N", "-n", "-O", "-P", "-r", "-s",
-                "-S", "-t", "-V", "--posix", "--traditional", "--re-interval", "--characters-as-bytes",
-                "--sandbox", "--bignum", "--use-lc-numeric", "--non-decimal-data", "--optimize", "--version",
-                "--help", "-e", "--source", "--"}  # fmt: skip
-    spec = ProgramSpec(takes_value=frozenset({"-F", "-v", "-e", "--source", "-f", "--file", "-i", "--include",
-                                               "-l", "--load", "-E", "--exec", "--field-separator", "--assign"}),
-                       options_end_at_operand=True)  # fmt: skip
+    harmless = {
+        "-F",
+        "-v",
+        "--field-separator",
+        "--assign",
+        "-b",
+        "-c",
+        "-M",
+        "-N",
+        "-n",
+        "-O",
+        "-P",
+        "-r",
+        "-s",
+        "-S",
+        "-t",
+        "-V",
+        "--posix",
+        "--traditional",
+        "--re-interval",
+        "--characters-as-bytes",
+        "--sandbox",
+        "--bignum",
+        "--use-lc-numeric",
+        "--non-decimal-data",
+        "--optimize",
+        "--version",
+        "--help",
+        "-e",
+        "--source",
+        "--",
+    }
+    spec = ProgramSpec(
+        takes_value=frozenset(
+            {
+                "-F",
+                "-v",
+                "-e",
+                "--source",
+                "-f",
+                "--file",
+                "-i",
+                "--include",
+                "-l",
+                "--load",
+                "-E",
+                "--exec",
+                "--field-separator",
+                "--assign",
+            }
+        ),
+        options_end_at_operand=True,
+    )
     parsed = parse_words(spec, call.words)
     programs = parsed.values("-e", "--source")
     operands = parsed.operands
-    for name, _, word in parsed.options:
+    for name, _value, _word in parsed.options:
         if name not in harmless:
             call.add("unknown", UNKNOWN, f"`{call.shown} {name}` loads code or writes files; not analysed")
     if not programs and not parsed.has("-f", "--file", "-E", "--exec"):
@@ -229,14 +240,22 @@ def _awk(call: Call) -> None:
 # ---- find / fd ---------------------------------------------------------------------------------------------------
 
 _FIND_FLAGS = frozenset(
-    """-depth -d -mount -xdev -follow -noleaf -ignore_readdir_race -noignore_readdir_race -daystart -warn -nowarn
-    -nouser -nogroup -empty -readable -writable -executable -true -false -print -print0 -ls -prune -quit ! -not -a
-    -and -o -or , ( ) -H -L -P""".split()
+    names(
+        """
+    -depth -d -mount -xdev -follow -noleaf -ignore_readdir_race -noignore_readdir_race -daystart -warn
+    -nowarn -nouser -nogroup -empty -readable -writable -executable -true -false -print -print0 -ls
+    -prune -quit ! -not -a -and -o -or , ( ) -H -L -P
+    """
+    )
 )
 _FIND_ONE_VALUE = frozenset(
-    """-name -iname -path -ipath -wholename -iwholename -regex -iregex -type -xtype -size -mtime -mmin -atime -amin
-    -ctime -cmin -newer -anewer -cnewer -perm -user -group -uid -gid -links -inum -samefile -lname -ilname -used
-    -fstype -context -maxdepth -mindepth -regextype -files0-from -printf -D -O""".split()
+    names(
+        """
+    -name -iname -path -ipath -wholename -iwholename -regex -iregex -type -xtype -size -mtime -mmin
+    -atime -amin -ctime -cmin -newer -anewer -cnewer -perm -user -group -uid -gid -links -inum -samefile
+    -lname -ilname -used -fstype -context -maxdepth -mindepth -regextype -files0-from -printf -D -O
+    """
+    )
 )
 _FIND_WRITES = {"-fprint": 1, "-fprint0": 1, "-fls": 1, "-fprintf": 2}
 
@@ -366,13 +385,6 @@ def _patch(call: Call) -> None:
     call.targets = found
 
 
-def under(directory: str, paths: Iterable[str]) -> list[str]:
-    """``paths`` relative to ``directory`` (a word of the command, `patch -d DIR`); none if it is not literal."""
-    if not is_literal(directory):
-        return []
-    return [path if path.startswith("/") else derived(path, posixpath.join(directory, path)) for path in paths]
-
-
 def _perl(call: Call) -> None:
     in_place = False
     suffix: str | None = None
@@ -416,31 +428,44 @@ _TAR_SHORT_WITH_VALUE = "bCfFgHIKLNTVX"
 _TAR = ProgramSpec(
     takes_value=frozenset(f"-{c}" for c in _TAR_SHORT_WITH_VALUE)
     | frozenset(
-        """--file --directory --files-from --exclude-from --listed-incremental --blocking-factor --use-compress-program
-        --format --label --newer --after-date --info-script --new-volume-script --tape-length --owner --group --mode
-        --mtime --exclude --transform --xform --to-command --checkpoint-action --rsh-command --rmt-command
-        --index-file --strip-components --occurrence""".split()
+        names(
+            """
+    --file --directory --files-from --exclude-from --listed-incremental --blocking-factor
+    --use-compress-program --format --label --newer --after-date --info-script --new-volume-script
+    --tape-length --owner --group --mode --mtime --exclude --transform --xform --to-command
+    --checkpoint-action --rsh-command --rmt-command --index-file --strip-components --occurrence
+    """
+        )
     ),
 )
 _TAR_HARMLESS = frozenset(
-    """-t -v -z -j -J -a -O -p -k -m -o -S -i -P -W -h -B -G -g -M -R -U -w --list --verbose --gzip --gunzip
-    --ungzip --bzip2 --xz --lzip --lzma --lzop --zstd --compress --uncompress -Z --auto-compress --to-stdout
-    --wildcards --no-wildcards --anchored --no-anchored --numeric-owner --totals --full-time --utc --ignore-zeros
-    --force-local --quoting-style --show-transformed-names --keep-old-files --skip-old-files --overwrite
-    --touch --preserve-permissions --same-permissions --no-same-owner --same-owner --no-same-permissions
-    --recursion --no-recursion --one-file-system --sparse --dereference --verify --checkpoint --warning
-    --exclude-vcs --exclude-vcs-ignores --exclude-caches --ignore-case --no-ignore-case --null --no-null
-    --unquote --no-unquote --record-size --seek --no-seek --delay-directory-restore --help --version --usage
-    --show-defaults --xattrs --no-xattrs --acls --no-acls --selinux --no-selinux --keep-newer-files
-    --unlink-first --recursive-unlink --remove-files --absolute-names --sort --hard-dereference --level
-    --create --append --update --concatenate --catenate --extract --get --diff --compare --delete -c -r -u -A -x -d
-    -f -C -T -X -b -H -K -L -N -V --file --directory --files-from --exclude-from --blocking-factor --format
-    --label --newer --after-date --tape-length --owner --group --mode --mtime --exclude --transform --xform
-    --strip-components --occurrence --listed-incremental""".split()
+    names(
+        """
+    -t -v -z -j -J -a -O -p -k -m -o -S -i -P -W -h -B -G -g -M -R -U -w --list --verbose --gzip
+    --gunzip --ungzip --bzip2 --xz --lzip --lzma --lzop --zstd --compress --uncompress -Z
+    --auto-compress --to-stdout --wildcards --no-wildcards --anchored --no-anchored --numeric-owner
+    --totals --full-time --utc --ignore-zeros --force-local --quoting-style --show-transformed-names
+    --keep-old-files --skip-old-files --overwrite --touch --preserve-permissions --same-permissions
+    --no-same-owner --same-owner --no-same-permissions --recursion --no-recursion --one-file-system
+    --sparse --dereference --verify --checkpoint --warning --exclude-vcs --exclude-vcs-ignores
+    --exclude-caches --ignore-case --no-ignore-case --null --no-null --unquote --no-unquote
+    --record-size --seek --no-seek --delay-directory-restore --help --version --usage --show-defaults
+    --xattrs --no-xattrs --acls --no-acls --selinux --no-selinux --keep-newer-files --unlink-first
+    --recursive-unlink --remove-files --absolute-names --sort --hard-dereference --level --create
+    --append --update --concatenate --catenate --extract --get --diff --compare --delete -c -r -u -A -x
+    -d -f -C -T -X -b -H -K -L -N -V --file --directory --files-from --exclude-from --blocking-factor
+    --format --label --newer --after-date --tape-length --owner --group --mode --mtime --exclude
+    --transform --xform --strip-components --occurrence --listed-incremental
+    """
+    )
 )
 _TAR_RUNS = frozenset(
-    """--to-command --checkpoint-action --use-compress-program -I --info-script -F --new-volume-script
-    --rsh-command --rmt-command""".split()
+    names(
+        """
+    --to-command --checkpoint-action --use-compress-program -I --info-script -F --new-volume-script
+    --rsh-command --rmt-command
+    """
+    )
 )
 
 
@@ -561,130 +586,6 @@ def _git_targets(call: Call) -> list[str]:
     return found
 
 
-# ---- downloads ---------------------------------------------------------------------------------------------------
-
-CURL = ProgramSpec(
-    takes_value=frozenset(f"-{c}" for c in "AbcCdDeEFHKmoPQrtTuUwxXyYz")
-    | frozenset(
-        """--request --data --data-raw --data-binary --data-urlencode --data-ascii --json --form --form-string
-        --upload-file --output --output-dir --cookie-jar --dump-header --config --header --user --user-agent
-        --referer --cookie --url --proxy --max-time --connect-timeout --retry --write-out --cert --key --cacert
-        --range --resolve --connect-to --interface --limit-rate --oauth2-bearer --variable --expand-url
-        --max-redirs --retry-delay --retry-max-time --trace --trace-ascii --stderr --libcurl --etag-save
-        --etag-compare --hsts --alt-svc --proto --proto-redir --ciphers --pinnedpubkey --capath""".split()
-    ),
-)
-_CURL_HARMLESS = frozenset(
-    """-s -S -L -f -I -i -v -k -4 -6 -g -G -N -j -Z -# -0 -1 -2 -3 -l -n -p -q -R -B -a -M -V -h --silent --show-error
-    --location --location-trusted --fail --fail-with-body --fail-early --head --include --verbose --insecure
-    --http1.0 --http1.1 --http2 --http2-prior-knowledge --http3 --retry --max-time --connect-timeout -m -H --header
-    -A --user-agent -e --referer -u --user -b --cookie -X --request --get -x --proxy --url -r --range
-    --limit-rate -w --write-out --max-redirs --resolve --connect-to --cacert --cert --key --oauth2-bearer
-    --no-buffer --junk-session-cookies --raw --no-progress-meter --parallel --compressed --globoff
-    --retry-delay --retry-max-time --retry-all-errors --retry-connrefused --ipv4 --ipv6 --tlsv1.2 --tlsv1.3
-    --ssl-reqd --proto --proto-redir --ciphers --pinnedpubkey --capath --netrc --netrc-optional --anyauth
-    --basic --digest --ntlm --negotiate --interface --path-as-is --no-keepalive --tcp-nodelay --remote-time
-    --help --version --manual --progress-bar --no-alpn --no-npn --expect100-timeout --variable --expand-url
-    -d --data --data-raw --data-binary --data-urlencode --data-ascii --json -F --form --form-string -T
-    --upload-file -o --output -O --remote-name --remote-name-all --output-dir --create-dirs -J
-    --remote-header-name -c --cookie-jar -D --dump-header -K --config -C --continue-at -z --time-cond
-    -E -P -Q -t -U -y -Y --trace --trace-ascii --stderr --libcurl --etag-save --etag-compare --hsts --alt-svc
-    --trace-time --trace-ids""".split()
-)
-_DATA_OPTIONS = frozenset("-d --data --data-raw --data-binary --data-urlencode --data-ascii --json".split())
-_UPLOAD_OPTIONS = frozenset("-F --form --form-string -T --upload-file".split())
-CURL_FILE_OUTPUTS = frozenset(
-    "-o --output -c --cookie-jar -D --dump-header --trace --trace-ascii --stderr --libcurl --etag-save --hsts "
-    "--alt-svc".split()
-)
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-def _curl(call: Call) -> None:
-    parsed = parse_words(CURL, call.words)
-    names = {name for name, _, _ in parsed.options}
-    method = next((str(v).upper() for n, v, _ in reversed(parsed.options) if n in {"-X", "--request"}), None)
-    found: list[Finding] = []
-    if "-K" in names or "--config" in names:
-        found.append(finding("unknown", ("network", "unknown"), "`curl -K` reads options from a file; not analysed"))
-    for name in sorted(names - _CURL_HARMLESS):
-        found.append(
-            finding("unknown", UNKNOWN, f"`curl {name}` is an option the rules do not know; treated as having effects")
-        )
-    for name, value, _ in parsed.options:
-        if name in {"-w", "--write-out"} and value and "%output{" in value:
-            found.append(finding("local_write", ("filesystem_write",), "`curl -w %output{...}` writes a file"))
-    trigger = None
-    if method is not None and method not in _SAFE_METHODS:
-        trigger = f"-X {method}"
-    elif method is None:
-        upload = next((n for n in names if n in _UPLOAD_OPTIONS), None)
-        data = next((n for n in names if n in _DATA_OPTIONS), None)
-        if upload is not None:
-            trigger = upload
-        elif data is not None and not names & {"-G", "--get"}:
-            trigger = data
-    if trigger is not None:
-        found.append(
-            finding("high_risk", ("network",), f"`curl {trigger}` sends a request that can change remote state")
-        )
-    else:
-        found.append(finding("read_only", ("network",), "`curl` fetches a URL (GET)"))
-    targets: list[str] = []
-    outputs = [v for v in parsed.values("-o", "--output") if v != "-"]
-    for directory in parsed.values("--output-dir"):
-        outputs = under(directory, outputs)
-    targets += outputs
-    targets += [v for v in parsed.values(*(CURL_FILE_OUTPUTS - {"-o", "--output"})) if v != "-"]
-    for name, value, _ in parsed.options:
-        if name in CURL_FILE_OUTPUTS and value not in {"-", None}:
-            found.append(finding("local_write", ("filesystem_write",), f"`curl {name} {value}` writes a file"))
-        elif name in {"-O", "--remote-name", "--remote-name-all", "-J", "--remote-header-name"}:
-            found.append(finding("local_write", ("filesystem_write",), f"`curl {name}` writes a file"))
-    call.base = found
-    call.targets = targets
-
-
-WGET = ProgramSpec(
-    takes_value=frozenset(f"-{c}" for c in "OoaPiUtTwQlARDIXe")
-    | frozenset(
-        """--output-document --output-file --append-output --directory-prefix --input-file --execute --user-agent
-        --header --post-data --post-file --method --body-data --body-file --tries --timeout --wait --quota --level
-        --user --password""".split()
-    ),
-)
-_WGET_POSTS = frozenset("--post-data --post-file --body-data --body-file".split())
-
-
-def _wget(call: Call) -> None:
-    words = [a for a in call.words if a not in {"-nc", "-nd", "-nH", "-np", "-nv"}]
-    parsed = parse_words(WGET, words)
-    values = {name: value for name, value, _ in parsed.options}
-    method = str(values.get("--method") or "GET").upper()
-    posts = next((n for n in values if n in _WGET_POSTS), None)
-    found: list[Finding] = []
-    if "-e" in values or "--execute" in values:
-        found.append(finding("unknown", ("network", "unknown"), "`wget -e` runs wgetrc commands; not analysed"))
-    if posts is not None or method not in _SAFE_METHODS:
-        shown = posts or f"--method={method}"
-        found.append(finding("high_risk", ("network",), f"`wget {shown}` sends a request that can change remote state"))
-    else:
-        found.append(finding("read_only", ("network",), "`wget` fetches a URL"))
-    document = values.get("-O", values.get("--output-document"))
-    if "--spider" not in values and document != "-":
-        shown = f"`wget -O {document}`" if document else "`wget`"
-        found.append(finding("local_write", ("filesystem_write",), f"{shown} saves the download to a file"))
-    for option in ("-o", "--output-file", "-a", "--append-output"):
-        if values.get(option) not in {None, "-"}:
-            found.append(finding("local_write", ("filesystem_write",), f"`wget {option}` writes a log file"))
-    call.base = found
-    if "--spider" in values:
-        call.targets = []
-    else:
-        names = ("-O", "--output-document", "-o", "--output-file", "-a", "--append-output")
-        call.targets = [v for v in parsed.values(*names) if v != "-"]
-
-
 CHECKS: dict[str, Check] = {
     "variables": _variables,
     "test": _test,
@@ -713,6 +614,6 @@ CHECKS: dict[str, Check] = {
     "git_tag": _git_listing,
     "git_config": _git_listing,
     "git_remote": _git_listing,
-    "curl": _curl,
-    "wget": _wget,
+    "curl": curl,
+    "wget": wget,
 }

@@ -60,7 +60,7 @@ class Judged(NamedTuple):
 
 
 def spec_paths(specs: Mapping[str, ProgramSpec]) -> Iterable[tuple[tuple[str, ...], ProgramSpec]]:
-    stack = [((name,), spec) for name, spec in specs.items()]
+    stack: list[tuple[tuple[str, ...], ProgramSpec]] = [((name,), spec) for name, spec in specs.items()]
     while stack:
         path, spec = stack.pop()
         yield path, spec
@@ -103,15 +103,16 @@ def _put(programs: dict[str, ProgramSpec], path: Sequence[str], coarse: ProgramS
                 return merge_spec(node, msgspec.structs.replace(coarse, any_option=node.any_option))
             if _RANK[coarse.grade] > _RANK.get(node.grade, 0):
                 # a user's stricter entry is a floor under whatever the spec and its check find
-                floor = OptionEffect(grade=coarse.grade, phrase=coarse.phrase or "", effects=coarse.effects or (),
-                                     risk=coarse.risk)  # fmt: skip
+                floor = OptionEffect(
+                    grade=coarse.grade, phrase=coarse.phrase or "", effects=coarse.effects or (), risk=coarse.risk
+                )
                 return msgspec.structs.replace(node, floor=floor)
             return node
         parent = node or ProgramSpec(grade="")  # a placeholder for its sub-commands: no opinion of its own
         child = place(subcommand(parent, rest[0]), rest[1:])
-        subs = dict(parent.subcommands)
-        subs[rest[0]] = child
-        return msgspec.structs.replace(parent, subcommands=tuple(sorted(subs.items())))
+        children = dict(parent.subcommands)
+        children[rest[0]] = child
+        return msgspec.structs.replace(parent, subcommands=tuple(sorted(children.items())))
 
     programs[path[0]] = place(programs.get(path[0]), path[1:])
 
@@ -189,9 +190,12 @@ def _vet(spec: ProgramSpec, shown: str, options: Iterable[tuple[str, str | None,
         if change is not None:
             written = word if not word.startswith("--") and "=" not in word else name
             found.append(finding(change.grade, change.effects, f"`{shown} {written}` {change.phrase}", change.risk))
-        elif spec.any_option or name in spec.harmless or name in spec.takes_value:
-            continue
-        elif spec.negations and name.startswith("--no-"):
+        elif (
+            spec.any_option
+            or name in spec.harmless
+            or name in spec.takes_value
+            or (spec.negations and name.startswith("--no-"))
+        ):
             continue
         else:
             reason = f"`{shown} {name}` is an option the rules do not know; treated as having effects"

@@ -82,7 +82,7 @@ def sed_danger(script: str) -> str | None:
         while i < n and script[i] in " \t!":
             i += 1
         if i >= n:
-            return None if i > start else None
+            return None
         command = script[i]
         i += 1
         if command in "{};\n":

@@ -33,9 +33,9 @@ __all__ = [
     "ProgramSpec",
     "Word",
     "derived",
-    "is_literal",
     "effect",
     "filled",
+    "is_literal",
     "merge_spec",
     "names",
     "parse_words",
@@ -163,12 +163,12 @@ def parse_words(spec: ProgramSpec, args: Sequence[str], *, stop_at_operand: bool
     return Parsed(options, operands)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spec_options(spec: ProgramSpec) -> dict[str, OptionEffect]:
     return dict(spec.options)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spec_subcommands(spec: ProgramSpec) -> dict[str, ProgramSpec]:
     return dict(spec.subcommands)
 
@@ -211,10 +211,8 @@ def merge_spec(base: ProgramSpec | None, extra: ProgramSpec) -> ProgramSpec:
     subs = dict(base.subcommands)
     for name, sub in extra.subcommands:
         subs[name] = merge_spec(subs.get(name), sub)
-    if not extra.grade or not base.grade:  # "": the user's spec keeps the grade it extends
-        grade = extra.grade or base.grade
-    else:
-        grade = _stricter(extra.grade, base.grade)
+    # "": a user's spec that names no grade keeps the grade it extends
+    grade = extra.grade or base.grade if not extra.grade or not base.grade else _stricter(extra.grade, base.grade)
     chosen = extra if grade == extra.grade and extra.grade != base.grade else base
     return msgspec.structs.replace(
         base,

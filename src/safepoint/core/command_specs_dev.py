@@ -96,7 +96,7 @@ _GIT_READ: dict[str, ProgramSpec] = {
         "--format --group",
         attached="-w",
         negations=True,
-    ),  # fmt: skip
+    ),
     "rev-parse": anyopt(),
     "rev-list": _git_diff("--objects --objects-edge --missing --disk-usage --header --timestamp --stdin"),
     "ls-files": ro(
@@ -155,7 +155,7 @@ _GIT_READ: dict[str, ProgramSpec] = {
         "--sort",
         verdicts={"--upload-pack": RUNS_PROGRAM},
         verdict_values="--upload-pack",
-    ),  # fmt: skip
+    ),
     "range-diff": _git_diff("--creation-factor --no-dual-color"),
     "show-branch": anyopt(),
     "reflog": spec(
@@ -174,7 +174,7 @@ _GIT_READ: dict[str, ProgramSpec] = {
         f"--color --ignore-case --omit-empty {HELP}",
         negations=True,
         check="git_tag",
-    ),  # fmt: skip
+    ),
     "stash": spec(
         "mutation",
         any_option=True,
@@ -191,7 +191,7 @@ _GIT_READ: dict[str, ProgramSpec] = {
     ),
     "worktree": spec(
         "local_write", any_option=True, check="git", subcommands=(("list", ro("--porcelain -v --verbose -z --expire")),)
-    ),  # fmt: skip
+    ),
     "clean": spec("destructive", any_option=True, check="git"),
 }
 _GIT_CHECKED = """commit merge rebase cherry-pick revert am apply pull mv update-ref notes add init clone submodule
@@ -245,7 +245,7 @@ DEV_SPECS.update(
             phrase="installs packages",
             effects=("filesystem_write", "network"),
             subcommands=(("run", _script_runner("yarn", names("test build lint"))),),
-        ),  # fmt: skip
+        ),
         "bun": spec("unknown", subcommands=(("run", _script_runner("bun", names("test build"))),)),
         "docker": spec(
             "unknown",

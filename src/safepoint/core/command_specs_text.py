@@ -8,6 +8,7 @@ default), so a list errs on the short side rather than guessing.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from safepoint.core.command_spec import OperandRole, OptionEffect, ProgramSpec, effect, names
 
@@ -28,7 +29,7 @@ def spec(
     operands: OperandRole = "read",
     writes_value: str = "",
     attached: str = "",
-    **more: object,
+    **more: Any,
 ) -> ProgramSpec:
     """A spec from option lists written as text: ``flags`` and ``values`` (options taking a value) are harmless;
     ``verdicts`` maps space-separated option names to what they do (``verdict_values``: those taking a value)."""
@@ -47,17 +48,17 @@ def spec(
         options=tuple(sorted(effects_by_option.items())),
         operands=operands,
         writes_value=names(writes_value),
-        **more,  # type: ignore[arg-type]  # the remaining ProgramSpec fields, checked by msgspec at run time
+        **more,  # the remaining ProgramSpec fields
     )
 
 
-def ro(flags: str = "", values: str = "", **more: object) -> ProgramSpec:
-    return spec("read_only", flags, values, **more)  # type: ignore[arg-type]  # forwarded keywords, as above
+def ro(flags: str = "", values: str = "", **more: Any) -> ProgramSpec:
+    return spec("read_only", flags, values, **more)
 
 
-def anyopt(grade: str = "read_only", **more: object) -> ProgramSpec:
+def anyopt(grade: str = "read_only", **more: Any) -> ProgramSpec:
     """A program none of whose options can write, run code or reach out: its options are not vetted."""
-    return spec(grade, any_option=True, **more)  # type: ignore[arg-type]  # forwarded keywords, as above
+    return spec(grade, any_option=True, **more)
 
 
 RUNS = "unknown"
@@ -447,10 +448,10 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
     "rm": _RM,
     "rmdir": spec(
         "destructive", any_option=True, operands="write", phrase="deletes directories", effects=("filesystem_delete",)
-    ),  # fmt: skip
+    ),
     "unlink": spec(
         "destructive", any_option=True, operands="write", phrase="deletes files", effects=("filesystem_delete",)
-    ),  # fmt: skip
+    ),
     "shred": spec(
         "destructive",
         any_option=True,
@@ -458,7 +459,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         operands="write",
         phrase="destroys file contents",
         effects=("filesystem_delete",),
-    ),  # fmt: skip
+    ),
     "touch": spec(
         "local_write",
         any_option=True,
@@ -466,7 +467,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         operands="write",
         phrase="creates or touches files",
         effects=("filesystem_write",),
-    ),  # fmt: skip
+    ),
     "truncate": spec(
         "destructive",
         any_option=True,
@@ -474,7 +475,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         operands="write",
         phrase="cuts files to a size",
         effects=("filesystem_delete", "filesystem_write"),
-    ),  # fmt: skip
+    ),
     "tee": spec(
         "local_write",
         any_option=True,
@@ -494,7 +495,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         operands="write",
         phrase="moves or renames files",
         effects=("filesystem_delete", "filesystem_write"),
-    ),  # fmt: skip
+    ),
     "cp": spec(
         "local_write",
         any_option=True,
@@ -503,7 +504,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         operands="last",
         phrase="copies files",
         effects=("filesystem_write",),
-    ),  # fmt: skip
+    ),
     "install": spec(
         "local_write",
         any_option=True,
@@ -513,7 +514,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         phrase="copies files",
         effects=("filesystem_write",),
         check="install",
-    ),  # fmt: skip
+    ),
     "ln": spec(
         "local_write",
         any_option=True,
@@ -523,14 +524,12 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         phrase="creates links",
         effects=("filesystem_write",),
         check="ln",
-    ),  # fmt: skip
+    ),
     "mkdir": anyopt("local_write", phrase="creates directories", effects=("filesystem_write",)),
     "chmod": _MODE,
     "chown": _OWNER,
     "chgrp": _OWNER,
-    "dd": anyopt(
-        "destructive", phrase="overwrites data block by block", effects=("filesystem_write",), check="dd"
-    ),  # fmt: skip
+    "dd": anyopt("destructive", phrase="overwrites data block by block", effects=("filesystem_write",), check="dd"),
     "patch": spec(
         "local_write",
         any_option=True,
@@ -540,7 +539,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         values="-i -o -d -D -F -p -r -B -Y -z -V -g --input --output --directory --ifdef --fuzz --strip "
         "--reject-file --prefix --basename-prefix --suffix --version-control --get --quoting-style "
         "--reject-format",
-    ),  # fmt: skip
+    ),
     "perl": spec("unknown", any_option=True, check="perl"),
     "tar": spec("local_write", any_option=True, check="tar"),  # the check reads the mode and options
     "gzip": spec(
@@ -552,7 +551,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
         phrase="compresses files",
         effects=("filesystem_write",),
         check="compress",
-    ),  # fmt: skip
+    ),
     "kill": anyopt("destructive", phrase="signals running processes", effects=("process",)),
     "pkill": anyopt("destructive", phrase="signals running processes", effects=("process",)),
     "killall": anyopt("destructive", phrase="signals running processes", effects=("process",)),

@@ -15,7 +15,7 @@ from safepoint.core.command_findings import Finding
 from safepoint.core.command_judge import judge
 from safepoint.core.command_parse import ASSIGNMENT, EXPANSION_KINDS, children, replace_arithmetic
 from safepoint.core.command_rules import HARMLESS_TARGETS, SHELLS, WRAPPERS
-from safepoint.core.command_spec import ProgramSpec, Word, derived, is_literal, parse_words
+from safepoint.core.command_spec import Parsed, ProgramSpec, Word, is_literal, parse_words
 from safepoint.core.command_walk import Walker
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, compiled_tree
 
@@ -102,7 +102,8 @@ def _mark_arithmetic(text: str) -> str | None:
 
 def _split_args(
     args: Sequence[str], short_with_value: str = "", long_with_value: Iterable[str] = (), short_optional: str = ""
-):  # noqa: ANN202
+) -> Parsed:
+    """The words of a wrapper or ``cd`` (not a program with a spec) read by the one option parser."""
     spec = ProgramSpec(
         takes_value=frozenset(f"-{c}" for c in short_with_value) | frozenset(long_with_value),
         attached_value=frozenset(f"-{c}" for c in short_optional),

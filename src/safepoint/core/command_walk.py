@@ -62,9 +62,9 @@ def parameter_danger(value: str) -> str | None:
         if subscript not in {"@", "*"} and _ARITHMETIC_WORD.search(subscript):
             return "evaluates a subscript as arithmetic on variables, which can run commands"
     head, colon, tail = value.partition(":")
-    if colon and re.fullmatch(r"#?[A-Za-z_][A-Za-z0-9_]*", head) and tail[:1] not in {"-", "=", "?", "+"}:
-        if _ARITHMETIC_WORD.search(tail):
-            return "evaluates an offset as arithmetic on variables, which can run commands"
+    offset = colon and tail[:1] not in {"-", "=", "?", "+"} and re.fullmatch(r"#?[A-Za-z_][A-Za-z0-9_]*", head)
+    if offset and _ARITHMETIC_WORD.search(tail):
+        return "evaluates an offset as arithmetic on variables, which can run commands"
     return None
 
 

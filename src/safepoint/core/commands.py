@@ -31,6 +31,8 @@ paths a line writes.
 from __future__ import annotations
 
 import functools
+import json
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -55,10 +57,12 @@ from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 
 __all__ = [
     "DEFAULT_COMMAND_RULES",
+    "CommandReport",
     "CommandRules",
     "CommandVerdict",
     "classify_command",
     "compiled_tree",
+    "rules_from_bytes",
     "rules_from_document",
 ]
 
@@ -76,6 +80,20 @@ class CommandVerdict(msgspec.Struct, frozen=True, kw_only=True):
     risk_level: RiskLevel
     side_effects: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
+
+
+class CommandReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``safepoint classify`` shows: the verdict, the paths the line writes (kept before it runs), and which
+    rules judged it."""
+
+    command: str
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    risk_level: RiskLevel
+    side_effects: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    write_targets: tuple[str, ...] = ()
+    rules: str = "built-in"  # or the user's rules file that extended them
 
 
 _SET_FIELDS = ("read_only", "rerunnable", "local_write", "destructive", "high_risk")
@@ -227,6 +245,19 @@ def rules_from_document(document: Mapping[str, Any], source: str, base: CommandR
         raise ConfigError(f"{source}: {exc}") from None
     specs = specs_from_document(document, source)
     return rules.extend(specs=specs) if specs else rules
+
+
+def rules_from_bytes(data: bytes, source: str, *, json_format: bool = False) -> CommandRules:
+    """The default rules extended by a rules file's bytes (TOML, or JSON with ``json_format``); see
+    :func:`rules_from_document`. A file that does not decode is a :class:`ConfigError` naming ``source``."""
+    try:
+        document = json.loads(data) if json_format else tomllib.loads(data.decode())
+    except (ValueError, UnicodeDecodeError) as exc:
+        kind = "JSON" if json_format else "TOML"
+        raise ConfigError(f"{source}: not valid {kind} ({' '.join(str(exc).split())}); fix the file") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source}: the document must be a table of rules; fix the file")
+    return rules_from_document(document, source)
 
 
 DEFAULT_COMMAND_RULES = CommandRules()
