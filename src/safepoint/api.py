@@ -271,8 +271,9 @@ class Safepoint:
         rules, source = _command_rules(self.workspace.root)
         tool = registry.get("run_command")
         if source != "built-in" and tool.classifier is _classify_command:  # the workspace's rules judge its lines
-            bound = {"classifier": _classify_command, "capture_hints": _command_targets}
-            registry.put(dataclasses.replace(tool, **{k: functools.partial(f, rules=rules) for k, f in bound.items()}))
+            judge = functools.partial(_classify_command, rules=rules)
+            hints = functools.partial(_command_targets, rules=rules)
+            registry.put(dataclasses.replace(tool, classifier=judge, capture_hints=hints))
         return registry
 
     # runs -----------------------------------------------------------------------------------------------------------
