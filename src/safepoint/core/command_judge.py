@@ -238,8 +238,12 @@ def judge(tree: Tree, argv: list[str], walk: Nested, depth: int) -> Judged:
         word = head.operands[0]
         sub = subcommand(spec, word)
         if sub is None:
-            if spec.grade == "high_risk" or spec.check is not None or (spec.any_option and spec.grade != "unknown"):
-                # `crontab FILE`, `git stash drop`, a user's `git lfs`: the program's own grade or check says it
+            # `crontab FILE`, `git stash drop`, a user's `git lfs ls-files`, `go env GOPATH` (its only sub-command
+            # is the option word `-w`): the program's own grade or check judges the words
+            words_are_its_own = spec.grade != "unknown" and (
+                spec.any_option or not any(not name.startswith("-") for name, _ in spec.subcommands)
+            )
+            if spec.grade == "high_risk" or spec.check is not None or words_are_its_own:
                 break
             findings = _vet(spec, " ".join(path), head.options)
             findings.append(unknown_program(tree, [*path, *head.operands]))

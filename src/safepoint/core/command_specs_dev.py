@@ -199,6 +199,60 @@ _GIT_CHECKED = """commit merge rebase cherry-pick revert am apply pull mv update
 
 DEV_SPECS: dict[str, ProgramSpec] = {}
 
+# Cluster and cloud tools: `--kubeconfig`/`--context` pick configuration whose exec plugins run code, so they ask.
+_KUBE_READ = "-A -w --all-namespaces --show-labels --no-headers --show-kind --watch --ignore-not-found --previous"
+_KUBE_VALUES = """-n -o -l -c --namespace --output --selector --field-selector --sort-by --tail --since --since-time
+    --container --limit-bytes --chunk-size --template -L --label-columns"""
+_KUBECTL = {
+    name: ro(f"{_KUBE_READ} -f --follow --timestamps --prefix {HELP}", _KUBE_VALUES)
+    for name in ("get", "describe", "logs", "top", "explain", "api-resources", "api-versions", "version", "events")
+}
+_GH_VALUES = "-R -L -s -a -l -A -B -S -w --repo --limit --state --author --assignee --label --base --head --search --json --jq --template"
+
+
+def _gh(subs: str) -> dict[str, ProgramSpec]:
+    # --web opens a browser; --jq and --template only shape the output
+    return {name: ro(f"-c --comments --name-only --patch --color {HELP}", _GH_VALUES) for name in names(subs)}
+
+
+_PIP = {
+    "list": ro(
+        "-o -u -e -l --outdated --uptodate --editable --local --user --not-required --include-editable "
+        "--exclude-editable --disable-pip-version-check -v -q",
+        "--format --exclude --path",
+    ),
+    "show": ro("-f --files -v --verbose -q"),
+    "freeze": ro("-l --local --user --all --exclude-editable -q", "--exclude --path"),
+    "check": ro("-q"),
+    "--version": ro(),
+    "-V": ro(),
+}
+_GO = {
+    "version": ro("-m -v"),
+    "env": ro("-json -changed"),
+    "list": ro("-m -json -e -deps -test -u -versions -find -export -compiled -retracted", "-f -tags -mod"),
+    "doc": ro("-all -c -cmd -short -src -u"),
+}
+_CARGO = {
+    "tree": ro(
+        "-e -i -d -p --duplicates --no-dedupe --all-features --no-default-features --workspace "
+        "--invert --edges --depth --prefix --charset --format --features --package --target -q -v",
+        "--depth --prefix --charset --format --features --package --target --edges --invert",
+    ),
+    "metadata": ro(
+        "--no-deps --all-features --no-default-features --offline --frozen --locked -q",
+        "--format-version --features --filter-platform",
+    ),
+    "--version": ro("-v --verbose"),
+    "version": ro("-v --verbose"),
+    "pkgid": ro("-q", "-p --package"),
+    "locate-project": ro("--workspace", "--message-format"),
+}
+_HELM_LIST = ro(
+    "-a -A --all --all-namespaces -q --short --deployed --failed --pending --uninstalled",
+    "-n -o --namespace --output --filter --max",
+)
+
 
 def _build_git() -> ProgramSpec:
     subs = dict(_GIT_READ)
@@ -258,6 +312,21 @@ DEV_SPECS.update(
                 ("info", ro("", "-f --format")),
             ),
         ),
+        "kubectl": spec("", subcommands=tuple(sorted(_KUBECTL.items()))),
+        "gh": spec(
+            "",
+            subcommands=(
+                ("pr", spec("", subcommands=tuple(sorted(_gh("view list diff checks status").items())))),
+                ("issue", spec("", subcommands=tuple(sorted(_gh("view list status").items())))),
+                ("run", spec("", subcommands=tuple(sorted(_gh("view list").items())))),
+                ("release", spec("", subcommands=tuple(sorted(_gh("view list").items())))),
+                ("repo", spec("", subcommands=tuple(sorted(_gh("view").items())))),
+            ),
+        ),
+        "pip": spec("", subcommands=tuple(sorted(_PIP.items()))),
+        "go": spec("", subcommands=tuple(sorted(_GO.items()))),
+        "cargo": spec("", subcommands=tuple(sorted(_CARGO.items()))),
+        "helm": spec("", subcommands=(("list", _HELM_LIST), ("ls", _HELM_LIST), ("status", _HELM_LIST))),
         "curl": anyopt(check="curl"),  # the checks read the options: the method decides
         "wget": anyopt(check="wget"),
         "make": anyopt("rerunnable", check="make"),
