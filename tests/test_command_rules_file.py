@@ -126,3 +126,18 @@ def test_cli_classify_a_bad_rules_file_exits_with_the_usage_code(tmp_path: Path)
     assert done.returncode == ExitCode.USAGE
     assert done.stderr.count("\n") == 1 and "missing.toml" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_readmes_example_rules_load_and_do_what_it_says(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### How `run_command` lines are judged, and your own rules", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "rules.toml").write_text(example)
+    rules = str(tmp_path / "rules.toml")
+    assert classify("mytool --x", workspace=str(tmp_path), rules=rules).replay_policy == "auto"
+    assert classify("make release", workspace=str(tmp_path), rules=rules).replay_policy == "never"
+    assert classify("mycli show", workspace=str(tmp_path), rules=rules).replay_policy == "auto"
+    report = classify("report --out r.txt -v", workspace=str(tmp_path), rules=rules)
+    assert report.replay_policy == "ask" and report.write_targets == ("r.txt",)
+    assert classify("rg --my-new-flag x", workspace=str(tmp_path), rules=rules).replay_policy == "auto"
+    assert classify("git status --short", workspace=str(tmp_path), rules=rules).replay_policy == "ask"

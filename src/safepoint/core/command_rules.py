@@ -1,8 +1,10 @@
-"""Rule tables for the ``run_command`` classifier in :mod:`safepoint.core.commands`.
+"""The coarse rule tables of the ``run_command`` classifier in :mod:`safepoint.core.commands`.
 
-Pure data: which programs (and program prefixes) only read, are safe to re-run, write, destroy or reach
-outside the machine; the wording and effect tags of their reasons; the wrappers and runners that are peeled
-off a command; and the grades a category maps to. Plus the tiny helpers that build these tables.
+Pure data: which programs (and program prefixes such as ``git push``) only read, are safe to re-run, write,
+destroy or reach outside the machine; the wording and effect tags of their reasons; the wrappers and runners
+that are peeled off a command; and the grades a category maps to. These tables are the coarse layer of the spec
+tree (:mod:`safepoint.core.command_judge` compiles them with the specs of ``command_specs_*``): a built-in
+read-only entry without a spec of its own accepts no option it does not know.
 """
 
 from __future__ import annotations

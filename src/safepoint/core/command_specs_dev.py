@@ -207,7 +207,8 @@ _KUBECTL = {
     name: ro(f"{_KUBE_READ} -f --follow --timestamps --prefix {HELP}", _KUBE_VALUES)
     for name in ("get", "describe", "logs", "top", "explain", "api-resources", "api-versions", "version", "events")
 }
-_GH_VALUES = "-R -L -s -a -l -A -B -S -w --repo --limit --state --author --assignee --label --base --head --search --json --jq --template"
+_GH_VALUES = """-R -L -s -a -l -A -B -S -w --repo --limit --state --author --assignee --label --base --head --search
+    --json --jq --template"""
 
 
 def _gh(subs: str) -> dict[str, ProgramSpec]:
