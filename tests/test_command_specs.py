@@ -9,6 +9,7 @@ import tomllib
 
 import pytest
 
+from safepoint.core.command_parse import dollar_unquote
 from safepoint.core.command_spec import OptionEffect, ProgramSpec, names, parse_words
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, classify_command, rules_from_document
@@ -197,6 +198,17 @@ HOSTILE = [
     '"sed" -n "1e id" f',
     "sed -n $'1e id' f",
     "git -C sub -c core.pager=x log",
+    # an option spelled so that it does not look like one
+    "rg $'\\x2d\\x2dpre=./x' foo",
+    "rg $'--pre=./x' foo",
+    'rg $"--pre" ./x foo',
+    "rg '--pre'=./x foo",
+    'rg "--p"re=./x foo',
+    "rg --p\\re=./x foo",
+    "rg -\\-pre ./x foo",
+    "sed -n $'1\\x65 id' f",
+    "sed -n $'1\\145 id' f",
+    "$'\\x72m' -rf x",
     # options the rules do not know
     "ls --unknown",
     "grep --unknownopt foo f",
@@ -213,6 +225,22 @@ def test_hostile_lines_ask(command: str) -> None:
     verdict = classify_command(command)
     assert verdict.replay_policy != "auto", verdict
     assert verdict.reasons
+
+
+@pytest.mark.parametrize(
+    ("raw", "word"),
+    [
+        ("$'\\x2d\\x2dpre'", "--pre"),
+        ("$'a\\tb'", "a\tb"),
+        ("$'\\101'", "A"),
+        ("'a'$'b'\"c\"", "abc"),
+        ('$"--pre"', "--pre"),
+        ("$x", None),
+        ("$'open", None),
+    ],
+)
+def test_ansi_c_and_locale_quoting_are_read_as_bash_reads_them(raw: str, word: str | None) -> None:
+    assert dollar_unquote(raw) == word
 
 
 def test_there_are_at_least_sixty_hostile_lines() -> None:

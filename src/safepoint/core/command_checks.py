@@ -51,11 +51,18 @@ _DANGEROUS_SUFFIXES = tuple(
     names(
         """
         PAGER EDITOR OPTS OPTIONS PATH CONFIG COMMAND CMD PROGRAM HOOK HOOKS ASKPASS RC WRAPPER
-        STARTUP HOME PRELOAD LIB SHELL EXEC PLUGINS DIR
+        STARTUP HOME PRELOAD LIB SHELL EXEC PLUGINS
         """
     )
 )
 HARMLESS_VALUES = {"PAGER": {"cat", ""}, "GIT_PAGER": {"cat", ""}, "MANPAGER": {"cat", ""}}
+# Names the patterns above would catch that only tune output or switches: they choose no program, code or config.
+_HARMLESS_NAMES = names(
+    """
+    PYTHONDONTWRITEBYTECODE PYTHONUNBUFFERED PYTHONHASHSEED PYTHONIOENCODING PYTHONUTF8 PYTHONFAULTHANDLER
+    NODE_ENV GIT_TERMINAL_PROMPT GIT_OPTIONAL_LOCKS GIT_FLUSH LESSCHARSET MANWIDTH
+    """
+)
 
 
 def dangerous_variable(assignment: str) -> str | None:
@@ -70,7 +77,7 @@ def dangerous_variable(assignment: str) -> str | None:
     if bracket and not re.fullmatch(r"[0-9]*\]?", subscript):
         return f"the subscript of `{base}[...]` is evaluated as arithmetic, which can run code through variables"
     upper = base.upper()
-    if eq and value in HARMLESS_VALUES.get(upper, set()):
+    if (eq and value in HARMLESS_VALUES.get(upper, set())) or upper in _HARMLESS_NAMES:
         return None
     if (
         upper in _DANGEROUS_EXACT

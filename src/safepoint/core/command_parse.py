@@ -14,6 +14,7 @@ __all__ = [
     "EXPANSION_KINDS",
     "ParseFailure",
     "children",
+    "dollar_unquote",
     "is_blank",
     "looks_dynamic",
     "parse",
@@ -108,6 +109,76 @@ def _describe_parse_error(exc: Exception) -> str:
     if isinstance(exc, bashlex.errors.ParsingError):
         return f"is not valid shell ({message})"
     return f"could not be parsed ({type(exc).__name__}: {message})" if message else "could not be parsed"
+
+
+_C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+              "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}  # fmt: skip
+
+
+def dollar_unquote(raw: str) -> str | None:
+    """A word with ANSI-C (`$'\x2d'`) or locale (`$"..."`) quoting, as bash reads it; None when it holds an
+    expansion (`$x`, `` ` ``) or is not a well-formed word, so the caller keeps it as not understood."""
+    out: list[str] = []
+    i, n = 0, len(raw)
+    while i < n:
+        char = raw[i]
+        if raw.startswith("$'", i):
+            i += 2
+            while i < n and raw[i] != "'":
+                if raw[i] == "\\" and i + 1 < n:
+                    i, piece = _c_escape(raw, i + 1)
+                    out.append(piece)
+                    continue
+                out.append(raw[i])
+                i += 1
+            if i >= n:
+                return None
+            i += 1
+        elif char == "'":
+            end = raw.find("'", i + 1)
+            if end < 0:
+                return None
+            out.append(raw[i + 1 : end])
+            i = end + 1
+        elif char == '"' or raw.startswith('$"', i):
+            i += 2 if char == "$" else 1
+            while i < n and raw[i] != '"':
+                if raw[i] in "$`":
+                    return None
+                if raw[i] == "\\" and i + 1 < n and raw[i + 1] in '"\\$`':
+                    i += 1
+                out.append(raw[i])
+                i += 1
+            if i >= n:
+                return None
+            i += 1
+        elif char in "$`":
+            return None
+        elif char == "\\" and i + 1 < n:
+            out.append(raw[i + 1])
+            i += 2
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+def _c_escape(raw: str, i: int) -> tuple[int, str]:
+    """The character an ANSI-C escape at ``raw[i]`` (just after its backslash) stands for, and where it ends."""
+    char = raw[i]
+    if char in _C_ESCAPES:
+        return i + 1, _C_ESCAPES[char]
+    for prefix, size, base in (("x", 2, 16), ("u", 4, 16), ("U", 8, 16)):
+        if char == prefix:
+            digits = re.match(f"[0-9a-fA-F]{{1,{size}}}", raw[i + 1 :])
+            if digits:
+                return i + 1 + len(digits.group()), chr(int(digits.group(), base))
+    digits = re.match("[0-7]{1,3}", raw[i:])
+    if digits:
+        return i + len(digits.group()), chr(int(digits.group(), 8) & 0xFF)
+    if char == "c" and i + 1 < len(raw):
+        return i + 2, chr(ord(raw[i + 1]) & 0x1F)
+    return i + 1, "\\" + char
 
 
 def is_blank(text: str) -> bool:

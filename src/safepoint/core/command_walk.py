@@ -28,6 +28,7 @@ from safepoint.core.command_parse import (
     EXPANSION_KINDS,
     ParseFailure,
     children,
+    dollar_unquote,
     is_blank,
     looks_dynamic,
     parse,
@@ -89,6 +90,11 @@ class Walker(abc.ABC):
         if not (isinstance(pos, tuple) and len(pos) == 2):
             return text
         raw = self.source[pos[0] : pos[1]]
+        if "$'" in raw or '$"' in raw:
+            # `$'\x2d\x2dpre'` is `--pre`: bashlex keeps the quoting, and a word read as an operand would let an
+            # option through unvetted
+            decoded = dollar_unquote(raw)
+            return decoded if decoded is not None else text
         if not any(q in raw for q in "'\"\\") or "`" in raw:
             return text
         try:
