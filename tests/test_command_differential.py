@@ -104,7 +104,7 @@ def _git(rng: random.Random) -> str:
 
 
 def _simple(rng: random.Random) -> str:
-    kind = rng.randrange(17)
+    kind = rng.randrange(18)
     if kind == 0:
         return " ".join(
             ["ls", *_pick(rng, ["-l", "-a", "-la", "-R", "-1", "-t", "--color=never", "-d"]), *_pick(rng, PATHS)]
@@ -224,6 +224,28 @@ def _simple(rng: random.Random) -> str:
                 "LC_ALL=C sort a.txt",
             ]
         )
+    if kind == 17:  # options and programs spelled or configured so they do not look like what they are
+        return rng.choice(
+            [
+                "sort $'-o' out.txt a.txt",
+                "sort $'\\x2do' out.txt a.txt",
+                "sed -n $'1\\x65 touch q.out' a.txt",
+                'sort "-"o out.txt a.txt',
+                "s\\ort -o out.txt a.txt",
+                "git -c core.fsmonitor='touch fsm.out' status",
+                "git -c alias.zz='!touch alias.out' zz",
+                "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='touch gc.out' git status",
+                "GIT_EXTERNAL_DIFF='touch ext.out' git diff --ext-diff",
+                "BASH_ENV=<(echo touch be.out) bash -c ls",
+                "PATH=.:$PATH ls",
+                "printf -v 'arr[$(touch pv.out)]' x",
+                "test -v 'arr[$(touch tv.out)]'",
+                "x='arr[$(touch ax.out)]'; echo $((x))",
+                "echo ${x@P}",
+                "alias ls='touch al.out'; ls",
+                "trap 'touch tr.out' EXIT; ls",
+            ]
+        )
     return rng.choice(
         [
             "xargs cat < a.txt",
@@ -318,3 +340,38 @@ def test_the_grammar_makes_lines_of_both_kinds(seed: int) -> None:
     verdicts = [classify_command(generate(rng)).replay_policy for _ in range(100)]
     assert verdicts.count("auto") > 10
     assert len(verdicts) - verdicts.count("auto") > 10
+
+
+# Lines that do change the files when run here (the test checks that first, so each attack is real). The old
+# classifier judged 14 of them read-only; awk system(), tar -x --to-command and find -fprint/-exec asked already.
+ATTACKS = [
+    "sed -n '1e touch e.out' a.txt",
+    "sed -n 'w w.out' a.txt",
+    "sed 's/.*/touch s.out/e' a.txt",
+    "awk 'BEGIN{system(\"touch sys.out\")}'",
+    "tar -xf arch.tar --to-command='touch t.out'",
+    "tar -t --checkpoint=1 --checkpoint-action=exec='touch cp.out' -f arch.tar",
+    "git -c core.fsmonitor='touch fsm.out' status",
+    "git diff HEAD --output=diff.out",
+    "git log -1 --output=log.out",
+    "BASH_ENV=<(echo touch be.out) bash -c ls",
+    "PATH=.:$PATH ls",
+    "printf -v 'arr[$(touch pv.out)]' x",
+    "test -v 'arr[$(touch tv.out)]'",
+    "trap 'touch tr.out' EXIT; ls",
+    "sort $'\\x2do' out.txt a.txt",
+    "find . -name a.txt -fprint f.out",
+    "find . -name a.txt -exec touch x.out \\;",
+]
+
+
+@pytest.mark.parametrize("line", ATTACKS)
+def test_attacks_that_change_the_files_are_not_judged_read_only(tmp_path: Path, line: str) -> None:
+    work, home, env = _scratch(tmp_path)
+    if line.startswith("PATH="):
+        (work / "ls").write_text("#!/bin/sh\ntouch path.out\n")
+        (work / "ls").chmod(0o755)
+    before = _tree_hash(work, home)
+    subprocess.run(["bash", "-c", line], cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+    assert _tree_hash(work, home) != before, f"`{line}` changed nothing here: not a real attack"
+    assert classify_command(line).replay_policy != "auto", classify_command(line)
