@@ -245,7 +245,7 @@ CASES: list[tuple[str, tuple[str, str, str], set[str], str]] = [
     ("curl '-''d' x http://h", NEVER, {"network"}, "`curl -d`"),
     ("'r''m' -rf /", DESTROY_HIGH, {"filesystem_delete"}, "`rm -rf`"),
     ("echo 'it'\\''s' > 'my file'", WRITE, {"filesystem_write"}, "redirection `> my file` writes a file"),
-    ("case x in a) rm y;; esac", UNPARSABLE, {"unknown"}, "treated as dangerous"),
+    ("case x in a) rm y;; esac", DESTROY, {"filesystem_delete"}, "`rm` deletes files"),  # parsed since tree-sitter
     ("ls |", UNPARSABLE, {"unknown"}, "not valid shell"),
 ]
 
@@ -258,13 +258,13 @@ def test_classification_table(command: str, expected: tuple[str, str, str], effe
     assert any(reason in r for r in verdict.reasons), verdict.reasons
 
 
-def test_bashlex_is_imported_on_the_first_parse_not_at_import() -> None:
-    # Building bashlex's parser tables costs a few hundred milliseconds: a CLI start-up must not pay it.
+def test_the_parser_is_imported_on_the_first_parse_not_at_import() -> None:
+    # Loading the parser costs tens of milliseconds: a CLI start-up must not pay it.
     probe = (
         "import sys, safepoint.core.commands, safepoint.core.command_targets, safepoint.engine.builtin\n"
-        "before = 'bashlex' in sys.modules\n"
+        "before = 'tree_sitter' in sys.modules or 'tree_sitter_bash' in sys.modules\n"
         "verdict = safepoint.core.commands.classify_command('rm -rf build')\n"
-        "print(before, 'bashlex' in sys.modules, verdict.risk_level)"
+        "print(before, 'tree_sitter_bash' in sys.modules, verdict.risk_level)"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr

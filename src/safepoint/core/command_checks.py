@@ -119,11 +119,27 @@ def _pager(call: Call) -> None:
             call.add("unknown", UNKNOWN, f"`{call.shown} {word}` runs pager commands at start (`+!cmd` runs a shell)")
 
 
+_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+
+
 def _test(call: Call) -> None:
-    # `test -v 'a[$(cmd)]'`, `[ -v ... ]`, `[[ -v ... ]]` (rewritten to `[`): the subscript is evaluated.
+    # `test -v 'a[$(cmd)]'`, `[ -v ... ]`, `[[ -v ... ]]`: the subscript is evaluated.
     for word in call.words:
         if "[" in word and any(c in word.partition("[")[2] for c in "$`"):
             call.add("unknown", UNKNOWN, f"`{call.shown} {word}` evaluates an array subscript, which can run commands")
+    # `[[ $x -eq 1 ]]` evaluates both sides as arithmetic: a variable holding `a[$(cmd)]` runs cmd (`[` and `test`
+    # only take numbers there).
+    if call.path[0] == "[[" and _ARITHMETIC_TESTS & set(call.words):
+        for i, word in enumerate(call.words):
+            if word in _ARITHMETIC_TESTS:
+                sides = call.words[max(i - 1, 0) : i + 2 : 2]
+                if any(not side.lstrip("-").isdigit() for side in sides):
+                    call.add(
+                        "unknown",
+                        UNKNOWN,
+                        f"`[[ ... {word} ... ]]` evaluates variables as arithmetic, which can run commands",
+                    )
+                    return
 
 
 def _alias(call: Call) -> None:

@@ -349,7 +349,7 @@ INTERPRETERS = name_set("python, node, ruby, perl, php, deno, bun, java, lua, Rs
 SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "mksh", "ash"})
 HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 MAX_DEPTH = 4  # nested `bash -c` / `eval` strings
-MAX_CHARS = 100_000  # bashlex is slow on huge inputs; a line this long is not replayed blindly anyway
+MAX_CHARS = 100_000  # a line this long is not replayed blindly anyway
 
 
 def canonical(name: str) -> str:

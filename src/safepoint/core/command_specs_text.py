@@ -403,6 +403,7 @@ TEXT_SPECS: dict[str, ProgramSpec] = {
     ":": anyopt(),
     "test": anyopt(check="test"),
     "[": anyopt(check="test"),
+    "[[": anyopt(check="test"),
     "sleep": anyopt(),
     "seq": anyopt(),
     "yes": anyopt(),

@@ -13,7 +13,7 @@ from typing import Any
 
 from safepoint.core.command_findings import Finding
 from safepoint.core.command_judge import judge
-from safepoint.core.command_parse import ASSIGNMENT, EXPANSION_KINDS, children, replace_arithmetic
+from safepoint.core.command_parse import ASSIGNMENT, EXPANSION_KINDS, children
 from safepoint.core.command_rules import HARMLESS_TARGETS, SHELLS, WRAPPERS
 from safepoint.core.command_spec import Parsed, ProgramSpec, Word, is_literal, parse_words
 from safepoint.core.command_walk import Walker
@@ -89,17 +89,6 @@ def _rawis_literal(raw: str) -> bool:
     return True
 
 
-def _mark_arithmetic(text: str) -> str | None:
-    """``$(( … ))`` -> ``${_}``: bashlex cannot parse arithmetic, and the classifier's rewrite to ``0`` would
-    make a word such as ``out$((n)).txt`` look literal. None when the text cannot be marked safely."""
-    if "$((" not in text:
-        return text
-    if "\x00" in text:
-        return None
-    masked = replace_arithmetic(text.replace("0", "\x00"))
-    return masked.replace("0", "${_}").replace("\x00", "0")
-
-
 def _split_args(
     args: Sequence[str], short_with_value: str = "", long_with_value: Iterable[str] = (), short_optional: str = ""
 ) -> Parsed:
@@ -141,11 +130,6 @@ class _TargetWalker(Walker):
         self.words: list[str] = []  # the current simple command's words, peeled wrappers and options included
 
     # ---- walking -----------------------------------------------------------------------------------------
-
-    def text(self, text: str, depth: int) -> None:
-        marked = _mark_arithmetic(text)
-        if marked is not None:
-            super().text(marked, depth)
 
     def nested_command(self, words: Sequence[str], depth: int) -> list[Finding]:
         # `find -exec rm {} ;` writes files the line does not name: nothing to keep ahead

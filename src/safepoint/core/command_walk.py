@@ -27,6 +27,7 @@ from safepoint.core.command_parse import (
     ASSIGNMENT,
     EXPANSION_KINDS,
     ParseFailure,
+    arithmetic_danger,
     children,
     dollar_unquote,
     is_blank,
@@ -83,15 +84,15 @@ class Walker(abc.ABC):
         return unknown_program(self.tree, argv)
 
     def word(self, node: Any) -> str:
-        """A word's text without quotes. bashlex mangles adjacent quoted parts (`'it'\\''s'` stays as is), so
-        words with quotes are re-read from the source with shlex; bashlex's text is kept when that fails."""
+        """A word's text without quotes, re-read from the source as bash reads it (shlex, or the ANSI-C and locale
+        quoting shlex does not know); the parser's text is kept when that fails."""
         text = str(getattr(node, "word", ""))
         pos = getattr(node, "pos", None)
         if not (isinstance(pos, tuple) and len(pos) == 2):
             return text
         raw = self.source[pos[0] : pos[1]]
         if "$'" in raw or '$"' in raw:
-            # `$'\x2d\x2dpre'` is `--pre`: bashlex keeps the quoting, and a word read as an operand would let an
+            # `$'\x2d\x2dpre'` is `--pre`: kept quoted, a word read as an operand would let an
             # option through unvetted
             decoded = dollar_unquote(raw)
             return decoded if decoded is not None else text
@@ -155,7 +156,7 @@ class Walker(abc.ABC):
             return
         if kind == "parameter":
             value = str(getattr(node, "value", ""))
-            if "$(" in value or "`" in value:  # bashlex leaves substitutions inside ${…} unparsed
+            if "$(" in value or "`" in value:  # a substitution inside ${…} runs only in some cases: not analysed
                 self.add("unknown", ("unknown",), f"command substitution inside `${{{value}}}` is not analysed")
             elif (why := parameter_danger(value)) is not None:
                 self.add("unknown", ("unknown",), f"`${{{value}}}` {why}")
@@ -163,6 +164,10 @@ class Walker(abc.ABC):
         if kind == "redirect":
             self.redirect(node, depth, quoted)
             return
+        if kind == "arithmetic":
+            why = arithmetic_danger(str(getattr(node, "value", "")))
+            if why is not None:
+                self.add("unparsable", ("unknown",), why)
         for child in children(node):
             self.node(child, depth, quoted)
 
@@ -223,7 +228,7 @@ class Walker(abc.ABC):
         if heredoc is not None:
             lines = str(getattr(heredoc, "value", "")).split("\n")
             if lines and lines[-1].strip() == self.word(getattr(redirect, "output", None)):
-                lines = lines[:-1]  # bashlex keeps the closing delimiter line
+                lines = lines[:-1]  # a body that kept its closing delimiter line
             return "\n".join(lines)
         return None
 

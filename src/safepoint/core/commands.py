@@ -1,6 +1,6 @@
 """Classify a shell command line for the built-in ``run_command`` tool: may it be re-run after a crash?
 
-Pure: no I/O, nothing is executed. The line is parsed with ``bashlex``; every simple command found anywhere
+Pure: no I/O, nothing is executed. The line is parsed with tree-sitter-bash; every simple command found anywhere
 in it (lists, pipelines, subshells, ``$( … )``, backticks, process substitution, ``if``/``for``/``while``
 bodies, ``bash -c '…'`` and ``eval`` strings) is judged on its own, and the line gets the verdict of its most
 dangerous part. Anything the classifier does not understand is treated as having effects: a wrong "safe"
@@ -22,10 +22,10 @@ How one simple command is judged:
 Where each part lives: ``command_spec`` (the form of a spec and the one option parser), ``command_specs_text``
 and ``command_specs_dev`` (the built-in specs), ``command_rules`` (the coarse name tables, wrappers, grades),
 ``command_judge`` (one simple command judged by its spec: findings and written paths), ``command_checks``,
-``command_git`` and ``command_scripts`` (the checks), ``command_parse`` (bashlex, imported on the first parse),
-``command_walk`` (the walk and the peeling of step 1), ``command_findings`` (a finding and the worst-part rule);
-this module holds the public types. ``command_targets`` walks the same way with the same specs to find the
-paths a line writes.
+``command_git`` and ``command_scripts`` (the checks), ``command_parse`` and ``command_tree`` (tree-sitter-bash,
+imported on the first parse), ``command_walk`` (the walk and the peeling of step 1), ``command_findings`` (a
+finding and the worst-part rule); this module holds the public types. ``command_targets`` walks the same way
+with the same specs to find the paths a line writes.
 """
 
 from __future__ import annotations
