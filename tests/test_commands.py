@@ -702,3 +702,27 @@ def test_a_literal_cd_prefixes_the_paths_that_follow(names: list[str], program: 
         *dict.fromkeys(f"sub/{n}" for n in names),
         *dict.fromkeys(names),
     )
+
+
+def test_a_line_beyond_ascii_never_crashes_the_parser() -> None:
+    # tree-sitter-bash 0.25 crashed the process (SIGSEGV, at random) on lines like this one, found by the
+    # property test above: the classifier runs in the agent's process, so a crash would end every resume.
+    line = (
+        b"^{\xf3\xa8\xb5\xa4\xf2\x8d\x9a\x92\xc3\xbb\xc2\xa9\xf2\xa2\x9d\xa9}q\xc2\xba\x1a\xf3\x83\x80\x95\xc3\x85L"
+    ).decode()
+    probe = (
+        "import sys\n"
+        "from safepoint.core.commands import classify_command\n"
+        "line = sys.stdin.read()\n"
+        "for i in range(4000):\n"
+        "    classify_command(line + ' ' * (i % 7) + '{é}' * (i % 3) + f' #{i}')\n"
+        "print('done')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], input=line, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "done"
+    verdict = classify_command(line)
+    assert verdict.replay_policy == "ask"
+    assert classify_command("echo 'héllo ✓' > é.txt").reasons[-1] == "redirection `> é.txt` writes a file"

@@ -298,6 +298,7 @@ class _Reader:
 
 
 _READ_WRITE = re.compile(r"(?<![<>])\d*<>")
+_BEYOND_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 def _index(parent: Any, child: Any) -> int:
@@ -343,13 +344,16 @@ def _first_error(n: Any) -> Any:
 def parse_tree(text: str) -> tuple[list[Node], frozenset[str]]:
     """The line as a list of top-level statement nodes, and the here-document delimiters that were quoted (their
     bodies are not expanded). Raises :class:`TreeError` for a line that does not parse whole."""
-    # tree-sitter-bash has no `<>` (open for reading and writing): it is parsed as `>|`, which has the same shape
-    # and length, and read back from the original text (the redirection keeps its own operator).
-    data = _READ_WRITE.sub(lambda m: m.group(0)[:-2] + ">|", text).encode()
+    # The parser sees a copy of the same byte length, read back from the original text by position: tree-sitter-bash
+    # 0.25's scanner can crash the process (a segmentation fault, at random) on some lines with characters beyond
+    # ASCII, which are never shell syntax, so each becomes as many `x`; and it has no `<>` (open for reading and
+    # writing), parsed as `>|`, which has the same shape (the redirection keeps its own operator).
+    masked = _BEYOND_ASCII.sub(lambda m: "x" * len(m.group().encode()), text)
+    data = _READ_WRITE.sub(lambda m: m.group(0)[:-2] + ">|", masked).encode()
     root = _parser().parse(data).root_node
     if root.has_error:
         bad = _first_error(root)
-        snippet = data[bad.start_byte : bad.start_byte + 20].decode(errors="replace") if bad is not None else ""
+        snippet = text.encode()[bad.start_byte : bad.start_byte + 20].decode(errors="replace") if bad else ""
         where = f" near `{snippet}`" if bad is not None and not bad.is_missing else ""
         missing = f" (a `{bad.type}` is missing)" if bad is not None and bad.is_missing else ""
         hint = " (an arithmetic expansion, or `$( (` written without its space?)" if "$((" in snippet else ""
