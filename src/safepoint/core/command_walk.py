@@ -13,6 +13,7 @@ programs named at run time, unparsable text) it records as findings.
 from __future__ import annotations
 
 import abc
+import functools
 import posixpath
 import re
 import shlex
@@ -22,7 +23,6 @@ from typing import Any
 from safepoint.core.command_checks import dangerous_variable
 from safepoint.core.command_findings import Finding, finding
 from safepoint.core.command_judge import Tree, unknown_program
-from safepoint.core.command_options import option_pairs, python_module, skip_options
 from safepoint.core.command_parse import (
     ASSIGNMENT,
     EXPANSION_KINDS,
@@ -43,6 +43,7 @@ from safepoint.core.command_rules import (
     WRAPPERS,
     canonical,
 )
+from safepoint.core.command_spec import ProgramSpec, parse_words
 from safepoint.records import RiskLevel
 
 __all__ = ["Walker", "parameter_danger"]
@@ -72,6 +73,30 @@ def parameter_danger(value: str) -> str | None:
 
 # Shell options that make it read startup files (~/.bashrc, profiles, --rcfile), which run code not in the line.
 _STARTUP_OPTIONS = frozenset({"--login", "--rcfile", "--init-file", "--interactive"})
+
+
+@functools.cache
+def _peeler(short_with_value: str, long_with_value: frozenset[str]) -> ProgramSpec:
+    """The spec a wrapper's or runner's words are read by: its options end at the command it runs."""
+    taking = frozenset(f"-{char}" for char in short_with_value) | long_with_value
+    return ProgramSpec(takes_value=taking, options_end_at_operand=True, any_option=True)
+
+
+def python_module(argv: Sequence[str]) -> list[str] | None:
+    """`python -m mod args` -> [mod, args]; [] when there is no -m; None for `python -c`."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" and i + 1 < len(argv):
+            return [argv[i + 1], *argv[i + 2 :]]
+        if arg.startswith("-m") and len(arg) > 2:
+            return [arg[2:], *argv[i + 1 :]]
+        if arg == "-c" or (arg.startswith("-") and not arg.startswith("--") and arg.endswith("c")):
+            return None
+        if not arg.startswith("-") or arg == "-":
+            return []
+        i += 2 if arg in {"-W", "-X", "-Q"} else 1
+    return []
 
 
 class Walker(abc.ABC):
@@ -292,9 +317,9 @@ class Walker(abc.ABC):
                 if rest[0] in {"-c", "--call"} and runner in {("npx",), ("npm", "exec")} and len(rest) > 1:
                     self.text(rest[1], depth + 1)
                     return
-                start = skip_options(rest, short, long)
-                if start < len(rest):
-                    argv = rest[start:]
+                command = parse_words(_peeler(short, long), rest).operands
+                if command:
+                    argv = command
                     continue
             if name == "python":
                 module = python_module(argv)
@@ -318,9 +343,9 @@ class Walker(abc.ABC):
         if name == "command" and any(a in {"-v", "-V"} for a in args[:2]):
             self.add("read_only", (), "`command -v` only looks a command up")
             return None
-        start = skip_options(args, short, long)
-        rest = args[start:]
-        for option, value in option_pairs(args[:start], short, long):
+        parsed = parse_words(_peeler(short, long), args)
+        rest = parsed.operands
+        for option, value, _word in parsed.options:
             if name == "env" and option in {"-S", "--split-string"}:
                 # `env -S 'cmd args'` splits the string into a command line
                 self.text(" ".join([value or "", *rest]), depth + 1)
