@@ -229,7 +229,7 @@ CASES: list[tuple[str, tuple[str, str, str], set[str], str]] = [
     ("wget https://x", WRITE, {"network", "filesystem_write"}, "saves the download to a file"),
     ("wget -qO- https://x", READ, {"network"}, "`wget` fetches a URL"),
     ("wget --post-data=a=1 https://x", NEVER, {"network"}, "`wget --post-data`"),
-    # constructs bashlex cannot parse as-is (rewritten once) or at all
+    # constructs bashlex could not parse (it needed rewrites): tree-sitter-bash parses them
     (
         "cat > f.py <<'EOF'\nprint($(x))\nEOF\n",
         WRITE,
@@ -241,7 +241,7 @@ CASES: list[tuple[str, tuple[str, str, str], set[str], str]] = [
     ("echo $((1 + 2))", READ, set(), "`echo` only reads"),
     ("echo $(( $(rm x) + 1 ))", UNPARSABLE, {"unknown"}, "arithmetic expansion"),
     ("echo $((1 + $x ) ; rm x )", UNPARSABLE, {"unknown"}, "arithmetic expansion"),
-    # bashlex leaves `'it'\''s'` quoted; words are re-read so quoting cannot hide a flag or a program
+    # words are re-read from the source as bash reads them, so quoting cannot hide a flag or a program
     ("curl '-''d' x http://h", NEVER, {"network"}, "`curl -d`"),
     ("'r''m' -rf /", DESTROY_HIGH, {"filesystem_delete"}, "`rm -rf`"),
     ("echo 'it'\\''s' > 'my file'", WRITE, {"filesystem_write"}, "redirection `> my file` writes a file"),

@@ -306,7 +306,7 @@ def _index(parent: Any, child: Any) -> int:
 
 
 def _unquoted(raw: str) -> str:
-    """A word's text with its quotes taken off (expansions left as written): what bashlex called a word."""
+    """A word's text with its quotes taken off (expansions left as written)."""
     out: list[str] = []
     quote = ""
     i = 0
