@@ -312,6 +312,8 @@ EVERYDAY = [
     "less f", "more f", "cat <<'END'\nhello $(id)\nEND\n", "for f in *.py; do wc -l \"$f\"; done",
     "if [ -f x ]; then cat x; fi", "echo $((1 + 2))", "ps aux", "pgrep python", "free -h", "uptime",
     "export LANG=C", "set -e; ls", "local_var=x; echo ${local_var:-default}", "echo ${arr[@]}",
+    "ls | tee /dev/null", "case \"$1\" in a|b) echo a;; *.py) ls;; *) echo other;; esac", "time ls",
+    "git --version", "while read -r l; do echo \"$l\"; done < f", "[[ \"$x\" == y* ]] && echo match",
 ]  # fmt: skip
 
 

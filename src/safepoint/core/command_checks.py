@@ -18,6 +18,7 @@ from safepoint.core.command_call import UNKNOWN, Call, Check, Nested, under
 from safepoint.core.command_downloads import curl, wget
 from safepoint.core.command_findings import finding
 from safepoint.core.command_git import git_finding
+from safepoint.core.command_rules import HARMLESS_TARGETS
 from safepoint.core.command_scripts import awk_danger, sed_danger
 from safepoint.core.command_spec import Parsed, ProgramSpec, Word, derived, is_literal, names, parse_words
 
@@ -392,8 +393,9 @@ def _dd(call: Call) -> None:
 
 def _tee(call: Call) -> None:
     call.targets = [path for path in call.parsed.operands if path != "-"]
-    if not call.targets:
+    if all(path in HARMLESS_TARGETS for path in call.targets):  # `tee`, `tee /dev/null`: standard output only
         call.found = [f for f in call.found if "appends" not in f.reason]
+        call.base = [finding("read_only", (), "`tee` only copies its input to standard output")]
 
 
 def _patch(call: Call) -> None:

@@ -54,7 +54,7 @@ _WORDS = frozenset(
     re.split(
         r"\s+",
         """word string raw_string ansi_c_string translated_string concatenation number simple_expansion expansion
-        command_substitution process_substitution arithmetic_expansion brace_expression""".strip(),
+        command_substitution process_substitution arithmetic_expansion brace_expression extglob_pattern""".strip(),
     )
 )
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
@@ -142,7 +142,7 @@ class _Reader:
                     continue
                 if child.type in _WORDS:
                     parts.append(self.word(child))  # the words looped over, the case value and patterns
-                elif child.type not in _STATEMENTS_SKIPPED:
+                elif child.is_named and child.type not in _STATEMENTS_SKIPPED:
                     converted = self.statement(child)
                     if converted is not None:
                         parts.append(converted)
