@@ -229,7 +229,7 @@ CASES: list[tuple[str, tuple[str, str, str], set[str], str]] = [
     ("wget https://x", WRITE, {"network", "filesystem_write"}, "saves the download to a file"),
     ("wget -qO- https://x", READ, {"network"}, "`wget` fetches a URL"),
     ("wget --post-data=a=1 https://x", NEVER, {"network"}, "`wget --post-data`"),
-    # constructs bashlex cannot parse as-is (rewritten once) or at all
+    # constructs bashlex could not parse (it needed rewrites): tree-sitter-bash parses them
     (
         "cat > f.py <<'EOF'\nprint($(x))\nEOF\n",
         WRITE,
@@ -241,11 +241,11 @@ CASES: list[tuple[str, tuple[str, str, str], set[str], str]] = [
     ("echo $((1 + 2))", READ, set(), "`echo` only reads"),
     ("echo $(( $(rm x) + 1 ))", UNPARSABLE, {"unknown"}, "arithmetic expansion"),
     ("echo $((1 + $x ) ; rm x )", UNPARSABLE, {"unknown"}, "arithmetic expansion"),
-    # bashlex leaves `'it'\''s'` quoted; words are re-read so quoting cannot hide a flag or a program
+    # words are re-read from the source as bash reads them, so quoting cannot hide a flag or a program
     ("curl '-''d' x http://h", NEVER, {"network"}, "`curl -d`"),
     ("'r''m' -rf /", DESTROY_HIGH, {"filesystem_delete"}, "`rm -rf`"),
     ("echo 'it'\\''s' > 'my file'", WRITE, {"filesystem_write"}, "redirection `> my file` writes a file"),
-    ("case x in a) rm y;; esac", UNPARSABLE, {"unknown"}, "treated as dangerous"),
+    ("case x in a) rm y;; esac", DESTROY, {"filesystem_delete"}, "`rm` deletes files"),  # parsed since tree-sitter
     ("ls |", UNPARSABLE, {"unknown"}, "not valid shell"),
 ]
 
@@ -258,13 +258,13 @@ def test_classification_table(command: str, expected: tuple[str, str, str], effe
     assert any(reason in r for r in verdict.reasons), verdict.reasons
 
 
-def test_bashlex_is_imported_on_the_first_parse_not_at_import() -> None:
-    # Building bashlex's parser tables costs a few hundred milliseconds: a CLI start-up must not pay it.
+def test_the_parser_is_imported_on_the_first_parse_not_at_import() -> None:
+    # Loading the parser costs tens of milliseconds: a CLI start-up must not pay it.
     probe = (
         "import sys, safepoint.core.commands, safepoint.core.command_targets, safepoint.engine.builtin\n"
-        "before = 'bashlex' in sys.modules\n"
+        "before = 'tree_sitter' in sys.modules or 'tree_sitter_bash' in sys.modules\n"
         "verdict = safepoint.core.commands.classify_command('rm -rf build')\n"
-        "print(before, 'bashlex' in sys.modules, verdict.risk_level)"
+        "print(before, 'tree_sitter_bash' in sys.modules, verdict.risk_level)"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -702,3 +702,27 @@ def test_a_literal_cd_prefixes_the_paths_that_follow(names: list[str], program: 
         *dict.fromkeys(f"sub/{n}" for n in names),
         *dict.fromkeys(names),
     )
+
+
+def test_a_line_beyond_ascii_never_crashes_the_parser() -> None:
+    # tree-sitter-bash 0.25 crashed the process (SIGSEGV, at random) on lines like this one, found by the
+    # property test above: the classifier runs in the agent's process, so a crash would end every resume.
+    line = (
+        b"^{\xf3\xa8\xb5\xa4\xf2\x8d\x9a\x92\xc3\xbb\xc2\xa9\xf2\xa2\x9d\xa9}q\xc2\xba\x1a\xf3\x83\x80\x95\xc3\x85L"
+    ).decode()
+    probe = (
+        "import sys\n"
+        "from safepoint.core.commands import classify_command\n"
+        "line = sys.stdin.read()\n"
+        "for i in range(4000):\n"
+        "    classify_command(line + ' ' * (i % 7) + '{é}' * (i % 3) + f' #{i}')\n"
+        "print('done')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], input=line, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "done"
+    verdict = classify_command(line)
+    assert verdict.replay_policy == "ask"
+    assert classify_command("echo 'héllo ✓' > é.txt").reasons[-1] == "redirection `> é.txt` writes a file"

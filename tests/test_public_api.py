@@ -292,6 +292,8 @@ def test_supervise_help_defaults_are_the_librarys():
 
 HEAVY = (
     "bashlex",
+    "tree_sitter",  # the command classifier's parser
+    "tree_sitter_bash",
     "openai",
     "psycopg",
     "merge3",

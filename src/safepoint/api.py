@@ -21,29 +21,21 @@ command that only reads starts fast.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
-import inspect
 import os
-import uuid
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from safepoint.errors import ConfigError, Interrupted, ResumeError, ToolFailure, ToolRegistrationError
+from safepoint.errors import ConfigError, ResumeError
 from safepoint.records import (
     CompensateExternalAction,
     ConflictResolution,
-    Idempotency,
-    Message,
     RecoveryAction,
-    ReplayPolicy,
     RestoreSession,
-    RiskLevel,
     RollbackFiles,
     RunInfo,
     RunStatus,
-    ToolCall,
     ToolLedgerEntry,
 )
 from safepoint.results import (
@@ -62,186 +54,22 @@ from safepoint.results import (
     RunSummary,
     Submitted,
 )
+from safepoint.run import Run as Run  # re-exported: the API hands out runs
+from safepoint.run import new_run_id
 from safepoint.store.url import default_store_url, open_store
 from safepoint.workspace.files import Workspace
 
 if TYPE_CHECKING:
-    from safepoint.agent.loop import Recovery
+    from safepoint.core.commands import CommandReport, CommandRules
     from safepoint.core.restart import RecoveryVerdict
     from safepoint.core.resume import ResumePlan
     from safepoint.core.rollback import RollbackPlan
-    from safepoint.engine.call_runner import CallResult
     from safepoint.engine.session import RunSession
-    from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
+    from safepoint.engine.tools import Tool, ToolRegistry
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
     from safepoint.standins.scenario import Scenario
     from safepoint.store.base import Store
-
-
-def new_run_id() -> str:
-    return "run_" + datetime.now(UTC).strftime("%Y%m%d") + "_" + uuid.uuid4().hex[:8]
-
-
-class Run:
-    """An open run: its session (the only writer) plus conveniences for an own loop.
-
-    Calls, in one shape: ``run.call(tool, args, call_id=...)`` returns the tool's own value (a tool returning
-    ``5`` gives ``5``, a dict gives the dict); if the call did not succeed (the tool raised, it was denied, or a
-    crash left it uncertain and it was not run again) it raises ``ToolFailure`` whose message is the observation.
-    ``run.call_result(...)`` never raises for those: it returns a ``CallResult`` with ``value``, ``observation``
-    (the text the model sees, ``error: ...`` for a failure) and ``status`` (the ledger's: ``succeeded``,
-    ``failed``, ``uncertain``). ``acall``/``acall_result`` are the same for asyncio.
-
-    The value is the one recorded, so it is the same the first time and after a crash: a ``str`` or ``None`` as
-    it is, anything else as the JSON round-trip of it (a tuple or set comes back as a list, a Struct or dataclass
-    as a dict, bytes as base64 text). A call settled by its probe ran in a process that died with its value: its
-    ``value`` is ``None``. A tool's value that msgspec cannot encode makes the call ``failed``.
-    """
-
-    def __init__(self, session: RunSession, recovery: Recovery | None = None) -> None:
-        from safepoint.restart import approvals
-
-        self.session = approvals.attach(session)  # a high-risk call waits for `safepoint approve`
-        self.recovery = recovery
-        self._auto_ids = 0  # calls without an id are numbered per step, so a redone step gets the same ids
-
-    @property
-    def run_id(self) -> str:
-        return self.session.info.run_id
-
-    @property
-    def history(self) -> list[Message]:
-        return list(self.session.history)
-
-    @property
-    def recovery_note(self) -> str | None:
-        return self.recovery.note if self.recovery else None
-
-    @property
-    def completed_steps(self) -> int:
-        """Steps finished before the crash: an own loop resumes with the step after them."""
-        at = self.recovery.plan.resume_from if self.recovery else None
-        from safepoint.core.resume import last_completed_step
-
-        return last_completed_step(at.checkpoint) if at else 0
-
-    def _call(self, tool: str, args: dict[str, Any] | None, call_id: str | None) -> ToolCall:
-        from safepoint.engine import shutdown
-
-        if shutdown.requested():  # a safe point of an own loop: no call starts once a stop was asked for
-            raise Interrupted(
-                f"{shutdown.why()}: stopped before calling {tool}; `safepoint resume {self.run_id}` continues the run"
-            )
-        if call_id is None:
-            self._auto_ids += 1
-            call_id = f"auto_{self.session.step}_{self._auto_ids}"
-        from safepoint.core.resume import model_call_id
-
-        return ToolCall(call_id=model_call_id(call_id), tool=tool, args=dict(args or {}))
-
-    def call_result(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> CallResult:
-        """Run a registered tool through the ledger; returns what the call came to (see the class docstring)."""
-        return self.session.runner.execute(self._call(tool, args, call_id), f"step_{self.session.step}")
-
-    def call(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> Any:
-        """Run a registered tool through the ledger; returns the tool's own value."""
-        return _value_of(self.call_result(tool, args, call_id=call_id))
-
-    async def acall_result(
-        self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None
-    ) -> CallResult:
-        return await self.session.runner.aexecute(self._call(tool, args, call_id), f"step_{self.session.step}")
-
-    async def acall(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> Any:
-        return _value_of(await self.acall_result(tool, args, call_id=call_id))
-
-    def ledgered(
-        self,
-        fn: Callable[..., Any],
-        *,
-        name: str | None = None,
-        idempotency: Idempotency = "non_idempotent",
-        replay_policy: ReplayPolicy = "ask",
-        risk_level: RiskLevel = "medium",
-        side_effects: Iterable[str] = (),
-    ) -> Callable[..., Any]:
-        """Wrap a plain function (a framework's tool, say) so each call goes through the ledger.
-
-        ``send = run.ledgered(send_email, idempotency="non_idempotent", replay_policy="never")`` then
-        ``send(to=..., body=..., call_id=model_call_id)``; an async function gives an async wrapper. The wrapper
-        returns what ``fn`` returned (as ``call`` does) and raises ``ToolFailure`` when the call did not succeed.
-        """
-        from safepoint.engine.tools import tool
-
-        if inspect.iscoroutinefunction(fn):
-
-            async def run_async(ctx: ToolContext, **kwargs: Any) -> Any:
-                return await fn(**kwargs)
-
-            body: Callable[..., Any] = run_async
-        else:
-
-            def run_sync(ctx: ToolContext, **kwargs: Any) -> Any:
-                return fn(**kwargs)
-
-            body = run_sync
-        wrapped = tool(
-            name=name or fn.__name__,
-            idempotency=idempotency,
-            replay_policy=replay_policy,
-            risk_level=risk_level,
-            side_effects=side_effects,
-            description=inspect.getdoc(fn) or "",
-        )(body)
-        existing = self.session.registry.get(wrapped.name) if wrapped.name in self.session.registry else None
-        if existing is not None and getattr(existing.fn, "__wrapped_fn__", None) is not fn:
-            raise ToolRegistrationError(
-                f"a tool named {wrapped.name!r} is registered already; pass name=... to ledgered() to tell them apart"
-            )
-        if existing is None:
-            body.__wrapped_fn__ = fn  # type: ignore[attr-defined]
-            self.session.registry.register(wrapped)
-        if wrapped.is_async:
-
-            async def acall(*, call_id: str | None = None, **kwargs: Any) -> Any:
-                return await self.acall(wrapped.name, kwargs, call_id=call_id)
-
-            return acall
-
-        def call(*, call_id: str | None = None, **kwargs: Any) -> Any:
-            return self.call(wrapped.name, kwargs, call_id=call_id)
-
-        return call
-
-    def add_message(self, role: Any, content: str, *, tool_calls: Iterable[ToolCall] = ()) -> Message:
-        """Append to the history (an assistant message may carry the tool calls the model asked for)."""
-        return self.session.add_message(role, content, tool_calls=tuple(tool_calls))
-
-    def step(self) -> int:
-        """Start the next step (a model turn); takes the before-step checkpoint."""
-        self._auto_ids = 0
-        return self.session.next_step()
-
-    def checkpoint(self) -> str:
-        """An after-step checkpoint, durable on return."""
-        checkpoint = self.session.checkpoint("after_step")
-        self.session.commit()
-        return checkpoint.checkpoint_id
-
-    def finish(self, status: RunStatus = "completed", detail: str = "") -> None:
-        self.session.event(status, detail)
-
-    def close(self) -> None:
-        self.session.close()
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc is None and not self.session.closed:
-            self.session.commit()
-        self.close()
 
 
 class Safepoint:
@@ -268,9 +96,19 @@ class Safepoint:
             from safepoint.engine.tools import ToolRegistry
 
             return ToolRegistry(tools)
-        from safepoint.engine.builtin import builtin_registry
+        import dataclasses
+        import functools
 
-        return builtin_registry(*tools)
+        from safepoint.engine.builtin import _classify_command, _command_targets, builtin_registry
+
+        registry = builtin_registry(*tools)
+        rules, source = _command_rules(self.workspace.root)
+        tool = registry.get("run_command")
+        if source != "built-in" and tool.classifier is _classify_command:  # the workspace's rules judge its lines
+            judge = functools.partial(_classify_command, rules=rules)
+            hints = functools.partial(_command_targets, rules=rules)
+            registry.put(dataclasses.replace(tool, classifier=judge, capture_hints=hints))
+        return registry
 
     # runs -----------------------------------------------------------------------------------------------------------
     def start(
@@ -742,12 +580,6 @@ class Safepoint:
         self.store.close()
 
 
-def _value_of(result: CallResult) -> Any:
-    if result.status != "succeeded":
-        raise ToolFailure(result.observation)
-    return result.value
-
-
 def stop_at_safe_point_on_sigterm() -> None:
     """SIGTERM and Ctrl-C (SIGINT) make a running agent stop at its next safe point, keeping its restart
     checkpoint: the agent loop between steps and calls, an own loop at its next ``run.call`` (``Interrupted``,
@@ -780,6 +612,48 @@ def migrate(url: str | None = None, *, workspace: str = ".") -> Migrated:
         before=change.before,
         after=change.after,
         applied=list(change.applied),
+    )
+
+
+COMMAND_RULES_FILES = (".safepoint/commands.toml", ".safepoint/commands.json")
+
+
+def _command_rules(root: str, path: str | None = None) -> tuple[CommandRules, str]:
+    """The rules run_command's lines are judged by: the built-in ones extended by ``path`` if given, else by the
+    workspace's ``.safepoint/commands.toml`` (or ``.json``) if it has one; and where they came from."""
+    from safepoint.core.commands import DEFAULT_COMMAND_RULES, rules_from_bytes
+
+    if path is None:
+        found = [os.path.join(root, name) for name in COMMAND_RULES_FILES if os.path.isfile(os.path.join(root, name))]
+        if not found:
+            return DEFAULT_COMMAND_RULES, "built-in"
+        path = found[0]
+    shown = os.path.relpath(path, root) if os.path.abspath(path).startswith(root + os.sep) else path
+    try:
+        with builtins.open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError(f"command rules {shown}: cannot read it ({exc.strerror}); give a TOML or JSON file") from None
+    return rules_from_bytes(data, f"command rules {shown}", json_format=path.endswith(".json")), shown
+
+
+def classify(command: str, *, workspace: str = ".", rules: str | None = None) -> CommandReport:
+    """How ``run_command`` would judge ``command`` in ``workspace``: its verdict (may a resume re-run it on its
+    own?), the paths it writes (kept before it runs), and which rules judged it (``rules``: a TOML or JSON rules
+    file; by default the workspace's ``.safepoint/commands.toml``, if any, extends the built-in rules). A line
+    that does not parse is a verdict (it asks), not an error; a bad rules file is a ``ConfigError``."""
+    import msgspec
+
+    from safepoint.core.command_targets import write_targets
+    from safepoint.core.commands import CommandReport, classify_command
+
+    loaded, source = _command_rules(os.path.abspath(workspace), rules)
+    verdict = classify_command(command, loaded)
+    return CommandReport(
+        command=command,
+        **msgspec.structs.asdict(verdict),
+        write_targets=write_targets(command, loaded),
+        rules=source,
     )
 
 

@@ -432,6 +432,43 @@ def history(
     _emit(rows, as_json, render.history_table)
 
 
+def _render_classification(report: dict[str, Any]) -> str:
+    def listed(items: list[str]) -> str:
+        return ", ".join(items) if items else "-"
+
+    lines = [
+        f"idempotency:   {report['idempotency']}",
+        f"replay_policy: {report['replay_policy']}",
+        f"risk_level:    {report['risk_level']}",
+        f"side_effects:  {listed(report['side_effects'])}",
+        f"write_targets: {listed(report['write_targets'])}",
+        f"rules:         {report['rules']}",
+        "reasons:",
+        *(f"  - {reason}" for reason in report["reasons"]),
+    ]
+    return "\n".join(lines)
+
+
+@app.command()
+def classify(
+    command: Annotated[str, typer.Argument(help="The command line, as run_command would get it (quote it).")],
+    workspace: WorkspaceOpt = ".",
+    rules: Annotated[
+        str | None,
+        typer.Option("--rules", help="A TOML or JSON rules file (default: the workspace's .safepoint/commands.toml)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """How run_command judges a line: may a resume re-run it on its own, and which files does it write."""
+    from safepoint.api import classify as classify_line
+
+    report = classify_line(command, workspace=workspace, rules=rules)
+    if as_json:
+        emit(report, True)
+    else:
+        sys.stdout.write(_render_classification(plain(report)) + "\n")  # plain: reasons hold [..], not markup
+
+
 @app.command()
 def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = False) -> None:
     """A scripted coding agent is SIGKILLed mid-run and resumed (nothing is sent twice), then rolled back."""

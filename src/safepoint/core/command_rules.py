@@ -1,8 +1,10 @@
-"""Rule tables for the ``run_command`` classifier in :mod:`safepoint.core.commands`.
+"""The coarse rule tables of the ``run_command`` classifier in :mod:`safepoint.core.commands`.
 
-Pure data: which programs (and program prefixes) only read, are safe to re-run, write, destroy or reach
-outside the machine; the wording and effect tags of their reasons; the wrappers and runners that are peeled
-off a command; and the grades a category maps to. Plus the tiny helpers that build these tables.
+Pure data: which programs (and program prefixes such as ``git push``) only read, are safe to re-run, write,
+destroy or reach outside the machine; the wording and effect tags of their reasons; the wrappers and runners
+that are peeled off a command; and the grades a category maps to. These tables are the coarse layer of the spec
+tree (:mod:`safepoint.core.command_judge` compiles them with the specs of ``command_specs_*``): a built-in
+read-only entry without a spec of its own accepts no option it does not know.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import NamedTuple
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 
 __all__ = [
+    "BUILTIN_TABLES",
     "CATEGORIES",
     "CATEGORY_PHRASE",
     "DESTRUCTIVE",
@@ -191,6 +194,15 @@ HIGH_RISK = name_set(
 )
 
 
+BUILTIN_TABLES: dict[str, frozenset[str]] = {
+    "read_only": READ_ONLY,
+    "rerunnable": RERUNNABLE,
+    "local_write": LOCAL_WRITE,
+    "destructive": DESTRUCTIVE,
+    "high_risk": HIGH_RISK,
+}
+
+
 class Hint(NamedTuple):
     phrase: str
     effects: tuple[str, ...]
@@ -337,7 +349,7 @@ INTERPRETERS = name_set("python, node, ruby, perl, php, deno, bun, java, lua, Rs
 SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "mksh", "ash"})
 HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 MAX_DEPTH = 4  # nested `bash -c` / `eval` strings
-MAX_CHARS = 100_000  # bashlex is slow on huge inputs; a line this long is not replayed blindly anyway
+MAX_CHARS = 100_000  # a line this long is not replayed blindly anyway
 
 
 def canonical(name: str) -> str:

@@ -13,19 +13,23 @@ programs named at run time, unparsable text) it records as findings.
 from __future__ import annotations
 
 import abc
+import functools
 import posixpath
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from safepoint.core.command_checks import dangerous_variable
 from safepoint.core.command_findings import Finding, finding
-from safepoint.core.command_options import option_pairs, python_module, skip_options, strip_git_options
+from safepoint.core.command_judge import Tree, unknown_program
 from safepoint.core.command_parse import (
     ASSIGNMENT,
     EXPANSION_KINDS,
     ParseFailure,
+    arithmetic_danger,
     children,
+    dollar_unquote,
     is_blank,
     looks_dynamic,
     parse,
@@ -39,28 +43,84 @@ from safepoint.core.command_rules import (
     WRAPPERS,
     canonical,
 )
+from safepoint.core.command_spec import ProgramSpec, parse_words
 from safepoint.records import RiskLevel
 
-__all__ = ["Handler", "Walker"]
+__all__ = ["Walker", "parameter_danger"]
 
-Handler = Callable[["Walker", list[str], int], "list[Finding] | None"]
-"""A per-program check: the findings for ``argv`` (its program already peeled and canonical), or None when
-the program's rule table entry should decide alone."""
+_ARITHMETIC_WORD = re.compile(r"[A-Za-z_]")
+
+
+def parameter_danger(value: str) -> str | None:
+    """Why a parameter expansion can run code: `${x@P}` expands x's value as a prompt (its `$(...)` run);
+    `${!x}` names a variable by x's value, and `${a[i]}` / `${x:i}` evaluate i as arithmetic -- a variable
+    holding `b[$(cmd)]` runs cmd in both. None for the plain forms (`$x`, `${x:-d}`, `${a[@]}`, `${x:0:3}`)."""
+    if value.endswith(("@P", "@A")) or "@P}" in value:
+        return "expands a value as a prompt, which runs the command substitutions in it"
+    if value.startswith("!") and not value.endswith(("*", "@", "[@]", "[*]")):
+        return "names a variable by another's value, whose subscript can run commands"
+    name, bracket, rest = value.partition("[")
+    if bracket and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.lstrip("#!")):
+        subscript = rest.split("]", 1)[0]
+        if subscript not in {"@", "*"} and _ARITHMETIC_WORD.search(subscript):
+            return "evaluates a subscript as arithmetic on variables, which can run commands"
+    head, colon, tail = value.partition(":")
+    offset = colon and tail[:1] not in {"-", "=", "?", "+"} and re.fullmatch(r"#?[A-Za-z_][A-Za-z0-9_]*", head)
+    if offset and _ARITHMETIC_WORD.search(tail):
+        return "evaluates an offset as arithmetic on variables, which can run commands"
+    return None
+
+
+# Shell options that make it read startup files (~/.bashrc, profiles, --rcfile), which run code not in the line.
+_STARTUP_OPTIONS = frozenset({"--login", "--rcfile", "--init-file", "--interactive"})
+
+
+@functools.cache
+def _peeler(short_with_value: str, long_with_value: frozenset[str]) -> ProgramSpec:
+    """The spec a wrapper's or runner's words are read by: its options end at the command it runs."""
+    taking = frozenset(f"-{char}" for char in short_with_value) | long_with_value
+    return ProgramSpec(takes_value=taking, options_end_at_operand=True, any_option=True)
+
+
+def python_module(argv: Sequence[str]) -> list[str] | None:
+    """`python -m mod args` -> [mod, args]; [] when there is no -m; None for `python -c`."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" and i + 1 < len(argv):
+            return [argv[i + 1], *argv[i + 2 :]]
+        if arg.startswith("-m") and len(arg) > 2:
+            return [arg[2:], *argv[i + 1 :]]
+        if arg == "-c" or (arg.startswith("-") and not arg.startswith("--") and arg.endswith("c")):
+            return None
+        if not arg.startswith("-") or arg == "-":
+            return []
+        i += 2 if arg in {"-W", "-X", "-Q"} else 1
+    return []
 
 
 class Walker(abc.ABC):
-    def __init__(self) -> None:
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree  # the specs the rules make
         self.findings: list[Finding] = []
         self.source = ""  # the text being walked: word positions point into it
 
+    def unknown_program(self, argv: Sequence[str]) -> Finding:
+        return unknown_program(self.tree, argv)
+
     def word(self, node: Any) -> str:
-        """A word's text without quotes. bashlex mangles adjacent quoted parts (`'it'\\''s'` stays as is), so
-        words with quotes are re-read from the source with shlex; bashlex's text is kept when that fails."""
+        """A word's text without quotes, re-read from the source as bash reads it (shlex, or the ANSI-C and locale
+        quoting shlex does not know); the parser's text is kept when that fails."""
         text = str(getattr(node, "word", ""))
         pos = getattr(node, "pos", None)
         if not (isinstance(pos, tuple) and len(pos) == 2):
             return text
         raw = self.source[pos[0] : pos[1]]
+        if "$'" in raw or '$"' in raw:
+            # `$'\x2d\x2dpre'` is `--pre`: kept quoted, a word read as an operand would let an
+            # option through unvetted
+            decoded = dollar_unquote(raw)
+            return decoded if decoded is not None else text
         if not any(q in raw for q in "'\"\\") or "`" in raw:
             return text
         try:
@@ -111,6 +171,9 @@ class Walker(abc.ABC):
         del self.findings[before:]
         return found
 
+    def nested_command(self, words: Sequence[str], depth: int) -> list[Finding]:
+        return self.collect(lambda: self.argv(words, depth))
+
     def node(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
         kind = getattr(node, "kind", None)
         if kind == "command":
@@ -118,12 +181,18 @@ class Walker(abc.ABC):
             return
         if kind == "parameter":
             value = str(getattr(node, "value", ""))
-            if "$(" in value or "`" in value:  # bashlex leaves substitutions inside ${…} unparsed
+            if "$(" in value or "`" in value:  # a substitution inside ${…} runs only in some cases: not analysed
                 self.add("unknown", ("unknown",), f"command substitution inside `${{{value}}}` is not analysed")
+            elif (why := parameter_danger(value)) is not None:
+                self.add("unknown", ("unknown",), f"`${{{value}}}` {why}")
             return
         if kind == "redirect":
             self.redirect(node, depth, quoted)
             return
+        if kind == "arithmetic":
+            why = arithmetic_danger(str(getattr(node, "value", "")))
+            if why is not None:
+                self.add("unparsable", ("unknown",), why)
         for child in children(node):
             self.node(child, depth, quoted)
 
@@ -148,6 +217,11 @@ class Walker(abc.ABC):
                 words.append(text)
             elif kind == "redirect":
                 stdin = self.stdin_text(part) if stdin is None else stdin
+        for assignment in assignments:
+            why = dangerous_variable(assignment)
+            if why is not None:
+                shown = assignment if len(assignment) <= 40 else assignment[:37] + "..."
+                self.add("unknown", ("unknown",), f"`{shown}`: {why}")
         if words:
             if dynamic_program or looks_dynamic(words[0]):
                 self.add(
@@ -179,7 +253,7 @@ class Walker(abc.ABC):
         if heredoc is not None:
             lines = str(getattr(heredoc, "value", "")).split("\n")
             if lines and lines[-1].strip() == self.word(getattr(redirect, "output", None)):
-                lines = lines[:-1]  # bashlex keeps the closing delimiter line
+                lines = lines[:-1]  # a body that kept its closing delimiter line
             return "\n".join(lines)
         return None
 
@@ -243,9 +317,9 @@ class Walker(abc.ABC):
                 if rest[0] in {"-c", "--call"} and runner in {("npx",), ("npm", "exec")} and len(rest) > 1:
                     self.text(rest[1], depth + 1)
                     return
-                start = skip_options(rest, short, long)
-                if start < len(rest):
-                    argv = rest[start:]
+                command = parse_words(_peeler(short, long), rest).operands
+                if command:
+                    argv = command
                     continue
             if name == "python":
                 module = python_module(argv)
@@ -258,8 +332,6 @@ class Walker(abc.ABC):
             break
         if not argv:
             return
-        if argv[0] == "git":
-            argv = strip_git_options(argv)
         self.judge(argv, depth, stdin)
 
     def unwrap(self, name: str, argv: list[str], depth: int) -> list[str] | None:
@@ -271,9 +343,9 @@ class Walker(abc.ABC):
         if name == "command" and any(a in {"-v", "-V"} for a in args[:2]):
             self.add("read_only", (), "`command -v` only looks a command up")
             return None
-        start = skip_options(args, short, long)
-        rest = args[start:]
-        for option, value in option_pairs(args[:start], short, long):
+        parsed = parse_words(_peeler(short, long), args)
+        rest = parsed.operands
+        for option, value, _word in parsed.options:
             if name == "env" and option in {"-S", "--split-string"}:
                 # `env -S 'cmd args'` splits the string into a command line
                 self.text(" ".join([value or "", *rest]), depth + 1)
@@ -284,7 +356,13 @@ class Walker(abc.ABC):
             rest = rest[1:]  # the duration
         if name == "env":
             while rest and ASSIGNMENT.match(rest[0]):
+                why = dangerous_variable(rest[0])
+                if why is not None:
+                    self.add("unknown", ("unknown",), f"`env {rest[0]}`: {why}")
                 rest = rest[1:]
+        if name == "xargs" and rest:
+            # the words xargs reads from standard input join the command: they may be options (`--pre=x`)
+            self.add("unknown", ("unknown",), "`xargs` adds words from standard input that are not analysed")
         return rest
 
     @abc.abstractmethod
@@ -293,26 +371,31 @@ class Walker(abc.ABC):
 
     def shell(self, argv: list[str], depth: int, stdin: str | None) -> list[Finding] | None:
         args = argv[1:]
+        startup: list[Finding] = []
         i = 0
         while i < len(args):
             arg = args[i]
             if arg == "--":
                 i += 1
                 break
+            short = arg.startswith("-") and not arg.startswith("--")
+            if arg in _STARTUP_OPTIONS or (short and set(arg[1:]) & {"i", "l"}):
+                reason = f"`{argv[0]} {arg}` reads startup files that run code not in the line"
+                startup.append(finding("unknown", ("unknown",), reason))
             if arg in {"-o", "+o", "-O", "+O", "--rcfile", "--init-file"}:
                 i += 2
                 continue
             if arg.startswith(("-", "+")) and len(arg) > 1:
-                if not arg.startswith("--") and "c" in arg[1:]:
+                if short and "c" in arg[1:]:
                     script = args[i + 1] if i + 1 < len(args) else ""
-                    return self.collect(lambda: self.text(script, depth + 1))  # noqa: B023 (called at once)
+                    return [*startup, *self.collect(lambda: self.text(script, depth + 1))]  # noqa: B023
                 i += 1
                 continue
             break
         if i < len(args):
             reason = f"`{argv[0]} {args[i]}` runs a script that is not analysed"
-            return [finding("unknown", ("unknown",), reason)]
+            return [*startup, finding("unknown", ("unknown",), reason)]
         if stdin is not None:
-            return self.collect(lambda: self.text(stdin, depth + 1))
+            return [*startup, *self.collect(lambda: self.text(stdin, depth + 1))]
         reason = f"`{argv[0]}` runs commands from standard input that are not analysed"
-        return [finding("unknown", ("unknown",), reason, "high")]
+        return [*startup, finding("unknown", ("unknown",), reason, "high")]

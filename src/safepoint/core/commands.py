@@ -1,6 +1,6 @@
 """Classify a shell command line for the built-in ``run_command`` tool: may it be re-run after a crash?
 
-Pure: no I/O, nothing is executed. The line is parsed with ``bashlex``; every simple command found anywhere
+Pure: no I/O, nothing is executed. The line is parsed with tree-sitter-bash; every simple command found anywhere
 in it (lists, pipelines, subshells, ``$( … )``, backticks, process substitution, ``if``/``for``/``while``
 bodies, ``bash -c '…'`` and ``eval`` strings) is judged on its own, and the line gets the verdict of its most
 dangerous part. Anything the classifier does not understand is treated as having effects: a wrong "safe"
@@ -8,56 +8,63 @@ costs a repeated side effect, a wrong "unsafe" costs one question.
 
 How one simple command is judged:
 
-1. Leading ``NAME=value`` words and wrappers (``env``, ``nice``, ``nohup``, ``time``, ``timeout N``,
-   ``command``, ``exec``, ``xargs``, ``sudo``, ``npx``, ``uv run`` …) are peeled off; ``python -m mod``
-   becomes ``mod``; ``git``'s global options are dropped.
-2. The longest entry of the rule tables that is a prefix of the words wins (``git push`` beats ``git``).
-3. Programs whose arguments matter (``rm -r``, ``find -delete``, ``sed -i``, ``curl -d``, most of ``git`` …)
-   have a built-in check. Its finding replaces the table's only when it is at least as dangerous: the tables
-   can make such a program stricter, never laxer.
-4. Anything else is unknown: non_idempotent, ask, medium.
+1. Leading ``NAME=value`` words (an assignment to a variable that chooses programs, code or configuration --
+   ``PATH``, ``BASH_ENV``, ``GIT_*``, ``PAGER``, ``LD_PRELOAD`` ... -- is not read-only) and wrappers (``env``,
+   ``nice``, ``nohup``, ``time``, ``timeout N``, ``command``, ``exec``, ``xargs``, ``sudo``, ``npx``, ``uv run``
+   ...) are peeled off; ``python -m mod`` becomes ``mod``.
+2. The program's spec (:mod:`safepoint.core.command_spec`) is found, descending its sub-command tables (``git
+   diff``, ``npm run test``), and its words are read by it: every option is either harmless, changes the
+   verdict (``sort -o``, ``git diff --output``, ``rg --pre``, ``sed -i``), or is unknown -- and an unknown
+   option on a program that would be replayed on its own makes the verdict ask (deny by default). A named
+   check reads what hides inside words (a sed script's ``e`` command, an awk ``system()``, ``find -exec``).
+3. Anything else is unknown: non_idempotent, ask, medium.
 
-Where each part lives: ``command_rules`` (the tables), ``command_parse`` (bashlex, imported on the first
-parse), ``command_walk`` (the walk and the peeling of step 1), ``command_options`` (reading options),
-``command_programs`` (the checks of step 3), ``command_findings`` (a finding and the worst-part rule); this
-module holds the public types and steps 2 and 4. ``command_targets`` reuses the walk to find written paths.
+Where each part lives: ``command_spec`` (the form of a spec and the one option parser), ``command_specs_text``
+and ``command_specs_dev`` (the built-in specs), ``command_rules`` (the coarse name tables, wrappers, grades),
+``command_judge`` (one simple command judged by its spec: findings and written paths), ``command_checks``,
+``command_git`` and ``command_scripts`` (the checks), ``command_parse`` and ``command_tree`` (tree-sitter-bash,
+imported on the first parse), ``command_walk`` (the walk and the peeling of step 1), ``command_findings`` (a
+finding and the worst-part rule); this module holds the public types. ``command_targets`` walks the same way
+with the same specs to find the paths a line writes.
 """
 
 from __future__ import annotations
 
 import functools
-import posixpath
+import json
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
-from safepoint.core.command_findings import Finding, danger, finding
-from safepoint.core.command_programs import HANDLERS
+from safepoint.core.command_findings import Finding, finding
+from safepoint.core.command_judge import Tree, builtin_paths, compile_tree, judge
 from safepoint.core.command_rules import (
-    CATEGORIES,
-    CATEGORY_PHRASE,
-    DESTRUCTIVE,
-    HIGH_RISK,
-    HINTS,
+    BUILTIN_TABLES,
     IDEMPOTENCY_RANK,
-    INTERPRETERS,
-    LOCAL_WRITE,
     POLICY_RANK,
-    READ_ONLY,
     READ_ONLY_SUBCOMMANDS,
-    RERUNNABLE,
     RISK_RANK,
     SHELLS,
-    Category,
     canonical,
     name_set,
 )
+from safepoint.core.command_spec import ProgramSpec, merge_spec, specs_from_document
 from safepoint.core.command_walk import Walker
 from safepoint.errors import ConfigError
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 
-__all__ = ["DEFAULT_COMMAND_RULES", "CommandRules", "CommandVerdict", "classify_command"]
+__all__ = [
+    "DEFAULT_COMMAND_RULES",
+    "CommandReport",
+    "CommandRules",
+    "CommandVerdict",
+    "classify_command",
+    "compiled_tree",
+    "rules_from_bytes",
+    "rules_from_document",
+]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -75,26 +82,48 @@ class CommandVerdict(msgspec.Struct, frozen=True, kw_only=True):
     reasons: tuple[str, ...] = ()
 
 
+class CommandReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``safepoint classify`` shows: the verdict, the paths the line writes (kept before it runs), and which
+    rules judged it."""
+
+    command: str
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    risk_level: RiskLevel
+    side_effects: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    write_targets: tuple[str, ...] = ()
+    rules: str = "built-in"  # or the user's rules file that extended them
+
+
 _SET_FIELDS = ("read_only", "rerunnable", "local_write", "destructive", "high_risk")
 
 
 class CommandRules(msgspec.Struct, frozen=True, kw_only=True):
     """The tables ``classify_command`` judges by. Hashable, so verdicts can be cached per (command, rules).
 
+    Two layers. The coarse tables name programs and program prefixes by category (``read_only``,
+    ``high_risk`` ... ``"git push"``); a built-in spec whose grade would be replayed on its own counts only when
+    its name is listed, so ``CommandRules(read_only={...})`` replaces the defaults. A name a user adds to a
+    coarse table accepts any options; an entry more dangerous than the built-in spec is a floor under it.
+    ``specs`` holds a user's programs in the spec form (:class:`~safepoint.core.command_spec.ProgramSpec`),
+    merged over the built-in ones: they vet options one by one.
+
     ``read_only_subcommands`` is a sorted tuple of ``(program, sub-commands)`` pairs rather than a dict,
     because a dict would make the rules unhashable; a dict given to the constructor or to ``extend`` is
-    converted.
+    converted, and so is a dict of ``specs``.
     When an entry sits in several tables the most dangerous one counts.
     """
 
-    read_only: frozenset[str] = READ_ONLY
+    read_only: frozenset[str] = BUILTIN_TABLES["read_only"] | builtin_paths()["read_only"]
     read_only_subcommands: tuple[tuple[str, frozenset[str]], ...] = tuple(
         sorted((program, name_set(subs)) for program, subs in READ_ONLY_SUBCOMMANDS.items())
     )
-    rerunnable: frozenset[str] = RERUNNABLE
-    local_write: frozenset[str] = LOCAL_WRITE
-    destructive: frozenset[str] = DESTRUCTIVE
-    high_risk: frozenset[str] = HIGH_RISK
+    rerunnable: frozenset[str] = BUILTIN_TABLES["rerunnable"] | builtin_paths()["rerunnable"]
+    local_write: frozenset[str] = BUILTIN_TABLES["local_write"]
+    destructive: frozenset[str] = BUILTIN_TABLES["destructive"]
+    high_risk: frozenset[str] = BUILTIN_TABLES["high_risk"]
+    specs: tuple[tuple[str, ProgramSpec], ...] = ()
 
     def __post_init__(self) -> None:
         # Accept plain sets, lists and a dict from callers and config files; store the hashable forms.
@@ -102,20 +131,24 @@ class CommandRules(msgspec.Struct, frozen=True, kw_only=True):
             msgspec.structs.force_setattr(self, name, _as_names(name, getattr(self, name)))
         subs = _merge_subcommands((), self.read_only_subcommands)
         msgspec.structs.force_setattr(self, "read_only_subcommands", subs)
+        msgspec.structs.force_setattr(self, "specs", _merge_specs((), self.specs))
 
     def extend(self, **more: Iterable[str] | Mapping[str, Iterable[str]]) -> CommandRules:
         """A copy with ``more`` unioned in, e.g. ``extend(read_only=["mytool"], high_risk=["deploy prod"])``.
 
-        ``read_only_subcommands`` takes a mapping (or pairs) of program -> sub-commands, merged per program.
+        ``read_only_subcommands`` takes a mapping (or pairs) of program -> sub-commands, merged per program;
+        ``specs`` a mapping of program -> :class:`~safepoint.core.command_spec.ProgramSpec`, merged per program.
         """
         changes: dict[str, Any] = {}
         for name, extra in more.items():
             if name == "read_only_subcommands":
                 changes[name] = _merge_subcommands(self.read_only_subcommands, extra)
+            elif name == "specs":
+                changes[name] = _merge_specs(self.specs, extra)
             elif name in _SET_FIELDS:
                 changes[name] = getattr(self, name) | _as_names(name, extra)
             else:
-                known = ", ".join(("read_only_subcommands", *_SET_FIELDS))
+                known = ", ".join(("read_only_subcommands", "specs", *_SET_FIELDS))
                 raise ConfigError(f"unknown command rule set {name!r}; use one of: {known}")
         return msgspec.structs.replace(self, **changes)
 
@@ -159,6 +192,74 @@ def _merge_subcommands(
     return tuple(sorted(merged.items()))
 
 
+def _merge_specs(current: tuple[tuple[str, ProgramSpec], ...], extra: object) -> tuple[tuple[str, ProgramSpec], ...]:
+    merged = dict(current)
+    if isinstance(extra, Mapping):
+        pairs: list[object] = list(extra.items())
+    elif isinstance(extra, Iterable) and not isinstance(extra, str):
+        pairs = list(extra)
+    else:
+        raise ConfigError(f"command rule set 'specs' needs a mapping of program to spec, not {extra!r}")
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[1], ProgramSpec)):
+            raise ConfigError(f"command rule set 'specs' needs a mapping of program to spec, not {extra!r}")
+        program, spec = pair
+        if not isinstance(program, str) or not program.strip():
+            raise ConfigError(f"command rule set 'specs' needs program names, not {program!r}")
+        key = canonical(program.strip())
+        merged[key] = merge_spec(merged.get(key), spec)
+    return tuple(sorted(merged.items()))
+
+
+_DOCUMENT_KEYS = frozenset({*_SET_FIELDS, "read_only_subcommands", "programs"})
+
+
+def rules_from_document(document: Mapping[str, Any], source: str, base: CommandRules | None = None) -> CommandRules:
+    """``base`` (the defaults) extended by a user's rules document, decoded from TOML or JSON::
+
+        read_only = ["mytool"]               # coarse: the program with any options only reads
+        high_risk = ["make release"]
+        [read_only_subcommands]
+        mycli = ["status", "show"]
+        [programs.mytool]                    # a spec: options vetted one by one
+        grade = "read_only"
+        harmless = ["-v", "--json"]
+        takes_value = ["--format"]
+        [programs.mytool.options."--apply"]
+        grade = "mutation"
+        phrase = "applies the plan"
+
+    ``source`` names the document in errors (a :class:`ConfigError`, one line)."""
+    unknown = sorted(set(document) - _DOCUMENT_KEYS)
+    if unknown:
+        known = ", ".join(sorted(_DOCUMENT_KEYS))
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; use one of: {known}")
+    rules = base if base is not None else DEFAULT_COMMAND_RULES
+    changes: dict[str, Any] = {
+        name: document[name] for name in (*_SET_FIELDS, "read_only_subcommands") if name in document
+    }
+    try:
+        if changes:
+            rules = rules.extend(**changes)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    specs = specs_from_document(document, source)
+    return rules.extend(specs=specs) if specs else rules
+
+
+def rules_from_bytes(data: bytes, source: str, *, json_format: bool = False) -> CommandRules:
+    """The default rules extended by a rules file's bytes (TOML, or JSON with ``json_format``); see
+    :func:`rules_from_document`. A file that does not decode is a :class:`ConfigError` naming ``source``."""
+    try:
+        document = json.loads(data) if json_format else tomllib.loads(data.decode())
+    except (ValueError, UnicodeDecodeError) as exc:
+        kind = "JSON" if json_format else "TOML"
+        raise ConfigError(f"{source}: not valid {kind} ({' '.join(str(exc).split())}); fix the file") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source}: the document must be a table of rules; fix the file")
+    return rules_from_document(document, source)
+
+
 DEFAULT_COMMAND_RULES = CommandRules()
 
 
@@ -182,98 +283,31 @@ def _verdict(findings: Sequence[Finding]) -> CommandVerdict:
 
 @functools.lru_cache(maxsize=4096)
 def _classify_cached(command: str, rules: CommandRules) -> CommandVerdict:
-    walker = _Classifier(_compile(rules))
+    walker = _Classifier(compiled_tree(rules))
     walker.text(command, depth=0)
     return _verdict(walker.findings)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Compiled tables
-# ----------------------------------------------------------------------------------------------------------
-
-
-class _Compiled(NamedTuple):
-    table: dict[tuple[str, ...], Category]  # entry words -> most dangerous category holding it
-    longest: dict[str, int]  # program -> words in its longest entry (to name unknown sub-commands)
-
-
 @functools.lru_cache(maxsize=16)
-def _compile(rules: CommandRules) -> _Compiled:
-    table: dict[tuple[str, ...], Category] = {}
-    longest: dict[str, int] = {}
-
-    def add(entry: str, category: Category) -> None:
-        words = entry.split()
-        key = (canonical(posixpath.basename(words[0]) or words[0]), *words[1:])
-        old = table.get(key)
-        if old is None or CATEGORIES.index(category) > CATEGORIES.index(old):
-            table[key] = category
-        longest[key[0]] = max(longest.get(key[0], 0), len(key))
-
-    for category in CATEGORIES:
-        for entry in getattr(rules, category):
-            add(entry, category)
-    for program, subs in rules.read_only_subcommands:
-        for sub in subs:
-            add(f"{program} {sub}", "read_only")
-    return _Compiled(table, longest)
-
-
-def _lookup(compiled: _Compiled, argv: Sequence[str]) -> tuple[Category, tuple[str, ...]] | None:
-    for size in range(min(len(argv), compiled.longest.get(argv[0], 0)), 0, -1):
-        key = tuple(argv[:size])
-        category = compiled.table.get(key)
-        if category is not None:
-            return category, key
-    return None
-
-
-def _table_finding(category: Category, key: tuple[str, ...]) -> Finding:
-    text = " ".join(key)
-    phrase, effects = CATEGORY_PHRASE[category]
-    hint = HINTS.get(text)
-    risk = None
-    if hint is not None:
-        phrase, effects, risk = hint
-    return finding(category, effects, f"`{text}` {phrase}", risk)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The classifier's judgement of one simple command
-# ----------------------------------------------------------------------------------------------------------
+def compiled_tree(rules: CommandRules) -> Tree:
+    """The spec tree the rules make (built-in specs, coarse tables, the user's specs), built once per rules."""
+    tables = {name: getattr(rules, name) for name in _SET_FIELDS}
+    return compile_tree(tables, rules.read_only_subcommands, rules.specs)
 
 
 class _Classifier(Walker):
-    def __init__(self, compiled: _Compiled) -> None:
-        super().__init__()
-        self.compiled = compiled
-
     def judge(self, argv: list[str], depth: int, stdin: str | None) -> None:
         name = argv[0]
-        handler = HANDLERS.get(name)
-        found: list[Finding] | None = None
         if name in SHELLS:
-            found = self.shell(argv, depth, stdin)
-        elif name == "eval":
-            found = self.collect(lambda: self.text(" ".join(argv[1:]), depth + 1))
-        elif handler is not None:
-            found = handler(self, argv, depth)
-        match = _lookup(self.compiled, argv)
-        table = [_table_finding(*match)] if match is not None else None
-        if found and (table is None or danger(found) >= danger(table)):
-            self.findings.extend(found)
-        elif table:
-            self.findings.extend(table)
-        elif name in INTERPRETERS:
-            self.add("unknown", ("unknown",), f"`{self.display(argv)}` runs code that is not analysed")
+            self.findings.extend(self.shell(argv, depth, stdin) or [])
+            return
+        if name == "eval":
+            # eval expands its words a second time: what the line shows is not all it runs
+            self.add("unknown", ("unknown",), "`eval` runs its words as a new command line, expanded once more")
+            self.text(" ".join(argv[1:]), depth + 1)
+            return
+        judged = judge(self.tree, argv, self, depth)
+        if judged.findings is not None:
+            self.findings.extend(judged.findings)
         else:
-            reason = f"`{self.display(argv)}` is not a known command; treated as having effects"
-            self.add("unknown", ("unknown",), reason)
-
-    def display(self, argv: Sequence[str]) -> str:
-        shown = [argv[0]]
-        for word in argv[1 : self.compiled.longest.get(argv[0], 1)]:
-            if word.startswith("-"):
-                break
-            shown.append(word)
-        return " ".join(shown)
+            self.findings.append(self.unknown_program(argv))

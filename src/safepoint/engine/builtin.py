@@ -13,7 +13,7 @@ import regex
 
 from safepoint.core.classify import Classification
 from safepoint.core.command_targets import write_targets
-from safepoint.core.commands import classify_command
+from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, classify_command
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
 from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
@@ -182,8 +182,9 @@ def apply_patch(ctx: ToolContext, patch: str) -> str:
     return "applied to " + ", ".join(d.new_path or f"{d.old_path} (deleted)" for d in diffs)
 
 
-def _classify_command(args: dict[str, Any]) -> Classification:
-    verdict = classify_command(str(args.get("command", "")))
+def _classify_command(args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES) -> Classification:
+    """``rules``: the workspace's own (``.safepoint/commands.toml``), bound by ``Safepoint.registry``."""
+    verdict = classify_command(str(args.get("command", "")), rules)
     return Classification(
         idempotency=verdict.idempotency,
         replay_policy=verdict.replay_policy,
@@ -193,9 +194,9 @@ def _classify_command(args: dict[str, Any]) -> Classification:
     )
 
 
-def _command_targets(args: dict[str, Any]) -> list[str]:
+def _command_targets(args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES) -> list[str]:
     """Files the command line names as written or removed (redirections, sed -i, rm, mv...): kept ahead."""
-    return list(write_targets(str(args.get("command", ""))))
+    return list(write_targets(str(args.get("command", "")), rules))
 
 
 @tool(

@@ -2,7 +2,7 @@
 
 The walk of one ``run.call("send_email", {...}, call_id="c1")``, top to bottom:
 
-1. ``api.Run.call`` -> ``Run.call_result`` -> ``CallRunner.execute`` (``aexecute`` for ``Run.acall``).
+1. ``run.Run.call`` -> ``Run.call_result`` -> ``CallRunner.execute`` (``aexecute`` for ``Run.acall``).
 2. ``CallRunner.execute`` starts the generator ``CallRunner.drive`` and serves what it yields: an ``Invocation``
    (run the tool now: ``run_tool_sync``; ``run_tool_async`` in ``aexecute``) or an ``AwaitApproval`` (wait for a
    person: the injected ``ApprovalWaiter``). Only these two differ between sync and async.

@@ -1,0 +1,180 @@
+"""git's sub-commands whose verdict depends on their words: `git checkout main` switches branches, `git checkout
+-- f` discards changes; `git branch` lists, `git branch x` creates. Used by the ``git`` checks of
+:mod:`safepoint.core.command_checks`; the read-only sub-commands and their options are specs in
+:mod:`safepoint.core.command_specs_dev`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from safepoint.core.command_findings import Finding, finding
+from safepoint.core.command_spec import names
+from safepoint.records import RiskLevel
+
+__all__ = ["git_finding"]
+
+
+def short_flags(args: Iterable[str]) -> set[str]:
+    """Single letters of `-abc` clusters plus whole `--long` options, up to a `--`."""
+    flags: set[str] = set()
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            flags.add(arg.split("=", 1)[0])
+        elif arg.startswith("-") and len(arg) > 1:
+            flags.update(arg[1:])
+    return flags
+
+
+def positionals(args: Iterable[str]) -> list[str]:
+    return [arg for arg in args if not arg.startswith("-")]
+
+
+name_set = names
+
+
+_GIT_MUTATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "commit": ("records a new commit", ("vcs_local",)),
+    "merge": ("merges into the current branch", ("filesystem_write", "vcs_local")),
+    "rebase": ("rewrites commits", ("filesystem_write", "vcs_local")),
+    "cherry-pick": ("applies commits", ("filesystem_write", "vcs_local")),
+    "revert": ("adds revert commits", ("filesystem_write", "vcs_local")),
+    "am": ("applies patches as commits", ("filesystem_write", "vcs_local")),
+    "apply": ("applies a patch to files", ("filesystem_write",)),
+    "pull": ("fetches and merges from a remote", ("filesystem_write", "network", "vcs_local")),
+    "mv": ("moves files", ("filesystem_write", "vcs_local")),
+    "update-ref": ("changes refs", ("vcs_local",)),
+    "notes": ("changes notes", ("vcs_local",)),
+}
+_GIT_CONDITIONAL: dict[str, tuple[str, tuple[str, ...]]] = {
+    "add": ("stages files", ("vcs_local",)),
+    "init": ("creates a repository", ("filesystem_write",)),
+    "clone": ("clones a repository", ("filesystem_write", "network")),
+    "submodule": ("updates submodules", ("filesystem_write", "network")),
+    "sparse-checkout": ("changes the checked-out paths", ("filesystem_write",)),
+}
+
+
+_GIT_BRANCH_CHANGES = name_set(
+    "m, M, c, C, f, u, --force, --move, --copy, --set-upstream-to, --unset-upstream, --edit-description"
+)
+_GIT_BRANCH_LISTING = name_set(
+    """l, a, r, --list, --all, --remotes, --contains, --no-contains, --merged, --no-merged, --points-at,
+    --show-current, --format, --sort, --column"""
+)
+_GIT_CONFIG_WRITES = name_set(
+    "e, --edit, --unset, --unset-all, --add, --replace-all, --rename-section, --remove-section"
+)
+
+
+def git_finding(sub: str, rest: list[str]) -> Finding | None:
+    """The verdict of `git SUB REST...` where it depends on the words, or None where the spec decides."""
+    flags = short_flags(rest)
+    pos = positionals(rest)
+
+    def grade(g: str, phrase: str, effects: tuple[str, ...], risk: RiskLevel | None = None) -> Finding:
+        # "--hard|discards …" puts the flag inside the quoted command: "`git reset --hard` discards …"
+        extra, _, text = phrase.rpartition("|")
+        return finding(g, effects, f"`{' '.join(['git', sub, *extra.split()])}` {text}", risk)
+
+    if sub in _GIT_MUTATIONS:
+        phrase, effects = _GIT_MUTATIONS[sub]
+        return grade("mutation", phrase, effects)
+    if sub in _GIT_CONDITIONAL:
+        phrase, effects = _GIT_CONDITIONAL[sub]
+        return grade("local_write", phrase, effects)
+    if sub == "fetch":
+        return grade("rerunnable", "downloads from a remote; safe to re-run", ("network",))
+    if sub in {"gc", "prune"}:
+        return grade("destructive", "deletes unreachable objects", ("filesystem_delete",))
+    if sub in {"filter-branch", "filter-repo"}:
+        return grade("destructive", "rewrites history", ("filesystem_delete", "vcs_local"), "high")
+    if sub == "rm":
+        if "--cached" in flags:
+            return grade("local_write", "--cached|unstages files", ("vcs_local",))
+        return grade(
+            "destructive",
+            "deletes files",
+            ("filesystem_delete", "vcs_local"),
+            "high" if "r" in flags else None,
+        )
+    if sub == "reset":
+        if flags & {"--hard", "--merge", "--keep"}:
+            mode = next(m for m in ("--hard", "--merge", "--keep") if m in flags)
+            return grade(
+                "destructive",
+                f"{mode}|discards uncommitted changes",
+                ("filesystem_delete", "vcs_local"),
+                "high",
+            )
+        if pos or "--soft" in flags:
+            return grade("mutation", "moves the branch or unstages files", ("vcs_local",))
+        return grade("local_write", "unstages files", ("vcs_local",))
+    if sub == "clean":
+        if "n" in flags or "--dry-run" in flags:
+            return grade("read_only", "--dry-run|only reads", ())
+        return grade("destructive", "deletes untracked files", ("filesystem_delete",), "high")
+    if sub == "checkout":
+        if flags & {"b", "B", "--orphan"}:
+            return grade("local_write", "-b|creates a branch", ("filesystem_write", "vcs_local"))
+        if "--" in rest or "." in pos or flags & {"f", "--force", "p", "--patch"} or len(pos) >= 2:
+            return grade("destructive", "discards uncommitted changes to files", ("filesystem_delete",), "high")
+        return grade("mutation", "switches branches or overwrites files", ("filesystem_write", "vcs_local"))
+    if sub == "switch":
+        if flags & {"--discard-changes", "f", "--force"}:
+            return grade("destructive", "discards uncommitted changes", ("filesystem_delete",), "high")
+        if "-" in rest:
+            return grade("mutation", "-|toggles to the previous branch", ("filesystem_write", "vcs_local"))
+        return grade("local_write", "switches branches", ("filesystem_write", "vcs_local"))
+    if sub == "restore":
+        if flags & {"S", "--staged"} and not flags & {"W", "--worktree"}:
+            return grade("local_write", "--staged|unstages files", ("vcs_local",))
+        return grade("destructive", "discards uncommitted changes to files", ("filesystem_delete",), "high")
+    if sub == "stash":
+        action = pos[0] if pos else "push"
+        if action in {"list", "show"}:
+            return grade("read_only", f"{action}|only reads", ())
+        if action in {"drop", "clear"}:
+            return grade("destructive", f"{action}|discards stashed changes", ("filesystem_delete",), "high")
+        return grade("mutation", "changes the working tree and the stash", ("filesystem_write", "vcs_local"))
+    if sub == "branch":
+        if "D" in flags or (flags & {"d", "--delete"} and flags & {"f", "--force"}):
+            return grade("destructive", "-D|deletes a branch", ("vcs_local",), "high")
+        if flags & {"d", "--delete"}:
+            return grade("destructive", "-d|deletes a branch", ("vcs_local",))
+        if flags & _GIT_BRANCH_CHANGES:
+            return grade("mutation", "changes branches", ("vcs_local",))
+        if pos and not flags & _GIT_BRANCH_LISTING:
+            return grade("local_write", "creates a branch", ("vcs_local",))
+        return None
+    if sub == "tag":
+        if flags & {"d", "--delete"}:
+            return grade("destructive", "-d|deletes a tag", ("vcs_local",))
+        if not pos or flags & {"l", "--list", "--contains", "--points-at", "--merged", "--no-merged"}:
+            return grade("read_only", "only lists tags", ())
+        return grade("mutation" if flags & {"f", "--force"} else "local_write", "creates a tag", ("vcs_local",))
+    if sub == "config":
+        if pos and pos[0] in {"get", "list"}:
+            return grade("read_only", "only reads settings", ())
+        if flags & _GIT_CONFIG_WRITES or (
+            pos and pos[0] in {"set", "unset", "rename-section", "remove-section", "edit"}
+        ):
+            return grade("local_write", "changes settings", ("vcs_local",))
+        if flags & {"--get", "--get-all", "--get-regexp", "--list", "l", "--get-urlmatch"} or len(pos) <= 1:
+            return grade("read_only", "only reads settings", ())
+        return grade("local_write", "changes settings", ("vcs_local",))
+    if sub == "remote":
+        if not pos or pos[0] in {"show", "get-url"}:
+            return grade("read_only", "only reads remotes", ())
+        return grade("local_write", f"{pos[0]}|changes remotes", ("vcs_local",))
+    if sub == "worktree":
+        if pos and pos[0] == "list":
+            return grade("read_only", "list|only reads", ())
+        if pos and pos[0] in {"remove", "prune"}:
+            return grade("destructive", f"{pos[0]}|deletes a worktree", ("filesystem_delete",))
+        return grade("local_write", "changes worktrees", ("filesystem_write",))
+    if sub == "reflog" and pos and pos[0] in {"expire", "delete"}:
+        return grade("destructive", f"{pos[0]}|deletes reflog entries", ("vcs_local",), "high")
+    return None
