@@ -51,3 +51,18 @@ def test_a_folder_renamed_by_a_command_is_rolled_back_whole(workspace):
     assert {"d2/k", "d2/sub/s"} <= paths, paths
     tm.rollback_files("r", start, include_uncertain=True)
     assert _tree(workspace) == before
+
+
+@pytest.mark.xfail(strict=True, reason="a write through a hard link the agent made changes the user's file unseen")
+def test_a_hard_link_the_agent_made_never_changes_the_users_file_silently(workspace):
+    """`ln f g; echo agent >> g`: the user's f now ends in 'agent', and rollback removes g, reports no conflict
+    and nothing unrestorable, and leaves f changed for good. It must put f back, or at least say it cannot."""
+    (workspace / "f").write_text("user\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": "ln f g"}, call_id="c1")
+        run.call("run_command", {"command": "echo agent >> g"}, call_id="c2")
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    said = {u.path for u in plan.unrestorable} | {c.path for c in plan.conflicts}
+    assert (workspace / "f").read_text() == "user\n" or "f" in said
