@@ -131,3 +131,24 @@ def test_two_swapped_records_never_wedge_the_run(tmp_path):
     from tests.test_ledger_damage import NOTIFY
 
     assert _damaged_resumes(tmp_path, NOTIFY, "swap") == []
+
+
+# ------------------------------------------------------------------------------ special files
+
+
+@pytest.mark.xfail(strict=True, reason="write_file replaces a user's FIFO; rollback then deletes it and says nothing")
+def test_write_file_over_a_fifo_never_loses_it(workspace):
+    """The user's named pipe `p` (a tool's control pipe): `write_file p` replaces it with a regular file (read_file
+    and apply_patch refuse special files, write_file does not), and rollback then *removes* `p` altogether,
+    reporting no conflict and nothing unrestorable. The FIFO must be refused, or come back, or be reported."""
+    os.mkfifo(workspace / "p")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        result = run.call_result("write_file", {"path": "p", "content": "x"}, call_id="c1")
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    said = {u.path for u in plan.unrestorable} | {c.path for c in plan.conflicts}
+    import stat
+
+    kept = os.path.lexists(workspace / "p") and stat.S_ISFIFO(os.lstat(workspace / "p").st_mode)
+    assert result.status == "failed" or kept or "p" in said, result.observation
