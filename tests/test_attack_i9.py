@@ -69,6 +69,54 @@ def test_a_hard_link_the_agent_made_never_changes_the_users_file_silently(worksp
     assert (workspace / "f").read_text() == "user\n" or "f" in said
 
 
+# ------------------------------------------------------------------------------ the store out of the agent's reach
+
+
+@pytest.mark.parametrize(
+    "command", ["git clean -fdx", "rm -rf .agent-runtime", "rm -rf .[a-z]*", "mv .agent-runtime ../elsewhere"]
+)
+@pytest.mark.xfail(strict=True, reason="a command deletes the run's own store: the run, its ledger and every undo are gone")
+def test_a_command_never_destroys_the_store(workspace, command):
+    """Promise 9: the store is out of the agent's reach. `git clean -fdx` (an everyday agent command; the store's
+    own .gitignore makes it fair game) deletes `.agent-runtime` whole: the call ends in a FileNotFoundError
+    traceback ("... was taken over" through the CLI), `status` says there are no runs, and nothing can be rolled
+    back: the user's ignored `.env` the command also deleted is gone for good. `rm -rf .[a-z]*` takes `.git` too."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(workspace), *args], check=True, capture_output=True)
+
+    git("-c", "init.defaultBranch=main", "init", "-q")
+    git("config", "user.name", "T")
+    git("config", "user.email", "t@example.com")
+    (workspace / "t.txt").write_text("t\n")
+    (workspace / ".gitignore").write_text(".env\n")
+    git("add", "-A")
+    git("commit", "-qm", "init")
+    (workspace / ".env").write_text("KEY=secret\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call_result("run_command", {"command": command}, call_id="c1")
+    assert tm.status("r")
+    tm.rollback_files("r", start, include_uncertain=True)
+    assert (workspace / ".env").read_text() == "KEY=secret\n"
+
+
+@pytest.mark.xfail(strict=True, reason="a command can write into the run's own ledger")
+def test_a_command_cannot_write_into_the_ledger(workspace):
+    """`echo junk >> .agent-runtime/runs/r/ledger.jsonl` runs and succeeds: the agent damages its own log (the
+    run then shows a problem). The tools refuse the store ("inside safepoint's store; tools may not touch it");
+    run_command does not."""
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result(
+            "run_command", {"command": "echo junk >> .agent-runtime/runs/r/ledger.jsonl"}, call_id="c1"
+        )
+    ledger = workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl"
+    assert b"junk" not in ledger.read_bytes(), result.observation
+
+
 # ------------------------------------------------------------------------------ a damaged log
 
 
@@ -169,3 +217,41 @@ def test_a_folders_mode_a_command_changed_is_put_back(workspace):
     plan = tm.rollback_files("r", start, include_uncertain=True)
     said = {u.path for u in plan.unrestorable}
     assert os.stat(workspace / "d").st_mode & 0o777 == 0o755 or "d" in said
+
+
+# ------------------------------------------------------------------------------ ignored files a command reaches
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "find . -name '.env*' -delete",
+        "for f in .env*; do rm $f; done",
+        "ls -A | grep env | xargs rm",
+    ],
+)
+@pytest.mark.xfail(strict=True, reason="an ignored file a command deletes without naming it literally is lost silently")
+def test_an_ignored_file_a_command_deletes_is_kept_or_said(workspace, command):
+    """§2: "keep what the command line names, ignored or not, or say loudly that it cannot". `rm .env*` is kept
+    (the glob is expanded), but `find -delete`, a `for` loop or `xargs rm` delete the gitignored `.env` with no
+    word at all: the call's result says nothing, rollback reports no unrestorable path, the secret is gone."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(workspace), *args], check=True, capture_output=True)
+
+    git("-c", "init.defaultBranch=main", "init", "-q")
+    git("config", "user.name", "T")
+    git("config", "user.email", "t@example.com")
+    (workspace / ".gitignore").write_text(".env*\n")
+    git("add", "-A")
+    git("commit", "-qm", "init")
+    (workspace / ".env").write_text("KEY=secret\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        result = run.call_result("run_command", {"command": command}, call_id="c1")
+    assert not (workspace / ".env").exists()
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    said = ".env" in {u.path for u in plan.unrestorable} or "rollback cannot put it back" in result.observation
+    assert (workspace / ".env").exists() or said
