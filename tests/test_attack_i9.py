@@ -117,6 +117,33 @@ def test_a_command_cannot_write_into_the_ledger(workspace):
     assert b"junk" not in ledger.read_bytes(), result.observation
 
 
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\necho pwned\n"}),
+        ("write_file", {"path": "./.git/../.git/config", "content": "[core]\n\tfsmonitor = ./x\n"}),
+        ("write_file", {"path": "sub/.git/hooks/pre-commit", "content": "#!/bin/sh\necho pwned\n"}),
+        ("apply_patch", {"patch": "--- /dev/null\n+++ b/.git/hooks/post-checkout\n@@ -0,0 +1 @@\n+echo pwned\n"}),
+    ],
+    ids=["hook", "config", "nested-hook", "patch"],
+)
+@pytest.mark.xfail(strict=True, reason="the built-in tools write into .git/ (hooks, config): promise 9")
+def test_the_tools_never_write_into_git(workspace, tool, args):
+    """Promise 9: `.git/` is out of the agent's reach. The tools refuse the store, but `write_file
+    .git/hooks/pre-commit` succeeds: a hook that runs the model's code the next time the user commits (the same
+    for `.git/config`'s core.fsmonitor, and a nested repository's `.git`)."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    subprocess.run(["git", "init", "-q", str(workspace / "sub")], check=True)
+    before = _tree(workspace / ".git"), _tree(workspace / "sub" / ".git")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result(tool, args, call_id="c1")
+    assert result.status == "failed", result.observation
+    assert (_tree(workspace / ".git"), _tree(workspace / "sub" / ".git")) == before
+
+
 # ------------------------------------------------------------------------------ a damaged log
 
 
