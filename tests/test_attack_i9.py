@@ -282,3 +282,44 @@ def test_an_ignored_file_a_command_deletes_is_kept_or_said(workspace, command):
     plan = tm.rollback_files("r", start, include_uncertain=True)
     said = ".env" in {u.path for u in plan.unrestorable} or "rollback cannot put it back" in result.observation
     assert (workspace / ".env").exists() or said
+
+
+# ------------------------------------------------------------------------------ wrong arguments
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("run_command", {"command": "echo", "timeout": 1e308}),
+        ("write_file", {"path": ".", "content": "x"}),
+        ("write_file", {"path": "sub/..", "content": "x"}),
+    ],
+    ids=["huge-timeout", "write-root", "write-root-dotdot"],
+)
+@pytest.mark.xfail(strict=True, reason="wrong arguments still reach the model as raw Python error text")
+def test_wrong_arguments_are_refused_in_words(workspace, tool, args):
+    """§3: "wrong argument types reach the model as raw Python error text". A timeout of 1e308 gives the model
+    "OverflowError: cannot convert float infinity to integer"; `write_file .` gives "OSError: [Errno 39]
+    Directory not empty: '.../.agent-runtime/runs/r/tmp/.safepoint-....part' -> '...'" (the store's inner paths)."""
+    (workspace / "sub").mkdir()
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result(tool, args, call_id="c1")
+    assert result.status == "failed"
+    assert "Error:" not in result.observation and ".agent-runtime" not in result.observation, result.observation
+
+
+@pytest.mark.xfail(strict=True, reason="deeply nested tool arguments raise RecursionError out of call_result")
+def test_deeply_nested_arguments_are_a_failed_call_not_a_traceback(workspace):
+    """§3 fixed this for scenario files, not for a call's arguments: `run.call_result("write_file", {"path": "a",
+    "content": [[[...3000 deep...]]]})` raises RecursionError ("while serializing an object") to the caller. A
+    model's arguments are untrusted input: the call must fail in words."""
+    nested: list = []
+    inner = nested
+    for _ in range(3000):
+        inner.append([])
+        inner = inner[0]
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("write_file", {"path": "a", "content": nested}, call_id="c1")
+    assert result.status == "failed"
