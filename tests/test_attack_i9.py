@@ -29,7 +29,8 @@ def _tree(root):
         dirnames[:] = [d for d in dirnames if d != ".agent-runtime"]
         for name in filenames:
             full = os.path.join(dirpath, name)
-            out[os.path.relpath(full, root)] = open(full, "rb").read()
+            with open(full, "rb") as handle:
+                out[os.path.relpath(full, root)] = handle.read()
     return out
 
 
@@ -75,7 +76,9 @@ def test_a_hard_link_the_agent_made_never_changes_the_users_file_silently(worksp
 @pytest.mark.parametrize(
     "command", ["git clean -fdx", "rm -rf .agent-runtime", "rm -rf .[a-z]*", "mv .agent-runtime ../elsewhere"]
 )
-@pytest.mark.xfail(strict=True, reason="a command deletes the run's own store: the run, its ledger and every undo are gone")
+@pytest.mark.xfail(
+    strict=True, reason="a command deletes the run's own store: the run, its ledger and every undo are gone"
+)
 def test_a_command_never_destroys_the_store(workspace, command):
     """Promise 9: the store is out of the agent's reach. `git clean -fdx` (an everyday agent command; the store's
     own .gitignore makes it fair game) deletes `.agent-runtime` whole: the call ends in a FileNotFoundError
@@ -345,7 +348,9 @@ def test_a_damaged_owner_record_never_wedges_the_run(tmp_path):
     assert done.returncode == ExitCode.OK, done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="a folder renamed by a command: commit records the deletion without the new files")
+@pytest.mark.xfail(
+    strict=True, reason="a folder renamed by a command: commit records the deletion without the new files"
+)
 def test_commit_after_a_folder_rename_never_drops_the_code(workspace):
     """`mv src pkg` in a clean checkout, then `safepoint commit`: the commit deletes src/main.py and does not add
     pkg/main.py (never captured), so HEAD on the user's branch loses the code."""
