@@ -373,3 +373,22 @@ def test_commit_after_a_folder_rename_never_drops_the_code(workspace):
     tm.commit("r")
     tree = git("ls-tree", "-r", "--name-only", "HEAD").stdout.split()
     assert "pkg/main.py" in tree or "src/main.py" in tree, tree
+
+
+# ------------------------------------------------------------------------------ what people do, in words
+
+
+@pytest.mark.parametrize(("verb", "said"), [("cancel", "cancelled by"), ("reset", "context reset by")])
+@pytest.mark.xfail(strict=True, reason="resume of a cancelled or reset run still says 'Closed during restart recovery'")
+def test_resume_of_a_cancelled_run_says_it_was_cancelled(tmp_path, verb, said):
+    """§4: `cancel` and `reset` are reported as what they are. `status` and `explain` now say "cancelled by user
+    at T", but `safepoint resume r` on that run says "run 'r' is closed (Closed during restart recovery without
+    reporting a result., at T)": the very wording the issue names, with a stray period."""
+    from tests.conftest import cli_env, safepoint_in_process
+    from tests.test_ledger_damage import NOTIFY, RUN, _killed_run
+
+    _killed_run(tmp_path, NOTIFY)
+    env = cli_env(SAFEPOINT_OUTBOX=str(tmp_path / "outbox.jsonl"))
+    assert safepoint_in_process(verb, RUN, "-w", tmp_path / "ws", env=env).returncode == 0
+    done = safepoint_in_process("resume", RUN, "-w", tmp_path / "ws", env=env)
+    assert said in done.stderr and "restart recovery" not in done.stderr, done.stderr
