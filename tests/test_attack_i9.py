@@ -412,3 +412,16 @@ def test_a_deep_tree_is_listed_or_refused_in_words(workspace, tool):
     with tm.start("t", run_id="r") as run:
         result = run.call_result(tool, args, call_id="c1")
     assert "RecursionError" not in result.observation and "top.txt" in result.observation, result.observation
+
+
+@pytest.mark.xfail(strict=True, reason="a command over the kernel's argument limit is blamed on the reaper")
+def test_a_command_too_long_to_start_says_so(workspace):
+    """A model writing a 300 KB file through a here-doc: the command line is over the kernel's 128 KiB limit for
+    one argument (E2BIG). The model is told "could not start the command's supervisor process (safepoint's
+    reaper); try again", which is wrong (nothing is wrong with the reaper) and sends it into retrying for ever."""
+    command = "cat > big.txt <<'EOF'\n" + "line of text\n" * 25000 + "EOF"
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("run_command", {"command": command}, call_id="c1")
+    assert result.status == "failed"
+    assert "try again" not in result.observation and "too long" in result.observation, result.observation
