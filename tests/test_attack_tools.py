@@ -1,0 +1,158 @@
+"""Attacks on issue 9's merge (§2-§4): each test is a broken promise found by a reviewer-attacker, marked xfail
+(strict) until it is fixed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import safepoint
+
+
+def _tree(root):
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".agent-runtime"]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as handle:
+                out[os.path.relpath(full, root)] = handle.read()
+    return out
+
+
+def _run_in_a_fresh_process(tmp_path, workspace, commands, **env):
+    """`safepoint run` of run_command calls, in a child process as a user runs it: the capture misses a renamed
+    folder in the first session a process opens (a later session in the same process catches it)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    turns = [{"tool_calls": [{"tool": "run_command", "args": {"command": c}}]} for c in commands]
+    script = tmp_path / "scenario.json"
+    script.write_text(json.dumps({"task": "t", "turns": [*turns, {"text": "done"}]}))
+    done = subprocess.run(
+        [sys.executable, "-m", "safepoint", "run", str(script), "--workspace", str(workspace), "--run-id", "r"],
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+# ------------------------------------------------------------------------------ special files
+
+
+@pytest.mark.xfail(strict=True, reason="write_file replaces a user's FIFO; rollback then deletes it and says nothing")
+def test_write_file_over_a_fifo_never_loses_it(workspace):
+    """The user's named pipe `p` (a tool's control pipe): `write_file p` replaces it with a regular file (read_file
+    and apply_patch refuse special files, write_file does not), and rollback then *removes* `p` altogether,
+    reporting no conflict and nothing unrestorable. The FIFO must be refused, or come back, or be reported."""
+    os.mkfifo(workspace / "p")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        result = run.call_result("write_file", {"path": "p", "content": "x"}, call_id="c1")
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    said = {u.path for u in plan.unrestorable} | {c.path for c in plan.conflicts}
+    import stat
+
+    kept = os.path.lexists(workspace / "p") and stat.S_ISFIFO(os.lstat(workspace / "p").st_mode)
+    assert result.status == "failed" or kept or "p" in said, result.observation
+
+
+# ------------------------------------------------------------------------------ wrong arguments
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("run_command", {"command": "echo", "timeout": 1e308}),
+        ("write_file", {"path": ".", "content": "x"}),
+        ("write_file", {"path": "sub/..", "content": "x"}),
+    ],
+    ids=["huge-timeout", "write-root", "write-root-dotdot"],
+)
+@pytest.mark.xfail(strict=True, reason="wrong arguments still reach the model as raw Python error text")
+def test_wrong_arguments_are_refused_in_words(workspace, tool, args):
+    """§3: "wrong argument types reach the model as raw Python error text". A timeout of 1e308 gives the model
+    "OverflowError: cannot convert float infinity to integer"; `write_file .` gives "OSError: [Errno 39]
+    Directory not empty: '.../.agent-runtime/runs/r/tmp/.safepoint-....part' -> '...'" (the store's inner paths)."""
+    (workspace / "sub").mkdir()
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result(tool, args, call_id="c1")
+    assert result.status == "failed"
+    assert "Error:" not in result.observation and ".agent-runtime" not in result.observation, result.observation
+
+
+@pytest.mark.xfail(strict=True, reason="deeply nested tool arguments raise RecursionError out of call_result")
+def test_deeply_nested_arguments_are_a_failed_call_not_a_traceback(workspace):
+    """§3 fixed this for scenario files, not for a call's arguments: `run.call_result("write_file", {"path": "a",
+    "content": [[[...3000 deep...]]]})` raises RecursionError ("while serializing an object") to the caller. A
+    model's arguments are untrusted input: the call must fail in words."""
+    nested: list = []
+    inner = nested
+    for _ in range(3000):
+        inner.append([])
+        inner = inner[0]
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("write_file", {"path": "a", "content": nested}, call_id="c1")
+    assert result.status == "failed"
+
+
+# ------------------------------------------------------------------------------ what people do, in words
+
+
+@pytest.mark.parametrize(("verb", "said"), [("cancel", "cancelled by"), ("reset", "context reset by")])
+@pytest.mark.xfail(strict=True, reason="resume of a cancelled or reset run still says 'Closed during restart recovery'")
+def test_resume_of_a_cancelled_run_says_it_was_cancelled(tmp_path, verb, said):
+    """§4: `cancel` and `reset` are reported as what they are. `status` and `explain` now say "cancelled by user
+    at T", but `safepoint resume r` on that run says "run 'r' is closed (Closed during restart recovery without
+    reporting a result., at T)": the very wording the issue names, with a stray period."""
+    from tests.conftest import cli_env, safepoint_in_process
+    from tests.test_ledger_damage import NOTIFY, RUN, _killed_run
+
+    _killed_run(tmp_path, NOTIFY)
+    env = cli_env(SAFEPOINT_OUTBOX=str(tmp_path / "outbox.jsonl"))
+    assert safepoint_in_process(verb, RUN, "-w", tmp_path / "ws", env=env).returncode == 0
+    done = safepoint_in_process("resume", RUN, "-w", tmp_path / "ws", env=env)
+    assert said in done.stderr and "restart recovery" not in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------------------ deep trees
+
+
+@pytest.mark.parametrize("tool", ["list_files", "search_files"])
+@pytest.mark.xfail(strict=True, reason="a deep folder tree gives the model 'RecursionError: maximum recursion depth'")
+def test_a_deep_tree_is_listed_or_refused_in_words(workspace, tool):
+    """A tree 1,100 folders deep (2,200 bytes of path, within PATH_MAX; a runaway build or a test fixture):
+    `list_files` and `search_files` fail with "RecursionError: maximum recursion depth exceeded" as their whole
+    answer, for the whole workspace, so the model can no longer list or search anything."""
+    deep = workspace.joinpath(*["d"] * 1100)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("deep\n")
+    (workspace / "top.txt").write_text("deep at the top\n")
+    args = {} if tool == "list_files" else {"pattern": "deep"}
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result(tool, args, call_id="c1")
+    assert "RecursionError" not in result.observation and "top.txt" in result.observation, result.observation
+
+
+@pytest.mark.xfail(strict=True, reason="a command over the kernel's argument limit is blamed on the reaper")
+def test_a_command_too_long_to_start_says_so(workspace):
+    """A model writing a 300 KB file through a here-doc: the command line is over the kernel's 128 KiB limit for
+    one argument (E2BIG). The model is told "could not start the command's supervisor process (safepoint's
+    reaper); try again", which is wrong (nothing is wrong with the reaper) and sends it into retrying for ever."""
+    command = "cat > big.txt <<'EOF'\n" + "line of text\n" * 25000 + "EOF"
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("run_command", {"command": command}, call_id="c1")
+    assert result.status == "failed"
+    assert "try again" not in result.observation and "too long" in result.observation, result.observation
