@@ -405,3 +405,73 @@ def test_absent_is_still_the_state_of_a_path_behind_a_link(tmp_path, workspace):
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         assert run.session.files.state("link/x").hash == ABSENT
+
+
+# ------------------------------------------------------------------------------ folders a command moves
+
+
+def _tree(root):
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".agent-runtime"]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as handle:
+                out[os.path.relpath(full, root)] = handle.read()
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root) + "/"] = b""
+    return out
+
+
+_MOVES = {
+    "new name": (["mv d d2"], {"d2/k", "d2/sub/s"}),
+    "into another folder": (["mv d e/"], {"e/d/k", "e/d/sub/s"}),
+    "deep tree": (["mv a z"], {"z/b/c/d/f"}),
+    "over an empty folder": (["mv -T d empty"], {"empty/k", "empty/sub/s"}),
+    "out and back in": (["mv d {out}/d && mv {out}/d d3"], {"d3/k", "d3/sub/s"}),
+    "out, then back in later": (["mv d {out}/d", "mv {out}/d d4"], {"d4/k", "d4/sub/s"}),
+}
+
+
+@pytest.mark.parametrize("journal", ["inotify", "scan"])
+@pytest.mark.parametrize("session", ["first", "later"])
+@pytest.mark.parametrize("shape", list(_MOVES))
+def test_a_folder_a_command_moves_is_captured_under_its_new_name(
+    tmp_path, workspace, monkeypatch, shape, session, journal
+):
+    """A rename keeps the ctimes of the files below the folder: the capture once took them for files that merely
+    became visible, recorded only the deletions, and rollback left a second copy of the tree (issue 9 attack)."""
+    from safepoint.workspace.scan import ChangeWatcher
+
+    if journal == "scan":
+        monkeypatch.setattr(ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
+    (workspace / "d" / "sub").mkdir(parents=True)
+    (workspace / "d" / "k").write_text("keep\n")
+    (workspace / "d" / "sub" / "s").write_text("s\n")
+    (workspace / "a" / "b" / "c" / "d").mkdir(parents=True)
+    (workspace / "a" / "b" / "c" / "d" / "f").write_text("deep\n")
+    (workspace / "e").mkdir()
+    (workspace / "e" / "there").write_text("there\n")
+    (workspace / "empty").mkdir()
+    out = tmp_path / "outside"
+    out.mkdir()
+    time.sleep(0.2)  # the files' ctimes clearly predate the command, as in a real checkout
+    before = _tree(workspace)
+    commands, created = _MOVES[shape]
+    tm = safepoint.open(workspace=str(workspace))
+    if session == "later":
+        with tm.start("t", run_id="r0") as run:
+            run.call("run_command", {"command": "true"}, call_id="c0")
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        for index, command in enumerate(commands):
+            run.call("run_command", {"command": command.format(out=out)}, call_id=f"c{index}")
+    recorded = {(p.path, p.op) for p in load_view(tm.store, "r").patches}
+    assert {(path, "create") for path in created} <= recorded, recorded
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.conflicts and not plan.unrestorable
+    after = _tree(workspace)
+    # Rollback removes the files it put there, and may leave the folder they came in empty: never a second copy.
+    assert {p: v for p, v in after.items() if not p.endswith("/")} == {
+        p: v for p, v in before.items() if not p.endswith("/")
+    }

@@ -120,6 +120,7 @@ class CommandCapture:
         self._named: dict[str, FileStat | None] = {}  # ignored files the command line names -> their stat before
         self._special: dict[str, int] = {}  # FIFOs, sockets, devices the command line names -> their inode
         self._command: str | None = None  # the call whose command runs (between before_command and settled)
+        self._arrived: set[str] = set()  # folders ('d2/') a command made or moved in, that held no file before
         self.recovered: list[FilePatchEntry] = []  # changes of a command whose outcome a crash lost
         # Files the run already wrote are known if they still hold what it wrote (the run's own edits, so O(edits)).
         last = {patch.path: patch.after_hash for patch in files.patches}
@@ -285,17 +286,25 @@ class CommandCapture:
         """Paths whose stat differs from what this capture last saw, each with its previous stat (None: it did
         not exist); the stat cache is brought up to date."""
         drained = self.watcher.drain() if self.watcher is not None else None
+        self._arrived = set()
         if drained is None:
             current = scan(self.workspace.root, self.rules)
             differ = current.keys() | self.stats.keys()
             scanned = {p: self.stats.get(p) for p in differ if current.get(p) != self.stats.get(p)}
+            if any(old is None for old in scanned.values()):
+                self._arrived = self._folders_arrived(scanned, current)
             self.stats = current
             self._touched.update(scanned)
             return scanned
         candidates: set[str] = set()
         for item in drained:
             if item.endswith("/"):
-                candidates.update(p for p in self.stats if p.startswith(item))
+                inside = [p for p in self.stats if p.startswith(item)]
+                candidates.update(inside)
+                if not inside and os.path.isdir(os.path.join(self.workspace.root, real_path(item.rstrip("/")))):
+                    # Created or moved in (inotify said so) where no file was: every file below it is new here,
+                    # whatever its ctime (`mv d d2` leaves the ctimes of d's files as they were).
+                    self._arrived.add(item)
             else:
                 candidates.add(item)
         changed: dict[str, FileStat | None] = {}
@@ -311,6 +320,34 @@ class CommandCapture:
                     self.stats[path] = now
         self._touched.update(changed)
         return changed
+
+    def _folders_arrived(self, scanned: dict[str, FileStat | None], current: dict[str, FileStat]) -> set[str]:
+        """After a full scan: the folders (recorded form plus '/') that hold new files, held none before, and
+        were themselves made or renamed during the command (their ctime; a rename sets the moved folder's). A
+        folder that merely became visible (its ignore rule went away) has an old ctime and is not one."""
+        before: set[str] = set()
+        for path in self.stats:  # a full scan was O(workspace) already
+            parts = path.split("/")
+            before.update("/".join(parts[:end]) + "/" for end in range(1, len(parts)))
+        arrived: set[str] = set()
+        for path, old in scanned.items():
+            if old is not None or path not in current:
+                continue
+            parts = path.split("/")
+            for end in range(1, len(parts)):
+                folder = "/".join(parts[:end]) + "/"
+                if folder in before or folder in arrived:
+                    continue
+                with contextlib.suppress(OSError):
+                    info = os.lstat(os.path.join(self.workspace.root, real_path(folder.rstrip("/"))))
+                    if info.st_ctime_ns >= self._window_start - WINDOW_SLACK_NS:
+                        arrived.add(folder)
+        return arrived
+
+    def _arrived_with_folder(self, path: str) -> bool:
+        """Whether ``path`` came with a folder made or moved in during the command (see ``_changed``)."""
+        parts = path.split("/")
+        return any("/".join(parts[:end]) + "/" in self._arrived for end in range(1, len(parts)))
 
     # before and after a command -------------------------------------------------------------------------------
     def before_command(self, hints: Sequence[str] = (), call_id: str | None = None) -> None:
@@ -439,7 +476,14 @@ class CommandCapture:
                 changed[path] = old
         for path, old in sorted(changed.items(), key=self._removals_first):
             info = self.stats.get(path)
-            stale = old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
+            # A new path with an old ctime predates the command (its ignore rule went away), unless a folder the
+            # command made or moved in brought it: a rename keeps the ctimes of the files below the folder.
+            stale = (
+                old is None
+                and info is not None
+                and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
+                and not self._arrived_with_folder(path)
+            )
             writers = authors.of(path) if authors is not None else set()
             if stale or path in others or writers == {"other"}:
                 # Not the command's: merely visible now (its ignore rule went away), written by another call, or
