@@ -128,7 +128,6 @@ def test_a_folders_mode_a_command_changed_is_put_back(workspace):
         "ls -A | grep env | xargs rm",
     ],
 )
-@pytest.mark.xfail(strict=True, reason="an ignored file a command deletes without naming it literally is lost silently")
 def test_an_ignored_file_a_command_deletes_is_kept_or_said(workspace, command):
     """§2: "keep what the command line names, ignored or not, or say loudly that it cannot". `rm .env*` is kept
     (the glob is expanded), but `find -delete`, a `for` loop or `xargs rm` delete the gitignored `.env` with no

@@ -475,3 +475,64 @@ def test_a_folder_a_command_moves_is_captured_under_its_new_name(
     assert {p: v for p, v in after.items() if not p.endswith("/")} == {
         p: v for p, v in before.items() if not p.endswith("/")
     }
+
+
+# ------------------------------------------------------------------------------ ignored files a command deletes
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "find . -name '*.log' -delete",
+        "ls | grep log | xargs rm",
+        "sh -c 'rm -f -- *.log'",
+        "mv app.log ../away.log",
+    ],
+)
+def test_an_ignored_file_a_command_removes_unnamed_is_said_in_the_result_and_in_rollback(tmp_path, workspace, command):
+    make_repo(workspace, {".gitignore": "*.log\n", "code.py": "x\n"})
+    (workspace / "app.log").write_text("the only copy\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        result = run.call_result("run_command", {"command": command}, call_id="c1")
+    assert not (workspace / "app.log").exists()
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    if (workspace / "app.log").exists():  # kept ahead: the line names it in a way the classifier reads (sh -c)
+        assert (workspace / "app.log").read_text() == "the only copy\n"
+        assert "cannot put it back" not in result.observation and not plan.unrestorable
+    else:
+        assert "app.log" in result.observation and "rollback cannot put it back" in result.observation
+        assert "app.log" in {u.path for u in plan.unrestorable}
+    assert (workspace / "code.py").read_text() == "x\n"
+
+
+def test_an_ignored_folder_a_command_removes_unnamed_is_said(workspace):
+    make_repo(workspace, {".gitignore": "cache/\n", "code.py": "x\n"})
+    (workspace / "cache").mkdir()
+    (workspace / "cache" / "data").write_text("slow to rebuild\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("run_command", {"command": "find . -name cache -exec rm -rf {} +"}, call_id="c1")
+    assert "cache: an ignored folder" in result.observation
+
+
+def test_ignored_files_a_command_makes_and_removes_or_the_user_removed_are_not_said(workspace):
+    """No noise: a temporary ignored file the command made and removed, an ignored file the user removed before
+    the command, and an ignored file the command line names (kept and put back) are not reported as lost."""
+    make_repo(workspace, {".gitignore": "*.log\n*.tmp\n", "code.py": "x\n"})
+    (workspace / "user.log").write_text("user\n")
+    (workspace / "named.log").write_text("named\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": "true"}, call_id="c0")
+        (workspace / "user.log").unlink()
+        first = run.call_result("run_command", {"command": "echo a > x.tmp && rm x.tmp"}, call_id="c1")
+        second = run.call_result("run_command", {"command": "rm named.log"}, call_id="c2")
+    assert "cannot put it back" not in first.observation
+    assert "cannot put it back" not in second.observation
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable
+    assert (workspace / "named.log").read_text() == "named\n"
+    assert not (workspace / "user.log").exists()

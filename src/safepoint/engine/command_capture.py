@@ -360,6 +360,8 @@ class CommandCapture:
             self.save()  # the journal below is a delta on a saved state: the run's first command saves one
         for path in self._changed():
             self._learn(path)
+        if self.watcher is not None:
+            self.watcher.ignored_gone()  # ignored files removed before the command are not its doing
         self._named = {}
         self._special = {}
         tracked, ignored = self._expand(hints)
@@ -491,6 +493,7 @@ class CommandCapture:
                 self._learn(path)
                 continue
             self._record(call_id, path, old, author_uncertain=writers != {"command"}, into=recorded)
+        recorded.extend(self._ignored_lost(call_id, authors is None))
         for path, ino in sorted(self._special.items()):
             try:
                 gone = os.lstat(os.path.join(self.workspace.root, real_path(path))).st_ino != ino
@@ -504,6 +507,32 @@ class CommandCapture:
                     recorded.append(entry)
         self._named = {}
         self._special = {}
+        return recorded
+
+    def _ignored_lost(self, call_id: str, uncertain: bool) -> list[FilePatchEntry]:
+        """Ignored files the command removed without the command line naming them (``find . -name '.env*'
+        -delete``, a ``for`` loop, ``xargs rm``): no scan looks at them, nothing kept them, but the journal saw
+        them go. Each is said in the call's result and recorded with an unknown before-state, so ``rollback``
+        names it too: never lost in silence. O(what the command removed)."""
+        gone = self.watcher.ignored_gone() if self.watcher is not None else set()
+        kept = self._named.keys()
+        recorded: list[FilePatchEntry] = []
+        for item in sorted(gone):
+            path = item.rstrip("/")
+            if path in kept or (item.endswith("/") and any(k.startswith(item) for k in kept)):
+                continue  # kept ahead (the command line named it): recorded with its content already
+            if _stat(self.workspace.root, path, {}) is not None or os.path.lexists(
+                os.path.join(self.workspace.root, real_path(path))
+            ):
+                continue  # replaced in place (an editor's save, a tool's atomic rename): still there
+            what = "folder" if item.endswith("/") else "file"
+            self.warnings.append(
+                f"{path}: an ignored {what} the command deleted without naming it; it was not kept, so rollback"
+                " cannot put it back"
+            )
+            entry = self.files.record(call_id, FileBefore(path, UNKNOWN, None), None, None, author_uncertain=uncertain)
+            if entry is not None:
+                recorded.append(entry)
         return recorded
 
     def _removals_first(self, item: tuple[str, FileStat | None]) -> tuple[bool, str]:

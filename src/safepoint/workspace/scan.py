@@ -177,6 +177,8 @@ class ChangeWatcher:
         self._lost = False
         self._broken = False
         self._resync: set[str] = set()
+        self._ignored_born: set[str] = set()  # ignored paths made since ``ignored_gone`` (see ``_ignored_event``)
+        self._ignored_gone: set[str] = set()
 
     @classmethod
     def start(cls, root: str, rules: IgnoreRules) -> ChangeWatcher | None:
@@ -279,6 +281,8 @@ class ChangeWatcher:
             self._lost = True
             self._resync.add(rel_dir)
         if rules._leaf_excluded(rules._chain_for(rel_dir), rel, name, is_dir):
+            if name != ".git" and rel != rules._store_rel:
+                self._ignored_event(quote_path(rel) + ("/" if is_dir else ""), mask)
             return
         if not is_dir:
             self._pending.add(quote_path(rel))
@@ -289,6 +293,27 @@ class ChangeWatcher:
             self._pending.add(quote_path(rel) + "/")
             self._drop_subtree(rel)
             self._watch_tree(rel, self._pending)
+
+    def _ignored_event(self, rel: str, mask: int) -> None:
+        """An ignored path (by .gitignore or the extra patterns) made or removed in a watched folder: one that was
+        there before and went is kept until ``ignored_gone`` (a temporary file the same command made and removed
+        is not)."""
+        if mask & (_IN_CREATE | _IN_MOVED_TO):
+            self._ignored_born.add(rel)
+            self._ignored_gone.discard(rel)
+        elif mask & (_IN_DELETE | _IN_MOVED_FROM):
+            if rel in self._ignored_born:
+                self._ignored_born.discard(rel)
+            else:
+                self._ignored_gone.add(rel)
+
+    def ignored_gone(self) -> set[str]:
+        """Ignored paths (recorded form; a folder ends in '/') that were there at the previous call and have been
+        removed or moved away since; no scan looks at them, so only these events tell. Only the watched folders'
+        own entries: what went inside an ignored folder is not seen (that folder's own removal is)."""
+        gone = self._ignored_gone
+        self._ignored_gone, self._ignored_born = set(), set()
+        return gone
 
     def _map(self, wd: int, rel: str) -> None:
         old_rel = self._wd_dir.get(wd)
