@@ -85,7 +85,6 @@ def test_commit_after_a_folder_rename_never_drops_the_code(tmp_path, workspace):
     assert "pkg/main.py" in tree or "src/main.py" in tree, tree
 
 
-@pytest.mark.xfail(strict=True, reason="a write through a hard link the agent made changes the user's file unseen")
 def test_a_hard_link_the_agent_made_never_changes_the_users_file_silently(workspace):
     """`ln f g; echo agent >> g`: the user's f now ends in 'agent', and rollback removes g, reports no conflict
     and nothing unrestorable, and leaves f changed for good. It must put f back, or at least say it cannot."""

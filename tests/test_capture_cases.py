@@ -536,3 +536,75 @@ def test_ignored_files_a_command_makes_and_removes_or_the_user_removed_are_not_s
     assert not plan.unrestorable
     assert (workspace / "named.log").read_text() == "named\n"
     assert not (workspace / "user.log").exists()
+
+
+# ------------------------------------------------------------------------------ writes through a hard link
+
+
+def _run_commands(workspace, *commands):
+    tm = safepoint.open(workspace=str(workspace))
+    results = []
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        for index, command in enumerate(commands):
+            results.append(run.call_result("run_command", {"command": command}, call_id=f"c{index}"))
+    return tm, start, results
+
+
+@pytest.mark.parametrize("journal", ["inotify", "scan"])
+@pytest.mark.parametrize(
+    "commands", [("ln f g", "echo agent >> g"), ("ln f g && echo agent >> g",)], ids=["two calls", "one call"]
+)
+@pytest.mark.parametrize("tracked", [False, True], ids=["untracked", "git"])
+def test_a_write_through_a_hard_link_the_agent_made_is_put_back(workspace, monkeypatch, commands, tracked, journal):
+    from safepoint.workspace.scan import ChangeWatcher
+
+    if journal == "scan":
+        monkeypatch.setattr(ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
+    if tracked:
+        make_repo(workspace, {"f": "user\n"})
+    else:
+        (workspace / "f").write_text("user\n")
+    tm, start, _ = _run_commands(workspace, *commands)
+    assert (workspace / "f").read_text() == "user\nagent\n"
+    assert "f" in {p.path for p in load_view(tm.store, "r").patches}
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.conflicts
+    assert not (workspace / "g").exists()
+    if tracked:  # f's content before is HEAD's: put back
+        assert not plan.unrestorable
+        assert (workspace / "f").read_text() == "user\n"
+    else:  # an untracked file nothing kept: put back where a recorded state allows it, else said
+        assert (workspace / "f").read_text() == "user\n" or {u.path for u in plan.unrestorable} == {"f"}
+
+
+def test_a_write_through_the_users_own_hard_link_is_put_back(workspace):
+    """Two names the user made for one file: a write through one is recorded on both, with the content before
+    the command kept through the name the command line names."""
+    (workspace / "f").write_text("user\n")
+    os.link(workspace / "f", workspace / "g")
+    tm, start, _ = _run_commands(workspace, "echo agent >> g")
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable and not plan.conflicts
+    assert (workspace / "f").read_text() == "user\n" and (workspace / "g").read_text() == "user\n"
+
+
+def test_a_write_through_a_hard_link_with_an_unknown_past_is_said(workspace):
+    """f and g are one file the user made; the command writes through g without the line naming it: nothing kept
+    f's content before, so the call's result and rollback both say it cannot be put back."""
+    (workspace / "f").write_text("user\n")
+    os.link(workspace / "f", workspace / "g")
+    tm, start, results = _run_commands(workspace, "sh -c 'x=g; echo agent >> $x'")
+    assert (workspace / "f").read_text() == "user\nagent\n"
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    said = {u.path for u in plan.unrestorable}
+    assert "f" in said and "g" in said
+    assert "hard link" in results[0].observation
+
+
+def test_a_hard_link_leading_out_of_the_workspace_is_said(tmp_path, workspace):
+    (workspace / "f").write_text("user\n")
+    outside = tmp_path / "outside"
+    _, _, results = _run_commands(workspace, f"ln f {outside}", "echo agent >> f")
+    assert outside.read_text() == "user\nagent\n"
+    assert "outside what safepoint watches" in results[1].observation

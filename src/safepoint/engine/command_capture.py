@@ -476,6 +476,7 @@ class CommandCapture:
         for path, old in self._named.items():
             if path not in changed and _stat(self.workspace.root, path, folders) != old:
                 changed[path] = old
+        through = self._hard_links(changed)
         for path, old in sorted(changed.items(), key=self._removals_first):
             info = self.stats.get(path)
             # A new path with an old ctime predates the command (its ignore rule went away), unless a folder the
@@ -486,13 +487,18 @@ class CommandCapture:
                 and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
                 and not self._arrived_with_folder(path)
             )
-            writers = authors.of(path) if authors is not None else set()
+            writers = authors.of(through.get(path, path)) if authors is not None else set()
             if stale or path in others or writers == {"other"}:
                 # Not the command's: merely visible now (its ignore rule went away), written by another call, or
                 # by a process outside the command's tree (the user, another run).
                 self._learn(path)
                 continue
             self._record(call_id, path, old, author_uncertain=writers != {"command"}, into=recorded)
+            if path in through and recorded and recorded[-1].path == path and recorded[-1].before_hash == UNKNOWN:
+                self.warnings.append(
+                    f"{path}: changed through its hard link {through[path]}; its content before was not kept,"
+                    " so rollback cannot put it back"
+                )
         recorded.extend(self._ignored_lost(call_id, authors is None))
         for path, ino in sorted(self._special.items()):
             try:
@@ -508,6 +514,49 @@ class CommandCapture:
         self._named = {}
         self._special = {}
         return recorded
+
+    def _hard_links(self, changed: dict[str, FileStat | None]) -> dict[str, str]:
+        """A write through one name of a file changes all its names (``ln f g; echo x >> g`` changes f), yet the
+        journal names only the one written through. A changed file with more than one link (only the changed
+        files are looked at) has its other names in the workspace added to ``changed`` (each with the name that
+        led to it, returned); names outside what the capture watches are said. Finding them takes a walk of the
+        workspace: hard links are rare in a source tree, and the alternative, an inode index kept up to date on
+        every call, would cost every command for the rare one."""
+        linked: dict[tuple[int, int], tuple[str, int]] = {}  # (device, inode) -> (a changed name, links)
+        for path in changed:
+            with contextlib.suppress(OSError):
+                full = os.lstat(os.path.join(self.workspace.root, real_path(path)))
+                if stat.S_ISREG(full.st_mode) and full.st_nlink > 1:
+                    linked.setdefault((full.st_dev, full.st_ino), (path, full.st_nlink))
+        if not linked:
+            return {}
+        device = os.lstat(self.workspace.root).st_dev
+        names: dict[tuple[int, int], list[str]] = {}
+        for path, info in scan(self.workspace.root, self.rules).items():
+            if (device, info.ino) in linked:
+                names.setdefault((device, info.ino), []).append(path)
+        through: dict[str, str] = {}
+        for key, (via, links) in linked.items():
+            found = names.get(key, [])
+            for other in found:
+                now = _stat(self.workspace.root, other, {})
+                old = self.stats.get(other)
+                if other in changed or now is None or now == old:
+                    continue
+                changed[other] = old
+                self.stats[other] = now
+                via_old = changed.get(via)
+                if other not in self.known and via in self.known and old and via_old and old.ino == via_old.ino:
+                    self.known[other] = self.known[via]  # one file under two names already: the same content before
+                self._touched.add(other)
+                through[other] = via
+            if links > len(found):
+                self.warnings.append(
+                    f"{via}: a file with {links} names, {links - len(found)} of them outside what safepoint watches"
+                    " (ignored, or outside the workspace): a change through it changed those too, and rollback"
+                    " cannot put them back"
+                )
+        return through
 
     def _ignored_lost(self, call_id: str, uncertain: bool) -> list[FilePatchEntry]:
         """Ignored files the command removed without the command line naming them (``find . -name '.env*'
