@@ -99,7 +99,9 @@ def test_a_hard_link_the_agent_made_never_changes_the_users_file_silently(worksp
     assert (workspace / "f").read_text() == "user\n" or "f" in said
 
 
-@pytest.mark.xfail(strict=True, reason="a folder's mode changed by a command is neither captured nor put back")
+@pytest.mark.xfail(
+    strict=True, reason="a folder's mode changed by a command is said in the call's result, not put back (Known limits)"
+)
 def test_a_folders_mode_a_command_changed_is_put_back(workspace):
     """`chmod 500 d` (or `chmod -R go-rwx`, `chmod 000 d`): file modes are captured and restored (`chmod`
     patches), a folder's are not: after rollback `d` stays 0500 and nothing says so. For a user who is not root,

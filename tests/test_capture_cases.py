@@ -608,3 +608,28 @@ def test_a_hard_link_leading_out_of_the_workspace_is_said(tmp_path, workspace):
     _, _, results = _run_commands(workspace, f"ln f {outside}", "echo agent >> f")
     assert outside.read_text() == "user\nagent\n"
     assert "outside what safepoint watches" in results[1].observation
+
+
+# ------------------------------------------------------------------------------ a folder's mode
+
+
+@pytest.mark.parametrize("command", ["chmod 500 d", "chmod -R go-rwx d", "chmod 700 d/sub"])
+def test_a_folders_mode_a_command_changes_is_said_with_its_undo(workspace, command):
+    """No record holds a folder's mode (README, Known limits): the call's result says the change and the command
+    that undoes it; a mode a user changed before the command is not blamed on it."""
+    (workspace / "d" / "sub").mkdir(parents=True)
+    (workspace / "d" / "k").write_text("k\n")
+    (workspace / "other").mkdir()
+    os.chmod(workspace / "d", 0o755)
+    os.chmod(workspace / "d" / "sub", 0o755)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("run_command", {"command": "true"}, call_id="c0")
+        os.chmod(workspace / "other", 0o700)  # the user's
+        result = run.call_result("run_command", {"command": command}, call_id="c1")
+    folder = command.split()[-1]
+    assert f"{folder}/: the command changed this folder's mode from 0755" in result.observation
+    assert f"chmod 0755 {folder}" in result.observation
+    assert "other/" not in result.observation
+    os.chmod(workspace / "d", 0o755)
+    os.chmod(workspace / "d" / "sub", 0o755)

@@ -361,7 +361,9 @@ class CommandCapture:
         for path in self._changed():
             self._learn(path)
         if self.watcher is not None:
-            self.watcher.ignored_gone()  # ignored files removed before the command are not its doing
+            # Ignored files removed and folder modes changed before the command are not its doing.
+            self.watcher.ignored_gone()
+            self.watcher.folder_modes()
         self._named = {}
         self._special = {}
         tracked, ignored = self._expand(hints)
@@ -500,6 +502,14 @@ class CommandCapture:
                     " so rollback cannot put it back"
                 )
         recorded.extend(self._ignored_lost(call_id, authors is None))
+        for folder, (was, now) in sorted(self.watcher.folder_modes().items() if self.watcher is not None else ()):
+            # No record holds a folder's mode (a file patch of a folder would reach every reader of patches):
+            # said, with the command that undoes it, rather than lost in silence.
+            name = folder or "."
+            self.warnings.append(
+                f"{name}/: the command changed this folder's mode from {was:04o} to {now:04o}; rollback does not put"
+                f" a folder's mode back (undo it with: chmod {was:04o} {name})"
+            )
         for path, ino in sorted(self._special.items()):
             try:
                 gone = os.lstat(os.path.join(self.workspace.root, real_path(path))).st_ino != ino

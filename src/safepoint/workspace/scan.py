@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from safepoint.workspace.ignore import IgnoreRules, _Chain
-from safepoint.workspace.names import quote_path
+from safepoint.workspace.names import quote_path, real_path
 
 __all__ = ["ChangeWatcher", "FileStat", "IgnoreRules", "scan"]
 
@@ -179,6 +179,8 @@ class ChangeWatcher:
         self._resync: set[str] = set()
         self._ignored_born: set[str] = set()  # ignored paths made since ``ignored_gone`` (see ``_ignored_event``)
         self._ignored_gone: set[str] = set()
+        self._wd_mode: dict[int, int] = {}  # each watched folder's permission bits, to tell a mode change apart
+        self._mode_changed: dict[str, int] = {}  # folders whose mode changed since ``folder_modes`` -> mode before
 
     @classmethod
     def start(cls, root: str, rules: IgnoreRules) -> ChangeWatcher | None:
@@ -263,6 +265,8 @@ class ChangeWatcher:
                 self._broken = True
             return
         if not name:
+            if mask & _IN_ATTRIB:
+                self._folder_attrib(wd, rel_dir)
             if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT):
                 if rel_dir == "":
                     self._broken = True
@@ -307,6 +311,29 @@ class ChangeWatcher:
             else:
                 self._ignored_gone.add(rel)
 
+    def _folder_attrib(self, wd: int, rel_dir: str) -> None:
+        """A watched folder's own attributes changed (its watch says so): note a change of its mode."""
+        old = self._wd_mode.get(wd)
+        try:
+            mode = stat.S_IMODE(os.lstat(os.path.join(self._root, rel_dir) if rel_dir else self._root).st_mode)
+        except OSError:
+            return
+        if old is not None and old != mode:
+            self._mode_changed.setdefault(quote_path(rel_dir), old)
+        self._wd_mode[wd] = mode
+
+    def folder_modes(self) -> dict[str, tuple[int, int]]:
+        """Watched folders (recorded form; "" for the root) whose permission bits changed since the last call:
+        the mode then and now. A folder's mode is no file's change: no scan sees it, only its watch."""
+        changed: dict[str, tuple[int, int]] = {}
+        for rel, old in self._mode_changed.items():
+            with contextlib.suppress(OSError):
+                now = stat.S_IMODE(os.lstat(os.path.join(self._root, real_path(rel)) if rel else self._root).st_mode)
+                if now != old:
+                    changed[rel] = (old, now)
+        self._mode_changed = {}
+        return changed
+
     def ignored_gone(self) -> set[str]:
         """Ignored paths (recorded form; a folder ends in '/') that were there at the previous call and have been
         removed or moved away since; no scan looks at them, so only these events tell. Only the watched folders'
@@ -330,6 +357,7 @@ class ChangeWatcher:
             self._children.setdefault(rel.rpartition("/")[0], set()).add(rel)
 
     def _unmap(self, wd: int) -> None:
+        self._wd_mode.pop(wd, None)
         rel = self._wd_dir.pop(wd, None)
         if rel is not None and self._dir_wd.get(rel) == wd:
             del self._dir_wd[rel]
@@ -363,6 +391,8 @@ class ChangeWatcher:
                 return False  # gone, replaced by a file or a symlink: its parent's events tell
             raise _WatchFailed(str(exc)) from exc
         self._map(wd, rel)
+        with contextlib.suppress(OSError):
+            self._wd_mode.setdefault(wd, stat.S_IMODE(os.lstat(path).st_mode))  # one stat per folder, like the watch
         return True
 
     def _watch_tree(self, top: str, report: set[str] | None) -> set[str] | None:
