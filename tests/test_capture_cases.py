@@ -633,3 +633,21 @@ def test_a_folders_mode_a_command_changes_is_said_with_its_undo(workspace, comma
     assert "other/" not in result.observation
     os.chmod(workspace / "d", 0o755)
     os.chmod(workspace / "d" / "sub", 0o755)
+
+
+def test_an_edit_of_yours_through_a_hard_link_is_yours_on_every_name(workspace):
+    """You write through g between two commands, then a command writes through g: rollback gives both names your
+    version, never f's older content."""
+    (workspace / "f").write_text("one\n")
+    os.link(workspace / "f", workspace / "g")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("run_command", {"command": "cat g"}, call_id="c0")
+        start = run.checkpoint()
+        with open(workspace / "g", "a") as handle:
+            handle.write("yours\n")
+        run.call("run_command", {"command": "echo agent >> g"}, call_id="c1")
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable and not plan.conflicts
+    assert (workspace / "f").read_text() == "one\nyours\n"
+    assert (workspace / "g").read_text() == "one\nyours\n"

@@ -358,7 +358,9 @@ class CommandCapture:
         durably (a journal) before it runs, so a crash while it runs loses none of its changes."""
         if time.monotonic() - self._saved_at > SAVE_SECONDS or not self._saved_once:
             self.save()  # the journal below is a delta on a saved state: the run's first command saves one
-        for path in self._changed():
+        settle = self._changed()
+        self._hard_links(settle)  # an edit of yours through one name changed the others: learnt with it
+        for path in settle:
             self._learn(path)
         if self.watcher is not None:
             # Ignored files removed and folder modes changed before the command are not its doing.
