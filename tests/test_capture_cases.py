@@ -428,6 +428,8 @@ _MOVES = {
     "into another folder": (["mv d e/"], {"e/d/k", "e/d/sub/s"}),
     "deep tree": (["mv a z"], {"z/b/c/d/f"}),
     "over an empty folder": (["mv -T d empty"], {"empty/k", "empty/sub/s"}),
+    "over a folder with files": (["rm -rf e && mv d e"], {"e/k", "e/sub/s"}),
+    "swapped with another": (["mv d t && mv e d && mv t e"], {"e/k", "e/sub/s", "d/there"}),
     "out and back in": (["mv d {out}/d && mv {out}/d d3"], {"d3/k", "d3/sub/s"}),
     "out, then back in later": (["mv d {out}/d", "mv {out}/d d4"], {"d4/k", "d4/sub/s"}),
 }
@@ -651,3 +653,20 @@ def test_an_edit_of_yours_through_a_hard_link_is_yours_on_every_name(workspace):
     assert not plan.unrestorable and not plan.conflicts
     assert (workspace / "f").read_text() == "one\nyours\n"
     assert (workspace / "g").read_text() == "one\nyours\n"
+
+
+def test_a_folder_uncovered_and_written_into_by_a_command_keeps_your_files(workspace):
+    """`build/` stops being ignored and the command writes a file in it: only that file is the command's; your
+    build/old, visible now, is not taken for one the command moved in (rollback must not remove it)."""
+    (workspace / ".gitignore").write_text("build/\n")
+    (workspace / "build").mkdir()
+    (workspace / "build" / "old").write_text("yours\n")
+    time.sleep(0.2)  # build/old clearly predates the command
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": "sed -i '/build/d' .gitignore && echo new > build/new"}, call_id="c1")
+    assert {p.path for p in load_view(tm.store, "r").patches} == {".gitignore", "build/new"}
+    tm.rollback_files("r", start, include_uncertain=True)
+    assert (workspace / "build" / "old").read_text() == "yours\n"
+    assert not (workspace / "build" / "new").exists()

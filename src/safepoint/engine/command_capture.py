@@ -287,11 +287,17 @@ class CommandCapture:
         not exist); the stat cache is brought up to date."""
         drained = self.watcher.drain() if self.watcher is not None else None
         self._arrived = set()
+        root = self.workspace.root
         if drained is None:
-            current = scan(self.workspace.root, self.rules)
+            current = scan(root, self.rules)
             differ = current.keys() | self.stats.keys()
             scanned = {p: self.stats.get(p) for p in differ if current.get(p) != self.stats.get(p)}
-            if any(old is None for old in scanned.values()):
+            arrived = self.watcher.arrived if self.watcher is not None else None
+            if arrived is not None:  # the journal saw every folder arrive (it said "scan" for a .gitignore edit)
+                self._arrived = {f for f in arrived if os.path.isdir(os.path.join(root, real_path(f.rstrip("/"))))}
+            elif any(old is None for old in scanned.values()):
+                # No journal, or it lost events: told by ctime. A folder un-ignored and written into by the same
+                # command would be taken for one moved in; rare beside folder moves, which this catches.
                 self._arrived = self._folders_arrived(scanned, current)
             self.stats = current
             self._touched.update(scanned)
@@ -299,11 +305,10 @@ class CommandCapture:
         candidates: set[str] = set()
         for item in drained:
             if item.endswith("/"):
-                inside = [p for p in self.stats if p.startswith(item)]
-                candidates.update(inside)
-                if not inside and os.path.isdir(os.path.join(self.workspace.root, real_path(item.rstrip("/")))):
-                    # Created or moved in (inotify said so) where no file was: every file below it is new here,
-                    # whatever its ctime (`mv d d2` leaves the ctimes of d's files as they were).
+                candidates.update(p for p in self.stats if p.startswith(item))
+                if os.path.isdir(os.path.join(self.workspace.root, real_path(item.rstrip("/")))):
+                    # The folder itself was made, moved in or replaced (only those report it) and is there: every
+                    # file below it is new here, whatever its ctime (`mv d d2` leaves those of d's files as they were).
                     self._arrived.add(item)
             else:
                 candidates.add(item)
@@ -322,25 +327,30 @@ class CommandCapture:
         return changed
 
     def _folders_arrived(self, scanned: dict[str, FileStat | None], current: dict[str, FileStat]) -> set[str]:
-        """After a full scan: the folders (recorded form plus '/') that hold new files, held none before, and
-        were themselves made or renamed during the command (their ctime; a rename sets the moved folder's). A
-        folder that merely became visible (its ignore rule went away) has an old ctime and is not one."""
-        before: set[str] = set()
-        for path in self.stats:  # a full scan was O(workspace) already
-            parts = path.split("/")
-            before.update("/".join(parts[:end]) + "/" for end in range(1, len(parts)))
+        """After a full scan: the folders (recorded form plus '/') that hold new files, keep none of the files they
+        held (a folder moved in, or over one that was there), and were themselves made or renamed during the command
+        (their ctime; a rename sets the moved folder's). A folder that merely became visible (its ignore rule went
+        away) has an old ctime and is not one."""
+        before: set[str] = set()  # folders still holding a file they held (the same file: its inode)
+        for path, info in self.stats.items():  # a full scan was O(workspace) already
+            now = current.get(path)
+            if now is not None and now.ino == info.ino:
+                parts = path.split("/")
+                before.update("/".join(parts[:end]) + "/" for end in range(1, len(parts)))
         arrived: set[str] = set()
+        looked: set[str] = set()
         for path, old in scanned.items():
             if old is not None or path not in current:
                 continue
             parts = path.split("/")
             for end in range(1, len(parts)):
                 folder = "/".join(parts[:end]) + "/"
-                if folder in before or folder in arrived:
+                if folder in before or folder in looked:
                     continue
+                looked.add(folder)  # each folder is looked at once
                 with contextlib.suppress(OSError):
-                    info = os.lstat(os.path.join(self.workspace.root, real_path(folder.rstrip("/"))))
-                    if info.st_ctime_ns >= self._window_start - WINDOW_SLACK_NS:
+                    made = os.lstat(os.path.join(self.workspace.root, real_path(folder.rstrip("/")))).st_ctime_ns
+                    if made >= self._window_start - WINDOW_SLACK_NS:
                         arrived.add(folder)
         return arrived
 

@@ -177,6 +177,11 @@ class ChangeWatcher:
         self._lost = False
         self._broken = False
         self._resync: set[str] = set()
+        # Folders made or moved in (not excluded then) since the last drain; ``arrived`` holds those of the last
+        # drain even when it said "scan" (a .gitignore changed), None only when events were lost.
+        self._arrivals: set[str] = set()
+        self._overflowed = False
+        self.arrived: set[str] | None = set()
         self._ignored_born: set[str] = set()  # ignored paths made since ``ignored_gone`` (see ``_ignored_event``)
         self._ignored_gone: set[str] = set()
         self._wd_mode: dict[int, int] = {}  # each watched folder's permission bits, to tell a mode change apart
@@ -232,6 +237,8 @@ class ChangeWatcher:
             self._broken = True  # e.g. the watch limit: keep saying "scan" rather than give partial answers
         touched, lost = self._pending, self._lost
         self._pending, self._lost = set(), False
+        self.arrived = None if self._overflowed or self._broken else self._arrivals
+        self._arrivals, self._overflowed = set(), False
         return None if lost or self._broken else touched
 
     def close(self) -> None:
@@ -253,7 +260,7 @@ class ChangeWatcher:
 
     def _handle(self, wd: int, mask: int, name: str) -> None:
         if mask & _IN_Q_OVERFLOW:
-            self._lost = True
+            self._lost = self._overflowed = True
             self._resync.add("")
             return
         rel_dir = self._wd_dir.get(wd)
@@ -295,6 +302,7 @@ class ChangeWatcher:
             self._drop_subtree(rel)
         elif mask & (_IN_CREATE | _IN_MOVED_TO):
             self._pending.add(quote_path(rel) + "/")
+            self._arrivals.add(quote_path(rel) + "/")
             self._drop_subtree(rel)
             self._watch_tree(rel, self._pending)
 
