@@ -405,3 +405,268 @@ def test_absent_is_still_the_state_of_a_path_behind_a_link(tmp_path, workspace):
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         assert run.session.files.state("link/x").hash == ABSENT
+
+
+# ------------------------------------------------------------------------------ folders a command moves
+
+
+def _tree(root):
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".agent-runtime"]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as handle:
+                out[os.path.relpath(full, root)] = handle.read()
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root) + "/"] = b""
+    return out
+
+
+_MOVES = {
+    "new name": (["mv d d2"], {"d2/k", "d2/sub/s"}),
+    "into another folder": (["mv d e/"], {"e/d/k", "e/d/sub/s"}),
+    "deep tree": (["mv a z"], {"z/b/c/d/f"}),
+    "over an empty folder": (["mv -T d empty"], {"empty/k", "empty/sub/s"}),
+    "over a folder with files": (["rm -rf e && mv d e"], {"e/k", "e/sub/s"}),
+    "swapped with another": (["mv d t && mv e d && mv t e"], {"e/k", "e/sub/s", "d/there"}),
+    "out and back in": (["mv d {out}/d && mv {out}/d d3"], {"d3/k", "d3/sub/s"}),
+    "out, then back in later": (["mv d {out}/d", "mv {out}/d d4"], {"d4/k", "d4/sub/s"}),
+}
+
+
+@pytest.mark.parametrize("journal", ["inotify", "scan"])
+@pytest.mark.parametrize("session", ["first", "later"])
+@pytest.mark.parametrize("shape", list(_MOVES))
+def test_a_folder_a_command_moves_is_captured_under_its_new_name(
+    tmp_path, workspace, monkeypatch, shape, session, journal
+):
+    """A rename keeps the ctimes of the files below the folder: the capture once took them for files that merely
+    became visible, recorded only the deletions, and rollback left a second copy of the tree (issue 9 attack)."""
+    from safepoint.workspace.scan import ChangeWatcher
+
+    if journal == "scan":
+        monkeypatch.setattr(ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
+    (workspace / "d" / "sub").mkdir(parents=True)
+    (workspace / "d" / "k").write_text("keep\n")
+    (workspace / "d" / "sub" / "s").write_text("s\n")
+    (workspace / "a" / "b" / "c" / "d").mkdir(parents=True)
+    (workspace / "a" / "b" / "c" / "d" / "f").write_text("deep\n")
+    (workspace / "e").mkdir()
+    (workspace / "e" / "there").write_text("there\n")
+    (workspace / "empty").mkdir()
+    out = tmp_path / "outside"
+    out.mkdir()
+    time.sleep(0.2)  # the files' ctimes clearly predate the command, as in a real checkout
+    before = _tree(workspace)
+    commands, created = _MOVES[shape]
+    tm = safepoint.open(workspace=str(workspace))
+    if session == "later":
+        with tm.start("t", run_id="r0") as run:
+            run.call("run_command", {"command": "true"}, call_id="c0")
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        for index, command in enumerate(commands):
+            run.call("run_command", {"command": command.format(out=out)}, call_id=f"c{index}")
+    recorded = {(p.path, p.op) for p in load_view(tm.store, "r").patches}
+    assert {(path, "create") for path in created} <= recorded, recorded
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.conflicts and not plan.unrestorable
+    after = _tree(workspace)
+    # Rollback removes the files it put there, and may leave the folder they came in empty: never a second copy.
+    assert {p: v for p, v in after.items() if not p.endswith("/")} == {
+        p: v for p, v in before.items() if not p.endswith("/")
+    }
+
+
+# ------------------------------------------------------------------------------ ignored files a command deletes
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "find . -name '*.log' -delete",
+        "ls | grep log | xargs rm",
+        "sh -c 'rm -f -- *.log'",
+        "mv app.log ../away.log",
+    ],
+)
+def test_an_ignored_file_a_command_removes_unnamed_is_said_in_the_result_and_in_rollback(tmp_path, workspace, command):
+    make_repo(workspace, {".gitignore": "*.log\n", "code.py": "x\n"})
+    (workspace / "app.log").write_text("the only copy\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        result = run.call_result("run_command", {"command": command}, call_id="c1")
+    assert not (workspace / "app.log").exists()
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    if (workspace / "app.log").exists():  # kept ahead: the line names it in a way the classifier reads (sh -c)
+        assert (workspace / "app.log").read_text() == "the only copy\n"
+        assert "cannot put it back" not in result.observation and not plan.unrestorable
+    else:
+        assert "app.log" in result.observation and "rollback cannot put it back" in result.observation
+        assert "app.log" in {u.path for u in plan.unrestorable}
+    assert (workspace / "code.py").read_text() == "x\n"
+
+
+def test_an_ignored_folder_a_command_removes_unnamed_is_said(workspace):
+    make_repo(workspace, {".gitignore": "cache/\n", "code.py": "x\n"})
+    (workspace / "cache").mkdir()
+    (workspace / "cache" / "data").write_text("slow to rebuild\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("run_command", {"command": "find . -name cache -exec rm -rf {} +"}, call_id="c1")
+    assert "cache: an ignored folder" in result.observation
+
+
+def test_ignored_files_a_command_makes_and_removes_or_the_user_removed_are_not_said(workspace):
+    """No noise: a temporary ignored file the command made and removed, an ignored file the user removed before
+    the command, and an ignored file the command line names (kept and put back) are not reported as lost."""
+    make_repo(workspace, {".gitignore": "*.log\n*.tmp\n", "code.py": "x\n"})
+    (workspace / "user.log").write_text("user\n")
+    (workspace / "named.log").write_text("named\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": "true"}, call_id="c0")
+        (workspace / "user.log").unlink()
+        first = run.call_result("run_command", {"command": "echo a > x.tmp && rm x.tmp"}, call_id="c1")
+        second = run.call_result("run_command", {"command": "rm named.log"}, call_id="c2")
+    assert "cannot put it back" not in first.observation
+    assert "cannot put it back" not in second.observation
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable
+    assert (workspace / "named.log").read_text() == "named\n"
+    assert not (workspace / "user.log").exists()
+
+
+# ------------------------------------------------------------------------------ writes through a hard link
+
+
+def _run_commands(workspace, *commands):
+    tm = safepoint.open(workspace=str(workspace))
+    results = []
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        for index, command in enumerate(commands):
+            results.append(run.call_result("run_command", {"command": command}, call_id=f"c{index}"))
+    return tm, start, results
+
+
+@pytest.mark.parametrize("journal", ["inotify", "scan"])
+@pytest.mark.parametrize(
+    "commands", [("ln f g", "echo agent >> g"), ("ln f g && echo agent >> g",)], ids=["two calls", "one call"]
+)
+@pytest.mark.parametrize("tracked", [False, True], ids=["untracked", "git"])
+def test_a_write_through_a_hard_link_the_agent_made_is_put_back(workspace, monkeypatch, commands, tracked, journal):
+    from safepoint.workspace.scan import ChangeWatcher
+
+    if journal == "scan":
+        monkeypatch.setattr(ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
+    if tracked:
+        make_repo(workspace, {"f": "user\n"})
+    else:
+        (workspace / "f").write_text("user\n")
+    tm, start, _ = _run_commands(workspace, *commands)
+    assert (workspace / "f").read_text() == "user\nagent\n"
+    assert "f" in {p.path for p in load_view(tm.store, "r").patches}
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.conflicts
+    assert not (workspace / "g").exists()
+    if tracked:  # f's content before is HEAD's: put back
+        assert not plan.unrestorable
+        assert (workspace / "f").read_text() == "user\n"
+    else:  # an untracked file nothing kept: put back where a recorded state allows it, else said
+        assert (workspace / "f").read_text() == "user\n" or {u.path for u in plan.unrestorable} == {"f"}
+
+
+def test_a_write_through_the_users_own_hard_link_is_put_back(workspace):
+    """Two names the user made for one file: a write through one is recorded on both, with the content before
+    the command kept through the name the command line names."""
+    (workspace / "f").write_text("user\n")
+    os.link(workspace / "f", workspace / "g")
+    tm, start, _ = _run_commands(workspace, "echo agent >> g")
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable and not plan.conflicts
+    assert (workspace / "f").read_text() == "user\n" and (workspace / "g").read_text() == "user\n"
+
+
+def test_a_write_through_a_hard_link_with_an_unknown_past_is_said(workspace):
+    """f and g are one file the user made; the command writes through g without the line naming it: nothing kept
+    f's content before, so the call's result and rollback both say it cannot be put back."""
+    (workspace / "f").write_text("user\n")
+    os.link(workspace / "f", workspace / "g")
+    tm, start, results = _run_commands(workspace, "sh -c 'x=g; echo agent >> $x'")
+    assert (workspace / "f").read_text() == "user\nagent\n"
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    said = {u.path for u in plan.unrestorable}
+    assert "f" in said and "g" in said
+    assert "hard link" in results[0].observation
+
+
+def test_a_hard_link_leading_out_of_the_workspace_is_said(tmp_path, workspace):
+    (workspace / "f").write_text("user\n")
+    outside = tmp_path / "outside"
+    _, _, results = _run_commands(workspace, f"ln f {outside}", "echo agent >> f")
+    assert outside.read_text() == "user\nagent\n"
+    assert "outside what safepoint watches" in results[1].observation
+
+
+# ------------------------------------------------------------------------------ a folder's mode
+
+
+@pytest.mark.parametrize("command", ["chmod 500 d", "chmod -R go-rwx d", "chmod 700 d/sub"])
+def test_a_folders_mode_a_command_changes_is_said_with_its_undo(workspace, command):
+    """No record holds a folder's mode (README, Known limits): the call's result says the change and the command
+    that undoes it; a mode a user changed before the command is not blamed on it."""
+    (workspace / "d" / "sub").mkdir(parents=True)
+    (workspace / "d" / "k").write_text("k\n")
+    (workspace / "other").mkdir()
+    os.chmod(workspace / "d", 0o755)
+    os.chmod(workspace / "d" / "sub", 0o755)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("run_command", {"command": "true"}, call_id="c0")
+        os.chmod(workspace / "other", 0o700)  # the user's
+        result = run.call_result("run_command", {"command": command}, call_id="c1")
+    folder = command.split()[-1]
+    assert f"{folder}/: the command changed this folder's mode from 0755" in result.observation
+    assert f"chmod 0755 {folder}" in result.observation
+    assert "other/" not in result.observation
+    os.chmod(workspace / "d", 0o755)
+    os.chmod(workspace / "d" / "sub", 0o755)
+
+
+def test_an_edit_of_yours_through_a_hard_link_is_yours_on_every_name(workspace):
+    """You write through g between two commands, then a command writes through g: rollback gives both names your
+    version, never f's older content."""
+    (workspace / "f").write_text("one\n")
+    os.link(workspace / "f", workspace / "g")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("run_command", {"command": "cat g"}, call_id="c0")
+        start = run.checkpoint()
+        with open(workspace / "g", "a") as handle:
+            handle.write("yours\n")
+        run.call("run_command", {"command": "echo agent >> g"}, call_id="c1")
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable and not plan.conflicts
+    assert (workspace / "f").read_text() == "one\nyours\n"
+    assert (workspace / "g").read_text() == "one\nyours\n"
+
+
+def test_a_folder_uncovered_and_written_into_by_a_command_keeps_your_files(workspace):
+    """`build/` stops being ignored and the command writes a file in it: only that file is the command's; your
+    build/old, visible now, is not taken for one the command moved in (rollback must not remove it)."""
+    (workspace / ".gitignore").write_text("build/\n")
+    (workspace / "build").mkdir()
+    (workspace / "build" / "old").write_text("yours\n")
+    time.sleep(0.2)  # build/old clearly predates the command
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": "sed -i '/build/d' .gitignore && echo new > build/new"}, call_id="c1")
+    assert {p.path for p in load_view(tm.store, "r").patches} == {".gitignore", "build/new"}
+    tm.rollback_files("r", start, include_uncertain=True)
+    assert (workspace / "build" / "old").read_text() == "yours\n"
+    assert not (workspace / "build" / "new").exists()

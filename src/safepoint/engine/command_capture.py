@@ -120,6 +120,7 @@ class CommandCapture:
         self._named: dict[str, FileStat | None] = {}  # ignored files the command line names -> their stat before
         self._special: dict[str, int] = {}  # FIFOs, sockets, devices the command line names -> their inode
         self._command: str | None = None  # the call whose command runs (between before_command and settled)
+        self._arrived: set[str] = set()  # folders ('d2/') a command made or moved in, that held no file before
         self.recovered: list[FilePatchEntry] = []  # changes of a command whose outcome a crash lost
         # Files the run already wrote are known if they still hold what it wrote (the run's own edits, so O(edits)).
         last = {patch.path: patch.after_hash for patch in files.patches}
@@ -285,10 +286,19 @@ class CommandCapture:
         """Paths whose stat differs from what this capture last saw, each with its previous stat (None: it did
         not exist); the stat cache is brought up to date."""
         drained = self.watcher.drain() if self.watcher is not None else None
+        self._arrived = set()
+        root = self.workspace.root
         if drained is None:
-            current = scan(self.workspace.root, self.rules)
+            current = scan(root, self.rules)
             differ = current.keys() | self.stats.keys()
             scanned = {p: self.stats.get(p) for p in differ if current.get(p) != self.stats.get(p)}
+            arrived = self.watcher.arrived if self.watcher is not None else None
+            if arrived is not None:  # the journal saw every folder arrive (it said "scan" for a .gitignore edit)
+                self._arrived = {f for f in arrived if os.path.isdir(os.path.join(root, real_path(f.rstrip("/"))))}
+            elif any(old is None for old in scanned.values()):
+                # No journal, or it lost events: told by ctime. A folder un-ignored and written into by the same
+                # command would be taken for one moved in; rare beside folder moves, which this catches.
+                self._arrived = self._folders_arrived(scanned, current)
             self.stats = current
             self._touched.update(scanned)
             return scanned
@@ -296,6 +306,10 @@ class CommandCapture:
         for item in drained:
             if item.endswith("/"):
                 candidates.update(p for p in self.stats if p.startswith(item))
+                if os.path.isdir(os.path.join(self.workspace.root, real_path(item.rstrip("/")))):
+                    # The folder itself was made, moved in or replaced (only those report it) and is there: every
+                    # file below it is new here, whatever its ctime (`mv d d2` leaves those of d's files as they were).
+                    self._arrived.add(item)
             else:
                 candidates.add(item)
         changed: dict[str, FileStat | None] = {}
@@ -312,6 +326,39 @@ class CommandCapture:
         self._touched.update(changed)
         return changed
 
+    def _folders_arrived(self, scanned: dict[str, FileStat | None], current: dict[str, FileStat]) -> set[str]:
+        """After a full scan: the folders (recorded form plus '/') that hold new files, keep none of the files they
+        held (a folder moved in, or over one that was there), and were themselves made or renamed during the command
+        (their ctime; a rename sets the moved folder's). A folder that merely became visible (its ignore rule went
+        away) has an old ctime and is not one."""
+        before: set[str] = set()  # folders still holding a file they held (the same file: its inode)
+        for path, info in self.stats.items():  # a full scan was O(workspace) already
+            now = current.get(path)
+            if now is not None and now.ino == info.ino:
+                parts = path.split("/")
+                before.update("/".join(parts[:end]) + "/" for end in range(1, len(parts)))
+        arrived: set[str] = set()
+        looked: set[str] = set()
+        for path, old in scanned.items():
+            if old is not None or path not in current:
+                continue
+            parts = path.split("/")
+            for end in range(1, len(parts)):
+                folder = "/".join(parts[:end]) + "/"
+                if folder in before or folder in looked:
+                    continue
+                looked.add(folder)  # each folder is looked at once
+                with contextlib.suppress(OSError):
+                    made = os.lstat(os.path.join(self.workspace.root, real_path(folder.rstrip("/")))).st_ctime_ns
+                    if made >= self._window_start - WINDOW_SLACK_NS:
+                        arrived.add(folder)
+        return arrived
+
+    def _arrived_with_folder(self, path: str) -> bool:
+        """Whether ``path`` came with a folder made or moved in during the command (see ``_changed``)."""
+        parts = path.split("/")
+        return any("/".join(parts[:end]) + "/" in self._arrived for end in range(1, len(parts)))
+
     # before and after a command -------------------------------------------------------------------------------
     def before_command(self, hints: Sequence[str] = (), call_id: str | None = None) -> None:
         """Settle what changed since the last capture: those changes are not the command's. ``hints`` are paths
@@ -321,8 +368,14 @@ class CommandCapture:
         durably (a journal) before it runs, so a crash while it runs loses none of its changes."""
         if time.monotonic() - self._saved_at > SAVE_SECONDS or not self._saved_once:
             self.save()  # the journal below is a delta on a saved state: the run's first command saves one
-        for path in self._changed():
+        settle = self._changed()
+        self._hard_links(settle)  # an edit of yours through one name changed the others: learnt with it
+        for path in settle:
             self._learn(path)
+        if self.watcher is not None:
+            # Ignored files removed and folder modes changed before the command are not its doing.
+            self.watcher.ignored_gone()
+            self.watcher.folder_modes()
         self._named = {}
         self._special = {}
         tracked, ignored = self._expand(hints)
@@ -437,16 +490,38 @@ class CommandCapture:
         for path, old in self._named.items():
             if path not in changed and _stat(self.workspace.root, path, folders) != old:
                 changed[path] = old
+        through = self._hard_links(changed)
         for path, old in sorted(changed.items(), key=self._removals_first):
             info = self.stats.get(path)
-            stale = old is None and info is not None and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
-            writers = authors.of(path) if authors is not None else set()
+            # A new path with an old ctime predates the command (its ignore rule went away), unless a folder the
+            # command made or moved in brought it: a rename keeps the ctimes of the files below the folder.
+            stale = (
+                old is None
+                and info is not None
+                and info.ctime_ns < self._window_start - WINDOW_SLACK_NS
+                and not self._arrived_with_folder(path)
+            )
+            writers = authors.of(through.get(path, path)) if authors is not None else set()
             if stale or path in others or writers == {"other"}:
                 # Not the command's: merely visible now (its ignore rule went away), written by another call, or
                 # by a process outside the command's tree (the user, another run).
                 self._learn(path)
                 continue
             self._record(call_id, path, old, author_uncertain=writers != {"command"}, into=recorded)
+            if path in through and recorded and recorded[-1].path == path and recorded[-1].before_hash == UNKNOWN:
+                self.warnings.append(
+                    f"{path}: changed through its hard link {through[path]}; its content before was not kept,"
+                    " so rollback cannot put it back"
+                )
+        recorded.extend(self._ignored_lost(call_id, authors is None))
+        for folder, (was, now) in sorted(self.watcher.folder_modes().items() if self.watcher is not None else ()):
+            # No record holds a folder's mode (a file patch of a folder would reach every reader of patches):
+            # said, with the command that undoes it, rather than lost in silence.
+            name = folder or "."
+            self.warnings.append(
+                f"{name}/: the command changed this folder's mode from {was:04o} to {now:04o}; rollback does not put"
+                f" a folder's mode back (undo it with: chmod {was:04o} {name})"
+            )
         for path, ino in sorted(self._special.items()):
             try:
                 gone = os.lstat(os.path.join(self.workspace.root, real_path(path))).st_ino != ino
@@ -460,6 +535,75 @@ class CommandCapture:
                     recorded.append(entry)
         self._named = {}
         self._special = {}
+        return recorded
+
+    def _hard_links(self, changed: dict[str, FileStat | None]) -> dict[str, str]:
+        """A write through one name of a file changes all its names (``ln f g; echo x >> g`` changes f), yet the
+        journal names only the one written through. A changed file with more than one link (only the changed
+        files are looked at) has its other names in the workspace added to ``changed`` (each with the name that
+        led to it, returned); names outside what the capture watches are said. Finding them takes a walk of the
+        workspace: hard links are rare in a source tree, and the alternative, an inode index kept up to date on
+        every call, would cost every command for the rare one."""
+        linked: dict[tuple[int, int], tuple[str, int]] = {}  # (device, inode) -> (a changed name, links)
+        for path in changed:
+            with contextlib.suppress(OSError):
+                full = os.lstat(os.path.join(self.workspace.root, real_path(path)))
+                if stat.S_ISREG(full.st_mode) and full.st_nlink > 1:
+                    linked.setdefault((full.st_dev, full.st_ino), (path, full.st_nlink))
+        if not linked:
+            return {}
+        device = os.lstat(self.workspace.root).st_dev
+        names: dict[tuple[int, int], list[str]] = {}
+        for path, info in scan(self.workspace.root, self.rules).items():
+            if (device, info.ino) in linked:
+                names.setdefault((device, info.ino), []).append(path)
+        through: dict[str, str] = {}
+        for key, (via, links) in linked.items():
+            found = names.get(key, [])
+            for other in found:
+                now = _stat(self.workspace.root, other, {})
+                old = self.stats.get(other)
+                if other in changed or now is None or now == old:
+                    continue
+                changed[other] = old
+                self.stats[other] = now
+                via_old = changed.get(via)
+                if other not in self.known and via in self.known and old and via_old and old.ino == via_old.ino:
+                    self.known[other] = self.known[via]  # one file under two names already: the same content before
+                self._touched.add(other)
+                through[other] = via
+            if links > len(found):
+                self.warnings.append(
+                    f"{via}: a file with {links} names, {links - len(found)} of them outside what safepoint watches"
+                    " (ignored, or outside the workspace): a change through it changed those too, and rollback"
+                    " cannot put them back"
+                )
+        return through
+
+    def _ignored_lost(self, call_id: str, uncertain: bool) -> list[FilePatchEntry]:
+        """Ignored files the command removed without the command line naming them (``find . -name '.env*'
+        -delete``, a ``for`` loop, ``xargs rm``): no scan looks at them, nothing kept them, but the journal saw
+        them go. Each is said in the call's result and recorded with an unknown before-state, so ``rollback``
+        names it too: never lost in silence. O(what the command removed)."""
+        gone = self.watcher.ignored_gone() if self.watcher is not None else set()
+        kept = self._named.keys()
+        recorded: list[FilePatchEntry] = []
+        for item in sorted(gone):
+            path = item.rstrip("/")
+            if path in kept or (item.endswith("/") and any(k.startswith(item) for k in kept)):
+                continue  # kept ahead (the command line named it): recorded with its content already
+            if _stat(self.workspace.root, path, {}) is not None or os.path.lexists(
+                os.path.join(self.workspace.root, real_path(path))
+            ):
+                continue  # replaced in place (an editor's save, a tool's atomic rename): still there
+            what = "folder" if item.endswith("/") else "file"
+            self.warnings.append(
+                f"{path}: an ignored {what} the command deleted without naming it; it was not kept, so rollback"
+                " cannot put it back"
+            )
+            entry = self.files.record(call_id, FileBefore(path, UNKNOWN, None), None, None, author_uncertain=uncertain)
+            if entry is not None:
+                recorded.append(entry)
         return recorded
 
     def _removals_first(self, item: tuple[str, FileStat | None]) -> tuple[bool, str]:

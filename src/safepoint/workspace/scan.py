@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from safepoint.workspace.ignore import IgnoreRules, _Chain
-from safepoint.workspace.names import quote_path
+from safepoint.workspace.names import quote_path, real_path
 
 __all__ = ["ChangeWatcher", "FileStat", "IgnoreRules", "scan"]
 
@@ -177,6 +177,15 @@ class ChangeWatcher:
         self._lost = False
         self._broken = False
         self._resync: set[str] = set()
+        # Folders made or moved in (not excluded then) since the last drain; ``arrived`` holds those of the last
+        # drain even when it said "scan" (a .gitignore changed), None only when events were lost.
+        self._arrivals: set[str] = set()
+        self._overflowed = False
+        self.arrived: set[str] | None = set()
+        self._ignored_born: set[str] = set()  # ignored paths made since ``ignored_gone`` (see ``_ignored_event``)
+        self._ignored_gone: set[str] = set()
+        self._wd_mode: dict[int, int] = {}  # each watched folder's permission bits, to tell a mode change apart
+        self._mode_changed: dict[str, int] = {}  # folders whose mode changed since ``folder_modes`` -> mode before
 
     @classmethod
     def start(cls, root: str, rules: IgnoreRules) -> ChangeWatcher | None:
@@ -228,6 +237,8 @@ class ChangeWatcher:
             self._broken = True  # e.g. the watch limit: keep saying "scan" rather than give partial answers
         touched, lost = self._pending, self._lost
         self._pending, self._lost = set(), False
+        self.arrived = None if self._overflowed or self._broken else self._arrivals
+        self._arrivals, self._overflowed = set(), False
         return None if lost or self._broken else touched
 
     def close(self) -> None:
@@ -249,7 +260,7 @@ class ChangeWatcher:
 
     def _handle(self, wd: int, mask: int, name: str) -> None:
         if mask & _IN_Q_OVERFLOW:
-            self._lost = True
+            self._lost = self._overflowed = True
             self._resync.add("")
             return
         rel_dir = self._wd_dir.get(wd)
@@ -261,6 +272,8 @@ class ChangeWatcher:
                 self._broken = True
             return
         if not name:
+            if mask & _IN_ATTRIB:
+                self._folder_attrib(wd, rel_dir)
             if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT):
                 if rel_dir == "":
                     self._broken = True
@@ -279,6 +292,8 @@ class ChangeWatcher:
             self._lost = True
             self._resync.add(rel_dir)
         if rules._leaf_excluded(rules._chain_for(rel_dir), rel, name, is_dir):
+            if name != ".git" and rel != rules._store_rel:
+                self._ignored_event(quote_path(rel) + ("/" if is_dir else ""), mask)
             return
         if not is_dir:
             self._pending.add(quote_path(rel))
@@ -287,8 +302,53 @@ class ChangeWatcher:
             self._drop_subtree(rel)
         elif mask & (_IN_CREATE | _IN_MOVED_TO):
             self._pending.add(quote_path(rel) + "/")
+            self._arrivals.add(quote_path(rel) + "/")
             self._drop_subtree(rel)
             self._watch_tree(rel, self._pending)
+
+    def _ignored_event(self, rel: str, mask: int) -> None:
+        """An ignored path (by .gitignore or the extra patterns) made or removed in a watched folder: one that was
+        there before and went is kept until ``ignored_gone`` (a temporary file the same command made and removed
+        is not)."""
+        if mask & (_IN_CREATE | _IN_MOVED_TO):
+            self._ignored_born.add(rel)
+            self._ignored_gone.discard(rel)
+        elif mask & (_IN_DELETE | _IN_MOVED_FROM):
+            if rel in self._ignored_born:
+                self._ignored_born.discard(rel)
+            else:
+                self._ignored_gone.add(rel)
+
+    def _folder_attrib(self, wd: int, rel_dir: str) -> None:
+        """A watched folder's own attributes changed (its watch says so): note a change of its mode."""
+        old = self._wd_mode.get(wd)
+        try:
+            mode = stat.S_IMODE(os.lstat(os.path.join(self._root, rel_dir) if rel_dir else self._root).st_mode)
+        except OSError:
+            return
+        if old is not None and old != mode:
+            self._mode_changed.setdefault(quote_path(rel_dir), old)
+        self._wd_mode[wd] = mode
+
+    def folder_modes(self) -> dict[str, tuple[int, int]]:
+        """Watched folders (recorded form; "" for the root) whose permission bits changed since the last call:
+        the mode then and now. A folder's mode is no file's change: no scan sees it, only its watch."""
+        changed: dict[str, tuple[int, int]] = {}
+        for rel, old in self._mode_changed.items():
+            with contextlib.suppress(OSError):
+                now = stat.S_IMODE(os.lstat(os.path.join(self._root, real_path(rel)) if rel else self._root).st_mode)
+                if now != old:
+                    changed[rel] = (old, now)
+        self._mode_changed = {}
+        return changed
+
+    def ignored_gone(self) -> set[str]:
+        """Ignored paths (recorded form; a folder ends in '/') that were there at the previous call and have been
+        removed or moved away since; no scan looks at them, so only these events tell. Only the watched folders'
+        own entries: what went inside an ignored folder is not seen (that folder's own removal is)."""
+        gone = self._ignored_gone
+        self._ignored_gone, self._ignored_born = set(), set()
+        return gone
 
     def _map(self, wd: int, rel: str) -> None:
         old_rel = self._wd_dir.get(wd)
@@ -305,6 +365,7 @@ class ChangeWatcher:
             self._children.setdefault(rel.rpartition("/")[0], set()).add(rel)
 
     def _unmap(self, wd: int) -> None:
+        self._wd_mode.pop(wd, None)
         rel = self._wd_dir.pop(wd, None)
         if rel is not None and self._dir_wd.get(rel) == wd:
             del self._dir_wd[rel]
@@ -338,6 +399,8 @@ class ChangeWatcher:
                 return False  # gone, replaced by a file or a symlink: its parent's events tell
             raise _WatchFailed(str(exc)) from exc
         self._map(wd, rel)
+        with contextlib.suppress(OSError):
+            self._wd_mode.setdefault(wd, stat.S_IMODE(os.lstat(path).st_mode))  # one stat per folder, like the watch
         return True
 
     def _watch_tree(self, top: str, report: set[str] | None) -> set[str] | None:
