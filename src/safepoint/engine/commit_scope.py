@@ -88,11 +88,15 @@ def _reason(
     if not _matches_head(session, first, head.get(path)):
         if last.after_hash == ABSENT:
             what = "held your uncommitted work" if path in head else "was not in git"
+            back = (
+                "`safepoint rollback` brings it back"
+                if first.before_ref is not None
+                else "its content was never kept, so rollback cannot bring it back"
+            )
             return LeftOut(
                 path=path,
                 reason="deleted_user_file",
-                why=f"the agent deleted it while it {what}: there is no change of the agent's to commit "
-                "(`safepoint rollback` brings it back)",
+                why=f"the agent deleted it while it {what}: there is no change of the agent's to commit ({back})",
             )
         return LeftOut(
             path=path,
