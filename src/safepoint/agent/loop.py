@@ -24,10 +24,10 @@ from safepoint.errors import (
     RunCancelled,
     WorkVoided,
 )
-from safepoint.protocol import TERMINAL_STATUS_RESTART
 from safepoint.providers.base import Provider
 from safepoint.providers.select import provider_for
 from safepoint.records import RunStatus, ToolCall
+from safepoint.report import closed_words
 from safepoint.restart import approvals, inbox
 from safepoint.restart.checkpoint import loop_state
 from safepoint.restart.doubt import doubt_of
@@ -203,7 +203,7 @@ def resume_session(
     if owner is not None and owner.terminal_at is not None and store.read_restart_checkpoint(run_id) is None:
         # Closed, and its cleanup finished: nothing to claim, nothing to record again.
         raise RecoveryClosedError(
-            f"run {run_id!r} is closed ({owner.terminal_status}, at {owner.terminal_at}); it is never resumed. "
+            f"run {run_id!r} is closed ({closed_words(store, run_id)}); it is never resumed. "
             f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
         )
     check_resume_options(store, run_id, replay, skip)  # before the claim: a refused option writes nothing
@@ -220,8 +220,8 @@ def resume_session(
         finally:
             store.release(claim)
         raise RecoveryClosedError(
-            f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed: "
-            f"{TERMINAL_STATUS_RESTART} See `safepoint explain {run_id}`"
+            f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed "
+            f"({closed_words(store, run_id)}). See `safepoint explain {run_id}`"
         )
     session = approvals.attach(RunSession.open(store, run_id, workspace, registry, claim=claim))
     if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import stat
+import sys
 import time
 from typing import Any
 
@@ -30,17 +31,46 @@ MAX_OUTPUT = 8 * 1024  # longer command output is kept whole as an artifact, and
 DEFAULT_TIMEOUT = 120.0
 SEARCH_SECONDS = 10.0  # a search_files call stops here (a replay after a crash cannot hang either)
 REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the supervisor's tree itself
+MAX_TIMEOUT = 24 * 3600.0  # a command's time limit is at most a day
+# The kernel's limits for starting a program: one argument (Linux's MAX_ARG_STRLEN, 32 pages; elsewhere only the
+# total applies) and arguments plus environment (ARG_MAX).
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_ARG_MAX = os.sysconf("SC_ARG_MAX") if hasattr(os, "sysconf") else 256 * 1024
+MAX_ARGUMENTS = _ARG_MAX if _ARG_MAX > 0 else 256 * 1024
+MAX_ARGUMENT = min(32 * _PAGE, MAX_ARGUMENTS) if sys.platform.startswith("linux") else MAX_ARGUMENTS
 
 
 def _walk(ctx: ToolContext, path: str) -> list[str]:
+    """Every file under ``path``, sorted folder by folder. Walked with a stack of its own, not ``os.walk``'s
+    recursion, which a tree a thousand folders deep (a runaway build, a test fixture) turned into a
+    RecursionError for the whole workspace; links to folders are not followed (``os.walk``'s default too)."""
     root = ctx.workspace.resolve(path or ".")
+    if not os.path.isdir(root):
+        return [quote_path(os.path.relpath(root, ctx.workspace.root))] if os.path.isfile(root) else []
     found = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for name in sorted(files):
-            # In recorded form: a name that is not plain text (bytes that are not UTF-8, a newline) is quoted the way
-            # git quotes it, readable, and given back to a tool it names the same file.
-            found.append(quote_path(os.path.relpath(os.path.join(folder, name), ctx.workspace.root)))
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listed = sorted(entries, key=lambda entry: entry.name)
+        except OSError:
+            continue  # unreadable or gone meanwhile: skipped, as os.walk skips it
+        subfolders = []
+        for entry in listed:
+            try:
+                is_folder = entry.is_dir()  # a link to a folder counts as a folder, as in os.walk: not listed
+                walk_in = is_folder and not entry.is_symlink() and entry.name not in SKIP_DIRS
+            except OSError:
+                continue
+            if is_folder:
+                if walk_in:
+                    subfolders.append(entry.path)
+            else:
+                # In recorded form: a name that is not plain text (bytes that are not UTF-8, a newline) is quoted
+                # the way git quotes it, readable, and given back to a tool it names the same file.
+                found.append(quote_path(os.path.relpath(entry.path, ctx.workspace.root)))
+        todo.extend(reversed(subfolders))  # depth first, in name order: the order os.walk gave
     return found
 
 
@@ -174,12 +204,21 @@ def apply_patch(ctx: ToolContext, patch: str) -> str:
         results.append((diff, apply_file_diff(diff, ctx.workspace.read(source))))
     for diff, new in results:
         if new is None:
-            os.unlink(ctx.workspace.resolve(diff.old_path or ""))
+            _remove(ctx, diff.old_path or "")
         else:
             if diff.old_path and diff.new_path and diff.old_path != diff.new_path:
-                os.unlink(ctx.workspace.resolve(diff.old_path))
+                _remove(ctx, diff.old_path)
             ctx.workspace.write(diff.new_path or diff.old_path or "", new)
     return "applied to " + ", ".join(d.new_path or f"{d.old_path} (deleted)" for d in diffs)
+
+
+def _remove(ctx: ToolContext, rel: str) -> None:
+    """Remove a file a patch deletes or renames, in one line when it cannot be (gone meanwhile, no access)."""
+    try:
+        os.unlink(ctx.workspace.resolve(rel))
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ToolFailure(f"cannot remove {rel!r}: {why}; the patch was applied only to the files before it") from None
 
 
 def _classify_command(args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES) -> Classification:
@@ -215,6 +254,8 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
     limit = _timeout(timeout)
     env = {**os.environ, "SAFEPOINT_IDEMPOTENCY_KEY": ctx.idempotency_key}
     env.pop("SAFEPOINT_FAILPOINT", None)
+    if (too_long := _command_too_long(command, env)) is not None:
+        raise ToolFailure(too_long)
     # The command's supervisor (engine/reaper.py) waits for a byte on a pipe before it starts the command, and the
     # byte is sent only once it is noted: an agent killed in between leaves a process that sees end-of-file and
     # exits without running it (otherwise it would run unnoted, beyond the reach of the next owner's cleanup).
@@ -272,10 +313,35 @@ def _one_line(command: str) -> str:
 
 
 def _timeout(value: Any) -> float:
-    """A command's time limit in seconds: a finite number above 0 (a bool, a string, NaN or inf is refused)."""
+    """A command's time limit in seconds: a number above 0 and at most a day (a bool, a string, NaN or inf is
+    refused; so is 1e308, which overflowed the clock's arithmetic into a raw OverflowError)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ToolFailure(f"timeout {value!r} is not a time limit; give a number of seconds above 0, like 60")
+    if value > MAX_TIMEOUT:
+        raise ToolFailure(
+            f"timeout {value:g} is over the most a command may run, {MAX_TIMEOUT:g}s (a day); give a smaller one,"
+            " or start a long job in the background and check on it"
+        )
     return float(value)
+
+
+def _command_too_long(command: str, env: dict[str, str]) -> str | None:
+    """Why the kernel would refuse to start ``bash -c COMMAND`` (E2BIG), or None. Checked before anything starts,
+    so the model is told what is wrong: rejected, the reaper's 'could not start; try again', which sent models
+    into retrying the same here-doc for ever."""
+    size = len(os.fsencode(command)) + 1
+    if size > MAX_ARGUMENT:
+        return (
+            f"the command line is {size} bytes, over the system's limit of {MAX_ARGUMENT} for one argument; it is"
+            " too long to run: write the content with write_file and run a script, or split the command"
+        )
+    total = size + sum(len(os.fsencode(f"{k}={v}")) + 1 + 8 for k, v in env.items()) + 64
+    if total > MAX_ARGUMENTS:
+        return (
+            f"the command line and its environment are {total} bytes, over the system's limit of {MAX_ARGUMENTS};"
+            " it is too long to run: write the content with write_file and run a script, or split the command"
+        )
+    return None
 
 
 def _report(raw: bytes) -> dict[str, Any]:

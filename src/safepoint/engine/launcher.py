@@ -8,6 +8,7 @@ threads: the heartbeat, the capture's readers; a fork of a threaded process may 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import socket
@@ -39,12 +40,22 @@ class Launcher:
                 try:
                     socket.send_fds(self._sock, [request], fds)
                     answer = self._sock.recv(64)
-                except OSError:
+                except OSError as exc:
+                    if exc.errno in (errno.EMSGSIZE, errno.ENOBUFS):
+                        # The request itself is too big for the socket: no new server would take it either, and
+                        # "try again" would send a model into retrying for ever.
+                        raise ToolFailure(
+                            f"the command and its environment are {len(request)} bytes, too long to hand to the"
+                            " command's supervisor; write long content with write_file and run a script"
+                        ) from None
                     answer = b""
                 if answer:
                     return int(answer)
                 self._stop()  # the server died: start another once
-        raise ToolFailure("could not start the command's supervisor process (safepoint's reaper); try again")
+        raise ToolFailure(
+            "could not start the command's supervisor process (safepoint's reaper, which stopped twice); the command"
+            " did not run: try again, and if it fails again, check that this Python can start processes"
+        )
 
     def server_pid(self) -> int | None:
         """The reaper server's pid (the commands of this process are forks of it), if it runs."""

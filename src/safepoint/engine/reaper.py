@@ -122,6 +122,8 @@ def supervise(gate: int, status_fd: int, timeout: float, command: list[str], env
                 os.execvp(command[0], command)
             else:
                 os.execvpe(command[0], command, env)
+        except OSError as exc:  # said on the command's output: exit code 127 alone tells the model nothing
+            os.write(2, f"safepoint: could not start {command[0]}: {exc.strerror}\n".encode(errors="replace"))
         finally:
             os._exit(127)
     status: int | None = None
