@@ -69,7 +69,8 @@ WRITE_REFUSED = {
     "to-sub": "is a folder",
     ".": "the workspace folder itself",
     "sub/..": "the workspace folder itself",
-    "file/new.txt": "a folder on its way is a file",
+    "file/new.txt": "a part of its path is not a folder",
+    "fifo/new.txt": "a part of its path is not a folder",
 }
 
 
@@ -312,3 +313,29 @@ def test_a_program_the_supervisor_cannot_start_is_named(workspace, monkeypatch):
         result = run.call_result("run_command", {"command": "echo hi"}, call_id="c1")
     assert result.status == "failed"
     assert "could not start bash: No such file or directory" in result.observation, result.observation
+
+
+def test_read_file_of_a_huge_file_reads_only_what_it_shows(workspace):
+    """A log of 8 GB (sparse here): read_file read it whole into memory before cutting it to 256 KiB."""
+    with open(workspace / "huge.log", "wb") as handle:
+        handle.write(b"line of log\n" * 30_000)
+        handle.truncate(8 << 30)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("read_file", {"path": "huge.log"}, call_id="c1")
+    assert result.status == "succeeded"
+    assert result.observation.startswith("line of log\n")
+    assert result.observation.endswith(f"[... cut at {builtin.MAX_READ} of {8 << 30} bytes]"), result.observation[-80:]
+
+
+def test_search_files_skips_a_huge_file_and_says_so(workspace):
+    with open(workspace / "huge.log", "wb") as handle:
+        handle.write(b"needle\n")
+        handle.truncate(8 << 30)
+    (workspace / "small.txt").write_text("a needle\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("search_files", {"pattern": "needle"}, call_id="c1")
+    assert result.status == "succeeded", result.observation
+    assert result.observation.startswith("small.txt:1: a needle\n"), result.observation
+    assert "1 file(s) over 64 MiB not searched, like huge.log" in result.observation

@@ -29,6 +29,7 @@ MAX_READ = 256 * 1024
 MAX_LIST = 2000
 MAX_OUTPUT = 8 * 1024  # longer command output is kept whole as an artifact, and shown cut
 DEFAULT_TIMEOUT = 120.0
+MAX_SEARCH = 64 << 20  # search_files skips (and names) a file over this size instead of reading it whole
 SEARCH_SECONDS = 10.0  # a search_files call stops here (a replay after a crash cannot hang either)
 REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the supervisor's tree itself
 MAX_TIMEOUT = 24 * 3600.0  # a command's time limit is at most a day
@@ -77,13 +78,14 @@ def _walk(ctx: ToolContext, path: str) -> list[str]:
 @tool(idempotency="idempotent", replay_policy="auto", risk_level="low", side_effects=())
 def read_file(ctx: ToolContext, path: str) -> str:
     """Read a text file of the workspace."""
-    data = ctx.workspace.read(path)
-    if data is None:
+    head = ctx.workspace.read_head(path, MAX_READ)
+    if head is None:
         raise ToolFailure(f"{path} does not exist")
+    data, size = head
     if b"\x00" in data[:8192]:
-        return f"{path} is a binary file of {len(data)} bytes"
-    text = data[:MAX_READ].decode(errors="replace")
-    return text if len(data) <= MAX_READ else text + f"\n[... cut at {MAX_READ} of {len(data)} bytes]"
+        return f"{path} is a binary file of {size} bytes"
+    text = data.decode(errors="replace")
+    return text if size <= len(data) else text + f"\n[... cut at {MAX_READ} of {size} bytes]"
 
 
 @tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
@@ -108,11 +110,15 @@ def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
     deadline = time.monotonic() + SEARCH_SECONDS
     hits: list[str] = []
     searched = 0
+    too_big: list[str] = []
     for rel in _walk(ctx, path):
         try:
             if time.monotonic() > deadline:
                 raise TimeoutError
             data = _searchable(ctx, rel)
+            if data is TOO_BIG:
+                too_big.append(rel)
+                continue
             if data is None or b"\x00" in data[:8192]:
                 continue
             searched += 1
@@ -126,19 +132,32 @@ def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
                 f"search_files hit its time limit of {SEARCH_SECONDS:g}s in {rel} ({searched} files searched):"
                 " simplify the pattern (nested repeats like (a+)+ backtrack without end) or narrow the path"
             ) from None
-    return "\n".join(hits) or "no matches"
+    found = "\n".join(hits) or "no matches"
+    if too_big:
+        found += (
+            f"\n[{len(too_big)} file(s) over {MAX_SEARCH >> 20} MiB not searched, like {too_big[0]}: search them"
+            " with run_command and grep]"
+        )
+    return found
+
+
+TOO_BIG = b"\x00too big"  # _searchable's answer for a file over MAX_SEARCH (compared by identity)
 
 
 def _searchable(ctx: ToolContext, rel: str) -> bytes | None:
     """A file's content for a search, or None for what a search skips: special files (reading a FIFO could block
-    for ever), links leading out of the workspace, and anything that vanished or cannot be read."""
+    for ever), links leading out of the workspace, and anything that vanished or cannot be read; ``TOO_BIG`` for
+    a file over ``MAX_SEARCH`` (a log of gigabytes is not read into memory whole)."""
     try:
         info = os.lstat(os.path.join(ctx.workspace.root, real_path(rel)))
         if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
             return None
-        return ctx.workspace.read(rel)  # follows a link only inside the workspace; refuses a special target
+        head = ctx.workspace.read_head(rel, MAX_SEARCH + 1)  # follows a link only inside; refuses a special target
     except (OSError, ToolFailure):
         return None
+    if head is None:
+        return None
+    return TOO_BIG if len(head[0]) > MAX_SEARCH else head[0]
 
 
 def _write_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:

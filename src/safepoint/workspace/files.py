@@ -252,6 +252,15 @@ class Workspace:
         """The file's content, or None when it does not exist."""
         return read_if_exists(self.resolve(rel))
 
+    def read_head(self, rel: str, limit: int) -> tuple[bytes, int] | None:
+        """The first ``limit`` bytes of the file and its whole size, or None when it does not exist: a model's
+        ``read_file`` of a log of many gigabytes reads what it shows, not the whole file into memory."""
+        fd = _open_regular(self.resolve(rel), follow=True)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(limit), os.fstat(handle.fileno()).st_size
+
     def hash(self, rel: str) -> str | None:
         data = self.read(rel)
         return None if data is None else content_hash(data)
@@ -269,7 +278,7 @@ class Workspace:
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
-            raise _write_failure(rel, exc, "a folder on its way is a file, or cannot be created") from None
+            raise _write_failure(rel, exc, "a folder on its way cannot be created") from None
         if mode is None:
             mode = 0o666 & ~_UMASK
             with contextlib.suppress(FileNotFoundError):
@@ -322,8 +331,8 @@ def _write_failure(rel: str, exc: OSError, hint: str = "") -> ToolFailure:
         errno.EACCES: "the user must grant write access",
         errno.EPERM: "the user must grant write access",
         errno.EROFS: "the filesystem is read-only",
-        errno.ENOTDIR: "a folder on its way is a file",
-        errno.EEXIST: "a folder on its way is a file",
+        errno.ENOTDIR: "a part of its path is not a folder",
+        errno.EEXIST: "a part of its path is not a folder",
         errno.EISDIR: "it is a folder; name a file inside it",
         errno.ENOTEMPTY: "it is a folder; name a file inside it",
     }
