@@ -339,3 +339,59 @@ def test_search_files_skips_a_huge_file_and_says_so(workspace):
     assert result.status == "succeeded", result.observation
     assert result.observation.startswith("small.txt:1: a needle\n"), result.observation
     assert "1 file(s) over 64 MiB not searched, like huge.log" in result.observation
+
+
+@pytest.mark.parametrize("target", ["sub", "fifo", "file/inner.txt", "."])
+def test_a_rename_onto_what_cannot_be_written_keeps_the_old_file(hostile, target):
+    """apply_patch removed a renamed file's old name before writing the new one: a rename onto a folder or a FIFO
+    was refused after the old file was gone."""
+    patch = f"--- a/file\n+++ b/{target}\n@@ -1 +1 @@\n-x\n+y\n"
+    before = _kinds(hostile)
+    tm = safepoint.open(workspace=str(hostile))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("apply_patch", {"patch": patch}, call_id="c1")
+    assert result.status == "failed", result.observation
+    _in_words(result.observation)
+    assert (hostile / "file").read_text() == "x\n" and _kinds(hostile) == before
+
+
+def test_a_rename_writes_the_new_file_then_removes_the_old(workspace):
+    (workspace / "old.txt").write_text("a\nb\nc\n")
+    patch = "--- a/old.txt\n+++ b/new/new.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("apply_patch", {"patch": patch}, call_id="c1")
+    assert result.status == "succeeded", result.observation
+    assert not (workspace / "old.txt").exists() and (workspace / "new" / "new.txt").read_text() == "a\nB\nc\n"
+
+
+def test_a_command_holding_a_nul_is_refused(workspace):
+    """A NUL cut the line the reaper ran short of the line that was classified: `echo hi\\0rm -rf x` ran `echo hi`
+    with `rm -rf x` as its $0."""
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("run_command", {"command": "echo hi\x00rm -rf x"}, call_id="c1")
+    assert result.status == "failed" and "NUL" in result.observation, result.observation
+
+
+@pytest.mark.parametrize("pattern", ["a{1000000000}", "(a{1000}){1000}", "[a-z]{5000000,}"])
+def test_a_search_pattern_that_compiles_into_gigabytes_is_refused(workspace, pattern):
+    """`regex` expands a repeat's count into copies: a{1000000000} asked for gigabytes and the agent was killed
+    (and again on every resume: search_files is replayed on its own)."""
+    (workspace / "f.txt").write_text("aaa\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("search_files", {"pattern": pattern}, call_id="c1")
+    assert result.status == "failed" and "use a smaller count" in result.observation, result.observation
+
+
+EVERYDAY = ["a{3}", "(?:ab){100}", "x{1,99999}", "\\d{4}-\\d{2}-\\d{2}", "[{]{2}", "\\{9999999}", "[]a]{2}", "[^]]{2}"]
+
+
+@pytest.mark.parametrize("pattern", EVERYDAY)
+def test_everyday_counted_patterns_still_search(workspace, pattern):
+    (workspace / "f.txt").write_text("aaa ab 2024-01-31 {{ {9999999} ]]\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("search_files", {"pattern": pattern}, call_id="c1")
+    assert result.status == "succeeded", result.observation

@@ -29,6 +29,7 @@ MAX_READ = 256 * 1024
 MAX_LIST = 2000
 MAX_OUTPUT = 8 * 1024  # longer command output is kept whole as an artifact, and shown cut
 DEFAULT_TIMEOUT = 120.0
+MAX_PATTERN = 100_000  # elements a search pattern compiles into (about 40 MB in the `regex` package)
 MAX_SEARCH = 64 << 20  # search_files skips (and names) a file over this size instead of reading it whole
 SEARCH_SECONDS = 10.0  # a search_files call stops here (a replay after a crash cannot hang either)
 REAPER_GRACE = 10.0  # seconds past a command's limit before the agent kills the supervisor's tree itself
@@ -100,6 +101,11 @@ def list_files(ctx: ToolContext, path: str = ".") -> str:
 def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
     """Search file contents with a regular expression; prints path:line: text. Special files (FIFOs, sockets,
     devices) and links leading out of the workspace are skipped; the search has a time limit."""
+    if (size := _expanded_size(pattern)) > MAX_PATTERN:
+        raise ToolFailure(
+            f"pattern {_one_line(pattern)[:80]!r} repeats to about {size} elements, over the {MAX_PATTERN} a search"
+            " takes (a count like a{1000000} is compiled into that many copies); use a smaller count, or + or *"
+        )
     try:
         # The `regex` package, not `re`: the same syntax (backreferences and lookarounds, which models write), plus
         # a timeout that stops catastrophic backtracking like `(a+)+$` on a long line. Rejected: google-re2 (linear
@@ -139,6 +145,58 @@ def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
             " with run_command and grep]"
         )
     return found
+
+
+def _expanded_size(pattern: str) -> int:
+    """About how many elements ``pattern`` compiles into, counted without compiling it: the `regex` package expands
+    a repeat's minimum count into copies (``a{1000000000}`` asked for gigabytes and the process was killed, on
+    every resume of the call too), nested counts multiplying. Overestimates (every character of the pattern is an
+    element; alternatives add up), never under: one pass, linear in the pattern."""
+    sizes = [0]  # the size of each open group's content so far
+    last = 0  # the size of the element a count would apply to
+    index, end = 0, len(pattern)
+    while index < end:
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            if index <= end and pattern[index - 1] in "pPNxuUgk" and index < end and pattern[index] in "{<":
+                close = pattern.find("}" if pattern[index] == "{" else ">", index)
+                index = end if close < 0 else close + 1  # \p{Greek}, \x{263a}, \g<name>: one element
+            last = 1
+            sizes[-1] += 1
+            continue
+        if char == "[":  # a set is one element, whatever it lists; a "]" first in it (or after "^") is literal
+            close = index + 1
+            close += close < end and pattern[close] == "^"
+            close += close < end and pattern[close] == "]"
+            while close < end and pattern[close] != "]":
+                close += 2 if pattern[close] == "\\" else 1
+            index, last = close + 1, 1
+            sizes[-1] += 1
+            continue
+        if char == "(":
+            sizes.append(0)
+            index += 1
+            continue
+        if char == ")" and len(sizes) > 1:
+            last = max(sizes.pop(), 1)
+            sizes[-1] += last
+            index += 1
+            continue
+        if char == "{":
+            digits = index + 1
+            while digits < end and pattern[digits].isdigit():
+                digits += 1
+            if digits > index + 1 and digits < end and pattern[digits] in ",}":
+                count = int(pattern[index + 1 : digits])
+                sizes[-1] += last * max(count - 1, 0)
+                last *= max(count, 1)
+                index = digits
+                continue
+        last = 1
+        sizes[-1] += 1
+        index += 1
+    return sum(sizes)
 
 
 TOO_BIG = b"\x00too big"  # _searchable's answer for a file over MAX_SEARCH (compared by identity)
@@ -220,14 +278,18 @@ def apply_patch(ctx: ToolContext, patch: str) -> str:
     results = []
     for diff in diffs:  # check everything first, so a patch that does not apply changes nothing
         source = diff.old_path or diff.new_path or ""
-        results.append((diff, apply_file_diff(diff, ctx.workspace.read(source))))
+        new = apply_file_diff(diff, ctx.workspace.read(source))
+        if new is not None:
+            # Where it will write, too: a rename onto a folder or a FIFO is refused before the old file goes.
+            ctx.workspace.check_writable(diff.new_path or diff.old_path or "")
+        results.append((diff, new))
     for diff, new in results:
         if new is None:
             _remove(ctx, diff.old_path or "")
         else:
-            if diff.old_path and diff.new_path and diff.old_path != diff.new_path:
-                _remove(ctx, diff.old_path)
             ctx.workspace.write(diff.new_path or diff.old_path or "", new)
+            if diff.old_path and diff.new_path and diff.old_path != diff.new_path:
+                _remove(ctx, diff.old_path)  # after the new file is there: a failed write loses nothing
     return "applied to " + ", ".join(d.new_path or f"{d.old_path} (deleted)" for d in diffs)
 
 
@@ -273,6 +335,8 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
     limit = _timeout(timeout)
     env = {**os.environ, "SAFEPOINT_IDEMPOTENCY_KEY": ctx.idempotency_key}
     env.pop("SAFEPOINT_FAILPOINT", None)
+    if "\x00" in command:  # it would cut the line short of what was classified (and the reaper's request apart)
+        raise ToolFailure("the command holds a NUL character, which no command line can; remove it")
     if (too_long := _command_too_long(command, env)) is not None:
         raise ToolFailure(too_long)
     # The command's supervisor (engine/reaper.py) waits for a byte on a pipe before it starts the command, and the

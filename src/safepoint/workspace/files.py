@@ -265,6 +265,21 @@ class Workspace:
         data = self.read(rel)
         return None if data is None else content_hash(data)
 
+    def check_writable(self, rel: str) -> None:
+        """Refuse, as ``write`` would, a path it could not write: the workspace itself, a folder, a special file,
+        or a path through something that is not a folder. Checked before a change that writes several files."""
+        path = self.resolve(rel)
+        if path == self.root:
+            raise ToolFailure(f"path {rel!r} is the workspace folder itself, not a file; name a file inside it")
+        with contextlib.suppress(FileNotFoundError):
+            _writable(rel, path)
+            return
+        folder = os.path.dirname(path)
+        while not os.path.lexists(folder):
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise ToolFailure(f"cannot write {rel!r}: a part of its path is not a folder")
+
     def write(self, rel: str, data: bytes, *, mode: int | None = None) -> None:
         """Replace the file atomically (temp + rename), creating parent folders; keeps an existing file's mode.
 
@@ -310,7 +325,12 @@ class Workspace:
 def _writable(rel: str, path: str) -> int:
     """The mode of the regular file at ``path`` (links followed: ``resolve`` kept them inside the workspace);
     ``FileNotFoundError`` when nothing is there; a folder or a special file is refused."""
-    info = os.stat(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a file on the way (ENOTDIR), a loop of links (ELOOP), no access
+        raise _write_failure(rel, exc) from None
     if stat.S_ISREG(info.st_mode):
         return info.st_mode
     if stat.S_ISDIR(info.st_mode):
