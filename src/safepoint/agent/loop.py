@@ -12,6 +12,7 @@ from collections.abc import Callable
 from safepoint.agent.context import build_context
 from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
+from safepoint.core.nesting import UNFIT, arguments_problem
 from safepoint.core.resume import check_decisions, last_completed_step, model_call_id
 from safepoint.engine import actions, failpoints, shutdown
 from safepoint.engine.session import RunSession, holder_id, load_view
@@ -101,8 +102,8 @@ class Agent:
                 stream = VisibleStream(session, turn, self.output) if self.output is not None else None
                 reply = self.provider.complete(context, turn, stream)  # the heartbeat thread beats meanwhile
                 failpoints.hit("after_model")
-                calls = [_on_this_branch(session, call) for call in reply.tool_calls]
-                session.answered(reply.text, calls, turn)
+                calls = [_fit(_on_this_branch(session, call)) for call in reply.tool_calls]
+                session.answered(_plain_text(reply.text), calls, turn)
                 if stream is not None and stream.started and calls:
                     # The user saw this turn: a resume continues from it, its calls pending, and never asks the
                     # model for it again. Durable before the flag that guards it is cleared.
@@ -147,6 +148,28 @@ class Agent:
             session.commit()
             session.event("interrupted", str(exc))
             return "interrupted"
+
+
+def _fit(call: ToolCall) -> ToolCall:
+    """The model's call as it can be recorded: the reply is logged before any call runs, and arguments no encoder
+    takes (nested thousands deep, a lone surrogate) would end the run there, and every resume of it. They are
+    recorded as why they were unfit, which the call runner refuses in words (and again on a resume)."""
+    why = arguments_problem(call.args)
+    return ToolCall(
+        call_id=_plain_text(call.call_id),
+        tool=_plain_text(call.tool),
+        args=call.args if why is None else {UNFIT: why},
+    )
+
+
+def _plain_text(text: str) -> str:
+    """A model's text as valid Unicode: a lone surrogate (which JSON lets through) becomes U+FFFD, not a crash of
+    the log's encoder."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode(errors="surrogatepass").decode(errors="replace")
+    return text
 
 
 def _on_this_branch(session: RunSession, call: ToolCall) -> ToolCall:

@@ -8,6 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 MAX_DEPTH = 64  # far beyond any real tool's arguments; far below Python's and msgspec's recursion limits
+# Arguments recorded in place of unfit ones (the agent loop logs a model's reply before its calls run): the only
+# key, its value why; refused by ``arguments_problem`` as they were, on the first run and on every resume.
+UNFIT = "$unfit"
 
 
 def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -30,6 +33,8 @@ def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
 def arguments_problem(value: Any, limit: int = MAX_DEPTH) -> str | None:
     """Why ``value`` cannot be taken as a call's arguments, in a few words, or None: nested more than ``limit``
     levels, or a text (a value or a key) that is not valid Unicode. One pass, linear in the size of ``value``."""
+    if isinstance(value, dict) and set(value) == {UNFIT} and isinstance(why := value[UNFIT], str):
+        return why
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
