@@ -395,3 +395,14 @@ def test_everyday_counted_patterns_still_search(workspace, pattern):
     with tm.start("t", run_id="r") as run:
         result = run.call_result("search_files", {"pattern": pattern}, call_id="c1")
     assert result.status == "succeeded", result.observation
+
+
+def test_a_large_environment_still_runs_commands(workspace, monkeypatch):
+    """240 KB of environment (within what the kernel starts) was over the supervisor socket's default buffer:
+    every command then failed, first as "try again", then as too long."""
+    monkeypatch.setenv("SAFEPOINT_TEST_BIG_A", "a" * 120_000)
+    monkeypatch.setenv("SAFEPOINT_TEST_BIG_B", "b" * 120_000)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        result = run.call_result("run_command", {"command": "echo ${#SAFEPOINT_TEST_BIG_B}"}, call_id="c1")
+    assert result.status == "succeeded" and "120000" in result.observation, result.observation

@@ -20,6 +20,8 @@ import time
 from safepoint.engine import reaper
 from safepoint.errors import ToolFailure
 
+REQUEST_MAX = reaper.REQUEST_MAX
+
 
 class Launcher:
     def __init__(self) -> None:
@@ -68,6 +70,11 @@ class Launcher:
     def _start(self) -> None:
         self._stop()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # One request holds the command and the whole environment: room for what the kernel itself would start
+        # (ARG_MAX), not the default buffer's 200 KB, which refused a user's large environment (the kernel caps
+        # this at its wmem_max; a request beyond that is refused as too long, in words).
+        with contextlib.suppress(OSError):
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, REQUEST_MAX)
         try:
             self._server = subprocess.Popen(
                 # -I -S: the reaper needs only the standard library, and starts faster without site-packages.

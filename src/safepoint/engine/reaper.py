@@ -32,6 +32,7 @@ except ImportError:  # another Python implementation: the same functions and con
     signal = __import__("signal")
 
 PR_SET_CHILD_SUBREAPER = 36
+REQUEST_MAX = 4 << 20  # bytes of one request (command and environment): twice Linux's usual ARG_MAX
 GATE_CLOSED = 125  # the agent died before letting the command start
 
 
@@ -183,7 +184,7 @@ def serve(sock_fd: int) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     while True:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 3)
+            data, fds, _flags, _addr = socket.recv_fds(sock, REQUEST_MAX, 3)
         except OSError:
             return 0
         if not data:
