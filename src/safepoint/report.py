@@ -72,6 +72,19 @@ def ended_by_person(store: Store, view: RunView) -> tuple[str, str, str] | None:
     return BY_A_PERSON[reason], person_detail(request) if request is not None else closed.detail, reason
 
 
+def closed_words(store: Store, run_id: str) -> str:
+    """How a closed run ended, as every command says it: "cancelled by USER at T" or "context reset by USER at T"
+    for a person's act (as ``status`` and ``explain`` show it), else its recorded terminal status and time."""
+    owner = store.owner(run_id)
+    if owner is None or owner.terminal_at is None:
+        return "closed"
+    person = ended_by_person(store, load_view(store, run_id))
+    if person is not None:
+        return person[1]
+    # The seed's terminal status ends with a full stop; inside a sentence it would be a stray one.
+    return f"{(owner.terminal_status or 'closed').rstrip('.')}, at {owner.terminal_at}"
+
+
 def status_row(store: Store, run_id: str) -> RunSummary:
     view = load_view(store, run_id)
     last = view.latest_complete_checkpoint()

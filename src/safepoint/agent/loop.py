@@ -12,6 +12,7 @@ from collections.abc import Callable
 from safepoint.agent.context import build_context
 from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
+from safepoint.core.nesting import UNFIT, arguments_problem
 from safepoint.core.resume import check_decisions, last_completed_step, model_call_id
 from safepoint.engine import actions, failpoints, shutdown
 from safepoint.engine.session import RunSession, holder_id, load_view
@@ -24,10 +25,10 @@ from safepoint.errors import (
     RunCancelled,
     WorkVoided,
 )
-from safepoint.protocol import TERMINAL_STATUS_RESTART
 from safepoint.providers.base import Provider
 from safepoint.providers.select import provider_for
 from safepoint.records import RunStatus, ToolCall
+from safepoint.report import closed_words
 from safepoint.restart import approvals, inbox
 from safepoint.restart.checkpoint import loop_state
 from safepoint.restart.doubt import doubt_of
@@ -101,8 +102,8 @@ class Agent:
                 stream = VisibleStream(session, turn, self.output) if self.output is not None else None
                 reply = self.provider.complete(context, turn, stream)  # the heartbeat thread beats meanwhile
                 failpoints.hit("after_model")
-                calls = [_on_this_branch(session, call) for call in reply.tool_calls]
-                session.answered(reply.text, calls, turn)
+                calls = [_fit(_on_this_branch(session, call)) for call in reply.tool_calls]
+                session.answered(_plain_text(reply.text), calls, turn)
                 if stream is not None and stream.started and calls:
                     # The user saw this turn: a resume continues from it, its calls pending, and never asks the
                     # model for it again. Durable before the flag that guards it is cleared.
@@ -147,6 +148,28 @@ class Agent:
             session.commit()
             session.event("interrupted", str(exc))
             return "interrupted"
+
+
+def _fit(call: ToolCall) -> ToolCall:
+    """The model's call as it can be recorded: the reply is logged before any call runs, and arguments no encoder
+    takes (nested thousands deep, a lone surrogate) would end the run there, and every resume of it. They are
+    recorded as why they were unfit, which the call runner refuses in words (and again on a resume)."""
+    why = arguments_problem(call.args)
+    return ToolCall(
+        call_id=_plain_text(call.call_id),
+        tool=_plain_text(call.tool),
+        args=call.args if why is None else {UNFIT: why},
+    )
+
+
+def _plain_text(text: str) -> str:
+    """A model's text as valid Unicode: a lone surrogate (which JSON lets through) becomes U+FFFD, not a crash of
+    the log's encoder."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode(errors="surrogatepass").decode(errors="replace")
+    return text
 
 
 def _on_this_branch(session: RunSession, call: ToolCall) -> ToolCall:
@@ -203,7 +226,7 @@ def resume_session(
     if owner is not None and owner.terminal_at is not None and store.read_restart_checkpoint(run_id) is None:
         # Closed, and its cleanup finished: nothing to claim, nothing to record again.
         raise RecoveryClosedError(
-            f"run {run_id!r} is closed ({owner.terminal_status}, at {owner.terminal_at}); it is never resumed. "
+            f"run {run_id!r} is closed ({closed_words(store, run_id)}); it is never resumed. "
             f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
         )
     check_resume_options(store, run_id, replay, skip)  # before the claim: a refused option writes nothing
@@ -220,8 +243,8 @@ def resume_session(
         finally:
             store.release(claim)
         raise RecoveryClosedError(
-            f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed: "
-            f"{TERMINAL_STATUS_RESTART} See `safepoint explain {run_id}`"
+            f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed "
+            f"({closed_words(store, run_id)}). See `safepoint explain {run_id}`"
         )
     session = approvals.attach(RunSession.open(store, run_id, workspace, registry, claim=claim))
     if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored

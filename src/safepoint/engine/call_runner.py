@@ -43,6 +43,7 @@ import msgspec
 import msgspec.inspect
 
 from safepoint.core.hashing import input_hash
+from safepoint.core.nesting import arguments_problem
 from safepoint.core.patches import apply_patch
 from safepoint.core.replay import ProbeResult, ReplayDecision
 from safepoint.engine import failpoints
@@ -405,12 +406,18 @@ class CallRunner:
         A call the ledger knows is decided from its entry first: taking a recorded outcome or reporting an
         uncertain one needs no tool, so a tool missing at resume never turns a possible payment into an error.
         """
+        if (problem := arguments_problem(call.args)) is not None:
+            # Untrusted input, checked before anything recursive or strict (the input hash, the log's encoder)
+            # meets it and dies of a RecursionError or a UnicodeEncodeError; recorded with its arguments left out,
+            # so a resume answers the same.
+            why = f"bad arguments for {call.tool}: {problem}. It did not run."
+            return self._refuse_unrun(ToolCall(call_id=call.call_id, tool=call.tool, args={}), step_id, why)
         ledger = self.ledger
         existing = ledger.get(call.call_id)
         tool = self.registry.get(call.tool) if call.tool in self.registry else None
         if existing is None:
             if tool is None:
-                return self._refuse_unknown(call, step_id, str(self.registry.unknown(call.tool)))
+                return self._refuse_unrun(call, step_id, str(self.registry.unknown(call.tool)))
             befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
             planned = ledger.plan(tool, call, step_id, self._logged_input(tool, call.args, befores))
         else:
@@ -587,9 +594,10 @@ class CallRunner:
         """Record a call that must not run (a tool nobody registered, or one not granted): failed, never started."""
         if call.call_id in self.ledger.entries:
             return self.execute(call, step_id)  # decided already (a resume): its recorded outcome stands
-        return self._refuse_unknown(call, step_id, why)
+        return self._refuse_unrun(call, step_id, why)
 
-    def _refuse_unknown(self, call: ToolCall, step_id: str, why: str) -> CallResult:
+    def _refuse_unrun(self, call: ToolCall, step_id: str, why: str) -> CallResult:
+        """A call failed before it was planned (an unknown tool, arguments nested too deep): recorded failed."""
         entry = ToolLedgerEntry(
             call_id=call.call_id,
             step_id=step_id,

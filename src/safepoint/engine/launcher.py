@@ -8,6 +8,7 @@ threads: the heartbeat, the capture's readers; a fork of a threaded process may 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import socket
@@ -18,6 +19,8 @@ import time
 
 from safepoint.engine import reaper
 from safepoint.errors import ToolFailure
+
+REQUEST_MAX = reaper.REQUEST_MAX
 
 
 class Launcher:
@@ -39,12 +42,22 @@ class Launcher:
                 try:
                     socket.send_fds(self._sock, [request], fds)
                     answer = self._sock.recv(64)
-                except OSError:
+                except OSError as exc:
+                    if exc.errno in (errno.EMSGSIZE, errno.ENOBUFS):
+                        # The request itself is too big for the socket: no new server would take it either, and
+                        # "try again" would send a model into retrying for ever.
+                        raise ToolFailure(
+                            f"the command and its environment are {len(request)} bytes, too long to hand to the"
+                            " command's supervisor; write long content with write_file and run a script"
+                        ) from None
                     answer = b""
                 if answer:
                     return int(answer)
                 self._stop()  # the server died: start another once
-        raise ToolFailure("could not start the command's supervisor process (safepoint's reaper); try again")
+        raise ToolFailure(
+            "could not start the command's supervisor process (safepoint's reaper, which stopped twice); the command"
+            " did not run: try again, and if it fails again, check that this Python can start processes"
+        )
 
     def server_pid(self) -> int | None:
         """The reaper server's pid (the commands of this process are forks of it), if it runs."""
@@ -57,6 +70,11 @@ class Launcher:
     def _start(self) -> None:
         self._stop()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # One request holds the command and the whole environment: room for what the kernel itself would start
+        # (ARG_MAX), not the default buffer's 200 KB, which refused a user's large environment (the kernel caps
+        # this at its wmem_max; a request beyond that is refused as too long, in words).
+        with contextlib.suppress(OSError):
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, REQUEST_MAX)
         try:
             self._server = subprocess.Popen(
                 # -I -S: the reaper needs only the standard library, and starts faster without site-packages.

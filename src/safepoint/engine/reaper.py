@@ -32,6 +32,7 @@ except ImportError:  # another Python implementation: the same functions and con
     signal = __import__("signal")
 
 PR_SET_CHILD_SUBREAPER = 36
+REQUEST_MAX = 4 << 20  # bytes of one request (command and environment): twice Linux's usual ARG_MAX
 GATE_CLOSED = 125  # the agent died before letting the command start
 
 
@@ -122,6 +123,8 @@ def supervise(gate: int, status_fd: int, timeout: float, command: list[str], env
                 os.execvp(command[0], command)
             else:
                 os.execvpe(command[0], command, env)
+        except OSError as exc:  # said on the command's output: exit code 127 alone tells the model nothing
+            os.write(2, f"safepoint: could not start {command[0]}: {exc.strerror}\n".encode(errors="replace"))
         finally:
             os._exit(127)
     status: int | None = None
@@ -181,7 +184,7 @@ def serve(sock_fd: int) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     while True:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 3)
+            data, fds, _flags, _addr = socket.recv_fds(sock, REQUEST_MAX, 3)
         except OSError:
             return 0
         if not data:

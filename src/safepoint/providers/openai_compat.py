@@ -206,7 +206,7 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested thousands deep: json recurses per level
         return {"_raw": arguments}
     return value if isinstance(value, dict) else {"_raw": arguments}
 

@@ -252,20 +252,56 @@ class Workspace:
         """The file's content, or None when it does not exist."""
         return read_if_exists(self.resolve(rel))
 
+    def read_head(self, rel: str, limit: int) -> tuple[bytes, int] | None:
+        """The first ``limit`` bytes of the file and its whole size, or None when it does not exist: a model's
+        ``read_file`` of a log of many gigabytes reads what it shows, not the whole file into memory."""
+        fd = _open_regular(self.resolve(rel), follow=True)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(limit), os.fstat(handle.fileno()).st_size
+
     def hash(self, rel: str) -> str | None:
         data = self.read(rel)
         return None if data is None else content_hash(data)
 
-    def write(self, rel: str, data: bytes, *, mode: int | None = None) -> None:
-        """Replace the file atomically (temp + rename), creating parent folders; keeps an existing file's mode."""
+    def check_writable(self, rel: str) -> None:
+        """Refuse, as ``write`` would, a path it could not write: the workspace itself, a folder, a special file,
+        or a path through something that is not a folder. Checked before a change that writes several files."""
         path = self.resolve(rel)
+        if path == self.root:
+            raise ToolFailure(f"path {rel!r} is the workspace folder itself, not a file; name a file inside it")
+        with contextlib.suppress(FileNotFoundError):
+            _writable(rel, path)
+            return
+        folder = os.path.dirname(path)
+        while not os.path.lexists(folder):
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise ToolFailure(f"cannot write {rel!r}: a part of its path is not a folder")
+
+    def write(self, rel: str, data: bytes, *, mode: int | None = None) -> None:
+        """Replace the file atomically (temp + rename), creating parent folders; keeps an existing file's mode.
+
+        Only a regular file (or nothing) is ever replaced: a folder, FIFO, socket or device at ``rel`` (or at the
+        end of a link there) is refused in one line, as is any failure of the disk, never an ``OSError`` naming
+        the store's temp file. Rejected: replacing a user's FIFO with a file, which rollback then removed."""
+        path = self.resolve(rel)
+        if path == self.root:
+            raise ToolFailure(f"path {rel!r} is the workspace folder itself, not a file; name a file inside it")
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise _write_failure(rel, exc, "a folder on its way cannot be created") from None
         if mode is None:
             mode = 0o666 & ~_UMASK
             with contextlib.suppress(FileNotFoundError):
-                mode = os.stat(path).st_mode & 0o7777
-        fd, tmp = tempfile.mkstemp(dir=self._staging_dir(directory), prefix=".safepoint-", suffix=".part")
+                mode = _writable(rel, path) & 0o7777
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self._staging_dir(directory), prefix=".safepoint-", suffix=".part")
+        except OSError as exc:
+            raise _write_failure(rel, exc) from None
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -274,12 +310,54 @@ class Workspace:
                 # ledger says, so resume never blames the user for a write the disk had not kept.
                 os.fsync(handle.fileno())
             os.chmod(tmp, mode)
+            with contextlib.suppress(FileNotFoundError):
+                _writable(rel, path)  # again, just before the rename: a FIFO made meanwhile is not replaced
             os.replace(tmp, path)
             fsync_dir(directory)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise _write_failure(rel, exc) from None
             raise
+
+
+def _writable(rel: str, path: str) -> int:
+    """The mode of the regular file at ``path`` (links followed: ``resolve`` kept them inside the workspace);
+    ``FileNotFoundError`` when nothing is there; a folder or a special file is refused."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a file on the way (ENOTDIR), a loop of links (ELOOP), no access
+        raise _write_failure(rel, exc) from None
+    if stat.S_ISREG(info.st_mode):
+        return info.st_mode
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolFailure(f"path {rel!r} is a folder, not a file; name a file inside it")
+    kind = _SPECIAL.get(stat.S_IFMT(info.st_mode), "a special file")
+    raise ToolFailure(
+        f"path {rel!r} is {kind}, not a regular file; tools never replace or write through one (remove it "
+        "yourself first if it should become a file)"
+    )
+
+
+def _write_failure(rel: str, exc: OSError, hint: str = "") -> ToolFailure:
+    """A failed write in one line naming the workspace path (never the store's temp file) and what to do."""
+    why = exc.strerror or str(exc)
+    fixes = {
+        errno.ENOSPC: "free some disk space",
+        errno.EDQUOT: "free some disk space",
+        errno.EACCES: "the user must grant write access",
+        errno.EPERM: "the user must grant write access",
+        errno.EROFS: "the filesystem is read-only",
+        errno.ENOTDIR: "a part of its path is not a folder",
+        errno.EEXIST: "a part of its path is not a folder",
+        errno.EISDIR: "it is a folder; name a file inside it",
+        errno.ENOTEMPTY: "it is a folder; name a file inside it",
+    }
+    fix = fixes.get(exc.errno or 0, hint or "check the path")
+    return ToolFailure(f"cannot write {rel!r}: {why}; {fix}")
 
 
 def check_path(rel: str) -> None:
