@@ -551,7 +551,7 @@ FAULTS: dict[str, Fault] = {
     "owner_closed": Fault(
         "invalid_durable_owner_identity",
         _set(owner__terminal_at="2024-05-01T11:00:00Z", owner__terminal_status=TERMINAL_STATUS_RESTART),
-        (f"closed at 2024-05-01T11:00:00Z ({TERMINAL_STATUS_RESTART}) in generation 3",),
+        (f"closed at 2024-05-01T11:00:00Z ({TERMINAL_STATUS_RESTART.rstrip('.')}) in generation 3",),
     ),
     "checkpoint_from_a_later_generation": Fault(
         "invalid_durable_owner_identity",

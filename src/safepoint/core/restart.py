@@ -265,8 +265,9 @@ def _durable(facts: RestartFacts, config: ExecutionConfig | None) -> None:
     if owner.terminal_at is not None:
         raise _Failed(
             "invalid_durable_owner_identity",
-            f"the recovery owner was closed at {owner.terminal_at} ({owner.terminal_status}) in generation "
-            f"{owner.generation}",
+            # The seed's terminal status ends with a full stop; inside the parentheses it would be a stray one.
+            f"the recovery owner was closed at {owner.terminal_at} ({(owner.terminal_status or '').rstrip('.')}) in "
+            f"generation {owner.generation}",
         )
     if config is not None and config.generation > owner.generation:
         raise _Failed(
