@@ -100,10 +100,20 @@ def _kill_all() -> int:
             return len(killed)
 
 
+_LIBC: list[ctypes.CDLL] = []  # the C library, loaded once by the server (before its forks), not in every fork
+
+
+def _libc() -> ctypes.CDLL:
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        getattr(_LIBC[0], "prctl", None)  # ctypes keeps the looked-up function on the object: forks inherit it
+    return _LIBC[0]
+
+
 def supervise(gate: int, status_fd: int, timeout: float, command: list[str], env: dict[str, str] | None) -> int:
     """Steps 1-4 of the module docstring, in this process (which becomes the subreaper)."""
     os.set_inheritable(status_fd, False)  # the command must not hold the status pipe
-    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    prctl = getattr(_libc(), "prctl", None)
     if prctl is not None:  # Linux only; elsewhere the process group still goes on a time-out
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     try:
@@ -178,6 +188,9 @@ def serve(sock_fd: int) -> int:
     of this one, in its own session) that supervises that command. This server is single-threaded, so forking it
     is safe; its children are reaped by the kernel (SIGCHLD ignored here, restored in each child)."""
     import socket  # only the server needs it
+    import warnings  # noqa: F401  # os.execvpe imports it: once here, not in every command's fork (~1-2 ms each)
+
+    _libc()
 
     sock = socket.socket(fileno=sock_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
