@@ -9,40 +9,7 @@ import pytest
 
 import safepoint
 from safepoint.engine.session import load_view
-
-
-def _tree(root):
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".agent-runtime"]
-        for name in filenames:
-            full = os.path.join(dirpath, name)
-            with open(full, "rb") as handle:
-                out[os.path.relpath(full, root)] = handle.read()
-    return out
-
-
-def _run_in_a_fresh_process(tmp_path, workspace, commands, **env):
-    """`safepoint run` of run_command calls, in a child process as a user runs it: the capture misses a renamed
-    folder in the first session a process opens (a later session in the same process catches it)."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import cli_env
-
-    turns = [{"tool_calls": [{"tool": "run_command", "args": {"command": c}}]} for c in commands]
-    script = tmp_path / "scenario.json"
-    script.write_text(json.dumps({"task": "t", "turns": [*turns, {"text": "done"}]}))
-    done = subprocess.run(
-        [sys.executable, "-m", "safepoint", "run", str(script), "--workspace", str(workspace), "--run-id", "r"],
-        env=cli_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+from tests.attacks import run_in_a_fresh_process, tree
 
 
 @pytest.mark.parametrize("fanotify", [True, False], ids=["fanotify", "inotify"])
@@ -53,15 +20,15 @@ def test_a_folder_renamed_by_a_command_is_rolled_back_whole(tmp_path, workspace,
     (workspace / "d" / "sub").mkdir(parents=True)
     (workspace / "d" / "k").write_text("keep\n")
     (workspace / "d" / "sub" / "s").write_text("s\n")
-    before = _tree(workspace)
+    before = tree(workspace)
     extra = {} if fanotify else {"SAFEPOINT_NO_FANOTIFY": "1"}
-    _run_in_a_fresh_process(tmp_path, workspace, ["mv d d2"], **extra)
+    run_in_a_fresh_process(tmp_path, workspace, ["mv d d2"], **extra)
     tm = safepoint.open(workspace=str(workspace))
     first = load_view(tm.store, "r").checkpoints[0].checkpoint.checkpoint_id
     paths = {p.path for p in load_view(tm.store, "r").patches}
     assert {"d2/k", "d2/sub/s"} <= paths, paths
     tm.rollback_files("r", first, include_uncertain=True)
-    assert _tree(workspace) == before
+    assert tree(workspace) == before
 
 
 def test_commit_after_a_folder_rename_never_drops_the_code(tmp_path, workspace):
@@ -79,7 +46,7 @@ def test_commit_after_a_folder_rename_never_drops_the_code(tmp_path, workspace):
     (workspace / "src" / "main.py").write_text("code\n")
     git("add", "-A")
     git("commit", "-qm", "init")
-    _run_in_a_fresh_process(tmp_path, workspace, ["mv src pkg"])
+    run_in_a_fresh_process(tmp_path, workspace, ["mv src pkg"])
     safepoint.open(workspace=str(workspace)).commit("r")
     tree = git("ls-tree", "-r", "--name-only", "HEAD").stdout.split()
     assert "pkg/main.py" in tree or "src/main.py" in tree, tree

@@ -4,47 +4,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
 
 import safepoint
-
-
-def _tree(root):
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".agent-runtime"]
-        for name in filenames:
-            full = os.path.join(dirpath, name)
-            with open(full, "rb") as handle:
-                out[os.path.relpath(full, root)] = handle.read()
-    return out
-
-
-def _run_in_a_fresh_process(tmp_path, workspace, commands, **env):
-    """`safepoint run` of run_command calls, in a child process as a user runs it: the capture misses a renamed
-    folder in the first session a process opens (a later session in the same process catches it)."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import cli_env
-
-    turns = [{"tool_calls": [{"tool": "run_command", "args": {"command": c}}]} for c in commands]
-    script = tmp_path / "scenario.json"
-    script.write_text(json.dumps({"task": "t", "turns": [*turns, {"text": "done"}]}))
-    done = subprocess.run(
-        [sys.executable, "-m", "safepoint", "run", str(script), "--workspace", str(workspace), "--run-id", "r"],
-        env=cli_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-
+from tests.attacks import tree
 
 # ------------------------------------------------------------------------------ the store out of the agent's reach
 
@@ -115,12 +80,12 @@ def test_the_tools_never_write_into_git(workspace, tool, args):
 
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     subprocess.run(["git", "init", "-q", str(workspace / "sub")], check=True)
-    before = _tree(workspace / ".git"), _tree(workspace / "sub" / ".git")
+    before = tree(workspace / ".git"), tree(workspace / "sub" / ".git")
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         result = run.call_result(tool, args, call_id="c1")
     assert result.status == "failed", result.observation
-    assert (_tree(workspace / ".git"), _tree(workspace / "sub" / ".git")) == before
+    assert (tree(workspace / ".git"), tree(workspace / "sub" / ".git")) == before
 
 
 # ------------------------------------------------------------------------------ a damaged log
