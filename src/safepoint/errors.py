@@ -58,6 +58,8 @@ class ExitCode(enum.IntEnum):
     CLOSED = 9  # restart recovery closed the run instead of resuming it
     CANCELLED = 10
     INTERRUPTED = 11  # SIGTERM or Ctrl-C: stopped at a safe point; the next start resumes
+    DAMAGED = 12  # fsck found problems in the store (repaired with --repair, or not): each is printed
+    DISK_FULL = 13  # the store's disk is full: free space, then resume (nothing half-written is left)
 
 
 class SafepointError(Exception):

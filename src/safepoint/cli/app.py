@@ -470,6 +470,27 @@ def classify(
 
 
 @app.command()
+def fsck(
+    run_id: Annotated[str | None, typer.Argument(help="The run to check (default: every run of the store).")] = None,
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Quarantine what is corrupt (never deleted) and make the run usable.")
+    ] = False,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check every checksum and reference of the store; exit 0 when clean, 12 when problems were found."""
+    from safepoint.cli import render
+
+    result = _open(store, workspace).fsck(run_id, repair=repair)
+    if as_json:
+        emit(result, True)
+    else:
+        sys.stdout.write(render.fsck_lines(plain(result)))
+    raise typer.Exit(ExitCode.OK if result.clean else ExitCode.DAMAGED)
+
+
+@app.command()
 def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = False) -> None:
     """A scripted coding agent is SIGKILLed mid-run and resumed (nothing is sent twice), then rolled back."""
     from safepoint.cli.demo import run_demo

@@ -592,6 +592,33 @@ class FileStore(FencedStore[None]):
         for key in [key for key in self._tails if key[0] == run_id]:
             del self._tails[key]
 
+    # for fsck ---------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def held_for_repair(self, run_id: str) -> Iterator[None]:
+        """The run's lock for a repair (``safepoint.store.fsck``), waited for a bounded time; this process's open
+        handles and tails of the run are dropped after it, as the files under them were written again."""
+        self._existing_run_dir(run_id)
+        try:
+            with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT):
+                yield
+        finally:
+            self._drop_handles(run_id)
+
+    def terminal_events_loose(self, run_id: str) -> list[dict[str, object]]:
+        """The intact lines of the terminal events as plain data, the damaged ones left out (fsck rebuilds an owner
+        record from them; ``terminal_events`` refuses a damaged file, as a recovery must)."""
+        data = b""
+        with contextlib.suppress(FileNotFoundError), open(self._path(run_id, TERMINAL_EVENTS), "rb") as handle:
+            data = handle.read()
+        found = []
+        for _, item in unframe_all(data):
+            if not isinstance(item, LogProblem):
+                with contextlib.suppress(msgspec.DecodeError):
+                    decoded = msgspec.json.decode(item)
+                    if isinstance(decoded, dict):
+                        found.append(decoded)
+        return found
+
     def close(self) -> None:
         for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds}:
             self._drop_handles(run_id.partition("/")[0])
