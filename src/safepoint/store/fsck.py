@@ -169,7 +169,7 @@ def _ordered(kept: list[tuple[LogRecord, bytes]]) -> bool:
 def _in_order(check: _Check, kept: list[tuple[LogRecord, bytes]]) -> list[tuple[LogRecord, bytes]]:
     last = 0
     for record, _ in kept:
-        if record.seq <= last:
+        if record.seq < last:  # an equal seq is a second copy, said below
             check.found(LOG, f"seq {record.seq}", f"comes after seq {last}", "put back in sequence order")
         last = max(last, record.seq)
     by_seq: dict[int, tuple[LogRecord, bytes]] = {}

@@ -45,7 +45,11 @@ def one_bit_candidates(line: bytes) -> Iterator[bytes]:
     """Payloads that ``line`` (a framed line without its newline) would carry if one bit of it were flipped
     back: in the payload (the stored checksum then matches the mended payload), or in the checksum's hex digits
     (the payload is then intact). Nothing when the line is not framed at all."""
-    if len(line) < 10 or line[8:9] != b" ":
+    if len(line) < 10:
+        return
+    if line[8] != 0x20:
+        if (line[8] ^ 0x20).bit_count() == 1 and zlib.crc32(line[9:]) == _hex_value(line[:8]):
+            yield line[9:]  # the bit flipped was the separator's
         return
     payload = line[9:]
     stored_hex = line[:8]
@@ -66,6 +70,10 @@ def one_bit_candidates(line: bytes) -> Iterator[bytes]:
             walks = [(value >> 8) ^ _SHIFT_BYTE[value & 0xFF] for value in walks]
     elif _hex_digit_flip(stored_hex, zlib.crc32(payload)):
         yield payload
+
+
+def _hex_value(digits: bytes) -> int | None:
+    return int(digits, 16) if _HEX.issuperset(digits) else None
 
 
 def _hex_digit_flip(stored_hex: bytes, crc: int) -> bool:
