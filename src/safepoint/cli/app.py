@@ -21,7 +21,7 @@ from safepoint.cli.common import (
     plain,
     write_through,
 )
-from safepoint.errors import ConfigError, DecisionNeeded, ExitCode, SafepointError
+from safepoint.errors import ConfigError, DecisionNeeded, ExitCode, SafepointError, is_disk_full
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -510,5 +510,12 @@ def main() -> None:
     except SafepointError as exc:
         sys.stderr.write(f"safepoint: {' '.join(str(exc).split())}\n")
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # A full disk outside the store (the workspace, a command's capture): one line too, never a traceback.
+        if not is_disk_full(exc):
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        sys.stderr.write(f"safepoint: no space left on the disk{where}; free space, then resume the run\n")
+        sys.exit(ExitCode.DISK_FULL)
     finally:
         close_opened()
