@@ -291,3 +291,39 @@ def test_one_bit_candidates_find_every_single_flip(size):
 def test_one_bit_candidates_refuse_a_line_that_is_not_framed():
     assert list(one_bit_candidates(b"not a framed line")) == []
     assert list(one_bit_candidates(b"")) == []
+
+
+def test_a_postgres_store_is_checked_and_never_changed(pg_server):
+    """The same references through the database's own reads (each row's checksum and seq): a damaged row is
+    reported; --repair says in one line that it changes file stores only, and changes nothing."""
+    import msgspec
+    import psycopg
+
+    from safepoint.api import Safepoint
+    from safepoint.errors import ConfigError
+    from safepoint.records import LogRecord
+    from safepoint.store.postgres import PostgresStore
+    from tests.conftest import database_names
+
+    store = PostgresStore(pg_server.create_database(f"t{next(database_names)}"))
+    try:
+        store.create_run("r", b"{}")
+        claim = store.claim("r", "me")
+        body = [msgspec.Raw(msgspec.json.encode({"text": t})) for t in ("a", "bbbb", "c")]
+        store.append(claim, [LogRecord(kind="event", body=b, seq=i + 1) for i, b in enumerate(body)])
+        sp = Safepoint(store, os.getcwd())
+        assert sp.fsck().clean
+        with psycopg.connect(store.url, autocommit=True) as conn:
+            (line,) = conn.execute("SELECT line FROM safepoint.log WHERE run_id = 'r' AND seq = 2").fetchone()
+            conn.execute(
+                "UPDATE safepoint.log SET line = %s WHERE run_id = 'r' AND seq = 2", (line.replace(b"bbbb", b"bxbb"),)
+            )
+        found = sp.fsck("r")
+        assert [(p.where, p.problem.split(":")[0]) for p in found.problems] == [("seq 2", "corrupt"), ("seq 3", "gap")]
+        with pytest.raises(ConfigError, match="repairs file stores only"):
+            sp.fsck("r", repair=True)
+        with psycopg.connect(store.url, autocommit=True) as conn:
+            (after,) = conn.execute("SELECT line FROM safepoint.log WHERE run_id = 'r' AND seq = 2").fetchone()
+        assert bytes(after) == line.replace(b"bbbb", b"bxbb")
+    finally:
+        store.close()
