@@ -327,3 +327,19 @@ def test_a_postgres_store_is_checked_and_never_changed(pg_server):
         assert bytes(after) == line.replace(b"bbbb", b"bxbb")
     finally:
         store.close()
+
+
+def test_a_store_wide_repair_leaves_a_live_run_alone(run):
+    from safepoint.api import open as open_safepoint
+
+    sp = open_safepoint(workspace=str(run / "ws"))
+    try:
+        sp.store.claim(RUN, "a live holder", takeover=True)
+        lines = _lines(run)
+        (_dir(run) / "ledger.jsonl").write_bytes(b"".join([*lines, lines[-1]]))
+        done = _fsck(run, "--repair")
+        assert done.returncode == ExitCode.DAMAGED and "a duplicated line" in done.stdout, done.stdout
+        assert "->" not in done.stdout  # reported, not repaired
+        assert len(_lines(run)) == len(lines) + 1
+    finally:
+        sp.close()

@@ -348,8 +348,9 @@ def check_run(store: FileStore, run_id: str, *, repair: bool) -> tuple[list[Fsck
             if ordered is not None:
                 check.quarantine(LOG, log, "the whole log as it was before the repair")
                 atomic_write(os.path.join(run_dir, LOG), new_log)
-            os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
-            atomic_write(os.path.join(run_dir, "checkpoints", "index.jsonl"), index)
+            if index != (_read(os.path.join(run_dir, "checkpoints", "index.jsonl")) or b""):
+                os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+                atomic_write(os.path.join(run_dir, "checkpoints", "index.jsonl"), index)
             for name, data in ((TERMINAL_EVENTS, events), (CONTROL, control)):
                 if data is not None:
                     before = _read(os.path.join(run_dir, name)) or b""
@@ -399,7 +400,13 @@ def fsck(store: Store, run_id: str | None, *, repair: bool) -> FsckResult:
     quarantine: list[str] = []
     for name in runs:
         if isinstance(store, FileStore):
-            found, moved = check_run(store, name, repair=repair)
+            try:
+                found, moved = check_run(store, name, repair=repair)
+            except RunLockedError:
+                if run_id is not None:
+                    raise
+                # A run at work while the whole store is checked: checked, left alone (its lines show no repair).
+                found, moved = check_run(store, name, repair=False)
             if moved:
                 quarantine.append(os.path.join(store.run_dir(name), QUARANTINE))
         else:
