@@ -118,6 +118,10 @@ def _damaged_resumes(tmp_path, call, damage):
         shutil.copytree(original, base)
         (base / log.relative_to(original)).write_bytes(b"".join(new))
         env = cli_env(SAFEPOINT_OUTBOX=str(base / "outbox.jsonl"))
+        checked = safepoint_in_process("fsck", RUN, "-w", base / "ws", "--repair", env=env)
+        if checked.returncode != ExitCode.DAMAGED or "Traceback" in checked.stderr:  # the damage is named
+            bad.append((i, line[:60], "fsck", checked.returncode, checked.stdout + checked.stderr))
+            continue
         done = safepoint_in_process("resume", RUN, "-w", base / "ws", env=env)
         if done.returncode == ExitCode.WAITING_DECISION:
             done = safepoint_in_process("resume", RUN, "-w", base / "ws", "--skip", "call_2", env=env)
@@ -132,7 +136,6 @@ def _damaged_resumes(tmp_path, call, damage):
     return bad
 
 
-@pytest.mark.xfail(strict=True, reason="one flipped byte in a blob record wedges the run: every resume exits 1")
 def test_a_flipped_byte_in_a_blob_record_never_wedges_the_run(tmp_path):
     """A run killed after `run_command` ran; one byte flipped in the middle of the blob record that holds the
     command's capture state. Every resume exits 1 ("content sha256:... is not stored in run 'r'") for good:
@@ -142,7 +145,6 @@ def test_a_flipped_byte_in_a_blob_record_never_wedges_the_run(tmp_path):
     assert _damaged_resumes(tmp_path, APPEND, "flip") == []
 
 
-@pytest.mark.xfail(strict=True, reason="two neighbouring records swapped wedge the run: every resume exits 1")
 def test_two_swapped_records_never_wedge_the_run(tmp_path):
     """The last two records of the log swapped (a careless hand, a sort): every resume exits 1 with "append at
     seq 20 but the log ends at 20; another writer slipped in; resume the run" although nobody else writes;
@@ -152,7 +154,6 @@ def test_two_swapped_records_never_wedge_the_run(tmp_path):
     assert _damaged_resumes(tmp_path, NOTIFY, "swap") == []
 
 
-@pytest.mark.xfail(strict=True, reason="a damaged owner.json wedges the run for good, although a missing one is fine")
 def test_a_damaged_owner_record_never_wedges_the_run(tmp_path):
     """A run killed after its call ran; its `owner.json` then holds garbage (a bad sector, a careless hand).
     Deleting owner.json is routed around (resume goes on), but a damaged one makes every resume exit 1 with
@@ -165,6 +166,9 @@ def test_a_damaged_owner_record_never_wedges_the_run(tmp_path):
     log = _killed_run(tmp_path, NOTIFY)
     (log.parent / "owner.json").write_bytes(b"\x00garbage{\n")
     env = cli_env(SAFEPOINT_OUTBOX=str(tmp_path / "outbox.jsonl"))
+    checked = safepoint_in_process("fsck", RUN, "-w", tmp_path / "ws", "--repair", env=env)
+    assert checked.returncode == ExitCode.DAMAGED, checked.stdout + checked.stderr
+    assert "owner.json" in checked.stdout, checked.stdout
     done = safepoint_in_process("resume", RUN, "-w", tmp_path / "ws", env=env)
     if done.returncode == ExitCode.WAITING_DECISION:
         done = safepoint_in_process("resume", RUN, "-w", tmp_path / "ws", "--skip", "call_2", env=env)

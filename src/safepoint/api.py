@@ -47,6 +47,7 @@ from safepoint.results import (
     ConflictView,
     ControlOutcome,
     Explanation,
+    FsckResult,
     History,
     Migrated,
     Resolved,
@@ -575,6 +576,13 @@ class Safepoint:
         from safepoint.restart import control
 
         return "closed" if control.reset_context(self.store, run_id, by=by) == "closed" else "requested"
+
+    def fsck(self, run_id: str | None = None, *, repair: bool = False) -> FsckResult:
+        """Check every checksum and reference of one run (None: every run); ``repair``: quarantine what is corrupt
+        (never deleted) and make the run usable again (``safepoint.store.fsck`` says what is repaired)."""
+        from safepoint.store import fsck
+
+        return fsck.fsck(self.store, run_id, repair=repair)
 
     def close(self) -> None:
         self.store.close()

@@ -16,6 +16,7 @@ The tree (the exit code a command ends with, from ``ExitCode``)::
     │   ├── RunNotFoundError            4  NOT_FOUND
     │   ├── RunExistsError              2  USAGE
     │   ├── RunLockedError              5  LOCKED    another live process owns the run
+    │   ├── DiskFullError              13  DISK_FULL the store's disk is full: free space, then resume
     │   └── StaleGenerationError        6  STALE     this process was fenced off by a newer owner
     ├── ResumeError                     1            nothing safe to resume from, or a decision that does not apply
     │   ├── UnknownReferenceError       2  USAGE     a checkpoint, call or conflict the run does not have
@@ -58,6 +59,8 @@ class ExitCode(enum.IntEnum):
     CLOSED = 9  # restart recovery closed the run instead of resuming it
     CANCELLED = 10
     INTERRUPTED = 11  # SIGTERM or Ctrl-C: stopped at a safe point; the next start resumes
+    DAMAGED = 12  # fsck found problems in the store (repaired with --repair, or not): each is printed
+    DISK_FULL = 13  # the store's disk is full: free space, then resume (nothing half-written is left)
 
 
 class SafepointError(Exception):
@@ -116,6 +119,20 @@ class RunExistsError(StoreError):
 
 class RunLockedError(StoreError):
     exit_code = ExitCode.LOCKED
+
+
+class DiskFullError(StoreError):
+    """The disk under the store (or the workspace) is full. What was being written is undone (a log append cut back
+    to its last whole record, a run half-created removed), so once space is freed the run resumes cleanly."""
+
+    exit_code = ExitCode.DISK_FULL
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An ``OSError`` that says the disk (or the user's quota) is full."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class StaleGenerationError(StoreError):

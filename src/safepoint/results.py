@@ -354,3 +354,29 @@ class Migrated(msgspec.Struct, frozen=True, kw_only=True):
     before: int | None = None
     after: int | None = None
     applied: list[str] = msgspec.field(default_factory=list)
+
+
+class FsckProblem(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing ``fsck`` found wrong: the file (or table) and where in it, what is wrong, and what ``--repair``
+    did about it (``repair`` empty: nothing; the message says what the user can do)."""
+
+    run_id: str
+    file: str
+    where: str
+    problem: str
+    repair: str = ""
+
+
+class FsckResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``fsck`` checked and found. ``repaired``: ``--repair`` was asked; ``quarantine`` lists the folders
+    that now hold what was moved aside (never deleted)."""
+
+    store: str
+    runs: list[str]
+    problems: list[FsckProblem]
+    repaired: bool
+    quarantine: list[str] = []
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems

@@ -21,7 +21,7 @@ from safepoint.cli.common import (
     plain,
     write_through,
 )
-from safepoint.errors import ConfigError, DecisionNeeded, ExitCode, SafepointError
+from safepoint.errors import ConfigError, DecisionNeeded, ExitCode, SafepointError, is_disk_full
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -470,6 +470,27 @@ def classify(
 
 
 @app.command()
+def fsck(
+    run_id: Annotated[str | None, typer.Argument(help="The run to check (default: every run of the store).")] = None,
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Quarantine what is corrupt (never deleted) and make the run usable.")
+    ] = False,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check every checksum and reference of the store; exit 0 when clean, 12 when problems were found."""
+    from safepoint.cli import render
+
+    result = _open(store, workspace).fsck(run_id, repair=repair)
+    if as_json:
+        emit(result, True)
+    else:
+        sys.stdout.write(render.fsck_lines(plain(result)))
+    raise typer.Exit(ExitCode.OK if result.clean else ExitCode.DAMAGED)
+
+
+@app.command()
 def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = False) -> None:
     """A scripted coding agent is SIGKILLed mid-run and resumed (nothing is sent twice), then rolled back."""
     from safepoint.cli.demo import run_demo
@@ -489,5 +510,12 @@ def main() -> None:
     except SafepointError as exc:
         sys.stderr.write(f"safepoint: {' '.join(str(exc).split())}\n")
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # A full disk outside the store (the workspace, a command's capture): one line too, never a traceback.
+        if not is_disk_full(exc):
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        sys.stderr.write(f"safepoint: no space left on the disk{where}; free space, then resume the run\n")
+        sys.exit(ExitCode.DISK_FULL)
     finally:
         close_opened()

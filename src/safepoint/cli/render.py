@@ -239,3 +239,22 @@ def recovery_panel(run_id: str, recovery: dict[str, Any]) -> Panel:
         verdict = (child.get("recovery") or {}).get("if_restarted_now", {}).get("detail", "")
         lines.append(f"subagent {child['run_id']} ({child['call_id']}): {child['status']}; {verdict}")
     return Panel("\n".join(lines), title=f"recovery protocol: {run_id}", style="cyan")
+
+
+def fsck_lines(data: dict[str, Any]) -> str:
+    """One line per problem (plain text: a path or a detail may hold brackets rich would read as markup)."""
+    runs = len(data["runs"])
+    lines = []
+    for problem in data["problems"]:
+        where = f" {problem['where']}" if problem["where"] else ""
+        done = f" -> {problem['repair']}" if problem["repair"] else ""
+        lines.append(f"run {problem['run_id']}: {problem['file']}{where}: {problem['problem']}{done}")
+    checked = f"{runs} run{'s' if runs != 1 else ''} of {data['store']}"
+    if not data["problems"]:
+        lines.append(f"{checked}: clean")
+    elif data["repaired"]:
+        lines.append(f"{checked}: {len(data['problems'])} problem(s) found and handled as shown")
+        lines += [f"kept in {folder} (nothing was deleted)" for folder in data["quarantine"]]
+    else:
+        lines.append(f"{checked}: {len(data['problems'])} problem(s); `safepoint fsck --repair` repairs them")
+    return "".join(line + "\n" for line in lines)

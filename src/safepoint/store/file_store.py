@@ -48,7 +48,14 @@ from collections.abc import Callable, Iterator, Sequence
 import msgspec
 
 from safepoint.durable import append_fd, atomic_write, fsync_dir, write_all
-from safepoint.errors import CorruptRecordError, RunExistsError, RunNotFoundError, StoreError
+from safepoint.errors import (
+    CorruptRecordError,
+    DiskFullError,
+    RunExistsError,
+    RunNotFoundError,
+    StoreError,
+    is_disk_full,
+)
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
 from safepoint.store.fenced import FencedStore
@@ -141,15 +148,19 @@ class FileStore(FencedStore[None]):
     def create_run(self, run_id: str, header: bytes) -> None:
         """Build the run's folder under a temporary name, then rename it into place: a crash half-way leaves
         an invisible ``.new-*`` folder, never a half-made run that blocks its own id."""
-        self._make_root()
+        again = "start the run again (it was not created)"
+        with self.disk_full_said(run_id, then=again):
+            self._make_root()
         path = self.run_dir(run_id)
         if os.path.exists(path):
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id")
-        staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")
-        for folder in ("checkpoints", "artifacts", "tmp"):
-            os.mkdir(os.path.join(staging, folder))
-        os.close(append_fd(os.path.join(staging, LOG)))
-        atomic_write(os.path.join(staging, "run.json"), frame(header))
+        with self.disk_full_said(run_id, then=again):
+            staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")
+        with self.disk_full_said(run_id, then=again), _removed_on_failure(staging):
+            for folder in ("checkpoints", "artifacts", "tmp"):
+                os.mkdir(os.path.join(staging, folder))
+            os.close(append_fd(os.path.join(staging, LOG)))
+            atomic_write(os.path.join(staging, "run.json"), frame(header))
         try:
             os.rename(staging, path)  # fails if another process created the run meanwhile
         except OSError:
@@ -164,8 +175,8 @@ class FileStore(FencedStore[None]):
         os.makedirs(self._runs, exist_ok=True)
         ignore = os.path.join(self.root, ".gitignore")
         if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
-            with open(ignore, "w") as handle:
-                handle.write("# safepoint's store: not for version control\n*\n")
+            # atomic: a disk full half-way must not leave an empty file that the check above takes for done
+            atomic_write(ignore, b"# safepoint's store: not for version control\n*\n")
 
     def scratch_dir(self, run_id: str) -> str | None:
         return self._path(run_id, "tmp")
@@ -197,7 +208,11 @@ class FileStore(FencedStore[None]):
     ) -> Iterator[None]:
         # A flock excludes other processes only; threads of this one (a session's heartbeat while a tool runs)
         # take turns on this lock first.
-        with self._thread_lock, self._flocked(run_id, timeout=timeout, name=name, stuck=stuck):
+        with (
+            self._thread_lock,
+            self._flocked(run_id, timeout=timeout, name=name, stuck=stuck),
+            self.disk_full_said(run_id),
+        ):
             yield
 
     @contextlib.contextmanager
@@ -323,6 +338,12 @@ class FileStore(FencedStore[None]):
             write_all(fd, b"".join(lines))
             if durable:
                 os.fdatasync(fd)
+        except OSError:
+            # A disk full half-way: cut the group back to the last whole record, so nothing half-written is left
+            # for the next open to trip on (the group was never acknowledged).
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, tail.size)
+            raise
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
         tail.size = offset
@@ -330,7 +351,16 @@ class FileStore(FencedStore[None]):
         if index_lines:
             # The index only speeds look-ups and every entry is checked against the log when read
             # (checkpoint_offsets), so it needs no fsync of its own.
-            write_all(self._fd(self._index_fds, claim.run_id, "checkpoints", "index.jsonl"), b"".join(index_lines))
+            index_fd = self._fd(self._index_fds, claim.run_id, "checkpoints", "index.jsonl")
+            index_size = os.fstat(index_fd).st_size  # one call per checkpoint group, not per record
+            try:
+                write_all(index_fd, b"".join(index_lines))
+            except OSError:
+                # A disk full half-way: a torn entry would swallow the next one appended after it; `fsck --repair`
+                # restores the entries the log calls for.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(index_fd, index_size)
+                raise
 
     def read_log(self, run_id: str) -> LogRead:
         path = os.path.join(self._existing_run_dir(run_id), LOG)
@@ -592,9 +622,59 @@ class FileStore(FencedStore[None]):
         for key in [key for key in self._tails if key[0] == run_id]:
             del self._tails[key]
 
+    # a full disk and fsck ----------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def disk_full_said(self, run_id: str, *, then: str = "") -> Iterator[None]:
+        """A full disk inside the body becomes one ``DiskFullError`` naming the store and the fix (``then``: what
+        to do once space is freed; default: resume the run)."""
+        try:
+            yield
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            raise DiskFullError(
+                f"no space left on the disk of store {self.shown} (writing run {run_id!r}); nothing half-written "
+                f"was kept: free space, then {then or f'`safepoint resume {run_id}`'}"
+            ) from None
+
+    @contextlib.contextmanager
+    def held_for_repair(self, run_id: str) -> Iterator[None]:
+        """The run's lock for a repair (``safepoint.store.fsck``), waited for a bounded time; this process's open
+        handles and tails of the run are dropped after it, as the files under them were written again."""
+        self._existing_run_dir(run_id)
+        try:
+            with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT):
+                yield
+        finally:
+            self._drop_handles(run_id)
+
+    def terminal_events_loose(self, run_id: str) -> list[dict[str, object]]:
+        """The intact lines of the terminal events as plain data, the damaged ones left out (fsck rebuilds an owner
+        record from them; ``terminal_events`` refuses a damaged file, as a recovery must)."""
+        data = b""
+        with contextlib.suppress(FileNotFoundError), open(self._path(run_id, TERMINAL_EVENTS), "rb") as handle:
+            data = handle.read()
+        found = []
+        for _, item in unframe_all(data):
+            if not isinstance(item, LogProblem):
+                with contextlib.suppress(msgspec.DecodeError):
+                    decoded = msgspec.json.decode(item)
+                    if isinstance(decoded, dict):
+                        found.append(decoded)
+        return found
+
     def close(self) -> None:
         for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds}:
             self._drop_handles(run_id.partition("/")[0])
+
+
+@contextlib.contextmanager
+def _removed_on_failure(folder: str) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _control_records(data: bytes) -> list[tuple[int, bytes]]:

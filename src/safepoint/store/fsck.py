@@ -1,0 +1,446 @@
+"""``safepoint fsck``: check every checksum and reference of a file store's run, and repair what can be repaired
+without guessing.
+
+What is checked, per run: the header, every framed line of the log (checksum, record, blob content against its
+SHA-256), the order of sequence numbers (a duplicated line, swapped records, a hole), the checkpoint index against
+the log, the owner record, the restart checkpoint, the terminal events and control lines, and every artifact
+against the digest its name holds.
+
+What ``--repair`` does, under the run's lock and only while no live process owns the run:
+
+- a line hit by one flipped bit is mended when the mended record proves itself (its checksum, its decoding and, for
+  a blob, its SHA-256); a line that cannot be mended is moved to quarantine;
+- the log is written again in sequence order, each seq once (a duplicate of a record is dropped, a second record
+  claiming a taken seq is quarantined), and the checkpoint index is rebuilt from it;
+- a damaged owner record is quarantined and rebuilt, its generation raised above every generation the run has seen
+  so that no stale writer can append;
+- damaged lines of the terminal events and control files, a damaged restart checkpoint and a damaged artifact are
+  moved to quarantine.
+
+Nothing is deleted: everything replaced or removed goes to ``quarantine/`` in the run's folder, each with a
+``.note`` saying what it was and why it was moved. A hole in the log (a record lost for good) is reported, never
+invented; the run's loader already routes around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import zstandard
+
+from safepoint.core.blobs import open_blob
+from safepoint.durable import atomic_write, fsync_dir
+from safepoint.errors import ConfigError, CorruptRecordError, RunLockedError
+from safepoint.records import Blob, LogProblem, LogRecord, OwnerState
+from safepoint.results import FsckProblem, FsckResult
+from safepoint.store.base import Store
+from safepoint.store.file_store import CONTROL, LOG, RESTART_CHECKPOINT, TERMINAL_EVENTS, FileStore, read_descriptor
+from safepoint.store.framing import check_line, frame, unframe_all
+from safepoint.store.liveness import owner_alive
+from safepoint.store.mend import one_bit_candidates
+from safepoint.store.names import safe_url
+from safepoint.store.ownership import now
+
+_record_decoder = msgspec.json.Decoder(LogRecord)
+_blob_decoder = msgspec.json.Decoder(Blob)
+_owner_decoder = msgspec.json.Decoder(OwnerState)
+_encoder = msgspec.json.Encoder()
+QUARANTINE = "quarantine"
+_DIGEST = re.compile(r"\.([0-9a-f]{16})$")
+
+
+@dataclass
+class _Check:
+    """The findings of one run, and (when repairing) the quarantine it moves things into."""
+
+    store: FileStore
+    run_id: str
+    repair: bool
+    problems: list[FsckProblem] = field(default_factory=list)
+    quarantined: bool = False
+    count: int = 0  # names two things quarantined within one clock tick apart
+
+    @property
+    def run_dir(self) -> str:
+        return self.store.run_dir(self.run_id)
+
+    def found(self, file: str, where: str, problem: str, repair: str = "") -> None:
+        self.problems.append(
+            FsckProblem(
+                run_id=self.run_id, file=file, where=where, problem=problem, repair=repair if self.repair else ""
+            )
+        )
+
+    def quarantine(self, name: str, data: bytes, why: str) -> str:
+        """Keep ``data`` (what ``name`` held) in the quarantine folder with a note; its path, relative to the run."""
+        folder = os.path.join(self.run_dir, QUARANTINE)
+        created = not os.path.isdir(folder)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if created:
+            fsync_dir(self.run_dir)
+        stamp = now().replace(":", "").replace("+", "Z")
+        self.count += 1
+        base = f"{stamp}-{self.count}-{name.replace('/', '_')}"
+        atomic_write(os.path.join(folder, base), data)  # before anything that depends on it is changed
+        note = f"{name} of run {self.run_id!r}: {why}; moved here by `safepoint fsck --repair` at {now()}\n"
+        atomic_write(os.path.join(folder, f"{base}.note"), note.encode())
+        self.quarantined = True
+        return f"{QUARANTINE}/{base}"
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _proven(payload: bytes) -> LogRecord | None:
+    """The record a payload holds, if it decodes and (a blob) its content matches its digest."""
+    try:
+        record = _record_decoder.decode(payload)
+        if record.kind == "blob":
+            open_blob(_blob_decoder.decode(record.body))
+    except (msgspec.DecodeError, msgspec.ValidationError, CorruptRecordError, ValueError, zstandard.ZstdError):
+        return None
+    return record
+
+
+def _mended(line: bytes) -> tuple[bytes, LogRecord] | None:
+    for candidate in one_bit_candidates(line):
+        record = _proven(candidate)
+        if record is not None:
+            return candidate, record
+    return None
+
+
+def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | None:
+    """The log's trustworthy records in sequence order, each seq once, with their framed lines; None when the log
+    needs no rewrite. Every problem is reported on the way."""
+    kept: list[tuple[LogRecord, bytes]] = []
+    changed = False
+    for offset, item in unframe_all(data):
+        end = data.find(b"\n", offset)
+        line = data[offset : end if end >= 0 else len(data)]
+        where = f"byte {offset}"
+        if isinstance(item, LogProblem):
+            if item.kind == "torn":
+                check.found(LOG, where, item.detail, "moved to quarantine (a record never finished)")
+                if check.repair:
+                    check.quarantine(LOG, line, "the torn tail of the log")
+                changed = True
+                continue
+            mended = _mended(line)
+            if mended is not None:
+                payload, record = mended
+                check.found(LOG, where, f"{item.detail} (seq {record.seq}, one flipped bit)", "mended; checked")
+                if check.repair:
+                    check.quarantine(LOG, line, f"the damaged line of seq {record.seq} (mended in the log)")
+                kept.append((record, frame(payload)))
+                changed = True
+                continue
+            check.found(LOG, where, item.detail, "moved to quarantine (lost for good)")
+            if check.repair:
+                check.quarantine(LOG, line, "a log line that fails its checksum and could not be mended")
+            changed = True
+            continue
+        proven = _proven(item)
+        if proven is None:
+            check.found(LOG, where, "holds no valid record (or a blob whose content does not match its digest)")
+            if check.repair:
+                check.quarantine(LOG, line, "a log line whose record is not valid")
+            changed = True
+            continue
+        kept.append((proven, line + b"\n"))
+    return _in_order(check, kept) if changed or not _ordered(kept) else None
+
+
+def _ordered(kept: list[tuple[LogRecord, bytes]]) -> bool:
+    return all(a.seq < b.seq for (a, _), (b, _) in itertools.pairwise(kept))
+
+
+def _in_order(check: _Check, kept: list[tuple[LogRecord, bytes]]) -> list[tuple[LogRecord, bytes]]:
+    last = 0
+    for record, _ in kept:
+        if record.seq < last:  # an equal seq is a second copy, said below
+            check.found(LOG, f"seq {record.seq}", f"comes after seq {last}", "put back in sequence order")
+        last = max(last, record.seq)
+    by_seq: dict[int, tuple[LogRecord, bytes]] = {}
+    for record, line in sorted(kept, key=lambda pair: pair[0].seq):
+        first = by_seq.get(record.seq)
+        if first is None:
+            by_seq[record.seq] = (record, line)
+        elif first[1] == line:
+            check.found(LOG, f"seq {record.seq}", "a duplicated line", "the copy removed (kept in quarantine)")
+            if check.repair:
+                check.quarantine(LOG, line, f"a second copy of the line of seq {record.seq}")
+        else:
+            check.found(LOG, f"seq {record.seq}", "two different records claim this seq", "the later one quarantined")
+            if check.repair:
+                check.quarantine(LOG, line, f"a second, different record under seq {record.seq}")
+    ordered = [by_seq[seq] for seq in sorted(by_seq)]
+    expected = 1
+    for record, _ in ordered:
+        if record.seq != expected:
+            check.found(LOG, f"seq {record.seq}", f"records {expected}..{record.seq - 1} are missing (lost for good)")
+        expected = record.seq + 1
+    return ordered
+
+
+def check_index(check: _Check, log: bytes, *, rebuilt: bool) -> bytes:
+    """The checkpoint index the log calls for; each entry the stored one holds is checked against the log."""
+    want = []
+    offset = 0
+    for line in log.splitlines(keepends=True):
+        payload = check_line(line.rstrip(b"\n"))
+        if payload is not None:
+            record = _record_decoder.decode(payload)
+            if record.kind == "checkpoint":
+                want.append(frame(b'{"seq":%d,"offset":%d}' % (record.seq, offset)))
+        offset += len(line)
+    expected = b"".join(want)
+    path = os.path.join(check.run_dir, "checkpoints", "index.jsonl")
+    stored = _read(path) or b""
+    if stored != expected and not rebuilt:
+        check.found("checkpoints/index.jsonl", "", "does not match the log's checkpoints", "rebuilt from the log")
+    return expected
+
+
+def check_owner(check: _Check, records: list[LogRecord]) -> OwnerState | None:
+    """The owner record to write again (rebuilt from what is known), or None when it is intact or missing."""
+    raw = _read(os.path.join(check.run_dir, "owner.json"))
+    if raw is None:
+        return None
+    stored = read_descriptor(raw)
+    if stored.intact:
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            _owner_decoder.decode(stored.data)
+            return None
+    check.found("owner.json", "", f"damaged ({stored.detail or 'not an owner record'})", "rebuilt; generation raised")
+    if check.repair:
+        check.quarantine("owner.json", raw, "a damaged owner record (rebuilt)")
+    return rebuilt_owner(check.run_id, stored.data, records, check.store.terminal_events_loose(check.run_id))
+
+
+def rebuilt_owner(run_id: str, damaged: bytes, records: list[LogRecord], events: list[dict[str, object]]) -> OwnerState:
+    """An owner record from what survives: the fields the damaged bytes still show, the recovery identity of the
+    terminal events, a generation above every one seen. Released: the next resume claims it as any other."""
+    loose: dict[str, object] = {}
+    with contextlib.suppress(msgspec.DecodeError, ValueError):
+        decoded = msgspec.json.decode(damaged)
+        if isinstance(decoded, dict):
+            loose = decoded
+
+    def text(name: str, default: str | None) -> str | None:
+        value = loose.get(name)
+        return value if isinstance(value, str) else default
+
+    seen = [record.gen for record in records]
+    seen += [value for value in (event.get("generation") for event in events) if isinstance(value, int)]
+    generation = loose.get("generation")
+    if isinstance(generation, int):
+        seen.append(generation)
+    identity = next((event for event in events if isinstance(event.get("owner_id"), str)), {})
+    recovery_class = identity.get("recovery_class") or text("recovery_class", "root")
+    stamp = now()
+    return OwnerState(
+        recovery_class=recovery_class if recovery_class in ("subagent", "scheduled") else "root",
+        owner_id=str(identity.get("owner_id") or text("owner_id", run_id)),
+        generation=max(seen, default=0) + 1,
+        agent_id=run_id,
+        message_id=text("message_id", None),
+        active_at=text("active_at", stamp) or stamp,
+        terminal_at=text("terminal_at", None),
+        terminal_status=text("terminal_status", None),
+        holder="fsck",
+        pid=0,
+        host="fsck",
+        claimed_at=stamp,
+        heartbeat_at=stamp,
+        released=True,
+    )
+
+
+def check_lines(check: _Check, name: str, why: str) -> bytes | None:
+    """A file of framed lines (terminal events, control): its intact lines when some were damaged, else None."""
+    data = _read(os.path.join(check.run_dir, name))
+    if data is None:
+        return None
+    keep = []
+    bad = False
+    for offset, item in unframe_all(data):
+        if isinstance(item, LogProblem):
+            bad = True
+            end = data.find(b"\n", offset)
+            line = data[offset : end if end >= 0 else len(data)]
+            check.found(name, f"byte {offset}", item.detail, f"moved to quarantine ({why})")
+            if check.repair:
+                check.quarantine(name, line, f"a damaged line ({why})")
+        else:
+            keep.append(frame(item))
+    return b"".join(keep) if bad else None
+
+
+def check_artifacts(check: _Check) -> None:
+    import hashlib
+
+    folder = os.path.join(check.run_dir, "artifacts")
+    with contextlib.suppress(FileNotFoundError):
+        for name in sorted(os.listdir(folder)):
+            digest = _DIGEST.search(name)
+            data = _read(os.path.join(folder, name))
+            if name.startswith(".") or digest is None or data is None:
+                continue
+            if hashlib.sha256(data).hexdigest()[:16] != digest.group(1):
+                check.found(f"artifacts/{name}", "", "content does not match the digest in its name", "quarantined")
+                if check.repair:
+                    check.quarantine(f"artifacts/{name}", data, "an artifact whose content does not match its digest")
+                    os.unlink(os.path.join(folder, name))
+
+
+def check_restart_checkpoint(check: _Check) -> None:
+    path = os.path.join(check.run_dir, RESTART_CHECKPOINT)
+    raw = _read(path)
+    if raw is None:
+        return
+    stored = read_descriptor(raw)
+    if not stored.intact:
+        check.found(RESTART_CHECKPOINT, "", f"damaged ({stored.detail})", "quarantined; resume works from the log")
+        if check.repair:
+            check.quarantine(RESTART_CHECKPOINT, raw, "a damaged restart checkpoint")
+            os.unlink(path)
+            fsync_dir(check.run_dir)
+
+
+def check_run(store: FileStore, run_id: str, *, repair: bool) -> tuple[list[FsckProblem], bool]:
+    """Every problem of one run (repaired when asked); whether anything went to quarantine."""
+    check = _Check(store, run_id, repair)
+    run_dir = store.run_dir(run_id)
+    header = _read(os.path.join(run_dir, "run.json")) or b""
+    if check_line(header.rstrip(b"\n")) is None:
+        check.found("run.json", "", "the run's header fails its checksum; restore it from a backup")
+    section: Callable[[], contextlib.AbstractContextManager[None]] = (
+        (lambda: store.held_for_repair(run_id)) if repair else contextlib.nullcontext
+    )
+    with section():
+        if repair:
+            _refuse_live_owner(store, run_id)
+        log = _read(os.path.join(run_dir, LOG)) or b""
+        ordered = check_log(check, log)
+        new_log = b"".join(line for _, line in ordered) if ordered is not None else log
+        records = [record for record, _ in ordered] if ordered is not None else _records(log)
+        index = check_index(check, new_log, rebuilt=ordered is not None)
+        owner = check_owner(check, records)
+        if ordered is not None and owner is None:
+            owner = _fenced_off(store, run_id, records)  # a live writer's view of the log is gone: fence it off
+        events = check_lines(check, TERMINAL_EVENTS, "its event may be recorded again")
+        control = check_lines(check, CONTROL, "what was posted there is lost; post it again")
+        check_restart_checkpoint(check)
+        check_artifacts(check)
+        if repair:
+            if ordered is not None:
+                check.quarantine(LOG, log, "the whole log as it was before the repair")
+                atomic_write(os.path.join(run_dir, LOG), new_log)
+            if index != (_read(os.path.join(run_dir, "checkpoints", "index.jsonl")) or b""):
+                os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+                atomic_write(os.path.join(run_dir, "checkpoints", "index.jsonl"), index)
+            for name, data in ((TERMINAL_EVENTS, events), (CONTROL, control)):
+                if data is not None:
+                    before = _read(os.path.join(run_dir, name)) or b""
+                    check.quarantine(name, before, "the whole file before the repair")
+                    atomic_write(os.path.join(run_dir, name), data)
+            if owner is not None and check.problems:
+                atomic_write(os.path.join(run_dir, "owner.json"), frame(_encoder.encode(owner)))
+    return check.problems, check.quarantined
+
+
+def _records(log: bytes) -> list[LogRecord]:
+    found = []
+    for _, item in unframe_all(log):
+        if not isinstance(item, LogProblem):
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                found.append(_record_decoder.decode(item))
+    return found
+
+
+def _refuse_live_owner(store: FileStore, run_id: str) -> None:
+    with contextlib.suppress(CorruptRecordError):
+        current = store.owner(run_id)
+        if current is not None and not current.released and owner_alive(current):
+            raise RunLockedError(
+                f"run {run_id!r} is owned by live process {current.pid} on {current.host}; stop it (or let it "
+                "finish), then run `safepoint fsck --repair` again"
+            )
+
+
+def _fenced_off(store: FileStore, run_id: str, records: list[LogRecord]) -> OwnerState | None:
+    """The owner record one generation up, released: a writer that still holds the old generation cannot append
+    to the log written again under it."""
+    with contextlib.suppress(CorruptRecordError):
+        current = store.owner(run_id)
+        if current is not None:
+            top = max([current.generation, *(record.gen for record in records)])
+            return msgspec.structs.replace(current, generation=top + 1, released=True, heartbeat_at=now())
+    return None
+
+
+def fsck(store: Store, run_id: str | None, *, repair: bool) -> FsckResult:
+    """Check one run, or every run of the store; repair when asked (a file store: see the module's docstring)."""
+    runs = [run_id] if run_id is not None else store.list_runs()
+    if run_id is not None:
+        store.run_header(run_id)  # an unknown run is named (RunNotFoundError), not reported clean
+    problems: list[FsckProblem] = []
+    quarantine: list[str] = []
+    for name in runs:
+        if isinstance(store, FileStore):
+            try:
+                found, moved = check_run(store, name, repair=repair)
+            except RunLockedError:
+                if run_id is not None:
+                    raise
+                # A run at work while the whole store is checked: checked, left alone (its lines show no repair).
+                found, moved = check_run(store, name, repair=False)
+            if moved:
+                quarantine.append(os.path.join(store.run_dir(name), QUARANTINE))
+        else:
+            if repair:
+                raise ConfigError(
+                    f"`fsck --repair` repairs file stores only; {safe_url(store.url)} is checked, not changed: "
+                    "run `safepoint fsck` without --repair to see its problems"
+                )
+            found = check_through_the_store(store, name)
+        problems += found
+    return FsckResult(store=safe_url(store.url), runs=runs, problems=problems, repaired=repair, quarantine=quarantine)
+
+
+def check_through_the_store(store: Store, run_id: str) -> list[FsckProblem]:
+    """What any backend reports of a run through its own reads (a database checks each row's checksum and seq as
+    it reads): damaged or missing records, a damaged owner, restart checkpoint or terminal events, blobs whose
+    content does not match their digest."""
+    found = []
+
+    def problem(file: str, where: str, detail: str) -> None:
+        found.append(FsckProblem(run_id=run_id, file=file, where=where, problem=detail))
+
+    read = store.read_log(run_id)
+    for item in read.problems:
+        problem("log", f"seq {item.position}", f"{item.kind}: {item.detail}")
+    for record in read.records:
+        if record.kind == "blob" and _proven(_encoder.encode(record)) is None:
+            problem("log", f"seq {record.seq}", "a blob whose content does not match its digest")
+    for what, read_one in (("owner", store.owner), ("terminal events", store.terminal_events)):
+        try:
+            read_one(run_id)
+        except CorruptRecordError as exc:
+            problem(what, "", str(exc))
+    stored = store.read_restart_checkpoint(run_id)
+    if stored is not None and not stored.intact:
+        problem("restart checkpoint", "", f"damaged ({stored.detail})")
+    return found
