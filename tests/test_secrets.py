@@ -154,3 +154,64 @@ def test_a_crashed_call_whose_arguments_held_a_secret_is_not_run_with_the_redact
     ledger = safepoint_in_process("ledger", "c", "--workspace", ws, "--json", env=_env())
     assert "held a secret" in ledger.stdout, ledger.stdout
     assert IN_ARGS.encode() not in _every_store_byte(ws)
+
+
+STORE_PASSWORD = "pg-Planted-9931"  # trust authentication ignores it, but it is in the URL like a real one
+
+
+def _with_password(url: str) -> str:
+    return url.replace("postgresql://postgres@", f"postgresql://postgres:{STORE_PASSWORD}@", 1)
+
+
+def _dump(url: str) -> str:
+    import psycopg
+
+    text = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT schemaname, tablename FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+        ).fetchall()
+        assert tables, "no table to dump"
+        for schema, table in tables:
+            for row in conn.execute(f'SELECT * FROM "{schema}"."{table}"'):
+                text.append(repr(row))
+    return "\n".join(text)
+
+
+def test_planted_secrets_never_reach_postgresql_and_its_password_never_shows(tmp_path, fresh_url):
+    url = _with_password(fresh_url)
+    ws, scenario = _write(tmp_path, SCENARIO)
+    # The store URL by the environment, as the daemon hands it to its workers: commands must not get it.
+    env = _env(SAFEPOINT_STORE=url)
+    done = safepoint_in_process("run", scenario, "--workspace", ws, "--run-id", "r", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    listed = (ws / "env.out").read_text()
+    assert "SAFEPOINT_STORE" not in listed and STORE_PASSWORD not in listed
+    dumped = _dump(fresh_url)
+    assert "[REDACTED:" in dumped
+    for secret in (*ALL, STORE_PASSWORD):
+        assert secret not in dumped, f"{secret[:8]}... reached the database"
+    for args in (("history", "r"), ("explain", "r"), ("status",), ("status", "r")):
+        shown = safepoint_in_process(*args, "--workspace", ws, "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        for secret in (*ALL, STORE_PASSWORD):
+            assert secret not in shown.stdout + shown.stderr
+
+
+def test_a_password_in_a_store_url_is_masked_in_every_error(tmp_path, pg_server):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    bad = [
+        pg_server.url("missing_db").replace("postgres@", f"postgres:{STORE_PASSWORD}@"),  # the server refuses
+        pg_server.url() + f"?password={STORE_PASSWORD}&nosuchoption=1",  # libpq refuses the conninfo
+        f"postgresql://postgres:{STORE_PASSWORD}@127.0.0.1:1/x",  # nobody listens
+        f"postgresql://postgres:{STORE_PASSWORD}%zz@127.0.0.1:1/x",  # libpq quotes the bad token: the password
+        pg_server.url() + f"?password={STORE_PASSWORD}%zz",
+    ]
+    for url in bad:
+        for as_json in ((), ("--json",)):
+            shown = safepoint_in_process("status", "--store", url, "--workspace", ws, *as_json)
+            assert shown.returncode != 0
+            assert STORE_PASSWORD not in shown.stdout + shown.stderr, shown.stderr
+            assert "Traceback" not in shown.stderr
+            assert len(shown.stderr.strip().splitlines()) == 1, shown.stderr

@@ -500,7 +500,9 @@ def main() -> None:
     try:
         app()
     except SafepointError as exc:
-        sys.stderr.write(f"safepoint: {' '.join(str(exc).split())}\n")
+        from safepoint.store.names import mask_passwords  # a driver's message may quote the store URL
+
+        sys.stderr.write(f"safepoint: {mask_passwords(' '.join(str(exc).split()))}\n")
         sys.exit(exc.exit_code)
     finally:
         close_opened()

@@ -53,6 +53,7 @@ from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
 from safepoint.store.base import Store
 from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
+from safepoint.store.names import mask_passwords, safe_url
 from safepoint.store.ownership import now
 from safepoint.supervisor import schedule
 
@@ -149,7 +150,8 @@ class Daemon:
         record: dict[str, Any] = {"at": now(), "event": event}
         if run_id is not None:
             record["run_id"] = run_id
-        record.update(data)
+        # A worker's or a driver's error may quote the store URL: the log shows no password (safe_url everywhere).
+        record.update({k: mask_passwords(v) if isinstance(v, str) else v for k, v in data.items()})
         self._emit(record)
 
     def _once(self, key: str, event: str, run_id: str | None = None, **data: Any) -> None:
@@ -169,7 +171,7 @@ class Daemon:
         options = self.options
         self.emit(
             "daemon_started",
-            store=_redacted(self.store.url),
+            store=safe_url(self.store.url),
             pid=os.getpid(),
             poll_s=options.poll_s,
             lease_s=options.lease_s,
@@ -515,13 +517,3 @@ class Daemon:
                 if killed:
                     self.emit("killed_commands", worker.key, pids=killed)
         self.reap_workers()
-
-
-def _redacted(url: str) -> str:
-    """A store URL without its password, for output."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user = credentials.partition(":")[0]
-    return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
