@@ -77,6 +77,15 @@ def test_mask_passwords_in_free_text(text, url, secret):
         assert secret in url_secrets(url)
 
 
+def test_masked_json_stays_json():
+    import json
+
+    data = {"a": 'password=abc\\"x', "b": "postgresql://u:p\\w@h/d", "c": "host=h password='q\\'z' end"}
+    masked = json.loads(mask_passwords(json.dumps(data)))
+    assert masked.keys() == data.keys()
+    assert "abc" not in masked["a"] and "p\\w" not in masked["b"]
+
+
 def test_mask_passwords_leaves_text_without_one_alone():
     for text in ("the password is required", "http://host/path?q=1", "postgresql://u@h/d", "user:***@host"):
         assert mask_passwords(text) == text

@@ -56,6 +56,7 @@ from safepoint.results import (
 )
 from safepoint.run import Run as Run  # re-exported: the API hands out runs
 from safepoint.run import new_run_id
+from safepoint.store.names import mask_passwords as mask_passwords  # re-exported: the CLI masks its output
 from safepoint.store.url import default_store_url, open_store
 from safepoint.workspace.files import Workspace
 

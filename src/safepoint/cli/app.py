@@ -500,7 +500,7 @@ def main() -> None:
     try:
         app()
     except SafepointError as exc:
-        from safepoint.store.names import mask_passwords  # a driver's message may quote the store URL
+        from safepoint.api import mask_passwords  # a driver's message may quote the store URL
 
         sys.stderr.write(f"safepoint: {mask_passwords(' '.join(str(exc).split()))}\n")
         sys.exit(exc.exit_code)

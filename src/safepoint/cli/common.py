@@ -89,7 +89,7 @@ def emit(data: Any, as_json: bool) -> None:
     if as_json:
         import json
 
-        from safepoint.store.names import mask_passwords  # --json shows no password, whatever field quotes one
+        from safepoint.api import mask_passwords  # --json shows no password, whatever field quotes one
 
         sys.stdout.write(mask_passwords(json.dumps(plain(data), indent=2, default=str)) + "\n")
 

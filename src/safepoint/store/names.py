@@ -83,7 +83,7 @@ def safe_url(url: str) -> str:
 # a query or of a libpq conninfo string ("host=db password=x"), quoted or not. Linear: no nested quantifiers.
 _TEXT_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s:/?#@'\"]{0,200}):[^\s/?#@'\"]{1,200}@")
 _TEXT_PARAM = re.compile(
-    r"(?i)\b(" + "|".join(sorted(_SECRET_PARAMS)) + r")(\s*=\s*)(?!\*\*\*)('(?:[^'\\]|\\.){0,400}'|[^\s&'\"]{1,400})"
+    r"(?i)\b(" + "|".join(sorted(_SECRET_PARAMS)) + r")(\s*=\s*)(?!\*\*\*)('(?:[^'\\]|\\.){0,400}'|[^\s&'\"\\]{1,400})"
 )
 
 
