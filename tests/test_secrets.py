@@ -215,3 +215,37 @@ def test_a_password_in_a_store_url_is_masked_in_every_error(tmp_path, pg_server)
             assert STORE_PASSWORD not in shown.stdout + shown.stderr, shown.stderr
             assert "Traceback" not in shown.stderr
             assert len(shown.stderr.strip().splitlines()) == 1, shown.stderr
+
+
+def test_a_crashed_command_whose_arguments_held_a_secret_asks_and_cannot_be_replayed(tmp_path):
+    # A command with an effect asks after a crash; its recorded line is redacted, so --replay would run
+    # `echo [REDACTED:...]`: refused in one line (exit 2, nothing written); --skip settles it; nothing ran twice.
+    scenario = {
+        "task": "store the token",
+        "model": "scripted-v1",
+        "turns": [
+            {"text": "", "tool_calls": [_call("run_command", "k1", command=f"echo {IN_ARGS} > token.txt")]},
+            {"text": "done"},
+        ],
+    }
+    ws, path = _write(tmp_path, scenario)
+    base = [PY, "-m", "safepoint"]
+    crashed = subprocess.run(
+        [*base, "run", str(path), "--workspace", str(ws), "--run-id", "k"],
+        env=_env(SAFEPOINT_FAILPOINT="after_started:run_command"),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert crashed.returncode != 0
+    asked = safepoint_in_process("resume", "k", "--workspace", ws, env=_env())
+    assert asked.returncode == 3, asked.stderr
+    assert "k1: its arguments held a secret" in asked.stderr and "only --skip" in asked.stderr
+    refused = safepoint_in_process("resume", "k", "--workspace", ws, "--replay", "k1", env=_env())
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("safepoint: --replay k1: its arguments held a secret")
+    assert len(refused.stderr.strip().splitlines()) == 1
+    skipped = safepoint_in_process("resume", "k", "--workspace", ws, "--skip", "k1", env=_env())
+    assert skipped.returncode == 0, skipped.stderr
+    assert not (ws / "token.txt").exists()  # killed after `started`, before it ran; never run since
+    assert IN_ARGS.encode() not in _every_store_byte(ws)
