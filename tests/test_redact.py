@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from safepoint.core.environment import command_environment, credential_values, is_credential
-from safepoint.core.redact import Redactor
+from safepoint.core.redact import BUILTIN_PATTERNS, Redactor
 from safepoint.errors import ConfigError
 
 # Fake credentials with the real shapes (none of them is live).
@@ -143,3 +143,26 @@ def test_commands_get_the_environment_less_credentials_unless_passed_by_name():
     assert "storepw99" in values and "pw1234567" in values  # a URL's password alone is hunted for too
     out = Redactor(values=values).text(" ".join(f"{k}={v}" for k, v in environ.items()))
     assert not re.search(r"storepw99|pw1234567|custom-provider-key-123|x{40}|y{36}", out)
+
+
+_WHOLE = re.compile("|".join(f"(?P<{n}>{p})" for n, p in BUILTIN_PATTERNS.items()))
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [*SECRETS.values(), "postgresql://u:pw@h/d", "Authorization: Bearer abcdefghijklmnop1234",
+                 "AUTHORIZATION: basic QWxhZGRpbjpvcGVu", "AWS_SECRET_ACCESS_KEY=" + "A" * 40, "task-", "://", "x"]
+            ),
+            st.text(max_size=30),
+        ),
+        max_size=12,
+    )
+)  # fmt: skip
+def test_the_trigger_scan_finds_what_the_whole_expression_finds(pieces):
+    # The redactor tries its built-in patterns only around their literals (speed); it must redact exactly what the
+    # combined expression run over the whole text redacts: a pattern whose literal is missing from TRIGGERS fails.
+    text = " ".join(pieces)
+    redactor = Redactor()
+    assert redactor.text(text) == _WHOLE.sub(redactor._replace, text)

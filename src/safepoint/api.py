@@ -57,6 +57,7 @@ from safepoint.results import (
 )
 from safepoint.run import Run as Run  # re-exported: the API hands out runs
 from safepoint.run import new_run_id
+from safepoint.store.names import mask_passwords as mask_passwords  # re-exported: the CLI masks its output
 from safepoint.store.url import default_store_url, open_store
 from safepoint.workspace.files import Workspace
 
@@ -126,9 +127,11 @@ class Safepoint:
         approval: Literal["none", "high"] = "none",
         approval_timeout_s: float = 600.0,
         successor_of: str | None = None,
+        pass_env: Iterable[str] = (),
     ) -> Run:
         """Start a run. ``approval="high"``: high-risk calls wait for ``approve``. ``successor_of``: this run takes
-        over an earlier one's work; that run is never resumed again (``successor_accepted``)."""
+        over an earlier one's work; that run is never resumed again (``successor_accepted``). ``pass_env``: credential
+        variables the run's commands get all the same (by default they get none, nor the store URL)."""
         from safepoint.engine.session import RunSession, load_view, now
         from safepoint.protocol import SuccessorAccepted
         from safepoint.restart import control
@@ -148,6 +151,7 @@ class Safepoint:
         if successor_of is not None:
             load_view(self.store, successor_of)  # refuse an unknown predecessor before creating anything
         session = RunSession.create(self.store, info, self.workspace, self.registry(tools, builtins=builtins))
+        session.pass_env = tuple(pass_env)
         session.add_message("user", task)
         session.commit()
         if successor_of is not None:
@@ -188,6 +192,7 @@ class Safepoint:
         takeover: bool = False,
         model: str | None = None,
         output: Callable[[str], None] | None = None,
+        pass_env: Iterable[str] = (),
     ) -> Run:
         """Open a run after a crash or a restart: check the seven recovery assertions and the replay disposition
         (seed 003), then plan, settle the interrupted calls and inject the recovery note. ``model``: the model
@@ -196,7 +201,8 @@ class Safepoint:
         Raises ``RecoveryClosedError`` when recovery closed the run instead (its parent, if any, is told),
         ``DecisionNeeded`` (exit code 3) when a call may have taken effect and a person must decide, and
         ``ResumeOptionError`` / ``UnknownReferenceError`` (exit code 2, nothing written) when ``replay`` or ``skip``
-        names a call that does not wait for that decision.
+        names a call that does not wait for that decision. ``pass_env``: as for ``start`` (not remembered: give it
+        again on every resume).
         """
         from safepoint.agent.loop import resume_session
 
@@ -211,6 +217,7 @@ class Safepoint:
             model=model,
             output=output,
         )
+        session.pass_env = tuple(pass_env)
         return Run(session, recovery)
 
     def nothing_to_resume(self, run_id: str, *, replay: Iterable[str] = (), skip: Iterable[str] = ()) -> bool:

@@ -153,6 +153,7 @@ def run_daemon(
     grace_s: float = 30.0,
     once: bool = False,
     tools: Iterable[str] = (),
+    pass_env: Iterable[str] = (),
 ) -> ExitCode:
     """Supervise the store in the foreground until SIGTERM (or, with ``once``, one pass): restart recovery at
     startup, then reap hung runs, resume runs with queued input and fire due schedules. ``emit`` gets each action."""
@@ -164,7 +165,15 @@ def run_daemon(
     schedule.load_tools(specs)  # a bad --tools is refused here, not by every worker
     supervisor = Daemon(
         sp.store,
-        DaemonOptions(workspace=sp.root, poll_s=poll_s, lease_s=lease_s, grace_s=grace_s, once=once, tools=specs),
+        DaemonOptions(
+            workspace=sp.root,
+            poll_s=poll_s,
+            lease_s=lease_s,
+            grace_s=grace_s,
+            once=once,
+            tools=specs,
+            pass_env=tuple(pass_env),
+        ),
         emit,
     )
     supervisor.install_signals()

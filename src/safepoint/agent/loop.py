@@ -15,6 +15,7 @@ from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
 from safepoint.core.nesting import UNFIT, arguments_problem
 from safepoint.core.resume import check_decisions, last_completed_step, model_call_id
 from safepoint.engine import actions, failpoints, shutdown
+from safepoint.engine.log_writer import SECRET_ARGUMENTS, redacted_arguments
 from safepoint.engine.session import RunSession, holder_id, load_view
 from safepoint.engine.tools import ToolRegistry
 from safepoint.errors import (
@@ -22,6 +23,7 @@ from safepoint.errors import (
     Interrupted,
     RecoveryClosedError,
     ResumeError,
+    ResumeOptionError,
     RunCancelled,
     WorkVoided,
 )
@@ -204,6 +206,13 @@ def check_resume_options(store: Store, run_id: str, replay: tuple[str, ...], ski
     if replay or skip:
         view = load_view(store, run_id)
         check_decisions(view, replay, skip, frozenset(doubt_of(store, view).calls))
+        for call_id in replay:  # the record holds only the redacted arguments: a replay would run those
+            entry = view.ledger.get(call_id)
+            if entry is not None and redacted_arguments(entry.input):
+                raise ResumeOptionError(
+                    f"--replay {call_id}: {SECRET_ARGUMENTS}; resume with --skip {call_id} "
+                    "(the model is told it may have happened) and let it call again"
+                )
 
 
 def resume_session(
@@ -264,9 +273,11 @@ def resume_session(
         if plan.needs_decision:
             waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)
             session.event("waiting_decision", waiting)
+            secret = [r.entry.call_id for r in plan.needs_decision if redacted_arguments(r.entry.input)]
+            held = f" ({', '.join(secret)}: {SECRET_ARGUMENTS}, so only --skip)" if secret else ""
             raise DecisionNeeded(
                 f"run {run_id!r} waits for a decision on {waiting}: "
-                "resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it"
+                f"resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it{held}"
             )
         recovery = restore(session, plan)
         # An own loop numbers its steps itself: it continues after the last completed one.

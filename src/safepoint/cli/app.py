@@ -85,6 +85,15 @@ def _stopped(run_id: str, status: str) -> None:
         )
 
 
+PassEnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pass-env",
+        help="Hand this credential variable to the run's commands (repeatable); by default they get none.",
+    ),
+]
+
+
 @app.command()
 def run(
     scenario: Annotated[str | None, typer.Argument(help="Scenario JSON file for the scripted model.")] = None,
@@ -106,6 +115,7 @@ def run(
     ] = None,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
+    pass_env: PassEnvOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a run: of a scenario (scripted model), or of --task with a model server (--model, --base-url)."""
@@ -122,6 +132,7 @@ def run(
         "successor_of": successor_of,
         "run_id": run_id,
         "tools": extra,
+        "pass_env": pass_env or (),
     }
     if scenario is not None:
         from safepoint.standins.scenario import load_scenario
@@ -154,6 +165,7 @@ def resume(
     ] = None,
     store: StoreOpt = None,
     tools: ToolsOpt = None,
+    pass_env: PassEnvOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Resume a run after a crash or restart: recovery checks first, then from its latest complete checkpoint."""
@@ -177,6 +189,7 @@ def resume(
             takeover=takeover,
             model=model,  # None: the run's own model (a submission may have asked for another); no switch
             output=_shown(as_json),
+            pass_env=pass_env or (),
         )
     except DecisionNeeded as exc:
         if as_json:
@@ -508,7 +521,9 @@ def main() -> None:
     try:
         app()
     except SafepointError as exc:
-        sys.stderr.write(f"safepoint: {' '.join(str(exc).split())}\n")
+        from safepoint.api import mask_passwords  # a driver's message may quote the store URL
+
+        sys.stderr.write(f"safepoint: {mask_passwords(' '.join(str(exc).split()))}\n")
         sys.exit(exc.exit_code)
     except OSError as exc:
         # A full disk outside the store (the workspace, a command's capture): one line too, never a traceback.

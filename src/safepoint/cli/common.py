@@ -89,7 +89,9 @@ def emit(data: Any, as_json: bool) -> None:
     if as_json:
         import json
 
-        sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
+        from safepoint.api import mask_passwords  # --json shows no password, whatever field quotes one
+
+        sys.stdout.write(mask_passwords(json.dumps(plain(data), indent=2, default=str)) + "\n")
 
 
 def write_through(chunk: str) -> None:

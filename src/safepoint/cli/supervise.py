@@ -193,6 +193,10 @@ def register(app: typer.Typer, out: Out) -> None:
             bool, typer.Option("--once", help="Startup recovery and one pass, wait for the workers, exit.")
         ] = False,
         tools: ToolsOpt = None,
+        pass_env: Annotated[
+            list[str] | None,
+            typer.Option("--pass-env", help="Hand this credential variable to resumed runs' commands (repeatable)."),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Supervise a store: restart recovery at startup, then reap hung runs, run queued input and schedules."""
@@ -211,7 +215,14 @@ def register(app: typer.Typer, out: Out) -> None:
 
         try:
             code = supervision.run_daemon(
-                sp, emit=show, poll_s=poll, lease_s=lease, grace_s=grace, once=once, tools=tuple(tools or ())
+                sp,
+                emit=show,
+                poll_s=poll,
+                lease_s=lease,
+                grace_s=grace,
+                once=once,
+                tools=tuple(tools or ()),
+                pass_env=tuple(pass_env or ()),
             )
         finally:
             sp.close()

@@ -15,6 +15,7 @@ import regex
 from safepoint.core.classify import Classification
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, classify_command
+from safepoint.core.environment import command_environment
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
 from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
@@ -333,7 +334,10 @@ def run_command(ctx: ToolContext, command: str, timeout: float = DEFAULT_TIMEOUT
     ``timeout`` (seconds) limits the whole tree of processes the command starts; what it leaves running in the
     background is stopped when it ends."""
     limit = _timeout(timeout)
-    env = {**os.environ, "SAFEPOINT_IDEMPOTENCY_KEY": ctx.idempotency_key}
+    # An environment on purpose: the user's less the store URL and every credential, unless passed by name
+    # (rejected: the whole os.environ, which let `env` print the provider's key into the ledger).
+    env = command_environment(os.environ, pass_env=ctx.pass_env, withhold=ctx.withhold_env)
+    env["SAFEPOINT_IDEMPOTENCY_KEY"] = ctx.idempotency_key
     env.pop("SAFEPOINT_FAILPOINT", None)
     if "\x00" in command:  # it would cut the line short of what was classified (and the reaper's request apart)
         raise ToolFailure("the command holds a NUL character, which no command line can; remove it")
@@ -439,6 +443,7 @@ def _report(raw: bytes) -> dict[str, Any]:
 def _shown(ctx: ToolContext, output: bytes) -> str:
     if len(output) <= MAX_OUTPUT:
         return output.decode(errors="replace")
+    output = ctx.redact(output)
     ref = ctx.save_artifact(f"{ctx.call_id}.stdout.txt", output)
     head = output[: MAX_OUTPUT // 2].decode(errors="replace")
     tail = output[-MAX_OUTPUT // 2 :].decode(errors="replace")

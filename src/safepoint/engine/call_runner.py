@@ -51,7 +51,7 @@ from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
 from safepoint.engine.ledger_machine import LedgerMachine
-from safepoint.engine.log_writer import LogWriter, now
+from safepoint.engine.log_writer import SECRET_ARGUMENTS, LogWriter, now, redacted_arguments
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
 from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, ToolFailure
 from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
@@ -421,6 +421,18 @@ class CallRunner:
             befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
             planned = ledger.plan(tool, call, step_id, self._logged_input(tool, call.args, befores))
         else:
+            if (
+                existing.tool_name == call.tool
+                and existing.input_hash != input_hash(call.args)
+                and redacted_arguments(call.args)
+            ):
+                # The log keeps the arguments redacted; the input hash is of the real ones. Recorded outcomes are
+                # taken as they are; a call that would have to run again never runs with the redacted text.
+                decision = ledger.replay_decision(existing, self.probe)
+                if decision.action == "take_outcome":
+                    return self._take_outcome(call, existing, decision)
+                secret = ReplayDecision(action="report_uncertain", replayable=False, why=SECRET_ARGUMENTS)
+                return self._report_uncertain(call, existing, secret)
             if existing.input_hash != input_hash(call.args) or existing.tool_name != call.tool:
                 raise ResumeError(
                     f"call id {call.call_id!r} is recorded for another call ({existing.tool_name} with other input); "
@@ -570,6 +582,8 @@ class CallRunner:
             entry = self.ledger.settle(entry, "uncertain", action, decision.why)
         if decision.action == "skip":
             reason = "a person chose not to run it again"
+        elif decision.why == SECRET_ARGUMENTS:
+            reason = SECRET_ARGUMENTS
         else:
             reason = f"it is {entry.idempotency} with replay policy {entry.replay_policy}: never repeated automatically"
         message, _ = self._tool_message(

@@ -13,23 +13,78 @@ Ordering rules (promise 1 and 6 rest on them):
 - Trace events are observability, not recovery: they are batched (``TRACE_BATCH``) and written after a commit or
   on close, never inside the group; losing the last few to a crash costs nothing.
 
+Redaction (promise: secrets stay out): every record but a ``Blob`` goes through the run's ``Redactor`` here, the
+one place records become bytes, so model text, tool arguments and results, decisions and trace events are
+redacted whoever staged them (rejected: redacting in each caller, which the next caller forgets). Blobs stay exact:
+they are file versions and patches that rollback restores byte for byte (the user's own files). The in-memory
+records keep the real text, so the live session (and the input hash the ledger records, taken of the real
+arguments) is unchanged; a resume reads the redacted text (see ``redacted_arguments``).
+
 Rejected: one append per record (an fsync each: a call would cost five), and a background flusher (a record
 durable "soon" cannot order a tool run after it).
 """
 
 from __future__ import annotations
 
+import os
+import tomllib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
-from safepoint.errors import StoreError
-from safepoint.records import RECORD_KINDS, Claim, LogRecord
+from safepoint.core.environment import credential_values
+from safepoint.core.redact import Redactor
+from safepoint.errors import ConfigError, StoreError
+from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord
 from safepoint.store.base import Store
 
 _encoder = msgspec.json.Encoder()
 TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
+REDACT_FILE = os.path.join(".safepoint", "redact.toml")  # the workspace's own patterns: ``patterns = ["..."]``
+REDACTED_MARK = "[REDACTED:"
+# Why a crashed call whose arguments held a secret is reported, not re-run (rejected: re-running it with the
+# redacted text, which would send "[REDACTED:...]" where a password was; and keeping the real arguments, which
+# would put the secret on disk).
+SECRET_ARGUMENTS = "its arguments held a secret, redacted before they were stored, so it is never run again from them"
+
+
+def run_redactor(workspace: str | None = None, environ: Mapping[str, str] | None = None) -> Redactor:
+    """The redactor of a session: the built-in patterns, the values of the environment's credential variables
+    (``core.environment``; the store URL's password among them) and the workspace's ``.safepoint/redact.toml``."""
+    environ = os.environ if environ is None else environ
+    patterns: list[str] = []
+    if workspace is not None:
+        path = os.path.join(workspace, REDACT_FILE)
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            data = {}
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{REDACT_FILE}: cannot read it ({exc}); fix or remove it") from None
+        listed = data.get("patterns", [])
+        if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+            raise ConfigError(f'{REDACT_FILE}: patterns must be a list of regular expressions, e.g. patterns = ["x"]')
+        patterns = listed
+    return Redactor(values=credential_values(environ), patterns=patterns)
+
+
+def redacted_arguments(args: Mapping[str, Any]) -> bool:
+    """True when recorded arguments lost a secret to redaction: such a call is never run again from them."""
+    stack: list[Any] = [args]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if REDACTED_MARK in item:
+                return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def now() -> str:
@@ -39,8 +94,9 @@ def now() -> str:
 class LogWriter:
     """Stages records with sequence numbers and group-commits them under the run's claim."""
 
-    def __init__(self, store: Store, claim: Claim, last_seq: int) -> None:
+    def __init__(self, store: Store, claim: Claim, last_seq: int, redactor: Redactor | None = None) -> None:
         self.store = store
+        self.redactor = redactor or run_redactor()
         self.claim = claim
         self.run_id = claim.run_id
         self.seq = last_seq  # the sequence number of the last record staged (durable once committed)
@@ -54,12 +110,24 @@ class LogWriter:
         self._buffer.append(
             LogRecord(
                 kind=RECORD_KINDS[type(body)],
-                body=msgspec.Raw(_encoder.encode(body)),
+                body=msgspec.Raw(self._encode(body)),
                 seq=self.seq,
                 gen=self.claim.generation,
             )
         )
         return self.seq
+
+    def _encode(self, body: msgspec.Struct) -> bytes:
+        if isinstance(body, Blob):
+            return _encoder.encode(body)
+        return _encoder.encode(self.redactor.value(msgspec.to_builtins(body)))
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """An artifact (a command's long output) as it may be kept: redacted; bytes that are not UTF-8 are kept as
+        they decode with replacement, so no secret hides behind a stray byte."""
+        text = data.decode(errors="replace")
+        redacted = self.redactor.text(text)
+        return data if redacted == text else redacted.encode()
 
     def commit(self) -> None:
         """Write every staged record in one append: one fsync."""
@@ -76,7 +144,8 @@ class LogWriter:
             self.flush_trace()
 
     def trace(self, event: str, **data: Any) -> None:
-        self._trace.append(_encoder.encode({"event": event, "at": now(), "run_id": self.run_id, "data": data}))
+        entry = {"event": event, "at": now(), "run_id": self.run_id, "data": msgspec.to_builtins(data)}
+        self._trace.append(_encoder.encode(self.redactor.value(entry)))
 
     def flush_trace(self) -> None:
         if self._trace:

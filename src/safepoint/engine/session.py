@@ -35,7 +35,7 @@ from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileChanges
 from safepoint.engine.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from safepoint.engine.ledger_machine import LedgerMachine
-from safepoint.engine.log_writer import LogWriter, now
+from safepoint.engine.log_writer import LogWriter, now, run_redactor
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
 from safepoint.engine.restart_writer import RestartWriter
 from safepoint.engine.tools import ToolContext, ToolRegistry
@@ -101,7 +101,8 @@ class RunSession:
         self.control_seen: dict[int, ControlSeen] = dict(view.control_seen)
         self.git_dir = find_git_dir(workspace.root)
         # the parts ---------------------------------------------------------------------------------------------
-        self.log = LogWriter(store, claim, view.last_seq)
+        self.log = LogWriter(store, claim, view.last_seq, run_redactor(workspace.root))
+        self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(view.info.run_id, dict(view.blobs), dict(view.message_records), self.log.add)
         self.calls = LedgerMachine(
             view.info.run_id, dict(view.ledger), attempts(view.ledger_entries), dict(view.decisions), self.log.add
@@ -135,7 +136,8 @@ class RunSession:
     def create(
         cls, store: Store, info: RunInfo, workspace: Workspace, registry: ToolRegistry, *, holder: str = ""
     ) -> RunSession:
-        store.create_run(info.run_id, _encoder.encode(info))
+        # The header holds the task and a scenario's script (model text): redacted like every record.
+        store.create_run(info.run_id, _encoder.encode(run_redactor(workspace.root).value(msgspec.to_builtins(info))))
         identity = RecoveryIdentity(
             recovery_class=info.recovery_class,
             owner_id=info.owner_id,
@@ -309,10 +311,13 @@ class RunSession:
             processes=self.processes,
             before_hashes={state.path: state.before_hash for state in self.files.befores.get(call.call_id, ())},
             attempt=max(attempt, 1),
+            pass_env=self.pass_env,
+            redact=self.log.redact_bytes,
+            withhold_env=tuple(str(v) for v in [(self.info.provider or {}).get("api_key_env")] if v),
         )
 
     def save_artifact(self, name: str, data: bytes) -> str:
-        return self.store.put_artifact(self.claim, name, data)
+        return self.store.put_artifact(self.claim, name, self.log.redact_bytes(data))
 
     def rewind(self, history_len: int, checkpoint_id: str, reason: str, abandoned: tuple[str, ...] = ()) -> None:
         self.history = self.history[:history_len]

@@ -38,6 +38,13 @@ class ToolContext:
     # Which attempt this is: 1 the first time, 2 after a crash re-ran it, ... (the ledger's `started` entries).
     # A probe is handed the attempt it asks about (the one that was interrupted).
     attempt: int = 1
+    # The environment a command gets is the user's less its credentials (``core.environment``): ``pass_env`` names
+    # the ones the user hands over on purpose, ``withhold_env`` more to hold back (the provider's key variable).
+    pass_env: tuple[str, ...] = ()
+    withhold_env: tuple[str, ...] = ()
+    # The run's redaction, for output a tool cuts before it is recorded: a secret cut in half at the cut no longer
+    # has its shape, so the whole is redacted first (rejected: redacting only the kept head and tail).
+    redact: Callable[[bytes], bytes] = field(default=lambda data: data, repr=False)
 
 
 ToolFn = Callable[..., Any]

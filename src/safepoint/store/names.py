@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from safepoint.errors import ConfigError, CorruptRecordError, StoreError
 
@@ -77,3 +77,39 @@ def safe_url(url: str) -> str:
             fields.append(f"{name}=***" if eq and name.lower() in _SECRET_PARAMS else field)
         parts = parts._replace(query="&".join(fields))
     return urlunsplit(parts)
+
+
+# In free text (a driver's error, a worker's stderr): a URL's ``user:password@`` and a ``password=value`` pair of
+# a query or of a libpq conninfo string ("host=db password=x"), quoted or not. Linear: no nested quantifiers.
+_TEXT_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s:/?#@'\"]{0,200}):[^\s/?#@'\"]{1,200}@")
+_TEXT_PARAM = re.compile(
+    r"(?i)\b(" + "|".join(sorted(_SECRET_PARAMS)) + r")(\s*=\s*)(?!\*\*\*)('(?:[^'\\]|\\.){0,400}'|[^\s&'\"\\]{1,400})"
+)
+
+
+def mask_passwords(text: str, url: str | None = None) -> str:
+    """``text`` with every password it shows masked as ``safe_url`` masks a URL's: for messages and output that
+    may quote a store URL or a connection string (rejected: masking only the URL safepoint itself formats, which
+    missed psycopg's own messages quoting the conninfo). ``url``: the URL the message is about; its password is
+    masked wherever it shows, alone too (libpq quotes a bad token of it: 'invalid percent-encoded token')."""
+    for secret in url_secrets(url) if url else ():
+        text = text.replace(secret, "***")
+    text = _TEXT_URL_PASSWORD.sub(r"\1:***@", text)
+    return _TEXT_PARAM.sub(r"\1\2***", text)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password of ``url`` and its secret query values, as written and decoded, longest first."""
+    parts = urlsplit(url)
+    found: list[str] = []
+    _, at, _ = parts.netloc.rpartition("@")
+    if at:
+        userinfo = parts.netloc.rpartition("@")[0]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    for field in parts.query.split("&"):
+        name, eq, value = field.partition("=")
+        if eq and name.lower() in _SECRET_PARAMS:
+            found.append(value)
+    found += [unquote(value) for value in found]
+    return sorted({value for value in found if value}, key=len, reverse=True)

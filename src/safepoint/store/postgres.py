@@ -40,7 +40,7 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpo
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
-from safepoint.store.names import check_job_id, check_run_id, safe_url
+from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 
@@ -57,8 +57,8 @@ _UPSERT_CHECKPOINT = ", ".join(
 _SEED_EVENT = "recovery_class, owner_id, generation, event_type, created_at, payload_json"
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+def _one_line(exc: BaseException, url: str) -> str:
+    text = mask_passwords(str(exc), url).strip().splitlines()  # libpq may quote the URL, or a piece of it
     return text[0] if text else type(exc).__name__
 
 
@@ -73,7 +73,7 @@ def migrate(url: str, *, to: int = LATEST) -> SchemaChange:
         with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn, conn.transaction():
             return ensure_schema(conn, shown, upgrade=True, to=to)
     except psycopg.Error as exc:
-        raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc)}") from None
+        raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc, url)}") from None
 
 
 class PostgresStore(FencedStore[Connection]):
@@ -99,7 +99,7 @@ class PostgresStore(FencedStore[Connection]):
                 ):
                     ensure_schema(conn, self.shown, upgrade=self._migrate)
             except psycopg.Error as exc:
-                raise StoreError(f"cannot open PostgreSQL store {self.shown}: {_one_line(exc)}") from None
+                raise StoreError(f"cannot open PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
             self._pool = ConnectionPool(
                 self.url,
                 min_size=1,
@@ -125,7 +125,7 @@ class PostgresStore(FencedStore[Connection]):
         except pg_errors.LockNotAvailable:
             raise  # a lock_timeout the caller set, and turns into its own message (a stuck owner, a stuck sender)
         except (pg_errors.OperationalError, PoolTimeout) as exc:
-            raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc)}") from None
+            raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
 
     def _require_run(self, conn: Connection, run_id: str) -> None:
         if conn.execute(f"SELECT 1 FROM {SCHEMA}.runs WHERE run_id = %s", (run_id,)).fetchone() is None:

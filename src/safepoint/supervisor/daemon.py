@@ -53,6 +53,7 @@ from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
 from safepoint.store.base import Store
 from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
+from safepoint.store.names import mask_passwords, safe_url
 from safepoint.store.ownership import now
 from safepoint.supervisor import schedule
 
@@ -85,6 +86,7 @@ class DaemonOptions:
     grace_s: float = 30.0
     once: bool = False
     tools: tuple[str, ...] = ()  # extra tools (MODULE:ATTR) every worker loads
+    pass_env: tuple[str, ...] = ()  # credential variables a resumed run's commands get (`--pass-env`)
     python: str = sys.executable
 
 
@@ -148,7 +150,8 @@ class Daemon:
         record: dict[str, Any] = {"at": now(), "event": event}
         if run_id is not None:
             record["run_id"] = run_id
-        record.update(data)
+        # A worker's or a driver's error may quote the store URL: the log shows no password (safe_url everywhere).
+        record.update({k: mask_passwords(v) if isinstance(v, str) else v for k, v in data.items()})
         self._emit(record)
 
     def _once(self, key: str, event: str, run_id: str | None = None, **data: Any) -> None:
@@ -168,7 +171,7 @@ class Daemon:
         options = self.options
         self.emit(
             "daemon_started",
-            store=_redacted(self.store.url),
+            store=safe_url(self.store.url),
             pid=os.getpid(),
             poll_s=options.poll_s,
             lease_s=options.lease_s,
@@ -434,6 +437,9 @@ class Daemon:
         command += ["--workspace", workspace or self.options.workspace, "--json"]
         for spec in dict.fromkeys((*tools, *self.options.tools)):
             command += ["--tools", spec]
+        if kind == "resume":  # the worker has the store URL; its commands get neither it nor a credential unless named
+            for name in self.options.pass_env:
+                command += ["--pass-env", name]
         stdout = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the worker is reaped
         stderr = tempfile.TemporaryFile()  # noqa: SIM115
         try:
@@ -511,13 +517,3 @@ class Daemon:
                 if killed:
                     self.emit("killed_commands", worker.key, pids=killed)
         self.reap_workers()
-
-
-def _redacted(url: str) -> str:
-    """A store URL without its password, for output."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user = credentials.partition(":")[0]
-    return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
