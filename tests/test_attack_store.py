@@ -71,7 +71,6 @@ def test_a_command_cannot_write_into_the_ledger(workspace):
     ],
     ids=["hook", "config", "nested-hook", "patch"],
 )
-@pytest.mark.xfail(strict=True, reason="the built-in tools write into .git/ (hooks, config): promise 9")
 def test_the_tools_never_write_into_git(workspace, tool, args):
     """Promise 9: `.git/` is out of the agent's reach. The tools refuse the store, but `write_file
     .git/hooks/pre-commit` succeeds: a hook that runs the model's code the next time the user commits (the same
