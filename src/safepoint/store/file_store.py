@@ -47,7 +47,16 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
-from safepoint.durable import append_fd, atomic_write, fsync_dir, write_all
+from safepoint.durable import (
+    PRIVATE_DIR,
+    PRIVATE_FILE,
+    append_fd,
+    atomic_write,
+    fsync_dir,
+    make_private_dirs,
+    write_all,
+    write_private,
+)
 from safepoint.errors import CorruptRecordError, RunExistsError, RunNotFoundError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
@@ -147,7 +156,7 @@ class FileStore(FencedStore[None]):
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id")
         staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")
         for folder in ("checkpoints", "artifacts", "tmp"):
-            os.mkdir(os.path.join(staging, folder))
+            os.mkdir(os.path.join(staging, folder), PRIVATE_DIR)
         os.close(append_fd(os.path.join(staging, LOG)))
         atomic_write(os.path.join(staging, "run.json"), frame(header))
         try:
@@ -161,11 +170,9 @@ class FileStore(FencedStore[None]):
         return self.root
 
     def _make_root(self) -> None:
-        os.makedirs(self._runs, exist_ok=True)
-        ignore = os.path.join(self.root, ".gitignore")
-        if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
-            with open(ignore, "w") as handle:
-                handle.write("# safepoint's store: not for version control\n*\n")
+        make_private_dirs(self._runs)
+        # The store holds copies of the user's files: never committed by accident, never readable by others.
+        write_private(os.path.join(self.root, ".gitignore"), b"# safepoint's store: not for version control\n*\n")
 
     def scratch_dir(self, run_id: str) -> str | None:
         return self._path(run_id, "tmp")
@@ -205,7 +212,7 @@ class FileStore(FencedStore[None]):
         key = run_id if name == "lock" else f"{run_id}/{name}"
         fd = self._lock_fds.get(key)
         if fd is None:
-            fd = os.open(self._path(run_id, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self._path(run_id, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
             self._lock_fds[key] = fd
         flock_within(fd, fcntl.LOCK_EX, timeout, lambda: stuck or stuck_lock(run_id))
         try:
@@ -237,6 +244,14 @@ class FileStore(FencedStore[None]):
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
             yield None, self.owner(run_id)
 
+    def _removed(self, run_id: str) -> StoreError | None:
+        if os.path.exists(os.path.join(self.run_dir(run_id), "run.json")):
+            return None
+        return StoreError(
+            f"run {run_id!r}: its store {self.run_dir(run_id)} was removed while the run was open (a command deleted "
+            "it); the run stopped and nothing more is recorded: start a new run, and keep commands away from the store"
+        )
+
     def _write_owner_txn(self, handle: None, run_id: str, state: OwnerState) -> None:
         atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))
 
@@ -251,7 +266,12 @@ class FileStore(FencedStore[None]):
         """An append fd kept open per run: opening a file per append would cost more than the write."""
         fd = table.get(run_id)
         if fd is None:
-            fd = append_fd(self._path(run_id, *parts))
+            try:
+                fd = append_fd(self._path(run_id, *parts))
+            except FileNotFoundError:
+                raise self._removed(run_id) or RunNotFoundError(
+                    f"run {run_id!r} not found in store {self.url}"
+                ) from None
             table[run_id] = fd
         return fd
 
@@ -529,7 +549,7 @@ class FileStore(FencedStore[None]):
             return
         if not os.path.isdir(self._schedules):
             self._make_root()
-            os.makedirs(self._schedules, exist_ok=True)
+            make_private_dirs(self._schedules)
             fsync_dir(self.root)
         atomic_write(path, frame(data))
 
