@@ -17,9 +17,6 @@ from tests.attacks import tree
 @pytest.mark.parametrize(
     "command", ["git clean -fdx", "rm -rf .agent-runtime", "rm -rf .[a-z]*", "mv .agent-runtime ../elsewhere"]
 )
-@pytest.mark.xfail(
-    strict=True, reason="a command deletes the run's own store: the run, its ledger and every undo are gone"
-)
 def test_a_command_never_destroys_the_store(workspace, command):
     """Promise 9: the store is out of the agent's reach. `git clean -fdx` (an everyday agent command; the store's
     own .gitignore makes it fair game) deletes `.agent-runtime` whole: the call ends in a FileNotFoundError
@@ -39,7 +36,8 @@ def test_a_command_never_destroys_the_store(workspace, command):
     git("commit", "-qm", "init")
     (workspace / ".env").write_text("KEY=secret\n")
     tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r") as run:
+    # Held for a decision nobody gives: the wait ends soon instead of after the default 600 s.
+    with tm.start("t", run_id="r", approval_timeout_s=0.2) as run:
         start = run.checkpoint()
         run.call_result("run_command", {"command": command}, call_id="c1")
     assert tm.status("r")
@@ -47,18 +45,19 @@ def test_a_command_never_destroys_the_store(workspace, command):
     assert (workspace / ".env").read_text() == "KEY=secret\n"
 
 
-@pytest.mark.xfail(strict=True, reason="a command can write into the run's own ledger")
 def test_a_command_cannot_write_into_the_ledger(workspace):
     """`echo junk >> .agent-runtime/runs/r/ledger.jsonl` runs and succeeds: the agent damages its own log (the
     run then shows a problem). The tools refuse the store ("inside safepoint's store; tools may not touch it");
     run_command does not."""
     tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r") as run:
+    with tm.start("t", run_id="r", approval_timeout_s=0.2) as run:  # held; nobody decides
         result = run.call_result(
             "run_command", {"command": "echo junk >> .agent-runtime/runs/r/ledger.jsonl"}, call_id="c1"
         )
     ledger = workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl"
-    assert b"junk" not in ledger.read_bytes(), result.observation
+    # The command's text is in the ledger (its planned entry); the line it would append is not.
+    assert b"junk" not in ledger.read_bytes().splitlines(), result.observation
+    assert result.status != "succeeded", result.observation
 
 
 @pytest.mark.parametrize(
@@ -71,7 +70,6 @@ def test_a_command_cannot_write_into_the_ledger(workspace):
     ],
     ids=["hook", "config", "nested-hook", "patch"],
 )
-@pytest.mark.xfail(strict=True, reason="the built-in tools write into .git/ (hooks, config): promise 9")
 def test_the_tools_never_write_into_git(workspace, tool, args):
     """Promise 9: `.git/` is out of the agent's reach. The tools refuse the store, but `write_file
     .git/hooks/pre-commit` succeeds: a hook that runs the model's code the next time the user commits (the same

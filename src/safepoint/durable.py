@@ -1,10 +1,28 @@
-"""The few file operations durability rests on: atomic replace and fsync'd append."""
+"""The few file operations durability rests on: atomic replace and fsync'd append.
+
+Everything they create is private: files 0600 and folders 0700, given when the file is created (``mkstemp`` and
+``os.open``'s mode), never a chmod afterwards that leaves a moment where another user could open it. The store
+holds copies of the user's files and the agent's whole conversation."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
+
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def make_private_dirs(path: str) -> None:
+    """``os.makedirs`` with every folder it creates private (``makedirs`` gives ``mode`` to the last one only)."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path:
+        make_private_dirs(parent)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, PRIVATE_DIR)
 
 
 def fsync_dir(path: str) -> None:
@@ -36,7 +54,7 @@ def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
 
 def append_fd(path: str) -> int:
     """An fd for appending; the caller fsyncs it (``os.fdatasync``) when the group must be durable."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
 
 
 def write_all(fd: int, data: bytes) -> None:

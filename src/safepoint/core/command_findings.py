@@ -13,7 +13,11 @@ from typing import NamedTuple
 from safepoint.core.command_rules import GRADES, IDEMPOTENCY_RANK, POLICY_RANK, RISK_RANK
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 
-__all__ = ["Finding", "danger", "finding"]
+__all__ = ["PROTECTED_EFFECT", "Finding", "danger", "finding"]
+
+# The effect of a command that reaches safepoint's store or a repository's .git: held for a person's decision
+# whatever the approval mode (core/command_reach.py).
+PROTECTED_EFFECT = "store_or_git"
 
 
 class Finding(NamedTuple):

@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
-from safepoint.core.command_findings import Finding, finding
+from safepoint.core.command_findings import PROTECTED_EFFECT, Finding, finding
 from safepoint.core.command_spec import names
 from safepoint.records import RiskLevel
 
@@ -64,9 +65,19 @@ _GIT_BRANCH_LISTING = name_set(
     """l, a, r, --list, --all, --remotes, --contains, --no-contains, --merged, --no-merged, --points-at,
     --show-current, --format, --sort, --column"""
 )
+# Settings under which git runs a program of the repository's choosing: written by the agent, they run its code
+# the next time the user runs git (an fsmonitor runs on `git status`).
+_GIT_CODE_KEYS = re.compile(
+    r"""core\.(fsmonitor|hookspath|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand|attributesfile)
+    |.*\.textconv|.*\.command|.*\.cmd|.*\.driver|.*\.clean|.*\.smudge|.*\.process|diff\.external
+    |alias\..*|include\.path|includeif\..*|credential\..*|sequence\.editor|gpg\..*program|uploadpack\..*
+    |receive\..*|remote\..*\.(uploadpack|receivepack|vcs)|submodule\..*\.update|pager\..*|.*tool\.path""",
+    re.IGNORECASE | re.VERBOSE,
+)
 _GIT_CONFIG_WRITES = name_set(
     "e, --edit, --unset, --unset-all, --add, --replace-all, --rename-section, --remove-section"
 )
+_GIT_READS = frozenset({"--get", "--get-all", "--get-regexp", "--list", "l", "--get-urlmatch"})
 
 
 def git_finding(sub: str, rest: list[str]) -> Finding | None:
@@ -115,6 +126,15 @@ def git_finding(sub: str, rest: list[str]) -> Finding | None:
     if sub == "clean":
         if "n" in flags or "--dry-run" in flags:
             return grade("read_only", "--dry-run|only reads", ())
+        if flags & {"x", "X"}:
+            # Ignored files go too: safepoint's store ignores itself, and the user's `.env` is ignored.
+            x = "-x" if "x" in flags else "-X"
+            return grade(
+                "destructive",
+                f"deletes untracked files and, with {x}, ignored ones: safepoint's store among them",
+                ("filesystem_delete", PROTECTED_EFFECT),
+                "high",
+            )
         return grade("destructive", "deletes untracked files", ("filesystem_delete",), "high")
     if sub == "checkout":
         if flags & {"b", "B", "--orphan"}:
@@ -156,13 +176,24 @@ def git_finding(sub: str, rest: list[str]) -> Finding | None:
             return grade("read_only", "only lists tags", ())
         return grade("mutation" if flags & {"f", "--force"} else "local_write", "creates a tag", ("vcs_local",))
     if sub == "config":
+        if flags & {"e", "--edit"} or (pos and pos[0] == "edit"):
+            return grade("mutation", "--edit|opens the settings in an editor", ("vcs_local", PROTECTED_EFFECT), "high")
+        # A value after the key (`--file F` puts F among the positionals too, so any of them may be the key).
+        sets = bool(flags & {"--add", "--replace-all"}) or len([p for p in pos if p != "set"]) >= 2
+        key = next((p for p in pos if _GIT_CODE_KEYS.fullmatch(p)), None)
+        if (
+            key
+            and sets
+            and not (pos[0] in {"get", "list", "unset"} or flags & (_GIT_READS | {"--unset", "--unset-all"}))
+        ):
+            return grade("mutation", f"{key}|sets a program git runs", ("vcs_local", PROTECTED_EFFECT), "high")
         if pos and pos[0] in {"get", "list"}:
             return grade("read_only", "only reads settings", ())
         if flags & _GIT_CONFIG_WRITES or (
             pos and pos[0] in {"set", "unset", "rename-section", "remove-section", "edit"}
         ):
             return grade("local_write", "changes settings", ("vcs_local",))
-        if flags & {"--get", "--get-all", "--get-regexp", "--list", "l", "--get-urlmatch"} or len(pos) <= 1:
+        if flags & _GIT_READS or len(pos) <= 1:
             return grade("read_only", "only reads settings", ())
         return grade("local_write", "changes settings", ("vcs_local",))
     if sub == "remote":

@@ -13,8 +13,9 @@ from typing import Any
 import regex
 
 from safepoint.core.classify import Classification
+from safepoint.core.command_reach import classify_with_reach
 from safepoint.core.command_targets import write_targets
-from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, classify_command
+from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 from safepoint.core.environment import command_environment
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
@@ -305,7 +306,7 @@ def _remove(ctx: ToolContext, rel: str) -> None:
 
 def _classify_command(args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES) -> Classification:
     """``rules``: the workspace's own (``.safepoint/commands.toml``), bound by ``Safepoint.registry``."""
-    verdict = classify_command(str(args.get("command", "")), rules)
+    verdict = classify_with_reach(str(args.get("command", "")), rules)  # the store or a .git: held
     return Classification(
         idempotency=verdict.idempotency,
         replay_policy=verdict.replay_policy,

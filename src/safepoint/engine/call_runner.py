@@ -42,6 +42,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 import msgspec.inspect
 
+from safepoint.core.command_findings import PROTECTED_EFFECT
 from safepoint.core.hashing import input_hash
 from safepoint.core.nesting import arguments_problem
 from safepoint.core.patches import apply_patch
@@ -311,7 +312,10 @@ async def run_tool_async(invocation: Invocation) -> Outcome:
 def needs_approval(entry: ToolLedgerEntry, tool_needs: bool, approval_mode: str) -> bool:
     if entry.status != "planned":
         return False  # approved already (durably), or it has run: never asked twice
-    return tool_needs or (approval_mode == "high" and entry.risk_level == "high")
+    # A command that reaches the store or a .git is held whatever the mode: `--approval none` trusts the agent
+    # with risky effects, not with the run's own ledger or the hooks the user's git runs.
+    held = PROTECTED_EFFECT in entry.side_effects
+    return tool_needs or held or (approval_mode == "high" and entry.risk_level == "high")
 
 
 def expand_input(entry: ToolLedgerEntry, files: FileChanges, content: Content) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import msgspec
 
 from safepoint.core.hashing import content_hash
 from safepoint.core.rollback import UNKNOWN
-from safepoint.durable import atomic_write, fsync_dir, write_all
+from safepoint.durable import PRIVATE_FILE, atomic_write, fsync_dir, write_all
 from safepoint.engine.file_changes import FileBefore, FileChanges, Records
 from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.log_writer import now as timestamp
@@ -258,7 +258,7 @@ class CommandCapture:
         journal torn by a crash does not decode, and counts as none."""
         assert self._journal_path is not None
         created = not os.path.exists(self._journal_path)
-        fd = os.open(self._journal_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(self._journal_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
         try:
             write_all(fd, data)
             os.fdatasync(fd)

@@ -89,7 +89,14 @@ class FencedStore(Store, Generic[Handle]):
     def _fenced(self, claim: Claim, *, durable: bool = True) -> Iterator[tuple[Handle, OwnerState]]:
         """The critical section of a write by ``claim``: entered only while the claim is the current generation."""
         with self._owner_section(claim.run_id, durable=durable) as (handle, current):
+            if current is None and (gone := self._removed(claim.run_id)) is not None:
+                raise gone  # not "taken over": nobody else owns it, the run's records are gone
             yield handle, check_current(claim, current)
+
+    def _removed(self, run_id: str) -> StoreError | None:
+        """The error to stop with when the run's records were removed under its owner (a command deleted the
+        store); None while they are there. A backend whose records cannot vanish keeps this default."""
+        return None
 
     def claim(
         self,

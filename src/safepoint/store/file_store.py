@@ -47,7 +47,15 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
-from safepoint.durable import append_fd, atomic_write, fsync_dir, write_all
+from safepoint.durable import (
+    PRIVATE_DIR,
+    PRIVATE_FILE,
+    append_fd,
+    atomic_write,
+    fsync_dir,
+    make_private_dirs,
+    write_all,
+)
 from safepoint.errors import (
     CorruptRecordError,
     DiskFullError,
@@ -155,10 +163,10 @@ class FileStore(FencedStore[None]):
         if os.path.exists(path):
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id")
         with self.disk_full_said(run_id, then=again):
-            staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")
+            staging = tempfile.mkdtemp(dir=self._runs, prefix=f".new-{run_id}-")  # mkdtemp: 0700 already
         with self.disk_full_said(run_id, then=again), _removed_on_failure(staging):
             for folder in ("checkpoints", "artifacts", "tmp"):
-                os.mkdir(os.path.join(staging, folder))
+                os.mkdir(os.path.join(staging, folder), PRIVATE_DIR)
             os.close(append_fd(os.path.join(staging, LOG)))
             atomic_write(os.path.join(staging, "run.json"), frame(header))
         try:
@@ -172,10 +180,11 @@ class FileStore(FencedStore[None]):
         return self.root
 
     def _make_root(self) -> None:
-        os.makedirs(self._runs, exist_ok=True)
+        make_private_dirs(self._runs)
         ignore = os.path.join(self.root, ".gitignore")
         if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
-            # atomic: a disk full half-way must not leave an empty file that the check above takes for done
+            # atomic (its temporary file is 0600, as mkstemp makes it): a disk full half-way must not leave an
+            # empty file that the check above takes for done
             atomic_write(ignore, b"# safepoint's store: not for version control\n*\n")
 
     def scratch_dir(self, run_id: str) -> str | None:
@@ -220,7 +229,7 @@ class FileStore(FencedStore[None]):
         key = run_id if name == "lock" else f"{run_id}/{name}"
         fd = self._lock_fds.get(key)
         if fd is None:
-            fd = os.open(self._path(run_id, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self._path(run_id, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
             self._lock_fds[key] = fd
         flock_within(fd, fcntl.LOCK_EX, timeout, lambda: stuck or stuck_lock(run_id))
         try:
@@ -252,6 +261,14 @@ class FileStore(FencedStore[None]):
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
             yield None, self.owner(run_id)
 
+    def _removed(self, run_id: str) -> StoreError | None:
+        if os.path.exists(os.path.join(self.run_dir(run_id), "run.json")):
+            return None
+        return StoreError(
+            f"run {run_id!r}: its store {self.run_dir(run_id)} was removed while the run was open (a command deleted "
+            "it); the run stopped and nothing more is recorded: start a new run, and keep commands away from the store"
+        )
+
     def _write_owner_txn(self, handle: None, run_id: str, state: OwnerState) -> None:
         atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))
 
@@ -266,7 +283,12 @@ class FileStore(FencedStore[None]):
         """An append fd kept open per run: opening a file per append would cost more than the write."""
         fd = table.get(run_id)
         if fd is None:
-            fd = append_fd(self._path(run_id, *parts))
+            try:
+                fd = append_fd(self._path(run_id, *parts))
+            except FileNotFoundError:
+                raise self._removed(run_id) or RunNotFoundError(
+                    f"run {run_id!r} not found in store {self.url}"
+                ) from None
             table[run_id] = fd
         return fd
 
@@ -559,7 +581,7 @@ class FileStore(FencedStore[None]):
             return
         if not os.path.isdir(self._schedules):
             self._make_root()
-            os.makedirs(self._schedules, exist_ok=True)
+            make_private_dirs(self._schedules)
             fsync_dir(self.root)
         atomic_write(path, frame(data))
 

@@ -75,8 +75,22 @@ class Workspace:
         return joined
 
     def _check_protected(self, rel: str, absolute: str) -> None:
-        if self.protected and (absolute == self.protected or absolute.startswith(self.protected + os.sep)):
-            raise ToolFailure(f"path {rel!r} is inside safepoint's store; tools may not touch it")
+        """Refuse the store and every repository's ``.git`` (the workspace's and nested ones): a hook or an
+        fsmonitor written there runs the model's code the next time the user runs git. ``absolute`` is already
+        normalised (and, for ``resolve``, has its links followed), so ``./.git/../.git/config`` and a link into
+        ``.git`` are caught by the same test. Compared case-folded: on a case-insensitive filesystem ``.GIT`` is
+        ``.git`` (on others refusing such a rare name costs nothing). Rejected: refusing only writes, which left
+        ``read_file .git/config`` showing the credentials a remote URL holds."""
+        folded = absolute.casefold()
+        if self.protected:
+            store = self.protected.casefold()
+            if folded == store or folded.startswith(store + os.sep):
+                raise ToolFailure(f"path {rel!r} is inside safepoint's store; tools may not touch it")
+        inside = os.path.relpath(absolute, self.root) if absolute.startswith(self.root) else absolute
+        if any(part == ".git" for part in inside.casefold().split(os.sep)):
+            raise ToolFailure(
+                f"path {rel!r} is inside a repository's .git folder; tools may not touch it (use git commands)"
+            )
 
     def relative(self, rel: str) -> str:
         return os.path.relpath(self.resolve(rel), self.root)

@@ -1,0 +1,69 @@
+"""Whether a command line reaches safepoint's store or a repository's ``.git``: such a call is held for a person.
+
+Pure: no I/O. The agent's own tools refuse those folders (``workspace/files.py``); a command cannot be confined
+the same way, so one that names them is held before it runs, whatever the approval mode: ``rm -rf .agent-runtime``
+deletes the run's ledger and every undo, ``echo … >> .git/hooks/pre-commit`` or ``git config core.fsmonitor …``
+plants code the user's next git command runs. Three ways a line reaches them:
+
+- a path it writes (:func:`safepoint.core.command_targets.write_targets`: redirections, ``rm``, ``mv``,
+  ``chmod -R`` …) with a part named ``.git`` or the store's folder, case-folded (a case-insensitive filesystem);
+- a glob part that starts with a dot and matches one of them (``rm -rf .[a-z]*``, ``.*``); a glob that starts
+  otherwise does not match a dot-folder in bash (no ``dotglob``), so ``rm -rf *`` is not held for this;
+- ``git clean -x``/``-X`` (it deletes ignored files, and the store ignores itself) and ``git config`` writing a key
+  that runs a program (``core.fsmonitor``, ``core.hooksPath``, ``alias.*``, filters …): found by the git checks
+  (:mod:`safepoint.core.command_git`), marked with the same effect.
+
+What is not seen (a path built at run time, ``rm -rf "$D"``, a script that deletes the store) runs; the engine
+then finds its store gone and stops in one line instead of going on without a ledger.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+
+from safepoint.core.command_findings import PROTECTED_EFFECT, finding
+from safepoint.core.command_rules import IDEMPOTENCY_RANK, POLICY_RANK, RISK_RANK
+from safepoint.core.command_targets import write_targets
+from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, CommandVerdict, classify_command
+
+__all__ = ["DEFAULT_STORE_NAME", "PROTECTED_EFFECT", "classify_with_reach", "reached"]
+
+DEFAULT_STORE_NAME = ".agent-runtime"
+_GLOB = frozenset("*?[")
+
+
+def reached(target: str, protected: tuple[str, ...]) -> str | None:
+    """The protected folder name a written path reaches, or None."""
+    for part in posixpath.normpath(target).split("/"):
+        folded = part.casefold()
+        if folded in protected:
+            return folded
+        if folded.startswith(".") and _GLOB & set(folded):
+            for name in protected:
+                if fnmatch.fnmatchcase(name, folded):
+                    return name
+    return None
+
+
+def classify_with_reach(
+    command: str, rules: CommandRules = DEFAULT_COMMAND_RULES, store_name: str = DEFAULT_STORE_NAME
+) -> CommandVerdict:
+    """The classifier's verdict, made high risk and marked ``PROTECTED_EFFECT`` (held for a decision) when the
+    line writes into the store or a ``.git``. Never raises, like the classifier."""
+    verdict = classify_command(command, rules)
+    protected = (".git", store_name.casefold())
+    names = {name for target in write_targets(command, rules) if (name := reached(target, protected)) is not None}
+    if not names:
+        return verdict
+    what = " and ".join(
+        "a repository's .git folder" if name == ".git" else "safepoint's store" for name in sorted(names)
+    )
+    held = finding("mutation", (PROTECTED_EFFECT,), f"the command writes into {what}; a person decides", "high")
+    return CommandVerdict(
+        idempotency=max(verdict.idempotency, held.idempotency, key=IDEMPOTENCY_RANK.__getitem__),
+        replay_policy=max(verdict.replay_policy, held.replay_policy, key=POLICY_RANK.__getitem__),
+        risk_level=max(verdict.risk_level, held.risk_level, key=RISK_RANK.__getitem__),
+        side_effects=tuple(sorted({*verdict.side_effects, PROTECTED_EFFECT})),
+        reasons=(*verdict.reasons, held.reason),
+    )
