@@ -17,7 +17,9 @@ _WORDS = frozenset(
     {"PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "SECRETS", "TOKEN", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
 )
 _ENDINGS = ("_API_KEY", "_ACCESS_KEY", "_SECRET_KEY", "_PRIVATE_KEY", "_KEY", "_PAT", "_AUTH", "_PWD")
-_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:[^\s/?#@]+@")
+# Bounded runs, so the search stays linear: with unbounded ``*`` a 120 KB value without "://" took quadratic time
+# (minutes) on every run, since each start position re-scanned the rest of the value.
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@]{0,256}:[^\s/?#@]{1,256}@")
 # Names that match the rules but hold no secret, and that commands need.
 _NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "XAUTHORITY", "GPG_KEY", "TOKENIZERS_PARALLELISM"})
 
