@@ -280,9 +280,11 @@ def test_one_bit_candidates_find_every_single_flip(size):
     rng = random.Random(size)
     payload = bytes(rng.choice(b'abcdefghij{}:,"0123456789') for _ in range(size))
     line = frame(payload)[:-1]
-    positions = sorted({0, 7, 9, len(line) - 1, *(rng.randrange(len(line)) for _ in range(20))})
+    # Every bit at 24 places of small lines; at 40,000 bytes (one pass costs ~60 ms) the ends and a few places.
+    spots = 20 if size <= 3000 else 2
+    positions = sorted({0, 7, 9, len(line) - 1, *(rng.randrange(len(line)) for _ in range(spots))})
     for position in positions:
-        for bit in range(8):
+        for bit in range(8) if size <= 3000 else (0, 3, 7):
             damaged = bytearray(line)
             damaged[position] ^= 1 << bit
             assert payload in list(one_bit_candidates(bytes(damaged))), (position, bit)
