@@ -16,10 +16,11 @@ demo: $(STAMP)
 	$(BIN)/safepoint demo
 
 # pytest exits 5 when it collects no test: that is a failure here, never a silent pass.
+# One worker per core (at most 4: each starts its own throwaway PostgreSQL); worksteal evens out the long crash tests.
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider; code=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 --dist worksteal; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$code
 
 lint: $(STAMP)
