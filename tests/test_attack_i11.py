@@ -1,0 +1,252 @@
+"""Attacks on issue 11's merge (secrets stay out, the store defends itself): each test is a broken promise found
+by a reviewer-attacker playing a hostile agent (it controls the command lines), a hostile file in the workspace,
+or a careless user. Marked xfail (strict) until it is fixed."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import subprocess
+import tarfile
+
+import pytest
+
+import safepoint
+from tests.attacks import run_in_a_fresh_process, tree
+from tests.conftest import cli_env, safepoint_in_process
+
+PLANTED = "Zq81-" + "planted-credential-value"  # a credential only in safepoint's environment
+
+
+def _store_bytes(workspace) -> bytes:
+    root = workspace / ".agent-runtime"
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def _repo(workspace) -> None:
+    def git(*args):
+        subprocess.run(["git", "-C", str(workspace), *args], check=True, capture_output=True)
+
+    git("-c", "init.defaultBranch=main", "init", "-q")
+    git("config", "user.name", "T")
+    git("config", "user.email", "t@example.com")
+    (workspace / "t.txt").write_text("t\n")
+    git("add", "-A")
+    git("commit", "-qm", "init")
+
+
+# ------------------------------------------------------------------------------ §1 the environment on purpose
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the command's parent (the reaper, started with safepoint's whole environment) and the agent process "
+    "expose every withheld credential in /proc/PID/environ; encoded, it reaches the store and the model",
+)
+def test_a_command_cannot_read_a_withheld_credential_from_its_parents_environment(tmp_path, workspace):
+    """`env` shows no ATTACK_API_KEY (withheld), but the reaper that starts the command was started by
+    `subprocess.Popen` without `env=`: `/proc/$PPID/environ` holds the whole environment, the key included (and
+    the agent's own process above it too). Read as it is, the value redactor catches it; reversed, base64'd or
+    split it is kept in the ledger as it is and handed to the model."""
+    steal = (
+        "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null"
+        " | grep -a '^ATTACK_API_KEY=' | sort -u | rev"
+    )
+    run_in_a_fresh_process(tmp_path, workspace, ["env > env.out", steal], ATTACK_API_KEY=PLANTED)
+    assert "ATTACK_API_KEY" not in (workspace / "env.out").read_text()  # withheld from `env`, as promised
+    stored = _store_bytes(workspace)
+    assert PLANTED.encode() not in stored
+    assert PLANTED[::-1].encode() not in stored, "the withheld key, reversed, is in the ledger"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a URL whose password is a ?password= parameter is neither a credential variable (commands get it) "
+    "nor redacted (the ledger keeps it); only the reports mask it",
+)
+def test_a_database_url_with_a_password_parameter_never_reaches_the_store(workspace, monkeypatch):
+    """`DATABASE_URL=postgresql://app@db/prod?password=...` (libpq takes the password either way, and issue 11
+    names `?password=`): `env` hands it to the command, and the ledger keeps it whole; `history`/`ledger --json`
+    print `password=***` (masked on the way out), so the leak does not show until one reads the store's files.
+    The same text written by the model or a command output is not redacted either."""
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://app@db.internal/prod?password={PLANTED}")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("run_command", {"command": "env > env.out; grep DATABASE_URL env.out"}, call_id="c1")
+        run.call_result("run_command", {"command": f"echo mysql://root@db/x?password={PLANTED[::-1]}"}, call_id="c2")
+    assert "DATABASE_URL" not in (workspace / "env.out").read_text()
+    stored = _store_bytes(workspace)
+    assert PLANTED.encode() not in stored, "the URL's password is in the ledger"
+    assert PLANTED[::-1].encode() not in stored, "a ?password= in command output is not redacted"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a file name the agent gives a credential is kept in the run's capture state (tmp/capture-state.msgpack)",
+)
+def test_a_credential_in_a_file_name_never_reaches_the_store(workspace, monkeypatch):
+    """The store keeps file *contents* exact (rollback needs them), but a file name is the agent's text: `touch
+    $(echo ghp_...)` leaves the token in `tmp/capture-state.msgpack`, after the run has completed. The tool result
+    and the ledger redact it; the capture state does not."""
+    token = "ghp_" + "Pp1Qq2Rr3Ss4Tt5Uu6Vv7Ww8Xx9Yy0Zz1Aa2Bb"
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("run_command", {"command": f"touch {token}.txt; mkdir d_{token}"}, call_id="c1")
+    assert token.encode() not in _store_bytes(workspace)
+
+
+# ------------------------------------------------------------------------------ §4 the store and .git out of reach
+
+BYPASSES = [
+    "rm -rf .{git,agent-runtime}",  # brace expansion: the literal names, spelled once
+    "find .agent-runtime -delete",
+    "find .git -name config -exec rm {} ;",
+    "tar -xf hooks.tar -C .git",
+    "unzip -o hooks.zip -d .git",
+    "rsync -a --delete empty/ .agent-runtime/",
+    "patch -p0 -d .git < hook.patch",
+    "git init --template=evil-template",  # re-init copies the template's hooks into .git/hooks
+    "rename s/runtime/x/ .agent-runtime",
+]
+
+
+@pytest.mark.xfail(strict=True, reason="a command naming .git or the store literally is not held")
+@pytest.mark.parametrize("command", BYPASSES)
+def test_a_command_that_names_git_or_the_store_is_held(command):
+    """Promise: "Held: a path the line writes (...) with a part named `.git` or `.agent-runtime`". Each of these
+    names one literally (or plants a hook through git itself) and runs without a decision."""
+    from safepoint.core.command_reach import classify_with_reach
+
+    assert "store_or_git" in classify_with_reach(command).side_effects
+
+
+@pytest.mark.xfail(
+    strict=True, reason="`git config --global core.hooksPath x` is held, the same line appended to ~/.gitconfig is not"
+)
+def test_a_git_program_set_through_the_global_config_file_is_held():
+    """Held: `git config --global core.hooksPath hooks` ("sets a program git runs"). Not held: writing the same
+    setting into ~/.gitconfig, which sets it for every repository of the user (hooks, filters, fsmonitor)."""
+    from safepoint.core.command_reach import classify_with_reach
+
+    assert "store_or_git" in classify_with_reach("git config --global core.hooksPath hooks").side_effects
+    line = "printf '[core]\\n\\thooksPath = hooks\\n' >> ~/.gitconfig"
+    assert "store_or_git" in classify_with_reach(line).side_effects
+
+
+@pytest.mark.xfail(strict=True, reason="`tar -x -C .git` is not held: it plants a hook without any decision")
+def test_an_archive_extracted_into_git_never_plants_a_hook(tmp_path, workspace):
+    """End to end, with `--approval none` as the held-commands test runs it: an archive the agent wrote (or the
+    workspace shipped) is extracted into `.git`; the next `git commit` the user makes runs the model's code."""
+    _repo(workspace)
+    payload = b"#!/bin/sh\necho pwned\n"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo("hooks/pre-commit")
+        info.size, info.mode = len(payload), 0o755
+        archive.addfile(info, io.BytesIO(payload))
+    (workspace / "hooks.tar").write_bytes(buffer.getvalue())
+    before = tree(workspace / ".git")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r", approval="none", approval_timeout_s=0.2) as run:
+        run.call_result("run_command", {"command": "tar -xf hooks.tar -C .git"}, call_id="c1")
+    assert tree(workspace / ".git") == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="safepoint's own git commands run the repository's clean filter (only fsmonitor and hooks are off); "
+    "the agent plants one through ~/.gitconfig and .gitattributes, neither held",
+)
+def test_safepoints_git_commands_never_run_a_filter_the_agent_planted(tmp_path, workspace, monkeypatch):
+    """Two commands nobody holds (`>> ~/.gitconfig`, `> .gitattributes`) configure a clean filter; from then on
+    safepoint's own `git status`/`update-index --add` run it at every capture, and `safepoint commit` runs it when
+    the user reviews the agent's work: the model's code runs through safepoint, as the user."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    _repo(workspace)
+    mark = tmp_path / "ran"
+    plant = f'printf \'[filter "x"]\\n\\tclean = "sh -c \\\\"echo ran >> {mark}; cat\\\\""\\n\' >> ~/.gitconfig'
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        planted = run.call_result("run_command", {"command": plant}, call_id="c1")
+        attrs = run.call_result("run_command", {"command": "echo '* filter=x' > .gitattributes"}, call_id="c2")
+        assert planted.status == attrs.status == "succeeded", planted.observation + attrs.observation
+        mark.unlink(missing_ok=True)
+        subprocess.run(["git", "-C", str(workspace), "hash-object", "t.txt"], capture_output=True, check=True)
+        assert mark.exists(), "the plant does not work with a plain git"
+        mark.unlink()
+        run.call_result("run_command", {"command": "echo changed > t.txt"}, call_id="c3")
+    ran = mark.read_text() if mark.exists() else ""
+    done = safepoint_in_process("commit", "r", "--yes", "-m", "the agent's work", "-w", workspace, env=cli_env())
+    assert done.returncode == 0, done.stderr
+    ran += mark.read_text() if mark.exists() else ""
+    assert not ran, "safepoint's own git ran the agent's filter"
+
+
+# ------------------------------------------------------------------------------ §5 fsck
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a flipped bit in a line's newline loses two records that one flipped-back bit restores"
+)
+def test_fsck_mends_a_bit_flipped_in_a_newline(workspace):
+    """One flipped bit in the newline between two log lines (0x0a -> 0x0b) joins them: fsck says both records are
+    "lost for good" and quarantines them, where flipping the one bit back gives two lines that check out. The
+    promise: "a line hit by one flipped bit is mended when the mended record proves itself"."""
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("write_file", {"path": "a.txt", "content": "a\n"}, call_id="c1")
+        run.call_result("write_file", {"path": "b.txt", "content": "b\n"}, call_id="c2")
+    log = workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl"
+    data = bytearray(log.read_bytes())
+    lines = data.count(b"\n")
+    at = [i for i, byte in enumerate(data) if byte == 0x0A][lines // 2]
+    data[at] ^= 0x01
+    log.write_bytes(bytes(data))
+    result = tm.fsck("r", repair=True)
+    assert all("lost for good" not in p.repair and "missing" not in p.problem for p in result.problems), result
+    assert log.read_bytes().count(b"\n") == lines
+
+
+# ------------------------------------------------------------------------------ private modes
+
+
+@pytest.mark.xfail(strict=True, reason="the running command's note (tmp/proc-PID) is created with the umask: 0644")
+def test_the_note_of_a_running_command_is_private(workspace):
+    """Promise: "Store files are created 0600 and folders 0700 ... whatever the umask". `ProcessNotes.started`
+    writes `tmp/proc-<pid>` with a plain `open(..., "w")`."""
+    old = os.umask(0o022)
+    try:
+        tm = safepoint.open(workspace=str(workspace))
+        with tm.start("t", run_id="r") as run:
+            seen = run.call_result(
+                "run_command", {"command": "stat -c '%a %n' .agent-runtime/runs/r/tmp/proc-*"}, call_id="c1"
+            )
+    finally:
+        os.umask(old)
+    assert "proc-" in seen.observation, seen.observation
+    assert " 644 " not in seen.observation.replace("\n", " \n "), seen.observation
+    assert "600 " in seen.observation, seen.observation
+
+
+@pytest.mark.xfail(strict=True, reason="fsck --repair recreates a missing checkpoints/ folder with the umask: 0755")
+def test_a_folder_fsck_recreates_is_private(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.checkpoint()
+        run.call_result("write_file", {"path": "a.txt", "content": "a\n"}, call_id="c1")
+    folder = workspace / ".agent-runtime" / "runs" / "r" / "checkpoints"
+    for item in folder.iterdir():
+        item.unlink()
+    folder.rmdir()
+    old = os.umask(0o022)
+    try:
+        tm.fsck("r", repair=True)
+    finally:
+        os.umask(old)
+    assert folder.is_dir()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700, oct(folder.stat().st_mode)
