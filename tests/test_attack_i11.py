@@ -115,6 +115,8 @@ BYPASSES = [
     "patch -p0 -d .git < hook.patch",
     "git init --template=evil-template",  # re-init copies the template's hooks into .git/hooks
     "rename s/runtime/x/ .agent-runtime",
+    "git stash --all",  # like `git clean -x` (held): ignored files go, the store (and the user's .env) with them
+    "git stash push -a -m wip",
 ]
 
 
@@ -331,3 +333,27 @@ def test_the_agent_cannot_approve_its_own_held_command(workspace):
         result = run.call_result("run_command", held, call_id="c2")
     assert (workspace / ".git").is_dir(), f"the held command ran on a forged approval: {result.observation}"
     assert result.status != "succeeded"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a `.agent-runtime` symlink shipped in the workspace moves the store wherever it points, and the store's "
+    "root keeps that folder's mode (0777 here)",
+)
+def test_a_store_symlinked_out_of_the_workspace_is_not_followed_into_a_shared_folder(tmp_path, workspace):
+    """A hostile repository ships `.agent-runtime -> /tmp/shared` (git keeps symlinks). safepoint writes the
+    store there without a word: the file versions (the user's files, exact) leave the workspace, and in a
+    world-writable folder another user can rename `runs/` and put a run of their own in its place (forged records,
+    forged approvals). The promise: the store's folders are 0700."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (workspace / ".agent-runtime").symlink_to(shared)
+    tm = safepoint.open(workspace=str(workspace))
+    try:
+        with tm.start("t", run_id="r") as run:
+            run.call_result("write_file", {"path": "a.txt", "content": "the user's text\n"}, call_id="c1")
+    except safepoint.SafepointError:
+        return  # refused: fine
+    root = os.path.realpath(workspace / ".agent-runtime")
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700, oct(os.stat(root).st_mode)
