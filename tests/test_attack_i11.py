@@ -357,3 +357,31 @@ def test_a_store_symlinked_out_of_the_workspace_is_not_followed_into_a_shared_fo
         return  # refused: fine
     root = os.path.realpath(workspace / ".agent-runtime")
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700, oct(os.stat(root).st_mode)
+
+
+# ------------------------------------------------------------------------------ redaction against rollback
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="file paths in the run's records are redacted: a file whose name matches a pattern is rolled back under "
+    "its redacted name ('[REDACTED:user_0].md'), i.e. not at all",
+)
+def test_a_file_whose_name_matches_a_redaction_pattern_is_rolled_back(workspace):
+    """The README's own example pattern, `INTERNAL-[0-9]{4}` (or `TICKET-[0-9]{6}`), is also how people name files
+    (`notes/TICKET-123456.md`). The agent rewrites that file and creates another: rollback to the checkpoint before
+    finds a conflict on `notes/[REDACTED:user_0].md` (a file that does not exist), restores nothing and deletes
+    nothing. A hostile agent gets the same by giving its files token-shaped names (`sk_live_...`): they outlive
+    every rollback. "File versions stay exact (rollback needs them)"; their paths do not."""
+    (workspace / ".safepoint").mkdir()
+    (workspace / ".safepoint" / "redact.toml").write_text('patterns = ["TICKET-[0-9]{6}"]\n')
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / "TICKET-123456.md").write_text("the user's notes\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call_result("write_file", {"path": "notes/TICKET-123456.md", "content": "overwritten\n"}, call_id="c1")
+        run.call_result("write_file", {"path": "notes/TICKET-654321.md", "content": "new\n"}, call_id="c2")
+    plan = tm.rollback_files("r", start)
+    assert (workspace / "notes" / "TICKET-123456.md").read_text() == "the user's notes\n", plan
+    assert not (workspace / "notes" / "TICKET-654321.md").exists(), plan
