@@ -461,3 +461,44 @@ def test_a_scheduled_jobs_secrets_never_reach_the_store(workspace):
     assert token not in listed.stdout + listed.stderr
     stored = _store_bytes(workspace)
     assert token.encode() not in stored and PLANTED.encode() not in stored
+
+
+REACHING = [
+    "shopt -s dotglob; rm -rf *",  # the README: "`rm -rf *` matches no dot-folder in bash"; with dotglob it does
+    "GLOBIGNORE=x; rm -rf *",  # setting GLOBIGNORE turns dotglob on
+    "rm -rf .[^.]*",  # `.[!.]*` is held; bash's other spelling of the same class is not
+    "rm -rf ./{*,.*}",
+    "find . -mindepth 1 -delete",
+    "chmod -R a+rX .",  # the next test: the store becomes readable by others
+]
+
+
+@pytest.mark.xfail(strict=True, reason="a glob or an ancestor that takes in .git and the store is not held")
+@pytest.mark.parametrize("command", REACHING)
+def test_a_command_that_takes_in_git_or_the_store_by_glob_or_ancestor_is_held(command):
+    """Promise: held are "a dot-glob that matches one (`rm -rf .[a-z]*`, `.*`...)". These reach them all the same."""
+    from safepoint.core.command_reach import classify_with_reach
+
+    assert "store_or_git" in classify_with_reach(command).side_effects
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="`chmod -R a+rX .` (an everyday 'fix the permissions') is not held and makes every store file "
+    "readable by others; nothing puts 0600/0700 back",
+)
+def test_a_recursive_chmod_of_the_workspace_leaves_the_store_private(workspace):
+    """Promise: store files 0600 and folders 0700. After the command, the ledger (and the exact file versions
+    it holds: the user's files, secrets included) is 0644 for the rest of the run and after it."""
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("write_file", {"path": ".env", "content": "KEY=the user's secret\n"}, call_id="c1")
+        run.call_result("run_command", {"command": "chmod -R a+rX ."}, call_id="c2")
+        run.call_result("write_file", {"path": "a.txt", "content": "more\n"}, call_id="c3")
+    root = workspace / ".agent-runtime"
+    loose = [
+        (str(p.relative_to(root)), oct(stat.S_IMODE(p.stat().st_mode)))
+        for p in [root, *root.rglob("*")]
+        if stat.S_IMODE(p.stat().st_mode) & 0o077
+    ]
+    assert loose == []
