@@ -242,6 +242,28 @@ def test_the_note_of_a_running_command_is_private(workspace):
     assert "600 " in seen.observation, seen.observation
 
 
+@pytest.mark.xfail(
+    strict=True, reason="a run's missing tmp/ folder is recreated by Workspace.for_run with the umask: 0755"
+)
+def test_a_scratch_folder_the_run_recreates_is_private(workspace):
+    """`os.makedirs(scratch, exist_ok=True)` in `Workspace.for_run`: a resume after `tmp/` went (a cleanup of
+    temporary files) makes it 0755, and the capture state written into it lists the workspace's files."""
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("run_command", {"command": "echo x > a.txt"}, call_id="c1")
+    scratch = workspace / ".agent-runtime" / "runs" / "r" / "tmp"
+    for item in scratch.iterdir():
+        item.unlink()
+    scratch.rmdir()
+    old = os.umask(0o022)
+    try:
+        with tm.resume("r") as run:
+            run.call_result("run_command", {"command": "echo y > b.txt"}, call_id="c2")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(scratch.stat().st_mode) == 0o700, oct(scratch.stat().st_mode)
+
+
 @pytest.mark.xfail(strict=True, reason="fsck --repair recreates a missing checkpoints/ folder with the umask: 0755")
 def test_a_folder_fsck_recreates_is_private(workspace):
     tm = safepoint.open(workspace=str(workspace))
