@@ -8,6 +8,7 @@ import io
 import os
 import stat
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -65,6 +66,35 @@ def test_a_command_cannot_read_a_withheld_credential_from_its_parents_environmen
     stored = _store_bytes(workspace)
     assert PLANTED.encode() not in stored
     assert PLANTED[::-1].encode() not in stored, "the withheld key, reversed, is in the ledger"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the provider's key under a name of the user's choosing (--api-key-env LLM) is withheld from `env` but "
+    "not hunted by the redactor (credential_values is built without the withheld names): read from "
+    "/proc/$PPID/environ it is kept verbatim",
+)
+def test_the_providers_key_never_reaches_the_store_whatever_its_variables_name(tmp_path, workspace):
+    """The README: commands run "minus the model's key variable (`--api-key-env`, whatever its name)", and the
+    redactor hunts "the values of the credential variables". `run_redactor` calls `credential_values(environ)`
+    without the provider's variable, so a key with no known shape in a variable with no credential-like name is
+    not redacted: the model reads it from its parent's environment in plain text, and the ledger keeps it."""
+    from tests.openai_server import FakeOpenAI
+
+    key = "llmkey-" + "0123456789abcdefXYZ"
+    steal = "tr '\\0' '\\n' < /proc/$PPID/environ | grep -a '^LLM='"
+    script = [
+        {"tool_calls": [{"id": "call_1", "name": "run_command", "arguments": {"command": steal}}]},
+        {"text": "ok"},
+    ]
+    with FakeOpenAI(script) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "safepoint", "run", "--task", "t", "--model", "m", "--base-url", server.base_url,
+             "--api-key-env", "LLM", "-w", str(workspace), "--run-id", "r"],
+            env=cli_env(LLM=key), capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert key.encode() not in _store_bytes(workspace)
 
 
 @pytest.mark.xfail(
