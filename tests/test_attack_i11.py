@@ -8,7 +8,6 @@ import io
 import os
 import stat
 import subprocess
-import sys
 import tarfile
 
 import pytest
@@ -70,30 +69,26 @@ def test_a_command_cannot_read_a_withheld_credential_from_its_parents_environmen
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the provider's key under a name of the user's choosing (--api-key-env LLM) is withheld from `env` but "
-    "not hunted by the redactor (credential_values is built without the withheld names): read from "
-    "/proc/$PPID/environ it is kept verbatim",
+    reason="the provider's key under a name of the user's choosing (--api-key-env LLM) is not hunted by the "
+    "redactor (run_redactor calls credential_values without the withheld names): printed, it is kept verbatim",
 )
-def test_the_providers_key_never_reaches_the_store_whatever_its_variables_name(tmp_path, workspace):
+def test_the_providers_key_never_reaches_the_store_whatever_its_variables_name(workspace):
     """The README: commands run "minus the model's key variable (`--api-key-env`, whatever its name)", and the
-    redactor hunts "the values of the credential variables". `run_redactor` calls `credential_values(environ)`
-    without the provider's variable, so a key with no known shape in a variable with no credential-like name is
-    not redacted: the model reads it from its parent's environment in plain text, and the ledger keeps it."""
+    redactor hunts "the values of the credential variables ... (passed or not: a command given one may still print
+    it)". A user hands the key to a command that calls the same API (`--pass-env LLM`); the command prints it; a key
+    with no known shape in a variable with no credential-like name is not redacted. (Without --pass-env the same
+    happens through /proc/$PPID/environ: the test above.)"""
     from tests.openai_server import FakeOpenAI
 
     key = "llmkey-" + "0123456789abcdefXYZ"
-    steal = "tr '\\0' '\\n' < /proc/$PPID/environ | grep -a '^LLM='"
-    script = [
-        {"tool_calls": [{"id": "call_1", "name": "run_command", "arguments": {"command": steal}}]},
-        {"text": "ok"},
-    ]
-    with FakeOpenAI(script) as server:
-        done = subprocess.run(
-            [sys.executable, "-m", "safepoint", "run", "--task", "t", "--model", "m", "--base-url", server.base_url,
-             "--api-key-env", "LLM", "-w", str(workspace), "--run-id", "r"],
-            env=cli_env(LLM=key), capture_output=True, text=True, timeout=120, check=False,
+    call = {"id": "call_1", "name": "run_command", "arguments": {"command": 'echo "calling with $LLM"'}}
+    with FakeOpenAI([{"tool_calls": [call]}, {"text": "ok"}]) as server:
+        done = safepoint_in_process(
+            "run", "--task", "t", "--model", "m", "--base-url", server.base_url, "--api-key-env", "LLM",
+            "--pass-env", "LLM", "-w", workspace, "--run-id", "r", env=cli_env(LLM=key),
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert b"calling with" in _store_bytes(workspace)
     assert key.encode() not in _store_bytes(workspace)
 
 
