@@ -549,3 +549,26 @@ def test_a_recursive_chmod_of_the_workspace_leaves_the_store_private(workspace):
         if stat.S_IMODE(p.stat().st_mode) & 0o077
     ]
     assert loose == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the agent may write .safepoint/redact.toml with write_file; from the next resume on, its changes to "
+    "matching paths are recorded redacted and no rollback undoes them, and its commands show as [REDACTED]",
+)
+def test_the_agent_cannot_blind_the_record_through_redact_toml(workspace):
+    """A hostile model writes `patterns = ["[a-z]+\\\\.py"]` into `.safepoint/redact.toml` (write_file refuses the
+    store and .git, not safepoint's own configuration). After the next resume (a crash, a restart, the daemon),
+    what it does to any .py file is kept under `[REDACTED:user_0]`: `ledger` and `explain` no longer say what it
+    touched, and rollback restores nothing (the test above)."""
+    (workspace / "main.py").write_text("the user's code\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result(
+            "write_file", {"path": ".safepoint/redact.toml", "content": 'patterns = ["[a-z]+\\\\.py"]\n'}, call_id="c1"
+        )
+    with tm.resume("r") as run:
+        start = run.checkpoint()
+        run.call_result("write_file", {"path": "main.py", "content": "the agent's code\n"}, call_id="c2")
+    tm.rollback_files("r", start)
+    assert (workspace / "main.py").read_text() == "the user's code\n"
