@@ -11,7 +11,14 @@ Ordering rules (promise 1 and 6 rest on them):
 - ``durable_seq`` is the last record a committed group covered (it covers every record before it too): what a
   restart checkpoint may point into. Every commit is durable: no record of the log is worth a crash-window.
 - Trace events are observability, not recovery: they are batched (``TRACE_BATCH``) and written after a commit or
-  on close, never inside the group; losing the last few to a crash costs nothing.
+  on close, never inside the group, and never fsync'd. A crash (SIGKILL) loses at most the batch not yet written,
+  never a record recovery reads: every decision a trace event reports is in the log first (the ledger, the
+  checkpoints, the recovery reports), and the trace only ever says too little, never too much. The batch is
+  written at the moments that matter: after a recovery decision (``flush_trace`` by the resume and the
+  restart cleanup), when a process is fenced off (the refusal is the last thing it says), and when the run is
+  closed, so a process that ends normally loses nothing. Events and their fields are the vocabulary's
+  (``core.trace_events``): a name or a field it does not hold is refused (``ValueError``), so producers cannot
+  drift; each line carries the writer's generation.
 
 Redaction (promise: secrets stay out): every record but a ``Blob`` goes through the run's ``Redactor`` here, the
 one place records become bytes, so model text, tool arguments and results, decisions and trace events are
@@ -26,6 +33,7 @@ durable "soon" cannot order a tool run after it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -34,9 +42,10 @@ from typing import Any
 
 import msgspec
 
+from safepoint.core import trace_events
 from safepoint.core.environment import credential_values
 from safepoint.core.redact import Redactor
-from safepoint.errors import ConfigError, StoreError
+from safepoint.errors import ConfigError, StaleGenerationError, StoreError
 from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord
 from safepoint.store.base import Store
 
@@ -102,6 +111,7 @@ class LogWriter:
         self.seq = last_seq  # the sequence number of the last record staged (durable once committed)
         self._buffer: list[LogRecord] = []
         self._trace: list[bytes] = []
+        self._traced_durable = 0  # the staged trace lines up to here were staged before the last commit
         self.durable_seq = last_seq
 
     def add(self, body: msgspec.Struct) -> int:
@@ -136,18 +146,48 @@ class LogWriter:
         records, self._buffer = self._buffer, []
         try:
             self.store.append(self.claim, records)
-        except StoreError:
+        except StoreError as exc:
             self.seq -= len(records)
+            del self._trace[self._traced_durable :]  # what they said of the refused records never happened
+            if isinstance(exc, StaleGenerationError):
+                self.fenced("append")
             raise
         self.durable_seq = self.seq
+        self._traced_durable = len(self._trace)
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
 
     def trace(self, event: str, **data: Any) -> None:
-        entry = {"event": event, "at": now(), "run_id": self.run_id, "data": msgspec.to_builtins(data)}
-        self._trace.append(_encoder.encode(self.redactor.value(entry)))
+        """Stage a trace event (``core.trace_events`` names it and its fields); written with the next batch."""
+        self._trace.append(trace_line(self.redactor, self.run_id, self.claim.generation, event, data))
 
     def flush_trace(self) -> None:
         if self._trace:
             lines, self._trace = self._trace, []
+            self._traced_durable = 0
             self.store.trace(self.run_id, lines)
+
+    def fenced(self, what: str) -> None:
+        """This process was refused a write: a newer owner took the run over. Said in the trace at once (not
+        fenced: the trace is observability, and the refusal is this process's last word), whatever else fails."""
+        owner = None
+        with contextlib.suppress(Exception):
+            owner = self.store.owner(self.run_id)
+        self.trace("fencing_refused", what=what, current_generation=owner.generation if owner else None)
+        with contextlib.suppress(Exception):
+            self.flush_trace()
+
+
+def trace_line(redactor: Redactor, run_id: str, generation: int, event: str, data: dict[str, Any]) -> bytes:
+    """One trace line: checked against the vocabulary, redacted, encoded."""
+    trace_events.check(event, data)
+    entry = {"event": event, "at": now(), "run_id": run_id, "generation": generation, "data": data}
+    return _encoder.encode(redactor.value(msgspec.to_builtins(entry)))
+
+
+def trace_now(store: Store, run_id: str, generation: int, events: list[tuple[str, dict[str, Any]]]) -> None:
+    """Write trace events at once, for work done without a session (a restart cleanup, a control request). The
+    workspace's own patterns are not known here; the built-in ones and the environment's credentials are."""
+    if events:
+        redactor = run_redactor()
+        store.trace(run_id, [trace_line(redactor, run_id, generation, event, data) for event, data in events])

@@ -66,3 +66,4 @@ class RestartWriter:
         self.store.delete_restart_checkpoint(self.claim)
         self.current = None
         self.created_at = None
+        self._trace("restart_checkpoint_deleted")
