@@ -205,7 +205,9 @@ def event_time(event: TraceEvent) -> datetime | None:
 
 
 def select(events: list[TraceEvent], *, call_id: str | None = None, since: Since | None = None) -> list[TraceEvent]:
-    """The events of a timeline: from ``since`` on, about ``call_id`` when given. Linear in the trace."""
+    """The events of a timeline: in time order (each writer batches its events, so a fenced-off owner's last
+    batch is written after its successor's first), from ``since`` on, about ``call_id`` when given."""
+    events = sorted(events, key=lambda e: e.at)  # stable: events of one instant keep their written order
     if since is not None and since.checkpoint_id is not None:
         start = next(
             (

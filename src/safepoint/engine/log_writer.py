@@ -112,6 +112,7 @@ class LogWriter:
         self._buffer: list[LogRecord] = []
         self._trace: list[bytes] = []
         self._traced_durable = 0  # the staged trace lines up to here were staged before the last commit
+        self.refused = False  # a write was refused: a newer owner took the run over
         self.durable_seq = last_seq
 
     def add(self, body: msgspec.Struct) -> int:
@@ -170,6 +171,7 @@ class LogWriter:
     def fenced(self, what: str) -> None:
         """This process was refused a write: a newer owner took the run over. Said in the trace at once (not
         fenced: the trace is observability, and the refusal is this process's last word), whatever else fails."""
+        self.refused = True
         owner = None
         with contextlib.suppress(Exception):
             owner = self.store.owner(self.run_id)

@@ -241,7 +241,8 @@ class RunSession:
         if not self.closed:
             self.closed = True
             if not self.read_only:
-                self.log.trace("run_released")
+                if not self.log.refused:  # a fenced-off process releases nothing (its release is a no-op)
+                    self.log.trace("run_released")
                 self.log.flush_trace()
                 self.store.release(self.claim)
 
