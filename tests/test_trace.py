@@ -324,3 +324,37 @@ def test_planted_secrets_never_reach_trace_json(tmp_path, workspace, outbox):
         assert secret not in (workspace / ".agent-runtime" / "runs" / "r" / "trace.jsonl").read_text()
     assert "[REDACTED:github_token].txt" in text  # the path is still there, without the token
     assert "[REDACTED:openai_key]" in text and "[REDACTED:credential_value]" in text
+
+
+@pytest.mark.parametrize("request_", ["cancel", "reset"])
+def test_a_live_owner_that_acts_on_a_cancel_or_a_reset_traces_its_own_close(workspace, request_):
+    from safepoint.standins.scenario import parse_scenario
+
+    script = parse_scenario(json.dumps({"task": "t", "turns": [{"text": "done"}]}).encode())
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start(script.task, run_id="r", model=script.model)
+    outcome = tm.cancel("r") if request_ == "cancel" else tm.reset_context("r")
+    assert outcome == "requested"  # this process owns the run: it acts at its next safe point
+    with run:
+        assert tm.run_agent(run, safepoint.ScriptedProvider(script)) == (
+            "cancelled" if request_ == "cancel" else "closed"
+        )
+    events = tm.trace("r")
+    reason = "user_cancelled" if request_ == "cancel" else "context_reset"
+    assert _data(events, f"{request_}_requested")[0]["outcome"] == "requested"
+    verdict = _data(events, "recovery_verdict")
+    assert verdict == [
+        {
+            "action": "closed",
+            "disposition": "ReplayForbidden",
+            "reason": reason,
+            "mode": None,
+            "detail": verdict[0]["detail"],
+        }
+    ]
+    assert _data(events, "owner_closed")[0]["terminal_status"]
+    terminal = _data(events, "terminal_event")
+    assert terminal == [{"event_type": reason, "generation": 1, "recorded": True, "reason": reason}]
+    names = [e.event for e in events if e.generation == 1]
+    assert names.index("recovery_verdict") < names.index("owner_closed") < names.index("terminal_event")
+    assert f"run_{'cancelled' if request_ == 'cancel' else 'closed'}" in names
