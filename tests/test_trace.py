@@ -258,19 +258,21 @@ def test_a_cancel_settled_by_a_restart_cleanup_traces_the_verdict_and_the_termin
     events = _events(workspace, env=env)
     closing = [e for e in events if e["generation"] == 2]
     assert [e["event"] for e in closing] == [
+        "run_claimed",
         *["recovery_assertion"] * len(CHECKED_ORDER),
         "recovery_verdict",
         "owner_closed",
         "terminal_event",
         "restart_checkpoint_deleted",
+        "run_released",
     ]
-    verdict = closing[len(CHECKED_ORDER)]["data"]
+    verdict = closing[1 + len(CHECKED_ORDER)]["data"]
     assert (verdict["action"], verdict["disposition"], verdict["reason"]) == (
         "closed",
         "ReplayForbidden",
         "user_cancelled",
     )
-    terminal = closing[-2]["data"]
+    terminal = closing[-3]["data"]
     assert terminal == {
         "event_type": "closed_during_restart_recovery",
         "generation": 1,  # the generation whose work was interrupted

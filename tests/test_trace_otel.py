@@ -150,3 +150,20 @@ def test_the_base_install_never_imports_opentelemetry(workspace):
     assert done.returncode == 0, done.stderr
     trace = safepoint_in_process("trace", "r", "-w", workspace)
     assert trace.returncode == 0 and "tool_started" in trace.stdout
+
+
+def test_a_call_left_uncertain_over_several_resumes_is_drawn_once_where_it_started(exported):
+    provider, exporter = exported
+    decision = {"call_id": "c1", "status": "uncertain", "action": "wait_decision", "tool_name": "deploy"}
+    events = [
+        _event("tool_started", 1, 1, call_id="c1", tool_name="deploy", attempt=1),
+        _event("replay_decision", 5, 2, **decision),  # a person must decide: the resume stops there
+        _event("run_released", 6, 2),
+        _event("replay_decision", 9, 3, **(decision | {"action": "rerun"})),
+        _event("tool_started", 10, 3, call_id="c1", tool_name="deploy", attempt=2),
+        _event("tool_finished", 11, 3, call_id="c1", tool_name="deploy", status="succeeded"),
+    ]
+    export_events(events, provider.get_tracer("t"))
+    calls = _by_name(exporter.get_finished_spans(), "safepoint.tool_call")
+    drawn = sorted((s.attributes["generation"], s.attributes["attempt"], s.attributes["status"]) for s in calls)
+    assert drawn == [(1, 1, "uncertain"), (3, 2, "succeeded")]

@@ -137,6 +137,7 @@ class _Builder:
         self.attempts: dict[int, _Attempt] = {}
         self.status = ""
         self.spans = 1
+        self.drawn: set[str] = set()  # calls that have a span in some attempt
 
     def _attempt(self, event: TraceEvent, at: int) -> _Attempt:
         attempt = self.attempts.get(event.generation)
@@ -189,6 +190,7 @@ class _Builder:
             parent = attempt.step or attempt.span
             attrs = {"run_id": self.run_id, "generation": event.generation, **attributes(data)}
             attempt.calls[call_id] = self._child("safepoint.tool_call", parent, attrs, at)
+            self.drawn.add(call_id)
         elif name == "replay_decision" and call_id is not None and data.get("status") == "uncertain":
             self._lost_call(event, call_id)
         if name not in _NOT_EVENTS:
@@ -221,9 +223,10 @@ class _Builder:
         earlier = [a for g, a in self.attempts.items() if g < event.generation]
         if not earlier:
             return
+        if call_id in self.drawn:
+            return  # its span is there already (open in the crashed attempt, it ends as uncertain with it)
         crashed = max(earlier, key=lambda a: a.generation)
-        if call_id in crashed.calls:
-            return  # its span is open there: it ends as uncertain with that attempt
+        self.drawn.add(call_id)
         attrs = {
             "run_id": self.run_id,
             "generation": crashed.generation,

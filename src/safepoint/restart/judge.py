@@ -184,10 +184,14 @@ def close_after_restart(
     last: every step is idempotent, and as long as the checkpoint exists the next recovery finishes the cleanup
     (keeping the first terminal status and the reason that started it: a cleanup cut short and repeated records
     nothing twice and never relabels why the run was closed)."""
-    events: list[tuple[str, dict[str, Any]]] = []  # the trace of the cleanup, written when it ends (or fails)
+    # The trace of the cleanup, written when it ends (or fails); the claim it runs under is its own attempt (a
+    # reap fenced a hung owner off), and every caller lets that claim go as soon as the cleanup returns.
+    claimed = {"holder": claim.holder} | ({"takeover": True} if event_type == REAPED_EVENT else {})
+    events: list[tuple[str, dict[str, Any]]] = [("run_claimed", claimed)]
     try:
         return _close(store, claim, judged, event_type, events)
     finally:
+        events.append(("run_released", {}))
         with contextlib.suppress(Exception):  # observability: never the reason a cleanup fails
             trace_now(store, claim.run_id, claim.generation, events)
 
