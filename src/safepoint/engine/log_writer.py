@@ -14,9 +14,11 @@ Ordering rules (promise 1 and 6 rest on them):
   on close, never inside the group, and never fsync'd. A crash (SIGKILL) loses at most the batch not yet written,
   never a record recovery reads: every decision a trace event reports is in the log first (the ledger, the
   checkpoints, the recovery reports), and the trace only ever says too little, never too much. The batch is
-  written at the moments that matter: after a recovery decision (``flush_trace`` by the resume and the
-  restart cleanup), when a process is fenced off (the refusal is the last thing it says), and when the run is
-  closed, so a process that ends normally loses nothing. Events and their fields are the vocabulary's
+  written at the moments that matter: after each step of the agent loop, after a recovery decision (the resume
+  flushes; a restart cleanup, which has no session, writes its events at once: ``trace_now``), when a process
+  is fenced off (the refusal is the last thing it says), and when the run is closed, so a process that ends
+  normally loses nothing. Lines staged since the last commit are dropped when that commit's append is refused:
+  what they said of its records never happened. Events and their fields are the vocabulary's
   (``core.trace_events``): a name or a field it does not hold is refused (``ValueError``), so producers cannot
   drift; each line carries the writer's generation.
 
