@@ -89,6 +89,7 @@ def test_a_sigkilled_run_and_its_resume_leave_every_decision_in_the_trace(tmp_pa
     assert {"before_step", "tool_start", "tool_end", "after_step"} <= {
         e["data"]["kind"] for e in _named(events, "checkpoint", 1)
     }
+    assert {e["data"]["mode"] for e in _named(events, "restart_checkpoint", 1)} == {"reaction_loop"}
     assert not _named(events, "run_released", 1)  # it never ended normally
     # The resume: the claim, the seven assertions with their results in order, the verdict, the plan, each
     # interrupted call's replay decision with its reason, what the runner did, the note, the end.
@@ -306,6 +307,18 @@ def test_a_takeover_and_the_stale_owners_refused_write(workspace):
     assert not [e for e in events if e.generation == 1 and e.data.get("call_id") == "c2"]
     assert [e.generation for e in events if e.event == "run_released"] == [2]
     assert not (workspace / "b.txt").exists()
+
+
+def test_a_stale_owners_refused_restart_checkpoint_write_is_traced(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    stale = tm.start("t", run_id="r")
+    with safepoint.open(workspace=str(workspace)).resume("r", takeover=True):
+        pass
+    with pytest.raises(StaleGenerationError):
+        stale.session.restart.delete()  # as a stale approval wait or loop step would
+    stale.close()
+    refused = [(e.generation, e.data) for e in tm.trace("r") if e.event == "fencing_refused"]
+    assert refused == [(1, {"what": "restart_checkpoint", "current_generation": 2})]
 
 
 def test_planted_secrets_never_reach_trace_json(tmp_path, workspace, outbox):
