@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from safepoint.core.restart import RecoveryVerdict
     from safepoint.core.resume import ResumePlan
     from safepoint.core.rollback import RollbackPlan
+    from safepoint.core.trace_events import TraceEvent
     from safepoint.engine.session import RunSession
     from safepoint.engine.tools import Tool, ToolRegistry
     from safepoint.protocol import RuntimeRestartCheckpoint
@@ -295,6 +296,18 @@ class Safepoint:
         return History(
             current=list(view.history), abandoned=[m for m in view.message_records.values() if id(m) not in current]
         )
+
+    def trace(self, run_id: str, *, call_id: str | None = None, since: str | None = None) -> list[TraceEvent]:
+        """The run's trace events, oldest first (what was written: a process killed with SIGKILL loses its last
+        unwritten batch, never a record). ``call_id``: only the events about that call; ``since``: from an ISO
+        time, a duration ago (``10m``) or a checkpoint id on. Event names and fields: ``core.trace_events``."""
+        from datetime import UTC, datetime
+
+        from safepoint.core import trace_events
+
+        window = trace_events.parse_since(since, datetime.now(UTC)) if since else None
+        events = [e for line in self.store.read_trace(run_id) if (e := trace_events.decode(line)) is not None]
+        return trace_events.select(events, call_id=call_id, since=window)
 
     def restart_checkpoint(self, run_id: str) -> RuntimeRestartCheckpoint | None:
         """The run's restart checkpoint (seed 003 §1.2) when one is stored and intact: the work in flight."""
@@ -593,6 +606,13 @@ class Safepoint:
 
     def close(self) -> None:
         self.store.close()
+
+
+def trace_key_fields(event: TraceEvent) -> list[tuple[str, Any]]:
+    """The fields `safepoint trace` shows on an event's line, in the vocabulary's order."""
+    from safepoint.core.trace_events import key_fields
+
+    return key_fields(event)
 
 
 def stop_at_safe_point_on_sigterm() -> None:

@@ -255,7 +255,7 @@ def resume_session(
             f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed "
             f"({closed_words(store, run_id)}). See `safepoint explain {run_id}`"
         )
-    session = approvals.attach(RunSession.open(store, run_id, workspace, registry, claim=claim))
+    session = approvals.attach(RunSession.open(store, run_id, workspace, registry, claim=claim, takeover=takeover))
     if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored
         session.registry.put(subagent_tool(session, provider_for, AgentChildren(output)))
     try:

@@ -77,13 +77,14 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
     check_decisions(session.view, replay, skip, frozenset(doubt.calls))
     for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:
         session.calls.decide(call_id, choice)
+        session.trace("call_decided", call_id=call_id, decision=choice)
     probes = {}
     for call_id, entry in session.ledger.items():
         if entry.status == "started" and session.calls.current_decision(call_id) is None:
             found = session.probe(entry)
             if found is not None:
                 probes[call_id] = found
-    return plan_resume(
+    plan = plan_resume(
         session.view,
         decisions={
             call_id: d for call_id, d in session.calls.decisions.items() if session.calls.current_decision(call_id)
@@ -92,6 +93,39 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
         workspace_hashes=workspace_hashes(session),
         doubt=doubt,
     )
+    trace_plan(session, plan)
+    return plan
+
+
+def trace_plan(session: RunSession, plan: ResumePlan) -> None:
+    """The resume's decisions in the trace: the checkpoint it continues from and why, then the replay decision
+    of every call around the interruption and of every call not simply taken from the ledger (linear in the
+    ledger; a finished call of an earlier step is left out, its outcome is just taken)."""
+    at = plan.resume_from
+    session.trace(
+        "resume_plan",
+        checkpoint_id=at.checkpoint.checkpoint_id if at else None,
+        step=plan.step,
+        why=plan.why,
+        needs_decision=[r.entry.call_id for r in plan.needs_decision],
+        drift=[d.path for d in plan.drift],
+        damage=list(plan.damage),
+    )
+    recent = {r.entry.call_id for r in recent_calls(plan)}
+    for report in plan.calls:
+        entry, decision = report.entry, report.decision
+        if entry.call_id in recent or decision.action not in ("take_outcome", "run"):
+            session.trace(
+                "replay_decision",
+                call_id=entry.call_id,
+                tool_name=entry.tool_name,
+                status=entry.status,
+                idempotency=entry.idempotency,
+                replay_policy=entry.replay_policy,
+                action=decision.action,
+                replayable=decision.replayable,
+                why=decision.why,
+            )
 
 
 def restore(session: RunSession, plan: ResumePlan) -> Recovery:
@@ -122,5 +156,6 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     session.add_message("system", note, name=RECOVERY_NOTE)
     # No after-step checkpoint here: the interrupted step ends when its loop says so, not when resume does.
     session.commit()
-    session.trace("recovery_note", checkpoint_id=at.checkpoint.checkpoint_id if at else None)
+    session.trace("recovery_note", checkpoint_id=at.checkpoint.checkpoint_id if at else None, calls=len(recent))
+    session.log.flush_trace()  # a recovery decision: written now, not with the next batch
     return Recovery(plan, note)

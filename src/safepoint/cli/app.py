@@ -445,6 +445,37 @@ def history(
     _emit(rows, as_json, render.history_table)
 
 
+@app.command()
+def trace(
+    run_id: str,
+    call: Annotated[str | None, typer.Option("--call", help="Only the events about this call.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="From an ISO time (UTC), a duration ago (90s, 10m, 2h, 1d) or a checkpoint id."),
+    ] = None,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The run's timeline: every checkpoint, call, recovery decision, rollback and conflict, one line each."""
+    from safepoint.api import mask_passwords, trace_key_fields
+    from safepoint.cli.trace import timeline
+
+    events = _open(store, workspace).trace(run_id, call_id=call, since=since)
+    if as_json:
+        import json
+
+        lines = "".join(json.dumps(plain(e), separators=(",", ":"), default=str) + "\n" for e in events)
+        sys.stdout.write(mask_passwords(lines))
+        return
+    if not events:
+        sys.stdout.write(
+            f"run {run_id}: no trace events{' about ' + call if call else ''}{' since ' + since if since else ''}\n"
+        )
+        return
+    sys.stdout.write(mask_passwords(timeline([plain(e) for e in events], [trace_key_fields(e) for e in events])))
+
+
 def _render_classification(report: dict[str, Any]) -> str:
     def listed(items: list[str]) -> str:
         return ", ".join(items) if items else "-"

@@ -124,6 +124,7 @@ def rollback_tool(session: RunSession) -> Tool:
             if step == "conflict":
                 record_conflict(session, conflict_of_action(session, action, now))
                 met.append(action.path)
+                session.trace("rollback_action", call_id=ctx.call_id, path=action.path, action="conflict")
                 continue
             if step == "apply" and action.target_hash == ABSENT and _is_link(ctx.workspace, action.path):
                 _remove_link(session, ctx, action.path)
@@ -133,6 +134,8 @@ def rollback_tool(session: RunSession) -> Tool:
                     data = session.files.version(action.path, action.target_hash, action.target_ref)
                 ctx.workspace.restore(action.path, data, action.target_mode)
             done.append(action.path)
+            what = ("removed" if action.target_hash == ABSENT else "restored") if step == "apply" else "already_done"
+            session.trace("rollback_action", call_id=ctx.call_id, path=action.path, action=what, undoes=action.undoes)
         return json.dumps({"checkpoint_id": checkpoint_id, "reverted": done, "conflicts": met})
 
     return Tool(
@@ -212,6 +215,7 @@ def rollback_files(
     plan = plan_files(session, checkpoint_id, include_uncertain=include_uncertain)
     if dry_run:
         return plan
+    trace_rollback_plan(session, plan)
     recorded = [
         record_conflict(session, with_combined_patch(session, c, cover))
         for c, cover in zip(plan.conflicts, plan.covers, strict=True)
@@ -237,7 +241,27 @@ def rollback_files(
             )
         plan = _with_met(session, plan, phase, json.loads(str(result.value)).get("conflicts", []))
     session.commit()
+    session.trace(
+        "rollback_finished", checkpoint_id=checkpoint_id, reverted=len(plan.actions), conflicts=len(plan.conflicts)
+    )
     return plan
+
+
+def trace_rollback_plan(session: RunSession, plan: RollbackPlan) -> None:
+    """The plan in the trace: how much it reverts, and each file it leaves out and why (an uncertain author, a
+    version nobody kept); the conflicts are traced as they are recorded."""
+    session.trace(
+        "rollback_planned",
+        checkpoint_id=plan.checkpoint_id,
+        actions=len(plan.actions),
+        conflicts=len(plan.conflicts),
+        uncertain=len(plan.uncertain),
+        unrestorable=len(plan.unrestorable),
+    )
+    for left in plan.unrestorable:
+        session.trace("rollback_skipped", path=left.path, call_id=left.call_id, why=left.why)
+    for change in plan.uncertain:
+        session.trace("rollback_skipped", path=change.path, call_id=change.call_id, why=change.why)
 
 
 def _with_met(session: RunSession, plan: RollbackPlan, phase: list[FileAction], met: list[str]) -> RollbackPlan:
@@ -326,6 +350,14 @@ def restore_session(
     session.return_to(at)
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
     session.event("interrupted", f"session restored to {checkpoint_id}; `safepoint resume` continues from there")
+    session.trace(
+        "session_restored",
+        checkpoint_id=checkpoint_id,
+        new_checkpoint_id=restored.checkpoint_id,
+        abandoned=list(abandoned),
+        not_undone=[effect.call_id for effect in not_undone],
+        with_files=with_files,
+    )
     # What was in flight belonged to the branch left behind: a restart must not judge the new one by it.
     session.restart.delete()
     return Restored(
@@ -416,6 +448,7 @@ def compensate(
         f"step_{session.step}",
     )
     session.commit()
+    session.trace("compensation", call_id=compensation_id, compensates=ledger_entry_id, status=result.status)
     return result.observation
 
 

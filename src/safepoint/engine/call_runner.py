@@ -467,6 +467,7 @@ class CallRunner:
             self.log.commit()  # `safepoint approve` reads the call's input hash from the ledger
             answer = yield AwaitApproval(call, planned)
             assert isinstance(answer, ApprovalOutcome)
+            self.log.trace("approval_answered", call_id=call.call_id, decision=answer.decision)
             if not answer.approved:
                 return self._refused(call, planned, answer)
             planned = ledger.settle(planned, "approved", "approved", answer.why)
@@ -483,7 +484,16 @@ class CallRunner:
         started = ledger.start(planned)
         self.conversation.checkpoint("tool_start")
         self.log.commit()  # durable: the ledger says `started` before the tool runs
-        self.log.trace("tool_started", call_id=call.call_id, tool=call.tool)
+        self.log.trace(
+            "tool_started",
+            call_id=call.call_id,
+            tool_name=call.tool,
+            attempt=ledger.attempts(call.call_id),
+            step_id=step_id,
+            idempotency=started.idempotency,
+            replay_policy=started.replay_policy,
+            risk_level=started.risk_level,
+        )
         failpoints.hit("after_started", call.tool)
         ctx = self.conversation.context_for(call, step_id, ledger.attempts(call.call_id))
         outcome = yield Invocation(tool, ctx, call.args)
@@ -507,7 +517,7 @@ class CallRunner:
         self._settled(call)
         if tool.captures_workspace:
             self.capture().settled()
-        self.log.trace("tool_finished", call_id=call.call_id, status=status)
+        self.log.trace("tool_finished", call_id=call.call_id, tool_name=call.tool, status=status)
         failpoints.hit("after_outcome", call.tool)
         return CallResult(call.call_id, status, outcome.value if outcome.ok else None, message.content)
 
@@ -578,6 +588,9 @@ class CallRunner:
             succeeded = entry.status == "succeeded"
             value = recorded_value(recorded, entry.result_encoding) if succeeded and recorded is not None else None
         self._settled(call)
+        self.log.trace(
+            "call_outcome_taken", call_id=call.call_id, tool_name=call.tool, status=entry.status, why=decision.why
+        )
         return CallResult(call.call_id, entry.status, value, message.content)
 
     def _report_uncertain(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> CallResult:
@@ -597,6 +610,7 @@ class CallRunner:
             "and do not simply call it again.",
         )
         self._settled(call)
+        self.log.trace("call_uncertain", call_id=call.call_id, tool_name=call.tool, action=decision.action, why=reason)
         return CallResult(call.call_id, entry.status, None, message.content)
 
     def _refused(self, call: ToolCall, planned: ToolLedgerEntry, answer: ApprovalOutcome) -> CallResult:
@@ -634,6 +648,7 @@ class CallRunner:
         if call.call_id not in self.ledger.entries:
             self.ledger.record(entry)
             self.ledger.finish(entry, "failed", ref, error=why)
+            self.log.trace("call_refused", call_id=call.call_id, tool_name=call.tool, why=why)
         return CallResult(call.call_id, "failed", None, message.content)
 
 

@@ -40,7 +40,14 @@ def pending_conflicts(conflicts: dict[str, CheckpointConflict]) -> list[Checkpoi
 def record_conflict(session: RunSession, conflict: CheckpointConflict) -> CheckpointConflict:
     session.conflicts[conflict.path] = conflict
     session.add_record(conflict)
-    session.trace("conflict", path=conflict.path, resolution=conflict.resolution)
+    session.trace(
+        "conflict",
+        path=conflict.path,
+        resolution=conflict.resolution,
+        expected_hash=conflict.expected_hash,
+        actual_hash=conflict.actual_hash,
+        agent_patch_ref=conflict.agent_patch_ref,
+    )
     return conflict
 
 
@@ -386,4 +393,5 @@ def settle(session: RunSession, conflict: CheckpointConflict, resolution: Confli
         raise ResumeError(f"{path}: {entry.error or entry.status}; see `safepoint conflicts`")
     outcome["clean"] = clean
     session.commit()
+    session.trace("conflict_resolved", path=path, resolution=resolution, call_id=call.call_id, clean=clean)
     return outcome

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from safepoint.errors import StaleGenerationError
 from safepoint.protocol import PAYLOAD_MODES, ExecutionConfig, RestartPayload, RuntimeRestartCheckpoint
 from safepoint.records import Claim, RunInfo
 from safepoint.store.base import Store
@@ -34,12 +35,14 @@ class RestartWriter:
         info: RunInfo,
         config: Callable[[], ExecutionConfig],
         trace: Callable[..., Any],
+        fenced: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.claim = claim
         self.info = info
         self._config = config  # the execution config as it is now (generation, model, durable history, grants)
         self._trace = trace
+        self._fenced = fenced  # says in the trace that a write was refused to this (stale) process
         self.created_at: int | None = None
         self.current: RestartPayload | None = None  # what the checkpoint holds now (None: no work in flight)
 
@@ -58,11 +61,24 @@ class RestartWriter:
             recovery_owner_id=self.info.owner_id,
             execution_config_json=_encoder.encode(self._config()).decode(),
         )
-        self.store.upsert_restart_checkpoint(self.claim, _encoder.encode(checkpoint))
+        try:
+            self.store.upsert_restart_checkpoint(self.claim, _encoder.encode(checkpoint))
+        except StaleGenerationError:
+            self._refused()
+            raise
         self.current = payload
         self._trace("restart_checkpoint", mode=checkpoint.mode)
 
     def delete(self) -> None:
-        self.store.delete_restart_checkpoint(self.claim)
+        try:
+            self.store.delete_restart_checkpoint(self.claim)
+        except StaleGenerationError:
+            self._refused()
+            raise
         self.current = None
         self.created_at = None
+        self._trace("restart_checkpoint_deleted")
+
+    def _refused(self) -> None:
+        if self._fenced is not None:
+            self._fenced("restart_checkpoint")

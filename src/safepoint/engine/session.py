@@ -29,6 +29,7 @@ from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
 from safepoint.core.run_view import CheckpointAt, RunView, build_view
+from safepoint.core.trace_events import recovery_events
 from safepoint.engine.call_runner import CallRunner
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
@@ -40,7 +41,7 @@ from safepoint.engine.processes import ProcessNotes, kill_leftovers
 from safepoint.engine.restart_writer import RestartWriter
 from safepoint.engine.tools import ToolContext, ToolRegistry
 from safepoint.errors import ResumeError
-from safepoint.protocol import ControlSeen, ExecutionConfig
+from safepoint.protocol import ControlSeen, ExecutionConfig, RecoveryReport
 from safepoint.records import (
     Checkpoint,
     CheckpointConflict,
@@ -117,7 +118,9 @@ class RunSession:
             view.blobs,
         )
         self.heartbeat = Heartbeat(store, claim)
-        self.restart = RestartWriter(store, claim, view.info, self.execution_config, self.log.trace)
+        self.restart = RestartWriter(
+            store, claim, view.info, self.execution_config, self.log.trace, fenced=self.log.fenced
+        )
         self._capture: CommandCapture | None = None
         self.runner = CallRunner(
             registry=registry,
@@ -146,6 +149,7 @@ class RunSession:
         )
         claim = store.claim(info.run_id, holder or holder_id(), identity=identity)
         session = cls(store, claim, RunView(info=info), workspace, registry)
+        session.log.trace("run_claimed", takeover=False, holder=claim.holder)
         session.start()
         session.event("running", "started")
         return session
@@ -179,6 +183,7 @@ class RunSession:
         except BaseException:
             store.release(claim)
             raise
+        session.log.trace("run_claimed", takeover=takeover, holder=claim.holder)
         session.start(watch=watch)
         return session
 
@@ -238,6 +243,8 @@ class RunSession:
         if not self.closed:
             self.closed = True
             if not self.read_only:
+                if not self.log.refused:  # a fenced-off process releases nothing (its release is a no-op)
+                    self.log.trace("run_released")
                 self.log.flush_trace()
                 self.store.release(self.claim)
 
@@ -254,6 +261,9 @@ class RunSession:
         """Append a record to the pending group (made durable by the next ``commit``)."""
         if isinstance(body, ControlSeen):
             self.control_seen[body.position] = body
+        if isinstance(body, RecoveryReport):
+            for event, data in recovery_events(body):
+                self.log.trace(event, **data)
         return self.log.add(body)
 
     def trace(self, event: str, **data: Any) -> None:

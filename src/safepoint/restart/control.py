@@ -11,6 +11,7 @@ import uuid
 
 import msgspec
 
+from safepoint.engine.log_writer import trace_now
 from safepoint.engine.session import holder_id, load_view
 from safepoint.errors import ResumeError, UnknownReferenceError
 from safepoint.protocol import Approval, CancelRequest, ContextResetRequest, ControlRecord, Submission
@@ -111,10 +112,13 @@ def cancel(store: Store, run_id: str, *, whole_stream: bool = False, by: str = "
     _refuse_finished(store, run_id, "cancel")
     post(store, run_id, CancelRequest(at=now(), whole_stream=whole_stream, by=by))
     if owner_is_live(store, run_id):
-        return "requested"
-    if whole_stream:
-        settle_subagents(store, run_id)
-    return settle_now(store, run_id)
+        outcome = "requested"
+    else:
+        if whole_stream:
+            settle_subagents(store, run_id)
+        outcome = settle_now(store, run_id)
+    trace_now(store, run_id, 0, [("cancel_requested", {"outcome": outcome, "whole_stream": whole_stream, "by": by})])
+    return outcome
 
 
 def settle_subagents(store: Store, run_id: str, depth: int = 0) -> None:
@@ -132,4 +136,6 @@ def settle_subagents(store: Store, run_id: str, depth: int = 0) -> None:
 def reset_context(store: Store, run_id: str, *, by: str = "user") -> str:
     _refuse_finished(store, run_id, "reset")
     post(store, run_id, ContextResetRequest(at=now(), by=by))
-    return "requested" if owner_is_live(store, run_id) else settle_now(store, run_id)
+    outcome = "requested" if owner_is_live(store, run_id) else settle_now(store, run_id)
+    trace_now(store, run_id, 0, [("reset_requested", {"outcome": outcome, "by": by})])
+    return outcome

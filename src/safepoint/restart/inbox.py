@@ -190,7 +190,8 @@ def finish_closed(
     failpoints.hit("closing")
     store, claim, info = session.store, session.claim, session.info
     store.close_owner(claim, terminal_status)
-    store.record_terminal_event(
+    session.trace("owner_closed", terminal_status=terminal_status)
+    recorded = store.record_terminal_event(
         claim,
         RecoveryOwnerTerminalEvent(
             recovery_class=info.recovery_class,
@@ -201,8 +202,10 @@ def finish_closed(
             payload_json=_encoder.encode({"reason": reason, "detail": detail}).decode(),
         ),
     )
+    session.trace("terminal_event", event_type=reason, generation=claim.generation, recorded=recorded, reason=reason)
     if info.parent_run_id is not None and info.parent_call_id is not None:
         tell_parent(store, info.parent_run_id, info.run_id, info.parent_call_id, reason, stop_prompt(reason, detail))
+        session.trace("parent_told", parent_run_id=info.parent_run_id, call_id=info.parent_call_id, reason=reason)
     session.restart.delete()  # last: while it exists, a restart finishes this close
 
 

@@ -12,11 +12,14 @@ import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from safepoint.core.restart import ParentFacts, RecoveryVerdict, RestartFacts, check_recovery
 from safepoint.core.run_view import RunView
+from safepoint.core.trace_events import recovery_events
+from safepoint.engine.log_writer import trace_now
 from safepoint.errors import CorruptRecordError, RunNotFoundError
 from safepoint.protocol import (
     SELF_HEALING_PROMPT,
@@ -181,12 +184,28 @@ def close_after_restart(
     last: every step is idempotent, and as long as the checkpoint exists the next recovery finishes the cleanup
     (keeping the first terminal status and the reason that started it: a cleanup cut short and repeated records
     nothing twice and never relabels why the run was closed)."""
+    # The trace of the cleanup, written when it ends (or fails); the claim it runs under is its own attempt (a
+    # reap fenced a hung owner off), and every caller lets that claim go as soon as the cleanup returns.
+    claimed = {"holder": claim.holder} | ({"takeover": True} if event_type == REAPED_EVENT else {})
+    events: list[tuple[str, dict[str, Any]]] = [("run_claimed", claimed)]
+    try:
+        return _close(store, claim, judged, event_type, events)
+    finally:
+        events.append(("run_released", {}))
+        with contextlib.suppress(Exception):  # observability: never the reason a cleanup fails
+            trace_now(store, claim.run_id, claim.generation, events)
+
+
+def _close(
+    store: Store, claim: Claim, judged: Judged, event_type: str, events: list[tuple[str, dict[str, Any]]]
+) -> RecoveryReport:
     verdict, view = judged.verdict, judged.view
     previous = view.recoveries[-1] if view is not None and view.recoveries else None
     if previous is not None and previous.action == "closed" and previous.assertions:
         report = previous  # a restart cleanup cut short: finish it, for its own reason
     else:
         report = report_of(verdict, claim.generation, "closed")
+        events += recovery_events(report)
     reason = report.failed or (report.disposition.reason if isinstance(report.disposition, ReplayForbidden) else "")
     if view is not None and report is not previous:
         _append(
@@ -206,11 +225,12 @@ def close_after_restart(
     owner = store.owner(claim.run_id)
     if owner is not None and owner.terminal_at is None:
         store.close_owner(claim, TERMINAL_STATUS_RESTART)
+        events.append(("owner_closed", {"terminal_status": TERMINAL_STATUS_RESTART}))
         owner = store.owner(claim.run_id)
     if owner is not None:
         # Keyed by the generation whose work was interrupted, so a repeated cleanup records nothing twice.
         interrupted = verdict.config.generation if verdict.config else report.generation
-        store.record_terminal_event(
+        recorded = store.record_terminal_event(
             claim,
             RecoveryOwnerTerminalEvent(
                 recovery_class=owner.recovery_class,
@@ -228,6 +248,10 @@ def close_after_restart(
                 ).decode(),
             ),
         )
+        terminal = {"event_type": event_type, "generation": interrupted, "recorded": recorded, "reason": reason}
+        events.append(
+            ("terminal_event", {**terminal, "recovery_class": owner.recovery_class, "owner_id": owner.owner_id})
+        )
     if view is not None and view.info.parent_run_id is not None and view.info.parent_call_id is not None:
         # A person's cancel or reset, settled by a restart recovery because nobody ran the child, is told as what
         # it was; only work a restart itself closed gets the seed's self-healing prompt.
@@ -238,7 +262,14 @@ def close_after_restart(
             else SELF_HEALING_PROMPT
         )
         tell_parent(store, view.info.parent_run_id, claim.run_id, view.info.parent_call_id, reason, prompt)
+        events.append(
+            (
+                "parent_told",
+                {"parent_run_id": view.info.parent_run_id, "call_id": view.info.parent_call_id, "reason": reason},
+            )
+        )
     store.delete_restart_checkpoint(claim)
+    events.append(("restart_checkpoint_deleted", {}))
     return report
 
 
