@@ -209,9 +209,6 @@ def test_safepoints_git_commands_never_run_a_filter_the_agent_planted(tmp_path, 
 # ------------------------------------------------------------------------------ §5 fsck
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a flipped bit in a line's newline loses two records that one flipped-back bit restores"
-)
 def test_fsck_mends_a_bit_flipped_in_a_newline(workspace):
     """One flipped bit in the newline between two log lines (0x0a -> 0x0b) joins them: fsck says both records are
     "lost for good" and quarantines them, where flipping the one bit back gives two lines that check out. The
@@ -234,7 +231,6 @@ def test_fsck_mends_a_bit_flipped_in_a_newline(workspace):
 # ------------------------------------------------------------------------------ private modes
 
 
-@pytest.mark.xfail(strict=True, reason="the running command's note (tmp/proc-PID) is created with the umask: 0644")
 def test_the_note_of_a_running_command_is_private(workspace):
     """Promise: "Store files are created 0600 and folders 0700 ... whatever the umask". `ProcessNotes.started`
     writes `tmp/proc-<pid>` with a plain `open(..., "w")`."""
@@ -252,9 +248,6 @@ def test_the_note_of_a_running_command_is_private(workspace):
     assert "600 " in seen.observation, seen.observation
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a run's missing tmp/ folder is recreated by Workspace.for_run with the umask: 0755"
-)
 def test_a_scratch_folder_the_run_recreates_is_private(workspace):
     """`os.makedirs(scratch, exist_ok=True)` in `Workspace.for_run`: a resume after `tmp/` went (a cleanup of
     temporary files) makes it 0755, and the capture state written into it lists the workspace's files."""
@@ -274,7 +267,6 @@ def test_a_scratch_folder_the_run_recreates_is_private(workspace):
     assert stat.S_IMODE(scratch.stat().st_mode) == 0o700, oct(scratch.stat().st_mode)
 
 
-@pytest.mark.xfail(strict=True, reason="fsck --repair recreates a missing checkpoints/ folder with the umask: 0755")
 def test_a_folder_fsck_recreates_is_private(workspace):
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
@@ -449,11 +441,6 @@ def test_a_store_password_holding_an_at_sign_never_shows(tmp_path):
         assert "r3tPw" not in done.stdout + done.stderr, done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="one flipped bit in run.json (the header) is not mended: fsck says 'restore it from a backup' (there is "
-    "none) and the run, its file versions with it, stays unreadable: no status, resume or rollback",
-)
 def test_fsck_mends_a_bit_flipped_in_the_runs_header(workspace):
     """The header is framed like every log line (CRC-32 and JSON), so the mending that saves a log line or the
     rebuilt owner record applies; instead `fsck r` stops at it in one error line, `fsck` lists it as unrepairable

@@ -57,6 +57,15 @@ def append_fd(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
 
 
+def write_private(path: str, data: bytes) -> None:
+    """A small note written in place (not atomic, not fsync'd: its readers tolerate a torn one), created 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:

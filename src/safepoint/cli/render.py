@@ -253,7 +253,12 @@ def fsck_lines(data: dict[str, Any]) -> str:
     if not data["problems"]:
         lines.append(f"{checked}: clean")
     elif data["repaired"]:
-        lines.append(f"{checked}: {len(data['problems'])} problem(s) found and handled as shown")
+        left = sum(1 for problem in data["problems"] if not problem["repair"])
+        handled = len(data["problems"]) - left
+        if left:  # never "handled" for what was not
+            lines.append(f"{checked}: {handled} problem(s) handled as shown, {left} left for you (see above)")
+        else:
+            lines.append(f"{checked}: {handled} problem(s) found and handled as shown")
         lines += [f"kept in {folder} (nothing was deleted)" for folder in data["quarantine"]]
     else:
         lines.append(f"{checked}: {len(data['problems'])} problem(s); `safepoint fsck --repair` repairs them")

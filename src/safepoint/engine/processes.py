@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 
+from safepoint.durable import write_private
 from safepoint.engine.reaper import descendants
 from safepoint.store.liveness import process_is_alive, process_start_time
 
@@ -36,8 +37,7 @@ class ProcessNotes:
         _running.add(pid)
         if self.scratch is None:
             return
-        with open(os.path.join(self.scratch, f"{_PREFIX}{pid}"), "w") as handle:
-            handle.write(process_start_time(pid))
+        write_private(os.path.join(self.scratch, f"{_PREFIX}{pid}"), process_start_time(pid).encode())
 
     def ended(self, pid: int) -> None:
         _running.discard(pid)

@@ -9,7 +9,10 @@ against the digest its name holds.
 What ``--repair`` does, under the run's lock and only while no live process owns the run:
 
 - a line hit by one flipped bit is mended when the mended record proves itself (its checksum, its decoding and, for
-  a blob, its SHA-256); a line that cannot be mended is moved to quarantine;
+  a blob, its SHA-256); so are lines a flipped newline joined (split only where every part proves itself: the
+  alternative, quarantining the joined line, lost two good records to one bit) and the same in the header, the
+  owner record, the restart checkpoint, the terminal events and the control lines; a line that cannot be mended is
+  moved to quarantine, and a header that cannot be is said, left as it is, and never counted as handled;
 - the log is written again in sequence order, each seq once (a duplicate of a record is dropped, a second record
   claiming a taken seq is quarantined), and the checkpoint index is rebuilt from it;
 - a damaged owner record is quarantined and rebuilt, its generation raised above every generation the run has seen
@@ -35,9 +38,9 @@ import msgspec
 import zstandard
 
 from safepoint.core.blobs import open_blob
-from safepoint.durable import atomic_write, fsync_dir
+from safepoint.durable import atomic_write, fsync_dir, make_private_dirs
 from safepoint.errors import ConfigError, CorruptRecordError, RunLockedError
-from safepoint.records import Blob, LogProblem, LogRecord, OwnerState
+from safepoint.records import Blob, LogProblem, LogRecord, OwnerState, RunInfo
 from safepoint.results import FsckProblem, FsckResult
 from safepoint.store.base import Store
 from safepoint.store.file_store import CONTROL, LOG, RESTART_CHECKPOINT, TERMINAL_EVENTS, FileStore, read_descriptor
@@ -50,6 +53,7 @@ from safepoint.store.ownership import now
 _record_decoder = msgspec.json.Decoder(LogRecord)
 _blob_decoder = msgspec.json.Decoder(Blob)
 _owner_decoder = msgspec.json.Decoder(OwnerState)
+_header_decoder = msgspec.json.Decoder(RunInfo)
 _encoder = msgspec.json.Encoder()
 QUARANTINE = "quarantine"
 _DIGEST = re.compile(r"\.([0-9a-f]{16})$")
@@ -81,7 +85,7 @@ class _Check:
         """Keep ``data`` (what ``name`` held) in the quarantine folder with a note; its path, relative to the run."""
         folder = os.path.join(self.run_dir, QUARANTINE)
         created = not os.path.isdir(folder)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
+        make_private_dirs(folder)
         if created:
             fsync_dir(self.run_dir)
         stamp = now().replace(":", "").replace("+", "Z")
@@ -121,6 +125,58 @@ def _mended(line: bytes) -> tuple[bytes, LogRecord] | None:
     return None
 
 
+# Where a newline hit by one flipped bit joined two lines: a byte one bit away from "\n", then a frame's start.
+_JOIN = re.compile(rb"(?=[\x0b\x08\x0e\x02\x1a\x2a\x4a\x8a][0-9a-f]{8} )")
+_MAX_PARTS = 256  # a line is split into at most this many records (a runaway split is damage, not a join)
+
+
+def _split(line: bytes, proves: Callable[[bytes], bool]) -> list[bytes] | None:
+    """The payloads of two or more framed lines joined where a newline was hit by a flipped bit, each part proving
+    itself (its checksum, then ``proves``); None when the line is not such a join. The candidates are the few places
+    where a frame starts, found in one pass; each is checked at the cost of its part's checksum."""
+    parts: list[bytes] = []
+    start = 0
+    while len(parts) < _MAX_PARTS:
+        rest = line[start:]
+        whole = check_line(rest)
+        if whole is not None and proves(whole) and parts:
+            return [*parts, whole]
+        for match in _JOIN.finditer(rest):
+            payload = check_line(rest[: match.start()])
+            if payload is not None and proves(payload):
+                parts.append(payload)
+                start += match.start() + 1
+                break
+        else:
+            return None
+    return None
+
+
+def _recovered(line: bytes) -> list[tuple[bytes, LogRecord]] | None:
+    """The records a damaged log line still holds: one bit flipped back, or lines a flipped newline joined."""
+    mended = _mended(line)
+    if mended is not None:
+        return [mended]
+    payloads = _split(line, lambda payload: _proven(payload) is not None)
+    if payloads is None:
+        return None
+    return [(payload, record) for payload in payloads if (record := _proven(payload)) is not None]
+
+
+def mend_whole(raw: bytes, proves: Callable[[bytes], bool]) -> bytes | None:
+    """The payload of a damaged whole-file record (one framed line) with one flipped bit put back, in its payload,
+    its checksum or its final newline; None when no single bit explains the damage."""
+    line = raw[:-1] if raw.endswith(b"\n") else raw
+    if raw and raw[-1] != 0x0A and (raw[-1] ^ 0x0A).bit_count() == 1:
+        payload = check_line(raw[:-1])  # the newline itself was hit
+        if payload is not None and proves(payload):
+            return payload
+    for candidate in one_bit_candidates(line):
+        if proves(candidate):
+            return candidate
+    return None
+
+
 def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | None:
     """The log's trustworthy records in sequence order, each seq once, with their framed lines; None when the log
     needs no rewrite. Every problem is reported on the way."""
@@ -131,19 +187,34 @@ def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | Non
         line = data[offset : end if end >= 0 else len(data)]
         where = f"byte {offset}"
         if isinstance(item, LogProblem):
+            if item.kind == "torn" and line and (line[-1] ^ 0x0A).bit_count() == 1:
+                # The log's last newline hit by a flipped bit reads as a record never finished.
+                body = line[:-1]
+                whole = check_line(body)
+                proven = _proven(whole) if whole is not None else None
+                recovered = [(whole, proven)] if whole is not None and proven is not None else _recovered(body)
+                if recovered is not None:
+                    check.found(LOG, where, "the last newline is damaged (one flipped bit)", "mended; checked")
+                    if check.repair:
+                        check.quarantine(LOG, line, "the log's last line with its damaged newline (mended)")
+                    kept += [(record, frame(payload)) for payload, record in recovered]
+                    changed = True
+                    continue
             if item.kind == "torn":
                 check.found(LOG, where, item.detail, "moved to quarantine (a record never finished)")
                 if check.repair:
                     check.quarantine(LOG, line, "the torn tail of the log")
                 changed = True
                 continue
-            mended = _mended(line)
-            if mended is not None:
-                payload, record = mended
-                check.found(LOG, where, f"{item.detail} (seq {record.seq}, one flipped bit)", "mended; checked")
+            recovered = _recovered(line)
+            if recovered is not None:
+                seqs = ", ".join(str(record.seq) for _, record in recovered)
+                joined = f"{len(recovered)} lines joined by a damaged newline"
+                how = "one flipped bit" if len(recovered) == 1 else joined
+                check.found(LOG, where, f"{item.detail} (seq {seqs}, {how})", "mended; checked")
                 if check.repair:
-                    check.quarantine(LOG, line, f"the damaged line of seq {record.seq} (mended in the log)")
-                kept.append((record, frame(payload)))
+                    check.quarantine(LOG, line, f"the damaged line of seq {seqs} (mended in the log)")
+                kept += [(record, frame(payload)) for payload, record in recovered]
                 changed = True
                 continue
             check.found(LOG, where, item.detail, "moved to quarantine (lost for good)")
@@ -213,6 +284,31 @@ def check_index(check: _Check, log: bytes, *, rebuilt: bool) -> bytes:
     return expected
 
 
+def check_header(check: _Check) -> bytes | None:
+    """The header's payload to write again when one flipped bit damaged it; None when it is intact (or lost)."""
+    raw = _read(os.path.join(check.run_dir, "run.json")) or b""
+    if read_descriptor(raw).intact:
+        return None
+
+    def proves(payload: bytes) -> bool:
+        try:
+            return _header_decoder.decode(payload).run_id == check.run_id
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+
+    mended = mend_whole(raw, proves)
+    if mended is None:
+        check.found(
+            "run.json",
+            "",
+            "the run's header fails its checksum and no single flipped bit explains it; restore run.json from a "
+            "backup (left as it is)",
+        )
+        return None
+    check.found("run.json", "", "the run's header fails its checksum (one flipped bit)", "mended; checked")
+    return mended
+
+
 def check_owner(check: _Check, records: list[LogRecord]) -> OwnerState | None:
     """The owner record to write again (rebuilt from what is known), or None when it is intact or missing."""
     raw = _read(os.path.join(check.run_dir, "owner.json"))
@@ -223,10 +319,24 @@ def check_owner(check: _Check, records: list[LogRecord]) -> OwnerState | None:
         with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
             _owner_decoder.decode(stored.data)
             return None
+    mended = mend_whole(raw, _is_owner)
+    if mended is not None:
+        check.found("owner.json", "", f"damaged ({stored.detail}, one flipped bit)", "mended; checked")
+        if check.repair:
+            check.quarantine("owner.json", raw, "a damaged owner record (mended)")
+        return _owner_decoder.decode(mended)
     check.found("owner.json", "", f"damaged ({stored.detail or 'not an owner record'})", "rebuilt; generation raised")
     if check.repair:
         check.quarantine("owner.json", raw, "a damaged owner record (rebuilt)")
     return rebuilt_owner(check.run_id, stored.data, records, check.store.terminal_events_loose(check.run_id))
+
+
+def _is_owner(payload: bytes) -> bool:
+    try:
+        _owner_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return True
 
 
 def rebuilt_owner(run_id: str, damaged: bytes, records: list[LogRecord], events: list[dict[str, object]]) -> OwnerState:
@@ -268,7 +378,7 @@ def rebuilt_owner(run_id: str, damaged: bytes, records: list[LogRecord], events:
     )
 
 
-def check_lines(check: _Check, name: str, why: str) -> bytes | None:
+def check_lines(check: _Check, name: str, why: str, proves: Callable[[bytes], bool]) -> bytes | None:
     """A file of framed lines (terminal events, control): its intact lines when some were damaged, else None."""
     data = _read(os.path.join(check.run_dir, name))
     if data is None:
@@ -280,12 +390,49 @@ def check_lines(check: _Check, name: str, why: str) -> bytes | None:
             bad = True
             end = data.find(b"\n", offset)
             line = data[offset : end if end >= 0 else len(data)]
+            mended = _mended_lines(line, torn=end < 0, proves=proves)
+            if mended is not None:
+                check.found(name, f"byte {offset}", f"{item.detail} (one flipped bit)", "mended; checked")
+                if check.repair:
+                    check.quarantine(name, line, "a damaged line (mended in the file)")
+                keep += [frame(payload) for payload in mended]
+                continue
             check.found(name, f"byte {offset}", item.detail, f"moved to quarantine ({why})")
             if check.repair:
                 check.quarantine(name, line, f"a damaged line ({why})")
         else:
             keep.append(frame(item))
     return b"".join(keep) if bad else None
+
+
+def _is_json(payload: bytes) -> bool:
+    try:
+        msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def _is_control(payload: bytes) -> bool:
+    """A control line's payload: ``<position> <json>``."""
+    position, _, data = payload.partition(b" ")
+    return position.isdigit() and _is_json(data)
+
+
+def _mended_lines(line: bytes, *, torn: bool, proves: Callable[[bytes], bool] = _is_json) -> list[bytes] | None:
+    """The payloads of a damaged line of a file of JSON lines: one flipped bit put back (its final newline
+    included), or lines a flipped newline joined."""
+    if torn:
+        if not line or (line[-1] ^ 0x0A).bit_count() != 1:
+            return None
+        whole = check_line(line[:-1])
+        if whole is not None and proves(whole):
+            return [whole]
+        line = line[:-1]
+    for candidate in one_bit_candidates(line):
+        if proves(candidate):
+            return [candidate]
+    return _split(line, proves)
 
 
 def check_artifacts(check: _Check) -> None:
@@ -311,6 +458,12 @@ def check_restart_checkpoint(check: _Check) -> None:
     if raw is None:
         return
     stored = read_descriptor(raw)
+    if not stored.intact and (mended := mend_whole(raw, _is_json)) is not None:
+        check.found(RESTART_CHECKPOINT, "", f"damaged ({stored.detail}, one flipped bit)", "mended; checked")
+        if check.repair:
+            check.quarantine(RESTART_CHECKPOINT, raw, "a damaged restart checkpoint (mended)")
+            atomic_write(path, frame(mended))
+        return
     if not stored.intact:
         check.found(RESTART_CHECKPOINT, "", f"damaged ({stored.detail})", "quarantined; resume works from the log")
         if check.repair:
@@ -323,9 +476,7 @@ def check_run(store: FileStore, run_id: str, *, repair: bool) -> tuple[list[Fsck
     """Every problem of one run (repaired when asked); whether anything went to quarantine."""
     check = _Check(store, run_id, repair)
     run_dir = store.run_dir(run_id)
-    header = _read(os.path.join(run_dir, "run.json")) or b""
-    if check_line(header.rstrip(b"\n")) is None:
-        check.found("run.json", "", "the run's header fails its checksum; restore it from a backup")
+    header = check_header(check)
     section: Callable[[], contextlib.AbstractContextManager[None]] = (
         (lambda: store.held_for_repair(run_id)) if repair else contextlib.nullcontext
     )
@@ -340,8 +491,8 @@ def check_run(store: FileStore, run_id: str, *, repair: bool) -> tuple[list[Fsck
         owner = check_owner(check, records)
         if ordered is not None and owner is None:
             owner = _fenced_off(store, run_id, records)  # a live writer's view of the log is gone: fence it off
-        events = check_lines(check, TERMINAL_EVENTS, "its event may be recorded again")
-        control = check_lines(check, CONTROL, "what was posted there is lost; post it again")
+        events = check_lines(check, TERMINAL_EVENTS, "its event may be recorded again", _is_json)
+        control = check_lines(check, CONTROL, "what was posted there is lost; post it again", _is_control)
         check_restart_checkpoint(check)
         check_artifacts(check)
         if repair:
@@ -349,13 +500,16 @@ def check_run(store: FileStore, run_id: str, *, repair: bool) -> tuple[list[Fsck
                 check.quarantine(LOG, log, "the whole log as it was before the repair")
                 atomic_write(os.path.join(run_dir, LOG), new_log)
             if index != (_read(os.path.join(run_dir, "checkpoints", "index.jsonl")) or b""):
-                os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+                make_private_dirs(os.path.join(run_dir, "checkpoints"))
                 atomic_write(os.path.join(run_dir, "checkpoints", "index.jsonl"), index)
             for name, data in ((TERMINAL_EVENTS, events), (CONTROL, control)):
                 if data is not None:
                     before = _read(os.path.join(run_dir, name)) or b""
                     check.quarantine(name, before, "the whole file before the repair")
                     atomic_write(os.path.join(run_dir, name), data)
+            if header is not None:
+                check.quarantine("run.json", _read(os.path.join(run_dir, "run.json")) or b"", "a damaged header")
+                atomic_write(os.path.join(run_dir, "run.json"), frame(header))
             if owner is not None and check.problems:
                 atomic_write(os.path.join(run_dir, "owner.json"), frame(_encoder.encode(owner)))
     return check.problems, check.quarantined
@@ -395,7 +549,8 @@ def fsck(store: Store, run_id: str | None, *, repair: bool) -> FsckResult:
     """Check one run, or every run of the store; repair when asked (a file store: see the module's docstring)."""
     runs = [run_id] if run_id is not None else store.list_runs()
     if run_id is not None:
-        store.run_header(run_id)  # an unknown run is named (RunNotFoundError), not reported clean
+        with contextlib.suppress(CorruptRecordError):  # a damaged header is fsck's to report, not to stop at
+            store.run_header(run_id)  # an unknown run is named (RunNotFoundError), not reported clean
     problems: list[FsckProblem] = []
     quarantine: list[str] = []
     for name in runs:

@@ -11,7 +11,7 @@ import tempfile
 from typing import NoReturn
 
 from safepoint.core.hashing import content_hash
-from safepoint.durable import fsync_dir
+from safepoint.durable import fsync_dir, make_private_dirs
 from safepoint.errors import ToolFailure, WorkspaceError
 from safepoint.workspace.names import real_path
 
@@ -52,7 +52,7 @@ class Workspace:
     def for_run(self, scratch: str | None) -> Workspace:
         """The same workspace, staging its writes in a run's own scratch folder; leftovers there are removed."""
         if scratch is not None:
-            os.makedirs(scratch, exist_ok=True)
+            make_private_dirs(scratch)  # under the store: private, whatever the umask
             for name in os.listdir(scratch):
                 if name.startswith(".safepoint-"):  # writes a crash interrupted; other notes belong to others
                     with contextlib.suppress(FileNotFoundError):
