@@ -392,7 +392,12 @@ def test_the_parents_resume_finishes_a_childs_close_cut_short(tmp_path: Path) ->
     spawn = {"tool": "spawn_subagent", "args": {"task": "notify", "scenario": child}}
     sc = scenario(tmp_path, [{"tool_calls": [spawn]}, {"text": "done"}])
     run = cli.start("run", sc, "--run-id", "p", "--approval", "high", SAFEPOINT_FAILPOINT="closing")
-    wait_until(lambda: waiting_for_approval(cli, "p.call_1"), "the child's approval wait")
+    # The restart checkpoint is written just after the wait shows in the ledger: under load a cancel can come
+    # between the two, and a close before any checkpoint leaves none to find (a different case than this one).
+    wait_until(
+        lambda: waiting_for_approval(cli, "p.call_1") and cli.checkpoint("p.call_1") is not None,
+        "the child's approval wait",
+    )
     assert cli("cancel", "p.call_1").returncode == 0
     run.communicate(timeout=60)
     assert run.returncode == -signal.SIGKILL  # the child's close is logged, its cleanup is not done
