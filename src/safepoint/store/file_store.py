@@ -16,7 +16,9 @@
     │   ├── artifacts/               large tool outputs and blobs, one file each (atomic write)
     │   ├── tmp/                     the run's workspace writes in flight (swept when the run is claimed)
     │   └── trace.jsonl              trace events (not fsync'd: recovery never reads them)
-    └── schedules/<job_id>.json      scheduled jobs, store-wide (atomic write, framed)
+    ├── schedules/<job_id>.json      scheduled jobs, store-wide (atomic write, framed)
+    └── encryption.json              only in an encrypted store: its cipher and key id (never the key), written
+                                     once, before anything else (see ``safepoint.store.sealed``)
 
 Fencing: every write takes the run's lock, compares the writer's generation with ``owner.json`` and refuses a
 stale one. A lock held for a whole run (the obvious alternative) would let a SIGSTOP'd owner block a takeover
@@ -79,6 +81,7 @@ LOG = "ledger.jsonl"
 RESTART_CHECKPOINT = "restart_checkpoint.json"
 TERMINAL_EVENTS = "terminal_events.jsonl"
 CONTROL = "control.jsonl"
+ENCRYPTION = "encryption.json"
 _INDEXED_KINDS = frozenset({"checkpoint"})
 APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
 
@@ -643,6 +646,48 @@ class FileStore(FencedStore[None]):
             os.close(fd)
         for key in [key for key in self._tails if key[0] == run_id]:
             del self._tails[key]
+
+    # encryption at rest: the record of it (the sealing is safepoint.store.sealed's) ---------------------------
+    def encryption_record(self) -> bytes | None:
+        path = os.path.join(self.root, ENCRYPTION)
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        payload = check_line(raw.rstrip(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(
+                f"the encryption record of store {self.url} ({path}) fails its checksum; restore it from a backup"
+            )
+        return payload
+
+    def record_encryption(self, data: bytes) -> None:
+        """Linked into place, never renamed over: of two processes making one store with two keys, the first
+        one's record stays and the second reads it back (and is refused)."""
+        path = os.path.join(self.root, ENCRYPTION)
+        with self.disk_full_said("", then="open the store again"):
+            make_private_dirs(self.root)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".part")
+            try:
+                try:
+                    write_all(fd, frame(data))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+            fsync_dir(self.root)
+
+    def holds_runs(self) -> bool:
+        with contextlib.suppress(FileNotFoundError):
+            if any(not name.startswith(".") for name in os.listdir(self._runs)):
+                return True
+        with contextlib.suppress(FileNotFoundError):
+            return any(name.endswith(".json") and not name.startswith(".") for name in os.listdir(self._schedules))
+        return False
 
     # a full disk and fsck ----------------------------------------------------------------------------------------
     @contextlib.contextmanager

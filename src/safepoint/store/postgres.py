@@ -38,6 +38,7 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
@@ -98,6 +99,9 @@ class PostgresStore(FencedStore[Connection]):
                     conn.transaction(),
                 ):
                     ensure_schema(conn, self.shown, upgrade=self._migrate)
+                    if not self.sealed:  # an encrypted store opened without its key stops here, in one line
+                        marker = self._encryption_txn(conn)
+                        check_key(None if marker is None else read_marker(marker, self.shown), None, self.shown)
             except psycopg.Error as exc:
                 raise StoreError(f"cannot open PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
             self._pool = ConnectionPool(
@@ -457,6 +461,36 @@ class PostgresStore(FencedStore[Connection]):
             payload = check_line(_bytes(line).removesuffix(b"\n"))
             if payload is not None:
                 yield payload
+
+    # encryption at rest: the record of it (the sealing is safepoint.store.sealed's) ---------------------------
+    def _encryption_txn(self, conn: Connection) -> bytes | None:
+        row = conn.execute(f"SELECT value FROM {SCHEMA}.settings WHERE name = 'encryption'").fetchone()
+        if row is None:
+            return None
+        payload = check_line(_bytes(row[0]).removesuffix(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(f"the encryption record of store {self.shown} fails its checksum; restore it")
+        return payload
+
+    def encryption_record(self) -> bytes | None:
+        with self._tx() as conn:
+            return self._encryption_txn(conn)
+
+    def record_encryption(self, data: bytes) -> None:
+        with self._tx() as conn:
+            # Runs and schedules wait while the record is written: none may slip in unencrypted meanwhile.
+            conn.execute(f"LOCK TABLE {SCHEMA}.runs, {SCHEMA}.schedules IN SHARE ROW EXCLUSIVE MODE")
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.settings (name, value) VALUES ('encryption', %s) ON CONFLICT DO NOTHING",
+                (frame(data),),
+            )
+
+    def holds_runs(self) -> bool:
+        with self._tx() as conn:
+            row = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.runs) OR EXISTS (SELECT 1 FROM {SCHEMA}.schedules)"
+            ).fetchone()
+        return bool(row and row[0])
 
     def scratch_dir(self, run_id: str) -> str | None:
         """This machine's folder for the run's writes in flight and the commands its owner started (both are
