@@ -235,6 +235,13 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         holds nothing yet; when one is there already it is kept (the caller reads it again and judges it)."""
         raise StoreError(f"store {self.url} cannot be encrypted: its backend records no encryption")
 
+    def artifact_ref_for(self, run_id: str, name: str, data: bytes) -> str:
+        """The ref ``put_artifact`` returns for ``name`` and ``data`` in ``run_id``, computed without storing
+        anything (an encrypted store's ref is of the sealed bytes, which only it can compute)."""
+        from safepoint.store.names import artifact_file, artifact_ref
+
+        return artifact_ref(*artifact_file(name, data))
+
     def holds_runs(self) -> bool:
         """Whether anything was ever written to the store (a run or a schedule)."""
         return bool(self.list_runs() or self.list_schedules())

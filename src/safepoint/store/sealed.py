@@ -56,7 +56,8 @@ from safepoint.store.crypt import (
     place,
     read_marker,
 )
-from safepoint.store.names import artifact_file, parse_artifact_ref, safe_url
+from safepoint.store.framing import check_one_line
+from safepoint.store.names import artifact_file, artifact_ref, parse_artifact_ref, safe_url
 
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
 _encoder = msgspec.json.Encoder()
@@ -247,6 +248,7 @@ class SealedStore(Store):
 
     # control and schedules ------------------------------------------------------------------------------------------
     def post_control(self, run_id: str, data: bytes) -> int:
+        check_one_line("a control record", data)  # what every backend refuses, refused before it is sealed
         cipher = self._ready(writing=True)
         return self.inner.post_control(run_id, cipher.seal(data, place(run_id, "control")))
 
@@ -278,9 +280,14 @@ class SealedStore(Store):
 
     # artifacts and trace --------------------------------------------------------------------------------------------
     def put_artifact(self, claim: Claim, name: str, data: bytes) -> str:
-        cipher = self._ready(writing=True)
-        where = place(claim.run_id, "artifact", _artifact_name(artifact_file(name, b"")[0]))
-        return self.inner.put_artifact(claim, name, cipher.seal(data, where, deterministic=True))
+        return self.inner.put_artifact(claim, name, self._sealed_artifact(claim.run_id, name, data, writing=True))
+
+    def artifact_ref_for(self, run_id: str, name: str, data: bytes) -> str:
+        return artifact_ref(*artifact_file(name, self._sealed_artifact(run_id, name, data, writing=False)))
+
+    def _sealed_artifact(self, run_id: str, name: str, data: bytes, *, writing: bool) -> bytes:
+        where = place(run_id, "artifact", _artifact_name(artifact_file(name, b"")[0]))
+        return self._ready(writing=writing).seal(data, where, deterministic=True)
 
     def get_artifact(self, run_id: str, ref: str) -> bytes:
         cipher = self._ready()
@@ -367,6 +374,11 @@ def open_control(cipher: Cipher, run_id: str, sealed: bytes) -> bytes | None:
 
 def open_artifact(cipher: Cipher, run_id: str, filename: str, sealed: bytes) -> bytes | None:
     return cipher.open(sealed, place(run_id, "artifact", _artifact_name(filename)))
+
+
+def store_key(store: Store) -> StoreKey | None:
+    """The key ``store`` was opened with (a child process that opens it again needs it), if any."""
+    return store.key if isinstance(store, SealedStore) else None
 
 
 def unwrap(store: Store) -> tuple[Store, Cipher | None]:
