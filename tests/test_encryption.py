@@ -385,3 +385,74 @@ def test_every_other_sealed_part_refuses_what_was_moved_or_changed(tmp_path):
     files = {(p.run_id, p.file.split("/")[0]) for p in result.problems}
     assert files == {("b", "restart_checkpoint.json"), ("b", "terminal_events.jsonl"), ("b", "control.jsonl"),
                      ("b", "artifacts")}, result.problems  # fmt: skip
+
+
+# the key's path: never to a command, never on a worker's command line ---------------------------------------------
+def test_commands_never_get_the_key_even_when_passed_by_name(tmp_path, workspace):
+    key_file = tmp_path / "store.key"
+    key_file.write_text(KEY)
+    (tmp_path / "s.json").write_text(json.dumps({"task": "t", "turns": [
+        {"tool_calls": [{"tool": "run_command", "args": {"command": "env > env.out; cat env.out"}}]},
+        {"text": "done"},
+    ]}))  # fmt: skip
+    env = with_key(None, SAFEPOINT_KEY_FILE=str(key_file))
+    done = safepoint_in_process(
+        "run", tmp_path / "s.json", "-w", workspace, "--run-id", "r",
+        "--pass-env", "SAFEPOINT_KEY_FILE", "--pass-env", "SAFEPOINT_KEY", env=env,
+    )  # fmt: skip
+    assert done.returncode == ExitCode.OK, done.stderr
+    seen = (workspace / "env.out").read_text()
+    assert "SAFEPOINT_KEY" not in seen and KEY not in seen and str(key_file) not in seen
+    inline = safepoint_in_process("run", tmp_path / "s.json", "-w", workspace, "--run-id", "s", env=with_key())
+    assert inline.returncode == ExitCode.OK, inline.stderr
+    assert "SAFEPOINT_KEY" not in (workspace / "env.out").read_text() and KEY not in (workspace / "env.out").read_text()
+
+
+def test_the_daemon_passes_its_key_to_workers_by_environment_only(tmp_path, workspace, monkeypatch):
+    from safepoint.supervisor import daemon as daemon_module
+
+    key_file = tmp_path / "store.key"
+    key_file.write_text(KEY)
+    sp = safepoint.open(workspace=str(workspace), key_file=str(key_file))
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    class Started:
+        pid = 1
+
+        def __init__(self, command, **options):
+            started.append((command, options["env"]))
+
+    monkeypatch.setattr(daemon_module.subprocess, "Popen", Started)
+    monkeypatch.setenv("SAFEPOINT_KEY_FILE", str(key_file))
+    worker = daemon_module.Daemon(sp.store, daemon_module.DaemonOptions(workspace=str(workspace)), lambda _: None)
+    worker.start_worker("r", "resume", "test", ["resume", "r"], str(workspace), ())
+    [(command, env)] = started
+    assert not [part for part in command if KEY in part or "--key-file" in part or str(key_file) in part], command
+    assert env["SAFEPOINT_KEY"] == KEY and "SAFEPOINT_KEY_FILE" not in env
+    sp.close()
+
+
+def test_a_daemon_given_a_key_file_resumes_an_encrypted_run(tmp_path, workspace):
+    key_file = tmp_path / "store.key"
+    key_file.write_text(KEY)
+    (tmp_path / "s.json").write_text(json.dumps({"task": "t", "turns": [
+        {"tool_calls": [{"tool": "write_file", "args": {"path": "a.txt", "content": "one\n"}}]},
+        {"tool_calls": [{"tool": "run_command", "args": {"command": "env > env.out"}}]},
+        {"text": "done"},
+    ]}))  # fmt: skip
+    crash = with_key(None, SAFEPOINT_KEY_FILE=str(key_file), SAFEPOINT_FAILPOINT="after_outcome:write_file")
+    crashed = subprocess.run(
+        [sys.executable, "-m", "safepoint", "run", tmp_path / "s.json", "-w", workspace, "--run-id", "r"],
+        env=crash, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert crashed.returncode == -9, crashed.stderr
+    daemon = subprocess.run(
+        [sys.executable, "-m", "safepoint", "daemon", "--once", "--json", "-w", workspace, "--key-file", key_file],
+        env=with_key(None), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert daemon.returncode == 0, daemon.stderr
+    events = [json.loads(line) for line in daemon.stdout.splitlines() if line.strip()]
+    assert any(e["event"] == "worker_exited" and e.get("status") == "completed" for e in events), events
+    assert KEY not in daemon.stdout + daemon.stderr
+    seen = (workspace / "env.out").read_text()
+    assert "SAFEPOINT_KEY" not in seen and KEY not in seen
