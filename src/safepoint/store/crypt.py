@@ -219,6 +219,7 @@ class Cipher:
 
     def __init__(self, key: StoreKey) -> None:
         try:
+            from cryptography.exceptions import InvalidTag
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError as exc:
             raise StoreKeyError(
@@ -226,6 +227,7 @@ class Cipher:
                 "`pip install 'safepoint[encryption]'`"
             ) from None
         self.key = key
+        self._invalid = InvalidTag
         self._aead: AESGCM = AESGCM(key.derived(b"safepoint aes-256-gcm v1"))
         self._nonce_key = key.derived(b"safepoint artifact nonce v1")
 
@@ -238,17 +240,15 @@ class Cipher:
 
     def open(self, sealed: bytes, aad: bytes) -> bytes | None:
         """The value, or None when it does not authenticate (changed, moved, another key, or not sealed at all)."""
-        from cryptography.exceptions import InvalidTag
-
         if not sealed.startswith(PREFIX):
             return None
         try:
-            raw = base64.b64decode(sealed[len(PREFIX) :], validate=True)
+            raw = binascii.a2b_base64(sealed[len(PREFIX) :], strict_mode=True)  # in C: b64decode's check is a regex
         except (binascii.Error, ValueError):
             return None
         if len(raw) < _NONCE + _TAG:
             return None
         try:
             return self._aead.decrypt(raw[:_NONCE], raw[_NONCE:], aad)
-        except InvalidTag:
+        except self._invalid:
             return None
