@@ -456,3 +456,18 @@ def test_a_daemon_given_a_key_file_resumes_an_encrypted_run(tmp_path, workspace)
     assert KEY not in daemon.stdout + daemon.stderr
     seen = (workspace / "env.out").read_text()
     assert "SAFEPOINT_KEY" not in seen and KEY not in seen
+
+
+def test_a_lost_encryption_record_is_said_and_the_right_key_records_it_again(encrypted):
+    record = encrypted / ".agent-runtime" / "encryption.json"
+    kept = record.read_bytes()
+    record.unlink()  # a command deleted it, or a backup left it out
+    for args in (("status",), ("ledger", "a")):
+        done = safepoint_in_process(*args, "-w", encrypted, env=with_key(None))
+        one_line(done, ExitCode.USAGE, "encryption record is missing", "SAFEPOINT_KEY")
+    wrong = safepoint_in_process("ledger", "a", "-w", encrypted, env=with_key(OTHER))
+    one_line(wrong, ExitCode.USAGE, "encryption record is missing", "SAFEPOINT_KEY does not open them")
+    assert not record.exists()
+    done = safepoint_in_process("ledger", "a", "-w", encrypted, "--json", env=with_key())
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert record.read_bytes() == kept

@@ -171,3 +171,14 @@ def test_a_tampered_row_and_a_row_moved_between_runs_fail_authentication(two_run
     problems = {(p["run_id"], p["where"]) for p in json.loads(found.stdout)["problems"]}
     assert {("a", "seq 2"), ("b", "seq 3")} <= problems, problems
     assert safepoint.open(two_runs, workspace=str(workspace), key=KEY).fsck("a").problems
+
+
+def test_a_lost_settings_row_is_said_and_the_right_key_records_it_again(two_runs, tmp_path):
+    with psycopg.connect(two_runs, autocommit=True) as conn:
+        conn.execute("DELETE FROM safepoint.settings")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    done = safepoint_cli("fsck", "-w", workspace, "--store", two_runs, env=with_key(None))
+    one_line(done, ExitCode.USAGE, "encryption record is missing")
+    assert safepoint_cli("fsck", "-w", workspace, "--store", two_runs, env=with_key()).returncode == ExitCode.OK
+    assert key().key_id.encode().hex().encode() in rows(two_runs)

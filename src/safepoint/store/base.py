@@ -242,6 +242,12 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
 
         return artifact_ref(*artifact_file(name, data))
 
+    def first_run_header(self) -> tuple[str, bytes] | None:
+        """One run's id and stored header, if the store has a run (tells a store whose encryption record was lost
+        from one that was never encrypted)."""
+        runs = self.list_runs()
+        return (runs[0], self.run_header(runs[0])) if runs else None
+
     def holds_runs(self) -> bool:
         """Whether anything was ever written to the store (a run or a schedule)."""
         return bool(self.list_runs() or self.list_schedules())

@@ -203,6 +203,19 @@ def not_encrypted(shown: str, key: StoreKey) -> StoreKeyError:
     )
 
 
+def check_not_orphaned(header: bytes | None, key: StoreKey | None, shown: str) -> None:
+    """A store without an encryption record whose runs are sealed lost its record (deleted by a command, left out
+    of a backup): say so in one line, rather than read sealed bytes as plain ones."""
+    if header is None or not is_sealed(header):
+        return
+    given = f"; {key.source} does not open them" if key is not None else ""
+    raise StoreKeyError(
+        f"store {shown} holds encrypted runs but its encryption record is missing{given}: restore it from a "
+        f"backup, or open the store with the key its runs were written with ({KEY_FILE_ENV}, {KEY_ENV} or "
+        "--key-file), which records it again"
+    )
+
+
 # sealing ----------------------------------------------------------------------------------------------------------
 def place(*parts: str | int) -> bytes:
     """The additional authenticated data naming where a sealed value belongs (NUL never occurs in a run id, a

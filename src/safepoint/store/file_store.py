@@ -681,6 +681,18 @@ class FileStore(FencedStore[None]):
                 os.unlink(tmp)
             fsync_dir(self.root)
 
+    def first_run_header(self) -> tuple[str, bytes] | None:
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self._runs):  # any one run: listing them all in order would stat every header
+                with (
+                    contextlib.suppress(FileNotFoundError),
+                    open(os.path.join(self._runs, name, "run.json"), "rb") as f,
+                ):
+                    payload = check_line(f.read().rstrip(b"\n"))
+                    if not name.startswith(".") and payload is not None:
+                        return name, payload
+        return None
+
     def holds_runs(self) -> bool:
         with contextlib.suppress(FileNotFoundError):
             if any(not name.startswith(".") for name in os.listdir(self._runs)):

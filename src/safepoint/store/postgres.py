@@ -38,7 +38,7 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
-from safepoint.store.crypt import check_key, read_marker
+from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
@@ -102,6 +102,10 @@ class PostgresStore(FencedStore[Connection]):
                     if not self.sealed:  # an encrypted store opened without its key stops here, in one line
                         marker = self._encryption_txn(conn)
                         check_key(None if marker is None else read_marker(marker, self.shown), None, self.shown)
+                        if marker is None:
+                            first = conn.execute(f"SELECT run_id, header FROM {SCHEMA}.runs LIMIT 1").fetchone()
+                            header = check_line(_bytes(first[1]).removesuffix(b"\n")) if first else None
+                            check_not_orphaned(header, None, self.shown)
             except psycopg.Error as exc:
                 raise StoreError(f"cannot open PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
             self._pool = ConnectionPool(
@@ -484,6 +488,11 @@ class PostgresStore(FencedStore[Connection]):
                 f"INSERT INTO {SCHEMA}.settings (name, value) VALUES ('encryption', %s) ON CONFLICT DO NOTHING",
                 (frame(data),),
             )
+
+    def first_run_header(self) -> tuple[str, bytes] | None:
+        with self._tx() as conn:
+            row = conn.execute(f"SELECT run_id FROM {SCHEMA}.runs LIMIT 1").fetchone()
+        return None if row is None else (str(row[0]), self.run_header(str(row[0])))
 
     def holds_runs(self) -> bool:
         with self._tx() as conn:

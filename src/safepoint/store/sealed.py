@@ -50,6 +50,7 @@ from safepoint.store.crypt import (
     Cipher,
     StoreKey,
     check_key,
+    check_not_orphaned,
     is_sealed,
     marker_for,
     not_encrypted,
@@ -94,7 +95,13 @@ class SealedStore(Store):
             if self.key is None or self.cipher is None:  # no key and no record: a store that is not encrypted
                 raise not_encrypted_without_key(self.shown)
             if marker is None:
-                if self.inner.holds_runs():
+                first = self.inner.first_run_header()
+                if first is not None and is_sealed(first[1]):
+                    # The record was lost but the runs are sealed: a key that opens them records it again.
+                    if open_header(self.cipher, first[0], first[1]) is None:
+                        check_not_orphaned(first[1], self.key, self.shown)
+                    writing = True
+                elif self.inner.holds_runs():
                     raise not_encrypted(self.shown, self.key)
                 if not writing:
                     return self.cipher  # nothing to read yet; the record is written with the first write

@@ -39,10 +39,20 @@ def open_store(url: str, key: StoreKey | None = None) -> Store:
     # Without a key: a PostgreSQL store refuses when it first connects (opening stays free of I/O); a file store's
     # record is one small file, looked at now.
     if key is None and (is_postgres(url) or backend.encryption_record() is None):
+        if not is_postgres(url):
+            from safepoint.store.crypt import check_not_orphaned
+
+            first = backend.first_run_header()
+            check_not_orphaned(None if first is None else first[1], None, safe_url_of(backend))
         return backend
     from safepoint.store.sealed import SealedStore
 
     return SealedStore(backend, key)
+
+
+def safe_url_of(store: Store) -> str:
+    shown = getattr(store, "shown", None)
+    return shown if isinstance(shown, str) else store.url
 
 
 def _backend(url: str) -> Store:
