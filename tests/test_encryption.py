@@ -337,6 +337,14 @@ def test_two_records_swapped_between_their_seqs_both_fail(encrypted):
     assert bad == {json.loads(lines[first][9:])["seq"], json.loads(lines[second][9:])["seq"]}
     explained = safepoint_in_process("explain", "a", "-w", encrypted, "--json", env=with_key())
     assert "Traceback" not in explained.stderr and "fails authentication" in explained.stdout
+    found = safepoint_in_process("fsck", "a", "-w", encrypted, env=with_key())
+    assert found.returncode == ExitCode.DAMAGED, found.stdout
+    said = [line for line in found.stdout.splitlines() if "fails authentication" in line]
+    assert len(said) == 2 and all(line.startswith("run a: ledger.jsonl") for line in said), found.stdout
+    for seq in bad:
+        assert any(f"seq {seq} " in line for line in said), found.stdout
+    resumed = safepoint_in_process("resume", "a", "-w", encrypted, env=with_key())
+    assert "Traceback" not in resumed.stderr and resumed.stderr.count("\n") <= 1, resumed.stderr
 
 
 def test_every_other_sealed_part_refuses_what_was_moved_or_changed(tmp_path):

@@ -177,10 +177,11 @@ def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | Non
             continue
         proven = _proven(item, check.open_body)
         if proven is None:
-            unsealed = check.cipher is not None and _proven(item) is not None
+            stored = _proven(item) if check.cipher is not None else None
+            unsealed = stored is not None
             what = (
-                f"fails authentication ({_MOVED})"
-                if unsealed
+                f"the record of seq {stored.seq} ({stored.kind}) fails authentication ({_MOVED})"
+                if stored is not None
                 else "holds no valid record (or a blob whose content does not match its digest)"
             )
             check.found(LOG, where, what, "moved to quarantine" if unsealed else "")
