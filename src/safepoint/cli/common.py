@@ -26,8 +26,8 @@ KeyFileOpt = Annotated[
     str | None,
     typer.Option(
         "--key-file",
-        help="The store's key (32 bytes as hex or base64): encrypts a new store, opens an encrypted one. "
-        "Default: SAFEPOINT_KEY_FILE, else SAFEPOINT_KEY.",
+        help="A file holding the store's key (32 bytes: hex, base64 or raw): it encrypts a new store and opens an "
+        "encrypted one. Default: SAFEPOINT_KEY_FILE, else SAFEPOINT_KEY.",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
