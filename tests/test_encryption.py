@@ -198,6 +198,8 @@ def test_a_wrong_key_is_recognised_before_any_record_is_read(encrypted, monkeypa
     done = safepoint_in_process("ledger", "a", "-w", encrypted, env=with_key(OTHER))
     one_line(done, ExitCode.USAGE, "another key", key().key_id, key(OTHER).key_id, "SAFEPOINT_KEY")
     assert read == []
+    checked = safepoint_in_process("fsck", "-w", encrypted, env=with_key(OTHER))
+    one_line(checked, ExitCode.USAGE, "another key")
     with pytest.raises(StoreKeyError, match="another key"):
         safepoint.open(workspace=str(encrypted), key=OTHER).status()
 
@@ -212,6 +214,8 @@ def test_a_key_for_a_store_that_is_not_encrypted_says_so_and_encrypts_nothing(tm
     for args in (("status",), ("run", tmp_path / "s.json", "--run-id", "q"), ("resume", "p")):
         done = safepoint_in_process(*args, "-w", workspace, env=with_key())
         one_line(done, ExitCode.USAGE, "is not encrypted", "SAFEPOINT_KEY")
+    checked = safepoint_in_process("fsck", "-w", workspace, env=with_key())
+    one_line(checked, ExitCode.USAGE, "is not encrypted")  # not every record "failing authentication"
     assert not (workspace / ".agent-runtime" / "encryption.json").exists()
     assert store_bytes(workspace / ".agent-runtime") == before
     assert safepoint_in_process("ledger", "p", "-w", workspace, env=with_key(None)).returncode == ExitCode.OK

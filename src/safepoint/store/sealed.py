@@ -389,7 +389,10 @@ def store_key(store: Store) -> StoreKey | None:
 
 
 def unwrap(store: Store) -> tuple[Store, Cipher | None]:
-    """The backend under ``store`` and the cipher that opens its records (None: not encrypted, or no key)."""
+    """The backend under ``store`` and the cipher that opens its records (None: not encrypted, or no key). With a
+    key, the key is checked against the store first (a wrong key, or a key for a plain store, is refused)."""
     if isinstance(store, SealedStore):
+        if store.cipher is not None:
+            store._ready()
         return store.inner, store.cipher
     return store, None
