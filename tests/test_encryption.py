@@ -14,6 +14,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import safepoint
 from safepoint.errors import CorruptRecordError, ExitCode, StoreKeyError, TamperedRecordError
@@ -481,3 +483,25 @@ def test_a_lost_encryption_record_is_said_and_the_right_key_records_it_again(enc
     done = safepoint_in_process("ledger", "a", "-w", encrypted, "--json", env=with_key())
     assert done.returncode == ExitCode.OK, done.stderr
     assert record.read_bytes() == kept
+
+
+# the cipher alone --------------------------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=600), run=st.text("abc", min_size=1, max_size=3), seq=st.integers(1, 9), at=st.data())
+def test_sealing_round_trips_and_any_change_or_other_place_fails(data, run, seq, at):
+    from safepoint.store.crypt import Cipher, place
+
+    cipher = Cipher(key())
+    where = place(run, "log", "message", seq)
+    sealed = cipher.seal(data, where)
+    assert (sealed.startswith(b"sp1:") and b"\n" not in sealed and data not in sealed[4:]) or not data
+    assert cipher.open(sealed, where) == data
+    assert cipher.open(sealed, place(run, "log", "message", seq + 1)) is None
+    assert cipher.open(sealed, place(run + "x", "log", "message", seq)) is None
+    assert Cipher(key(OTHER)).open(sealed, where) is None
+    raw = bytearray(base64.b64decode(sealed[4:]))
+    i = at.draw(st.integers(0, len(raw) - 1))
+    raw[i] ^= 1 << at.draw(st.integers(0, 7))
+    assert cipher.open(b"sp1:" + base64.b64encode(bytes(raw)), where) is None
+    assert cipher.seal(data, where) != sealed  # a fresh nonce each time
+    assert cipher.seal(data, where, deterministic=True) == cipher.seal(data, where, deterministic=True)
