@@ -494,7 +494,7 @@ def test_sealing_round_trips_and_any_change_or_other_place_fails(data, run, seq,
     cipher = Cipher(key())
     where = place(run, "log", "message", seq)
     sealed = cipher.seal(data, where)
-    assert (sealed.startswith(b"sp1:") and b"\n" not in sealed and data not in sealed[4:]) or not data
+    assert sealed.startswith(b"sp1:") and b"\n" not in sealed
     assert cipher.open(sealed, where) == data
     assert cipher.open(sealed, place(run, "log", "message", seq + 1)) is None
     assert cipher.open(sealed, place(run + "x", "log", "message", seq)) is None
