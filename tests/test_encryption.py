@@ -505,3 +505,19 @@ def test_sealing_round_trips_and_any_change_or_other_place_fails(data, run, seq,
     assert cipher.open(b"sp1:" + base64.b64encode(bytes(raw)), where) is None
     assert cipher.seal(data, where) != sealed  # a fresh nonce each time
     assert cipher.seal(data, where, deterministic=True) == cipher.seal(data, where, deterministic=True)
+
+
+def test_a_keyless_and_a_keyed_process_making_one_store_never_leave_it_half_encrypted(tmp_path):
+    # the keyless one's run came first: the keyed one's record is taken back, and it is refused
+    first = FileStore(str(tmp_path / "one"))
+    first.create_run("plain", b'{"run":"plain"}')
+    first.record_encryption(b'{"cipher":"AES-256-GCM","key_id":"x","format":1}')  # as if it had looked too early
+    assert first.encryption_record() is None
+    with pytest.raises(StoreKeyError, match="not encrypted"):
+        open_store(str(tmp_path / "one"), key()).create_run("sealed", b"{}")
+    # the keyed one's record came first: the keyless one's run is taken back, and it is refused
+    keyless = FileStore(str(tmp_path / "two"))  # opened while the store was empty
+    open_store(str(tmp_path / "two"), key()).create_run("sealed", b'{"run":"sealed"}')
+    with pytest.raises(StoreKeyError, match="is encrypted"):
+        keyless.create_run("plain", b'{"run":"plain"}')
+    assert sorted(os.listdir(tmp_path / "two" / "runs")) == ["sealed"]

@@ -182,3 +182,28 @@ def test_a_lost_settings_row_is_said_and_the_right_key_records_it_again(two_runs
     one_line(done, ExitCode.USAGE, "encryption record is missing")
     assert safepoint_cli("fsck", "-w", workspace, "--store", two_runs, env=with_key()).returncode == ExitCode.OK
     assert key().key_id.encode().hex().encode() in rows(two_runs)
+
+
+def test_a_keyless_and_a_keyed_process_making_one_store_never_leave_it_half_encrypted(pg_server):
+    from safepoint.errors import StoreKeyError
+
+    url = pg_server.create_database(f"t{next(database_names)}")
+    first = PostgresStore(url)
+    try:
+        first.create_run("plain", b"{}")
+        first.record_encryption(b'{"cipher":"AES-256-GCM","key_id":"x","format":1}')  # as if it looked too early
+        assert first.encryption_record() is None
+    finally:
+        first.close()
+    url = pg_server.create_database(f"t{next(database_names)}")
+    keyless = PostgresStore(url)
+    try:
+        assert keyless.list_runs() == []  # connected while the store was empty
+        keyed = open_store(url, key())
+        keyed.create_run("sealed", b"{}")
+        keyed.close()
+        with pytest.raises(StoreKeyError, match="is encrypted"):
+            keyless.create_run("plain", b"{}")
+        assert keyless.list_runs() == ["sealed"]
+    finally:
+        keyless.close()

@@ -68,7 +68,9 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
+from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
+from safepoint.store.file_encryption import EncryptionRecordFile
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
 from safepoint.store.names import check_job_id, check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
@@ -81,7 +83,6 @@ LOG = "ledger.jsonl"
 RESTART_CHECKPOINT = "restart_checkpoint.json"
 TERMINAL_EVENTS = "terminal_events.jsonl"
 CONTROL = "control.jsonl"
-ENCRYPTION = "encryption.json"
 _INDEXED_KINDS = frozenset({"checkpoint"})
 APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
 
@@ -128,7 +129,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(FencedStore[None]):
+class FileStore(EncryptionRecordFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
@@ -178,6 +179,11 @@ class FileStore(FencedStore[None]):
             shutil.rmtree(staging, ignore_errors=True)
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id") from None
         fsync_dir(self._runs)
+        if not self.sealed and (marker := self.encryption_record()) is not None:
+            # Made encrypted by another process while this one, without a key, created its run: back out.
+            shutil.rmtree(path, ignore_errors=True)
+            fsync_dir(self._runs)
+            check_key(read_marker(marker, self.shown), None, self.shown)
 
     def local_dir(self) -> str | None:
         return self.root
@@ -646,60 +652,6 @@ class FileStore(FencedStore[None]):
             os.close(fd)
         for key in [key for key in self._tails if key[0] == run_id]:
             del self._tails[key]
-
-    # encryption at rest: the record of it (the sealing is safepoint.store.sealed's) ---------------------------
-    def encryption_record(self) -> bytes | None:
-        path = os.path.join(self.root, ENCRYPTION)
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        payload = check_line(raw.rstrip(b"\n"))
-        if payload is None:
-            raise CorruptRecordError(
-                f"the encryption record of store {self.url} ({path}) fails its checksum; restore it from a backup"
-            )
-        return payload
-
-    def record_encryption(self, data: bytes) -> None:
-        """Linked into place, never renamed over: of two processes making one store with two keys, the first
-        one's record stays and the second reads it back (and is refused)."""
-        path = os.path.join(self.root, ENCRYPTION)
-        with self.disk_full_said("", then="open the store again"):
-            make_private_dirs(self.root)
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".part")
-            try:
-                try:
-                    write_all(fd, frame(data))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                with contextlib.suppress(FileExistsError):
-                    os.link(tmp, path)
-            finally:
-                os.unlink(tmp)
-            fsync_dir(self.root)
-
-    def first_run_header(self) -> tuple[str, bytes] | None:
-        with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(self._runs):  # any one run: listing them all in order would stat every header
-                with (
-                    contextlib.suppress(FileNotFoundError),
-                    open(os.path.join(self._runs, name, "run.json"), "rb") as f,
-                ):
-                    payload = check_line(f.read().rstrip(b"\n"))
-                    if not name.startswith(".") and payload is not None:
-                        return name, payload
-        return None
-
-    def holds_runs(self) -> bool:
-        with contextlib.suppress(FileNotFoundError):
-            if any(not name.startswith(".") for name in os.listdir(self._runs)):
-                return True
-        with contextlib.suppress(FileNotFoundError):
-            return any(name.endswith(".json") and not name.startswith(".") for name in os.listdir(self._schedules))
-        return False
 
     # a full disk and fsck ----------------------------------------------------------------------------------------
     @contextlib.contextmanager

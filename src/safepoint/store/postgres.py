@@ -152,6 +152,10 @@ class PostgresStore(FencedStore[Connection]):
             ).fetchone()
             if created is None:
                 raise RunExistsError(f"run {run_id!r} already exists in {self.shown}; pick another --run-id")
+            if not self.sealed and (marker := self._encryption_txn(conn)) is not None:
+                # Made encrypted since this process opened it (record_encryption waits for this insert, or this
+                # insert for it): the transaction rolls back.
+                check_key(read_marker(marker, self.shown), None, self.shown)
             # The owner row every claim and write locks; its identity is the first claim's to set.
             conn.execute(
                 f"INSERT INTO {SCHEMA}.recovery_owners (recovery_class, owner_id, generation, agent_id) "
@@ -484,6 +488,13 @@ class PostgresStore(FencedStore[Connection]):
         with self._tx() as conn:
             # Runs and schedules wait while the record is written: none may slip in unencrypted meanwhile.
             conn.execute(f"LOCK TABLE {SCHEMA}.runs, {SCHEMA}.schedules IN SHARE ROW EXCLUSIVE MODE")
+            # Framed lines: the payload starts at byte 10, a sealed one with 'sp1:'.
+            held = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.runs WHERE substring(header FROM 10 FOR 4) <> 'sp1:'::bytea) "
+                f"OR EXISTS (SELECT 1 FROM {SCHEMA}.schedules WHERE substring(line FROM 10 FOR 4) <> 'sp1:'::bytea)"
+            ).fetchone()
+            if held is not None and held[0]:
+                return  # a plain run came first: the caller finds no record and a store that is not empty
             conn.execute(
                 f"INSERT INTO {SCHEMA}.settings (name, value) VALUES ('encryption', %s) ON CONFLICT DO NOTHING",
                 (frame(data),),

@@ -107,7 +107,9 @@ class SealedStore(Store):
                     return self.cipher  # nothing to read yet; the record is written with the first write
                 self.inner.record_encryption(marker_for(self.key))
                 again = self.inner.encryption_record()
-                check_key(None if again is None else read_marker(again, self.shown), self.key, self.shown)
+                if again is None:  # a process without a key wrote first: this store stays unencrypted
+                    raise not_encrypted(self.shown, self.key)
+                check_key(read_marker(again, self.shown), self.key, self.shown)
             self._checked = True
             return self.cipher
 
