@@ -692,8 +692,20 @@ def classify(command: str, *, workspace: str = ".", rules: str | None = None) ->
     )
 
 
-def open(url: str | None = None, *, workspace: str = ".", exclude: Iterable[str] = ()) -> Safepoint:
+def open(
+    url: str | None = None,
+    *,
+    workspace: str = ".",
+    exclude: Iterable[str] = (),
+    key: bytes | str | None = None,
+    key_file: str | None = None,
+) -> Safepoint:
     """Open a store (``file:PATH``, a bare path, or ``postgresql://...``) for a workspace. ``exclude`` adds
-    gitignore-style patterns that captures of command changes never look at (as does WORKSPACE/.safepointignore)."""
+    gitignore-style patterns that captures of command changes never look at (as does WORKSPACE/.safepointignore).
+    ``key`` (32 bytes, or their hex or base64 text) or ``key_file``: the store is encrypted at rest with it (a new
+    one becomes so); without either, ``SAFEPOINT_KEY_FILE`` or ``SAFEPOINT_KEY`` is used when set."""
+    from safepoint.store.crypt import load_key
+
     workspace = os.path.abspath(workspace)
-    return Safepoint(open_store(url or default_store_url(workspace)), workspace, exclude=exclude)
+    store_key = load_key(key=key, key_file=key_file)
+    return Safepoint(open_store(url or default_store_url(workspace), store_key), workspace, exclude=exclude)

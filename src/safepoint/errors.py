@@ -5,6 +5,7 @@ The tree (the exit code a command ends with, from ``ExitCode``)::
     SafepointError                      1  FAILED
     ├── ConfigError                     2  USAGE     bad store URL, missing workspace, bad tool registration
     │   ├── StoreURLError
+    │   ├── StoreKeyError                            an encrypted store's key missing or wrong, a key for a plain store
     │   ├── WorkspaceError
     │   │   └── GitError                             git failed, timed out, or refused what was asked
     │   ├── ToolRegistrationError                    e.g. a non_idempotent tool with replay_policy auto
@@ -13,6 +14,7 @@ The tree (the exit code a command ends with, from ``ExitCode``)::
     ├── UnknownToolError                1            the model asked for a tool nobody registered
     ├── StoreError                      1            the store cannot do what was asked
     │   ├── CorruptRecordError                       a torn or corrupt record (reported, never loaded)
+    │   │   └── TamperedRecordError                  a record of an encrypted store that fails authentication
     │   ├── RunNotFoundError            4  NOT_FOUND
     │   ├── RunExistsError              2  USAGE
     │   ├── RunLockedError              5  LOCKED    another live process owns the run
@@ -77,6 +79,11 @@ class StoreURLError(ConfigError):
     pass
 
 
+class StoreKeyError(ConfigError):
+    """An encrypted store opened without its key or with another one, or a key given for a store that is not
+    encrypted. The message names where the key came from and its key id, never the key."""
+
+
 class WorkspaceError(ConfigError):
     pass
 
@@ -107,6 +114,11 @@ class StoreError(SafepointError):
 
 class CorruptRecordError(StoreError):
     pass
+
+
+class TamperedRecordError(CorruptRecordError):
+    """A record of an encrypted store that fails authentication: changed, moved from another run or place, or
+    written with another key. Never decrypted into garbage, never loaded."""
 
 
 class RunNotFoundError(StoreError):

@@ -9,6 +9,7 @@ import typer
 from safepoint.cli import db, protocol, supervise
 from safepoint.cli.common import (
     JsonOpt,
+    KeyFileOpt,
     Out,
     StoreOpt,
     TakeoverOpt,
@@ -114,6 +115,7 @@ def run(
         str | None, typer.Option("--successor-of", help="This run takes over that run's work (it is never resumed).")
     ] = None,
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     tools: ToolsOpt = None,
     pass_env: PassEnvOpt = None,
     as_json: JsonOpt = False,
@@ -125,7 +127,7 @@ def run(
         raise ConfigError(f"--approval {approval!r}: choose 'none' or 'high'")
     stop_at_safe_point_on_sigterm()  # SIGTERM or Ctrl-C: stop at the next safe point, keep the restart checkpoint
     extra = _load_tools(tools)
-    sp = _open(store, workspace)
+    sp = _open(store, workspace, key_file)
     options: dict[str, Any] = {
         "approval": approval,
         "approval_timeout_s": approval_timeout,
@@ -164,6 +166,7 @@ def resume(
         str | None, typer.Option("--model", help="Continue with another model (an interrupted turn is not replayed).")
     ] = None,
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     tools: ToolsOpt = None,
     pass_env: PassEnvOpt = None,
     as_json: JsonOpt = False,
@@ -173,7 +176,7 @@ def resume(
 
     stop_at_safe_point_on_sigterm()
     extra = _load_tools(tools)
-    sp = _open(store, workspace)
+    sp = _open(store, workspace, key_file)
     if sp.nothing_to_resume(run_id, replay=replay or (), skip=skip or ()):
         emit({"run_id": run_id, "status": "completed"}, as_json)  # resuming is idempotent: finished stays finished
         if not as_json:
@@ -212,10 +215,11 @@ def status(
     run_id: Annotated[str | None, typer.Argument()] = None,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one run, or every run of the store."""
-    sp = _open(store, workspace)
+    sp = _open(store, workspace, key_file)
     rows = sp.status(run_id)
     emit(rows[0] if run_id else rows, as_json)
     if as_json:
@@ -229,27 +233,45 @@ def status(
 
 
 @app.command()
-def ledger(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def ledger(
+    run_id: str,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Every tool call of a run with its ledger state."""
     from safepoint.cli import render
 
-    _emit(_open(store, workspace).ledger(run_id), as_json, render.ledger_table)
+    _emit(_open(store, workspace, key_file).ledger(run_id), as_json, render.ledger_table)
 
 
 @app.command()
-def checkpoints(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def checkpoints(
+    run_id: str,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The checkpoints of a run."""
     from safepoint.cli import render
 
-    _emit(_open(store, workspace).checkpoints(run_id), as_json, render.checkpoint_table)
+    _emit(_open(store, workspace, key_file).checkpoints(run_id), as_json, render.checkpoint_table)
 
 
 @app.command()
-def explain(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def explain(
+    run_id: str,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """What happened to every call, and where and why a resume would continue."""
     from safepoint.cli import render
 
-    _emit(_open(store, workspace).explain(run_id), as_json, render.explain_view)
+    _emit(_open(store, workspace, key_file).explain(run_id), as_json, render.explain_view)
 
 
 @app.command()
@@ -266,13 +288,14 @@ def rollback(
     takeover: TakeoverOpt = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """rollback_files: revert the agent's file changes after a checkpoint, never the user's (conflicts instead)."""
     from safepoint.cli import render
     from safepoint.records import RollbackFiles
 
-    plan = _open(store, workspace).recover(
+    plan = _open(store, workspace, key_file).recover(
         run_id,
         RollbackFiles(checkpoint_id=to),
         dry_run=dry_run,
@@ -285,11 +308,17 @@ def rollback(
 
 
 @app.command()
-def conflicts(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def conflicts(
+    run_id: str,
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Files a rollback did not touch because they changed after the agent wrote them."""
     from safepoint.cli import render
 
-    found = _open(store, workspace).conflicts(run_id)
+    found = _open(store, workspace, key_file).conflicts(run_id)
     if as_json:
         keys = ("path", "expected_hash", "actual_hash", "agent_patch_ref", "resolution")
         emit([{key: getattr(c, key) for key in keys} for c in found], True)
@@ -309,6 +338,7 @@ def resolve(
     takeover: TakeoverOpt = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Settle one conflict: keep_user, apply_agent or manual_merge."""
@@ -320,7 +350,7 @@ def resolve(
     chosen = [name for name, flag in flags if flag]
     if len(chosen) != 1:
         raise ConfigError("choose exactly one of --keep-user, --apply-agent, --manual-merge")
-    result = _open(store, workspace).resolve(run_id, path, chosen[0], takeover=takeover)
+    result = _open(store, workspace, key_file).resolve(run_id, path, chosen[0], takeover=takeover)
     emit(result, as_json)
     if not as_json:
         tail = "" if result.clean else " (with conflict markers: edit the file to finish)"
@@ -338,6 +368,7 @@ def restore(
     takeover: TakeoverOpt = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     tools: ToolsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -346,7 +377,7 @@ def restore(
     from safepoint.cli import render
     from safepoint.records import RestoreSession
 
-    sp = _open(store, workspace)
+    sp = _open(store, workspace, key_file)
     restored = sp.recover(
         run_id,
         RestoreSession(checkpoint_id=to),
@@ -372,6 +403,7 @@ def compensate(
     takeover: TakeoverOpt = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     tools: ToolsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -381,7 +413,7 @@ def compensate(
     if replay and skip:
         raise ConfigError("choose one of --replay and --skip")
     try:
-        result = _open(store, workspace).recover(
+        result = _open(store, workspace, key_file).recover(
             run_id,
             CompensateExternalAction(ledger_entry_id=ledger_entry_id),
             tools=_load_tools(tools),
@@ -406,10 +438,11 @@ def commit(
     message: Annotated[str | None, typer.Option("--message", "-m")] = None,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Commit the agent's changes only, on the current branch, when you ask; your other changes stay as they are."""
-    sp = _open(store, workspace)
+    sp = _open(store, workspace, key_file)
     if not yes:
         changes = sp.agent_changes(run_id, require_git=True)
         emit(changes, as_json)
@@ -433,12 +466,13 @@ def history(
     all_branches: Annotated[bool, typer.Option("--all", help="Include abandoned branches.")] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The conversation of a run (its current branch)."""
     from safepoint.cli import render
 
-    found = _open(store, workspace).history(run_id)
+    found = _open(store, workspace, key_file).history(run_id)
     rows = [plain(m) | {"branch": "current"} for m in found.current]
     if all_branches:
         rows += [plain(m) | {"branch": "abandoned"} for m in found.abandoned]
@@ -455,13 +489,14 @@ def trace(
     ] = None,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The run's timeline: every checkpoint, call, recovery decision, rollback and conflict, one line each."""
     from safepoint.api import mask_passwords, trace_key_fields
     from safepoint.cli.trace import timeline
 
-    events = _open(store, workspace).trace(run_id, call_id=call, since=since)
+    events = _open(store, workspace, key_file).trace(run_id, call_id=call, since=since)
     if as_json:
         import json
 
@@ -521,12 +556,13 @@ def fsck(
     ] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
+    key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check every checksum and reference of the store; exit 0 when clean, 12 when problems were found."""
     from safepoint.cli import render
 
-    result = _open(store, workspace).fsck(run_id, repair=repair)
+    result = _open(store, workspace, key_file).fsck(run_id, repair=repair)
     if as_json:
         emit(result, True)
     else:

@@ -22,6 +22,14 @@ StoreOpt = Annotated[
     str | None,
     typer.Option("--store", envvar="SAFEPOINT_STORE", help="Store URL (default WORKSPACE/.agent-runtime)."),
 ]
+KeyFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key-file",
+        help="A file holding the store's key (32 bytes: hex, base64 or raw): it encrypts a new store and opens an "
+        "encrypted one. Default: SAFEPOINT_KEY_FILE, else SAFEPOINT_KEY.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 WorkspaceOpt = Annotated[str, typer.Option("--workspace", "-w", help="The agent's workspace folder.")]
 ToolsOpt = Annotated[
@@ -63,12 +71,13 @@ def exit_code_for(status: str) -> ExitCode:
 _opened: list[Safepoint] = []  # closed when the command ends (a PostgreSQL pool's threads, a file handle)
 
 
-def open_safepoint_at(store: str | None, workspace: str) -> Safepoint:
+def open_safepoint_at(store: str | None, workspace: str, key_file: str | None = None) -> Safepoint:
+    """``key_file``: ``--key-file``; without it the library reads SAFEPOINT_KEY_FILE or SAFEPOINT_KEY."""
     if not os.path.isdir(workspace):
         raise ConfigError(f"workspace {workspace!r} does not exist; create it or pass an existing --workspace")
     from safepoint.api import open as open_safepoint
 
-    opened = open_safepoint(store, workspace=workspace)
+    opened = open_safepoint(store, workspace=workspace, key_file=key_file)
     _opened.append(opened)
     return opened
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from safepoint.cli.common import JsonOpt, Out, StoreOpt, WorkspaceOpt, emit, open_safepoint_at
+from safepoint.cli.common import JsonOpt, KeyFileOpt, Out, StoreOpt, WorkspaceOpt, emit, open_safepoint_at
 
 
 def register(app: typer.Typer, out: Out) -> None:
@@ -21,9 +21,10 @@ def register(app: typer.Typer, out: Out) -> None:
         reason: str,
         workspace: str,
         store: str | None,
+        key_file: str | None,
         as_json: bool,
     ) -> None:
-        tm = open_safepoint_at(store, workspace)
+        tm = open_safepoint_at(store, workspace, key_file)
         answered = (tm.approve if approved else tm.deny)(run_id, call_id, by=by, reason=reason)
         emit(answered, as_json)
         if not as_json:
@@ -37,10 +38,11 @@ def register(app: typer.Typer, out: Out) -> None:
         by: Annotated[str, typer.Option("--by", help="Who approves (recorded).")] = "user",
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Approve a call that waits for approval; it then runs once, with the input it was approved for."""
-        answer(run_id, call_id, True, by, reason, workspace, store, as_json)
+        answer(run_id, call_id, True, by, reason, workspace, store, key_file, as_json)
 
     @app.command()
     def deny(
@@ -50,10 +52,11 @@ def register(app: typer.Typer, out: Out) -> None:
         by: Annotated[str, typer.Option("--by", help="Who denies (recorded).")] = "user",
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Deny a call that waits for approval; it never runs and the model is told."""
-        answer(run_id, call_id, False, by, reason, workspace, store, as_json)
+        answer(run_id, call_id, False, by, reason, workspace, store, key_file, as_json)
 
     @app.command()
     def submit(
@@ -72,11 +75,12 @@ def register(app: typer.Typer, out: Out) -> None:
         ] = None,
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Queue user input for a run: a running agent takes it at its next step, a finished one on resume."""
         tools = tuple(t.strip() for t in allow_tools.split(",") if t.strip()) if allow_tools is not None else None
-        queued = open_safepoint_at(store, workspace).submit(
+        queued = open_safepoint_at(store, workspace, key_file).submit(
             run_id,
             text,
             key=key,
@@ -97,10 +101,11 @@ def register(app: typer.Typer, out: Out) -> None:
         ] = False,
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Cancel a run: its interrupted work is never replayed (user_cancelled)."""
-        outcome = open_safepoint_at(store, workspace).cancel(run_id, whole_stream=whole_stream)
+        outcome = open_safepoint_at(store, workspace, key_file).cancel(run_id, whole_stream=whole_stream)
         emit({"run_id": run_id, "cancel": outcome}, as_json)
         if not as_json:
             out.print(
@@ -112,10 +117,11 @@ def register(app: typer.Typer, out: Out) -> None:
         run_id: str,
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Reset a run's context: the work in flight is void and is never replayed (context_reset)."""
-        outcome = open_safepoint_at(store, workspace).reset_context(run_id)
+        outcome = open_safepoint_at(store, workspace, key_file).reset_context(run_id)
         emit({"run_id": run_id, "reset": outcome}, as_json)
         if not as_json:
             out.print(f"run {run_id}: " + ("closed (context reset)" if outcome == "closed" else "reset requested"))

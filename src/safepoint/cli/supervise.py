@@ -13,6 +13,7 @@ import typer
 
 from safepoint.cli.common import (
     JsonOpt,
+    KeyFileOpt,
     Out,
     StoreOpt,
     ToolsOpt,
@@ -90,6 +91,7 @@ def register(app: typer.Typer, out: Out) -> None:
         ] = False,
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         tools: ToolsOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
@@ -102,7 +104,7 @@ def register(app: typer.Typer, out: Out) -> None:
             raise ConfigError("give --cron, e.g. --cron '*/15 * * * *' (UTC)")
         if approval not in ("none", "high"):
             raise ConfigError(f"--approval {approval!r}: choose 'none' or 'high'")
-        sp = open_safepoint_at(store, workspace)
+        sp = open_safepoint_at(store, workspace, key_file)
         provider = None
         if scenario is None and task is not None and model is not None:
             provider = openai_config(model, base_url, api_key_env) | {"system": system}
@@ -125,11 +127,13 @@ def register(app: typer.Typer, out: Out) -> None:
             out.print(f"job {job_id} (version {row.version}): {row.cron} UTC; next at {row.next_at}")
 
     @schedules.command("list")
-    def list_jobs(workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    def list_jobs(
+        workspace: WorkspaceOpt = ".", store: StoreOpt = None, key_file: KeyFileOpt = None, as_json: JsonOpt = False
+    ) -> None:
         """Every scheduled job, with its next occurrence and the last one fired."""
         from safepoint import supervision
 
-        rows = supervision.jobs(open_safepoint_at(store, workspace))
+        rows = supervision.jobs(open_safepoint_at(store, workspace, key_file))
         emit(rows, as_json)
         if not as_json:
             out.print(_jobs_table([row for row in rows if row.error is None]))
@@ -138,11 +142,17 @@ def register(app: typer.Typer, out: Out) -> None:
                     out.print(f"job {row.job_id} cannot be read: {row.error}")
 
     @schedules.command("remove")
-    def remove(job_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    def remove(
+        job_id: str,
+        workspace: WorkspaceOpt = ".",
+        store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
         """Remove a job: nothing more is fired; runs it already started are left as they are."""
         from safepoint import supervision
 
-        supervision.remove_job(open_safepoint_at(store, workspace), job_id)
+        supervision.remove_job(open_safepoint_at(store, workspace, key_file), job_id)
         emit({"job_id": job_id, "removed": True}, as_json)
         if not as_json:
             out.print(f"job {job_id} removed")
@@ -154,6 +164,7 @@ def register(app: typer.Typer, out: Out) -> None:
         attempt: Annotated[int, typer.Option("--attempt")] = 1,
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         tools: ToolsOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
@@ -161,7 +172,7 @@ def register(app: typer.Typer, out: Out) -> None:
         from safepoint import supervision
 
         done = supervision.fire(
-            open_safepoint_at(store, workspace),
+            open_safepoint_at(store, workspace, key_file),
             job_id,
             at,
             attempt=attempt,
@@ -182,6 +193,7 @@ def register(app: typer.Typer, out: Out) -> None:
     def daemon(
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
+        key_file: KeyFileOpt = None,
         poll: Annotated[float, typer.Option("--poll", help="Seconds between passes.")] = 1.0,
         lease: Annotated[
             float, typer.Option("--lease", help="Seconds without a heartbeat after which a run's work is reaped.")
@@ -204,7 +216,7 @@ def register(app: typer.Typer, out: Out) -> None:
 
         if poll <= 0 or lease <= 0 or grace < 0:
             raise ConfigError("--poll and --lease must be positive, --grace not negative")
-        sp = open_safepoint_at(store, workspace)
+        sp = open_safepoint_at(store, workspace, key_file)
 
         def show(record: dict[str, Any]) -> None:
             if as_json:

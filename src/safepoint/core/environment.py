@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-STORE_VARIABLES = frozenset({"SAFEPOINT_STORE"})  # safepoint's own; never handed to an agent's command
+# safepoint's own: the store URL and the store's key; never handed to an agent's command
+STORE_VARIABLES = frozenset({"SAFEPOINT_STORE", "SAFEPOINT_KEY", "SAFEPOINT_KEY_FILE"})
 
 _WORDS = frozenset(
     {"PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "SECRETS", "TOKEN", "APIKEY", "CREDENTIAL", "CREDENTIALS"}

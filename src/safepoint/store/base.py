@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 
+from safepoint.errors import StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 
@@ -221,3 +222,32 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
 
     def close(self) -> None:  # optional hook; most backends hold nothing
         """Release connections or handles."""
+
+    # encryption at rest (``safepoint.store.sealed`` seals every payload; a backend only records that it does) ----
+    sealed: bool = False  # opened through the encrypting layer, which checks the key against the record below
+
+    def encryption_record(self) -> bytes | None:
+        """What the store records of its encryption (``safepoint.store.crypt.Marker``), or None: not encrypted."""
+        return None
+
+    def record_encryption(self, data: bytes) -> None:
+        """Record ``data`` as the store's encryption record, durably, before anything is written to a store that
+        holds nothing yet; when one is there already it is kept (the caller reads it again and judges it)."""
+        raise StoreError(f"store {self.url} cannot be encrypted: its backend records no encryption")
+
+    def artifact_ref_for(self, run_id: str, name: str, data: bytes) -> str:
+        """The ref ``put_artifact`` returns for ``name`` and ``data`` in ``run_id``, computed without storing
+        anything (an encrypted store's ref is of the sealed bytes, which only it can compute)."""
+        from safepoint.store.names import artifact_file, artifact_ref
+
+        return artifact_ref(*artifact_file(name, data))
+
+    def first_run_header(self) -> tuple[str, bytes] | None:
+        """One run's id and stored header, if the store has a run (tells a store whose encryption record was lost
+        from one that was never encrypted)."""
+        runs = self.list_runs()
+        return (runs[0], self.run_header(runs[0])) if runs else None
+
+    def holds_runs(self) -> bool:
+        """Whether anything was ever written to the store (a run or a schedule)."""
+        return bool(self.list_runs() or self.list_schedules())

@@ -16,7 +16,9 @@
     │   ├── artifacts/               large tool outputs and blobs, one file each (atomic write)
     │   ├── tmp/                     the run's workspace writes in flight (swept when the run is claimed)
     │   └── trace.jsonl              trace events (not fsync'd: recovery never reads them)
-    └── schedules/<job_id>.json      scheduled jobs, store-wide (atomic write, framed)
+    ├── schedules/<job_id>.json      scheduled jobs, store-wide (atomic write, framed)
+    └── encryption.json              only in an encrypted store: its cipher and key id (never the key), written
+                                     once, before anything else (see ``safepoint.store.sealed``)
 
 Fencing: every write takes the run's lock, compares the writer's generation with ``owner.json`` and refuses a
 stale one. A lock held for a whole run (the obvious alternative) would let a SIGSTOP'd owner block a takeover
@@ -66,7 +68,9 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
+from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
+from safepoint.store.file_encryption import EncryptionRecordFile
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
 from safepoint.store.names import check_job_id, check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
@@ -125,7 +129,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(FencedStore[None]):
+class FileStore(EncryptionRecordFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
@@ -175,6 +179,11 @@ class FileStore(FencedStore[None]):
             shutil.rmtree(staging, ignore_errors=True)
             raise RunExistsError(f"run {run_id!r} already exists in {self.url}; pick another --run-id") from None
         fsync_dir(self._runs)
+        if not self.sealed and (marker := self.encryption_record()) is not None:
+            # Made encrypted by another process while this one, without a key, created its run: back out.
+            shutil.rmtree(path, ignore_errors=True)
+            fsync_dir(self._runs)
+            check_key(read_marker(marker, self.shown), None, self.shown)
 
     def local_dir(self) -> str | None:
         return self.root

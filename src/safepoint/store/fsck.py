@@ -4,7 +4,9 @@ without guessing.
 What is checked, per run: the header, every framed line of the log (checksum, record, blob content against its
 SHA-256), the order of sequence numbers (a duplicated line, swapped records, a hole), the checkpoint index against
 the log, the owner record, the restart checkpoint, the terminal events and control lines, and every artifact
-against the digest its name holds.
+against the digest its name holds. In an encrypted store (``safepoint.store.sealed``) the checksums are of the
+sealed bytes and are checked as before, key or not; with the key, every sealed record must also authenticate in
+its place (run, kind, seq), and one that does not is reported and, with ``--repair``, quarantined like a corrupt one.
 
 What ``--repair`` does, under the run's lock and only while no live process owns the run:
 
@@ -40,20 +42,32 @@ import zstandard
 from safepoint.core.blobs import open_blob
 from safepoint.durable import atomic_write, fsync_dir, make_private_dirs
 from safepoint.errors import ConfigError, CorruptRecordError, RunLockedError
-from safepoint.records import Blob, LogProblem, LogRecord, OwnerState, RunInfo
+from safepoint.protocol import RecoveryOwnerTerminalEvent
+from safepoint.records import Blob, LogProblem, LogRecord, OwnerState, RunInfo, StoredDescriptor
 from safepoint.results import FsckProblem, FsckResult
 from safepoint.store.base import Store
+from safepoint.store.crypt import Cipher, is_sealed
 from safepoint.store.file_store import CONTROL, LOG, RESTART_CHECKPOINT, TERMINAL_EVENTS, FileStore, read_descriptor
 from safepoint.store.framing import check_line, frame, unframe_all
 from safepoint.store.liveness import owner_alive
 from safepoint.store.mend import one_bit_candidates
 from safepoint.store.names import safe_url
 from safepoint.store.ownership import now
+from safepoint.store.sealed import (
+    open_artifact,
+    open_control,
+    open_event_payload,
+    open_header,
+    open_record,
+    open_restart_checkpoint,
+    unwrap,
+)
 
 _record_decoder = msgspec.json.Decoder(LogRecord)
 _blob_decoder = msgspec.json.Decoder(Blob)
 _owner_decoder = msgspec.json.Decoder(OwnerState)
 _header_decoder = msgspec.json.Decoder(RunInfo)
+_event_decoder = msgspec.json.Decoder(RecoveryOwnerTerminalEvent)
 _encoder = msgspec.json.Encoder()
 QUARANTINE = "quarantine"
 _DIGEST = re.compile(r"\.([0-9a-f]{16})$")
@@ -69,6 +83,10 @@ class _Check:
     problems: list[FsckProblem] = field(default_factory=list)
     quarantined: bool = False
     count: int = 0  # names two things quarantined within one clock tick apart
+    cipher: Cipher | None = None  # an encrypted store's, when fsck has the key: every record must authenticate
+
+    def open_body(self, record: LogRecord) -> LogRecord | None:
+        return record if self.cipher is None else open_record(self.cipher, self.run_id, record)
 
     @property
     def run_dir(self) -> str:
@@ -106,20 +124,26 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def _proven(payload: bytes) -> LogRecord | None:
-    """The record a payload holds, if it decodes and (a blob) its content matches its digest."""
+def _proven(payload: bytes, open_body: Callable[[LogRecord], LogRecord | None] | None = None) -> LogRecord | None:
+    """The record a payload holds, if it decodes, authenticates (``open_body``: an encrypted store's, with the key)
+    and (a blob) its content matches its digest. A sealed blob without the key is taken on its checksum."""
     try:
         record = _record_decoder.decode(payload)
-        if record.kind == "blob":
-            open_blob(_blob_decoder.decode(record.body))
+        content: LogRecord | None = record
+        if open_body is not None:
+            content = open_body(record)
+        if content is None:
+            return None
+        if content.kind == "blob" and not bytes(content.body).startswith(b'"sp1:'):
+            open_blob(_blob_decoder.decode(content.body))
     except (msgspec.DecodeError, msgspec.ValidationError, CorruptRecordError, ValueError, zstandard.ZstdError):
         return None
     return record
 
 
-def _mended(line: bytes) -> tuple[bytes, LogRecord] | None:
+def _mended(line: bytes, open_body: Callable[[LogRecord], LogRecord | None]) -> tuple[bytes, LogRecord] | None:
     for candidate in one_bit_candidates(line):
-        record = _proven(candidate)
+        record = _proven(candidate, open_body)
         if record is not None:
             return candidate, record
     return None
@@ -152,15 +176,15 @@ def _split(line: bytes, proves: Callable[[bytes], bool]) -> list[bytes] | None:
     return None
 
 
-def _recovered(line: bytes) -> list[tuple[bytes, LogRecord]] | None:
+def _recovered(line: bytes, open_body: Callable[[LogRecord], LogRecord | None]) -> list[tuple[bytes, LogRecord]] | None:
     """The records a damaged log line still holds: one bit flipped back, or lines a flipped newline joined."""
-    mended = _mended(line)
+    mended = _mended(line, open_body)
     if mended is not None:
         return [mended]
-    payloads = _split(line, lambda payload: _proven(payload) is not None)
+    payloads = _split(line, lambda payload: _proven(payload, open_body) is not None)
     if payloads is None:
         return None
-    return [(payload, record) for payload in payloads if (record := _proven(payload)) is not None]
+    return [(payload, record) for payload in payloads if (record := _proven(payload, open_body)) is not None]
 
 
 def mend_whole(raw: bytes, proves: Callable[[bytes], bool]) -> bytes | None:
@@ -191,8 +215,10 @@ def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | Non
                 # The log's last newline hit by a flipped bit reads as a record never finished.
                 body = line[:-1]
                 whole = check_line(body)
-                proven = _proven(whole) if whole is not None else None
-                recovered = [(whole, proven)] if whole is not None and proven is not None else _recovered(body)
+                proven = _proven(whole, check.open_body) if whole is not None else None
+                recovered = (
+                    [(whole, proven)] if whole is not None and proven is not None else _recovered(body, check.open_body)
+                )
                 if recovered is not None:
                     check.found(LOG, where, "the last newline is damaged (one flipped bit)", "mended; checked")
                     if check.repair:
@@ -206,7 +232,7 @@ def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | Non
                     check.quarantine(LOG, line, "the torn tail of the log")
                 changed = True
                 continue
-            recovered = _recovered(line)
+            recovered = _recovered(line, check.open_body)
             if recovered is not None:
                 seqs = ", ".join(str(record.seq) for _, record in recovered)
                 joined = f"{len(recovered)} lines joined by a damaged newline"
@@ -222,11 +248,18 @@ def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | Non
                 check.quarantine(LOG, line, "a log line that fails its checksum and could not be mended")
             changed = True
             continue
-        proven = _proven(item)
+        proven = _proven(item, check.open_body)
         if proven is None:
-            check.found(LOG, where, "holds no valid record (or a blob whose content does not match its digest)")
+            stored = _proven(item) if check.cipher is not None else None
+            unsealed = stored is not None
+            what = (
+                f"the record of seq {stored.seq} ({stored.kind}) fails authentication ({_MOVED})"
+                if stored is not None
+                else "holds no valid record (or a blob whose content does not match its digest)"
+            )
+            check.found(LOG, where, what, "moved to quarantine" if unsealed else "")
             if check.repair:
-                check.quarantine(LOG, line, "a log line whose record is not valid")
+                check.quarantine(LOG, line, "a log line whose record is not valid" if not unsealed else what)
             changed = True
             continue
         kept.append((proven, line + b"\n"))
@@ -287,10 +320,21 @@ def check_index(check: _Check, log: bytes, *, rebuilt: bool) -> bytes:
 def check_header(check: _Check) -> bytes | None:
     """The header's payload to write again when one flipped bit damaged it; None when it is intact (or lost)."""
     raw = _read(os.path.join(check.run_dir, "run.json")) or b""
-    if read_descriptor(raw).intact:
+    stored = read_descriptor(raw)
+    cipher = check.cipher
+    if stored.intact:
+        if cipher is not None and open_header(cipher, check.run_id, stored.data) is None:
+            check.found("run.json", "", f"the run's header fails authentication ({_MOVED}); restore it from a backup")
         return None
 
     def proves(payload: bytes) -> bool:
+        if cipher is not None:
+            opened = open_header(cipher, check.run_id, payload)
+            if opened is None:
+                return False
+            payload = opened
+        elif is_sealed(payload):
+            return True  # sealed, and no key to open it: its checksum is all there is to go on
         try:
             return _header_decoder.decode(payload).run_id == check.run_id
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -378,8 +422,16 @@ def rebuilt_owner(run_id: str, damaged: bytes, records: list[LogRecord], events:
     )
 
 
-def check_lines(check: _Check, name: str, why: str, proves: Callable[[bytes], bool]) -> bytes | None:
-    """A file of framed lines (terminal events, control): its intact lines when some were damaged, else None."""
+def check_lines(
+    check: _Check,
+    name: str,
+    why: str,
+    proves: Callable[[bytes], bool],
+    authentic: Callable[[bytes], bool] | None = None,
+) -> bytes | None:
+    """A file of framed lines (terminal events, control): its intact lines when some were damaged, else None.
+    ``proves``: whether a mended line holds what such a line holds; ``authentic``: whether an intact line's sealed
+    content authenticates (an encrypted store, with the key)."""
     data = _read(os.path.join(check.run_dir, name))
     if data is None:
         return None
@@ -400,6 +452,11 @@ def check_lines(check: _Check, name: str, why: str, proves: Callable[[bytes], bo
             check.found(name, f"byte {offset}", item.detail, f"moved to quarantine ({why})")
             if check.repair:
                 check.quarantine(name, line, f"a damaged line ({why})")
+        elif authentic is not None and not authentic(item):
+            bad = True
+            check.found(name, f"byte {offset}", f"fails authentication ({_MOVED})", f"moved to quarantine ({why})")
+            if check.repair:
+                check.quarantine(name, frame(item).rstrip(b"\n"), f"a line that fails authentication ({why})")
         else:
             keep.append(frame(item))
     return b"".join(keep) if bad else None
@@ -414,9 +471,34 @@ def _is_json(payload: bytes) -> bool:
 
 
 def _is_control(payload: bytes) -> bool:
-    """A control line's payload: ``<position> <json>``."""
+    """A control line's payload: ``<position> <json>`` (or its sealed form, in an encrypted store)."""
     position, _, data = payload.partition(b" ")
-    return position.isdigit() and _is_json(data)
+    return position.isdigit() and (_is_json(data) or is_sealed(data))
+
+
+_MOVED = "changed, moved from another run or place, or written with another key"
+
+
+def _authentic_event(check: _Check) -> Callable[[bytes], bool] | None:
+    cipher = check.cipher
+    if cipher is None:
+        return None
+
+    def authentic(line: bytes) -> bool:
+        try:
+            event = _event_decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        return event.payload_json is None or open_event_payload(cipher, check.run_id, event) is not None
+
+    return authentic
+
+
+def _authentic_control(check: _Check) -> Callable[[bytes], bool] | None:
+    cipher = check.cipher
+    if cipher is None:
+        return None
+    return lambda line: open_control(cipher, check.run_id, line.partition(b" ")[2]) is not None
 
 
 def _mended_lines(line: bytes, *, torn: bool, proves: Callable[[bytes], bool] = _is_json) -> list[bytes] | None:
@@ -446,10 +528,15 @@ def check_artifacts(check: _Check) -> None:
             if name.startswith(".") or digest is None or data is None:
                 continue
             if hashlib.sha256(data).hexdigest()[:16] != digest.group(1):
-                check.found(f"artifacts/{name}", "", "content does not match the digest in its name", "quarantined")
-                if check.repair:
-                    check.quarantine(f"artifacts/{name}", data, "an artifact whose content does not match its digest")
-                    os.unlink(os.path.join(folder, name))
+                what = "content does not match the digest in its name"
+            elif check.cipher is not None and open_artifact(check.cipher, check.run_id, name, data) is None:
+                what = f"fails authentication ({_MOVED})"
+            else:
+                continue
+            check.found(f"artifacts/{name}", "", what, "quarantined")
+            if check.repair:
+                check.quarantine(f"artifacts/{name}", data, f"an artifact whose {what}")
+                os.unlink(os.path.join(folder, name))
 
 
 def check_restart_checkpoint(check: _Check) -> None:
@@ -458,7 +545,21 @@ def check_restart_checkpoint(check: _Check) -> None:
     if raw is None:
         return
     stored = read_descriptor(raw)
-    if not stored.intact and (mended := mend_whole(raw, _is_json)) is not None:
+    cipher = check.cipher
+    if stored.intact and cipher is not None and open_restart_checkpoint(cipher, check.run_id, stored.data) is None:
+        stored = StoredDescriptor(data=stored.data, intact=False, detail=f"fails authentication: {_MOVED}")
+        mended = None
+    elif not stored.intact:
+
+        def proves(payload: bytes) -> bool:
+            if cipher is not None:
+                return open_restart_checkpoint(cipher, check.run_id, payload) is not None
+            return _is_json(payload) or is_sealed(payload)
+
+        mended = mend_whole(raw, proves)
+    else:
+        mended = None
+    if mended is not None:
         check.found(RESTART_CHECKPOINT, "", f"damaged ({stored.detail}, one flipped bit)", "mended; checked")
         if check.repair:
             check.quarantine(RESTART_CHECKPOINT, raw, "a damaged restart checkpoint (mended)")
@@ -472,9 +573,12 @@ def check_restart_checkpoint(check: _Check) -> None:
             fsync_dir(check.run_dir)
 
 
-def check_run(store: FileStore, run_id: str, *, repair: bool) -> tuple[list[FsckProblem], bool]:
-    """Every problem of one run (repaired when asked); whether anything went to quarantine."""
-    check = _Check(store, run_id, repair)
+def check_run(
+    store: FileStore, run_id: str, *, repair: bool, cipher: Cipher | None = None
+) -> tuple[list[FsckProblem], bool]:
+    """Every problem of one run (repaired when asked); whether anything went to quarantine. ``cipher``: an
+    encrypted store's, to check that every record authenticates."""
+    check = _Check(store, run_id, repair, cipher=cipher)
     run_dir = store.run_dir(run_id)
     header = check_header(check)
     section: Callable[[], contextlib.AbstractContextManager[None]] = (
@@ -491,8 +595,12 @@ def check_run(store: FileStore, run_id: str, *, repair: bool) -> tuple[list[Fsck
         owner = check_owner(check, records)
         if ordered is not None and owner is None:
             owner = _fenced_off(store, run_id, records)  # a live writer's view of the log is gone: fence it off
-        events = check_lines(check, TERMINAL_EVENTS, "its event may be recorded again", _is_json)
-        control = check_lines(check, CONTROL, "what was posted there is lost; post it again", _is_control)
+        events = check_lines(
+            check, TERMINAL_EVENTS, "its event may be recorded again", _is_json, _authentic_event(check)
+        )
+        control = check_lines(
+            check, CONTROL, "what was posted there is lost; post it again", _is_control, _authentic_control(check)
+        )
         check_restart_checkpoint(check)
         check_artifacts(check)
         if repair:
@@ -547,23 +655,24 @@ def _fenced_off(store: FileStore, run_id: str, records: list[LogRecord]) -> Owne
 
 def fsck(store: Store, run_id: str | None, *, repair: bool) -> FsckResult:
     """Check one run, or every run of the store; repair when asked (a file store: see the module's docstring)."""
-    runs = [run_id] if run_id is not None else store.list_runs()
+    backend, cipher = unwrap(store)  # an encrypted store: its files, and its key when given
+    runs = [run_id] if run_id is not None else backend.list_runs()
     if run_id is not None:
         with contextlib.suppress(CorruptRecordError):  # a damaged header is fsck's to report, not to stop at
-            store.run_header(run_id)  # an unknown run is named (RunNotFoundError), not reported clean
+            backend.run_header(run_id)  # an unknown run is named (RunNotFoundError), not reported clean
     problems: list[FsckProblem] = []
     quarantine: list[str] = []
     for name in runs:
-        if isinstance(store, FileStore):
+        if isinstance(backend, FileStore):
             try:
-                found, moved = check_run(store, name, repair=repair)
+                found, moved = check_run(backend, name, repair=repair, cipher=cipher)
             except RunLockedError:
                 if run_id is not None:
                     raise
                 # A run at work while the whole store is checked: checked, left alone (its lines show no repair).
-                found, moved = check_run(store, name, repair=False)
+                found, moved = check_run(backend, name, repair=False, cipher=cipher)
             if moved:
-                quarantine.append(os.path.join(store.run_dir(name), QUARANTINE))
+                quarantine.append(os.path.join(backend.run_dir(name), QUARANTINE))
         else:
             if repair:
                 raise ConfigError(

@@ -38,6 +38,7 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
@@ -98,6 +99,13 @@ class PostgresStore(FencedStore[Connection]):
                     conn.transaction(),
                 ):
                     ensure_schema(conn, self.shown, upgrade=self._migrate)
+                    if not self.sealed:  # an encrypted store opened without its key stops here, in one line
+                        marker = self._encryption_txn(conn)
+                        check_key(None if marker is None else read_marker(marker, self.shown), None, self.shown)
+                        if marker is None:
+                            first = conn.execute(f"SELECT run_id, header FROM {SCHEMA}.runs LIMIT 1").fetchone()
+                            header = check_line(_bytes(first[1]).removesuffix(b"\n")) if first else None
+                            check_not_orphaned(header, None, self.shown)
             except psycopg.Error as exc:
                 raise StoreError(f"cannot open PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
             self._pool = ConnectionPool(
@@ -144,6 +152,10 @@ class PostgresStore(FencedStore[Connection]):
             ).fetchone()
             if created is None:
                 raise RunExistsError(f"run {run_id!r} already exists in {self.shown}; pick another --run-id")
+            if not self.sealed and (marker := self._encryption_txn(conn)) is not None:
+                # Made encrypted since this process opened it (record_encryption waits for this insert, or this
+                # insert for it): the transaction rolls back.
+                check_key(read_marker(marker, self.shown), None, self.shown)
             # The owner row every claim and write locks; its identity is the first claim's to set.
             conn.execute(
                 f"INSERT INTO {SCHEMA}.recovery_owners (recovery_class, owner_id, generation, agent_id) "
@@ -457,6 +469,48 @@ class PostgresStore(FencedStore[Connection]):
             payload = check_line(_bytes(line).removesuffix(b"\n"))
             if payload is not None:
                 yield payload
+
+    # encryption at rest: the record of it (the sealing is safepoint.store.sealed's) ---------------------------
+    def _encryption_txn(self, conn: Connection) -> bytes | None:
+        row = conn.execute(f"SELECT value FROM {SCHEMA}.settings WHERE name = 'encryption'").fetchone()
+        if row is None:
+            return None
+        payload = check_line(_bytes(row[0]).removesuffix(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(f"the encryption record of store {self.shown} fails its checksum; restore it")
+        return payload
+
+    def encryption_record(self) -> bytes | None:
+        with self._tx() as conn:
+            return self._encryption_txn(conn)
+
+    def record_encryption(self, data: bytes) -> None:
+        with self._tx() as conn:
+            # Runs and schedules wait while the record is written: none may slip in unencrypted meanwhile.
+            conn.execute(f"LOCK TABLE {SCHEMA}.runs, {SCHEMA}.schedules IN SHARE ROW EXCLUSIVE MODE")
+            # Framed lines: the payload starts at byte 10, a sealed one with 'sp1:'.
+            held = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.runs WHERE substring(header FROM 10 FOR 4) <> 'sp1:'::bytea) "
+                f"OR EXISTS (SELECT 1 FROM {SCHEMA}.schedules WHERE substring(line FROM 10 FOR 4) <> 'sp1:'::bytea)"
+            ).fetchone()
+            if held is not None and held[0]:
+                return  # a plain run came first: the caller finds no record and a store that is not empty
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.settings (name, value) VALUES ('encryption', %s) ON CONFLICT DO NOTHING",
+                (frame(data),),
+            )
+
+    def first_run_header(self) -> tuple[str, bytes] | None:
+        with self._tx() as conn:
+            row = conn.execute(f"SELECT run_id FROM {SCHEMA}.runs LIMIT 1").fetchone()
+        return None if row is None else (str(row[0]), self.run_header(str(row[0])))
+
+    def holds_runs(self) -> bool:
+        with self._tx() as conn:
+            row = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.runs) OR EXISTS (SELECT 1 FROM {SCHEMA}.schedules)"
+            ).fetchone()
+        return bool(row and row[0])
 
     def scratch_dir(self, run_id: str) -> str | None:
         """This machine's folder for the run's writes in flight and the commands its owner started (both are

@@ -15,6 +15,8 @@ Schema ``safepoint``::
     schedules                       job_id pk, line (framed)
     artifacts                       (run_id, name) pk, sha256, data
     trace                           id bigserial, run_id, line (framed)
+    settings                        name pk, value (framed): the store's own facts; 'encryption' in an encrypted
+                                    store (its cipher and key id, never the key)
 
 Opening a store migrates a fresh database (nothing in it to break) but never upgrades one that already holds a
 schema: other hosts may be running an older safepoint on it, whose queries a change would break under them, so an
@@ -129,6 +131,11 @@ CREATE INDEX IF NOT EXISTS trace_run_id ON {SCHEMA}.trace (run_id, id);
         2,
         "index runs by creation order (list_runs and list_restart_checkpoints read them oldest first)",
         f"CREATE INDEX runs_created_at ON {SCHEMA}.runs (created_at, run_id);",
+    ),
+    Migration(
+        3,
+        "a settings table: whether the store is encrypted at rest, and with which key id",
+        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.settings (name text PRIMARY KEY, value bytea NOT NULL);",
     ),
 )
 LATEST = MIGRATIONS[-1].version

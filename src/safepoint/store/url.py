@@ -1,4 +1,5 @@
-"""Pick a backend by URL: a path or ``file:PATH`` (the default), ``postgresql://...``."""
+"""Pick a backend by URL: a path or ``file:PATH`` (the default), ``postgresql://...``; with a key, or for a store
+that is encrypted, the backend is wrapped in the encrypting layer (``safepoint.store.sealed``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from safepoint.errors import StoreURLError
 from safepoint.store.base import Store
 
 if TYPE_CHECKING:
+    from safepoint.store.crypt import StoreKey
     from safepoint.store.postgres_schema import SchemaChange
 
 DEFAULT_STORE_DIR = ".agent-runtime"
@@ -29,8 +31,31 @@ def _no_psycopg(url: str, exc: ImportError) -> StoreURLError:
     )
 
 
-def open_store(url: str) -> Store:
-    """Open the store named by ``url``; a bare path means the file store."""
+def open_store(url: str, key: StoreKey | None = None) -> Store:
+    """Open the store named by ``url``; a bare path means the file store. ``key``: the store is (or, new, becomes)
+    encrypted with it (``safepoint.store.crypt.load_key``). Without one, an encrypted store refuses every call in
+    one line (a file store's checksums can still be checked: ``fsck``)."""
+    backend = _backend(url)
+    # Without a key: a PostgreSQL store refuses when it first connects (opening stays free of I/O); a file store's
+    # record is one small file, looked at now.
+    if key is None and (is_postgres(url) or backend.encryption_record() is None):
+        if not is_postgres(url):
+            from safepoint.store.crypt import check_not_orphaned
+
+            first = backend.first_run_header()
+            check_not_orphaned(None if first is None else first[1], None, safe_url_of(backend))
+        return backend
+    from safepoint.store.sealed import SealedStore
+
+    return SealedStore(backend, key)
+
+
+def safe_url_of(store: Store) -> str:
+    shown = getattr(store, "shown", None)
+    return shown if isinstance(shown, str) else store.url
+
+
+def _backend(url: str) -> Store:
     if is_postgres(url):
         try:
             from safepoint.store.postgres import PostgresStore

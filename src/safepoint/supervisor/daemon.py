@@ -52,9 +52,11 @@ from safepoint.records import OwnerState
 from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
 from safepoint.store.base import Store
+from safepoint.store.crypt import key_environment
 from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
 from safepoint.store.names import mask_passwords, safe_url
 from safepoint.store.ownership import now
+from safepoint.store.sealed import store_key
 from safepoint.supervisor import schedule
 
 PR_SET_PDEATHSIG = 1
@@ -448,7 +450,8 @@ class Daemon:
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
-                env={**os.environ, "SAFEPOINT_STORE": self.store.url},
+                # The store's key too goes by the environment (SAFEPOINT_KEY), whatever it was given by.
+                env={**key_environment(store_key(self.store), os.environ), "SAFEPOINT_STORE": self.store.url},
                 preexec_fn=_die_with_parent(os.getpid()),  # safe here: the daemon has one thread
                 process_group=0,  # its own group: a terminal's Ctrl-C reaches the daemon, which decides
             )
