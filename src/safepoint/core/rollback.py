@@ -261,6 +261,11 @@ class _Planner:
         base = covered[-1]
         if base.before_hash == now.hash and base.before_mode == now.mode and now.behind is None:
             return  # the file is back to what it held before the agent (someone undid it): nothing to settle
+        if base.before_hash == newest.after_hash and base.before_mode in (None, newest.after_mode):
+            # The changes cancel out (the agent created the file and a rollback removed it): nothing of the
+            # agent's is in the file, so what is there now is someone else's, left as it is. A conflict here
+            # would offer to "put back" a version that is the file's own state before the agent.
+            return
         self.conflicts.append(
             CheckpointConflict(
                 path=path, expected_hash=newest.after_hash, actual_hash=now.hash, agent_patch_ref=newest.patch_ref
