@@ -525,9 +525,10 @@ class CallRunner:
 
     def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
         """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here. An
-        internal call's result is kept as a blob instead: the model never asked for it."""
+        internal call's result is kept as a blob instead: the model never asked for it. Redacted like any
+        record (a compensator's observation is the external system's text): blobs stay exact only for files."""
         if call.tool in self.registry and self.registry.get(call.tool).internal:
-            digest = self.content.put(text.encode())
+            digest = self.content.put(self.log.redact_bytes(text.encode()))
             return Message(
                 seq=-1, role="tool", content=text, tool_call_id=call.call_id, name=call.tool
             ), f"blob:{digest}"

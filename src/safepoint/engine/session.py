@@ -117,7 +117,9 @@ class RunSession:
             view.blobs,
         )
         self.heartbeat = Heartbeat(store, claim)
-        self.restart = RestartWriter(store, claim, view.info, self.execution_config, self.log.trace)
+        self.restart = RestartWriter(
+            store, claim, view.info, self.execution_config, self.log.trace, self.log.redactor.value
+        )
         self._capture: CommandCapture | None = None
         self.runner = CallRunner(
             registry=registry,
