@@ -216,8 +216,8 @@ class Safepoint:
             takeover=takeover,
             model=model,
             output=output,
+            pass_env=tuple(pass_env),
         )
-        session.pass_env = tuple(pass_env)
         return Run(session, recovery)
 
     def nothing_to_resume(self, run_id: str, *, replay: Iterable[str] = (), skip: Iterable[str] = ()) -> bool:

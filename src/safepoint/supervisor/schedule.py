@@ -302,6 +302,7 @@ def fire(
     *,
     attempt: int = 1,
     output: Callable[[str], None] | None = None,
+    pass_env: tuple[str, ...] = (),
 ) -> tuple[str, RunStatus]:
     """Run one occurrence of ``job`` in ``workspace`` with ``registry``'s tools, start to finish. Returns the run
     id and its status.
@@ -321,6 +322,7 @@ def fire(
     info = occurrence_info(job, scheduled_for_ms, workspace.root, now())
     provider, prompt = provider_for(info)  # a job that cannot reach its model is refused before its run exists
     session = RunSession.create(store, info, workspace, registry)
+    session.pass_env = pass_env  # the credential variables the user named: every command of the occurrence gets them
     try:
         session.add_message("user", info.task)
         session.commit()
