@@ -214,14 +214,7 @@ class _Planner:
                 self._conflict(path, walked[position:], shown if state is now else state)
                 break
             if not self.restorable(patch):
-                self.unrestorable.append(
-                    Unrestorable(
-                        path=path,
-                        call_id=patch.tool_call_id,
-                        why="its content before this change was not captured (not written earlier by the run, "
-                        "not in git); left as it is",
-                    )
-                )
+                self.unrestorable.append(Unrestorable(path=path, call_id=patch.tool_call_id, why=_unrestorable(patch)))
                 break
             undone.append(patch.tool_call_id)
             uncertain = uncertain or patch.author_uncertain
@@ -281,6 +274,17 @@ class _Planner:
                 undoes=tuple(patch.tool_call_id for patch in covered),
             )
         )
+
+
+def _unrestorable(patch: FilePatchEntry) -> str:
+    """Why the content before ``patch`` cannot be put back: it was kept, and the store lost it (a record fsck
+    quarantined), or it was never captured."""
+    if patch.before_ref is not None and patch.before_ref.startswith("blob:"):
+        return (
+            "its content before this change was recorded, but the store no longer has it (damaged: see "
+            "`safepoint fsck`); left as it is"
+        )
+    return "its content before this change was not captured (not written earlier by the run, not in git); left as it is"
 
 
 def _holds(state: FileState, patch: FilePatchEntry) -> bool:

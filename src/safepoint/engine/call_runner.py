@@ -54,7 +54,7 @@ from safepoint.engine.file_changes import FileBefore, FileChanges
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, LogWriter, now, redacted_arguments
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
-from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, ToolFailure
+from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, StoreError, ToolFailure
 from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
 from safepoint.records import (
     Checkpoint,
@@ -545,7 +545,12 @@ class CallRunner:
         tool = self.registry.get(entry.tool_name) if entry.tool_name in self.registry else None
         if tool is None or tool.probe is None or entry.status not in ("started", "uncertain"):
             return None
-        args = expand_input(entry, self.files, self.content)
+        try:
+            args = expand_input(entry, self.files, self.content)
+        except StoreError:
+            # Its recorded input is gone (content fsck quarantined): the probe cannot look, so the call is what it
+            # is, uncertain (rejected: failing the whole resume over one call's lost evidence).
+            return "unknown"
         call = ToolCall(call_id=entry.call_id, tool=entry.tool_name, args=args)
         ctx = self.conversation.context_for(call, entry.step_id, self.ledger.attempts(entry.call_id))
         try:

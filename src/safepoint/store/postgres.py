@@ -477,7 +477,6 @@ class PostgresStore(FencedStore[Connection]):
             self._closer()  # closes the pool once, now (a finalizer runs at most once)
 
 
-
 POOL_NAME = "safepoint"  # its threads are named "safepoint-worker-N" and "safepoint-scheduler"
 
 
