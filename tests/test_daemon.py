@@ -359,6 +359,7 @@ def test_startup_recovery_resumes_a_killed_run_in_a_worker(tmp_path, workspace, 
     assert (workspace / "a.txt").read_text() == "one\n"
     assert lines(outbox) == 1
     assert "r" not in store.list_restart_checkpoints()
+    store.close()  # a PostgreSQL store's pool is closed by whoever opened it
 
     quiet = daemon_once(workspace, env=env, store=store_args)  # nothing left to do
     assert not of(quiet, "worker_started")

@@ -83,6 +83,7 @@ def test_a_stopped_owner_taken_over_is_refused_every_write_when_it_wakes(tmp_pat
     assert len(opened.read_log("r").records) == records_before_wake  # and wrote nothing more
     assert outbox.read_text().count("\n") == 1
     assert load_view(opened, "r").status == "completed"
+    opened.close()  # a PostgreSQL store's pool is closed by whoever opened it
 
 
 def test_two_resumes_at_once_exactly_one_proceeds(tmp_path, store):
@@ -98,6 +99,8 @@ def test_two_resumes_at_once_exactly_one_proceeds(tmp_path, store):
     results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in both]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 5], results  # one resumed the run, the other was told a live process owns it
-    view = load_view(open_store(store[1] if store else "file:" + str(workspace / ".agent-runtime")), "r")
+    opened = open_store(store[1] if store else "file:" + str(workspace / ".agent-runtime"))
+    view = load_view(opened, "r")
+    opened.close()  # a PostgreSQL store's pool is closed by whoever opened it
     assert sum(1 for e in view.events if e.detail.startswith("resumed")) == 1
     assert outbox.read_text().count("\n") == 1

@@ -362,8 +362,13 @@ def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, with_git, ops):
                     check_recoverable(before, session)
             else:
                 choice = ["keep_user", "apply_agent", "manual_merge"][value]
-                pending = [c.path for c in tm.conflicts("r")]
-                if path in pending:
+                pending = {c.path: c for c in tm.conflicts("r")}
+                if path in pending and choice == "manual_merge" and "to merge with" in pending[path].why:
+                    # the agent's last change removed the file: the conflict says there is no merge, and it is refused
+                    with pytest.raises(safepoint.ResumeError, match=NO_MERGE_WORDS):
+                        tm.resolve("r", path, choice)
+                    assert snapshot() == before
+                elif path in pending:
                     with tm._session("r") as session:
                         safepoint.engine.actions.resolve(session, path, choice)
                         check_recoverable(before, session)
@@ -412,3 +417,70 @@ def test_a_rollback_does_not_move_the_run_back_to_its_first_step(workspace):
     assert (after.step, after.next_turn) == (before.step, before.next_turn)
     explained = tm.explain("r")
     assert explained.workspace_drift == []  # the rollback's own removals are the run's, not someone else's
+
+
+# The property test's failure on main, as fixed cases -----------------------------------------------------------
+def git_workspace(root):
+    import subprocess
+
+    subprocess.run(["git", "-C", str(root), "init", "-q"], check=True)
+    (root / "a.txt").write_text("committed a\n")
+    subprocess.run(["git", "-C", str(root), "add", "a.txt"], check=True)
+    subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i"], check=True
+    )
+
+
+@pytest.mark.parametrize("with_git", [False, True], ids=["plain", "git"])
+@pytest.mark.parametrize("agent_again", [False, True], ids=["user-last", "agent-over-user"])
+def test_a_file_the_agent_created_and_a_rollback_removed_is_the_users_once_recreated(workspace, with_git, agent_again):
+    """The agent created b.txt, a rollback removed it, the user wrote a b.txt of their own (and the agent may
+    have written over that): the agent's creation and its rollback cancel out, so a second rollback leaves the
+    user's file and raises no conflict (on main it raised one whose manual merge then refused)."""
+    if with_git:
+        git_workspace(workspace)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "b.txt", "agent 1 v0\n", "c1")
+    tm.rollback_files("r", start)
+    assert not (workspace / "b.txt").exists()
+    (workspace / "b.txt").write_text("user 3 v0\n")
+    if agent_again:
+        with tm.resume("r") as run:
+            write(run, "b.txt", "agent 4 v1\n", "c4")
+    plan = tm.rollback_files("r", start)
+    assert (workspace / "b.txt").read_text() == "user 3 v0\n"
+    assert plan.conflicts == [] and tm.conflicts("r") == []
+    assert [a.undoes for a in plan.actions] == ([("c4",)] if agent_again else [])
+    tm.rollback_files("r", start)  # again: still nothing to settle, nothing touched
+    assert (workspace / "b.txt").read_text() == "user 3 v0\n" and tm.conflicts("r") == []
+
+
+@pytest.mark.parametrize("with_git", [False, True], ids=["plain", "git"])
+def test_a_file_the_agent_removed_and_the_user_wrote_again_offers_no_merge(workspace, with_git):
+    """The agent's last change removed the file and the user wrote one there since: there is no version of the
+    agent's to merge with. The conflict says so and names the two choices left; --manual-merge is refused in
+    those words and changes nothing; --apply-agent puts back the file as it was before the agent."""
+    if with_git:
+        git_workspace(workspace)
+    else:
+        (workspace / "a.txt").write_text("committed a\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        write(run, "a.txt", "agent 1\n", "c1")
+        run.call("run_command", {"command": "rm -f a.txt"}, call_id="c2")
+    (workspace / "a.txt").write_text("user 3\n")
+    plan = tm.rollback_files("r", start)
+    [conflict] = tm.conflicts("r")
+    assert [c.path for c in plan.conflicts] == ["a.txt"] and conflict.expected_hash == ""
+    assert NO_MERGE_WORDS in conflict.why and "--keep-user" in conflict.why and "--apply-agent" in conflict.why
+    with pytest.raises(safepoint.ResumeError, match=NO_MERGE_WORDS):
+        tm.resolve("r", "a.txt", "manual_merge")
+    assert (workspace / "a.txt").read_text() == "user 3\n" and [c.path for c in tm.conflicts("r")] == ["a.txt"]
+    tm.resolve("r", "a.txt", "apply_agent")
+    assert (workspace / "a.txt").read_text() == "committed a\n" and tm.conflicts("r") == []
+
+
+NO_MERGE_WORDS = "the agent removed it, so there is no version of the agent's to merge with"

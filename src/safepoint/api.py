@@ -102,13 +102,18 @@ class Safepoint:
         import dataclasses
         import functools
 
+        from safepoint.core.command_reach import protected_for
         from safepoint.engine.builtin import _classify_command, _command_targets, builtin_registry
 
         registry = builtin_registry(*tools)
-        rules, source = _command_rules(self.workspace.root)
+        rules, _ = _command_rules(self.workspace.root)
         tool = registry.get("run_command")
-        if source != "built-in" and tool.classifier is _classify_command:  # the workspace's rules judge its lines
-            judge = functools.partial(_classify_command, rules=rules)
+        if tool.classifier is _classify_command:
+            # The workspace's rules judge its lines, and the store is protected where it really is (a --store
+            # path, another folder name), not only under its default name.
+            store_dir = self.store.local_dir()
+            protected = protected_for(os.path.realpath(store_dir) if store_dir else None, self.workspace.root)
+            judge = functools.partial(_classify_command, rules=rules, protected=protected)
             hints = functools.partial(_command_targets, rules=rules)
             registry.put(dataclasses.replace(tool, classifier=judge, capture_hints=hints))
         return registry
@@ -217,8 +222,8 @@ class Safepoint:
             takeover=takeover,
             model=model,
             output=output,
+            pass_env=tuple(pass_env),
         )
-        session.pass_env = tuple(pass_env)
         return Run(session, recovery)
 
     def nothing_to_resume(self, run_id: str, *, replay: Iterable[str] = (), skip: Iterable[str] = ()) -> bool:

@@ -116,10 +116,12 @@ def fire(
     *,
     attempt: int = 1,
     tools: Iterable[str] = (),
+    pass_env: Iterable[str] = (),
     output: Callable[[str], None] | None = None,
 ) -> Finished:
     """Run one occurrence of a job now, in the job's workspace (what a daemon's worker runs). An occurrence runs
-    at most once: fired before, it is ``already_fired`` with the status it has."""
+    at most once: fired before, it is ``already_fired`` with the status it has. ``pass_env``: the credential
+    variables its commands get, by name (as for ``Safepoint.start``)."""
     job = schedule.get_job(sp.store, job_id)
     if at_ms > schedule.now_ms():
         raise ConfigError(f"occurrence {schedule.iso(at_ms)} of job {job_id!r} is not due yet")
@@ -137,6 +139,7 @@ def fire(
             at_ms,
             attempt=attempt,
             output=output,
+            pass_env=tuple(pass_env),
         )
     except RunExistsError:
         [row] = there.status(run_id)

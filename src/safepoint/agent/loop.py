@@ -194,10 +194,16 @@ class AgentChildren:
         return Agent(child, provider, system=system, output=self.output).run()
 
     def resume(
-        self, store: Store, child_id: str, workspace: Workspace, registry: ToolRegistry, model: str
+        self,
+        store: Store,
+        child_id: str,
+        workspace: Workspace,
+        registry: ToolRegistry,
+        model: str,
+        pass_env: tuple[str, ...] = (),
     ) -> RunSession:
         # The parent's current owner is the only one entitled to its children: any other holder is stale.
-        child, _ = resume_session(store, child_id, workspace, registry, takeover=True, model=model)
+        child, _ = resume_session(store, child_id, workspace, registry, takeover=True, model=model, pass_env=pass_env)
         return child
 
 
@@ -226,6 +232,7 @@ def resume_session(
     takeover: bool = False,
     model: str | None = None,
     output: Callable[[str], None] | None = None,
+    pass_env: tuple[str, ...] = (),
 ) -> tuple[RunSession, Recovery | None]:
     """The open session and what was recovered (None: a finished run goes on with newly submitted input).
 
@@ -256,6 +263,7 @@ def resume_session(
             f"({closed_words(store, run_id)}). See `safepoint explain {run_id}`"
         )
     session = approvals.attach(RunSession.open(store, run_id, workspace, registry, claim=claim, takeover=takeover))
+    session.pass_env = pass_env  # before anything runs: a call replayed now is one of the run's commands too
     if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored
         session.registry.put(subagent_tool(session, provider_for, AgentChildren(output)))
     try:

@@ -42,9 +42,16 @@ class Children(Protocol):
         ...
 
     def resume(
-        self, store: Store, child_id: str, workspace: Workspace, registry: ToolRegistry, model: str
+        self,
+        store: Store,
+        child_id: str,
+        workspace: Workspace,
+        registry: ToolRegistry,
+        model: str,
+        pass_env: tuple[str, ...] = (),
     ) -> RunSession:
-        """Resume an existing child through restart recovery (raises ``RecoveryClosedError`` if it closed it)."""
+        """Resume an existing child through restart recovery (raises ``RecoveryClosedError`` if it closed it);
+        ``pass_env``: the parent's, from before anything of the child runs again."""
         ...
 
 
@@ -104,7 +111,9 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory, children:
             return _answer_of(view.history)
         provider, system = child_provider(view.info)
         try:
-            child = children.resume(parent.store, child_id, parent.workspace, registry_for(view.info), provider.model)
+            child = children.resume(
+                parent.store, child_id, parent.workspace, registry_for(view.info), provider.model, parent.pass_env
+            )
         except RecoveryClosedError as exc:
             # Closed now or before (a close cut short is finished by that resume): the parent is told either way.
             tell_parent(parent.store, parent.info.run_id, child_id, view.info.parent_call_id or "", "closed")
@@ -161,6 +170,7 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory, children:
         provider, system = child_provider(info)
         info = msgspec.structs.replace(info, model=provider.model)
         child = RunSession.create(parent.store, info, parent.workspace, registry_for(info))
+        child.pass_env = parent.pass_env  # what the user handed the run's commands, its subagents' too
         child.add_message("user", task)
         child.commit()
         return finish(child, provider, system)

@@ -166,6 +166,10 @@ def register(app: typer.Typer, out: Out) -> None:
         store: StoreOpt = None,
         key_file: KeyFileOpt = None,
         tools: ToolsOpt = None,
+        pass_env: Annotated[
+            list[str] | None,
+            typer.Option("--pass-env", help="Hand this credential variable to the run's commands (repeatable)."),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Run one occurrence of a job now (what the daemon's worker runs). An occurrence runs at most once."""
@@ -177,6 +181,7 @@ def register(app: typer.Typer, out: Out) -> None:
             at,
             attempt=attempt,
             tools=tuple(tools or ()),
+            pass_env=tuple(pass_env or ()),
             output=None if as_json else write_through,
         )
         if done.already_fired:
@@ -207,7 +212,11 @@ def register(app: typer.Typer, out: Out) -> None:
         tools: ToolsOpt = None,
         pass_env: Annotated[
             list[str] | None,
-            typer.Option("--pass-env", help="Hand this credential variable to resumed runs' commands (repeatable)."),
+            typer.Option(
+                "--pass-env",
+                help="Hand this credential variable to the commands of every run a worker resumes or "
+                "fires (repeatable).",
+            ),
         ] = None,
         as_json: JsonOpt = False,
     ) -> None:

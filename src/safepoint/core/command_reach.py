@@ -7,8 +7,10 @@ plants code the user's next git command runs. Three ways a line reaches them:
 
 - a path it writes (:func:`safepoint.core.command_targets.write_targets`: redirections, ``rm``, ``mv``,
   ``chmod -R`` …) with a part named ``.git`` or the store's folder, case-folded (a case-insensitive filesystem);
-- a glob part that starts with a dot and matches one of them (``rm -rf .[a-z]*``, ``.*``); a glob that starts
-  otherwise does not match a dot-folder in bash (no ``dotglob``), so ``rm -rf *`` is not held for this;
+  or, wherever the store really is (``--store PATH``, another folder name inside the workspace, outside it), a
+  path that, taken from the command's folder, is that folder or inside it (``Protected.folders``);
+- a glob part that starts with a dot and matches one of those names (``rm -rf .[a-z]*``, ``.*``); a glob that
+  starts otherwise does not match a dot-folder in bash (no ``dotglob``), so ``rm -rf *`` is not held for this;
 - ``git clean -x``/``-X`` (it deletes ignored files, and the store ignores itself) and ``git config`` writing a key
   that runs a program (``core.fsmonitor``, ``core.hooksPath``, ``alias.*``, filters …): found by the git checks
   (:mod:`safepoint.core.command_git`), marked with the same effect.
@@ -21,16 +23,62 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+from dataclasses import dataclass
 
 from safepoint.core.command_findings import PROTECTED_EFFECT, finding
 from safepoint.core.command_rules import IDEMPOTENCY_RANK, POLICY_RANK, RISK_RANK
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, CommandVerdict, classify_command
 
-__all__ = ["DEFAULT_STORE_NAME", "PROTECTED_EFFECT", "classify_with_reach", "reached"]
+__all__ = [
+    "DEFAULT_PROTECTED",
+    "DEFAULT_STORE_NAME",
+    "PROTECTED_EFFECT",
+    "Protected",
+    "classify_with_reach",
+    "protected_for",
+    "reached",
+]
 
 DEFAULT_STORE_NAME = ".agent-runtime"
 _GLOB = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class Protected:
+    """What a command must not write: folder ``names`` (any part of a written path, case-folded; dot-globs
+    too) and absolute ``folders`` (a written path inside one, taken from ``cwd``, the folder commands run in)."""
+
+    names: tuple[str, ...] = (".git", DEFAULT_STORE_NAME)
+    folders: tuple[str, ...] = ()
+    cwd: str | None = None
+
+
+DEFAULT_PROTECTED = Protected()  # no store location known: its default name
+
+
+def protected_for(store_dir: str | None, cwd: str) -> Protected:
+    """What commands run in ``cwd`` must not write when the run's store keeps its files in ``store_dir`` (None:
+    a store with no folder here, PostgreSQL). Its folder is protected wherever it is; its name too when it is a
+    dot-folder (reached by a name a ``cd`` hides from ``cwd``, or a dot-glob). Both are absolute and resolved by
+    the caller (symlinks followed), so a path compares as the folder it is."""
+    if store_dir is None:
+        return Protected(names=(".git",), cwd=cwd)
+    name = posixpath.basename(posixpath.normpath(store_dir))
+    names = (".git", name.casefold()) if name.startswith(".") else (".git",)
+    return Protected(names=names, folders=(posixpath.normpath(store_dir),), cwd=cwd)
+
+
+def _in_folder(target: str, protected: Protected) -> str | None:
+    """The protected folder a written path is, or is inside of (compared case-folded), or None."""
+    if not protected.folders or (protected.cwd is None and not target.startswith("/")):
+        return None
+    path = posixpath.normpath(posixpath.join(protected.cwd or "/", target)).casefold()
+    for folder in protected.folders:
+        folded = folder.casefold()
+        if path == folded or path.startswith(folded.rstrip("/") + "/"):
+            return folder
+    return None
 
 
 def reached(target: str, protected: tuple[str, ...]) -> str | None:
@@ -47,17 +95,23 @@ def reached(target: str, protected: tuple[str, ...]) -> str | None:
 
 
 def classify_with_reach(
-    command: str, rules: CommandRules = DEFAULT_COMMAND_RULES, store_name: str = DEFAULT_STORE_NAME
+    command: str, rules: CommandRules = DEFAULT_COMMAND_RULES, protected: Protected = DEFAULT_PROTECTED
 ) -> CommandVerdict:
     """The classifier's verdict, made high risk and marked ``PROTECTED_EFFECT`` (held for a decision) when the
     line writes into the store or a ``.git``. Never raises, like the classifier."""
     verdict = classify_command(command, rules)
-    protected = (".git", store_name.casefold())
-    names = {name for target in write_targets(command, rules) if (name := reached(target, protected)) is not None}
-    if not names:
+    names = {name.casefold() for name in protected.names}
+    found: set[str] = set()
+    for target in write_targets(command, rules):
+        name = reached(target, tuple(names))
+        if name is not None:
+            found.add(".git" if name == ".git" else "store")
+        elif _in_folder(target, protected) is not None:
+            found.add("store")
+    if not found:
         return verdict
     what = " and ".join(
-        "a repository's .git folder" if name == ".git" else "safepoint's store" for name in sorted(names)
+        "a repository's .git folder" if name == ".git" else "safepoint's store" for name in sorted(found)
     )
     held = finding("mutation", (PROTECTED_EFFECT,), f"the command writes into {what}; a person decides", "high")
     return CommandVerdict(

@@ -214,14 +214,7 @@ class _Planner:
                 self._conflict(path, walked[position:], shown if state is now else state)
                 break
             if not self.restorable(patch):
-                self.unrestorable.append(
-                    Unrestorable(
-                        path=path,
-                        call_id=patch.tool_call_id,
-                        why="its content before this change was not captured (not written earlier by the run, "
-                        "not in git); left as it is",
-                    )
-                )
+                self.unrestorable.append(Unrestorable(path=path, call_id=patch.tool_call_id, why=_unrestorable(patch)))
                 break
             undone.append(patch.tool_call_id)
             uncertain = uncertain or patch.author_uncertain
@@ -261,6 +254,11 @@ class _Planner:
         base = covered[-1]
         if base.before_hash == now.hash and base.before_mode == now.mode and now.behind is None:
             return  # the file is back to what it held before the agent (someone undid it): nothing to settle
+        if base.before_hash == newest.after_hash and base.before_mode in (None, newest.after_mode):
+            # The changes cancel out (the agent created the file and a rollback removed it): nothing of the
+            # agent's is in the file, so what is there now is someone else's, left as it is. A conflict here
+            # would offer to "put back" a version that is the file's own state before the agent.
+            return
         self.conflicts.append(
             CheckpointConflict(
                 path=path, expected_hash=newest.after_hash, actual_hash=now.hash, agent_patch_ref=newest.patch_ref
@@ -276,6 +274,17 @@ class _Planner:
                 undoes=tuple(patch.tool_call_id for patch in covered),
             )
         )
+
+
+def _unrestorable(patch: FilePatchEntry) -> str:
+    """Why the content before ``patch`` cannot be put back: it was kept, and the store lost it (a record fsck
+    quarantined), or it was never captured."""
+    if patch.before_ref is not None and patch.before_ref.startswith("blob:"):
+        return (
+            "its content before this change was recorded, but the store no longer has it (damaged: see "
+            "`safepoint fsck`); left as it is"
+        )
+    return "its content before this change was not captured (not written earlier by the run, not in git); left as it is"
 
 
 def _holds(state: FileState, patch: FilePatchEntry) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import regex
 
 from safepoint.core.classify import Classification
-from safepoint.core.command_reach import classify_with_reach
+from safepoint.core.command_reach import DEFAULT_PROTECTED, Protected, classify_with_reach
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 from safepoint.core.environment import command_environment
@@ -304,9 +304,12 @@ def _remove(ctx: ToolContext, rel: str) -> None:
         raise ToolFailure(f"cannot remove {rel!r}: {why}; the patch was applied only to the files before it") from None
 
 
-def _classify_command(args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES) -> Classification:
-    """``rules``: the workspace's own (``.safepoint/commands.toml``), bound by ``Safepoint.registry``."""
-    verdict = classify_with_reach(str(args.get("command", "")), rules)  # the store or a .git: held
+def _classify_command(
+    args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES, protected: Protected = DEFAULT_PROTECTED
+) -> Classification:
+    """``rules``: the workspace's own (``.safepoint/commands.toml``); ``protected``: where the run's store really
+    is (``core.command_reach.protected_for``); both bound by ``Safepoint.registry``."""
+    verdict = classify_with_reach(str(args.get("command", "")), rules, protected)  # the store or a .git: held
     return Classification(
         idempotency=verdict.idempotency,
         replay_policy=verdict.replay_policy,

@@ -54,7 +54,7 @@ from safepoint.engine.file_changes import FileBefore, FileChanges
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, LogWriter, now, redacted_arguments
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
-from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, ToolFailure
+from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, StoreError, ToolFailure
 from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
 from safepoint.records import (
     Checkpoint,
@@ -535,9 +535,10 @@ class CallRunner:
 
     def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
         """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here. An
-        internal call's result is kept as a blob instead: the model never asked for it."""
+        internal call's result is kept as a blob instead: the model never asked for it. Redacted like any
+        record (a compensator's observation is the external system's text): blobs stay exact only for files."""
         if call.tool in self.registry and self.registry.get(call.tool).internal:
-            digest = self.content.put(text.encode())
+            digest = self.content.put(self.log.redact_bytes(text.encode()))
             return Message(
                 seq=-1, role="tool", content=text, tool_call_id=call.call_id, name=call.tool
             ), f"blob:{digest}"
@@ -554,7 +555,12 @@ class CallRunner:
         tool = self.registry.get(entry.tool_name) if entry.tool_name in self.registry else None
         if tool is None or tool.probe is None or entry.status not in ("started", "uncertain"):
             return None
-        args = expand_input(entry, self.files, self.content)
+        try:
+            args = expand_input(entry, self.files, self.content)
+        except StoreError:
+            # Its recorded input is gone (content fsck quarantined): the probe cannot look, so the call is what it
+            # is, uncertain (rejected: failing the whole resume over one call's lost evidence).
+            return "unknown"
         call = ToolCall(call_id=entry.call_id, tool=entry.tool_name, args=args)
         ctx = self.conversation.context_for(call, entry.step_id, self.ledger.attempts(entry.call_id))
         try:

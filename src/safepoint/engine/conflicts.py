@@ -206,6 +206,12 @@ def describe_conflict(
     undoes = versions.cover.cover.undoes if versions.cover else ()
     changes = f"the agent's changes to it ({', '.join(undoes)})" if len(undoes) > 1 else "the agent's change"
     why = f"the file changed after the agent wrote it, so rolling {changes} back would overwrite that"
+    no_merge = _no_merge(conflict, versions)
+    if no_merge is not None:
+        why = (
+            f"the file was written again after {changes}, so rolling back would overwrite that; {no_merge} "
+            "(keep yours with --keep-user, or put back the file as it was before the agent with --apply-agent)"
+        )
     if versions.behind is not None:
         why = (
             f"its folder {versions.behind} is a symlink now, not the agent's: the file is never written through it "
@@ -222,6 +228,19 @@ def describe_conflict(
         "changed_since": unified_diff(versions.agent or b"", versions.current or b"", conflict.path),
         "undoes": list(undoes),
     }
+
+
+def _no_merge(conflict: CheckpointConflict, versions: Versions) -> str | None:
+    """Why a line merge cannot take the agent's change out of the file: its version is a removal (the user
+    wrote the file again since), or its content cannot be reproduced. None when it can be merged."""
+    if conflict.expected_hash == ABSENT:
+        return "the agent removed it, so there is no version of the agent's to merge with"
+    if versions.agent is None:
+        return (
+            "the agent's version of it cannot be reproduced (its recorded content is missing), "
+            "so there is nothing to merge"
+        )
+    return None
 
 
 def merge_revert(base: bytes, agent: bytes, current: bytes) -> tuple[bytes, bool]:
@@ -363,11 +382,9 @@ def settle(session: RunSession, conflict: CheckpointConflict, resolution: Confli
                 f"{path} is {kind} on one side of the conflict and cannot be merged line by line; "
                 "choose --keep-user (leave it as it is) or --apply-agent (put back what it was before the agent)"
             )
-        if versions.agent is None:
-            raise ResumeError(
-                f"{path}: the agent's version was removed or not captured, so there is nothing to merge; "
-                "choose --keep-user or --apply-agent"
-            )
+        no_merge = _no_merge(conflict, versions)
+        if no_merge is not None:
+            raise ResumeError(f"{path}: {no_merge}; choose --keep-user or --apply-agent")
         data, clean = merge_revert(versions.base or b"", versions.agent or b"", versions.current or b"")
     elif resolution == "apply_agent":
         data = versions.base  # what the rollback meant to do: the file as it was before the agent

@@ -131,9 +131,16 @@ class FileChanges:
         data, mode = self.workspace.snapshot(state.path)
         digest = ABSENT if data is None else content_hash(data)
         if digest == state.before_hash and mode == state.before_mode:
+            if data is not None and digest not in self._reproducible:
+                # Its recorded content is gone (fsck quarantined it): the file, proven by its hash, gives it back.
+                return self.describe(state.path, data, mode)
             return self._recalled(state)
         if digest == ABSENT or digest in self._reproducible:
-            self.record(call_id, self._recalled(state), data, mode)
+            try:
+                recalled = self._recalled(state)
+            except StoreError:  # the before-content is lost: the re-run starts from the file as it is, kept
+                return self.describe(state.path, data, mode)
+            self.record(call_id, recalled, data, mode)
             return FileBefore(state.path, digest, mode, data, None if data is None else f"blob:{digest}")
         return self.describe(state.path, data, mode)
 

@@ -35,6 +35,7 @@ class RestartWriter:
         info: RunInfo,
         config: Callable[[], ExecutionConfig],
         trace: Callable[..., Any],
+        redact: Callable[[Any], Any],
         fenced: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
@@ -43,6 +44,7 @@ class RestartWriter:
         self._config = config  # the execution config as it is now (generation, model, durable history, grants)
         self._trace = trace
         self._fenced = fenced  # says in the trace that a write was refused to this (stale) process
+        self._redact = redact  # the run's redactor: a queued submission's text is the person's, secrets and all
         self.created_at: int | None = None
         self.current: RestartPayload | None = None  # what the checkpoint holds now (None: no work in flight)
 
@@ -54,12 +56,12 @@ class RestartWriter:
         checkpoint = RuntimeRestartCheckpoint(
             agent_id=self.info.run_id,
             mode=PAYLOAD_MODES[type(payload)],
-            payload_json=_encoder.encode(payload).decode(),
+            payload_json=_encoder.encode(self._redact(msgspec.to_builtins(payload))).decode(),
             created_at=self.created_at,
             updated_at=at,
             recovery_class=self.info.recovery_class,
             recovery_owner_id=self.info.owner_id,
-            execution_config_json=_encoder.encode(self._config()).decode(),
+            execution_config_json=_encoder.encode(self._redact(msgspec.to_builtins(self._config()))).decode(),
         )
         try:
             self.store.upsert_restart_checkpoint(self.claim, _encoder.encode(checkpoint))

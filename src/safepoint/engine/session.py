@@ -119,7 +119,13 @@ class RunSession:
         )
         self.heartbeat = Heartbeat(store, claim)
         self.restart = RestartWriter(
-            store, claim, view.info, self.execution_config, self.log.trace, fenced=self.log.fenced
+            store,
+            claim,
+            view.info,
+            self.execution_config,
+            self.log.trace,
+            self.log.redactor.value,
+            fenced=self.log.fenced,
         )
         self._capture: CommandCapture | None = None
         self.runner = CallRunner(

@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import uuid
 
-import msgspec
-
 from safepoint.engine.log_writer import trace_now
 from safepoint.engine.session import holder_id, load_view
 from safepoint.errors import ResumeError, UnknownReferenceError
 from safepoint.protocol import Approval, CancelRequest, ContextResetRequest, ControlRecord, Submission
-from safepoint.restart.judge import close_after_restart, controls, judge
+from safepoint.restart.judge import close_after_restart, controls, judge, redacted, redactor_of
 from safepoint.store.base import Store
 from safepoint.store.liveness import owner_alive
 from safepoint.store.ownership import now
 
-_encoder = msgspec.json.Encoder()
-
 
 def post(store: Store, run_id: str, record: ControlRecord) -> int:
-    return store.post_control(run_id, _encoder.encode(record))
+    """Post a control record, redacted with the run's redactor: a submission's text, an approval's reason and
+    whoever a person says they are reach the store (and the model) without their secrets."""
+    return store.post_control(run_id, redacted(redactor_of(store, run_id), record))
 
 
 def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str = "user", reason: str = "") -> int:

@@ -8,6 +8,7 @@ only doubtful (the trace is not durable per call, so it may say too little, neve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import msgspec
 
@@ -86,5 +87,37 @@ def witnesses(store: Store, run_id: str) -> Witnesses:
     )
 
 
+def lost_content(view: RunView) -> list[str]:
+    """What the records still name but the store no longer holds: content that went with a damaged record (fsck
+    quarantines what it cannot mend). Each as the file and the call that kept it, or a call's arguments. Only a
+    log with a hole can have lost any; one pass over its patches, before-states and ledger."""
+    if not view.lost_seqs:
+        return []
+    produced = {patch.after_hash for patch in view.patches}
+
+    def gone(ref: object) -> bool:
+        if not isinstance(ref, str) or not ref.startswith("blob:"):
+            return False
+        digest = ref.removeprefix("blob:")
+        return digest not in view.blobs and digest not in produced
+
+    found = [f"{p.path} ({p.tool_call_id})" for p in view.patches if gone(p.before_ref) or gone(p.patch_ref)]
+    found += [f"{s.path} ({call_id})" for call_id, states in view.befores.items() for s in states if gone(s.before_ref)]
+    found += [
+        f"the arguments of {entry.tool_name}({entry.call_id})"
+        for entry in view.ledger.values()
+        if any(isinstance(v, dict) and set(v) == {"$patch", "base"} and gone(v["$patch"]) for v in entry.input.values())
+    ]
+    return list(dict.fromkeys(found))
+
+
 def doubt_of(store: Store, view: RunView) -> Doubt:
-    return find_doubt(view, witnesses(store, view.info.run_id))
+    """The doubt a damaged log raises, and what it took with it: the recovery note says which file versions
+    (rollback leaves those files as they are) and which arguments are gone (that call is never re-run from them)."""
+    doubt = find_doubt(view, witnesses(store, view.info.run_id))
+    lost = lost_content(view)
+    if not lost:
+        return doubt
+    shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
+    what = f"the store no longer has content those records kept: {shown}"
+    return dataclasses.replace(doubt, reasons=(*doubt.reasons, what))

@@ -13,8 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from safepoint.engine import failpoints
 from safepoint.errors import RunCancelled, WorkVoided
 from safepoint.protocol import (
@@ -31,7 +29,7 @@ from safepoint.protocol import (
 )
 from safepoint.records import RunStatus
 from safepoint.restart import stops
-from safepoint.restart.judge import controls, person_detail, stop_prompt, tell_parent, unhandled
+from safepoint.restart.judge import controls, person_detail, redacted, stop_prompt, tell_parent, unhandled
 from safepoint.store.ownership import now
 
 if TYPE_CHECKING:
@@ -39,7 +37,6 @@ if TYPE_CHECKING:
     from safepoint.engine.session import RunSession
     from safepoint.store.base import Store
 
-_encoder = msgspec.json.Encoder()
 CANCELLED_STATUS = "Cancelled by the user."
 VOIDED_STATUS = "Closed: its work was voided ({reason})."
 
@@ -199,7 +196,7 @@ def finish_closed(
             generation=claim.generation,
             event_type=reason,
             created_at=now(),
-            payload_json=_encoder.encode({"reason": reason, "detail": detail}).decode(),
+            payload_json=redacted(session.log.redactor, {"reason": reason, "detail": detail}).decode(),
         ),
     )
     session.trace("terminal_event", event_type=reason, generation=claim.generation, recorded=recorded, reason=reason)

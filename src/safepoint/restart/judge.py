@@ -16,10 +16,11 @@ from typing import Any
 
 import msgspec
 
+from safepoint.core.redact import Redactor
 from safepoint.core.restart import ParentFacts, RecoveryVerdict, RestartFacts, check_recovery
 from safepoint.core.run_view import RunView
 from safepoint.core.trace_events import recovery_events
-from safepoint.engine.log_writer import trace_now
+from safepoint.engine.log_writer import run_redactor, trace_now
 from safepoint.errors import CorruptRecordError, RunNotFoundError
 from safepoint.protocol import (
     SELF_HEALING_PROMPT,
@@ -49,6 +50,22 @@ REAPED_EVENT = "runtime_work_reap"
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def redactor_of(store: Store, run_id: str) -> Redactor:
+    """The run's redactor, for what is written without its session (a person's control record, a restart's own
+    records): the built-in patterns, this process's credential values and the patterns of the run's workspace.
+    Raises ``RunNotFoundError``; a header that does not decode gives the redactor without workspace patterns."""
+    try:
+        workspace: str | None = _header_decoder.decode(store.run_header(run_id)).workspace
+    except (msgspec.DecodeError, CorruptRecordError):
+        workspace = None
+    return run_redactor(workspace)
+
+
+def redacted(redactor: Redactor, body: msgspec.Struct | dict[str, object]) -> bytes:
+    """``body`` encoded as it may be kept: every string in it redacted (the store never sees a secret)."""
+    return _encoder.encode(redactor.value(msgspec.to_builtins(body)))
 
 
 def controls(store: Store, run_id: str) -> list[tuple[int, ControlRecord]]:
@@ -238,13 +255,14 @@ def _close(
                 generation=interrupted,
                 event_type=event_type,
                 created_at=now(),
-                payload_json=_encoder.encode(
+                payload_json=redacted(
+                    _redactor_of_view(store, claim.run_id, view),
                     {
                         "reason": reason,
                         "detail": report.detail,
                         "assertions": list(report.assertions),
                         "closed_by_generation": report.generation,
-                    }
+                    },
                 ).decode(),
             ),
         )
@@ -313,22 +331,27 @@ def tell_parent(
         for _, record in controls(store, parent_run_id):
             if isinstance(record, SubtaskStopped) and record.child_run_id == child_run_id:
                 return  # told already (a repeated cleanup)
-        store.post_control(
-            parent_run_id,
-            _encoder.encode(
-                SubtaskStopped(child_run_id=child_run_id, call_id=call_id, reason=reason, prompt=prompt, at=now())
-            ),
-        )
+        stopped = SubtaskStopped(child_run_id=child_run_id, call_id=call_id, reason=reason, prompt=prompt, at=now())
+        store.post_control(parent_run_id, redacted(redactor_of(store, parent_run_id), stopped))
+
+
+def _redactor_of_view(store: Store, run_id: str, view: RunView | None) -> Redactor:
+    return run_redactor(view.info.workspace) if view is not None else redactor_of(store, run_id)
 
 
 def _append(store: Store, claim: Claim, view: RunView, bodies: list[msgspec.Struct]) -> None:
+    """Records a restart writes to a run it holds no session of: redacted like the log writer's."""
+    redactor = run_redactor(view.info.workspace)
     seq = view.last_seq
     records = []
     for body in bodies:
         seq += 1
         records.append(
             LogRecord(
-                kind=RECORD_KINDS[type(body)], body=msgspec.Raw(_encoder.encode(body)), seq=seq, gen=claim.generation
+                kind=RECORD_KINDS[type(body)],
+                body=msgspec.Raw(redacted(redactor, body)),
+                seq=seq,
+                gen=claim.generation,
             )
         )
     store.append(claim, records)

@@ -21,6 +21,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -86,6 +87,7 @@ class PostgresStore(FencedStore[Connection]):
         self._migrate = migrate
         self._pool_size = pool_size
         self._pool: ConnectionPool | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
         self._opening = threading.Lock()
 
     # connections ------------------------------------------------------------------------------------------
@@ -116,9 +118,12 @@ class PostgresStore(FencedStore[Connection]):
                 timeout=CONNECT_TIMEOUT * 3,
                 # A connection the server dropped (a restart) is replaced, not handed out to fail.
                 check=ConnectionPool.check_connection,
-                name="safepoint",
+                name=POOL_NAME,
                 open=True,
             )
+            # A store dropped without ``close()`` (a session's reference cycles keep it until the collector runs)
+            # still closes its pool; the finalizer holds the pool, so the pool is never garbage itself.
+            self._closer = weakref.finalize(self, _close_pool, self._pool)
             return self._pool
 
     @contextlib.contextmanager
@@ -521,9 +526,23 @@ class PostgresStore(FencedStore[Connection]):
         return os.path.join(state, "safepoint", store, check_run_id(run_id), "tmp")
 
     def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        self._pool = None
+        if self._closer is not None:
+            self._closer()  # closes the pool once, now (a finalizer runs at most once)
+
+
+POOL_NAME = "safepoint"  # its threads are named "safepoint-worker-N" and "safepoint-scheduler"
+
+
+def _close_pool(pool: ConnectionPool) -> None:
+    """Close a pool whose store is closed or gone. The collector may run this in one of the pool's own threads
+    (any thread that allocates runs it), which cannot join itself: the close is then handed to a thread of its
+    own. Rejected: leaving the pool to its ``__del__``, which the collector or the last reference dropped by a
+    worker's task runs in that worker ("cannot join current thread", on stderr, and the pool's threads left)."""
+    if threading.current_thread().name.startswith(f"{pool.name}-"):
+        threading.Thread(target=pool.close, name="pool-closer", daemon=True).start()
+    else:
+        pool.close()
 
 
 def _iso(value: object) -> str:

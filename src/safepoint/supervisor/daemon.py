@@ -88,7 +88,7 @@ class DaemonOptions:
     grace_s: float = 30.0
     once: bool = False
     tools: tuple[str, ...] = ()  # extra tools (MODULE:ATTR) every worker loads
-    pass_env: tuple[str, ...] = ()  # credential variables a resumed run's commands get (`--pass-env`)
+    pass_env: tuple[str, ...] = ()  # credential variables every worker's commands get (`--pass-env`)
     python: str = sys.executable
 
 
@@ -439,9 +439,10 @@ class Daemon:
         command += ["--workspace", workspace or self.options.workspace, "--json"]
         for spec in dict.fromkeys((*tools, *self.options.tools)):
             command += ["--tools", spec]
-        if kind == "resume":  # the worker has the store URL; its commands get neither it nor a credential unless named
-            for name in self.options.pass_env:
-                command += ["--pass-env", name]
+        # The worker has the store URL; its commands get neither it nor a credential unless named, whether it
+        # resumes a run or fires an occurrence (its first run, and its resumes after a crash, get the same).
+        for name in self.options.pass_env:
+            command += ["--pass-env", name]
         stdout = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the worker is reaped
         stderr = tempfile.TemporaryFile()  # noqa: SIM115
         try:

@@ -204,6 +204,7 @@ def put_job(store: Store, job: ScheduledJob, *, replace: bool = False) -> Schedu
     """Store a new job, or with ``replace`` a changed one: its version goes up, its creation time stays."""
     check_job_id(job.job_id)
     check_cron(job.cron)
+    refuse_secrets(job)
     existing = store.list_schedules().get(job.job_id)
     if existing is not None:
         if not replace:
@@ -215,6 +216,23 @@ def put_job(store: Store, job: ScheduledJob, *, replace: bool = False) -> Schedu
             job = msgspec.structs.replace(job, version=1)
     store.put_schedule(job.job_id, encode_job(job))
     return job
+
+
+def refuse_secrets(job: ScheduledJob) -> None:
+    """A job is stored and run again and again: a secret in it would either be kept in the store or, redacted,
+    reach every occurrence as ``[REDACTED:...]`` (a command run with it, a model told it). Refused in one line
+    instead (rejected: storing it redacted, which silently changes what the job does)."""
+    from safepoint.engine.log_writer import run_redactor
+
+    redactor = run_redactor(job.workspace)
+    fields = msgspec.to_builtins(job)
+    for name, value in fields.items():
+        if redactor.value(value) != value:
+            raise ConfigError(
+                f"scheduled job {job.job_id!r}: its {name} holds a secret, and a schedule is kept in the store; "
+                "put the secret in an environment variable and hand it to the job's commands by name "
+                "(`safepoint daemon --pass-env NAME`)"
+            )
 
 
 def remove_job(store: Store, job_id: str) -> None:
@@ -284,6 +302,7 @@ def fire(
     *,
     attempt: int = 1,
     output: Callable[[str], None] | None = None,
+    pass_env: tuple[str, ...] = (),
 ) -> tuple[str, RunStatus]:
     """Run one occurrence of ``job`` in ``workspace`` with ``registry``'s tools, start to finish. Returns the run
     id and its status.
@@ -303,6 +322,7 @@ def fire(
     info = occurrence_info(job, scheduled_for_ms, workspace.root, now())
     provider, prompt = provider_for(info)  # a job that cannot reach its model is refused before its run exists
     session = RunSession.create(store, info, workspace, registry)
+    session.pass_env = pass_env  # the credential variables the user named: every command of the occurrence gets them
     try:
         session.add_message("user", info.task)
         session.commit()
