@@ -11,7 +11,7 @@ import uuid
 
 from safepoint.engine.log_writer import trace_now
 from safepoint.engine.session import holder_id, load_view
-from safepoint.errors import ResumeError, UnknownReferenceError
+from safepoint.errors import ResumeError, RunLockedError, UnknownReferenceError
 from safepoint.protocol import Approval, CancelRequest, ContextResetRequest, ControlRecord, Submission
 from safepoint.restart.judge import close_after_restart, controls, judge, redacted, redactor_of
 from safepoint.store.base import Store
@@ -87,8 +87,13 @@ def owner_is_live(store: Store, run_id: str) -> bool:
 
 
 def settle_now(store: Store, run_id: str) -> str:
-    """With no live owner, a restart recovery acts on the request now; returns what became of the run."""
-    claim = store.claim(run_id, holder_id(), takeover=False)
+    """With no live owner, a restart recovery acts on the request now; returns what became of the run. An owner
+    that proves live at the claim after all (its heartbeat was only late) has the request, posted before: it acts
+    on it at its next safe point, as for any live owner."""
+    try:
+        claim = store.claim(run_id, holder_id(), takeover=False)
+    except RunLockedError:
+        return "requested"
     try:
         judged = judge(store, run_id)
         if judged.verdict.resumable:
