@@ -18,10 +18,7 @@ def test_a_request_to_an_owner_live_after_all_is_left_to_it(workspace, monkeypat
     with tm.start("t", run_id="r") as run:
         run.call_result("write_file", {"path": "a.txt", "content": "a\n"}, call_id="c1")
         monkeypatch.setattr(control, "owner_is_live", lambda store, run_id: False)  # the late heartbeat
-        if how == "cancel":
-            outcome = control.cancel(tm.store, "r")
-        else:
-            outcome = control.reset_context(tm.store, "r")
+        outcome = control.cancel(tm.store, "r") if how == "cancel" else control.reset_context(tm.store, "r")
         assert outcome == "requested"
         posted = [json.loads(data) for _, data in tm.store.read_control("r")]
         assert posted and posted[-1]["type"] == {"cancel": "cancel", "reset": "context_reset"}[how], posted
