@@ -1,0 +1,234 @@
+"""``safepoint mcp-proxy`` against a real MCP server (tests/mcp_server.py) and the SDK's own stdio client.
+
+Real processes, because a crash is the point: the proxy is SIGKILLed with a destructive call in flight (the effect
+done, its answer not back), or at the engine's fault points; a restarted proxy on the same run must never append
+twice. The annotation mapping and the trust file are checked without processes (``test_mcp_policy.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+mcp = pytest.importorskip("mcp")
+
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+import safepoint  # noqa: E402
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def proxy(ws: Path, *options: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+    # The SDK hands its child only a safe list of variables: what the proxy and the server need is passed here.
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "safepoint", "mcp-proxy", "-w", str(ws), *options, "--", sys.executable, SERVER],
+        env={"PYTHONPATH": SRC, **(env or {})},
+    )
+
+
+async def _session(params: StdioServerParameters, calls: list[tuple[str, dict[str, Any]]], mode: str) -> list[Any]:
+    out: list[Any] = []
+    async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
+        for name, args in calls:
+            try:
+                out.append(await client.call_tool(name, args))
+            except MCPError as exc:
+                out.append(exc)
+    return out
+
+
+def session(params: StdioServerParameters, *calls: tuple[str, dict[str, Any]], mode: str = "legacy") -> list[Any]:
+    return asyncio.run(asyncio.wait_for(_session(params, list(calls), mode), 60))
+
+
+def text(result: Any) -> str:
+    return " ".join(getattr(part, "text", "") for part in result.content)
+
+
+def ledger(ws: Path, run_id: str) -> dict[str, Any]:
+    sp = safepoint.open(None, workspace=str(ws))
+    try:
+        return {entry.call_id: entry for entry in sp.ledger(run_id)}
+    finally:
+        sp.close()
+
+
+def crashed_session(params: StdioServerParameters, call: tuple[str, dict[str, Any]], kill: Any = None) -> None:
+    """One call during which the proxy dies (killed by ``kill()`` or by a fault point): the client sees the stream
+    drop, however the SDK reports it."""
+
+    async def go() -> None:
+        async with Client(params, mode="legacy") as client:
+            pending = asyncio.ensure_future(client.call_tool(*call))
+            if kill is not None:
+                await asyncio.to_thread(kill)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pending, 15)
+
+    with contextlib.suppress(Exception, BaseExceptionGroup):
+        asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def wait_for(path: Path) -> str:
+    deadline = time.monotonic() + 30
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return path.read_text()
+
+
+def test_calls_pass_through_the_ledger_with_their_annotations(tmp_path: Path) -> None:
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    results = session(
+        proxy(ws, "--run", "r"),
+        ("append_line", {"path": str(notes), "text": "a"}),
+        ("read_lines", {"path": str(notes)}),
+        ("fetch", {"url": "https://example.com"}),
+        ("set_value", {"path": str(tmp_path / "v"), "text": "1"}),
+        ("fail", {"reason": "boom"}),
+        ("nope", {}),
+        mode="auto",  # the 2026-07-28 protocol: no initialize, every request carries its version
+    )
+    assert [text(r) for r in results[:4]] == ["appended a", "a\n", "fetched https://example.com", "set 1"]
+    assert results[4].is_error and "boom" in text(results[4])  # the server's isError answer, as it gave it
+    assert results[5].is_error and "nope" in text(results[5])
+    entries = ledger(ws, "r")
+    by_tool = {e.tool_name: e for e in entries.values()}
+    assert all(call_id.startswith("mcp-") for call_id in entries)
+    assert (by_tool["append_line"].idempotency, by_tool["append_line"].replay_policy) == ("non_idempotent", "ask")
+    assert by_tool["append_line"].risk_level == "high"
+    assert (by_tool["read_lines"].idempotency, by_tool["read_lines"].replay_policy) == ("idempotent", "auto")
+    # read-only but open-world: the hint alone does not buy a blind replay
+    assert (by_tool["fetch"].idempotency, by_tool["fetch"].replay_policy) == ("conditional", "ask")
+    assert (by_tool["set_value"].idempotency, by_tool["set_value"].replay_policy) == ("idempotent", "auto")
+    assert by_tool["fail"].status == "failed" and by_tool["nope"].status == "failed"
+    assert notes.read_text() == "a\n"
+
+
+def test_a_proxy_killed_mid_destructive_call_never_appends_twice(tmp_path: Path) -> None:
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    appended = Path(str(notes) + ".appended")
+
+    def kill() -> None:
+        os.kill(int(wait_for(appended)), signal.SIGKILL)  # the server wrote its parent's pid: the proxy
+        Path(str(notes) + ".release").write_text("")  # the orphaned server may finish its call now
+
+    crashed_session(
+        proxy(ws, "--run", "r", env={"MCP_TEST_HOLD": "1"}),
+        ("append_line", {"path": str(notes), "text": "a"}),
+        kill,
+    )
+    assert notes.read_text() == "a\n"
+    [call_id] = [c for c, e in ledger(ws, "r").items() if e.tool_name == "append_line"]
+    assert ledger(ws, "r")[call_id].status in ("started", "uncertain")
+
+    # Restarted on the same run: the client re-sends the call; it is not sent, and every call waits for the decision.
+    again, read = session(
+        proxy(ws, "--run", "r"), ("append_line", {"path": str(notes), "text": "a"}), ("read_lines", {"path": "x"})
+    )
+    for refused in (again, read):
+        assert isinstance(refused, MCPError)
+        assert call_id in refused.error.message and f"--run r --replay {call_id}" in refused.error.message
+        assert refused.error.data == {"run_id": "r", "calls": [call_id]}
+    assert notes.read_text() == "a\n"
+
+    # A person says it happened (--skip): the re-sent call is answered with what is known, never sent; a new one is.
+    skipped, fresh = session(
+        proxy(ws, "--run", "r", "--skip", call_id),
+        ("append_line", {"path": str(notes), "text": "a"}),
+        ("append_line", {"path": str(notes), "text": "b"}),
+    )
+    assert skipped.is_error and "NOT run again" in text(skipped) and call_id in text(skipped)
+    assert text(fresh) == "appended b"
+    assert notes.read_text() == "a\nb\n"
+
+
+def test_an_answer_recorded_but_never_delivered_is_given_from_the_ledger(tmp_path: Path) -> None:
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    crashed_session(
+        proxy(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_outcome:append_line"}),
+        ("append_line", {"path": str(notes), "text": "a"}),
+    )
+    assert notes.read_text() == "a\n"
+    [entry] = ledger(ws, "r").values()
+    assert entry.status == "succeeded"
+    again, second = session(
+        proxy(ws, "--run", "r"),
+        ("append_line", {"path": str(notes), "text": "a"}),  # the re-sent call: its recorded answer
+        ("append_line", {"path": str(notes), "text": "a"}),  # the same call once more: a new call, it runs
+    )
+    assert text(again) == "appended a" and not again.is_error
+    assert notes.read_text() == "a\na\n"
+    assert text(second) == "appended a"
+    assert len(ledger(ws, "r")) == 2
+
+
+def test_a_call_started_but_never_sent_runs_once_on_replay(tmp_path: Path) -> None:
+    ws, notes, value = tmp_path / "ws", tmp_path / "notes.txt", tmp_path / "value.txt"
+    ws.mkdir()
+    crashed_session(
+        proxy(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_started:append_line"}),
+        ("append_line", {"path": str(notes), "text": "a"}),
+    )
+    assert not notes.exists()  # killed with `started` durable, before the request was written to the server
+    [call_id] = ledger(ws, "r")
+    replayed, idem = session(
+        proxy(ws, "--run", "r", "--replay", call_id),
+        ("append_line", {"path": str(notes), "text": "a"}),
+        ("set_value", {"path": str(value), "text": "1"}),
+    )
+    assert text(replayed) == "appended a"
+    assert notes.read_text() == "a\n"
+    assert ledger(ws, "r")[call_id].status == "succeeded"
+    assert text(idem) == "set 1"
+
+
+def test_an_idempotent_closed_world_call_is_resent_without_asking(tmp_path: Path) -> None:
+    ws, value = tmp_path / "ws", tmp_path / "value.txt"
+    ws.mkdir()
+    crashed_session(
+        proxy(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_started:set_value"}),
+        ("set_value", {"path": str(value), "text": "1"}),
+    )
+    [call_id] = ledger(ws, "r")
+    [again] = session(proxy(ws, "--run", "r"), ("set_value", {"path": str(value), "text": "1"}))
+    assert text(again) == "set 1" and value.read_text() == "1"
+    assert ledger(ws, "r")[call_id].status == "succeeded"
+
+
+def test_the_trust_file_overrides_the_annotations(tmp_path: Path) -> None:
+    ws, notes, trust = tmp_path / "ws", tmp_path / "notes.txt", tmp_path / "trust.toml"
+    ws.mkdir()
+    trust.write_text('[tools.append_line]\nreplay_policy = "never"\n\n[tools.fetch]\nidempotency = "idempotent"\n')
+    crashed_session(
+        proxy(ws, "--run", "r", "--trust", str(trust), env={"SAFEPOINT_FAILPOINT": "after_started:append_line"}),
+        ("append_line", {"path": str(notes), "text": "a"}),
+    )
+    [call_id] = ledger(ws, "r")
+    assert ledger(ws, "r")[call_id].replay_policy == "never"
+    # `never`: no decision is waited for; the re-sent call is answered with what is known and not sent.
+    told, fetched = session(
+        proxy(ws, "--run", "r", "--trust", str(trust)),
+        ("append_line", {"path": str(notes), "text": "a"}),
+        ("fetch", {"url": "u"}),
+    )
+    assert told.is_error and "NOT run again" in text(told)
+    assert not notes.exists()
+    assert text(fetched) == "fetched u"
+    assert {e.tool_name: e.idempotency for e in ledger(ws, "r").values()}["fetch"] == "idempotent"
