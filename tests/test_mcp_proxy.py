@@ -2,15 +2,21 @@
 
 Real processes, because a crash is the point: the proxy is SIGKILLed with a destructive call in flight (the effect
 done, its answer not back), or at the engine's fault points; a restarted proxy on the same run must never append
-twice. The annotation mapping and the trust file are checked without processes (``test_mcp_policy.py``).
+twice. The SDK's server and client check the proxy against the real thing; the recovery matrix, which restarts the
+proxy many times, talks raw JSON-RPC to the same tools served without the SDK (``mcp_server.py --raw``: the SDK's
+import alone takes seconds). The annotation table and the trust file are checked without processes
+(``test_mcp_policy.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -158,77 +164,151 @@ def test_a_proxy_killed_mid_destructive_call_never_appends_twice(tmp_path: Path)
     assert notes.read_text() == "a\nb\n"
 
 
+class Raw:
+    """A client speaking raw JSON-RPC to a proxy in front of the raw server (protocol 2025-11-25)."""
+
+    def __init__(self, ws: Path, *options: str, env: dict[str, str] | None = None) -> None:
+        command = [sys.executable, "-m", "safepoint", "mcp-proxy", "-w", str(ws), *options, "--"]
+        self.proc = subprocess.Popen(
+            [*command, sys.executable, SERVER, "--raw"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": SRC, **(env or {})},
+        )
+        self.ids = itertools.count(1)
+        assert "result" in self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The answer to one request; ``{}`` when the proxy's stream ends first (it died)."""
+        request_id = next(self.ids)
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            if message.get("id") == request_id and "method" not in message:
+                return dict(message)
+        return {}
+
+    def read(self) -> Any:
+        assert self.proc.stdout is not None
+        return json.loads(self.proc.stdout.readline())
+
+    def call(self, name: str, **args: Any) -> dict[str, Any]:
+        return self.request("tools/call", {"name": name, "arguments": args})
+
+    def close(self) -> tuple[int, str]:
+        assert self.proc.stdin is not None and self.proc.stderr is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.close()
+        code = self.proc.wait(60)
+        return code, self.proc.stderr.read().decode()
+
+
+def said(answer: dict[str, Any]) -> str:
+    return " ".join(part.get("text", "") for part in answer["result"]["content"])
+
+
 def test_an_answer_recorded_but_never_delivered_is_given_from_the_ledger(tmp_path: Path) -> None:
     ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
     ws.mkdir()
-    crashed_session(
-        proxy(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_outcome:append_line"}),
-        ("append_line", {"path": str(notes), "text": "a"}),
-    )
+    client = Raw(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_outcome:append_line"})
+    assert client.call("append_line", path=str(notes), text="a") == {}  # killed: the answer never came
+    assert client.close()[0] == -signal.SIGKILL
     assert notes.read_text() == "a\n"
     [entry] = ledger(ws, "r").values()
     assert entry.status == "succeeded"
-    again, second = session(
-        proxy(ws, "--run", "r"),
-        ("append_line", {"path": str(notes), "text": "a"}),  # the re-sent call: its recorded answer
-        ("append_line", {"path": str(notes), "text": "a"}),  # the same call once more: a new call, it runs
-    )
-    assert text(again) == "appended a" and not again.is_error
+    client = Raw(ws, "--run", "r")
+    again = client.call("append_line", path=str(notes), text="a")  # re-sent: its recorded answer, not run
+    assert said(again) == "appended a" and again["result"]["isError"] is False
+    assert notes.read_text() == "a\n"
+    assert said(client.call("append_line", path=str(notes), text="a")) == "appended a"  # once more: a new call
     assert notes.read_text() == "a\na\n"
-    assert text(second) == "appended a"
+    assert client.close()[0] == 0
     assert len(ledger(ws, "r")) == 2
 
 
-def test_a_call_started_but_never_sent_runs_once_on_replay(tmp_path: Path) -> None:
+def test_a_call_started_but_never_sent_runs_once_on_replay_and_idempotent_ones_without_asking(tmp_path: Path) -> None:
     ws, notes, value = tmp_path / "ws", tmp_path / "notes.txt", tmp_path / "value.txt"
     ws.mkdir()
-    crashed_session(
-        proxy(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_started:append_line"}),
-        ("append_line", {"path": str(notes), "text": "a"}),
-    )
+    client = Raw(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_started:append_line"})
+    assert client.call("append_line", path=str(notes), text="a") == {}
+    client.close()
     assert not notes.exists()  # killed with `started` durable, before the request was written to the server
     [call_id] = ledger(ws, "r")
-    replayed, idem = session(
-        proxy(ws, "--run", "r", "--replay", call_id),
-        ("append_line", {"path": str(notes), "text": "a"}),
-        ("set_value", {"path": str(value), "text": "1"}),
-    )
-    assert text(replayed) == "appended a"
+    # --replay: the person says send it again; the re-sent call runs, once. Then set_value is cut short in turn.
+    client = Raw(ws, "--run", "r", "--replay", call_id, env={"SAFEPOINT_FAILPOINT": "after_started:set_value"})
+    assert said(client.call("append_line", path=str(notes), text="a")) == "appended a"
+    assert client.call("set_value", path=str(value), text="1") == {}
+    client.close()
+    assert notes.read_text() == "a\n" and ledger(ws, "r")[call_id].status == "succeeded"
+    # idempotent and closed-world: re-sent when the client re-sends it, no decision asked for
+    client = Raw(ws, "--run", "r")
+    assert said(client.call("set_value", path=str(value), text="1")) == "set 1"
+    client.close()
+    assert value.read_text() == "1"
     assert notes.read_text() == "a\n"
-    assert ledger(ws, "r")[call_id].status == "succeeded"
-    assert text(idem) == "set 1"
-
-
-def test_an_idempotent_closed_world_call_is_resent_without_asking(tmp_path: Path) -> None:
-    ws, value = tmp_path / "ws", tmp_path / "value.txt"
-    ws.mkdir()
-    crashed_session(
-        proxy(ws, "--run", "r", env={"SAFEPOINT_FAILPOINT": "after_started:set_value"}),
-        ("set_value", {"path": str(value), "text": "1"}),
-    )
-    [call_id] = ledger(ws, "r")
-    [again] = session(proxy(ws, "--run", "r"), ("set_value", {"path": str(value), "text": "1"}))
-    assert text(again) == "set 1" and value.read_text() == "1"
-    assert ledger(ws, "r")[call_id].status == "succeeded"
+    assert {e.tool_name: e.status for e in ledger(ws, "r").values()} == {
+        "append_line": "succeeded",
+        "set_value": "succeeded",
+    }
 
 
 def test_the_trust_file_overrides_the_annotations(tmp_path: Path) -> None:
     ws, notes, trust = tmp_path / "ws", tmp_path / "notes.txt", tmp_path / "trust.toml"
     ws.mkdir()
     trust.write_text('[tools.append_line]\nreplay_policy = "never"\n\n[tools.fetch]\nidempotency = "idempotent"\n')
-    crashed_session(
-        proxy(ws, "--run", "r", "--trust", str(trust), env={"SAFEPOINT_FAILPOINT": "after_started:append_line"}),
-        ("append_line", {"path": str(notes), "text": "a"}),
-    )
+    client = Raw(ws, "--run", "r", "--trust", str(trust), env={"SAFEPOINT_FAILPOINT": "after_started:append_line"})
+    assert client.call("append_line", path=str(notes), text="a") == {}
+    client.close()
     [call_id] = ledger(ws, "r")
     assert ledger(ws, "r")[call_id].replay_policy == "never"
     # `never`: no decision is waited for; the re-sent call is answered with what is known and not sent.
-    told, fetched = session(
-        proxy(ws, "--run", "r", "--trust", str(trust)),
-        ("append_line", {"path": str(notes), "text": "a"}),
-        ("fetch", {"url": "u"}),
-    )
-    assert told.is_error and "NOT run again" in text(told)
+    client = Raw(ws, "--run", "r", "--trust", str(trust))
+    told = client.call("append_line", path=str(notes), text="a")
+    assert told["result"]["isError"] is True and "NOT run again" in said(told) and call_id in said(told)
+    assert said(client.call("fetch", url="u")) == "fetched u"
+    client.close()
     assert not notes.exists()
-    assert text(fetched) == "fetched u"
     assert {e.tool_name: e.idempotency for e in ledger(ws, "r").values()}["fetch"] == "idempotent"
+
+
+def test_requests_the_ledger_cannot_take_are_refused_and_the_rest_passes_through(tmp_path: Path) -> None:
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    client = Raw(ws)
+    # A batch holding a tools/call would escape the ledger: each of its requests is refused, nothing runs.
+    client.send([{"jsonrpc": "2.0", "id": "b1", "method": "tools/call", "params": {"name": "append_line"}}])
+    refused = client.read()
+    assert refused["id"] == "b1" and refused["error"]["code"] == -32600
+    assert client.request("ping", {})["error"]["code"] == -32601  # the server's own answer, passed through
+    assert client.call("append_line", path=str(notes))["result"]["isError"] is True  # the server's validation
+    bad = client.request("tools/call", {"name": 7})
+    assert bad["error"]["code"] == -32602
+    code, stderr = client.close()
+    assert code == 0 and "run run_" in stderr
+    assert not notes.exists()
+
+
+def test_a_bad_trust_file_or_no_server_command_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    trust = tmp_path / "trust.toml"
+    trust.write_text('[tools.x]\nidempotency = "non_idempotent"\nreplay_policy = "auto"\n')
+    for options in (
+        ["--trust", str(trust), "--", "true"],
+        ["--"],
+        ["--trust", str(tmp_path / "none.toml"), "--", "true"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "safepoint", "mcp-proxy", "-w", str(tmp_path), *options],
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": SRC},
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == b"" and len(done.stderr.decode().strip().splitlines()) == 1
