@@ -239,3 +239,19 @@ def test_an_approval_used_by_one_call_does_not_count_for_another(tmp_path: Path)
     with pytest.raises(ApprovalRequired):
         again.check_approval(approved, call, "pai-3-t1", {"amount": 10})  # type: ignore[arg-type]
     again.run.close()
+
+
+def test_the_example_runs_and_pays_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    path = HERE.parent / "examples" / "pydantic_ai_agent.py"
+    spec = importlib.util.spec_from_file_location("pydantic_ai_agent", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main(str(tmp_path))
+    example.paid = 0
+    example.main(str(tmp_path))  # the same run again: everything from the ledger
+    out = capsys.readouterr().out
+    assert "paid for: 2" in out and out.rstrip().endswith("(model turns paid for: 0)\nhello")
+    assert (tmp_path / "notes.txt").read_text() == "hello\n"
