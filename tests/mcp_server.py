@@ -5,8 +5,9 @@ on a loaded machine), for the tests that restart the proxy many times; the SDK s
 proxy against the real thing.
 
 ``append_line`` is destructive and not idempotent: it appends to a file, so a test counts its effects. With
-``MCP_TEST_HOLD`` set it writes ``PATH.appended`` after appending and waits for ``PATH.release`` (up to a minute):
-the moment a test kills the proxy, the effect done and its answer not yet back.
+``MCP_TEST_DIE`` set the server exits right after appending; with ``MCP_TEST_HOLD`` set it writes
+``PATH.appended`` (holding its parent's pid: the proxy) after appending and waits for ``PATH.release`` (up to a
+minute): the moment a test kills the proxy, the effect done and its answer not yet back.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def append_line(path: str, text: str) -> str:
     """Append one line to a file."""
     with open(path, "a") as f:
         f.write(text + "\n")
+    if os.environ.get("MCP_TEST_DIE"):
+        os._exit(3)  # the server dies with the effect done and no answer sent
     if os.environ.get("MCP_TEST_HOLD"):
         Path(path + ".appended").write_text(str(os.getppid()))  # the proxy: the process a test kills
         deadline = time.monotonic() + 60

@@ -96,6 +96,57 @@ def wait_for(path: Path) -> str:
     return path.read_text()
 
 
+class Raw:
+    """A client speaking raw JSON-RPC to a proxy in front of the raw server (protocol 2025-11-25)."""
+
+    def __init__(self, ws: Path, *options: str, env: dict[str, str] | None = None) -> None:
+        command = [sys.executable, "-m", "safepoint", "mcp-proxy", "-w", str(ws), *options, "--"]
+        self.proc = subprocess.Popen(
+            [*command, sys.executable, SERVER, "--raw"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": SRC, **(env or {})},
+        )
+        self.ids = itertools.count(1)
+        assert "result" in self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The answer to one request; ``{}`` when the proxy's stream ends first (it died)."""
+        request_id = next(self.ids)
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            if message.get("id") == request_id and "method" not in message:
+                return dict(message)
+        return {}
+
+    def read(self) -> Any:
+        assert self.proc.stdout is not None
+        return json.loads(self.proc.stdout.readline())
+
+    def call(self, name: str, **args: Any) -> dict[str, Any]:
+        return self.request("tools/call", {"name": name, "arguments": args})
+
+    def close(self) -> tuple[int, str]:
+        assert self.proc.stdin is not None and self.proc.stderr is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.close()
+        code = self.proc.wait(60)
+        return code, self.proc.stderr.read().decode()
+
+
+def said(answer: dict[str, Any]) -> str:
+    return " ".join(part.get("text", "") for part in answer["result"]["content"])
+
+
 def test_calls_pass_through_the_ledger_with_their_annotations(tmp_path: Path) -> None:
     ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
     ws.mkdir()
@@ -154,65 +205,13 @@ def test_a_proxy_killed_mid_destructive_call_never_appends_twice(tmp_path: Path)
     assert notes.read_text() == "a\n"
 
     # A person says it happened (--skip): the re-sent call is answered with what is known, never sent; a new one is.
-    skipped, fresh = session(
-        proxy(ws, "--run", "r", "--skip", call_id),
-        ("append_line", {"path": str(notes), "text": "a"}),
-        ("append_line", {"path": str(notes), "text": "b"}),
-    )
-    assert skipped.is_error and "NOT run again" in text(skipped) and call_id in text(skipped)
-    assert text(fresh) == "appended b"
+    client = Raw(ws, "--run", "r", "--skip", call_id)
+    skipped = client.call("append_line", path=str(notes), text="a")
+    assert skipped["result"]["isError"] is True and "NOT run again" in said(skipped) and call_id in said(skipped)
+    assert said(client.call("append_line", path=str(notes), text="b")) == "appended b"
+    assert client.close()[0] == 0
     assert notes.read_text() == "a\nb\n"
-
-
-class Raw:
-    """A client speaking raw JSON-RPC to a proxy in front of the raw server (protocol 2025-11-25)."""
-
-    def __init__(self, ws: Path, *options: str, env: dict[str, str] | None = None) -> None:
-        command = [sys.executable, "-m", "safepoint", "mcp-proxy", "-w", str(ws), *options, "--"]
-        self.proc = subprocess.Popen(
-            [*command, sys.executable, SERVER, "--raw"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": SRC, **(env or {})},
-        )
-        self.ids = itertools.count(1)
-        assert "result" in self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, message: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """The answer to one request; ``{}`` when the proxy's stream ends first (it died)."""
-        request_id = next(self.ids)
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            message = json.loads(line)
-            if message.get("id") == request_id and "method" not in message:
-                return dict(message)
-        return {}
-
-    def read(self) -> Any:
-        assert self.proc.stdout is not None
-        return json.loads(self.proc.stdout.readline())
-
-    def call(self, name: str, **args: Any) -> dict[str, Any]:
-        return self.request("tools/call", {"name": name, "arguments": args})
-
-    def close(self) -> tuple[int, str]:
-        assert self.proc.stdin is not None and self.proc.stderr is not None
-        with contextlib.suppress(BrokenPipeError):
-            self.proc.stdin.close()
-        code = self.proc.wait(60)
-        return code, self.proc.stderr.read().decode()
-
-
-def said(answer: dict[str, Any]) -> str:
-    return " ".join(part.get("text", "") for part in answer["result"]["content"])
+    assert [e.status for e in ledger(ws, "r").values()] == ["uncertain", "succeeded"]
 
 
 def test_an_answer_recorded_but_never_delivered_is_given_from_the_ledger(tmp_path: Path) -> None:
@@ -312,3 +311,47 @@ def test_a_bad_trust_file_or_no_server_command_is_one_line_and_exit_2(tmp_path: 
         )
         assert done.returncode == 2, done.stderr
         assert done.stdout == b"" and len(done.stderr.decode().strip().splitlines()) == 1
+
+
+def test_a_server_dying_mid_call_leaves_the_call_uncertain_and_the_run_held(tmp_path: Path) -> None:
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    client = Raw(ws, "--run", "r", env={"MCP_TEST_DIE": "1"})
+    gone = client.call("append_line", path=str(notes), text="a")
+    [call_id] = ledger(ws, "r")
+    assert gone["error"]["code"] == -32002 and gone["error"]["data"]["calls"] == [call_id]
+    assert "whether it acted is unknown" in gone["error"]["message"]
+    assert client.close()[0] == 1  # the proxy ends with its server
+    assert ledger(ws, "r")[call_id].status == "started"  # no outcome was made up
+    client = Raw(ws, "--run", "r")
+    held = client.call("append_line", path=str(notes), text="a")
+    assert held["error"]["code"] == -32001 and call_id in held["error"]["message"]
+    client.close()
+    assert notes.read_text() == "a\n"
+
+
+def test_with_approval_high_a_destructive_call_waits_for_safepoint_approve(tmp_path: Path) -> None:
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    client = Raw(ws, "--run", "r", "--approval", "high")
+    sp = safepoint.open(None, workspace=str(ws))
+
+    def waiting(text: str) -> str:
+        client.send({"jsonrpc": "2.0", "id": text, "method": "tools/call", "params": {"name": "append_line",
+                     "arguments": {"path": str(notes), "text": text}}})  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            planned = [e.call_id for e in sp.ledger("r") if e.status == "planned" and e.call_id.endswith(f"-{text}")]
+            if planned:
+                return planned[0]
+            assert time.monotonic() < deadline, "the call never waited for approval"
+            time.sleep(0.05)
+
+    sp.approve("r", waiting("a"))
+    assert said(client.read()) == "appended a"
+    sp.deny("r", waiting("b"), reason="not today")
+    denied = client.read()
+    assert denied["result"]["isError"] is True and "not today" in said(denied)
+    client.close()
+    sp.close()
+    assert notes.read_text() == "a\n"

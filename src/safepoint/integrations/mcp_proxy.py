@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import re
 import sys
 import threading
@@ -367,12 +368,25 @@ class Proxy:
             return ExitCode.USAGE
         lines: asyncio.Queue[bytes | None] = asyncio.Queue()
 
-        def read_client() -> None:  # a thread: stdin may be a terminal or a file, not only a pipe
+        def read_client() -> None:
+            # A thread (stdin may be a terminal or a file, not only a pipe) reading the raw descriptor: a daemon
+            # thread blocked in a buffered reader aborts the interpreter's exit when the server ends first.
+            pending: list[bytes] = []  # the line so far, in pieces: a long line is joined once (linear)
             try:
-                for line in iter(stdin.readline, b""):
-                    loop.call_soon_threadsafe(lines.put_nowait, line)
+                while chunk := os.read(stdin.fileno(), 1 << 16):
+                    *whole, rest = chunk.split(b"\n")
+                    for piece in whole:
+                        loop.call_soon_threadsafe(lines.put_nowait, b"".join([*pending, piece, b"\n"]))
+                        pending = []
+                    if rest:
+                        pending.append(rest)
+                if pending:
+                    loop.call_soon_threadsafe(lines.put_nowait, b"".join(pending))
+            except OSError:
+                pass  # a closed descriptor is the end of the stream
             finally:
-                loop.call_soon_threadsafe(lines.put_nowait, None)
+                with contextlib.suppress(RuntimeError):  # the loop is closed already: the server ended first
+                    loop.call_soon_threadsafe(lines.put_nowait, None)
 
         threading.Thread(target=read_client, name="mcp-client", daemon=True).start()
         server = asyncio.create_task(self.pump_server())
