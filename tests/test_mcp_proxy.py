@@ -355,3 +355,23 @@ def test_with_approval_high_a_destructive_call_waits_for_safepoint_approve(tmp_p
     client.close()
     sp.close()
     assert notes.read_text() == "a\n"
+
+
+def test_a_dropped_stream_keeps_the_answer_for_the_restarted_proxy(tmp_path: Path) -> None:
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    client = Raw(ws, "--run", "r", env={"MCP_TEST_HOLD": "1"})
+    client.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "append_line",
+                 "arguments": {"path": str(notes), "text": "a"}}})  # fmt: skip
+    wait_for(Path(str(notes) + ".appended"))
+    assert client.proc.stdin is not None and client.proc.stdout is not None
+    client.proc.stdin.close()  # the client goes away with the call in flight
+    client.proc.stdout.close()
+    Path(str(notes) + ".release").write_text("")
+    assert client.proc.wait(60) == 0  # the call finished and was recorded; nobody got its answer
+    [entry] = ledger(ws, "r").values()
+    assert entry.status == "succeeded"
+    client = Raw(ws, "--run", "r")
+    assert said(client.call("append_line", path=str(notes), text="a")) == "appended a"  # from the ledger
+    client.close()
+    assert notes.read_text() == "a\n" and len(ledger(ws, "r")) == 1
