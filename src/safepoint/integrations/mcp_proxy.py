@@ -36,6 +36,7 @@ import contextlib
 import itertools
 import os
 import re
+import shlex
 import sys
 import threading
 import uuid
@@ -83,12 +84,16 @@ def call_id_text(request_id: Any) -> str:
 
 
 def settle_hint(blocked: Blocked, command: list[str]) -> str:
-    server = " ".join(command)
+    """What the client and the terminal are told while the run waits: the call, and the two commands that settle
+    it, written out whole (the engine's own wording speaks of ``resume``, which a proxy's run is not)."""
+    server = shlex.join(command)
     first = blocked.calls[0] if blocked.calls else "CALL_ID"
+    proxy = f"safepoint mcp-proxy --run {shlex.quote(blocked.run_id)}"
+    waiting = blocked.why.split(": resume with", 1)[0]
     return (
-        f"{blocked.why}. Settle it, then restart the proxy: "
-        f"`safepoint mcp-proxy --run {blocked.run_id} --replay {first} -- {server}` re-sends it, "
-        f"`... --skip {first} -- {server}` leaves it (see `safepoint explain {blocked.run_id}`)"
+        f"{waiting}; it may have taken effect. Restart the proxy (with the same options) as "
+        f"`{proxy} --replay {first} -- {server}` to send it again, or `{proxy} --skip {first} -- {server}` to leave "
+        f"it (see `safepoint explain {blocked.run_id}`)"
     )
 
 
