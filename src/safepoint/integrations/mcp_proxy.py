@@ -261,6 +261,10 @@ class Proxy:
         except SafepointError as exc:
             self.reply_error(request_id, REFUSED, f"safepoint: {exc}", {"run_id": self.run.run_id})
             return
+        except Exception as exc:  # never a request left unanswered (a full disk, a bug): the client hears of it
+            sys.stderr.write(f"safepoint mcp-proxy: {call_id}: {type(exc).__name__}: {exc}\n")
+            self.reply_error(request_id, -32603, f"safepoint: {type(exc).__name__}: {exc}", {"calls": [call_id]})
+            return
         finally:
             self.params.pop(call_id, None)
             self.forwarded.pop(call_id, None)
