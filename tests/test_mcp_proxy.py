@@ -281,7 +281,7 @@ def test_the_trust_file_overrides_the_annotations(tmp_path: Path) -> None:
 def test_requests_the_ledger_cannot_take_are_refused_and_the_rest_passes_through(tmp_path: Path) -> None:
     ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
     ws.mkdir()
-    client = Raw(ws)
+    client = Raw(ws, env={"SAFEPOINT_STORE": f"file:{ws / '.agent-runtime'}"})
     # A batch holding a tools/call would escape the ledger: each of its requests is refused, nothing runs.
     client.send([{"jsonrpc": "2.0", "id": "b1", "method": "tools/call", "params": {"name": "append_line"}}])
     refused = client.read()
@@ -290,6 +290,9 @@ def test_requests_the_ledger_cannot_take_are_refused_and_the_rest_passes_through
     assert client.call("append_line", path=str(notes))["result"]["isError"] is True  # the server's validation
     bad = client.request("tools/call", {"name": 7})
     assert bad["error"]["code"] == -32602
+    # The server never sees the store's URL (a password may be in it); the rest of the environment it does.
+    seen = client.call("read_lines", path="/proc/self/environ")  # the raw server reads its own environment
+    assert "SAFEPOINT_STORE" not in said(seen) and "PYTHONPATH" in said(seen)
     code, stderr = client.close()
     assert code == 0 and "run run_" in stderr
     assert not notes.exists()

@@ -46,6 +46,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from safepoint.core.environment import STORE_VARIABLES
 from safepoint.core.hashing import input_hash
 from safepoint.engine.call_runner import CallResult
 from safepoint.engine.tools import ToolContext, tool
@@ -369,8 +370,12 @@ class Proxy:
     async def serve(self, stdin: BinaryIO) -> int:
         loop = asyncio.get_running_loop()
         try:
+            # The server gets the proxy's environment (it was configured with its own keys), less the store's URL:
+            # the store is safepoint's, not the server's (rejected: the agent commands' filtered environment, which
+            # would withhold the very API keys an MCP server is started with).
+            env = {k: v for k, v in os.environ.items() if k not in STORE_VARIABLES}
             self.child = await asyncio.create_subprocess_exec(
-                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT
+                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT, env=env
             )
         except OSError as exc:
             sys.stderr.write(f"safepoint mcp-proxy: cannot start the server {self.command[0]!r}: {exc}\n")
