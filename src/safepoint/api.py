@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
-from safepoint.errors import ConfigError, ResumeError
+from safepoint.errors import ConfigError, DecisionNeeded, ResumeError
 from safepoint.records import (
     CompensateExternalAction,
     ConflictResolution,
@@ -608,6 +608,37 @@ class Safepoint:
         from safepoint.store import fsck
 
         return fsck.fsck(self.store, run_id, repair=repair)
+
+    def mcp_proxy(
+        self,
+        command: builtins.list[str],
+        *,
+        run_id: str | None = None,
+        trust: str | None = None,
+        approval: Literal["none", "high"] = "none",
+        replay: Iterable[str] = (),
+        skip: Iterable[str] = (),
+    ) -> int:
+        """Front the MCP server ``command`` on this process's stdin/stdout, every ``tools/call`` through the ledger
+        of one run (``run_id``: continue that one, or start it under that id); returns the exit code. See
+        ``safepoint.integrations.mcp_proxy``."""
+        import shlex
+
+        from safepoint.integrations import mcp_policy, mcp_proxy
+
+        trusted = mcp_policy.load_trust(trust)  # a bad trust file is refused before anything starts
+
+        def opener() -> Run | mcp_proxy.Blocked:
+            if run_id is None or run_id not in self.store.list_runs():
+                task = "mcp-proxy -- " + shlex.join(command)
+                return self.start(task, builtins=False, run_id=run_id, approval=approval)
+            try:
+                return self.resume(run_id, builtins=False, replay=replay, skip=skip)
+            except DecisionNeeded as exc:
+                waiting = tuple(r.entry.call_id for r in self.plan(run_id).needs_decision)
+                return mcp_proxy.Blocked(run_id, str(exc).rstrip("."), waiting)
+
+        return mcp_proxy.serve(command, opener, trusted)
 
     def close(self) -> None:
         self.store.close()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.cli import db, protocol, supervise
+from safepoint.cli import db, mcp, protocol, supervise
 from safepoint.cli.common import (
     JsonOpt,
     KeyFileOpt,
@@ -581,6 +581,7 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
 protocol.register(app, out)
 supervise.register(app, out)
 db.register(app, out)
+mcp.register(app, out)
 
 
 def main() -> None:

@@ -1,1 +1,2 @@
-"""Optional integrations, each behind its own extra; nothing here is imported by ``import safepoint``."""
+"""Optional integrations and adapters to the frameworks agents already run on, each behind its own extra; nothing
+here is imported by ``import safepoint``."""
