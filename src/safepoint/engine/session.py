@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import os
 import uuid
+from collections.abc import ValuesView
 from typing import Any
 
 import msgspec
@@ -274,9 +275,9 @@ class RunSession:
         return self.files.patches
 
     @property
-    def lifetime_messages(self) -> list[Message]:
-        """Every message the run's log holds, over every branch it had."""
-        return list(self.contents.message_records.values())
+    def lifetime_messages(self) -> ValuesView[Message]:
+        """Every message the run's log holds, over every branch it had, oldest first (a view: no copy per turn)."""
+        return self.contents.message_records.values()
 
     def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
         return self.calls.probe(entry, self.runner.probe)
