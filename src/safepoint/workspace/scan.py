@@ -45,7 +45,7 @@ import msgspec
 from safepoint.workspace.ignore import IgnoreRules, _Chain
 from safepoint.workspace.names import quote_path, real_path
 
-__all__ = ["ChangeWatcher", "FileStat", "IgnoreRules", "recorded_stat", "safepointignore", "scan"]
+__all__ = ["ChangeWatcher", "FileStat", "IgnoreRules", "scan"]
 
 
 class FileStat(msgspec.Struct, frozen=True, array_like=True):
