@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from safepoint.agent.context import build_context
+from safepoint.agent.context import ContextBuilder
 from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
 from safepoint.core.nesting import UNFIT, arguments_problem
@@ -75,6 +75,7 @@ class Agent:
         self.provider = provider
         self.system = system
         self.output = output  # where streamed text is shown (None: nothing is streamed to anyone)
+        self.context = ContextBuilder()  # follows the history: a turn's context costs what the last turn added
         approvals.attach(session)  # a high-risk call waits for `safepoint approve`
         if subagents and SPAWN_SUBAGENT not in session.registry:
             session.registry.put(subagent_tool(session, provider_for, AgentChildren(output)))
@@ -93,7 +94,7 @@ class Agent:
                 session.begin_turn(turn)
                 failpoints.hit("before_step")
                 overrides = inbox.overrides(session)
-                context = build_context(
+                context = self.context.build(
                     session.history,
                     system=overrides.system(self.system),
                     tools=[d for d in session.registry.definitions() if overrides.allows(d.name, session)],

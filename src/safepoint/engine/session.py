@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import os
 import uuid
+from collections.abc import ValuesView
 from typing import Any
 
 import msgspec
@@ -40,7 +41,7 @@ from safepoint.engine.log_writer import LogWriter, now, run_redactor
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
 from safepoint.engine.restart_writer import RestartWriter
 from safepoint.engine.tools import ToolContext, ToolRegistry
-from safepoint.errors import ResumeError
+from safepoint.errors import ResumeError, StoreError
 from safepoint.protocol import ControlSeen, ExecutionConfig, RecoveryReport
 from safepoint.records import (
     Checkpoint,
@@ -207,20 +208,23 @@ class RunSession:
         self.processes = ProcessNotes(scratch)
         self.heartbeat.start()
         captures = any(self.registry.get(n).captures_workspace for n in self.registry.names())
-        if (watch and captures) or CommandCapture.has_journal(scratch):
+        if CommandCapture.has_journal(scratch):
             # A command may have been running when the last owner died (its leftovers were killed just above):
             # its changes are recorded as its call's and made durable now, before anything else runs.
             capture = self.capture()
             if capture.recovered:
                 self.log.commit()
                 capture.recovery_settled()
+        elif watch and captures:
+            self.capture(background=True)  # watches and baseline on a thread; the first command waits for them
 
     @property
     def read_only(self) -> bool:
         return self.claim.generation == 0
 
-    def capture(self) -> CommandCapture:
-        """The workspace change capture, started at the first call that needs it (its baseline scan costs)."""
+    def capture(self, *, background: bool = False) -> CommandCapture:
+        """The workspace change capture, started at the first call that needs it (its baseline scan costs), or
+        with the session, in the ``background``."""
         if self._capture is None:
             self._capture = CommandCapture(
                 self.files,
@@ -229,6 +233,7 @@ class RunSession:
                 state_dir=None if self.read_only else self.store.scratch_dir(self.info.run_id),
                 exclude=self.base_workspace.exclude,
                 in_flight=self._in_flight,
+                background=background,
             )
         return self._capture
 
@@ -243,7 +248,15 @@ class RunSession:
     def close(self) -> None:
         self.heartbeat.stop()
         if self._capture is not None:
-            self._capture.close()
+            # A capture started in the background and never used: its records (the workspace's state at the start,
+            # what it learnt) become durable now, or it keeps nothing for the next session.
+            kept = True
+            if self._capture.finish_start() and not self.read_only:
+                try:
+                    self.log.commit()
+                except StoreError:
+                    kept = False  # the store refused (taken over, full): the close goes on, the next session learns
+            self._capture.close(save=kept)
             self._capture = None
         self.files.close()
         if not self.closed:
@@ -261,6 +274,8 @@ class RunSession:
         return bisect.bisect_right(self._history_seqs, self.log.durable_seq)
 
     def commit(self) -> None:
+        if self._capture is not None:
+            self._capture.poll()  # a start in the background is recorded with the first group after it is done
         self.log.commit()
 
     def add_record(self, body: msgspec.Struct) -> int:
@@ -290,9 +305,9 @@ class RunSession:
         return self.files.patches
 
     @property
-    def lifetime_messages(self) -> list[Message]:
-        """Every message the run's log holds, over every branch it had."""
-        return list(self.contents.message_records.values())
+    def lifetime_messages(self) -> ValuesView[Message]:
+        """Every message the run's log holds, over every branch it had, oldest first (a view: no copy per turn)."""
+        return self.contents.message_records.values()
 
     def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
         return self.calls.probe(entry, self.runner.probe)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -13,7 +14,7 @@ class Context:
     """What the model sees: the system region (with recovery notes at high priority) and the conversation."""
 
     system: str
-    messages: list[Message]
+    messages: Sequence[Message]  # a snapshot: the agent loop hands out a view, not a copy per turn
     tools: list[ToolDefinition] = field(default_factory=list)
 
 

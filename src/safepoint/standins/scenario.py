@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 from typing import Any
@@ -31,15 +33,22 @@ class ScenarioTurn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     streamed: bool = False  # the text is shown to the user as it is generated (visible_output_started)
 
 
-class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+# ``dict=True``: room for the cached numbering below (it is not a field: never encoded, never compared).
+class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     task: str
     turns: list[ScenarioTurn]
     model: str = "scripted-v1"
     system: str = ""
     model_config: dict[str, Any] = msgspec.field(default_factory=dict)
 
+    @functools.cached_property
+    def _calls_before(self) -> list[int]:
+        """How many calls the turns before each turn make: counted once, so a turn's call ids cost what the turn
+        holds (summing the turns before it at every turn made a long script quadratic to play and to load)."""
+        return [0, *itertools.accumulate(len(turn.tool_calls) for turn in self.turns)]
+
     def calls(self, turn: int) -> list[ToolCall]:
-        number = sum(len(t.tool_calls) for t in self.turns[:turn])
+        number = self._calls_before[turn]
         found = []
         for call in self.turns[turn].tool_calls:
             number += 1

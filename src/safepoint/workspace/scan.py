@@ -115,6 +115,37 @@ def scan(root: str, rules: IgnoreRules) -> dict[str, FileStat]:
     return out
 
 
+def recorded_stat(root: str, path: str, folders: dict[str, bool]) -> FileStat | None:
+    """``lstat`` of a recorded path, None unless it is a file or link reached through real folders of the
+    workspace: after ``rm -rf src && ln -s /elsewhere src``, ``src/keep.txt`` is gone, whatever the link leads to.
+    ``folders`` caches which folders are real, for one pass."""
+    real = real_path(path)
+    folder = os.path.dirname(real)
+    if folder:
+        is_real = folders.get(folder)
+        if is_real is None:
+            absolute = os.path.join(root, folder)
+            is_real = folders[folder] = os.path.realpath(absolute) == absolute
+        if not is_real:
+            return None
+    try:
+        info = os.lstat(os.path.join(root, real))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+        return None
+    return FileStat(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_mode)
+
+
+def safepointignore(root: str) -> list[str]:
+    """Extra exclusions a user keeps in WORKSPACE/.safepointignore (gitignore syntax), on top of .gitignore."""
+    try:
+        with open(os.path.join(root, ".safepointignore"), encoding="utf-8") as handle:
+            return [line.rstrip("\n") for line in handle if line.strip() and not line.startswith("#")]
+    except FileNotFoundError:
+        return []
+
+
 # --- the change journal ---------------------------------------------------------------------------------------------
 
 _IN_MODIFY = 0x00000002

@@ -1,0 +1,189 @@
+"""A session starts without waiting for its workspace capture (issue 10 §5): the watches, the baseline scan and
+git's view are made on a thread, and the first command waits for them. Nothing is lost to that:
+
+1. ``start`` returns while the watches are still being set (the thread is held; nothing timed);
+2. a file changed while the watches are being set (in a folder already watched, in one not yet watched, made
+   new), or by the user right after ``start`` returned, is a change the session saw: a command that overwrites it
+   afterwards is rolled back to the user's version, with or without inotify (no git: nothing else keeps it);
+3. a file changed before the session started stays the baseline's, as before;
+4. a start that fails is raised by the first command, and a session that ran no command still records the
+   workspace's state and keeps what it learnt for the next one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import safepoint
+from safepoint.core.rollback import UNKNOWN
+from safepoint.engine import command_capture
+from safepoint.engine.session import load_view
+from safepoint.workspace import scan as scan_module
+from safepoint.workspace.scan import ChangeWatcher
+
+# A program whose command line does not say which files it writes: nothing is kept ahead for it, so what rollback
+# puts back is only what the capture saw.
+OPAQUE = "python3 -c \"import sys; [open(p, 'w').write('agent\\n') for p in sys.argv[1:]]\" {}"
+TICK = 0.02  # seconds: more than one tick of the kernel's coarse clock (HZ >= 100)
+
+
+@pytest.fixture(params=["inotify", "scan"])
+def watch_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "scan":
+        monkeypatch.setattr(scan_module.ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
+    return str(request.param)
+
+
+def tree(workspace: Path, folders: int = 6) -> None:
+    for n in range(folders):
+        (workspace / f"d{n}").mkdir()
+        (workspace / f"d{n}" / "f.txt").write_text(f"before {n}\n")
+
+
+def test_start_does_not_wait_for_the_watches(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree(workspace)
+    release, finished = threading.Event(), threading.Event()
+    real = ChangeWatcher.__dict__["start"]
+
+    def held(cls: Any, root: str, rules: Any) -> Any:
+        release.wait(timeout=2)  # a start that waits for the watches waits here, then goes on
+        finished.set()
+        return real.__func__(cls, root, rules)
+
+    monkeypatch.setattr(ChangeWatcher, "start", classmethod(held))
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    assert not finished.is_set(), "start waited for the watches"
+    release.set()
+    with run:
+        run.call("run_command", {"command": "echo x > d0/f.txt"}, call_id="c1")
+        assert run.session.capture_started is not None and run.session.capture_started.watcher is not None
+    assert [p.path for p in load_view(tm.store, "r").patches] == ["d0/f.txt"]
+
+
+def user_edits(workspace: Path) -> None:
+    """The user's edits: two folders' files (the first folder is watched already, the last not yet), a new one.
+    Made a clock tick after the start at least: a file system may stamp times with a coarse clock, which lags
+    the fine one by up to a tick, and within it a change cannot be told from one made just before the start."""
+    time.sleep(TICK)
+    (workspace / "d0" / "f.txt").write_text("the user's 0\n")
+    (workspace / "d5" / "f.txt").write_text("the user's 5\n")
+    (workspace / "d3" / "new.txt").write_text("the user's new\n")
+
+
+def overwrite_and_roll_back(tm: safepoint.Safepoint, run: safepoint.Run, workspace: Path) -> None:
+    start = run.checkpoint()
+    run.call("run_command", {"command": OPAQUE.format("d0/f.txt d5/f.txt d3/new.txt")})
+    run.close()
+    plan = tm.rollback_files("r", start)
+    assert not plan.unrestorable and not plan.conflicts
+    assert (workspace / "d0" / "f.txt").read_text() == "the user's 0\n"
+    assert (workspace / "d5" / "f.txt").read_text() == "the user's 5\n"
+    assert (workspace / "d3" / "new.txt").read_text() == "the user's new\n"
+
+
+def test_a_change_made_while_the_watches_are_set_is_not_missed(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree(workspace)
+    added: list[str] = []
+    real = ChangeWatcher._add_watch
+
+    def add_watch(self: ChangeWatcher, rel: str, path: str) -> bool:
+        added.append(rel)
+        if len(added) == 3:  # the root and two folders are watched, the others not yet
+            user_edits(workspace)
+        return real(self, rel, path)
+
+    monkeypatch.setattr(ChangeWatcher, "_add_watch", add_watch)
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    overwrite_and_roll_back(tm, run, workspace)
+    assert len(added) == 7
+
+
+def test_a_change_made_before_the_baseline_scan_is_not_missed(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, watch_mode: str
+) -> None:
+    """Made after the session started, before its scan: with the watches set (inotify) or none (the scan)."""
+    tree(workspace)
+    real = command_capture.scan
+
+    def scan(root: str, rules: Any) -> Any:
+        user_edits(workspace)
+        return real(root, rules)
+
+    monkeypatch.setattr(command_capture, "scan", scan)
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    overwrite_and_roll_back(tm, run, workspace)
+
+
+def test_a_change_the_user_makes_while_the_start_goes_on_is_not_missed(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, watch_mode: str
+) -> None:
+    tree(workspace)
+    edited = threading.Event()
+    real = command_capture.scan
+
+    def scan(root: str, rules: Any) -> Any:
+        edited.wait(timeout=10)  # the user edits from the main thread once start has returned
+        return real(root, rules)
+
+    monkeypatch.setattr(command_capture, "scan", scan)
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    user_edits(workspace)
+    edited.set()
+    overwrite_and_roll_back(tm, run, workspace)
+
+
+def test_a_file_changed_before_the_session_stays_the_baselines(workspace: Path, watch_mode: str) -> None:
+    tree(workspace)
+    (workspace / "d1" / "f.txt").write_text("changed before the session\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call("run_command", {"command": OPAQUE.format("d1/f.txt")}, call_id="c1")
+    [patch] = load_view(tm.store, "r").patches
+    assert patch.path == "d1/f.txt" and patch.before_hash == UNKNOWN  # never seen: not guessed (no git)
+    assert [u.path for u in tm.rollback_files("r", start).unrestorable] == ["d1/f.txt"]
+
+
+def test_a_start_that_fails_is_raised_by_the_first_command(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree(workspace)
+
+    def scan(root: str, rules: Any) -> Any:
+        raise PermissionError(13, "Permission denied", root)
+
+    monkeypatch.setattr(command_capture, "scan", scan)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("write_file", {"path": "a.txt", "content": "a\n"}, call_id="w1")  # no capture needed
+        for call_id in ("c1", "c2"):  # every use fails, as a capture that could not be made did
+            with pytest.raises(PermissionError):
+                run.call("run_command", {"command": "true"}, call_id=call_id)
+    assert (workspace / "a.txt").read_text() == "a\n"
+
+
+def test_a_session_without_a_command_records_its_start_and_keeps_what_it_learnt(
+    workspace: Path, watch_mode: str
+) -> None:
+    tree(workspace)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("run_command", {"command": "true"}, call_id="c0")  # saves what the capture saw
+    (workspace / "d2" / "f.txt").write_text("the user's 2\n")  # between two sessions of the run
+    tm.resume("r").close()  # a session that runs no command: it learns the edit, and keeps it
+    assert len(load_view(tm.store, "r").workspace_states) == 2
+    with tm.resume("r") as third:
+        start = third.checkpoint()
+        third.call("run_command", {"command": OPAQUE.format("d2/f.txt")}, call_id="c1")
+    plan = tm.rollback_files("r", start)
+    assert not plan.unrestorable and not plan.conflicts
+    assert (workspace / "d2" / "f.txt").read_text() == "the user's 2\n"
