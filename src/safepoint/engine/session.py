@@ -250,8 +250,8 @@ class RunSession:
         if self._capture is not None:
             # A capture started in the background and never used: its records (the workspace's state at the start,
             # what it learnt) become durable now, or it keeps nothing for the next session.
-            kept = True
-            if self._capture.finish_start() and not self.read_only:
+            kept = not self.log.refused  # a process fenced off writes nothing more, not even this
+            if self._capture.finish_start() and kept and not self.read_only:
                 try:
                     self.log.commit()
                 except StoreError:
