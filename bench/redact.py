@@ -3,8 +3,8 @@
 ``python bench/redact.py [--repeat N]`` prints JSON: for each size, the median time of ``Redactor.text`` over N
 runs, with the environment's credential values the redactor hunts for (eight, as a developer's shell holds) and
 without, on output shaped like what agents read (build logs, ``git log``, a lockfile, ``env``-like lines, JSON,
-base64), holding a few secrets. Also the time of one small JSON record (``Redactor.value``), which every record
-of a run goes through.
+base64), holding a few secrets. Also the time of one small JSON value (``Redactor.value``) and of one ledger
+entry as the log writer redacts it (``Redactor.record`` where there is one), which every record of a run pays.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import time
 import uuid
 from collections.abc import Callable
 
+import msgspec
+
 from safepoint.core.redact import Redactor
+from safepoint.records import ToolLedgerEntry
 
 VALUES = [
     "sk-proj-" + "K" * 40,
@@ -84,6 +87,16 @@ def main() -> None:
         report[f"text_{label}_with_values_us"] = round(median_us(lambda t=text: hunting.text(t), repeat), 1)
     record = {"call_id": "call_1", "tool_name": "run_command", "input": {"command": "ls -la src"}, "status": "ok"}
     report["record_value_us"] = round(median_us(lambda: hunting.value(record), args.repeat * 20), 2)
+    entry = ToolLedgerEntry(
+        call_id="call_1", step_id="step_3", tool_name="run_command", input_hash="sha256:" + "0" * 64,
+        status="succeeded", risk_level="low", idempotency="idempotent", replay_policy="auto", run_id="r",
+        input={"command": "ls -la src"}, idempotency_key="r:call_1", result_ref="log:12", result_encoding="text",
+        started_at="2026-12-01T06:31:09.000000+00:00", finished_at="2026-12-01T06:31:09.100000+00:00",
+    )  # fmt: skip
+    # what the log writer does with a record (``Redactor.record``; before it, every field went through ``value``)
+    by_structure = getattr(hunting, "record", None)
+    encode = by_structure or (lambda body: hunting.value(msgspec.to_builtins(body)))
+    report["ledger_entry_us"] = round(median_us(lambda: encode(entry), args.repeat * 20), 2)
     print(json.dumps(report, indent=2))
 
 

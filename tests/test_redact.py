@@ -13,6 +13,8 @@ from safepoint.core.environment import command_environment, credential_values, i
 from safepoint.core.redact import BUILTIN_PATTERNS, Redactor
 from safepoint.errors import ConfigError
 
+from tests.test_redact_shapes import SHAPES
+
 # Fake credentials with the real shapes (none of them is live).
 SECRETS = {
     "openai_key": "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 3,
@@ -154,8 +156,10 @@ _WHOLE = re.compile("|".join(f"(?P<{n}>{p})" for n, p in BUILTIN_PATTERNS.items(
     st.lists(
         st.one_of(
             st.sampled_from(
-                [*SECRETS.values(), "postgresql://u:pw@h/d", "Authorization: Bearer abcdefghijklmnop1234",
-                 "AUTHORIZATION: basic QWxhZGRpbjpvcGVu", "AWS_SECRET_ACCESS_KEY=" + "A" * 40, "task-", "://", "x"]
+                [*SECRETS.values(), *SHAPES.values(), "postgresql://u:pw@h/d", "Authorization: Bearer abcdefghijklmnop1234",
+                 "AUTHORIZATION: basic QWxhZGRpbjpvcGVu", "AWS_SECRET_ACCESS_KEY=" + "A" * 40, "task-", "://", "x",
+                 "-----BEGIN RSA PRIVATE KEY-----", "password", "DB_", "=", ": ", "?", "&", "@", "\n", '"', "key",
+                 "token", "x-api-key", "eyJ", "sig", "auth", "PWD", "pass"]
             ),
             st.text(max_size=30),
         ),
@@ -165,6 +169,7 @@ _WHOLE = re.compile("|".join(f"(?P<{n}>{p})" for n, p in BUILTIN_PATTERNS.items(
 def test_the_trigger_scan_finds_what_the_whole_expression_finds(pieces):
     # The redactor tries its built-in patterns only around their literals (speed); it must redact exactly what the
     # combined expression run over the whole text redacts: a pattern whose literal is missing from TRIGGERS fails.
-    text = " ".join(pieces)
+    # Joined with spaces and without (a name glued to what stands before it: the walk back to its start).
     redactor = Redactor()
-    assert redactor.text(text) == _WHOLE.sub(redactor._replace, text)
+    for text in (" ".join(pieces), "".join(pieces)):
+        assert redactor.text(text) == _WHOLE.sub(redactor._replace, text)

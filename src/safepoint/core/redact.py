@@ -56,9 +56,9 @@ BUILTIN_PATTERNS: Mapping[str, str] = {
     # a whole block, or its start without its END line (a key cut short, ``head -n 5 id_rsa``): the header lines
     # and the base64 body that follow
     "private_key": (
-        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]{0,20000}?-----END[A-Z ]{0,40}PRIVATE KEY"
-        r"(?: BLOCK)?-----|(?:[ \t]*(?:\r?\n|\\n)(?:[A-Za-z0-9+/=]{1,2000}|[A-Za-z][A-Za-z0-9\-]{0,40}: "
-        r"[^\r\n]{0,300}))*)"
+        r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:(?:[ \t]*(?:\r?\n|\\n)[ \t]*|[ \t]+)"
+        r"(?:[A-Za-z][A-Za-z0-9\-]{0,40}: [^\r\n]{0,300}|[A-Za-z0-9+/=]{1,2000})?)*"
+        r"(?:-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?"
     ),
     "anthropic_key": r"\bsk-ant-[A-Za-z0-9_\-]{20,}",
     "openai_key": r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
@@ -104,6 +104,7 @@ TRIGGERS = (
 FOUND_TRIGGERS = (
     "pass", "pwd", "token", "key", "credential", "npm_", "hf_", "whsec_", "eyJ", "hooks.slack.com/", "discord",
 )  # fmt: skip
+SHORT = 2048  # up to this many characters, every literal is found by one regular expression
 SCHEME_BEFORE = 21
 NAME_BEFORE = 64  # the longest name a named pattern takes (``_NAME``: 40 + a separator + 21) fits
 # The parts of a match that stay readable: a header's or a variable's name, up to its value.
@@ -130,7 +131,6 @@ class Redactor:
             {form for v in values if len(v) >= MIN_VALUE_LENGTH for form in encoded_forms(v)}, key=len, reverse=True
         )
         self._user = re.compile("|".join(f"(?P<{n}>{p})" for n, p in named.items())) if named else None
-        self._builtin = _BUILTIN
 
     def text(self, value: str) -> str:
         value = self._builtins(value)
@@ -150,26 +150,44 @@ class Redactor:
         return re.compile("|".join(map(re.escape, present))).sub("[REDACTED:credential_value]", value)
 
     def _builtins(self, value: str) -> str:
-        # Case is ignored by searching an ASCII-lowercased copy (same length, same positions): a case-insensitive
-        # regular expression of the literals costs 30 times more here, as its first characters no longer skip ahead.
-        lower = value.translate(_ASCII_LOWER)
-        hits = [(hit.start(), hit.group(0)) for hit in _TRIGGER.finditer(lower)]
-        found = len(hits)
-        for word in _FOUND:
-            at = lower.find(word)
-            while at != -1:
-                hits.append((at, word))
-                at = lower.find(word, at + 1)
+        # Case is ignored by searching an ASCII-lowercased copy (same length, same positions; ``str.lower`` when the
+        # text is ASCII, which is faster): a case-insensitive regular expression of the literals costs 30 times more
+        # here, as its first characters no longer skip ahead.
+        lower = value.lower() if value.isascii() else value.translate(_ASCII_LOWER)
+        if len(value) <= SHORT:  # one scan of every literal: what costs least on the many short strings of a record
+            hits = [(hit.start(), hit.group(0)) for hit in _EVERY_TRIGGER.finditer(lower)]
+        else:
+            hits = [(hit.start(), hit.group(0)) for hit in _TRIGGER.finditer(lower)]
+            found = len(hits)
+            for word in _FOUND:
+                at = lower.find(word)
+                while at != -1:
+                    hits.append((at, word))
+                    at = lower.find(word, at + 1)
+            if len(hits) != found:
+                hits.sort()
         if not hits:
             return value
-        if len(hits) != found:
-            hits.sort()
         pieces: list[str] = []
         pos = 0
+        tried = -1  # the last name start tried: the other literals of one name (``DB_PASSWORD_TOKEN``) add nothing
         for at, literal in hits:
             if at < pos:
                 continue
-            match = _url_before(value, at, pos) if literal == "://" else self._named_before(value, at, pos)
+            match = None
+            if literal == "://":
+                match = _url_before(value, at, pos)
+            else:
+                # First where the name holding the literal starts (``DB_PASSWORD=``, ``x-api-key:``; a name may
+                # start before an earlier literal: ``MY_AWS_SECRET_ACCESS_KEY=``), then at the literal (``sk-``).
+                start = _name_start(value, at, pos)
+                if literal in _NAME_WORDS and start is not None and not _may_be_named(value, lower, start, at):
+                    continue
+                if start is not None and start != tried:
+                    tried = start
+                    match = _BUILTIN.match(value, start)
+                if match is None and literal not in _NAME_WORDS and at != start:
+                    match = _BUILTIN.match(value, at)
             if match is not None:
                 pieces += (value[pos : match.start()], self._replace(match))
                 pos = match.end()
@@ -177,18 +195,6 @@ class Redactor:
             return value
         pieces.append(value[pos:])
         return "".join(pieces)
-
-    def _named_before(self, value: str, at: int, floor: int) -> re.Match[str] | None:
-        """A match at the start of the name the literal at ``at`` stands in (at most NAME_BEFORE characters back:
-        ``DB_PASSWORD=``, ``x-api-key:``), else at the literal itself (``sk-...``)."""
-        start = at
-        while start > floor and at - start < NAME_BEFORE and value[start - 1] in _NAME_CHARS:
-            start -= 1
-        if start < at:
-            match = self._builtin.match(value, start)
-            if match is not None:
-                return match
-        return self._builtin.match(value, at)
 
     def _replace(self, match: re.Match[str]) -> str:
         kind = match.lastgroup or "secret"
@@ -288,9 +294,41 @@ def _group_name(name: str) -> str:
 
 
 _BUILTIN = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in BUILTIN_PATTERNS.items()))
+# The literals that are part of a name (``DB_PASSWORD``): their patterns start where the name starts, never at them.
+_NAME_WORDS = frozenset({"pass", "pwd", "token", "key", "credential", "secret", "sig", "auth"})
 _TRIGGER = re.compile("|".join(re.escape(t.lower()) for t in TRIGGERS))
 _FOUND = tuple(t.lower() for t in FOUND_TRIGGERS)
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+_EVERY_TRIGGER = re.compile("|".join(re.escape(t.lower()) for t in TRIGGERS + FOUND_TRIGGERS))
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
+
+
+# How the names of the named patterns (``assigned_secret``, ``auth_header``) end, and what follows one.
+_NAME_ENDINGS = (
+    "password", "passwd", "passphrase", "secret", "token", "key", "credential", "credentials", "pass", "auth", "sig",
+    "signature", "pwd", "authorization",
+)  # fmt: skip
+_AFTER_NAME = frozenset("\"':= \t")
+
+
+def _may_be_named(value: str, lower: str, start: int, at: int) -> bool:
+    """Can a named pattern match the name at ``start``? It ends with one of the words and a separator follows
+    (``keyboard``, ``tokens``, ``passed``, ``author`` are no names of secrets): checked here in a few C calls,
+    as most literals of ordinary text (``key``, ``pass``, ``token``) stand in such words."""
+    ahead = value[at : at + NAME_BEFORE]
+    end = at + len(ahead) - len(ahead.lstrip(_NAME_CHARS))
+    return end < len(value) and value[end] in _AFTER_NAME and lower.endswith(_NAME_ENDINGS, start, end)
+
+
+def _name_start(value: str, at: int, floor: int) -> int | None:
+    """Where the name holding the literal at ``at`` starts; None when it is longer than any name a pattern takes
+    (found in C by ``rstrip``, not a character at a time)."""
+    low = max(floor, at - NAME_BEFORE)
+    start = low + len(value[low:at].rstrip(_NAME_CHARS))
+    if start == low and low > floor and value[low - 1] in _NAME_CHARS:
+        return None
+    return start
+
+
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _URL = re.compile(f"(?P<url_password>{BUILTIN_PATTERNS['url_password']})")
 _SCHEME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
