@@ -111,6 +111,9 @@ def test_the_attackers_cases_redacted_whole():
     # `head -n 5 id_rsa`: the BEGIN line and four lines of key material, no END line
     body = "\n".join("MIIEpAIBAAKCAQEA7Zq1" + f"{i:02d}" + "x" * 40 for i in range(4))
     assert redactor.text(f"-----BEGIN RSA PRIVATE KEY-----\n{body}") == "[REDACTED:private_key]"
+    # a literal ending in a dash glued before the block does not hide it (the scan's literals do not overlap)
+    for glued in ("sk", "glpat", "x" * 3000 + "sk"):
+        assert redactor.text(f"{glued}-----BEGIN RSA PRIVATE KEY-----\n{body}").endswith("[REDACTED:private_key]")
 
 
 # false alarms ----------------------------------------------------------------------------------------------------

@@ -90,20 +90,22 @@ BUILTIN_PATTERNS: Mapping[str, str] = {
         rf"[^\s\"'#,]{{3,200}}+(?=[ \t]*(?:\r?\n|\Z)))"
     ),
 }
-# Where a built-in match can be: every one holds one of these literals (case ignored) and starts at it, at the
-# start of the name it stands in (at most NAME_BEFORE characters back) or, for a URL, at most SCHEME_BEFORE
-# characters before its ``://``. A new built-in pattern adds its literal here (tests/test_redact.py checks every
-# pattern is found through them). Those whose first character is rare are found by one regular expression (it
-# skips ahead by first characters); words that start with common letters by ``str.find`` each (rejected: all in
-# the one expression, whose first characters then cover most letters: the scan took twice as long).
+# Where a built-in match can be: every one holds one of these literals (case ignored) and starts at it (a key
+# block four dashes before its ``-BEGIN``), at the start of the name it stands in (at most NAME_BEFORE characters
+# back) or, for a URL, at most SCHEME_BEFORE characters before its ``://``. A new built-in pattern adds its literal
+# here (tests/test_redact.py checks every pattern is found through them). In a long text, those whose first
+# character is rare are found by one regular expression (it skips ahead by first characters), the words that start
+# with common letters by ``str.find`` each (rejected: all in the one expression, whose first characters then cover
+# most letters: the scan took twice as long); a short text (SHORT) is scanned once for all of them.
 TRIGGERS = (
-    "-----BEGIN", "sk-", "sk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glptt-",
+    "-BEGIN", "sk-", "sk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glptt-",
     "gldt-", "glrt-", "AKIA", "ASIA", "ABIA", "ACCA", "aws_secret_access_key", "xox", "AIza", "bearer", "auth",
     "secret", "sig", "://",
 )  # fmt: skip
 FOUND_TRIGGERS = (
     "pass", "pwd", "token", "key", "credential", "npm_", "hf_", "whsec_", "eyJ", "hooks.slack.com/", "discord",
 )  # fmt: skip
+_KEY_DASHES = 4  # a key's ``-----BEGIN`` starts this many characters before its trigger ``-BEGIN``
 SHORT = 2048  # up to this many characters, every literal is found by one regular expression
 SCHEME_BEFORE = 21
 NAME_BEFORE = 64  # the longest name a named pattern takes (``_NAME``: 40 + a separator + 21) fits
@@ -187,7 +189,10 @@ class Redactor:
                     tried = start
                     match = _BUILTIN.match(value, start)
                 if match is None and literal not in _NAME_WORDS and at != start:
-                    match = _BUILTIN.match(value, at)
+                    # ``-begin`` is the last dash of ``-----BEGIN``: a literal ending in a dash just before
+                    # (``sk-----BEGIN``) cannot hide it (the scan finds literals that do not overlap)
+                    begin = at - _KEY_DASHES if literal == "-begin" else at
+                    match = _BUILTIN.match(value, begin) if begin >= pos else None
             if match is not None:
                 pieces += (value[pos : match.start()], self._replace(match))
                 pos = match.end()
