@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from safepoint.core.environment import command_environment, credential_values, is_credential
 from safepoint.core.redact import BUILTIN_PATTERNS, SHORT, Redactor
 from safepoint.errors import ConfigError
-
 from tests.test_redact_shapes import SHAPES
 
 # Fake credentials with the real shapes (none of them is live).
@@ -156,7 +155,8 @@ _WHOLE = re.compile("|".join(f"(?P<{n}>{p})" for n, p in BUILTIN_PATTERNS.items(
     st.lists(
         st.one_of(
             st.sampled_from(
-                [*SECRETS.values(), *SHAPES.values(), "postgresql://u:pw@h/d", "Authorization: Bearer abcdefghijklmnop1234",
+                [*SECRETS.values(), *SHAPES.values(), "postgresql://u:pw@h/d",
+                 "Authorization: Bearer abcdefghijklmnop1234",
                  "AUTHORIZATION: basic QWxhZGRpbjpvcGVu", "AWS_SECRET_ACCESS_KEY=" + "A" * 40, "task-", "://", "x",
                  "-----BEGIN RSA PRIVATE KEY-----", "password", "DB_", "=", ": ", "?", "&", "@", "\n", '"', "key",
                  "token", "x-api-key", "eyJ", "sig", "auth", "PWD", "pass", "sk", "glpat", "asia", "MY_AWS_"]

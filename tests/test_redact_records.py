@@ -126,7 +126,8 @@ def test_what_the_model_and_people_wrote_is_redacted_and_statuses_still_decode()
         error=f"failed with {secret}", decision="report_uncertain", decision_reason=secret, result_ref="log:4",
     )  # fmt: skip
     out = _round_trip(entry)
-    assert (out.status, out.decision, out.input_hash, out.result_ref) == ("uncertain", "report_uncertain", HASH, "log:4")
+    assert (out.status, out.decision, out.result_ref) == ("uncertain", "report_uncertain", "log:4")
+    assert out.input_hash == HASH
     assert out.input == {"[REDACTED:user_0]": "[REDACTED:user_0]"} and out.error == "[REDACTED:user_0]"
     report = RecoveryReport(
         at="t", generation=2, assertions=("a",), disposition=ReplayForbidden(reason="cron_exec_timeout", detail=secret)

@@ -34,7 +34,9 @@ SHAPES = {
     "private_key_start": f"$ head -n 3 id_rsa\n-----BEGIN RSA PRIVATE KEY-----\n{KEY_BODY}\n{KEY_BODY[::-1]}",
     "private_key_cut": f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}\n{KEY_BODY[:30]}",
     "private_key_escaped": f'{{"private_key": "-----BEGIN PRIVATE KEY-----\\n{KEY_BODY}\\n{KEY_BODY}"',
-    "private_key_encrypted": f"-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,AB12\n\n{KEY_BODY}",
+    "private_key_encrypted": (
+        f"-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,AB12\n\n{KEY_BODY}"
+    ),
     "x_api_key": f'curl -H "x-api-key: {PW}" https://api.example.com',
     "auth_token_scheme": f"Authorization: Token {PW}",
     "auth_basic": f"authorization: Basic {base64.b64encode(b'user:' + PW.encode()).decode()}",
@@ -45,7 +47,10 @@ SHAPES = {
     "huggingface": "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567",
     "stripe_restricted": "rk_live_" + "51HaBcDeFgHiJkLmNoPqRsT",
     "stripe_webhook": "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLSYY",
-    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "jwt": (
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+        "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+    ),
     "env_password": f"DB_PASSWORD={PW}",
     "env_secret_export": f"export APP_CLIENT_SECRET='{PW}'",
     "env_token": f"GITLAB_TOKEN={PW}",
@@ -57,7 +62,9 @@ SHAPES = {
     "flag": f"mysql --user=root --password={PW} app",
     "slack_webhook": "https://hooks.slack.com/services/T0000AAAA/B0000BBBB/" + "XxYyZz1122334455aaBBccDD",
     "discord_webhook": "https://discord.com/api/webhooks/123456789012/" + "abcDEF-ghiJKL_mnoPQRstuVWXyz0123456789",
-    "docker_auth": json.dumps({"auths": {"registry.example.com": {"auth": base64.b64encode(b"u:" + PW.encode()).decode()}}}),
+    "docker_auth": json.dumps(
+        {"auths": {"registry.example.com": {"auth": base64.b64encode(b"u:" + PW.encode()).decode()}}}
+    ),
 }  # fmt: skip
 SECRET_OF = {name: PW for name in SHAPES} | {
     "url_password_with_at": "Passw0rd-4411",
