@@ -95,7 +95,6 @@ KEPT = {
     "yaml_password": "POSTGRES_PASSWORD: ",
     "json_password": '"password": "',
     "flag": "mysql --user=root --password=",
-    "slack_webhook": "https://",
 }
 
 

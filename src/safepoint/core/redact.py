@@ -39,7 +39,7 @@ MIN_VALUE_LENGTH = 8  # a variable's value shorter than this is too common a str
 # connection string (``PWD=/home/u`` is the working folder).
 _GLUED = (
     r"password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|secret[_\-]?key|private[_\-]?key|"
-    r"account[_\-]?key|sharedaccess(?:key|signature)|credentials?"
+    r"account[_\-]?key|sharedaccess(?:key|signature)"
 )
 _NAME = (
     rf"(?:(?i:[A-Za-z0-9_\-.]{{0,40}}(?:{_GLUED})|(?:[A-Za-z0-9_\-.]{{0,40}}[_\-.])?(?:pass|auth|sig|signature)|"
@@ -69,8 +69,11 @@ BUILTIN_PATTERNS: Mapping[str, str] = {
     "aws_access_key_id": r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b",
     "aws_secret_access_key": r"(?i:aws_secret_access_key)[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+=]{40}\b",
     "slack_token": r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
-    "slack_webhook": r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{10,}",
-    "discord_webhook": r"discord(?:app)?\.com/api/webhooks/[0-9]{5,}/[A-Za-z0-9_\-]{20,}",
+    # webhook URLs, found through their ``://`` like a URL with a password
+    "slack_webhook": r"\bhttps?://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{10,}",
+    "discord_webhook": (
+        r"\bhttps?://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]{5,}/[A-Za-z0-9_\-]{20,}"
+    ),
     "google_api_key": r"\bAIza[0-9A-Za-z_\-]{35}\b",
     "stripe_key": r"\b(?:(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}|whsec_[0-9A-Za-z]{24,})",
     "jwt": r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*",
@@ -103,7 +106,7 @@ TRIGGERS = (
     "secret", "sig", "://",
 )  # fmt: skip
 FOUND_TRIGGERS = (
-    "pass", "pwd", "token", "key", "credential", "npm_", "hf_", "whsec_", "eyJ", "hooks.slack.com/", "discord",
+    "pass", "pwd", "token", "key", "npm_", "hf_", "whsec_", "eyJ",
 )  # fmt: skip
 _KEY_DASHES = 4  # a key's ``-----BEGIN`` starts this many characters before its trigger ``-BEGIN``
 SHORT = 2048  # up to this many characters, every literal is found by one regular expression
@@ -300,7 +303,7 @@ def _group_name(name: str) -> str:
 
 _BUILTIN = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in BUILTIN_PATTERNS.items()))
 # The literals that are part of a name (``DB_PASSWORD``): their patterns start where the name starts, never at them.
-_NAME_WORDS = frozenset({"pass", "pwd", "token", "key", "credential", "secret", "sig", "auth"})
+_NAME_WORDS = frozenset({"pass", "pwd", "token", "key", "secret", "sig", "auth"})
 _TRIGGER = re.compile("|".join(re.escape(t.lower()) for t in TRIGGERS))
 _FOUND = tuple(t.lower() for t in FOUND_TRIGGERS)
 _EVERY_TRIGGER = re.compile("|".join(re.escape(t.lower()) for t in TRIGGERS + FOUND_TRIGGERS))
@@ -309,8 +312,8 @@ _NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.
 
 # How the names of the named patterns (``assigned_secret``, ``auth_header``) end, and what follows one.
 _NAME_ENDINGS = (
-    "password", "passwd", "passphrase", "secret", "token", "key", "credential", "credentials", "pass", "auth", "sig",
-    "signature", "pwd", "authorization",
+    "password", "passwd", "passphrase", "secret", "token", "key", "pass", "auth", "sig", "signature", "pwd",
+    "authorization",
 )  # fmt: skip
 _AFTER_NAME = frozenset("\"':= \t")
 
@@ -335,14 +338,16 @@ def _name_start(value: str, at: int, floor: int) -> int | None:
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-_URL = re.compile(f"(?P<url_password>{BUILTIN_PATTERNS['url_password']})")
+_URL_KINDS = ("slack_webhook", "discord_webhook", "url_password")  # in BUILTIN_PATTERNS' order
+_URL = re.compile("|".join(f"(?P<{name}>{BUILTIN_PATTERNS[name]})" for name in _URL_KINDS))
 _SCHEME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 def _url_before(value: str, at: int, floor: int) -> re.Match[str] | None:
-    """A URL with a password whose ``://`` is at ``at``: its scheme stands just before, at most SCHEME_BEFORE
-    characters back; only the starting points the pattern allows (a letter after a non-word character) are tried."""
+    """A URL with a password (or a webhook's) whose ``://`` is at ``at``: its scheme stands just before, at most
+    SCHEME_BEFORE characters back; only the starting points the pattern allows (a letter after a non-word
+    character) are tried."""
     start = at
     while start > floor and at - start < SCHEME_BEFORE and value[start - 1] in _SCHEME:
         start -= 1
