@@ -1,19 +1,25 @@
-"""Secrets out of everything safepoint keeps: text and JSON values are redacted before they are persisted.
+"""Secrets out of everything safepoint keeps: text, JSON values and records are redacted before they are persisted.
 
-What counts as a secret: the shapes credentials have (provider API keys, GitHub, AWS, Slack, Google and Stripe
-tokens, bearer headers, private key blocks, passwords inside URLs), the values of the environment's credential
-variables (``environment.credential_values``), and the patterns a user adds. Each is replaced by
-``[REDACTED:<kind>]``, so what was there stays visible without its value.
+What counts as a secret: the shapes credentials have (provider API keys, GitHub, GitLab, npm, Hugging Face, AWS,
+Slack, Google and Stripe tokens, JWTs, auth headers, private key blocks and their starts, passwords inside URLs,
+webhook URLs), a value given under a secret's name (``DB_PASSWORD=``, ``?password=``, ``"token": "..."``,
+``AccountKey=``), the values of the environment's credential variables (``environment.credential_values``) in
+the encodings a command prints them in (``encoded_forms``), and the patterns a user adds. Each is replaced by
+``[REDACTED:<kind>]``, so what was there stays visible without its value (a name before it too).
+
+Records are redacted by their structure (``Redactor.record``, ``records.FIELD_REDACTION``): the paths, hashes,
+refs, ids and statuses that rollback, restore, capture and conflicts rely on are kept exactly, so no pattern can
+make a file escape rollback or a record stop decoding.
 
 The built-in patterns are tried only where a literal every one of them holds shows up (``sk-``, ``ghp_``, ``AKIA``,
-``://``, ``bearer``...): one scan for those literals (a regular expression of literals only, which skips ahead by
-their first characters), then the combined expression is matched at the few positions around each (a URL's
-scheme stands before its ``://``). Rejected: the combined expression ``sub`` over the whole text, whose branches
-start with ``\b`` or a character class and so are tried at every position: 1.4 ms for a 4 KB output, on every
-record a run writes. The credential values (literals) and the user's patterns are two more passes. Every pass is
-linear in the text; the built-in patterns are written without nested quantifiers (no catastrophic backtracking
-on hostile input). User patterns are the user's responsibility: they are compiled once and refused when
-invalid.
+``://``, ``token``...): one scan for those literals, then the combined expression is matched at the few positions
+around each (a URL's scheme stands before its ``://``, a name such as ``DB_PASSWORD`` starts before its ``pass``).
+Rejected: the combined expression ``sub`` over the whole text, whose branches start with ``\b`` or a character
+class and so are tried at every position: 1.4 ms for a 4 KB output, on every record a run writes. The credential
+values (literals) and the user's patterns are two more passes. Every pass is linear in the text; the built-in
+patterns are written without nested quantifiers that can match the same text two ways (no catastrophic
+backtracking on hostile input). User patterns are the user's responsibility: they are compiled once and refused
+when invalid.
 """
 
 from __future__ import annotations
@@ -213,8 +219,8 @@ class Redactor:
         if kind in _KEEP_NAME:
             name = _NAME_PART.match(text)
             kept = name.group(0) if name is not None else ""
-            quote = kept[-1] if kept[-1:] in ("'", '"') and text.endswith(kept[-1]) and len(text) > len(kept) else ""
-            return f"{kept}[REDACTED:{kind}]{quote}"
+            closing = kept[-1] if kept[-1:] in ("'", '"') and text.endswith(kept[-1]) and len(text) > len(kept) else ""
+            return f"{kept}[REDACTED:{kind}]{closing}"
         return f"[REDACTED:{kind}]"
 
     def value(self, value: Any) -> Any:
