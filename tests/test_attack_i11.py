@@ -46,11 +46,6 @@ def _repo(workspace) -> None:
 # ------------------------------------------------------------------------------ §1 the environment on purpose
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the command's parent (the reaper, started with safepoint's whole environment) and the agent process "
-    "expose every withheld credential in /proc/PID/environ; encoded, it reaches the store and the model",
-)
 def test_a_command_cannot_read_a_withheld_credential_from_its_parents_environment(tmp_path, workspace):
     """`env` shows no ATTACK_API_KEY (withheld), but the reaper that starts the command was started by
     `subprocess.Popen` without `env=`: `/proc/$PPID/environ` holds the whole environment, the key included (and
@@ -67,11 +62,6 @@ def test_a_command_cannot_read_a_withheld_credential_from_its_parents_environmen
     assert PLANTED[::-1].encode() not in stored, "the withheld key, reversed, is in the ledger"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the provider's key under a name of the user's choosing (--api-key-env LLM) is not hunted by the "
-    "redactor (run_redactor calls credential_values without the withheld names): printed, it is kept verbatim",
-)
 def test_the_providers_key_never_reaches_the_store_whatever_its_variables_name(workspace):
     """The README: commands run "minus the model's key variable (`--api-key-env`, whatever its name)", and the
     redactor hunts "the values of the credential variables ... (passed or not: a command given one may still print
@@ -92,11 +82,6 @@ def test_the_providers_key_never_reaches_the_store_whatever_its_variables_name(w
     assert key.encode() not in _store_bytes(workspace)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a URL whose password is a ?password= parameter is neither a credential variable (commands get it) "
-    "nor redacted (the ledger keeps it); only the reports mask it",
-)
 def test_a_database_url_with_a_password_parameter_never_reaches_the_store(workspace, monkeypatch):
     """`DATABASE_URL=postgresql://app@db/prod?password=...` (libpq takes the password either way, and issue 11
     names `?password=`): `env` hands it to the command, and the ledger keeps it whole; `history`/`ledger --json`
@@ -288,11 +273,6 @@ def test_a_folder_fsck_recreates_is_private(workspace):
 # ------------------------------------------------------------------------------ §2 redaction
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the URL-password pattern stops at the first '@': a password holding one is kept from there on, where "
-    "the message masker (safe_url, rsplit on the last '@') masks it whole",
-)
 def test_a_url_password_holding_an_at_sign_is_redacted_whole(workspace):
     """A careless user's `.env` (`postgresql://app:S3cr@t-...@db/prod`; drivers that split on the last '@' take
     it); the agent runs `cat .env`, as agents do. The ledger keeps `app:[REDACTED:password]@t-Passw0rd-4411@db`:
@@ -304,11 +284,6 @@ def test_a_url_password_holding_an_at_sign_is_redacted_whole(workspace):
     assert b"Passw0rd-4411" not in _records(workspace)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a private key block is redacted only with its END line: `head` of a key file (or a key cut by a "
-    "time limit, or printed in two calls) is kept as it is",
-)
 def test_the_start_of_a_private_key_is_redacted(workspace):
     """`head -n 5 ~/.ssh/id_rsa` (to see what kind of key it is) shows the BEGIN line and 4 lines of key
     material; the pattern needs `-----END ... PRIVATE KEY-----` within 20,000 characters, so nothing is redacted."""
@@ -386,11 +361,6 @@ def test_a_store_symlinked_out_of_the_workspace_is_not_followed_into_a_shared_fo
 # ------------------------------------------------------------------------------ redaction against rollback
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="file paths in the run's records are redacted: a file whose name matches a pattern is rolled back under "
-    "its redacted name ('[REDACTED:user_0].md'), i.e. not at all",
-)
 def test_a_file_whose_name_matches_a_redaction_pattern_is_rolled_back(workspace):
     """The README's own example pattern, `INTERNAL-[0-9]{4}` (or `TICKET-[0-9]{6}`), is also how people name files
     (`notes/TICKET-123456.md`). The agent rewrites that file and creates another: rollback to the checkpoint before
@@ -523,11 +493,6 @@ def test_a_recursive_chmod_of_the_workspace_leaves_the_store_private(workspace):
     assert loose == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the agent may write .safepoint/redact.toml with write_file; from the next resume on, its changes to "
-    "matching paths are recorded redacted and no rollback undoes them, and its commands show as [REDACTED]",
-)
 def test_the_agent_cannot_blind_the_record_through_redact_toml(workspace):
     """A hostile model writes `patterns = ["[a-z]+\\\\.py"]` into `.safepoint/redact.toml` (write_file refuses the
     store and .git, not safepoint's own configuration). After the next resume (a crash, a restart, the daemon),

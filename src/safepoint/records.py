@@ -8,11 +8,30 @@ place by accident: a state change is a new record appended to the log, never an 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from safepoint.protocol import ControlSeen, RecoveryClass, RecoveryReport, ScheduledWorkContext, SubagentSpawned
+from safepoint.protocol import (
+    Approval,
+    CancelRequest,
+    ContextResetRequest,
+    ControlSeen,
+    ExecutionConfig,
+    RecoveryClass,
+    RecoveryReport,
+    ReplayForbidden,
+    Resumable,
+    RuntimeRestartQueuedSubmission,
+    RuntimeRestartReactionLoopState,
+    RuntimeRestartScheduledWorkContext,
+    RuntimeRestartToolApprovalWait,
+    ScheduledWorkContext,
+    SubagentSpawned,
+    Submission,
+    SubtaskStopped,
+    SuccessorAccepted,
+)
 
 Idempotency = Literal["idempotent", "conditional", "non_idempotent"]
 ReplayPolicy = Literal["auto", "ask", "never"]
@@ -286,6 +305,99 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "control_seen": ControlSeen,
 }
 RECORD_KINDS: dict[type[msgspec.Struct], str] = {kind_type: kind for kind, kind_type in RECORD_TYPES.items()}
+
+
+# Redaction by structure (``core.redact.Redactor.record``) --------------------------------------------------------
+# What each record keeps EXACT whatever a redaction pattern says, and what is REDACTED. Exact: what rollback,
+# restore, capture, fsck, approvals and the conflict machinery look things up by or compare (paths, hashes, refs,
+# ids, sequence numbers, times, the vocabulary's status words): a redacted path is a file no rollback finds, a
+# redacted status a record that no longer decodes, a redacted input hash an approval that never matches. File
+# names are kept exactly, like file contents (the user's own; rejected: redacting the paths the model reads,
+# which made a file named like a pattern escape every rollback). Redacted: what people, tools and the model wrote
+# or read (text, arguments, results, reasons, configuration). ``journal``: exact in safepoint's own calls
+# (rollback, resolution: their input is the list of paths, hashes and refs a re-run after a crash carries out),
+# redacted in every other call. Every field of every record reachable from these types is in exactly one set
+# (tests/test_redact_records.py): a new field is a decision, not an accident.
+class FieldRedaction(NamedTuple):
+    exact: frozenset[str]
+    redacted: frozenset[str] = frozenset()
+    journal: frozenset[str] = frozenset()
+
+
+def _rule(exact: str, redacted: str = "", journal: str = "") -> FieldRedaction:
+    return FieldRedaction(frozenset(exact.split()), frozenset(redacted.split()), frozenset(journal.split()))
+
+
+FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
+    # the log's records
+    RunEvent: _rule("status at generation", "detail"),
+    Message: _rule("seq role tool_call_id name turn", "content tool_calls"),
+    ToolCall: _rule("call_id tool", "args"),
+    ToolLedgerEntry: _rule(
+        "call_id step_id tool_name input_hash status risk_level idempotency replay_policy side_effects started_at "
+        "finished_at result_ref run_id idempotency_key planned_at decision compensates result_encoding",
+        "error decision_reason",
+        "input",
+    ),
+    FilePatchEntry: _rule(
+        "path before_hash after_hash patch_ref tool_call_id created_at op before_ref before_mode after_mode "
+        "author_uncertain"
+    ),
+    FileBeforeState: _rule("tool_call_id path before_hash before_ref before_mode"),
+    Checkpoint: _rule(
+        "checkpoint_id run_id step kind created_at history_len ledger_seq model pending_tool_calls next_turn "
+        "patches_len git_head",
+        "model_config",
+    ),
+    Blob: _rule("hash codec data size"),
+    CallDecision: _rule("call_id decision at attempt", "by"),
+    Rewind: _rule("history_len checkpoint_id at abandoned", "reason"),
+    CheckpointConflict: _rule("path expected_hash actual_hash agent_patch_ref resolution"),
+    WorkspaceState: _rule("at is_repo head branch dirty nested_repos submodules is_worktree"),
+    SubagentSpawned: _rule("call_id child_run_id at tools_allowed grant_expires_at_ms"),
+    RecoveryReport: _rule("at generation assertions failed mode action", "detail disposition"),
+    Resumable: _rule(""),
+    ReplayForbidden: _rule("reason", "detail"),
+    ControlSeen: _rule("position type at key"),
+    # the run's header
+    RunInfo: _rule(
+        "run_id model created_at workspace recovery_class recovery_owner_id parent_run_id parent_call_id "
+        "tools_allowed grant_expires_at_ms scheduled job_id approval approval_timeout_s",
+        "task model_config scenario provider",
+    ),
+    ScheduledWorkContext: _rule("cron scheduled_for_ms cron_exec_timeout_ms"),
+    # what people send a run
+    Approval: _rule("call_id input_hash approved at", "by reason"),
+    Submission: _rule(
+        "submission_key at requested_model tools_allowed_override",
+        "text override_system_prompt append_system_prompt reasoning_strength_override",
+    ),
+    CancelRequest: _rule("at whole_stream", "by"),
+    ContextResetRequest: _rule("at", "by"),
+    SuccessorAccepted: _rule("successor_run_id at"),
+    SubtaskStopped: _rule("child_run_id call_id reason at", "prompt"),
+    # a restart checkpoint's payloads and configuration
+    RuntimeRestartToolApprovalWait: _rule(
+        "call_id tool_name input_hash wait_started_at_ms timeout_remaining_ms dispatched_before_restart "
+        "producer_inference_request_id producer_inference_attempt_id presentation_locale client_language_chain "
+        "location_freshness",
+        "authenticated_user_inputs client_ip",
+    ),
+    RuntimeRestartQueuedSubmission: _rule(
+        "submission_key absorbed_submission_keys requested_model tools_allowed_override "
+        "transient_companion_wake_start_seq",
+        "text override_system_prompt append_system_prompt reasoning_strength_override tool_call_prefill",
+    ),
+    RuntimeRestartReactionLoopState: _rule(
+        "turn consecutive_batches pending_compact pending_tool_calls completed_unpersisted_tool_outputs "
+        "lifetime_inference_count lifetime_tool_call_count visible_output_started"
+    ),
+    RuntimeRestartScheduledWorkContext: _rule("job_id attempt version scheduled_work_context replay_disposition"),
+    ExecutionConfig: _rule(
+        "descriptor_version generation model context_epoch history_len parent_run_id parent_call_id tools_allowed "
+        "grant_expires_at_ms"
+    ),
+}
 
 
 def to_plain(value: Any) -> Any:

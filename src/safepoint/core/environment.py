@@ -1,7 +1,8 @@
 """The environment an agent's commands get: the user's, minus every variable that holds a credential.
 
 A variable is a credential by its name (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*`` and the like) or by
-its value (a URL with a password in it, such as a database URL). The user passes one back by name
+its value (a URL with a password in it, such as a database URL, or a password given as a parameter: ``?password=``,
+a DSN's ``password=``, a connection string's ``AccountKey=``). The user passes one back by name
 (``--pass-env NAME``); safepoint's own store URL never goes, whatever is passed. The same names give the redactor
 the values to hunt for in what is persisted.
 """
@@ -20,7 +21,14 @@ _WORDS = frozenset(
 _ENDINGS = ("_API_KEY", "_ACCESS_KEY", "_SECRET_KEY", "_PRIVATE_KEY", "_KEY", "_PAT", "_AUTH", "_PWD")
 # Bounded runs, so the search stays linear: with unbounded ``*`` a 120 KB value without "://" took quadratic time
 # (minutes) on every run, since each start position re-scanned the rest of the value.
-_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@]{0,256}:[^\s/?#@]{1,256}@")
+# The password ends at the LAST '@' before the host: ``app:p@ss@db`` is the password ``p@ss``.
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@]{0,256}:[^\s/?#]{1,256}@")
+# A password or token given as a parameter: a URL's query (``?password=``, ``&sslpassword=``, ``?token=``), a libpq
+# DSN (``host=db password=...``) or a connection string (``Password=...;``, ``AccountKey=...``). Bounded runs, as above.
+_PARAMETER_SECRET = re.compile(
+    r"(?:^|[?&;\s])(?i:[a-z_]{0,20}(?:password|passwd|pwd|pass|token|secret|api_?key|accountkey|sharedaccesskey"
+    r"|sharedaccesssignature|sig))=([^\s&;#]{1,256})"
+)
 # Names that match the rules but hold no secret, and that commands need.
 _NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "XAUTHORITY", "GPG_KEY", "TOKENIZERS_PARALLELISM"})
 
@@ -38,6 +46,7 @@ def is_credential(name: str, value: str = "") -> bool:
         or upper.endswith(_ENDINGS)
         or "PASSWORD" in upper
         or bool(_URL_PASSWORD.search(value))
+        or bool(_PARAMETER_SECRET.search(value))
     )
 
 
@@ -67,5 +76,6 @@ def credential_values(environ: Mapping[str, str], *, withhold: Iterable[str] = (
             values.append(value)
             match = _URL_PASSWORD.search(value)
             if match:  # the password alone may show up elsewhere too
-                values.append(match.group(0).rsplit(":", 1)[1].removesuffix("@"))
+                values.append(match.group(0).split("://", 1)[1].split(":", 1)[1].removesuffix("@"))
+            values.extend(found.group(1) for found in _PARAMETER_SECRET.finditer(value))
     return values

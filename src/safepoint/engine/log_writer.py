@@ -25,7 +25,9 @@ Ordering rules (promise 1 and 6 rest on them):
 Redaction (promise: secrets stay out): every record but a ``Blob`` goes through the run's ``Redactor`` here, the
 one place records become bytes, so model text, tool arguments and results, decisions and trace events are
 redacted whoever staged them (rejected: redacting in each caller, which the next caller forgets). Blobs stay exact:
-they are file versions and patches that rollback restores byte for byte (the user's own files). The in-memory
+they are file versions and patches that rollback restores byte for byte (the user's own files). So do the fields
+of a record that rollback, restore, capture and conflicts rely on (paths, hashes, refs, ids, statuses:
+``records.FIELD_REDACTION``, through ``Redactor.record``): no pattern can make a file escape rollback. The in-memory
 records keep the real text, so the live session (and the input hash the ledger records, taken of the real
 arguments) is unchanged; a resume reads the redacted text (see ``redacted_arguments``).
 
@@ -38,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,9 +63,13 @@ REDACTED_MARK = "[REDACTED:"
 SECRET_ARGUMENTS = "its arguments held a secret, redacted before they were stored, so it is never run again from them"
 
 
-def run_redactor(workspace: str | None = None, environ: Mapping[str, str] | None = None) -> Redactor:
+def run_redactor(
+    workspace: str | None = None, environ: Mapping[str, str] | None = None, *, withhold: Iterable[str] = ()
+) -> Redactor:
     """The redactor of a session: the built-in patterns, the values of the environment's credential variables
-    (``core.environment``; the store URL's password among them) and the workspace's ``.safepoint/redact.toml``."""
+    (``core.environment``; the store URL's password among them) and of the variables in ``withhold`` (the
+    provider's key variable, whatever its name: ``provider_key_variables``), and the workspace's
+    ``.safepoint/redact.toml``."""
     environ = os.environ if environ is None else environ
     patterns: list[str] = []
     if workspace is not None:
@@ -79,7 +85,13 @@ def run_redactor(workspace: str | None = None, environ: Mapping[str, str] | None
         if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
             raise ConfigError(f'{REDACT_FILE}: patterns must be a list of regular expressions, e.g. patterns = ["x"]')
         patterns = listed
-    return Redactor(values=credential_values(environ), patterns=patterns)
+    return Redactor(values=credential_values(environ, withhold=withhold), patterns=patterns)
+
+
+def provider_key_variables(provider: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The variable a run's provider reads its key from (``--api-key-env``), as a run header records it."""
+    name = (provider or {}).get("api_key_env")
+    return (str(name),) if name else ()
 
 
 def redacted_arguments(args: Mapping[str, Any]) -> bool:
@@ -134,7 +146,7 @@ class LogWriter:
     def _encode(self, body: msgspec.Struct) -> bytes:
         if isinstance(body, Blob):
             return _encoder.encode(body)
-        return _encoder.encode(self.redactor.value(msgspec.to_builtins(body)))
+        return _encoder.encode(self.redactor.record(body))
 
     def redact_bytes(self, data: bytes) -> bytes:
         """An artifact (a command's long output) as it may be kept: redacted; bytes that are not UTF-8 are kept as

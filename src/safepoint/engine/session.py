@@ -37,7 +37,7 @@ from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileChanges
 from safepoint.engine.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from safepoint.engine.ledger_machine import LedgerMachine
-from safepoint.engine.log_writer import LogWriter, now, run_redactor
+from safepoint.engine.log_writer import LogWriter, now, provider_key_variables, run_redactor
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
 from safepoint.engine.restart_writer import RestartWriter
 from safepoint.engine.tools import ToolContext, ToolRegistry
@@ -103,7 +103,12 @@ class RunSession:
         self.control_seen: dict[int, ControlSeen] = dict(view.control_seen)
         self.git_dir = find_git_dir(workspace.root)
         # the parts ---------------------------------------------------------------------------------------------
-        self.log = LogWriter(store, claim, view.last_seq, run_redactor(workspace.root))
+        self.log = LogWriter(
+            store,
+            claim,
+            view.last_seq,
+            run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider)),
+        )
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(view.info.run_id, dict(view.blobs), dict(view.message_records), self.log.add)
         self.calls = LedgerMachine(
@@ -147,7 +152,8 @@ class RunSession:
         cls, store: Store, info: RunInfo, workspace: Workspace, registry: ToolRegistry, *, holder: str = ""
     ) -> RunSession:
         # The header holds the task and a scenario's script (model text): redacted like every record.
-        store.create_run(info.run_id, _encoder.encode(run_redactor(workspace.root).value(msgspec.to_builtins(info))))
+        redactor = run_redactor(workspace.root, withhold=provider_key_variables(info.provider))
+        store.create_run(info.run_id, _encoder.encode(redactor.record(info)))
         identity = RecoveryIdentity(
             recovery_class=info.recovery_class,
             owner_id=info.owner_id,
