@@ -422,9 +422,6 @@ def test_a_file_whose_name_matches_a_redaction_pattern_is_rolled_back(workspace)
 # ------------------------------------------------------------------------------ §7 masked passwords
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a malformed store URL (an unclosed IPv6 bracket) gives a traceback from safe_url"
-)
 def test_a_malformed_store_url_is_one_line(tmp_path):
     """A typo in the store URL (`[::1` without its `]`): `safe_url`, which masks the password for the message,
     calls `urlsplit`, which raises ValueError("Invalid IPv6 URL"): a Python traceback instead of one line."""
@@ -434,11 +431,6 @@ def test_a_malformed_store_url_is_one_line(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="libpq splits a password holding '@' at its first '@' and quotes the rest as the host; masking the "
-    "password whole (split at the last '@') leaves that tail in the message",
-)
 def test_a_store_password_holding_an_at_sign_never_shows(tmp_path):
     """`postgresql://u:Sek@r3tPw@127.0.0.1:1/db` (an unescaped '@', as people write it): the message reads
     `failed to resolve host 'r3tPw@127.0.0.1'`: the password's tail, in `status` and `status --json` alike."""
