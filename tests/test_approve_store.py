@@ -47,3 +47,85 @@ def test_a_store_password_at_sign_in_a_query_never_shows_in_json(tmp_path):
     assert done.returncode != 0
     assert "r3tPw" not in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------------------------ the store's root
+
+
+def _write_a_run(workspace):
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("write_file", {"path": "a.txt", "content": "the user's text\n"}, call_id="c1")
+
+
+def _refused_in_one_line(workspace, *words):
+    done = safepoint_in_process(
+        "run", "--task", "t", "--model", "scripted", "-w", workspace, "--run-id", "r2", env=cli_env()
+    )
+    assert done.returncode != 0, done.stdout
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
+    return done
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775, 0o757])
+def test_a_store_root_others_can_write_is_refused(workspace, mode):
+    root = workspace / ".agent-runtime"
+    root.mkdir()
+    root.chmod(mode)
+    with pytest.raises(safepoint.SafepointError, match="writable by others.*chmod go-rwx"):
+        _write_a_run(workspace)
+    assert not (root / "runs").exists()  # nothing was written into it
+    _refused_in_one_line(workspace, "writable by others", "chmod go-rwx")
+
+
+def test_a_symlinked_store_root_is_refused_in_one_line(tmp_path, workspace):
+    private = tmp_path / "elsewhere"
+    private.mkdir(mode=0o700)
+    (workspace / ".agent-runtime").symlink_to(private)
+    with pytest.raises(safepoint.SafepointError, match="symbolic link"):
+        _write_a_run(workspace)
+    assert list(private.iterdir()) == []
+    _refused_in_one_line(workspace, "symbolic link", "--store file:")
+
+
+def test_a_symlinked_runs_folder_inside_the_store_is_refused(tmp_path, workspace):
+    """A repository can ship a real .agent-runtime whose runs/ points elsewhere: the same refusal."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    root = workspace / ".agent-runtime"
+    root.mkdir(mode=0o700)
+    (root / "runs").symlink_to(shared)
+    with pytest.raises(safepoint.SafepointError, match="runs is a symbolic link"):
+        _write_a_run(workspace)
+    assert list(shared.iterdir()) == []
+
+
+def test_a_store_root_of_another_user_is_refused(tmp_path, workspace):
+    root = workspace / ".agent-runtime"
+    root.mkdir(mode=0o700)
+    os.chown(root, 65534, 65534) if os.geteuid() == 0 else pytest.skip("needs root to give a folder away")
+    with pytest.raises(safepoint.SafepointError, match="belongs to user id 65534"):
+        _write_a_run(workspace)
+
+
+def test_a_store_root_readable_by_others_is_made_private(workspace):
+    """A store made by an older safepoint under the umask (0755): ours, so closed, not refused."""
+    root = workspace / ".agent-runtime"
+    root.mkdir(mode=0o755)
+    root.chmod(0o755)
+    _write_a_run(workspace)
+    for folder in (root, root / "runs"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+
+
+def test_a_store_safepoint_creates_is_private_under_any_umask(workspace):
+    old = os.umask(0)
+    try:
+        _write_a_run(workspace)
+    finally:
+        os.umask(old)
+    root = workspace / ".agent-runtime"
+    assert not root.is_symlink()
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700

@@ -367,11 +367,6 @@ def test_the_agent_cannot_approve_its_own_held_command(workspace):
     assert result.status != "succeeded"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a `.agent-runtime` symlink shipped in the workspace moves the store wherever it points, and the store's "
-    "root keeps that folder's mode (0777 here)",
-)
 def test_a_store_symlinked_out_of_the_workspace_is_not_followed_into_a_shared_folder(tmp_path, workspace):
     """A hostile repository ships `.agent-runtime -> /tmp/shared` (git keeps symlinks). safepoint writes the
     store there without a word: the file versions (the user's files, exact) leave the workspace, and in a
