@@ -74,7 +74,7 @@ def test_a_store_root_others_can_write_is_refused(workspace, mode):
     root = workspace / ".agent-runtime"
     root.mkdir()
     root.chmod(mode)
-    with pytest.raises(safepoint.SafepointError, match="writable by others.*chmod go-rwx"):
+    with pytest.raises(safepoint.SafepointError, match=r"writable by others.*chmod go-rwx"):
         _write_a_run(workspace)
     assert not (root / "runs").exists()  # nothing was written into it
     _refused_in_one_line(workspace, "writable by others", "chmod go-rwx")

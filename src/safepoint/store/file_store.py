@@ -69,8 +69,8 @@ from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState,
 from safepoint.store.fenced import FencedStore
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
 from safepoint.store.names import check_job_id, check_run_id
-from safepoint.store.private_root import check_store_root
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
+from safepoint.store.private_root import check_store_root
 
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(LogRecord)
