@@ -332,11 +332,6 @@ def test_the_start_of_a_private_key_is_redacted(workspace):
 # ------------------------------------------------------------------------------ §4 the hold, forged
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an approval the agent wrote into control.jsonl before the call was planned is taken as the user's: "
-    "a held command (here `rm -rf .git`) runs without anyone deciding",
-)
 def test_the_agent_cannot_approve_its_own_held_command(workspace):
     """The hold is the one defence the README offers against a command that reaches .git or the store, and the
     approval gate of every high-risk call. A hostile model writes a script (write_file) that appends one framed
