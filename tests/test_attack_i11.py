@@ -46,11 +46,6 @@ def _repo(workspace) -> None:
 # ------------------------------------------------------------------------------ §1 the environment on purpose
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the command's parent (the reaper, started with safepoint's whole environment) and the agent process "
-    "expose every withheld credential in /proc/PID/environ; encoded, it reaches the store and the model",
-)
 def test_a_command_cannot_read_a_withheld_credential_from_its_parents_environment(tmp_path, workspace):
     """`env` shows no ATTACK_API_KEY (withheld), but the reaper that starts the command was started by
     `subprocess.Popen` without `env=`: `/proc/$PPID/environ` holds the whole environment, the key included (and

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from safepoint.store.names import url_secrets
 
 PR_SET_DUMPABLE = 4
-_ARG_START, _ENV_START = 47, 49  # fields 48-51 of /proc/self/stat (arg_start..env_end), counted after the state
+_ARG_START, _ENV_START = 45, 47  # fields 48 and 50 of /proc/self/stat (arg_start, env_start), counted from 3
 _lock = threading.Lock()
 _state = {"argv": False, "dumpable": True}
 
