@@ -451,11 +451,6 @@ def test_fsck_mends_a_bit_flipped_in_the_runs_header(workspace):
     assert (workspace / "a.txt").read_text() == "the user's\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a scheduled job is stored and listed unredacted: its task's token and its base URL's password are in "
-    "schedules/JOB.json, and `schedule list --json` prints the token",
-)
 def test_a_scheduled_jobs_secrets_never_reach_the_store(workspace):
     """`safepoint schedule add --task "... ghp_..." --base-url https://user:PASSWORD@llm/v1`: the run it fires keeps
     its task redacted (run.json), but the job itself is kept as typed. (Firing needs the real text: the job could
