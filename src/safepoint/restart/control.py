@@ -3,6 +3,11 @@
 Each is one durable, checksummed record on the run's control channel. A live owner acts on it at its next safe
 point; when nobody owns the run, a cancel or a reset is settled at once by a restart recovery (which finds the
 request and closes the work with its reason), so nothing waits for a process that will never come back.
+
+A command of the run can write the channel too (same user): what it writes while it runs is not applied
+(``engine/control_watch.py``), and a decision counts only after its wait's line (``restart/approvals.py``). So a
+submission or a reset first waits for the run's running command to end (``between_commands``): posted while one
+runs, it would be taken for the command's own.
 """
 
 from __future__ import annotations
