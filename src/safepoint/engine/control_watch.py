@@ -48,6 +48,8 @@ class WatchHost(Protocol):
 
     def add_record(self, body: msgspec.Struct) -> int: ...
 
+    def commit(self) -> None: ...
+
     def trace(self, event: str, **data: Any) -> None: ...
 
 
@@ -88,6 +90,8 @@ class ControlWatch(ProcessNotes):
         crashed = self._crashed_notes()
         if crashed:
             self._judge(found, min(crashed), "a command of the previous owner (which died) ran")
+            host.commit()  # the marks are durable before the notes that justify them go
+            self._drop_notes()
         self.quiet_from = max((position for position, _ in found), default=0)
         self.launches_at_quiet = LAUNCHER.launches
 
@@ -101,9 +105,14 @@ class ControlWatch(ProcessNotes):
                     path = os.path.join(self.scratch, name)
                     with contextlib.suppress(OSError, ValueError), open(path) as handle:
                         ends.append(int(handle.read().strip() or 0))
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
         return ends
+
+    def _drop_notes(self) -> None:
+        assert self.scratch is not None
+        for name in os.listdir(self.scratch):
+            if name.startswith(_NOTE):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.scratch, name))
 
     def started(self, pid: int) -> None:
         before = control_end(self.host.store, self.run_id)  # before the gate opens: nothing runs yet
