@@ -128,6 +128,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
             # may be its. The line moves past it.
             launches = LAUNCHER.launches
             line = max(line, *(position for position, _ in found), 0)
+            wait = msgspec.structs.replace(wait, control_position=line)
+            session.restart.write(wait)  # a restart keeps the moved line
         stops.raise_if_stopped(session, found)  # a cancel, a reset or a successor ends the wait: nothing is sent
         for position, record in found:
             if not isinstance(record, Approval) or record.call_id != call.call_id or position in ignored:
