@@ -90,6 +90,13 @@ class Launcher:
         server = self.server_pid()
         if server is None:
             return []
+        try:  # the server's direct children, without a walk of /proc (the usual case: nothing left, ~2 ms saved)
+            with open(f"/proc/{server}/task/{server}/children") as handle:
+                children: set[int] | None = {int(pid) for pid in handle.read().split()}
+        except (OSError, ValueError):
+            children = None  # no such file (a kernel without it): walk
+        if children is not None and children <= running_groups():
+            return []
         busy: set[int] = set()
         for pid in running_groups():
             busy |= {pid, *reaper.descendants(pid)}
