@@ -299,11 +299,6 @@ def test_the_start_of_a_private_key_is_redacted(workspace):
 # ------------------------------------------------------------------------------ §4 the hold, forged
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an approval the agent wrote into control.jsonl before the call was planned is taken as the user's: "
-    "a held command (here `rm -rf .git`) runs without anyone deciding",
-)
 def test_the_agent_cannot_approve_its_own_held_command(workspace):
     """The hold is the one defence the README offers against a command that reaches .git or the store, and the
     approval gate of every high-risk call. A hostile model writes a script (write_file) that appends one framed
@@ -334,11 +329,6 @@ def test_the_agent_cannot_approve_its_own_held_command(workspace):
     assert result.status != "succeeded"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a `.agent-runtime` symlink shipped in the workspace moves the store wherever it points, and the store's "
-    "root keeps that folder's mode (0777 here)",
-)
 def test_a_store_symlinked_out_of_the_workspace_is_not_followed_into_a_shared_folder(tmp_path, workspace):
     """A hostile repository ships `.agent-runtime -> /tmp/shared` (git keeps symlinks). safepoint writes the
     store there without a word: the file versions (the user's files, exact) leave the workspace, and in a
@@ -384,9 +374,6 @@ def test_a_file_whose_name_matches_a_redaction_pattern_is_rolled_back(workspace)
 # ------------------------------------------------------------------------------ §7 masked passwords
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a malformed store URL (an unclosed IPv6 bracket) gives a traceback from safe_url"
-)
 def test_a_malformed_store_url_is_one_line(tmp_path):
     """A typo in the store URL (`[::1` without its `]`): `safe_url`, which masks the password for the message,
     calls `urlsplit`, which raises ValueError("Invalid IPv6 URL"): a Python traceback instead of one line."""
@@ -396,11 +383,6 @@ def test_a_malformed_store_url_is_one_line(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="libpq splits a password holding '@' at its first '@' and quotes the rest as the host; masking the "
-    "password whole (split at the last '@') leaves that tail in the message",
-)
 def test_a_store_password_holding_an_at_sign_never_shows(tmp_path):
     """`postgresql://u:Sek@r3tPw@127.0.0.1:1/db` (an unescaped '@', as people write it): the message reads
     `failed to resolve host 'r3tPw@127.0.0.1'`: the password's tail, in `status` and `status --json` alike."""
@@ -431,11 +413,6 @@ def test_fsck_mends_a_bit_flipped_in_the_runs_header(workspace):
     assert (workspace / "a.txt").read_text() == "the user's\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a scheduled job is stored and listed unredacted: its task's token and its base URL's password are in "
-    "schedules/JOB.json, and `schedule list --json` prints the token",
-)
 def test_a_scheduled_jobs_secrets_never_reach_the_store(workspace):
     """`safepoint schedule add --task "... ghp_..." --base-url https://user:PASSWORD@llm/v1`: the run it fires keeps
     its task redacted (run.json), but the job itself is kept as typed. (Firing needs the real text: the job could

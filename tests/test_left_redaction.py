@@ -147,16 +147,20 @@ def test_no_write_of_a_run_carries_a_planted_secret(tmp_path, planted, store_url
         sp.close()
 
 
-def test_a_scheduled_job_holding_a_secret_is_refused_and_nothing_is_kept(tmp_path, planted, store_url):
+def test_a_scheduled_jobs_secret_becomes_a_variable_or_is_refused_and_nothing_is_kept(tmp_path, planted, store_url):
     ws = tmp_path / "ws"
     ws.mkdir()
     sp = safepoint.open(store_url, workspace=str(ws))
     spy = Spy(sp.store)
     try:
-        with pytest.raises(safepoint.ConfigError, match=r"'nightly': its task holds a secret.*--pass-env NAME"):
-            supervision.add_job(
-                sp, "nightly", cron="0 3 * * *", task=f"deploy {TEXT}", provider={"model": "m", "base_url": "x"}
-            )
+        # A task's secret has a variable to come from at fire time: it is kept as a placeholder, never as typed.
+        job = supervision.add_job(
+            sp, "nightly", cron="0 3 * * *", task=f"deploy {TEXT}", provider={"model": "m", "base_url": "x"}
+        )
+        assert job.needs_env and all(name.startswith("SAFEPOINT_JOB_NIGHTLY_") for name in job.needs_env)
+        assert spy.leaks() == []
+        sp.store.put_schedule("nightly", None)
+        spy.written.clear()
         command = {"task": "t", "turns": [{"tool_calls": [{"tool": "run_command", "args": {"command": ENV_VALUE}}]}]}
         with pytest.raises(safepoint.ConfigError, match="its scenario holds a secret"):
             supervision.add_job(sp, "hourly", cron="0 * * * *", scenario=parse_scenario(msgspec.json.encode(command)))

@@ -80,6 +80,9 @@ class RuntimeRestartToolApprovalWait(
     client_language_chain: tuple[str, ...] = ()
     client_ip: str | None = None
     location_freshness: str | None = None
+    # safepoint's own, beside the seed's: the run's control channel ended here when the wait began; only a decision
+    # posted after it counts (one written before, by a command of the run, is tampering). None: an older wait.
+    control_position: int | None = None
 
 
 # §2.2 ----------------------------------------------------------------------------------------------------------

@@ -380,7 +380,7 @@ FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
     RuntimeRestartToolApprovalWait: _rule(
         "call_id tool_name input_hash wait_started_at_ms timeout_remaining_ms dispatched_before_restart "
         "producer_inference_request_id producer_inference_attempt_id presentation_locale client_language_chain "
-        "location_freshness",
+        "location_freshness control_position",
         "authenticated_user_inputs client_ip",
     ),
     RuntimeRestartQueuedSubmission: _rule(

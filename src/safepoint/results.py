@@ -310,6 +310,7 @@ class JobSummary(msgspec.Struct, frozen=True, kw_only=True):
     last_fired_at: str | None = None
     last_run_id: str | None = None
     error: str | None = None
+    needs_env: tuple[str, ...] = ()  # variables the job takes its secrets from when it fires (it keeps none)
 
 
 __all__ = [

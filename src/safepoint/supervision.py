@@ -39,6 +39,7 @@ def _summary(job: schedule.ScheduledJob, runs: list[str], at_ms: int) -> JobSumm
         next_at=schedule.iso(schedule.next_occurrence(job.cron, at_ms)),
         last_fired_at=schedule.iso(last) if last is not None else None,
         last_run_id=schedule.occurrence_run_id(job.job_id, last) if last is not None else None,
+        needs_env=job.secret_env,
     )
 
 

@@ -125,6 +125,9 @@ def register(app: typer.Typer, out: Out) -> None:
         emit(row, as_json)
         if not as_json:
             out.print(f"job {job_id} (version {row.version}): {row.cron} UTC; next at {row.next_at}")
+            if row.needs_env:
+                names = ", ".join(row.needs_env)
+                out.print(f"job {job_id} keeps no secret: set {names} where the daemon runs (taken when it fires)")
 
     @schedules.command("list")
     def list_jobs(

@@ -55,7 +55,7 @@ EVENTS: Mapping[str, EventSpec] = {
     "run_claimed": EventSpec("run", ("takeover", "holder")),
     "run_released": EventSpec("run", ()),
     "fencing_refused": EventSpec("run", ("what", "current_generation")),
-    "leftovers_killed": EventSpec("run", ("pids",)),
+    "leftovers_killed": EventSpec("run", ("pids",), ("call_id",)),
     **{f"run_{status}": EventSpec("run", ("detail",)) for status in _RUN_STATUSES},
     # terminal (seed 003 §1.3, §5)
     "run_closed": EventSpec("terminal", ("detail",)),
@@ -68,6 +68,9 @@ EVENTS: Mapping[str, EventSpec] = {
     "cancel_requested": EventSpec("control", ("outcome", "whole_stream", "by")),
     "reset_requested": EventSpec("control", ("outcome", "by")),
     "submission_admitted": EventSpec("control", ("key",)),
+    # control records written while one of the run's commands ran: a stop obeyed, anything else not applied
+    "control_during_command": EventSpec("control", ("position", "type", "detail")),
+    "control_tampered": EventSpec("control", ("position", "type", "detail"), ("call_id",)),
     # checkpoints (seed 000 §8.3; the restart checkpoint of seed 003 §1.2)
     "checkpoint": EventSpec("checkpoint", ("checkpoint_id", "kind", "step")),
     "restart_checkpoint": EventSpec("checkpoint", ("mode",)),

@@ -32,6 +32,7 @@ except ImportError:  # another Python implementation: the same functions and con
     signal = __import__("signal")
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 REQUEST_MAX = 4 << 20  # bytes of one request (command and environment): twice Linux's usual ARG_MAX
 GATE_CLOSED = 125  # the agent died before letting the command start
 
@@ -190,7 +191,14 @@ def serve(sock_fd: int) -> int:
     import socket  # only the server needs it
     import warnings  # noqa: F401  # os.execvpe imports it: once here, not in every command's fork (~1-2 ms each)
 
-    _libc()
+    prctl = getattr(_libc(), "prctl", None)
+    if prctl is not None:
+        # A subreaper too: a command that kills its own supervisor leaves its processes here, below this server,
+        # where the agent finds and kills them (``Launcher.sweep``) before it waits for a person's decision; not
+        # with init, out of reach. Not dumpable: a command cannot ptrace this process or its forks (the
+        # supervisors), nor read their memory; each command's exec makes it dumpable again (its own business).
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
     sock = socket.socket(fileno=sock_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)

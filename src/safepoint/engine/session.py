@@ -34,8 +34,10 @@ from safepoint.core.trace_events import recovery_events
 from safepoint.engine.call_runner import CallRunner
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
+from safepoint.engine.control_watch import ControlWatch
 from safepoint.engine.file_changes import FileChanges
 from safepoint.engine.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import LogWriter, now, provider_key_variables, run_redactor
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
@@ -211,7 +213,9 @@ class RunSession:
         if scratch is not None and (killed := kill_leftovers(scratch)):
             self.log.trace("leftovers_killed", pids=killed)
         self.workspace = self.files.workspace = self.base_workspace.for_run(scratch)
-        self.processes = ProcessNotes(scratch)
+        # The running commands (for the next owner's cleanup), and the control channel watched across each: what a
+        # command writes there is not taken for a person's word (engine/control_watch.py).
+        self.processes = ControlWatch(scratch, self.info.run_id, self, self._running_calls, LAUNCHER.sweep)
         self.heartbeat.start()
         captures = any(self.registry.get(n).captures_workspace for n in self.registry.names())
         if CommandCapture.has_journal(scratch):
@@ -242,6 +246,9 @@ class RunSession:
                 background=background,
             )
         return self._capture
+
+    def _running_calls(self) -> list[str]:
+        return [call_id for call_id, entry in self.calls.entries.items() if entry.status == "started"]
 
     def _in_flight(self, call_id: str) -> bool:
         entry = self.calls.entries.get(call_id)

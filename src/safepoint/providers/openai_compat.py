@@ -45,6 +45,7 @@ class OpenAIProvider:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
+        api_key_env: str | None = None,
         timeout: float = 120.0,
         max_retries: int = 2,
         temperature: float | None = None,
@@ -54,6 +55,9 @@ class OpenAIProvider:
         self.temperature = temperature
         custom_url = base_url or os.environ.get("OPENAI_BASE_URL")
         key = api_key or os.environ.get("OPENAI_API_KEY") or (LOCAL_API_KEY if custom_url else None)
+        # Where the key came from, for a rejection's fix (``--api-key-env``: a name of the user's choosing).
+        self.key_source = api_key_env or ("OPENAI_API_KEY" if api_key is None else "the API key given")
+        self._key = key or ""
         if not key:
             raise ProviderError(
                 f"no API key for model {model!r} at https://api.openai.com/v1; "
@@ -131,9 +135,9 @@ class OpenAIProvider:
                 "check --base-url and that the server is running"
             )
         if isinstance(exc, openai.APIStatusError):
-            status = f"{exc.status_code}: {_status_detail(exc)}"
+            status = f"{exc.status_code}: {masked(_status_detail(exc), self._key)}"  # a server may echo the key
             if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-                return ProviderError(f"{at} rejected the API key for {model} ({status}); check OPENAI_API_KEY")
+                return ProviderError(f"{at} rejected the API key for {model} ({status}); check {self.key_source}")
             if isinstance(exc, openai.RateLimitError):
                 return ProviderError(f"{at} is rate-limiting {model} ({status}); wait, then resume the run")
             if exc.status_code >= 500:
@@ -298,6 +302,19 @@ def _status_detail(exc: openai.APIStatusError) -> str:
     except Exception:  # a body that cannot be read: the status line says enough
         text = ""
     return _one_line(text or exc.message)
+
+
+def masked(text: str, key: str, shortest: int = 6) -> str:
+    """``text`` with the key, and any piece of it of ``shortest`` characters or more, shown as ``***`` (a server
+    that echoes a rejected key may show it whole, or cut). Rejected: masking only the whole key."""
+    if len(key) < shortest or key == LOCAL_API_KEY:
+        return text
+    for size in range(len(key), shortest - 1, -1):
+        for start in range(len(key) - size + 1):
+            piece = key[start : start + size]
+            if piece in text:
+                text = text.replace(piece, "***")
+    return text
 
 
 def _one_line(text: str, limit: int = 200) -> str:

@@ -34,7 +34,10 @@ def provider_for(info: RunInfo, *, model: str | None = None) -> tuple[Provider, 
         key = os.environ.get(str(env)) if env else None
         base_url = info.provider.get("base_url")
         provider = OpenAIProvider(
-            model or str(info.provider["model"]), base_url=str(base_url) if base_url else None, api_key=key
+            model or str(info.provider["model"]),
+            base_url=str(base_url) if base_url else None,
+            api_key=key,
+            api_key_env=str(env) if env else None,
         )
         return provider, str(info.provider.get("system") or "")
     script = scenario_of(info)

@@ -3,6 +3,22 @@
 The wait is durable: its restart checkpoint is written when it begins and refreshed with the time left, so a
 restart continues it with the remaining timeout instead of a fresh one (or none). An approval counts only for the
 input it was given for: ``safepoint approve`` reads the call's ``input_hash`` from the ledger and the wait checks it.
+
+Who decides: a command runs as the same user as safepoint, so it can write the control channel as well as
+``safepoint approve`` can (the checksum is no signature, the input hash is computable). The defence is *when*:
+
+- a decision counts only when it was posted after the wait for that call began: the channel's end at that moment
+  is kept in the wait's restart checkpoint (``control_position``), so a restart keeps the same line;
+- while a run waits, none of its commands' processes is alive: every command's processes die with it (its
+  supervisor is a subreaper), what a command left by killing its supervisor is killed here (``Launcher.sweep``)
+  before the wait begins, and a command started meanwhile by this process moves the line past what it could write;
+- a decision found before the line is tampering: not counted, marked in the run's log (``ControlSeen`` of type
+  ``tampered``), traced and said in the call's result, and kept in the channel as evidence;
+- when a command killed the reaper server itself, what it left is out of reach: no decision is taken in this
+  process (the call is refused, and says why).
+
+Its limit: a process of the same user outside the run (the user's shell, a service) is trusted, as ``safepoint
+approve`` itself is.
 """
 
 from __future__ import annotations
@@ -15,14 +31,18 @@ import msgspec
 
 from safepoint.engine import failpoints, shutdown
 from safepoint.engine.call_runner import ApprovalOutcome, AwaitApproval
+from safepoint.engine.control_watch import ControlWatch
+from safepoint.engine.launcher import LAUNCHER
+from safepoint.engine.processes import running_groups
 from safepoint.engine.restart_writer import RestartWriter, now_ms
 from safepoint.engine.session import RunSession
 from safepoint.errors import Interrupted
-from safepoint.protocol import Approval, ControlSeen, RuntimeRestartToolApprovalWait
+from safepoint.protocol import Approval, ControlRecord, ControlSeen, RuntimeRestartToolApprovalWait
 from safepoint.records import Claim, RunInfo, RunStatus
 from safepoint.restart import stops
 from safepoint.restart.judge import controls, mark_seen
 from safepoint.store.base import Store
+from safepoint.store.ownership import now
 
 POLL_SECONDS = 0.05
 PERSIST_SECONDS = 1.0  # how often the time left is written: a restart loses at most this much of the wait
@@ -42,6 +62,8 @@ class ApprovalHost(Protocol):
 
     def add_record(self, body: msgspec.Struct) -> int: ...
 
+    def commit(self) -> None: ...
+
     def trace(self, event: str, **data: Any) -> None: ...
 
 
@@ -53,13 +75,27 @@ def attach(session: RunSession) -> RunSession:
 
 def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> ApprovalOutcome:
     call, entry = request.call, request.entry
+    swept = LAUNCHER.sweep()  # what a command left by killing its supervisor: dead before anything is decided
+    if swept:
+        session.trace("leftovers_killed", call_id=call.call_id, pids=swept)
+    found = controls(session.store, session.info.run_id)
+    end = max((position for position, _ in found), default=0)
+    # The line: the channel's end once none of the session's commands was alive (a decision posted between the
+    # call being planned and this wait is a person's: `safepoint approve` takes a planned call); the end now if a
+    # command of this process started since, or the session has no watch (it runs none).
+    watch = getattr(session, "processes", None)
+    quiet = watch.quiet_from if isinstance(watch, ControlWatch) else end
+    if LAUNCHER.launches != getattr(watch, "launches_at_quiet", LAUNCHER.launches) or running_groups():
+        quiet = end
     prior = session.restart.current
     if (
         isinstance(prior, RuntimeRestartToolApprovalWait)
         and prior.call_id == call.call_id
         and prior.input_hash == entry.input_hash
     ):
-        wait = prior  # a restart: the same wait goes on with the time it had left
+        # A restart: the same wait goes on with the time it had left, and the same line (a wait recorded before
+        # the line was kept starts it now: a decision posted while nobody waited is asked again).
+        wait = prior if prior.control_position is not None else msgspec.structs.replace(prior, control_position=quiet)
     else:
         wait = RuntimeRestartToolApprovalWait(
             call_id=call.call_id,
@@ -69,8 +105,10 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
             timeout_remaining_ms=int(session.info.approval_timeout_s * 1000),
             producer_inference_request_id=f"{session.info.run_id}/turn{session.next_turn}",
             producer_inference_attempt_id=f"{session.info.run_id}/gen{session.claim.generation}",
+            control_position=min(quiet, end),
         )
-    session.restart.write(wait)
+    session.restart.write(wait)  # durable: the line below which no decision counts
+    line = wait.control_position or 0
     session.event(
         "waiting_approval",
         f"call {call.call_id} ({entry.tool_name}, {entry.risk_level} risk) waits for "
@@ -80,22 +118,54 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
     deadline = time.monotonic() + wait.timeout_remaining_ms / 1000
     persisted = time.monotonic()
     ignored: set[int] = set()
+    forged: list[str] = []
+    marked = 0
+    launches = LAUNCHER.launches
     while True:
         found = controls(session.store, session.info.run_id)
+        if LAUNCHER.launches != launches or running_groups():
+            # A command of this process ran during the wait (another thread's run): whatever was posted meanwhile
+            # may be its. The line moves past it.
+            launches = LAUNCHER.launches
+            line = max(line, *(position for position, _ in found), 0)
+            wait = msgspec.structs.replace(wait, control_position=line)
+            session.restart.write(wait)  # a restart keeps the moved line
         stops.raise_if_stopped(session, found)  # a cancel, a reset or a successor ends the wait: nothing is sent
         for position, record in found:
             if not isinstance(record, Approval) or record.call_id != call.call_id or position in ignored:
                 continue
+            ignored.add(position)
+            seen = session.control_seen.get(position)
+            if seen is not None and seen.type == "tampered":
+                forged.append(_shown(position, record))  # marked already: written while a command ran
+                continue
+            if seen is not None:
+                continue
+            if position <= line:
+                forged.append(_tampered(session, position, record, call.call_id))
+                continue
             if record.input_hash != entry.input_hash:
-                ignored.add(position)
                 session.trace("approval_ignored", call_id=call.call_id, reason="input hash differs")
                 continue
+            if LAUNCHER.lost is not None:
+                why = (
+                    f"not taken: {LAUNCHER.lost} while a command ran, so what that command left may still run "
+                    "and could have written this decision; no decision is taken in this process: check `ps` for "
+                    f"what is left, then resume run {session.info.run_id} in a new process"
+                )
+                session.trace("approval_ignored", call_id=call.call_id, reason="containment lost")
+                return ApprovalOutcome(False, "denied", why, wait)
             session.add_record(mark_seen(position, record, call.call_id))
             left = max(0, int((deadline - time.monotonic()) * 1000))
             verb = "approved" if record.approved else "denied"
             why = f"{verb} by {record.by} at {record.at}" + (f": {record.reason}" if record.reason else "")
             left_wait = msgspec.structs.replace(wait, timeout_remaining_ms=left)
-            return ApprovalOutcome(record.approved, "approved" if record.approved else "denied", why, left_wait)
+            return ApprovalOutcome(
+                record.approved, "approved" if record.approved else "denied", why + _said(forged), left_wait
+            )
+        if len(forged) > marked:
+            marked = len(forged)
+            session.commit()  # the evidence is durable at once (and `safepoint approve` no longer takes it for done)
         if shutdown.requested():
             raise Interrupted(
                 f"{shutdown.why()}: stopped while call {call.call_id} waited for approval; the wait resumes on restart"
@@ -103,14 +173,45 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
         expires = session.info.grant_expires_at_ms
         if expires is not None and now_ms() >= expires:
             return ApprovalOutcome(
-                False, "grant_expired", "the grant this subagent runs under expired while it waited", wait
+                False,
+                "grant_expired",
+                "the grant this subagent runs under expired while it waited" + _said(forged),
+                wait,
             )
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             timeout = session.info.approval_timeout_s
-            return ApprovalOutcome(False, "timeout", f"no approval within {timeout:.0f} s", wait)
+            return ApprovalOutcome(False, "timeout", f"no approval within {timeout:g} s" + _said(forged), wait)
         if time.monotonic() - persisted >= PERSIST_SECONDS:
             wait = msgspec.structs.replace(wait, timeout_remaining_ms=int(left_s * 1000))
             session.restart.write(wait)
             persisted = time.monotonic()
         time.sleep(POLL_SECONDS)
+
+
+def tampered(position: int, record: ControlRecord, what: str) -> ControlSeen:
+    """The log's mark on a control record that is not applied because a command of the run could have written it
+    (it stays in the channel, as evidence). Its type is ``tampered``, never the record's own: a tampered
+    submission must not count as absorbed (its overrides would apply)."""
+    kind = type(record).__struct_config__.tag or type(record).__name__
+    return ControlSeen(position=position, type="tampered", at=now(), key=f"{kind}: {what}")
+
+
+def _tampered(session: ApprovalHost, position: int, record: Approval, call_id: str) -> str:
+    what = f"{'approval' if record.approved else 'denial'} of call {call_id} written before its wait began"
+    session.add_record(tampered(position, record, what))
+    session.trace("control_tampered", call_id=call_id, position=position, type="approval", detail=what)
+    return _shown(position, record)
+
+
+def _shown(position: int, record: Approval) -> str:
+    return f"control record {position} ({'approval' if record.approved else 'denial'} 'by {record.by}')"
+
+
+def _said(forged: list[str]) -> str:
+    if not forged:
+        return ""
+    return (
+        f"; not counted: {', '.join(forged)}, written before the wait for this call began or while a command ran (a "
+        "command of the run could have: tampering, kept in the run's control channel as evidence)"
+    )

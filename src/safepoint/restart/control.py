@@ -3,10 +3,18 @@
 Each is one durable, checksummed record on the run's control channel. A live owner acts on it at its next safe
 point; when nobody owns the run, a cancel or a reset is settled at once by a restart recovery (which finds the
 request and closes the work with its reason), so nothing waits for a process that will never come back.
+
+A command of the run can write the channel too (same user): what it writes while it runs is not applied
+(``engine/control_watch.py``), and a decision counts only after its wait's line (``restart/approvals.py``). So a
+submission or a reset first waits for the run's running command to end (``between_commands``): posted while one
+runs, it would be taken for the command's own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 import uuid
 
 from safepoint.engine.log_writer import trace_now
@@ -15,8 +23,10 @@ from safepoint.errors import ResumeError, RunLockedError, UnknownReferenceError
 from safepoint.protocol import Approval, CancelRequest, ContextResetRequest, ControlRecord, Submission
 from safepoint.restart.judge import close_after_restart, controls, judge, redacted, redactor_of
 from safepoint.store.base import Store
-from safepoint.store.liveness import owner_alive
+from safepoint.store.liveness import owner_alive, process_is_alive
 from safepoint.store.ownership import now
+
+COMMAND_PATIENCE = 30.0  # seconds a submission or reset waits for the run's running command to end
 
 
 def post(store: Store, run_id: str, record: ControlRecord) -> int:
@@ -38,7 +48,10 @@ def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str =
             f"call {call_id!r} of run {run_id!r} is {entry.status}: it does not wait for approval, so there is "
             "nothing to approve or deny"
         )
-    for _, record in controls(store, run_id):
+    for position, record in controls(store, run_id):
+        seen = view.control_seen.get(position)
+        if seen is not None and seen.type == "tampered":
+            continue  # written by a command of the run, not counted: it answers nothing
         if isinstance(record, Approval) and record.call_id == call_id and record.input_hash == entry.input_hash:
             verb = "approved" if record.approved else "denied"
             raise ResumeError(f"call {call_id!r} of run {run_id!r} was {verb} already by {record.by} at {record.at}")
@@ -67,6 +80,7 @@ def submit(
         raise ResumeError(
             f"run {run_id!r} is {view.status}; start a new run with `safepoint run ... --successor-of {run_id}`"
         )
+    between_commands(store, run_id, "submission")
     submission = Submission(
         submission_key=key or uuid.uuid4().hex[:16],
         text=text,
@@ -78,6 +92,33 @@ def submit(
         tools_allowed_override=tools_allowed_override,
     )
     return submission.submission_key, post(store, run_id, submission)
+
+
+def running_commands(store: Store, run_id: str) -> list[int]:
+    """The run's commands running now on this host (their supervisors' pids, from the owner's notes)."""
+    scratch = store.scratch_dir(run_id)
+    found = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for name in os.listdir(scratch or ""):
+            if name.startswith("proc-") and name[5:].isdigit():
+                with contextlib.suppress(OSError), open(os.path.join(scratch or "", name)) as handle:
+                    if process_is_alive(int(name[5:]), handle.read().strip()):
+                        found.append(int(name[5:]))
+    return found
+
+
+def between_commands(store: Store, run_id: str, what: str, *, patience: float = COMMAND_PATIENCE) -> None:
+    """Wait (at most ``patience`` seconds) until no command of the run runs: a record written while one runs is
+    taken for the command's own (it could have written it: engine/control_watch.py), so it would not be applied.
+    Refused in one line when one still runs."""
+    deadline = time.monotonic() + patience
+    while running := running_commands(store, run_id):
+        if time.monotonic() >= deadline:
+            raise ResumeError(
+                f"run {run_id!r} is running a command (pid {running[0]}); a {what} written while one runs is not "
+                "taken (the command could have written it): send it again when the command ends"
+            )
+        time.sleep(0.1)
 
 
 def owner_is_live(store: Store, run_id: str) -> bool:
@@ -138,6 +179,7 @@ def settle_subagents(store: Store, run_id: str, depth: int = 0) -> None:
 
 def reset_context(store: Store, run_id: str, *, by: str = "user") -> str:
     _refuse_finished(store, run_id, "reset")
+    between_commands(store, run_id, "reset")
     post(store, run_id, ContextResetRequest(at=now(), by=by))
     outcome = "requested" if owner_is_live(store, run_id) else settle_now(store, run_id)
     trace_now(store, run_id, 0, [("reset_requested", {"outcome": outcome, "by": by})])

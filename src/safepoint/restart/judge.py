@@ -20,7 +20,7 @@ from safepoint.core.redact import Redactor
 from safepoint.core.restart import ParentFacts, RecoveryVerdict, RestartFacts, check_recovery
 from safepoint.core.run_view import RunView
 from safepoint.core.trace_events import recovery_events
-from safepoint.engine.log_writer import run_redactor, trace_now
+from safepoint.engine.log_writer import provider_key_variables, run_redactor, trace_now
 from safepoint.errors import CorruptRecordError, RunNotFoundError
 from safepoint.protocol import (
     SELF_HEALING_PROMPT,
@@ -57,15 +57,19 @@ def redactor_of(store: Store, run_id: str) -> Redactor:
     records): the built-in patterns, this process's credential values and the patterns of the run's workspace.
     Raises ``RunNotFoundError``; a header that does not decode gives the redactor without workspace patterns."""
     try:
-        workspace: str | None = _header_decoder.decode(store.run_header(run_id)).workspace
+        info = _header_decoder.decode(store.run_header(run_id))
     except (msgspec.DecodeError, CorruptRecordError):
-        workspace = None
-    return run_redactor(workspace)
+        return run_redactor(None)
+    # the provider's key variable too, whatever its name (--api-key-env): as the run's own session hunts it
+    return run_redactor(info.workspace, withhold=provider_key_variables(info.provider))
 
 
 def redacted(redactor: Redactor, body: msgspec.Struct | dict[str, object]) -> bytes:
-    """``body`` encoded as it may be kept: every string in it redacted (the store never sees a secret)."""
-    return _encoder.encode(redactor.value(msgspec.to_builtins(body)))
+    """``body`` encoded as it may be kept: redacted by its structure (a record's exact fields, such as an
+    approval's input hash or a path, as they are; every other string redacted: the store never sees a secret)."""
+    if isinstance(body, msgspec.Struct):
+        return _encoder.encode(redactor.record(body))
+    return _encoder.encode(redactor.value(body))
 
 
 def controls(store: Store, run_id: str) -> list[tuple[int, ControlRecord]]:

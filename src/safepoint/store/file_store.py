@@ -74,6 +74,7 @@ from safepoint.store.file_encryption import EncryptionRecordFile
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
 from safepoint.store.names import check_job_id, check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
+from safepoint.store.private_root import check_store_root
 
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(LogRecord)
@@ -142,6 +143,7 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
         self._thread_lock = threading.RLock()
         self._index_fds: dict[str, int] = {}
         self._trace_fds: dict[str, int] = {}
+        self._root_checked = False  # the root is checked once per handle, before its first write or claim
 
     # paths ------------------------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> str:
@@ -188,7 +190,13 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
     def local_dir(self) -> str | None:
         return self.root
 
+    def _check_root(self) -> None:
+        if not self._root_checked:
+            check_store_root(self.root)  # a symlink, someone else's or a group/world-writable root is refused
+            self._root_checked = True
+
     def _make_root(self) -> None:
+        self._check_root()
         make_private_dirs(self._runs)
         ignore = os.path.join(self.root, ".gitignore")
         if not os.path.exists(ignore):  # the store holds copies of the user's files: never commit it by accident
@@ -266,6 +274,7 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
         self, run_id: str, *, claiming: bool = False, durable: bool = True
     ) -> Iterator[tuple[None, OwnerState | None]]:
         if claiming:
+            self._check_root()
             self._existing_run_dir(run_id)
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
             yield None, self.owner(run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from safepoint.errors import ConfigError, CorruptRecordError, StoreError
 
@@ -62,21 +62,39 @@ def checked_artifact(run_id: str, filename: str, digest: str, data: bytes | None
 _SECRET_PARAMS = frozenset({"password", "passwd", "sslpassword", "pass", "secret", "token"})
 
 
+def _authority(url: str) -> tuple[str, str, str]:
+    """``(before, netloc, after)`` of a URL split by hand, as ``urlsplit`` finds the netloc (after ``://``, up to
+    the first '/', '?' or '#'), but never raising: an unclosed IPv6 bracket is text here, not a ValueError."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, "", ""
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    return scheme + sep, rest[:end], rest[end:]
+
+
+def _query_masked(text: str) -> str:
+    head, mark, query = text.partition("?")
+    if not mark:
+        return text
+    query, hash_mark, fragment = query.partition("#")
+    fields = []
+    for field in query.split("&"):
+        name, eq, _ = field.partition("=")
+        fields.append(f"{name}=***" if eq and name.lower() in _SECRET_PARAMS else field)
+    return head + mark + "&".join(fields) + hash_mark + fragment
+
+
 def safe_url(url: str) -> str:
     """``url`` without its password, for messages: the ``user:password@`` part and a ``?password=`` (libpq takes
-    both) are masked."""
-    parts = urlsplit(url)
-    if parts.password is not None:
-        netloc = parts.netloc.rsplit("@", 1)
-        user = netloc[0].split(":", 1)[0]
-        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
-    if parts.query:
-        fields = []
-        for field in parts.query.split("&"):
-            name, eq, _ = field.partition("=")
-            fields.append(f"{name}=***" if eq and name.lower() in _SECRET_PARAMS else field)
-        parts = parts._replace(query="&".join(fields))
-    return urlunsplit(parts)
+    both) are masked. The one function every URL shown goes through: it never raises (a malformed URL is shown
+    masked all the same; rejected: ``urlsplit``, which raised on an unclosed '[' and gave a traceback) and shows
+    no piece of a password holding an '@' (everything up to the last '@' after the user's ':' is the password)."""
+    before, netloc, after = _authority(str(url))
+    userinfo, at, host = netloc.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else f"{user}@{host}"
+    return before + netloc + _query_masked(after)
 
 
 # In free text (a driver's error, a worker's stderr): a URL's ``user:password@`` and a ``password=value`` pair of
@@ -99,15 +117,17 @@ def mask_passwords(text: str, url: str | None = None) -> str:
 
 
 def url_secrets(url: str) -> list[str]:
-    """The password of ``url`` and its secret query values, as written and decoded, longest first."""
-    parts = urlsplit(url)
+    """The password of ``url`` and its secret query values, as written and decoded, longest first; with the pieces
+    of a password holding an '@' (libpq splits at the first '@' and quotes the rest as the host: 'r3tPw@db')."""
+    _, netloc, after = _authority(url)
     found: list[str] = []
-    _, at, _ = parts.netloc.rpartition("@")
-    if at:
-        userinfo = parts.netloc.rpartition("@")[0]
-        if ":" in userinfo:
-            found.append(userinfo.split(":", 1)[1])
-    for field in parts.query.split("&"):
+    userinfo, at, _ = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        password = userinfo.split(":", 1)[1]
+        found.append(password)
+        found += [piece for piece in password.split("@") if len(piece) >= 3]
+    query = after.partition("?")[2].partition("#")[0]
+    for field in query.split("&"):
         name, eq, value = field.partition("=")
         if eq and name.lower() in _SECRET_PARAMS:
             found.append(value)

@@ -57,7 +57,7 @@ from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
 from safepoint.store.names import mask_passwords, safe_url
 from safepoint.store.ownership import now
 from safepoint.store.sealed import store_key
-from safepoint.supervisor import schedule
+from safepoint.supervisor import handoff, schedule
 
 PR_SET_PDEATHSIG = 1
 OWN_WORKER_LEASE_S = 3 * HEARTBEAT_SECONDS
@@ -434,7 +434,6 @@ class Daemon:
     ) -> None:
         if self.stop_requested or key in self.workers:
             return
-        # The store URL goes by the environment, not argv: a password in it must not show in `ps`.
         command = [self.options.python, "-m", "safepoint", *args]
         command += ["--workspace", workspace or self.options.workspace, "--json"]
         for spec in dict.fromkeys((*tools, *self.options.tools)):
@@ -445,23 +444,33 @@ class Daemon:
             command += ["--pass-env", name]
         stdout = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the worker is reaped
         stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        # The store URL and the credentials go by a pipe (supervisor/handoff.py): neither the worker's environment
+        # nor its command line, which its commands (and `ps`) could read for the worker's whole life.
+        # The store's key (however the daemon was given it) joins them: SAFEPOINT_KEY, by the pipe like the rest.
+        env, secret = handoff.split_environment(key_environment(store_key(self.store), os.environ), self.store.url)
+        pipe_read, pipe_write = os.pipe()
+        env[handoff.HANDOFF_FD] = str(pipe_read)
         try:
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
-                # The store's key too goes by the environment (SAFEPOINT_KEY), whatever it was given by.
-                env={**key_environment(store_key(self.store), os.environ), "SAFEPOINT_STORE": self.store.url},
+                env=env,
+                pass_fds=(pipe_read,),
                 preexec_fn=_die_with_parent(os.getpid()),  # safe here: the daemon has one thread
                 process_group=0,  # its own group: a terminal's Ctrl-C reaches the daemon, which decides
             )
         except OSError as exc:
+            os.close(pipe_read)
+            os.close(pipe_write)
             stdout.close()
             stderr.close()
             self.failures[key] = self.failures.get(key, 0) + 1
             self.emit("error", key, error=f"cannot start a worker: {exc}", kind="OSError")
             return
+        os.close(pipe_read)
+        handoff.send(pipe_write, secret)  # a URL and a few keys: within the pipe's buffer
         self.workers[key] = Worker(key=key, kind=kind, why=why, proc=proc, stdout=stdout, stderr=stderr)
         self.emit("worker_started", key, kind=kind, why=why, pid=proc.pid)
 

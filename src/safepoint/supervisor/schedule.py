@@ -14,6 +14,7 @@ instants whatever the host's local zone or its daylight-saving changes.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,7 @@ from safepoint.engine.tools import Tool, ToolRegistry
 from safepoint.errors import ConfigError, RunNotFoundError, ScenarioError
 from safepoint.protocol import RuntimeRestartScheduledWorkContext, ScheduledWorkContext
 from safepoint.records import RunInfo, RunStatus
+from safepoint.supervisor import job_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -58,6 +60,7 @@ class ScheduledJob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     tools: tuple[str, ...] = ()
     approval: Literal["none", "high"] = "none"
     approval_timeout_s: float = 600.0
+    secret_env: tuple[str, ...] = ()  # what the job takes from the environment when it fires (job_secrets.py)
 
     @property
     def cron_exec_timeout_ms(self) -> int:
@@ -204,7 +207,14 @@ def put_job(store: Store, job: ScheduledJob, *, replace: bool = False) -> Schedu
     """Store a new job, or with ``replace`` a changed one: its version goes up, its creation time stays."""
     check_job_id(job.job_id)
     check_cron(job.cron)
-    refuse_secrets(job)
+    # No secret is stored: the task's and the base URL's are taken from the environment at fire time.
+    from safepoint.engine.log_writer import run_redactor
+
+    redactor = run_redactor(job.workspace)
+    changes, names = job_secrets.job_without_secrets(job.job_id, job.task, job.provider, os.environ, redactor)
+    if names:
+        job = msgspec.structs.replace(job, **changes, secret_env=tuple(dict.fromkeys((*job.secret_env, *names))))
+    refuse_secrets(job)  # what is left (a scenario's text, a model config) has no variable to come from
     existing = store.list_schedules().get(job.job_id)
     if existing is not None:
         if not replace:
@@ -227,7 +237,9 @@ def refuse_secrets(job: ScheduledJob) -> None:
     redactor = run_redactor(job.workspace)
     fields = msgspec.to_builtins(job)
     for name, value in fields.items():
-        if redactor.value(value) != value:
+        # The task had its secrets put into variables by the same redactor (a placeholder where a token was can
+        # read as one: "Authorization: ${...}"); secret_env holds the variables' names, not their values.
+        if name not in ("task", "secret_env") and redactor.value(value) != value:
             raise ConfigError(
                 f"scheduled job {job.job_id!r}: its {name} holds a secret, and a schedule is kept in the store; "
                 "put the secret in an environment variable and hand it to the job's commands by name "
@@ -319,6 +331,9 @@ def fire(
             f"{iso(scheduled_for_ms)} ({scheduled_for_ms}) is not an occurrence of job {job.job_id!r} "
             f"({job.cron!r}, UTC)"
         )
+    if job.secret_env:  # what the job does not keep, from this process's environment (one line if missing)
+        task, config = job_secrets.job_with_secrets(job.job_id, job.task, job.provider, job.secret_env, os.environ)
+        job = msgspec.structs.replace(job, task=task, provider=config)
     info = occurrence_info(job, scheduled_for_ms, workspace.root, now())
     provider, prompt = provider_for(info)  # a job that cannot reach its model is refused before its run exists
     session = RunSession.create(store, info, workspace, registry)
