@@ -63,6 +63,7 @@ from safepoint.workspace.files import Workspace
 
 if TYPE_CHECKING:
     from safepoint.core.commands import CommandReport, CommandRules
+    from safepoint.core.progress import ProgressEvent as ProgressEvent  # what Run.on_event's observers get
     from safepoint.core.restart import RecoveryVerdict
     from safepoint.core.resume import ResumePlan
     from safepoint.core.rollback import RollbackPlan
@@ -249,8 +250,18 @@ class Safepoint:
         output: Callable[[str], None] | None = None,
     ) -> RunStatus:
         """Drive the run with a model (by default the one it was started with). ``output`` receives streamed text
-        as it is shown to the user."""
+        as the model writes it (as it is: not redacted); an observer of ``run.on_event`` gets it redacted, whole
+        lines at a time."""
         from safepoint.agent.loop import Agent
+
+        progress = run.session.progress
+        if progress.observers:  # someone listens: the text streams to them, a whole line at a time, redacted
+            shown = output
+
+            def output(chunk: str) -> None:
+                progress.stream(chunk)
+                if shown is not None:
+                    shown(chunk)
 
         if provider is None:
             from safepoint.providers.select import provider_for

@@ -19,7 +19,6 @@ from safepoint.cli.common import (
     exit_code_for,
     open_safepoint_at,
     plain,
-    write_through,
 )
 from safepoint.errors import ConfigError, DecisionNeeded, ExitCode, SafepointError, is_disk_full
 
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from safepoint import Tool
-    from safepoint.api import Run
+    from safepoint.api import Run, Safepoint
     from safepoint.records import ConflictResolution
 
 # Plain help and usage errors (rich_markup_mode=None): rich's help formatter imports markdown-it and doubles the
@@ -58,17 +57,36 @@ def _emit(data: Any, as_json: bool, render: "Callable[[Any], Any] | None" = None
         out.print(render(plain(data)))
 
 
-def _finish(run: "Run", status: str, as_json: bool) -> None:
+def _finish(run_id: str, status: str, as_json: bool, detail: str = "", *, spaced: bool = True) -> None:
+    """The last line of ``run``/``resume``: under ``--json`` one compact object (the ``finished`` event), after
+    the progress events, so the output stays one JSON value a line."""
+    from safepoint.cli.progress import Printer
+
     if as_json:
-        emit({"run_id": run.run_id, "status": status}, True)
+        import json
+
+        done = {"event": "finished", "run_id": run_id, "status": status} | ({"detail": detail} if detail else {})
+        sys.stdout.write(json.dumps(done) + "\n")
     else:
-        out.print(f"run {run.run_id}: [bold]{status}[/bold]")
+        Printer(as_json=False).finished(run_id, status, spaced=spaced)
     raise typer.Exit(exit_code_for(status))
 
 
-def _shown(as_json: bool) -> "Callable[[str], None] | None":
-    """Where streamed text goes: the terminal, as it arrives (never into --json output)."""
-    return None if as_json else write_through
+def _watch(run: "Run", sp: "Safepoint", quiet: bool, as_json: bool) -> None:
+    """Progress: each step printed as it happens (``--json``: one event a line), through the library's hook."""
+    if quiet:
+        return
+    import os
+    import shlex
+
+    from safepoint.cli.progress import Printer
+
+    here = os.path.abspath(".")
+    inside = here == sp.root or here.startswith(sp.root.rstrip(os.sep) + os.sep)
+    run.on_event(Printer(as_json=as_json, where="" if inside else f" -w {shlex.quote(sp.root)}"))
+
+
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print no progress, only the final status.")]
 
 
 ApprovalOpt = Annotated[
@@ -116,6 +134,7 @@ def run(
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     pass_env: PassEnvOpt = None,
+    quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a run: of a scenario (scripted model), or of --task with a model server (--model, --base-url)."""
@@ -147,10 +166,11 @@ def run(
         handle = sp.start(task, model=model, provider=config, **options)
     if not as_json:
         out.print(f"run id: {handle.run_id}")
+    _watch(handle, sp, quiet, as_json)
     with handle:
-        status = sp.run_agent(handle, output=_shown(as_json))  # the run's own model: its scenario or server
+        status = sp.run_agent(handle)  # the run's own model: its scenario or server
     _stopped(handle.run_id, status)
-    _finish(handle, status, as_json)
+    _finish(handle.run_id, status, as_json, spaced=not quiet)
 
 
 @app.command()
@@ -166,6 +186,7 @@ def resume(
     store: StoreOpt = None,
     tools: ToolsOpt = None,
     pass_env: PassEnvOpt = None,
+    quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Resume a run after a crash or restart: recovery checks first, then from its latest complete checkpoint."""
@@ -175,10 +196,10 @@ def resume(
     extra = _load_tools(tools)
     sp = _open(store, workspace)
     if sp.nothing_to_resume(run_id, replay=replay or (), skip=skip or ()):
-        emit({"run_id": run_id, "status": "completed"}, as_json)  # resuming is idempotent: finished stays finished
-        if not as_json:
+        if not as_json:  # resuming is idempotent: finished stays finished
             out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")
-        raise typer.Exit(ExitCode.OK)
+            raise typer.Exit(ExitCode.OK)
+        _finish(run_id, "completed", True)
     provider, prompt = sp.provider_for(run_id, model=model)  # a model that cannot be reached: refused first
     try:
         handle = sp.resume(
@@ -188,23 +209,22 @@ def resume(
             skip=skip or (),
             takeover=takeover,
             model=model,  # None: the run's own model (a submission may have asked for another); no switch
-            output=_shown(as_json),
             pass_env=pass_env or (),
         )
     except DecisionNeeded as exc:
         if as_json:
-            emit({"run_id": run_id, "status": "waiting_decision", "detail": str(exc)}, True)
-        else:
-            sys.stderr.write(f"safepoint: {exc}\n")
+            _finish(run_id, "waiting_decision", True, str(exc))
+        sys.stderr.write(f"safepoint: {exc}\n")
         raise typer.Exit(exc.exit_code) from None
-    if not as_json and handle.recovery_note is not None:
+    if not as_json and not quiet and handle.recovery_note is not None:
         from safepoint.cli import render
 
         out.print(render.note_panel(handle.recovery_note))
+    _watch(handle, sp, quiet, as_json)
     with handle:
-        status = sp.run_agent(handle, provider, system=prompt, output=_shown(as_json))
+        status = sp.run_agent(handle, provider, system=prompt)
     _stopped(handle.run_id, status)
-    _finish(handle, status, as_json)
+    _finish(handle.run_id, status, as_json, spaced=not quiet)
 
 
 @app.command()
