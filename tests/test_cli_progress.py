@@ -233,3 +233,55 @@ def test_the_console_script_streams_progress_before_the_run_ends(tmp_path):
         assert denied.returncode == 0, denied.stderr
         out, _ = running.communicate(timeout=120)
     assert "failed send_notification a@b.c (not run now): error: not run: denied by user" in out
+
+
+SECRETS = [
+    "sk-proj-" + "abcdefghijklmnopqrstuvwx0123",
+    TOKEN,
+    "Bearer " + "abcdefghijklmnop0123456789",
+    "Authorization: Basic " + "dXNlcjpwYXNzd29yZDEyMw==",
+    "https://user:hunter2hunter2@example.com/x",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc def\n-----END RSA PRIVATE KEY-----",
+    "the value s3cr3t-of-the-env-variable here",
+]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_streamed_text_cut_anywhere_never_lets_a_secret_through(secret):
+    """Every cut of the text into two pieces, and one piece a character: what goes out never holds the secret
+    (nor its longest piece a redaction would miss), and whole words go out before the turn ends."""
+    from safepoint.core.progress import LineHold
+    from safepoint.core.redact import Redactor
+
+    redactor = Redactor(values=["s3cr3t-of-the-env-variable"])
+    text = f"Here it is: {secret} and more words after it. "
+    whole = redactor.text(text)
+    assert whole != text  # the redactor knows this secret
+    pieces_list = [[text[:i], text[i:]] for i in range(1, len(text))] + [list(text)]
+    for pieces in pieces_list:
+        out: list[str] = []
+        hold = LineHold(redactor, out.append)
+        for piece in pieces:
+            hold.feed(piece)
+        before_flush = "".join(out)
+        hold.flush()
+        shown = "".join(out)
+        assert shown == whole, pieces
+        for line in secret.splitlines():
+            assert not (len(line) > 12 and line in shown and line not in whole), (pieces, shown)
+        if len(pieces) > 2:
+            assert before_flush.startswith("Here it is: ")  # streamed word by word, not at the end
+
+
+def test_a_secret_that_may_hold_a_space_makes_the_text_go_out_a_line_at_a_time():
+    from safepoint.core.progress import LineHold
+    from safepoint.core.redact import Redactor
+
+    redactor = Redactor(values=["open sesame now"])
+    out: list[str] = []
+    hold = LineHold(redactor, out.append)
+    for piece in ["say open ", "sesame now", " please\nnext"]:
+        hold.feed(piece)
+    assert out == ["say [REDACTED:credential_value] please\n"]
+    hold.flush()
+    assert "".join(out).endswith("next") and "sesame" not in "".join(out)

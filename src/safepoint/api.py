@@ -71,6 +71,8 @@ if TYPE_CHECKING:
     from safepoint.engine.tools import Tool, ToolRegistry
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
+    from safepoint.review import FileDiff as FileDiff  # re-exported: diff's parts
+    from safepoint.review import Follower, PendingApproval, RunDiff
     from safepoint.standins.scenario import Scenario
     from safepoint.store.base import Store
 
@@ -306,6 +308,31 @@ class Safepoint:
         return History(
             current=list(view.history), abandoned=[m for m in view.message_records.values() if id(m) not in current]
         )
+
+    def diff(self, run_id: str, call_id: str | None = None) -> RunDiff:
+        """The agent's changes as unified diffs: per path, from before the run (or ``call_id``) changed it to what
+        it left (binary files named, large ones summarised, as ``conflicts`` does)."""
+        from safepoint import review
+
+        with self._session(run_id, read_only=True) as session:
+            return review.run_diff(session, call_id)
+
+    def approvals(self, run_id: str | None = None) -> list[PendingApproval]:
+        """The calls waiting for a person's approval, in one run or across the store's runs."""
+        from safepoint import review
+
+        if run_id is not None:
+            from safepoint.report import load_view
+
+            load_view(self.store, run_id)  # an unknown run is said as such, not as "nothing waits"
+        return review.pending_approvals(self.store, [run_id] if run_id else list(self.store.list_runs()))
+
+    def follow(self, run_id: str) -> Follower:
+        """Follow a run live from the store (any process may run it): ``poll()`` returns what happened since, as
+        ``Run.on_event``'s events; ``ended()`` says when it stopped."""
+        from safepoint.review import Follower
+
+        return Follower(self.store, run_id)
 
     def restart_checkpoint(self, run_id: str) -> RuntimeRestartCheckpoint | None:
         """The run's restart checkpoint (seed 003 §1.2) when one is stored and intact: the work in flight."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.cli import db, protocol, supervise
+from safepoint.cli import db, protocol, review, supervise
 from safepoint.cli.common import (
     JsonOpt,
     Out,
@@ -534,6 +534,7 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
 protocol.register(app, out)
 supervise.register(app, out)
 db.register(app, out)
+review.register(app, out)
 
 
 def main() -> None:

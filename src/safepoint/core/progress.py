@@ -101,10 +101,17 @@ def first_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+# Built-in patterns whose match holds a space: a line holding one of these is let out whole.
+SPACED_TRIGGERS = ("bearer", "authorization", "aws_secret_access_key", "-----begin")
+
+
 class LineHold:
-    """Streamed text, let through a whole line at a time and redacted: a secret split between two pieces is
-    whole when it is redacted. A private key block opened and not yet closed is held until its end line (or
-    ``HOLD_LIMIT``). Rejected: redacting each piece as it comes (a token cut in two passes both halves)."""
+    """Streamed text, let out as soon as it is safe to redact and no sooner: whole words (a built-in secret
+    holds no space, except the few ``SPACED_TRIGGERS`` name) or, when the line holds one of those or the
+    redactor has secrets that may hold a space, whole lines. A private key block opened and not closed is held
+    until its end line (or ``HOLD_LIMIT``). The unfinished last word is held, so a secret cut between two pieces
+    is whole when it is redacted. Rejected: redacting each piece as it comes (a token cut in two passes both
+    halves)."""
 
     def __init__(self, redactor: Redactor, sink: Callable[[str], None]) -> None:
         self.redactor = redactor
@@ -114,13 +121,16 @@ class LineHold:
 
     def feed(self, chunk: str) -> None:
         self.held += chunk
-        cut = self.held.rfind("\n") + 1
-        opened = self.held.rfind("-----BEGIN", 0, cut)
-        if opened >= 0 and "-----END" not in self.held[opened:cut] and len(self.held) < HOLD_LIMIT:
+        held = self.held
+        cut = held.rfind("\n") + 1
+        opened = held.rfind("-----BEGIN", 0, cut)
+        if opened >= 0 and "-----END" not in held[opened:cut] and len(held) < HOLD_LIMIT:
             cut = opened  # a key block still open: hold it whole
+        elif not self.redactor.spans_words and not any(t in held[cut:].lower() for t in SPACED_TRIGGERS):
+            cut = max(cut, max(held.rfind(" "), held.rfind("\t")) + 1)  # whole words
         if cut > 0:
-            self._out(self.held[:cut])
-            self.held = self.held[cut:]
+            self._out(held[:cut])
+            self.held = held[cut:]
 
     def flush(self) -> bool:
         """Let the rest out (the turn ended); True when any text of the turn went out."""

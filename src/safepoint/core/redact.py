@@ -71,6 +71,9 @@ class Redactor:
         self._values = re.compile("|".join(re.escape(v) for v in secrets)) if secrets else None
         self._user = re.compile("|".join(f"(?P<{n}>{p})" for n, p in named.items())) if named else None
         self._builtin = _BUILTIN
+        # A secret that may hold a space (a user pattern, a variable's value with one): text streamed to people is
+        # then let out a whole line at a time, not a word at a time (core.progress.LineHold).
+        self.spans_words = bool(named) or any(any(c.isspace() for c in v) for v in secrets)
 
     def text(self, value: str) -> str:
         value = self._builtins(value)

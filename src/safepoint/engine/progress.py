@@ -38,6 +38,7 @@ class Progress:
         self.step = 0
         self._started: dict[str, float] = {}  # call id -> when it started (monotonic), for its duration
         self._hold = LineHold(redactor, self._text)
+        self._awaiting: ApprovalWait | None = None
 
     @staticmethod
     def step_of(step_id: str) -> int:
@@ -101,21 +102,25 @@ class Progress:
         )
 
     def approval_wait(self, call_id: str, tool: str, args: dict[str, Any], risk_level: str) -> None:
+        """A call is about to wait for a person: told with the ``waiting_approval`` status, once the wait is
+        durable (a command printed before then could answer a wait a crash never recorded)."""
         if not self.observers:
             return
-        self._emit(
-            ApprovalWait(
-                run_id=self.run_id,
-                call_id=call_id,
-                tool=tool,
-                target=main_argument(args),
-                risk_level=risk_level,
-                approve=f"safepoint approve {self.run_id} {call_id}",
-                deny=f"safepoint deny {self.run_id} {call_id}",
-            )
+        self._awaiting = ApprovalWait(
+            run_id=self.run_id,
+            call_id=call_id,
+            tool=tool,
+            target=main_argument(args),
+            risk_level=risk_level,
+            approve=f"safepoint approve {self.run_id} {call_id}",
+            deny=f"safepoint deny {self.run_id} {call_id}",
         )
 
     def status(self, status: str, detail: str) -> None:
-        if self.observers:
-            self._hold.flush()
-            self._emit(StatusChanged(run_id=self.run_id, status=status, detail=detail))
+        if not self.observers:
+            return
+        self._hold.flush()
+        if status == "waiting_approval" and self._awaiting is not None:
+            self._emit(self._awaiting)
+            self._awaiting = None
+        self._emit(StatusChanged(run_id=self.run_id, status=status, detail=detail))
