@@ -71,8 +71,8 @@ if TYPE_CHECKING:
     from safepoint.engine.tools import Tool, ToolRegistry
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
+    from safepoint.review import CallSettled, Follower, PendingApproval, RunDiff
     from safepoint.review import FileDiff as FileDiff  # re-exported: diff's parts
-    from safepoint.review import Follower, PendingApproval, RunDiff
     from safepoint.standins.scenario import Scenario
     from safepoint.store.base import Store
 
@@ -316,6 +316,19 @@ class Safepoint:
 
         with self._session(run_id, read_only=True) as session:
             return review.run_diff(session, call_id)
+
+    def settle(
+        self, run_id: str, call_id: str, *, happened: bool, by: str = "user", takeover: bool = False
+    ) -> CallSettled:
+        """A person checked an uncertain call by hand. ``happened=True``: it is finished as succeeded ("settled by
+        a person") and never run again; ``False``: the next resume runs it again without asking when its replay
+        policy allows (``never``: finished as failed, the model is told it did not take effect). Recorded with
+        ``by`` and the time, under the run's claim (``takeover`` fences off a live owner first)."""
+        from safepoint.engine import actions
+        from safepoint.review import CallSettled
+
+        with self._session(run_id, takeover=takeover) as session:
+            return CallSettled(**actions.settle_call(session, call_id, happened=happened, by=by))
 
     def approvals(self, run_id: str | None = None) -> list[PendingApproval]:
         """The calls waiting for a person's approval, in one run or across the store's runs."""

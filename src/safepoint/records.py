@@ -56,7 +56,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # (timeout), the subagent's grant expired during the wait (grant_expired), its effect found by a probe (probe),
 # a person chose to run it again (replay) or not (skip), or it was reported uncertain and not repeated.
 LedgerDecision = Literal[
-    "approved", "denied", "timeout", "grant_expired", "probe", "replay", "skip", "report_uncertain"
+    "approved", "denied", "timeout", "grant_expired", "probe", "replay", "skip", "report_uncertain", "settled"
 ]
 ResultEncoding = Literal["text", "json", "none"]
 

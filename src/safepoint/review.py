@@ -39,6 +39,16 @@ class RunDiff(msgspec.Struct, frozen=True, kw_only=True):
     files: list[FileDiff]
 
 
+class CallSettled(msgspec.Struct, frozen=True, kw_only=True):
+    """``settle``: what a person's finding made of the call (``outcome`` in words)."""
+
+    run_id: str
+    call_id: str
+    happened: bool
+    status: str
+    outcome: str
+
+
 class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
     """A call that waits for a person's approval, with the commands that answer it."""
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.cli.common import JsonOpt, Out, StoreOpt, WorkspaceOpt, emit, open_safepoint_at, plain
-from safepoint.errors import ExitCode
+from safepoint.cli.common import JsonOpt, Out, StoreOpt, TakeoverOpt, WorkspaceOpt, emit, open_safepoint_at, plain
+from safepoint.errors import ConfigError, ExitCode
 
 if TYPE_CHECKING:
     pass
@@ -108,6 +108,31 @@ def register(app: typer.Typer, out: Out) -> None:
                 f"{item['seconds_left']:.0f} s left; {who})\n"
                 f"  approve: {item['approve']}\n  deny:    {item['deny']}\n"
             )
+
+    @app.command()
+    def settle(
+        run_id: Annotated[str, typer.Argument(help="The run the call belongs to.")],
+        call_id: Annotated[str, typer.Argument(help="The uncertain call you checked (see `safepoint explain`).")],
+        happened: Annotated[bool, typer.Option("--happened", help="Its effect is there: never run it again.")] = False,
+        did_not_happen: Annotated[
+            bool,
+            typer.Option("--did-not-happen", help="It had no effect: the resume runs it again when its policy allows."),
+        ] = False,
+        by: Annotated[str, typer.Option("--by", help="Who checked (recorded with the time).")] = "user",
+        takeover: TakeoverOpt = False,
+        workspace: WorkspaceOpt = ".",
+        store: StoreOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Settle an uncertain call someone checked by hand: --happened or --did-not-happen."""
+        if happened == did_not_happen:
+            raise ConfigError("choose one of --happened and --did-not-happen")
+        settled = open_safepoint_at(store, workspace).settle(
+            run_id, call_id, happened=happened, by=by, takeover=takeover
+        )
+        emit(settled, as_json)
+        if not as_json:
+            sys.stdout.write(f"run {run_id}: call {call_id} {settled.outcome}\n")
 
     @app.command()
     def watch(
