@@ -723,6 +723,32 @@ def classify(command: str, *, workspace: str = ".", rules: str | None = None) ->
     )
 
 
+def find_workspace(start: str = ".") -> str | None:
+    """The workspace ``start`` is in, found as git finds its repository: ``start`` or the nearest folder above it
+    holding a store (``.agent-runtime``). The walk stops at a filesystem boundary and at the home folder (it is
+    looked in, not above), so a store elsewhere on the machine is never picked up by accident. None: no store."""
+    from safepoint.store.url import DEFAULT_STORE_DIR
+
+    here = os.path.abspath(start)
+    home = os.path.expanduser("~")
+    try:
+        device = os.stat(here).st_dev
+    except OSError:
+        return None
+    while True:
+        if os.path.isdir(os.path.join(here, DEFAULT_STORE_DIR)):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here or here == home:
+            return None
+        try:
+            if os.stat(parent).st_dev != device:
+                return None  # another filesystem: git stops here too (GIT_DISCOVERY_ACROSS_FILESYSTEM)
+        except OSError:
+            return None
+        here = parent
+
+
 def open(url: str | None = None, *, workspace: str = ".", exclude: Iterable[str] = ()) -> Safepoint:
     """Open a store (``file:PATH``, a bare path, or ``postgresql://...``) for a workspace. ``exclude`` adds
     gitignore-style patterns that captures of command changes never look at (as does WORKSPACE/.safepointignore)."""

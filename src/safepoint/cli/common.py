@@ -66,7 +66,11 @@ _opened: list[Safepoint] = []  # closed when the command ends (a PostgreSQL pool
 def open_safepoint_at(store: str | None, workspace: str) -> Safepoint:
     if not os.path.isdir(workspace):
         raise ConfigError(f"workspace {workspace!r} does not exist; create it or pass an existing --workspace")
+    from safepoint.api import find_workspace
     from safepoint.api import open as open_safepoint
+
+    if workspace == "." and store is None:  # no --workspace: the one this folder is in, found as git finds its repo
+        workspace = find_workspace(".") or "."
 
     opened = open_safepoint(store, workspace=workspace)
     _opened.append(opened)
