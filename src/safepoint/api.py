@@ -292,6 +292,12 @@ class Safepoint:
 
         return report.checkpoint_rows(self.store, run_id)
 
+    def checkpoint_for(self, run_id: str, ref: str) -> str:
+        """A checkpoint id, or ``step:N``: the state after step N (``step:0``: before the first step)."""
+        from safepoint import report
+
+        return report.checkpoint_for(self.store, run_id, ref)
+
     def explain(self, run_id: str, *, probe_workspace: bool = True) -> Explanation:
         """What happened to every call, and where and why a resume would continue. ``probe_workspace``: compare
         the workspace with what the run left there and ask the tools' probes (they only read)."""

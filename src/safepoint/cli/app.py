@@ -32,13 +32,31 @@ if TYPE_CHECKING:
 # Plain help and usage errors (rich_markup_mode=None): rich's help formatter imports markdown-it and doubles the
 # start-up of `safepoint --help`.
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (typer's: bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     help="Crash-safe AI-agent runs.",
 )
 out = Out()
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"safepoint {version('safepoint')}\n")
+        raise typer.Exit(ExitCode.OK)
+
+
+@app.callback()
+def _common(
+    _version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+) -> None:
+    """Crash-safe AI-agent runs."""
 
 
 def _load_tools(specs: list[str] | None) -> "list[Tool]":
@@ -55,6 +73,13 @@ def _emit(data: Any, as_json: bool, render: "Callable[[Any], Any] | None" = None
     emit(data, as_json)
     if not as_json and render is not None:
         out.print(render(plain(data)))
+
+
+def _emit_plain(data: Any, as_json: bool, render: "Callable[[Any], str]") -> None:
+    """``--json``: the result as plain data; otherwise a plain text table (no rich: it fits the terminal)."""
+    emit(data, as_json)
+    if not as_json:
+        sys.stdout.write(render(plain(data)))
 
 
 def _finish(run_id: str, status: str, as_json: bool, detail: str = "", *, spaced: bool = True) -> None:
@@ -251,17 +276,17 @@ def status(
 @app.command()
 def ledger(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Every tool call of a run with its ledger state."""
-    from safepoint.cli import render
+    from safepoint.cli.plain import ledger_table
 
-    _emit(_open(store, workspace).ledger(run_id), as_json, render.ledger_table)
+    _emit_plain(_open(store, workspace).ledger(run_id), as_json, ledger_table)
 
 
 @app.command()
 def checkpoints(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """The checkpoints of a run."""
-    from safepoint.cli import render
+    """The checkpoints of a run, each with the call it belongs to (`--to step:N` names the one after step N)."""
+    from safepoint.cli.plain import checkpoint_table
 
-    _emit(_open(store, workspace).checkpoints(run_id), as_json, render.checkpoint_table)
+    _emit_plain(_open(store, workspace).checkpoints(run_id), as_json, checkpoint_table)
 
 
 @app.command()
@@ -275,7 +300,12 @@ def explain(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, 
 @app.command()
 def rollback(
     run_id: str,
-    to: Annotated[str, typer.Option("--to", help="The checkpoint to go back to (see `safepoint checkpoints`).")],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", help="The checkpoint to go back to (see `safepoint checkpoints`), or step:N (after step N)."
+        ),
+    ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
     include_uncertain: Annotated[
         bool,
@@ -292,9 +322,10 @@ def rollback(
     from safepoint.cli import render
     from safepoint.records import RollbackFiles
 
-    plan = _open(store, workspace).recover(
+    sp = _open(store, workspace)
+    plan = sp.recover(
         run_id,
-        RollbackFiles(checkpoint_id=to),
+        RollbackFiles(checkpoint_id=sp.checkpoint_for(run_id, to)),
         dry_run=dry_run,
         include_uncertain=include_uncertain,
         takeover=takeover,
@@ -350,7 +381,9 @@ def resolve(
 @app.command()
 def restore(
     run_id: str,
-    to: Annotated[str, typer.Option("--to", help="The checkpoint to restore the session to.")],
+    to: Annotated[
+        str, typer.Option("--to", help="The checkpoint to restore the session to, or step:N (after step N).")
+    ],
     with_files: Annotated[bool, typer.Option("--with-files", help="Also roll the files back to it.")] = False,
     include_uncertain: Annotated[
         bool, typer.Option("--include-uncertain", help="With --with-files: also changes whose author is uncertain.")
@@ -369,7 +402,7 @@ def restore(
     sp = _open(store, workspace)
     restored = sp.recover(
         run_id,
-        RestoreSession(checkpoint_id=to),
+        RestoreSession(checkpoint_id=sp.checkpoint_for(run_id, to)),
         with_files=with_files,
         include_uncertain=include_uncertain,
         tools=_load_tools(tools),
@@ -456,13 +489,13 @@ def history(
     as_json: JsonOpt = False,
 ) -> None:
     """The conversation of a run (its current branch)."""
-    from safepoint.cli import render
+    from safepoint.cli.plain import history_table
 
     found = _open(store, workspace).history(run_id)
     rows = [plain(m) | {"branch": "current"} for m in found.current]
     if all_branches:
         rows += [plain(m) | {"branch": "abandoned"} for m in found.abandoned]
-    _emit(rows, as_json, render.history_table)
+    _emit_plain(rows, as_json, history_table)
 
 
 def _render_classification(report: dict[str, Any]) -> str:
@@ -537,21 +570,47 @@ db.register(app, out)
 review.register(app, out)
 
 
-def main() -> None:
-    """Usage errors are typer's (exit 2); a SafepointError is one line on stderr, never a traceback."""
-    try:
-        app()
-    except SafepointError as exc:
-        from safepoint.api import mask_passwords  # a driver's message may quote the store URL
+def _json_error(message: str, code: int) -> None:
+    """Under ``--json`` an error is also a JSON object on stdout, the last line (after any progress events):
+    ``{"error": ..., "exit_code": ...}``; stderr keeps its one line for people."""
+    import json
 
-        sys.stderr.write(f"safepoint: {mask_passwords(' '.join(str(exc).split()))}\n")
-        sys.exit(exc.exit_code)
+    sys.stdout.write(json.dumps({"error": message, "exit_code": int(code)}) + "\n")
+    sys.stdout.flush()
+
+
+def _fail(message: str, code: int, as_json: bool) -> None:
+    from safepoint.api import mask_passwords  # a driver's message may quote the store URL
+
+    shown = mask_passwords(" ".join(message.split()))
+    if as_json:
+        _json_error(shown, code)
+    sys.stderr.write(f"safepoint: {shown}\n")
+    sys.exit(code)
+
+
+def main() -> None:
+    """Usage errors are typer's (exit 2); a SafepointError is one line on stderr, never a traceback. With
+    ``--json`` every error (usage errors too) is also a JSON object on stdout."""
+    as_json = "--json" in sys.argv[1:]
+    try:
+        if not as_json:
+            app()
+        else:
+            code = app(standalone_mode=False)  # usage errors come back as exceptions: said as JSON below
+            sys.exit(code if isinstance(code, int) else 0)
+    except SafepointError as exc:
+        _fail(str(exc), exc.exit_code, as_json)
     except OSError as exc:
         # A full disk outside the store (the workspace, a command's capture): one line too, never a traceback.
         if not is_disk_full(exc):
             raise
         where = f" ({exc.filename})" if exc.filename else ""
-        sys.stderr.write(f"safepoint: no space left on the disk{where}; free space, then resume the run\n")
-        sys.exit(ExitCode.DISK_FULL)
+        _fail(f"no space left on the disk{where}; free space, then resume the run", ExitCode.DISK_FULL, as_json)
+    except Exception as exc:
+        usage = getattr(exc, "format_message", None)  # click's UsageError and its kin (typer's own click)
+        if not as_json or usage is None:
+            raise
+        _fail(f"{usage()} (see --help)", getattr(exc, "exit_code", ExitCode.USAGE), as_json)
     finally:
         close_opened()
