@@ -141,7 +141,7 @@ PassEnvOpt = Annotated[
 def run(
     scenario: Annotated[str | None, typer.Argument(help="Scenario JSON file for the scripted model.")] = None,
     workspace: WorkspaceOpt = ".",
-    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="The new run's id (default: a fresh one).")] = None,
     task: Annotated[str | None, typer.Option("--task", help="The task, for a real model (no scenario).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name on the OpenAI-compatible server.")] = None,
     base_url: Annotated[
@@ -200,7 +200,7 @@ def run(
 
 @app.command()
 def resume(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     workspace: WorkspaceOpt = ".",
     replay: Annotated[list[str] | None, typer.Option("--replay", help="Run this uncertain call again.")] = None,
     skip: Annotated[list[str] | None, typer.Option("--skip", help="Do not run this uncertain call again.")] = None,
@@ -254,7 +254,7 @@ def resume(
 
 @app.command()
 def status(
-    run_id: Annotated[str | None, typer.Argument()] = None,
+    run_id: Annotated[str | None, typer.Argument(help="One run (default: every run of the store).")] = None,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -274,7 +274,12 @@ def status(
 
 
 @app.command()
-def ledger(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def ledger(
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Every tool call of a run with its ledger state."""
     from safepoint.cli.plain import ledger_table
 
@@ -282,7 +287,12 @@ def ledger(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, a
 
 
 @app.command()
-def checkpoints(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def checkpoints(
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The checkpoints of a run, each with the call it belongs to (`--to step:N` names the one after step N)."""
     from safepoint.cli.plain import checkpoint_table
 
@@ -290,7 +300,12 @@ def checkpoints(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = No
 
 
 @app.command()
-def explain(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def explain(
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """What happened to every call, and where and why a resume would continue."""
     from safepoint.cli import render
 
@@ -299,7 +314,7 @@ def explain(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, 
 
 @app.command()
 def rollback(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     to: Annotated[
         str,
         typer.Option(
@@ -336,7 +351,12 @@ def rollback(
 
 
 @app.command()
-def conflicts(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def conflicts(
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    workspace: WorkspaceOpt = ".",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Files a rollback did not touch because they changed after the agent wrote them."""
     from safepoint.cli import render
 
@@ -350,8 +370,8 @@ def conflicts(run_id: str, workspace: WorkspaceOpt = ".", store: StoreOpt = None
 
 @app.command()
 def resolve(
-    run_id: str,
-    path: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    path: Annotated[str, typer.Argument(help="The conflicting file (see `safepoint conflicts`).")],
     keep_user: Annotated[bool, typer.Option("--keep-user", help="Keep the file as it is now.")] = False,
     apply_agent: Annotated[bool, typer.Option("--apply-agent", help="Revert it anyway, over the later edits.")] = False,
     manual_merge: Annotated[
@@ -380,7 +400,7 @@ def resolve(
 
 @app.command()
 def restore(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     to: Annotated[
         str, typer.Option("--to", help="The checkpoint to restore the session to, or step:N (after step N).")
     ],
@@ -417,8 +437,10 @@ def restore(
 
 @app.command()
 def compensate(
-    run_id: str,
-    ledger_entry_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    ledger_entry_id: Annotated[
+        str, typer.Argument(help="The finished call to take back (its call_id in `safepoint ledger`).")
+    ],
     assume_done: Annotated[bool, typer.Option("--assume-done", help="Compensate an uncertain call.")] = False,
     replay: Annotated[bool, typer.Option("--replay", help="Run an interrupted compensation again.")] = False,
     skip: Annotated[bool, typer.Option("--skip", help="Leave an interrupted compensation as it is.")] = False,
@@ -452,11 +474,13 @@ def compensate(
 
 @app.command()
 def commit(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     yes: Annotated[
         bool, typer.Option("--yes", help="Create the commit (without it: show what would be committed).")
     ] = False,
-    message: Annotated[str | None, typer.Option("--message", "-m")] = None,
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", help="The commit message (default: names the run and its task).")
+    ] = None,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -482,7 +506,7 @@ def commit(
 
 @app.command()
 def history(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     all_branches: Annotated[bool, typer.Option("--all", help="Include abandoned branches.")] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
@@ -595,9 +619,9 @@ def main() -> None:
     as_json = "--json" in sys.argv[1:]
     try:
         if not as_json:
-            app()
+            app(prog_name="safepoint")  # `python -m safepoint` too: its usage and its shell completion say so
         else:
-            code = app(standalone_mode=False)  # usage errors come back as exceptions: said as JSON below
+            code = app(prog_name="safepoint", standalone_mode=False)  # usage errors come back as exceptions: said as JSON below
             sys.exit(code if isinstance(code, int) else 0)
     except SafepointError as exc:
         _fail(str(exc), exc.exit_code, as_json)
