@@ -23,7 +23,7 @@ SCRIPT = {
         {
             "text": "Writing the first files of a rather long change that explains itself at length. " * 4,
             "tool_calls": [
-                {"tool": "write_file", "args": {"path": "src/payments/a_long_module_name_for_tests.py", "content": "x"}},
+                {"tool": "write_file", "args": {"path": "src/payments/a_long_module_name.py", "content": "x"}},
                 {"tool": "run_command", "args": {"command": "echo " + "word " * 40}},
             ],
         },

@@ -621,7 +621,7 @@ def main() -> None:
         if not as_json:
             app(prog_name="safepoint")  # `python -m safepoint` too: its usage and its shell completion say so
         else:
-            code = app(prog_name="safepoint", standalone_mode=False)  # usage errors come back as exceptions: said as JSON below
+            code = app(prog_name="safepoint", standalone_mode=False)  # usage errors raise: said as JSON below
             sys.exit(code if isinstance(code, int) else 0)
     except SafepointError as exc:
         _fail(str(exc), exc.exit_code, as_json)
