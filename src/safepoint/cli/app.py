@@ -465,6 +465,8 @@ def compensate(
             takeover=takeover,
         )
     except DecisionNeeded as exc:
+        if as_json:
+            _json_error(str(exc), exc.exit_code)
         sys.stderr.write(f"safepoint: {exc}\n")
         raise typer.Exit(exc.exit_code) from None
     emit(result, as_json)
