@@ -122,8 +122,14 @@ def test_approvals_lists_every_waiting_call_with_its_commands(tmp_path):
         listed = safepoint_in_process("approvals", "-w", ws)
         assert listed.returncode == 0, listed.stderr
         assert "r call_1: send_notification a@b.c (high risk" in listed.stdout
-        assert "approve: safepoint approve r call_1\n" in listed.stdout
-        assert "deny:    safepoint deny r call_1\n" in listed.stdout and "a live process waits on it" in listed.stdout
+        # from outside the workspace the commands name it (here: the test's own folder)
+        assert f"approve: safepoint approve r call_1 -w {ws}\n" in listed.stdout
+        assert f"deny:    safepoint deny r call_1 -w {ws}\n" in listed.stdout
+        assert "a live process waits on it" in listed.stdout
+        inside = subprocess.run(
+            [PY, "-m", "safepoint", "approvals"], cwd=ws, env=cli_env(), capture_output=True, text=True, timeout=60
+        )
+        assert "approve: safepoint approve r call_1\n" in inside.stdout, inside.stdout
         data = json.loads(safepoint_in_process("approvals", "--json", "-w", ws).stdout)
         assert [(a["run_id"], a["call_id"], a["attended"]) for a in data] == [("r", "call_1", True)]
         assert 0 < data[0]["seconds_left"] <= 600

@@ -94,14 +94,22 @@ def register(app: typer.Typer, out: Out) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Calls waiting for a person's approval, across runs, with the commands that approve or deny each."""
-        waiting = open_safepoint_at(store, workspace).approvals(run_id)
+        import shlex
+
+        sp = open_safepoint_at(store, workspace)
+        waiting = sp.approvals(run_id)
         if as_json:
             emit(waiting, True)
             return
         if not waiting:
             sys.stdout.write("no call waits for approval\n")
             return
+        here = os.path.abspath(".")
+        inside = here == sp.root or here.startswith(sp.root.rstrip(os.sep) + os.sep)
+        where = "" if inside else f" -w {shlex.quote(sp.root)}"  # the commands work from where you stand
         for item in plain(waiting):
+            item["approve"] += where
+            item["deny"] += where
             who = "a live process waits on it" if item["attended"] else "nobody runs it now: resume continues the wait"
             sys.stdout.write(
                 f"{item['run_id']} {item['call_id']}: {item['tool']} {item['target']} ({item['risk_level']} risk, "
