@@ -39,6 +39,7 @@ class Progress:
         self._started: dict[str, float] = {}  # call id -> when it started (monotonic), for its duration
         self._hold = LineHold(redactor, self._text)
         self._awaiting: ApprovalWait | None = None
+        self._turn: ModelTurn | None = None  # a turn not yet durable: told with the next event
 
     @staticmethod
     def step_of(step_id: str) -> int:
@@ -49,6 +50,9 @@ class Progress:
         self.observers.append(observer)
 
     def _emit(self, event: ProgressEvent) -> None:
+        if self._turn is not None and event is not self._turn:
+            turn, self._turn = self._turn, None
+            self._emit(turn)  # the turn is durable now: every other event is told after a commit
         shown = redacted_event(event, self.redactor)
         for observer in list(self.observers):
             try:
@@ -71,7 +75,11 @@ class Progress:
             return
         streamed = self._hold.flush()
         self.step = step
-        self._emit(ModelTurn(run_id=self.run_id, step=step, text=text, streamed=streamed, calls=calls))
+        self._turn = ModelTurn(run_id=self.run_id, step=step, text=text, streamed=streamed, calls=calls)
+        if streamed:
+            self._emit(self._turn)  # its text is out already: this only ends it
+        # Otherwise it is told with the next event, each of which comes after a commit: text a crash could take
+        # back (the turn generated again) is never shown.
 
     # calls --------------------------------------------------------------------------------------------------------
     def call_started(self, step: int, call_id: str, tool: str, args: dict[str, Any]) -> None:
