@@ -75,9 +75,11 @@ class Progress:
             return
         streamed = self._hold.flush()
         self.step = step
-        self._turn = ModelTurn(run_id=self.run_id, step=step, text=text, streamed=streamed, calls=calls)
+        turn = ModelTurn(run_id=self.run_id, step=step, text=text, streamed=streamed, calls=calls)
         if streamed:
-            self._emit(self._turn)  # its text is out already: this only ends it
+            self._emit(turn)  # its text is out already: this only ends it
+            return
+        self._turn = turn
         # Otherwise it is told with the next event, each of which comes after a commit: text a crash could take
         # back (the turn generated again) is never shown.
 
