@@ -352,7 +352,7 @@ def test_failpoint(tmp_path: Path, spec: str, main_reference: dict[str, bytes]) 
         # `echo hi > f` writes the same bytes however often it runs: replaying it is the right call here.
         resumed = setup.resume("--replay", hit.call_id)
     assert resumed.returncode == 0, f"resume after {spec}: {describe(resumed)}"
-    assert json.loads(resumed.stdout)["status"] == "completed"
+    assert json.loads(resumed.stdout.splitlines()[-1])["status"] == "completed"
     assert_completed(setup, main_reference, sends=expected_sends(MAIN_SCENARIO, spec))
 
 
@@ -387,7 +387,7 @@ def test_command_with_effects_waits_for_a_decision(tmp_path: Path, point: str, c
 
     waiting = setup.resume()
     assert waiting.returncode == 3, describe(waiting)
-    assert json.loads(waiting.stdout)["status"] == "waiting_decision"
+    assert json.loads(waiting.stdout.splitlines()[-1])["status"] == "waiting_decision"
     assert (effect.read_text() if effect.exists() else "") == "hi\n" * ran_before_crash, "waiting ran the command"
     explained = setup.explain()
     assert explained["status"] == "waiting_decision"

@@ -358,9 +358,10 @@ def test_a_json_failure_is_one_line_on_stderr_with_its_exit_code(workspace, args
         timeout=60,
     )
     assert done.returncode == code, done.stderr
-    assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("safepoint: ") and says in lines[0], done.stderr
+    # and the same error as a JSON object on stdout, its only line (issue 13)
+    assert json.loads(done.stdout) == {"error": lines[0].removeprefix("safepoint: "), "exit_code": code}
     assert "Traceback" not in done.stderr
 
 

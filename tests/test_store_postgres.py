@@ -388,7 +388,7 @@ def test_a_killed_cli_run_resumes_from_postgres_without_sending_twice(fresh_url,
 
     resumed = safepoint_cli("resume", "r", "--workspace", str(workspace), *store, "--json")
     assert resumed.returncode == 0, f"exit {resumed.returncode}: {resumed.stderr[-2000:]}"
-    assert json.loads(resumed.stdout)["status"] == "completed"
+    assert json.loads(resumed.stdout.splitlines()[-1])["status"] == "completed"
     assert len(outbox.read_text().splitlines()) == 1
     assert (workspace / "notes.txt").read_text() == "b\n"
 

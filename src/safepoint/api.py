@@ -63,6 +63,7 @@ from safepoint.workspace.files import Workspace
 
 if TYPE_CHECKING:
     from safepoint.core.commands import CommandReport, CommandRules
+    from safepoint.core.progress import ProgressEvent as ProgressEvent  # what Run.on_event's observers get
     from safepoint.core.restart import RecoveryVerdict
     from safepoint.core.resume import ResumePlan
     from safepoint.core.rollback import RollbackPlan
@@ -71,6 +72,8 @@ if TYPE_CHECKING:
     from safepoint.engine.tools import Tool, ToolRegistry
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
+    from safepoint.review import CallSettled, Follower, PendingApproval, RunDiff
+    from safepoint.review import FileDiff as FileDiff  # re-exported: diff's parts
     from safepoint.standins.scenario import Scenario
     from safepoint.store.base import Store
 
@@ -255,8 +258,18 @@ class Safepoint:
         output: Callable[[str], None] | None = None,
     ) -> RunStatus:
         """Drive the run with a model (by default the one it was started with). ``output`` receives streamed text
-        as it is shown to the user."""
+        as the model writes it (as it is: not redacted); an observer of ``run.on_event`` gets it redacted, whole
+        lines at a time."""
         from safepoint.agent.loop import Agent
+
+        progress = run.session.progress
+        if progress.observers:  # someone listens: the text streams to them, a whole line at a time, redacted
+            shown = output
+
+            def output(chunk: str) -> None:
+                progress.stream(chunk)
+                if shown is not None:
+                    shown(chunk)
 
         if provider is None:
             from safepoint.providers.select import provider_for
@@ -284,6 +297,12 @@ class Safepoint:
         from safepoint import report
 
         return report.checkpoint_rows(self.store, run_id)
+
+    def checkpoint_for(self, run_id: str, ref: str) -> str:
+        """A checkpoint id, or ``step:N``: the state after step N (``step:0``: before the first step)."""
+        from safepoint import report
+
+        return report.checkpoint_for(self.store, run_id, ref)
 
     def explain(self, run_id: str, *, probe_workspace: bool = True) -> Explanation:
         """What happened to every call, and where and why a resume would continue. ``probe_workspace``: compare
@@ -313,6 +332,44 @@ class Safepoint:
         window = trace_events.parse_since(since, datetime.now(UTC)) if since else None
         events = [e for line in self.store.read_trace(run_id) if (e := trace_events.decode(line)) is not None]
         return trace_events.select(events, call_id=call_id, since=window)
+
+    def diff(self, run_id: str, call_id: str | None = None) -> RunDiff:
+        """The agent's changes as unified diffs: per path, from before the run (or ``call_id``) changed it to what
+        it left (binary files named, large ones summarised, as ``conflicts`` does)."""
+        from safepoint import review
+
+        with self._session(run_id, read_only=True) as session:
+            return review.run_diff(session, call_id)
+
+    def settle(
+        self, run_id: str, call_id: str, *, happened: bool, by: str = "user", takeover: bool = False
+    ) -> CallSettled:
+        """A person checked an uncertain call by hand. ``happened=True``: it is finished as succeeded ("settled by
+        a person") and never run again; ``False``: the next resume runs it again without asking when its replay
+        policy allows (``never``: finished as failed, the model is told it did not take effect). Recorded with
+        ``by`` and the time, under the run's claim (``takeover`` fences off a live owner first)."""
+        from safepoint.engine import actions
+        from safepoint.review import CallSettled
+
+        with self._session(run_id, takeover=takeover) as session:
+            return CallSettled(**actions.settle_call(session, call_id, happened=happened, by=by))
+
+    def approvals(self, run_id: str | None = None) -> list[PendingApproval]:
+        """The calls waiting for a person's approval, in one run or across the store's runs."""
+        from safepoint import review
+
+        if run_id is not None:
+            from safepoint.report import load_view
+
+            load_view(self.store, run_id)  # an unknown run is said as such, not as "nothing waits"
+        return review.pending_approvals(self.store, [run_id] if run_id else list(self.store.list_runs()))
+
+    def follow(self, run_id: str) -> Follower:
+        """Follow a run live from the store (any process may run it): ``poll()`` returns what happened since, as
+        ``Run.on_event``'s events; ``ended()`` says when it stopped."""
+        from safepoint.review import Follower
+
+        return Follower(self.store, run_id)
 
     def restart_checkpoint(self, run_id: str) -> RuntimeRestartCheckpoint | None:
         """The run's restart checkpoint (seed 003 §1.2) when one is stored and intact: the work in flight."""
@@ -726,6 +783,32 @@ def classify(command: str, *, workspace: str = ".", rules: str | None = None) ->
         write_targets=write_targets(command, loaded),
         rules=source,
     )
+
+
+def find_workspace(start: str = ".") -> str | None:
+    """The workspace ``start`` is in, found as git finds its repository: ``start`` or the nearest folder above it
+    holding a store (``.agent-runtime``). The walk stops at a filesystem boundary and at the home folder (it is
+    looked in, not above), so a store elsewhere on the machine is never picked up by accident. None: no store."""
+    from safepoint.store.url import DEFAULT_STORE_DIR
+
+    here = os.path.abspath(start)
+    home = os.path.expanduser("~")
+    try:
+        device = os.stat(here).st_dev
+    except OSError:
+        return None
+    while True:
+        if os.path.isdir(os.path.join(here, DEFAULT_STORE_DIR)):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here or here == home:
+            return None
+        try:
+            if os.stat(parent).st_dev != device:
+                return None  # another filesystem: git stops here too (GIT_DISCOVERY_ACROSS_FILESYSTEM)
+        except OSError:
+            return None
+        here = parent
 
 
 def open(

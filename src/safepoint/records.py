@@ -73,9 +73,10 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 # How a call was settled other than by running to its end: approved/denied by a person, no answer in time
 # (timeout), the subagent's grant expired during the wait (grant_expired), its effect found by a probe (probe),
-# a person chose to run it again (replay) or not (skip), or it was reported uncertain and not repeated.
+# a person chose to run it again (replay) or not (skip), or it was reported uncertain and not repeated, or a
+# person checked it by hand (settled: `safepoint settle`).
 LedgerDecision = Literal[
-    "approved", "denied", "timeout", "grant_expired", "probe", "replay", "skip", "report_uncertain"
+    "approved", "denied", "timeout", "grant_expired", "probe", "replay", "skip", "report_uncertain", "settled"
 ]
 ResultEncoding = Literal["text", "json", "none"]
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from safepoint.core.run_view import RunView, build_view
-from safepoint.errors import SafepointError, ToolFailure
+from safepoint.errors import SafepointError, ToolFailure, UnknownReferenceError
 from safepoint.protocol import SELF_HEALING_PROMPT, TERMINAL_STATUS_RESTART, ReplayForbidden
 from safepoint.records import RunInfo, ToolLedgerEntry, to_plain
 from safepoint.results import (
@@ -43,13 +43,16 @@ def load_view(store: Store, run_id: str) -> RunView:
 
 
 def effective_status(store: Store, view: RunView) -> str:
-    """``running`` only while its owner lives; a dead owner's run is ``interrupted``."""
+    """``running`` only while its owner lives; a dead owner's run is ``interrupted``, or ``waiting_decision`` when
+    a call it left uncertain waits for a person (a resume would stop and ask: saying so before is the truth)."""
     status = view.status
     if status != "running":
         return status
     owner = store.owner(view.info.run_id)
     if owner is None or owner.released or not owner_alive(owner):
-        return "interrupted"
+        from safepoint.core.resume import plan_resume
+
+        return "waiting_decision" if plan_resume(view).needs_decision else "interrupted"
     return "running"
 
 
@@ -123,16 +126,57 @@ def ledger_rows(store: Store, run_id: str) -> list[ToolLedgerEntry]:
 
 
 def checkpoint_rows(store: Store, run_id: str) -> list[CheckpointSummary]:
-    return [
-        CheckpointSummary(
-            checkpoint_id=at.checkpoint.checkpoint_id,
-            step=at.checkpoint.step,
-            kind=at.checkpoint.kind,
-            created_at=at.checkpoint.created_at,
-            complete=at.complete,
+    """Every checkpoint, a ``tool_start``/``tool_end`` one with the call it was taken for: the call started (or
+    settled) last before it, found by the ledger's times (one sort, then a binary search per checkpoint)."""
+    import bisect
+
+    view = load_view(store, run_id)
+    starts = sorted((e.started_at, e.call_id) for e in view.ledger_entries if e.status == "started" and e.started_at)
+    ends = sorted((e.finished_at, e.call_id) for e in view.ledger_entries if e.finished_at)
+
+    def last_before(items: list[tuple[str, str]], at: str) -> str | None:
+        index = bisect.bisect_right(items, (at, "\uffff")) - 1
+        return items[index][1] if index >= 0 else None
+
+    rows = []
+    for at in view.checkpoints:
+        checkpoint = at.checkpoint
+        call_id = None
+        if checkpoint.kind == "tool_start":
+            pending = checkpoint.pending_tool_calls
+            call_id = pending[0] if pending else last_before(starts, checkpoint.created_at)
+        elif checkpoint.kind == "tool_end":
+            call_id = last_before(ends, checkpoint.created_at)
+        rows.append(
+            CheckpointSummary(
+                checkpoint_id=checkpoint.checkpoint_id,
+                step=checkpoint.step,
+                kind=checkpoint.kind,
+                created_at=checkpoint.created_at,
+                complete=at.complete,
+                call_id=call_id,
+            )
         )
-        for at in load_view(store, run_id).checkpoints
-    ]
+    return rows
+
+
+def checkpoint_for(store: Store, run_id: str, ref: str) -> str:
+    """``ref`` as a checkpoint id: an id is kept as it is; ``step:N`` is the state after step N (its last
+    complete ``after_step`` checkpoint; ``step:0``: the run's first complete checkpoint, before any step)."""
+    if not ref.startswith("step:"):
+        return ref
+    number = ref.removeprefix("step:")
+    if not number.isdigit():
+        raise UnknownReferenceError(f"--to {ref!r}: give step:N with N a step number, or a checkpoint id")
+    step = int(number)
+    complete = [at.checkpoint for at in load_view(store, run_id).checkpoints if at.complete]
+    after = [c for c in complete if c.kind == "after_step" and c.step == step]
+    found = complete[:1] if step == 0 else after[-1:]
+    if not found:
+        raise UnknownReferenceError(
+            f"run {run_id!r} has no complete checkpoint after step {step}; see `safepoint checkpoints {run_id}`"
+        )
+    return found[0].checkpoint_id
 
 
 def _hash_or_none(workspace: Workspace, path: str) -> str | None:

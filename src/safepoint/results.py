@@ -38,6 +38,7 @@ class CheckpointSummary(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     created_at: str
     complete: bool
+    call_id: str | None = None  # the call a tool_start / tool_end checkpoint was taken for
 
 
 class ConflictView(msgspec.Struct, frozen=True, kw_only=True):

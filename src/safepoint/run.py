@@ -17,6 +17,7 @@ from safepoint.records import Idempotency, Message, ReplayPolicy, RiskLevel, Run
 
 if TYPE_CHECKING:
     from safepoint.agent.loop import Recovery
+    from safepoint.core.progress import ProgressEvent
     from safepoint.engine.call_runner import CallResult
     from safepoint.engine.session import RunSession
     from safepoint.engine.tools import ToolContext
@@ -54,6 +55,14 @@ class Run:
     @property
     def run_id(self) -> str:
         return self.session.info.run_id
+
+    def on_event(self, observer: Callable[[ProgressEvent], None]) -> None:
+        """Be told each step as it happens: the model's text (``text`` pieces as they stream, then ``turn``), each
+        call as it starts and settles (``call_started``, ``call_finished`` with status and duration), a call waiting
+        for approval (``approval_wait``, with the commands that answer it) and the run's status (``status``). The
+        events are ``safepoint.core.progress``'s Structs, redacted like everything the run keeps. An observer that
+        raises is dropped; the run goes on."""
+        self.session.progress.subscribe(observer)
 
     @property
     def history(self) -> list[Message]:

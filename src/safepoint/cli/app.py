@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.cli import db, mcp, protocol, supervise
+from safepoint.cli import db, mcp, protocol, review, supervise
 from safepoint.cli.common import (
     JsonOpt,
     KeyFileOpt,
@@ -20,7 +20,6 @@ from safepoint.cli.common import (
     exit_code_for,
     open_safepoint_at,
     plain,
-    write_through,
 )
 from safepoint.errors import ConfigError, DecisionNeeded, ExitCode, SafepointError, is_disk_full
 
@@ -28,19 +27,37 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from safepoint import Tool
-    from safepoint.api import Run
+    from safepoint.api import Run, Safepoint
     from safepoint.records import ConflictResolution
 
 # Plain help and usage errors (rich_markup_mode=None): rich's help formatter imports markdown-it and doubles the
 # start-up of `safepoint --help`.
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (typer's: bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     help="Crash-safe AI-agent runs.",
 )
 out = Out()
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"safepoint {version('safepoint')}\n")
+        raise typer.Exit(ExitCode.OK)
+
+
+@app.callback()
+def _common(
+    _version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+) -> None:
+    """Crash-safe AI-agent runs."""
 
 
 def _load_tools(specs: list[str] | None) -> "list[Tool]":
@@ -59,17 +76,43 @@ def _emit(data: Any, as_json: bool, render: "Callable[[Any], Any] | None" = None
         out.print(render(plain(data)))
 
 
-def _finish(run: "Run", status: str, as_json: bool) -> None:
+def _emit_plain(data: Any, as_json: bool, render: "Callable[[Any], str]") -> None:
+    """``--json``: the result as plain data; otherwise a plain text table (no rich: it fits the terminal)."""
+    emit(data, as_json)
+    if not as_json:
+        sys.stdout.write(render(plain(data)))
+
+
+def _finish(run_id: str, status: str, as_json: bool, detail: str = "", *, spaced: bool = True) -> None:
+    """The last line of ``run``/``resume``: under ``--json`` one compact object (the ``finished`` event), after
+    the progress events, so the output stays one JSON value a line."""
+    from safepoint.cli.progress import Printer
+
     if as_json:
-        emit({"run_id": run.run_id, "status": status}, True)
+        import json
+
+        done = {"event": "finished", "run_id": run_id, "status": status} | ({"detail": detail} if detail else {})
+        sys.stdout.write(json.dumps(done) + "\n")
     else:
-        out.print(f"run {run.run_id}: [bold]{status}[/bold]")
+        Printer(as_json=False).finished(run_id, status, spaced=spaced)
     raise typer.Exit(exit_code_for(status))
 
 
-def _shown(as_json: bool) -> "Callable[[str], None] | None":
-    """Where streamed text goes: the terminal, as it arrives (never into --json output)."""
-    return None if as_json else write_through
+def _watch(run: "Run", sp: "Safepoint", quiet: bool, as_json: bool) -> None:
+    """Progress: each step printed as it happens (``--json``: one event a line), through the library's hook."""
+    if quiet:
+        return
+    import os
+    import shlex
+
+    from safepoint.cli.progress import Printer
+
+    here = os.path.abspath(".")
+    inside = here == sp.root or here.startswith(sp.root.rstrip(os.sep) + os.sep)
+    run.on_event(Printer(as_json=as_json, where="" if inside else f" -w {shlex.quote(sp.root)}"))
+
+
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print no progress, only the final status.")]
 
 
 ApprovalOpt = Annotated[
@@ -99,7 +142,7 @@ PassEnvOpt = Annotated[
 def run(
     scenario: Annotated[str | None, typer.Argument(help="Scenario JSON file for the scripted model.")] = None,
     workspace: WorkspaceOpt = ".",
-    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="The new run's id (default: a fresh one).")] = None,
     task: Annotated[str | None, typer.Option("--task", help="The task, for a real model (no scenario).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name on the OpenAI-compatible server.")] = None,
     base_url: Annotated[
@@ -118,6 +161,7 @@ def run(
     key_file: KeyFileOpt = None,
     tools: ToolsOpt = None,
     pass_env: PassEnvOpt = None,
+    quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a run: of a scenario (scripted model), or of --task with a model server (--model, --base-url)."""
@@ -149,15 +193,16 @@ def run(
         handle = sp.start(task, model=model, provider=config, **options)
     if not as_json:
         out.print(f"run id: {handle.run_id}")
+    _watch(handle, sp, quiet, as_json)
     with handle:
-        status = sp.run_agent(handle, output=_shown(as_json))  # the run's own model: its scenario or server
+        status = sp.run_agent(handle)  # the run's own model: its scenario or server
     _stopped(handle.run_id, status)
-    _finish(handle, status, as_json)
+    _finish(handle.run_id, status, as_json, spaced=not quiet)
 
 
 @app.command()
 def resume(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     workspace: WorkspaceOpt = ".",
     replay: Annotated[list[str] | None, typer.Option("--replay", help="Run this uncertain call again.")] = None,
     skip: Annotated[list[str] | None, typer.Option("--skip", help="Do not run this uncertain call again.")] = None,
@@ -169,6 +214,7 @@ def resume(
     key_file: KeyFileOpt = None,
     tools: ToolsOpt = None,
     pass_env: PassEnvOpt = None,
+    quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Resume a run after a crash or restart: recovery checks first, then from its latest complete checkpoint."""
@@ -178,10 +224,10 @@ def resume(
     extra = _load_tools(tools)
     sp = _open(store, workspace, key_file)
     if sp.nothing_to_resume(run_id, replay=replay or (), skip=skip or ()):
-        emit({"run_id": run_id, "status": "completed"}, as_json)  # resuming is idempotent: finished stays finished
-        if not as_json:
+        if not as_json:  # resuming is idempotent: finished stays finished
             out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")
-        raise typer.Exit(ExitCode.OK)
+            raise typer.Exit(ExitCode.OK)
+        _finish(run_id, "completed", True)
     provider, prompt = sp.provider_for(run_id, model=model)  # a model that cannot be reached: refused first
     try:
         handle = sp.resume(
@@ -191,28 +237,27 @@ def resume(
             skip=skip or (),
             takeover=takeover,
             model=model,  # None: the run's own model (a submission may have asked for another); no switch
-            output=_shown(as_json),
             pass_env=pass_env or (),
         )
     except DecisionNeeded as exc:
         if as_json:
-            emit({"run_id": run_id, "status": "waiting_decision", "detail": str(exc)}, True)
-        else:
-            sys.stderr.write(f"safepoint: {exc}\n")
+            _finish(run_id, "waiting_decision", True, str(exc))
+        sys.stderr.write(f"safepoint: {exc}\n")
         raise typer.Exit(exc.exit_code) from None
-    if not as_json and handle.recovery_note is not None:
+    if not as_json and not quiet and handle.recovery_note is not None:
         from safepoint.cli import render
 
         out.print(render.note_panel(handle.recovery_note))
+    _watch(handle, sp, quiet, as_json)
     with handle:
-        status = sp.run_agent(handle, provider, system=prompt, output=_shown(as_json))
+        status = sp.run_agent(handle, provider, system=prompt)
     _stopped(handle.run_id, status)
-    _finish(handle, status, as_json)
+    _finish(handle.run_id, status, as_json, spaced=not quiet)
 
 
 @app.command()
 def status(
-    run_id: Annotated[str | None, typer.Argument()] = None,
+    run_id: Annotated[str | None, typer.Argument(help="One run (default: every run of the store).")] = None,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     key_file: KeyFileOpt = None,
@@ -234,35 +279,35 @@ def status(
 
 @app.command()
 def ledger(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Every tool call of a run with its ledger state."""
-    from safepoint.cli import render
+    from safepoint.cli.plain import ledger_table
 
-    _emit(_open(store, workspace, key_file).ledger(run_id), as_json, render.ledger_table)
+    _emit_plain(_open(store, workspace, key_file).ledger(run_id), as_json, ledger_table)
 
 
 @app.command()
 def checkpoints(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The checkpoints of a run."""
-    from safepoint.cli import render
+    """The checkpoints of a run, each with the call it belongs to (`--to step:N` names the one after step N)."""
+    from safepoint.cli.plain import checkpoint_table
 
-    _emit(_open(store, workspace, key_file).checkpoints(run_id), as_json, render.checkpoint_table)
+    _emit_plain(_open(store, workspace, key_file).checkpoints(run_id), as_json, checkpoint_table)
 
 
 @app.command()
 def explain(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     key_file: KeyFileOpt = None,
@@ -276,8 +321,13 @@ def explain(
 
 @app.command()
 def rollback(
-    run_id: str,
-    to: Annotated[str, typer.Option("--to", help="The checkpoint to go back to (see `safepoint checkpoints`).")],
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", help="The checkpoint to go back to (see `safepoint checkpoints`), or step:N (after step N)."
+        ),
+    ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
     include_uncertain: Annotated[
         bool,
@@ -295,9 +345,10 @@ def rollback(
     from safepoint.cli import render
     from safepoint.records import RollbackFiles
 
-    plan = _open(store, workspace, key_file).recover(
+    sp = _open(store, workspace, key_file)
+    plan = sp.recover(
         run_id,
-        RollbackFiles(checkpoint_id=to),
+        RollbackFiles(checkpoint_id=sp.checkpoint_for(run_id, to)),
         dry_run=dry_run,
         include_uncertain=include_uncertain,
         takeover=takeover,
@@ -309,7 +360,7 @@ def rollback(
 
 @app.command()
 def conflicts(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     key_file: KeyFileOpt = None,
@@ -328,8 +379,8 @@ def conflicts(
 
 @app.command()
 def resolve(
-    run_id: str,
-    path: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    path: Annotated[str, typer.Argument(help="The conflicting file (see `safepoint conflicts`).")],
     keep_user: Annotated[bool, typer.Option("--keep-user", help="Keep the file as it is now.")] = False,
     apply_agent: Annotated[bool, typer.Option("--apply-agent", help="Revert it anyway, over the later edits.")] = False,
     manual_merge: Annotated[
@@ -359,8 +410,10 @@ def resolve(
 
 @app.command()
 def restore(
-    run_id: str,
-    to: Annotated[str, typer.Option("--to", help="The checkpoint to restore the session to.")],
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    to: Annotated[
+        str, typer.Option("--to", help="The checkpoint to restore the session to, or step:N (after step N).")
+    ],
     with_files: Annotated[bool, typer.Option("--with-files", help="Also roll the files back to it.")] = False,
     include_uncertain: Annotated[
         bool, typer.Option("--include-uncertain", help="With --with-files: also changes whose author is uncertain.")
@@ -380,7 +433,7 @@ def restore(
     sp = _open(store, workspace, key_file)
     restored = sp.recover(
         run_id,
-        RestoreSession(checkpoint_id=to),
+        RestoreSession(checkpoint_id=sp.checkpoint_for(run_id, to)),
         with_files=with_files,
         include_uncertain=include_uncertain,
         tools=_load_tools(tools),
@@ -395,8 +448,10 @@ def restore(
 
 @app.command()
 def compensate(
-    run_id: str,
-    ledger_entry_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+    ledger_entry_id: Annotated[
+        str, typer.Argument(help="The finished call to take back (its call_id in `safepoint ledger`).")
+    ],
     assume_done: Annotated[bool, typer.Option("--assume-done", help="Compensate an uncertain call.")] = False,
     replay: Annotated[bool, typer.Option("--replay", help="Run an interrupted compensation again.")] = False,
     skip: Annotated[bool, typer.Option("--skip", help="Leave an interrupted compensation as it is.")] = False,
@@ -422,6 +477,8 @@ def compensate(
             takeover=takeover,
         )
     except DecisionNeeded as exc:
+        if as_json:
+            _json_error(str(exc), exc.exit_code)
         sys.stderr.write(f"safepoint: {exc}\n")
         raise typer.Exit(exc.exit_code) from None
     emit(result, as_json)
@@ -431,11 +488,13 @@ def compensate(
 
 @app.command()
 def commit(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     yes: Annotated[
         bool, typer.Option("--yes", help="Create the commit (without it: show what would be committed).")
     ] = False,
-    message: Annotated[str | None, typer.Option("--message", "-m")] = None,
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", help="The commit message (default: names the run and its task).")
+    ] = None,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
     key_file: KeyFileOpt = None,
@@ -462,7 +521,7 @@ def commit(
 
 @app.command()
 def history(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     all_branches: Annotated[bool, typer.Option("--all", help="Include abandoned branches.")] = False,
     workspace: WorkspaceOpt = ".",
     store: StoreOpt = None,
@@ -470,18 +529,18 @@ def history(
     as_json: JsonOpt = False,
 ) -> None:
     """The conversation of a run (its current branch)."""
-    from safepoint.cli import render
+    from safepoint.cli.plain import history_table
 
     found = _open(store, workspace, key_file).history(run_id)
     rows = [plain(m) | {"branch": "current"} for m in found.current]
     if all_branches:
         rows += [plain(m) | {"branch": "abandoned"} for m in found.abandoned]
-    _emit(rows, as_json, render.history_table)
+    _emit_plain(rows, as_json, history_table)
 
 
 @app.command()
 def trace(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     call: Annotated[str | None, typer.Option("--call", help="Only the events about this call.")] = None,
     since: Annotated[
         str | None,
@@ -581,24 +640,51 @@ def demo(keep: Annotated[bool, typer.Option(help="Keep the demo workspace.")] = 
 protocol.register(app, out)
 supervise.register(app, out)
 db.register(app, out)
+review.register(app, out)
 mcp.register(app, out)
 
 
-def main() -> None:
-    """Usage errors are typer's (exit 2); a SafepointError is one line on stderr, never a traceback."""
-    try:
-        app()
-    except SafepointError as exc:
-        from safepoint.api import mask_passwords  # a driver's message may quote the store URL
+def _json_error(message: str, code: int) -> None:
+    """Under ``--json`` an error is also a JSON object on stdout, the last line (after any progress events):
+    ``{"error": ..., "exit_code": ...}``; stderr keeps its one line for people."""
+    import json
 
-        sys.stderr.write(f"safepoint: {mask_passwords(' '.join(str(exc).split()))}\n")
-        sys.exit(exc.exit_code)
+    sys.stdout.write(json.dumps({"error": message, "exit_code": int(code)}) + "\n")
+    sys.stdout.flush()
+
+
+def _fail(message: str, code: int, as_json: bool) -> None:
+    from safepoint.api import mask_passwords  # a driver's message may quote the store URL
+
+    shown = mask_passwords(" ".join(message.split()))
+    if as_json:
+        _json_error(shown, code)
+    sys.stderr.write(f"safepoint: {shown}\n")
+    sys.exit(code)
+
+
+def main() -> None:
+    """Usage errors are typer's (exit 2); a SafepointError is one line on stderr, never a traceback. With
+    ``--json`` every error (usage errors too) is also a JSON object on stdout."""
+    as_json = "--json" in sys.argv[1:]
+    try:
+        if not as_json:
+            app(prog_name="safepoint")  # `python -m safepoint` too: its usage and its shell completion say so
+        else:
+            code = app(prog_name="safepoint", standalone_mode=False)  # usage errors raise: said as JSON below
+            sys.exit(code if isinstance(code, int) else 0)
+    except SafepointError as exc:
+        _fail(str(exc), exc.exit_code, as_json)
     except OSError as exc:
         # A full disk outside the store (the workspace, a command's capture): one line too, never a traceback.
         if not is_disk_full(exc):
             raise
         where = f" ({exc.filename})" if exc.filename else ""
-        sys.stderr.write(f"safepoint: no space left on the disk{where}; free space, then resume the run\n")
-        sys.exit(ExitCode.DISK_FULL)
+        _fail(f"no space left on the disk{where}; free space, then resume the run", ExitCode.DISK_FULL, as_json)
+    except Exception as exc:
+        usage = getattr(exc, "format_message", None)  # click's UsageError and its kin (typer's own click)
+        if not as_json or usage is None:
+            raise
+        _fail(f"{usage()} (see --help)", getattr(exc, "exit_code", ExitCode.USAGE), as_json)
     finally:
         close_opened()

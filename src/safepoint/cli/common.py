@@ -75,7 +75,11 @@ def open_safepoint_at(store: str | None, workspace: str, key_file: str | None = 
     """``key_file``: ``--key-file``; without it the library reads SAFEPOINT_KEY_FILE or SAFEPOINT_KEY."""
     if not os.path.isdir(workspace):
         raise ConfigError(f"workspace {workspace!r} does not exist; create it or pass an existing --workspace")
+    from safepoint.api import find_workspace
     from safepoint.api import open as open_safepoint
+
+    if workspace == "." and store is None:  # no --workspace: the one this folder is in, found as git finds its repo
+        workspace = find_workspace(".") or "."
 
     opened = open_safepoint(store, workspace=workspace, key_file=key_file)
     _opened.append(opened)

@@ -87,3 +87,61 @@ def status_table(rows: Sequence[RunSummary], *, colour: bool | None = None) -> s
     ]
     paints = [[None, STATUS_COLOUR.get(row.status), None, None, "red" if row.problems else None, None] for row in rows]
     return table(["run_id", "status", "step", "calls", "problems", "task"], body, colours=paints, colour=colour)
+
+
+def _when(iso: str) -> str:
+    """An ISO time as people read it in a table: date and time to the second (UTC, as recorded)."""
+    return iso[:19].replace("T", " ")
+
+
+def ledger_table(rows: Sequence[dict[str, object]], *, colour: bool | None = None) -> str:
+    """``safepoint ledger``: one line a call, the policy last (it is cut first at a narrow terminal)."""
+    if not rows:
+        return "none: no tool call in this run yet\n"
+    body = [
+        [
+            str(row["call_id"]),
+            str(row["step_id"]).removeprefix("step_"),
+            str(row["tool_name"]),
+            str(row["status"]),
+            str(row["risk_level"]),
+            f"{row['idempotency']}/{row['replay_policy']}",
+        ]
+        for row in rows
+    ]
+    paints = [[None, None, None, STATUS_COLOUR.get(str(row["status"])), None, None] for row in rows]
+    headers = ["call_id", "step", "tool", "status", "risk", "idempotency/replay"]
+    return table(headers, body, colours=paints, colour=colour)
+
+
+def checkpoint_table(rows: Sequence[dict[str, object]], *, colour: bool | None = None) -> str:
+    """``safepoint checkpoints``: one line a checkpoint, with the call a tool_start/tool_end one belongs to."""
+    if not rows:
+        return "none: no checkpoint in this run yet\n"
+    body = [
+        [
+            str(row["checkpoint_id"]),
+            str(row["step"]),
+            str(row["kind"]),
+            str(row.get("call_id") or "-"),
+            "yes" if row["complete"] else "NO",
+            _when(str(row["created_at"])),
+        ]
+        for row in rows
+    ]
+    paints = [[None, None, None, None, None if row["complete"] else "red", None] for row in rows]
+    headers = ["checkpoint_id", "step", "kind", "call", "complete", "created (UTC)"]
+    return table(headers, body, colours=paints, colour=colour)
+
+
+def history_table(rows: Sequence[dict[str, object]], *, colour: bool | None = None) -> str:
+    """``safepoint history``: one line a message, its text cut to the terminal (``--json`` has it whole)."""
+    if not rows:
+        return "none: no message in this run\n"
+    body = []
+    for row in rows:
+        calls = row.get("tool_calls") or []
+        named = ", ".join(f"{c['tool']}({c['call_id']})" for c in calls)  # type: ignore[attr-defined]  # plain data: a list of dicts
+        content = (" ".join(str(row["content"]).split()) + (f" -> {named}" if named else "")).strip()
+        body.append([str(row["seq"]), str(row["branch"]), str(row["role"]), content])
+    return table(["seq", "branch", "role", "content"], body, colour=colour)

@@ -14,8 +14,8 @@ from safepoint.cli.common import JsonOpt, KeyFileOpt, Out, StoreOpt, WorkspaceOp
 
 def register(app: typer.Typer, out: Out) -> None:
     def answer(
-        run_id: str,
-        call_id: str,
+        run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+        call_id: Annotated[str, typer.Argument(help="The call that waits (see `safepoint approvals`).")],
         approved: bool,
         by: str,
         reason: str,
@@ -32,9 +32,9 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @app.command()
     def approve(
-        run_id: str,
-        call_id: str,
-        reason: Annotated[str, typer.Option("--reason")] = "",
+        run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+        call_id: Annotated[str, typer.Argument(help="The call that waits (see `safepoint approvals`).")],
+        reason: Annotated[str, typer.Option("--reason", help="Why (recorded with the answer).")] = "",
         by: Annotated[str, typer.Option("--by", help="Who approves (recorded).")] = "user",
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
@@ -46,9 +46,9 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @app.command()
     def deny(
-        run_id: str,
-        call_id: str,
-        reason: Annotated[str, typer.Option("--reason")] = "",
+        run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+        call_id: Annotated[str, typer.Argument(help="The call that waits (see `safepoint approvals`).")],
+        reason: Annotated[str, typer.Option("--reason", help="Why (recorded with the answer).")] = "",
         by: Annotated[str, typer.Option("--by", help="Who denies (recorded).")] = "user",
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
@@ -60,15 +60,18 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @app.command()
     def submit(
-        run_id: str,
-        text: str,
+        run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
+        text: Annotated[str, typer.Argument(help="The input for the run, as the user would type it.")],
         key: Annotated[
             str | None, typer.Option("--key", help="Submission key: the same key submitted twice is admitted once.")
         ] = None,
         system_prompt: Annotated[
             str | None, typer.Option("--system-prompt", help="Replace the system prompt for this input.")
         ] = None,
-        append_system_prompt: Annotated[str | None, typer.Option("--append-system-prompt")] = None,
+        append_system_prompt: Annotated[
+            str | None,
+            typer.Option("--append-system-prompt", help="Text added to the system prompt for this input only."),
+        ] = None,
         model: Annotated[str | None, typer.Option("--model", help="Answer this input with another model.")] = None,
         allow_tools: Annotated[
             str | None, typer.Option("--tools-allowed", help="Comma-separated tools this input may use.")
@@ -95,7 +98,7 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @app.command()
     def cancel(
-        run_id: str,
+        run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
         whole_stream: Annotated[
             bool, typer.Option("--whole-stream", help="Also drop queued input and cancel its subagents.")
         ] = False,
@@ -114,7 +117,7 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @app.command()
     def reset(
-        run_id: str,
+        run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
         key_file: KeyFileOpt = None,

@@ -33,21 +33,6 @@ def ledger_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def checkpoint_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="checkpoints")
-    for column in ("checkpoint_id", "step", "kind", "created_at", "complete"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            row["checkpoint_id"],
-            str(row["step"]),
-            row["kind"],
-            row["created_at"],
-            "yes" if row["complete"] else "NO",
-        )
-    return table
-
-
 def explain_view(data: dict[str, Any]) -> Group:
     resume_from = data["resume_from"]
     head = Text.assemble(
@@ -195,17 +180,6 @@ def conflicts_view(found: list[dict[str, Any]]) -> Group:
         body.append(conflict["changed_since"] or "(no textual change)\n")
         parts.append(Panel(body, title=f"conflict: {conflict['path']} ({conflict['resolution']})", style="yellow"))
     return Group(*parts)
-
-
-def history_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="history")
-    for column in ("seq", "branch", "role", "content"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        calls = ", ".join(f"{c['tool']}({c['call_id']})" for c in row.get("tool_calls", []))
-        content = (row["content"][:200] + (f"  -> {calls}" if calls else "")).strip()
-        table.add_row(str(row["seq"]), row["branch"], row["role"], content)
-    return table
 
 
 def recovery_panel(run_id: str, recovery: dict[str, Any]) -> Panel:

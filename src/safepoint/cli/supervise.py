@@ -61,7 +61,7 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @schedules.command("add")
     def add(
-        job_id: str,
+        job_id: Annotated[str, typer.Argument(help="The job's name (see `safepoint schedule list`).")],
         scenario: Annotated[str | None, typer.Argument(help="Scenario JSON file for the scripted model.")] = None,
         cron: Annotated[
             str, typer.Option("--cron", help="When, in UTC: 5 fields (m h dom mon dow), or 6 with seconds last.")
@@ -85,7 +85,9 @@ def register(app: typer.Typer, out: Out) -> None:
         approval: Annotated[
             str, typer.Option("--approval", help="'high': high-risk calls wait for approval.")
         ] = "none",
-        approval_timeout: Annotated[float, typer.Option("--approval-timeout")] = 600.0,
+        approval_timeout: Annotated[
+            float, typer.Option("--approval-timeout", help="Seconds a call of the job's runs waits for approval.")
+        ] = 600.0,
         replace: Annotated[
             bool, typer.Option("--replace", help="Change an existing job (its version goes up).")
         ] = False,
@@ -146,7 +148,7 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @schedules.command("remove")
     def remove(
-        job_id: str,
+        job_id: Annotated[str, typer.Argument(help="The job to remove (see `safepoint schedule list`).")],
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
         key_file: KeyFileOpt = None,
@@ -162,9 +164,11 @@ def register(app: typer.Typer, out: Out) -> None:
 
     @schedules.command("fire")
     def fire(
-        job_id: str,
+        job_id: Annotated[str, typer.Argument(help="The job's name (see `safepoint schedule list`).")],
         at: Annotated[int, typer.Option("--at", help="The occurrence, in ms since the epoch (UTC).")],
-        attempt: Annotated[int, typer.Option("--attempt")] = 1,
+        attempt: Annotated[
+            int, typer.Option("--attempt", help="Which attempt of the occurrence this is (a daemon counts them).")
+        ] = 1,
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,
         key_file: KeyFileOpt = None,

@@ -142,6 +142,9 @@ class Redactor:
             {form for v in values if len(v) >= MIN_VALUE_LENGTH for form in encoded_forms(v)}, key=len, reverse=True
         )
         self._user = re.compile("|".join(f"(?P<{n}>{p})" for n, p in named.items())) if named else None
+        # A secret that may hold a space (a user pattern, a variable's value with one): text streamed to people is
+        # then let out a whole line at a time, not a word at a time (core.progress.LineHold).
+        self.spans_words = bool(named) or any(any(c.isspace() for c in v) for v in self._secrets)
 
     def text(self, value: str) -> str:
         value = self._builtins(value)

@@ -42,7 +42,7 @@ from safepoint.engine.conflicts import (
 from safepoint.engine.file_changes import DIRECTORY
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
-from safepoint.errors import NoCompensatorError, ResumeError, ToolFailure, UnknownReferenceError
+from safepoint.errors import NoCompensatorError, ResumeError, ResumeOptionError, ToolFailure, UnknownReferenceError
 from safepoint.records import ConflictResolution, FileBeforeState, ToolCall, ToolDefinition, ToolLedgerEntry
 from safepoint.results import ExternalEffect, Restored
 from safepoint.workspace.files import Workspace
@@ -477,3 +477,74 @@ def compensator_tool(session: RunSession, tool: Tool) -> Tool:
         compensates=True,
         internal=True,
     )
+
+
+# a person's finding about an uncertain call ------------------------------------------------------------------------
+def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = "user") -> dict[str, Any]:
+    """A person checked by hand whether an interrupted call took effect. ``happened``: the call is finished as
+    succeeded, its result "settled by a person", and never run again. Not ``happened``: the next resume runs it
+    again without asking when its replay policy allows that (the decision is the person's ``replay``); with policy
+    ``never`` it is finished as failed, and the model is told it did not take effect. Recorded (who, when) in the
+    ledger under the run's claim, durable before this returns."""
+    from safepoint.engine.log_writer import now
+
+    run_id = session.info.run_id
+    entry = session.ledger.get(call_id)
+    if entry is None:
+        raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
+    pending = any(call.call_id == call_id for call in session.pending)
+    if entry.status not in ("started", "uncertain") or not pending:
+        told = " and the model was told so" if entry.status == "uncertain" else ""
+        raise ResumeOptionError(
+            f"call {call_id!r} of run {run_id!r} is {entry.status}{told}: only a call whose outcome is uncertain "
+            f"and not yet decided can be settled; see `safepoint explain {run_id}`"
+        )
+    at = now()
+    who = f"a person ({by}, {at})"
+    call = ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input)
+    if not happened and entry.replay_policy != "never":
+        reason = f"{who} checked that it did not happen: run it again"
+        if entry.status == "started":
+            session.calls.settle(entry, "uncertain", "replay", reason)
+        session.calls.decide(call_id, "replay", by)  # the person's decision: the next resume runs it, unasked
+        session.commit()
+        return {
+            "run_id": run_id,
+            "call_id": call_id,
+            "happened": False,
+            "status": "uncertain",
+            "outcome": f"runs again at the next `safepoint resume {run_id}`, without asking",
+        }
+    if entry.status == "started":
+        entry = session.calls.settle(entry, "uncertain")
+    if happened:
+        # Its file changes are recorded against the before-state kept when it started, as for a probe's "done".
+        session.files.after(call_id, session.files.before(call_id, ()))
+        text = (
+            f"[safepoint] {call.tool}({call_id}) was interrupted; {who} checked that its effect happened. It is not "
+            "run again."
+        )
+        _, ref = session.tool_message(call, text)
+        session.calls.finish(entry, "succeeded", ref, decision="settled", reason=f"settled by {who}: it happened")
+        outcome = "succeeded: settled by a person, never run again"
+    else:
+        text = (
+            f"[safepoint] {call.tool}({call_id}) was interrupted; {who} checked that it did not take effect. It is not "
+            "run again (its replay policy is never): call it again if it is still needed."
+        )
+        _, ref = session.tool_message(call, text)
+        reason = f"settled by {who}: it did not happen"
+        session.calls.finish(
+            entry, "failed", ref, error="did not take effect (checked by a person)", decision="settled", reason=reason
+        )
+        outcome = "failed: did not take effect; the model is told and may call it again"
+    session.leave_pending(call_id)
+    session.checkpoint("tool_end")  # the call is settled: a resume continues after it
+    session.commit()
+    return {
+        "run_id": run_id,
+        "call_id": call_id,
+        "happened": happened,
+        "status": session.ledger[call_id].status,
+        "outcome": outcome,
+    }

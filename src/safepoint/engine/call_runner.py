@@ -53,6 +53,7 @@ from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, LogWriter, now, redacted_arguments
+from safepoint.engine.progress import Progress
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
 from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, StoreError, ToolFailure
 from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
@@ -341,8 +342,10 @@ class CallRunner:
         restart: RestartWrites,
         capture: Callable[[], CommandCapture],
         approval_mode: str,
+        progress: Progress | None = None,
     ) -> None:
         self.registry = registry
+        self.progress = progress
         self.ledger = ledger
         self.log = log
         self.files = files
@@ -370,6 +373,7 @@ class CallRunner:
                     request = driver.send(run_tool_sync(request))
         except StopIteration as done:
             result: CallResult = done.value
+            self._told(call, step_id, result)
             return result
 
     async def aexecute(self, call: ToolCall, step_id: str) -> CallResult:
@@ -393,7 +397,14 @@ class CallRunner:
                     request = driver.send(await run_tool_async(request))
         except StopIteration as done:
             result: CallResult = done.value
+            self._told(call, step_id, result)
             return result
+
+    def _told(self, call: ToolCall, step_id: str, result: CallResult) -> None:
+        if self.progress is not None:
+            self.progress.call_finished(
+                self.progress.step_of(step_id), call.call_id, call.tool, call.args, result.status, result.observation
+            )
 
     def _wait(self, request: AwaitApproval) -> ApprovalOutcome:
         if self.approvals is None:
@@ -465,6 +476,8 @@ class CallRunner:
         if needs_approval(planned, tool.needs_approval, self.approval_mode):
             self.conversation.checkpoint("tool_start")  # a restart resumes this call's wait, not the model's turn
             self.log.commit()  # `safepoint approve` reads the call's input hash from the ledger
+            if self.progress is not None:
+                self.progress.approval_wait(call.call_id, call.tool, call.args, planned.risk_level)
             answer = yield AwaitApproval(call, planned)
             assert isinstance(answer, ApprovalOutcome)
             self.log.trace("approval_answered", call_id=call.call_id, decision=answer.decision)
@@ -494,6 +507,8 @@ class CallRunner:
             replay_policy=started.replay_policy,
             risk_level=started.risk_level,
         )
+        if self.progress is not None:
+            self.progress.call_started(self.progress.step_of(step_id), call.call_id, call.tool, call.args)
         failpoints.hit("after_started", call.tool)
         ctx = self.conversation.context_for(call, step_id, ledger.attempts(call.call_id))
         outcome = yield Invocation(tool, ctx, call.args)
@@ -632,7 +647,9 @@ class CallRunner:
         """Record a call that must not run (a tool nobody registered, or one not granted): failed, never started."""
         if call.call_id in self.ledger.entries:
             return self.execute(call, step_id)  # decided already (a resume): its recorded outcome stands
-        return self._refuse_unrun(call, step_id, why)
+        result = self._refuse_unrun(call, step_id, why)
+        self._told(call, step_id, result)
+        return result
 
     def _refuse_unrun(self, call: ToolCall, step_id: str, why: str) -> CallResult:
         """A call failed before it was planned (an unknown tool, arguments nested too deep): recorded failed."""

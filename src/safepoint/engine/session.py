@@ -41,6 +41,7 @@ from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import LogWriter, now, provider_key_variables, run_redactor
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
+from safepoint.engine.progress import Progress
 from safepoint.engine.restart_writer import RestartWriter
 from safepoint.engine.tools import ToolContext, ToolRegistry
 from safepoint.errors import ResumeError, StoreError
@@ -126,6 +127,7 @@ class RunSession:
             view.blobs,
         )
         self.heartbeat = Heartbeat(store, claim)
+        self.progress = Progress(view.info.run_id, self.log.redactor, self.log.trace)  # what observers are told
         self.restart = RestartWriter(
             store,
             claim,
@@ -146,6 +148,7 @@ class RunSession:
             restart=self.restart,
             capture=self.capture,
             approval_mode=view.info.approval,
+            progress=self.progress,
         )
 
     # opening and closing ----------------------------------------------------------------------------------------
@@ -307,6 +310,7 @@ class RunSession:
         self.log.add(RunEvent(status=status, at=now(), detail=detail, generation=self.claim.generation))
         self.log.trace(f"run_{status}", detail=detail)
         self.log.commit()
+        self.progress.status(status, detail)  # told once durable
 
     @property
     def ledger(self) -> dict[str, ToolLedgerEntry]:
@@ -399,12 +403,14 @@ class RunSession:
         self.step = turn + 1
         self.pending = []
         self.checkpoint("before_step")
+        self.progress.step = self.step  # streamed text is told as this step's
 
     def answered(self, text: str, calls: list[ToolCall], turn: int) -> None:
         """The model's reply for ``turn``: its message, and its calls pending until each is settled."""
         self.add_message("assistant", text, tool_calls=tuple(calls), turn=turn)
         self.next_turn = turn + 1
         self.pending = list(calls)
+        self.progress.turn(self.step, text, len(calls))
 
     def next_step(self) -> int:
         """Start the next step of an own loop (a model turn): the before-step checkpoint, durable on return."""

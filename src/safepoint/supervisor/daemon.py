@@ -485,7 +485,7 @@ class Daemon:
             worker.stderr.close()
             status: str | None = None
             with contextlib.suppress(ValueError, AttributeError):
-                status = json.loads(out).get("status")
+                status = _last_json(out).get("status")
             data: dict[str, Any] = {"kind": worker.kind, "pid": worker.proc.pid, "exit_code": code}
             if status is not None:
                 data["status"] = status
@@ -530,3 +530,11 @@ class Daemon:
                 if killed:
                     self.emit("killed_commands", worker.key, pids=killed)
         self.reap_workers()
+
+
+def _last_json(out: str) -> Any:
+    """A worker's --json result: its whole output (one object), or its last line after progress events (resume)."""
+    try:
+        return json.loads(out)
+    except ValueError:
+        return json.loads(out.strip().rsplit("\n", 1)[-1])
