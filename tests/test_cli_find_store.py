@@ -78,7 +78,7 @@ def test_the_walk_stops_at_the_home_folder(ran):
     assert str(deep) in status.stdout
     (home / ".agent-runtime").mkdir()  # a store in the home folder itself is found
     found = _cli(deep, "status", HOME=str(home))
-    assert f"no runs in file://{home / '.agent-runtime'};" in found.stdout, found.stdout
+    assert "no runs in file:" in found.stdout and f"{home / '.agent-runtime'};" in found.stdout, found.stdout
 
 
 def test_the_walk_stops_at_a_filesystem_boundary(ran, monkeypatch):

@@ -191,7 +191,8 @@ def test_a_missing_key_is_one_line_naming_the_key_id(encrypted):
     one_line(done, ExitCode.USAGE, "is encrypted", key().key_id, "--key-file")
     status = safepoint_in_process("status", "-w", encrypted, "--json", env=with_key(None))
     one_line(status, ExitCode.USAGE, "is encrypted")
-    assert status.stdout == ""
+    error = json.loads(status.stdout)  # under --json the error is a JSON object as well, never the key
+    assert error["exit_code"] == ExitCode.USAGE and "is encrypted" in error["error"] and KEY not in status.stdout
 
 
 def test_a_wrong_key_is_recognised_before_any_record_is_read(encrypted, monkeypatch):
@@ -420,7 +421,7 @@ def test_commands_never_get_the_key_even_when_passed_by_name(tmp_path, workspace
     assert "SAFEPOINT_KEY" not in (workspace / "env.out").read_text() and KEY not in (workspace / "env.out").read_text()
 
 
-def test_the_daemon_passes_its_key_to_workers_by_environment_only(tmp_path, workspace, monkeypatch):
+def test_the_daemon_passes_its_key_to_workers_by_its_pipe_only(tmp_path, workspace, monkeypatch):
     from safepoint.supervisor import daemon as daemon_module
 
     key_file = tmp_path / "store.key"
@@ -434,13 +435,22 @@ def test_the_daemon_passes_its_key_to_workers_by_environment_only(tmp_path, work
         def __init__(self, command, **options):
             started.append((command, options["env"]))
 
+    sent: list[dict[str, str]] = []
+
+    def send(fd, secret):
+        sent.append(dict(secret))
+        os.close(fd)
+
     monkeypatch.setattr(daemon_module.subprocess, "Popen", Started)
+    monkeypatch.setattr(daemon_module.handoff, "send", send)
     monkeypatch.setenv("SAFEPOINT_KEY_FILE", str(key_file))
     worker = daemon_module.Daemon(sp.store, daemon_module.DaemonOptions(workspace=str(workspace)), lambda _: None)
     worker.start_worker("r", "resume", "test", ["resume", "r"], str(workspace), ())
     [(command, env)] = started
     assert not [part for part in command if KEY in part or "--key-file" in part or str(key_file) in part], command
-    assert env["SAFEPOINT_KEY"] == KEY and "SAFEPOINT_KEY_FILE" not in env
+    # neither its command line nor its environment (what ps and /proc show): the pipe (supervisor/handoff.py)
+    assert "SAFEPOINT_KEY" not in env and "SAFEPOINT_KEY_FILE" not in env
+    assert [secret["SAFEPOINT_KEY"] for secret in sent] == [KEY]
     sp.close()
 
 

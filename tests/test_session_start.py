@@ -187,3 +187,37 @@ def test_a_session_without_a_command_records_its_start_and_keeps_what_it_learnt(
     plan = tm.rollback_files("r", start)
     assert not plan.unrestorable and not plan.conflicts
     assert (workspace / "d2" / "f.txt").read_text() == "the user's 2\n"
+
+
+def test_the_agents_first_write_is_never_taken_for_the_users_dirty_state(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workspace's state at the start (git's dirty paths: the user's work in progress) is read on the thread
+    too; a write_file that ran before the thread got there made the agent's new file read as the user's (seen as a
+    flaky test under load). The thread is held here until the write has run, if the write does not wait for it."""
+    import subprocess
+
+    subprocess.run(["git", "-C", str(workspace), "init", "-q", "-b", "main"], check=True)
+    (workspace / "kept.txt").write_text("committed\n")
+    subprocess.run(["git", "-C", str(workspace), "add", "kept.txt"], check=True)
+    subprocess.run(
+        ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i"], check=True
+    )
+    (workspace / "user.txt").write_text("the user's work in progress\n")
+    release = threading.Event()
+    real = ChangeWatcher.__dict__["start"]
+
+    def held(cls: Any, root: str, rules: Any) -> Any:
+        release.wait(timeout=2)  # the thread is slow: a write that does not wait for it runs first
+        return real.__func__(cls, root, rules)
+
+    monkeypatch.setattr(ChangeWatcher, "start", classmethod(held))
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        timer = threading.Timer(0.5, release.set)  # lets a write that waits for the thread go on
+        timer.start()
+        run.call("write_file", {"path": "feature.py", "content": "x = 1\n"}, call_id="w1")
+        release.set()
+        timer.cancel()
+    [started] = load_view(tm.store, "r").workspace_states
+    assert started.dirty == ("user.txt",)

@@ -49,7 +49,6 @@ from safepoint.results import (
     Explanation,
     FsckResult,
     History,
-    Migrated,
     Resolved,
     Restored,
     RunSummary,
@@ -57,12 +56,15 @@ from safepoint.results import (
 )
 from safepoint.run import Run as Run  # re-exported: the API hands out runs
 from safepoint.run import new_run_id
+from safepoint.standalone import classify as classify  # re-exported: the API's functions that open no store
+from safepoint.standalone import command_rules
+from safepoint.standalone import find_workspace as find_workspace
+from safepoint.standalone import migrate as migrate
 from safepoint.store.names import mask_passwords as mask_passwords  # re-exported: the CLI masks its output
 from safepoint.store.url import default_store_url, open_store
 from safepoint.workspace.files import Workspace
 
 if TYPE_CHECKING:
-    from safepoint.core.commands import CommandReport, CommandRules
     from safepoint.core.progress import ProgressEvent as ProgressEvent  # what Run.on_event's observers get
     from safepoint.core.restart import RecoveryVerdict
     from safepoint.core.resume import ResumePlan
@@ -109,7 +111,7 @@ class Safepoint:
         from safepoint.engine.builtin import _classify_command, _command_targets, builtin_registry
 
         registry = builtin_registry(*tools)
-        rules, _ = _command_rules(self.workspace.root)
+        rules, _ = command_rules(self.workspace.root)
         tool = registry.get("run_command")
         if tool.classifier is _classify_command:
             # The workspace's rules judge its lines, and the store is protected where it really is (a --store
@@ -722,93 +724,6 @@ def load_tools(specs: Iterable[str]) -> list[Tool]:
     from safepoint.standins.notify import cli_tools
 
     return cli_tools(specs)
-
-
-def migrate(url: str | None = None, *, workspace: str = ".") -> Migrated:
-    """Bring a PostgreSQL store's schema to this safepoint's version (a no-op when it is there already; the file
-    store has none). Opening a store sets up a fresh database but never upgrades one other hosts may still use."""
-    from safepoint.store.names import safe_url
-    from safepoint.store.url import migrate_store
-
-    url = url or default_store_url(os.path.abspath(workspace))
-    change = migrate_store(url)
-    if change is None:
-        return Migrated(store=safe_url(url), migrated=False)
-    return Migrated(
-        store=safe_url(url),
-        migrated=bool(change.applied),
-        before=change.before,
-        after=change.after,
-        applied=list(change.applied),
-    )
-
-
-COMMAND_RULES_FILES = (".safepoint/commands.toml", ".safepoint/commands.json")
-
-
-def _command_rules(root: str, path: str | None = None) -> tuple[CommandRules, str]:
-    """The rules run_command's lines are judged by: the built-in ones extended by ``path`` if given, else by the
-    workspace's ``.safepoint/commands.toml`` (or ``.json``) if it has one; and where they came from."""
-    from safepoint.core.commands import DEFAULT_COMMAND_RULES, rules_from_bytes
-
-    if path is None:
-        found = [os.path.join(root, name) for name in COMMAND_RULES_FILES if os.path.isfile(os.path.join(root, name))]
-        if not found:
-            return DEFAULT_COMMAND_RULES, "built-in"
-        path = found[0]
-    shown = os.path.relpath(path, root) if os.path.abspath(path).startswith(root + os.sep) else path
-    try:
-        with builtins.open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise ConfigError(f"command rules {shown}: cannot read it ({exc.strerror}); give a TOML or JSON file") from None
-    return rules_from_bytes(data, f"command rules {shown}", json_format=path.endswith(".json")), shown
-
-
-def classify(command: str, *, workspace: str = ".", rules: str | None = None) -> CommandReport:
-    """How ``run_command`` would judge ``command`` in ``workspace``: its verdict (may a resume re-run it on its
-    own?), the paths it writes (kept before it runs), and which rules judged it (``rules``: a TOML or JSON rules
-    file; by default the workspace's ``.safepoint/commands.toml``, if any, extends the built-in rules). A line
-    that does not parse is a verdict (it asks), not an error; a bad rules file is a ``ConfigError``."""
-    import msgspec
-
-    from safepoint.core.command_targets import write_targets
-    from safepoint.core.commands import CommandReport, classify_command
-
-    loaded, source = _command_rules(os.path.abspath(workspace), rules)
-    verdict = classify_command(command, loaded)
-    return CommandReport(
-        command=command,
-        **msgspec.structs.asdict(verdict),
-        write_targets=write_targets(command, loaded),
-        rules=source,
-    )
-
-
-def find_workspace(start: str = ".") -> str | None:
-    """The workspace ``start`` is in, found as git finds its repository: ``start`` or the nearest folder above it
-    holding a store (``.agent-runtime``). The walk stops at a filesystem boundary and at the home folder (it is
-    looked in, not above), so a store elsewhere on the machine is never picked up by accident. None: no store."""
-    from safepoint.store.url import DEFAULT_STORE_DIR
-
-    here = os.path.abspath(start)
-    home = os.path.expanduser("~")
-    try:
-        device = os.stat(here).st_dev
-    except OSError:
-        return None
-    while True:
-        if os.path.isdir(os.path.join(here, DEFAULT_STORE_DIR)):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here or here == home:
-            return None
-        try:
-            if os.stat(parent).st_dev != device:
-                return None  # another filesystem: git stops here too (GIT_DISCOVERY_ACROSS_FILESYSTEM)
-        except OSError:
-            return None
-        here = parent
 
 
 def open(

@@ -343,8 +343,10 @@ class CallRunner:
         capture: Callable[[], CommandCapture],
         approval_mode: str,
         progress: Progress | None = None,
+        settle_start: Callable[[], None] = lambda: None,
     ) -> None:
         self.registry = registry
+        self.settle_start = settle_start  # a capture starting in the background finishes before a tool runs
         self.progress = progress
         self.ledger = ledger
         self.log = log
@@ -494,6 +496,10 @@ class CallRunner:
             # The user's changes so far are settled, not blamed on the command; what it starts from is kept
             # durably first, so a crash while it runs still leaves its changes attributable and reversible.
             self.capture().before_command(hints, call.call_id)
+        else:
+            # The workspace's state at the start (the user's dirty files) is taken before any tool can change it:
+            # the agent's first write_file must not read as the user's.
+            self.settle_start()
         started = ledger.start(planned)
         self.conversation.checkpoint("tool_start")
         self.log.commit()  # durable: the ledger says `started` before the tool runs

@@ -149,6 +149,7 @@ class RunSession:
             capture=self.capture,
             approval_mode=view.info.approval,
             progress=self.progress,
+            settle_start=self._settle_capture_start,
         )
 
     # opening and closing ----------------------------------------------------------------------------------------
@@ -249,6 +250,10 @@ class RunSession:
                 background=background,
             )
         return self._capture
+
+    def _settle_capture_start(self) -> None:
+        if self._capture is not None:
+            self._capture.finish_start()  # its records go with the next commit (the call's `started`)
 
     def _running_calls(self) -> list[str]:
         return [call_id for call_id, entry in self.calls.entries.items() if entry.status == "started"]
