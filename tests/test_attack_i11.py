@@ -172,11 +172,6 @@ def test_an_archive_extracted_into_git_never_plants_a_hook(tmp_path, workspace):
     assert tree(workspace / ".git") == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="safepoint's own git commands run the repository's clean filter (only fsmonitor and hooks are off); "
-    "the agent plants one through ~/.gitconfig and .gitattributes, neither held",
-)
 def test_safepoints_git_commands_never_run_a_filter_the_agent_planted(tmp_path, workspace, monkeypatch):
     """Two commands nobody holds (`>> ~/.gitconfig`, `> .gitattributes`) configure a clean filter; from then on
     safepoint's own `git status`/`update-index --add` run it at every capture, and `safepoint commit` runs it when
@@ -536,11 +531,6 @@ def test_a_recursive_chmod_of_the_workspace_leaves_the_store_private(workspace):
     assert loose == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the agent may write .safepoint/redact.toml with write_file; from the next resume on, its changes to "
-    "matching paths are recorded redacted and no rollback undoes them, and its commands show as [REDACTED]",
-)
 def test_the_agent_cannot_blind_the_record_through_redact_toml(workspace):
     """A hostile model writes `patterns = ["[a-z]+\\\\.py"]` into `.safepoint/redact.toml` (write_file refuses the
     store and .git, not safepoint's own configuration). After the next resume (a crash, a restart, the daemon),

@@ -36,7 +36,7 @@ from safepoint.workspace.names import quote_path, real_path
 READ_TIMEOUT = 60.0
 """Seconds a read-only git command may take (a cold ``git status`` of a very large repository is the slow one)."""
 WRITE_TIMEOUT = 120.0
-"""Seconds each step of ``commit_paths`` may take (clean filters such as git-lfs and commit signing run here)."""
+"""Seconds each step of ``commit_paths`` may take (commit signing runs here)."""
 
 _DROPPED_ENV = (
     "GIT_DIR",
@@ -69,7 +69,21 @@ _FIXED_ENV = {
 # Whatever a repository's configuration would run on its own, safepoint's git commands never run: no fsmonitor
 # daemon or hook (`git status` starts it), no hooks (an index write runs post-index-change). An agent that planted
 # one in .git/config would otherwise run code the moment the user looks at its changes.
-_SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}")
+# Beside them, the programs a setting names that these commands could reach: a signature check (`stash list` under
+# log.showSignature), an editor, a pager, askpass, credential helpers. Filters and diff drivers are named per
+# repository: see ``_guard``.
+_SAFE_CONFIG = (
+    *("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}", "-c", "log.showSignature=false"),
+    *("-c", "core.editor=:", "-c", "sequence.editor=:", "-c", "core.pager=cat", "-c", "core.askPass="),
+    *("-c", "credential.helper="),
+)
+# Settings that name a program git runs on a file's content, per driver that `.gitattributes` picks (the agent
+# writes that file at will): clean/smudge/process filters (`git status` cleans a file whose stat changed,
+# `update-index --add` cleans every file it adds), diff textconv and external drivers, merge drivers.
+# An empty value turns each off (verified on git 2.39 with a planted program); an external diff then fails
+# instead of running, which no command of safepoint's meets (none diffs). Rejected: GIT_CONFIG_GLOBAL=/dev/null,
+# which also dropped the user's identity, excludesFile and autocrlf; git 2.39 has no switch for in-tree attributes.
+_DRIVER_KEYS = r"^((filter|diff|merge)\..+\.(clean|smudge|process|textconv|command|driver|required)|diff\.external)$"
 # A temporary index must stay one plain file: a split index would write sharedindex.* into .git.
 _TEMP_INDEX_CONFIG = ("-c", "core.splitIndex=false", "-c", "index.sparse=false")
 _EMPTY_TREES = frozenset(
@@ -236,6 +250,40 @@ def _git(
     return _ok(_run(args, cwd, data=data, env=env, write=write), args, cwd)
 
 
+class _Guard(NamedTuple):
+    env: dict[str, str]  # GIT_CONFIG_COUNT/KEY_n/VALUE_n turning every configured driver program off
+    required: frozenset[str]  # filter drivers configured `required = true` (git-lfs): their content is not raw
+
+
+def _guard(top: str) -> _Guard:
+    """The configuration that keeps the next git commands of one operation from running any filter or diff driver
+    the configuration names, at any level (system, global, the repository's, included files). One ``git config``
+    process per operation; the settings go through the environment (``GIT_CONFIG_COUNT``), not ``-c``, so a
+    driver name holding ``=`` cannot break them; command-line settings come last and win over every file."""
+    found = _run(["config", "-z", "--get-regexp", _DRIVER_KEYS], top)
+    keys: dict[str, None] = {}
+    required: set[str] = set()
+    for entry in found.out.split(b"\0") if found.rc == 0 else []:
+        key, _, value = os.fsdecode(entry).partition("\n")
+        if not key:
+            continue
+        head, _, rest = key.partition(".")
+        name, _, variable = rest.rpartition(".")
+        truthy = value.strip().casefold() in {"true", "yes", "on", "1", ""}  # "": `required` alone is true
+        if variable.casefold() == "required" and head.casefold() == "filter" and truthy:
+            required.add(name)
+        keys[key] = None  # a required filter emptied would fail every file it covers: made not required
+    count = os.environ.get("GIT_CONFIG_COUNT", "")
+    start = int(count) if count.isdigit() else 0  # the user's own settings of this kind stay, before these
+    env: dict[str, str] = {}
+    for i, key in enumerate(keys, start=start):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = "false" if key.casefold().endswith(".required") else ""
+    if env:
+        env["GIT_CONFIG_COUNT"] = str(start + len(keys))
+    return _Guard(env, frozenset(required))
+
+
 def _line(out: bytes) -> str:
     return os.fsdecode(out).rstrip("\n")
 
@@ -296,7 +344,8 @@ def _head(top: str) -> str | None:
 def git_state(workspace: str) -> GitState:
     """The repository around ``workspace``; not-a-repo (also when git is not installed) is a state, not an error.
 
-    Three git processes: ``rev-parse``, ``status`` (the one that scans the tree) and ``ls-files --stage``.
+    Four git processes: ``rev-parse``, ``config`` (the drivers to turn off, see ``_guard``), ``status`` (the one
+    that scans the tree) and ``ls-files --stage``.
     Raises ``WorkspaceError`` for a missing workspace and ``GitError`` when git itself fails or times out.
     """
     try:
@@ -304,6 +353,7 @@ def git_state(workspace: str) -> GitState:
         if repo is None:
             return _NOT_A_REPO
         top, prefix = repo.top, repo.prefix
+        guard = _guard(top)
         status = _git(
             [
                 "status",
@@ -317,6 +367,7 @@ def git_state(workspace: str) -> GitState:
                 *_scope(prefix),
             ],
             top,
+            env=guard.env,
         )
         staged = _git(["ls-files", "-z", "--stage", *_scope(prefix)], top)
     except _GitMissing:
@@ -632,13 +683,14 @@ def commit_paths(workspace: str, paths: Sequence[str], message: str, *, author: 
 
     The user's other changes, staged or not, stay as they were: the tree is built in a temporary index seeded
     from HEAD, the branch moves by compare-and-swap (a concurrent commit is never lost), and afterwards only
-    these paths' entries in the real index are set to the new commit's. Runs no hooks (plumbing commands), but
-    honours clean filters, ``core.autocrlf``, ``core.filemode`` and ``commit.gpgSign`` like ``git commit``.
+    these paths' entries in the real index are set to the new commit's. Runs no hooks and no filter or diff
+    driver (the agent may have configured one: see ``_guard``; a file's content is committed as it is on disk),
+    but honours ``core.autocrlf``, ``core.filemode`` and ``commit.gpgSign`` like ``git commit``.
 
     Refuses (``GitError``): no git, not a repository, detached HEAD, no paths, an empty message, a path outside
     the workspace or inside .git, a folder, a path through a symlink or inside a nested repository or submodule,
-    an untracked ignored file, an unmerged or skip-worktree path, nothing to commit, no configured identity
-    (unless ``author`` is given), and a branch that moved meanwhile.
+    an untracked ignored file, an unmerged or skip-worktree path, a path under a required filter (git-lfs),
+    nothing to commit, no configured identity (unless ``author`` is given), and a branch that moved meanwhile.
     """
     if isinstance(paths, str):
         raise GitError(f"paths must be a list of paths, not the single string {paths!r}; wrap it in a list")
@@ -650,6 +702,23 @@ def commit_paths(workspace: str, paths: Sequence[str], message: str, *, author: 
         return _commit(workspace, list(paths), message, author)
     except _GitMissing:
         raise GitError("git is not installed or not on PATH; install git to commit") from None
+
+
+def _refuse_required_filters(top: str, guard: _Guard, path_args: list[str], by_rel: dict[str, str]) -> None:
+    """A path whose ``.gitattributes`` filter is configured ``required`` (git-lfs) must go through that filter,
+    which safepoint never runs (the agent may have planted it): refused in one line, the user commits it with git.
+    Other filters are optional by git's own rule (a missing one keeps the content as it is), so that content is
+    committed raw. One ``check-attr`` process, only when such a filter is configured."""
+    if not guard.required:
+        return
+    found = _git(["check-attr", "-z", "filter", *path_args], top).split(b"\0")
+    for i in range(0, len(found) - 2, 3):
+        rel, value = os.fsdecode(found[i]), os.fsdecode(found[i + 2])
+        if value in guard.required:
+            raise GitError(
+                f"path {by_rel.get(rel, rel)!r} goes through git's filter {value!r} (.gitattributes), which "
+                "safepoint does not run; commit it with `git add` and `git commit` yourself"
+            )
 
 
 def _commit(workspace: str, paths: list[str], message: str, author: str | None) -> str:
@@ -693,9 +762,11 @@ def _commit(workspace: str, paths: list[str], message: str, author: str | None) 
             f"path {by_rel.get(rel, rel)!r} is ignored by git (.gitignore); leave it out, or `git add -f` it yourself"
         )
 
+    guard = _guard(top)
+    _refuse_required_filters(top, guard, path_args, by_rel)
     listed = b"".join(os.fsencode(rel) + b"\0" for rel in rels)
     with tempfile.TemporaryDirectory(prefix="safepoint-git-") as scratch:
-        env = {"GIT_INDEX_FILE": os.path.join(scratch, "index"), "GIT_NO_REPLACE_OBJECTS": "1"}
+        env = {**guard.env, "GIT_INDEX_FILE": os.path.join(scratch, "index"), "GIT_NO_REPLACE_OBJECTS": "1"}
         if old:
             _git([*_TEMP_INDEX_CONFIG, "read-tree", old], top, env=env, write=True)
         else:
@@ -718,7 +789,7 @@ def _commit(workspace: str, paths: list[str], message: str, author: str | None) 
             ["commit-tree", tree, *parents, "-F", "-"],
             top,
             data=text.encode("utf-8"),
-            env={**identity, "GIT_NO_REPLACE_OBJECTS": "1"},
+            env={**guard.env, **identity, "GIT_NO_REPLACE_OBJECTS": "1"},
             write=True,
         )
     )
@@ -744,7 +815,7 @@ def _commit(workspace: str, paths: list[str], message: str, author: str | None) 
             present[raw] = fields[0] + b" " + fields[2]
     zero = b"0 " + b"0" * len(new)
     info = b"".join(present.get(raw, zero) + b"\t" + raw + b"\0" for raw in (os.fsencode(rel) for rel in rels))
-    updated = _run(["update-index", "-z", "--index-info"], top, data=info, write=True)
+    updated = _run(["update-index", "-z", "--index-info"], top, data=info, env=guard.env, write=True)
     if updated.rc != 0:
         raise GitError(
             f"committed {new} on {branch}, but could not update the index for these paths "
