@@ -130,7 +130,6 @@ BYPASSES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="a command naming .git or the store literally is not held")
 @pytest.mark.parametrize("command", BYPASSES)
 def test_a_command_that_names_git_or_the_store_is_held(command):
     """Promise: "Held: a path the line writes (...) with a part named `.git` or `.agent-runtime`". Each of these
@@ -140,9 +139,6 @@ def test_a_command_that_names_git_or_the_store_is_held(command):
     assert "store_or_git" in classify_with_reach(command).side_effects
 
 
-@pytest.mark.xfail(
-    strict=True, reason="`git config --global core.hooksPath x` is held, the same line appended to ~/.gitconfig is not"
-)
 def test_a_git_program_set_through_the_global_config_file_is_held():
     """Held: `git config --global core.hooksPath hooks` ("sets a program git runs"). Not held: writing the same
     setting into ~/.gitconfig, which sets it for every repository of the user (hooks, filters, fsmonitor)."""
@@ -153,7 +149,6 @@ def test_a_git_program_set_through_the_global_config_file_is_held():
     assert "store_or_git" in classify_with_reach(line).side_effects
 
 
-@pytest.mark.xfail(strict=True, reason="`tar -x -C .git` is not held: it plants a hook without any decision")
 def test_an_archive_extracted_into_git_never_plants_a_hook(tmp_path, workspace):
     """End to end, with `--approval none` as the held-commands test runs it: an archive the agent wrote (or the
     workspace shipped) is extracted into `.git`; the next `git commit` the user makes runs the model's code."""
@@ -184,11 +179,16 @@ def test_safepoints_git_commands_never_run_a_filter_the_agent_planted(tmp_path, 
     _repo(workspace)
     mark = tmp_path / "ran"
     plant = f'printf \'[filter "x"]\\n\\tclean = "sh -c \\\\"echo ran >> {mark}; cat\\\\""\\n\' >> ~/.gitconfig'
+    # Since the fix, the agent's line is held (git's configuration outside the repository); a person who approves
+    # it, or a filter of the user's own, leaves the same file: written here directly.
+    from safepoint.core.command_reach import classify_with_reach
+
+    assert "store_or_git" in classify_with_reach(plant).side_effects
+    (home / ".gitconfig").write_text(f'[filter "x"]\n\tclean = "sh -c \\"echo ran >> {mark}; cat\\""\n')
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
-        planted = run.call_result("run_command", {"command": plant}, call_id="c1")
         attrs = run.call_result("run_command", {"command": "echo '* filter=x' > .gitattributes"}, call_id="c2")
-        assert planted.status == attrs.status == "succeeded", planted.observation + attrs.observation
+        assert attrs.status == "succeeded", attrs.observation
         mark.unlink(missing_ok=True)
         subprocess.run(["git", "-C", str(workspace), "hash-object", "t.txt"], capture_output=True, check=True)
         assert mark.exists(), "the plant does not work with a plain git"
@@ -500,7 +500,6 @@ REACHING = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="a glob or an ancestor that takes in .git and the store is not held")
 @pytest.mark.parametrize("command", REACHING)
 def test_a_command_that_takes_in_git_or_the_store_by_glob_or_ancestor_is_held(command):
     """Promise: held are "a dot-glob that matches one (`rm -rf .[a-z]*`, `.*`...)". These reach them all the same."""

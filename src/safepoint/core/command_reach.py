@@ -23,6 +23,7 @@ import fnmatch
 import posixpath
 
 from safepoint.core.command_findings import PROTECTED_EFFECT, finding
+from safepoint.core.command_reach_walk import ANCESTOR, CONFIGURATION, DOT_ENTRIES, GIT_CONFIGURATION, reach_beyond
 from safepoint.core.command_rules import IDEMPOTENCY_RANK, POLICY_RANK, RISK_RANK
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, CommandVerdict, classify_command
@@ -31,6 +32,13 @@ __all__ = ["DEFAULT_STORE_NAME", "PROTECTED_EFFECT", "classify_with_reach", "rea
 
 DEFAULT_STORE_NAME = ".agent-runtime"
 _GLOB = frozenset("*?[")
+_REACHED = {
+    ".git": "a repository's .git folder",
+    CONFIGURATION: "safepoint's own configuration (.safepoint)",
+    ANCESTOR: "the workspace itself or a folder above it (the store and .git with it)",
+    DOT_ENTRIES: "every entry a glob or brace expansion makes, .git and the store among them",
+    GIT_CONFIGURATION: "git's configuration outside the repository (it chooses programs git runs)",
+}
 
 
 def reached(target: str, protected: tuple[str, ...]) -> str | None:
@@ -54,11 +62,10 @@ def classify_with_reach(
     verdict = classify_command(command, rules)
     protected = (".git", store_name.casefold())
     names = {name for target in write_targets(command, rules) if (name := reached(target, protected)) is not None}
+    names |= reach_beyond(command, rules, protected)  # other spellings: core/command_reach_walk.py
     if not names:
         return verdict
-    what = " and ".join(
-        "a repository's .git folder" if name == ".git" else "safepoint's store" for name in sorted(names)
-    )
+    what = " and ".join(_REACHED.get(name, "safepoint's store") for name in sorted(names))
     held = finding("mutation", (PROTECTED_EFFECT,), f"the command writes into {what}; a person decides", "high")
     return CommandVerdict(
         idempotency=max(verdict.idempotency, held.idempotency, key=IDEMPOTENCY_RANK.__getitem__),

@@ -8,6 +8,7 @@ Every read runs ``git`` with ``GIT_OPTIONAL_LOCKS=0`` (so ``git status`` does no
 ``LC_ALL=C``, no pager, no terminal prompt, stdin closed, its own process group and a timeout. Variables that would
 point git at another repository or index (``GIT_DIR``, ``GIT_INDEX_FILE`` …, e.g. when safepoint runs inside a git
 hook) are dropped, and every pathspec is literal (``GIT_LITERAL_PATHSPECS=1``: ``*`` in a file name is just ``*``).
+No command runs a program a setting names (hooks, fsmonitor, filters, diff drivers ...: ``workspace/git_guard.py``).
 
 Paths handed in and out are workspace-relative, ``/``-separated and in recorded form (``workspace/names.py``: a
 name that is not plain text is quoted, so undecodable bytes survive a record).
@@ -31,6 +32,7 @@ from typing import NamedTuple
 import msgspec
 
 from safepoint.errors import GitError, WorkspaceError
+from safepoint.workspace.git_guard import GUARD_QUERY, SAFE_CONFIG, Guard, driver_guard
 from safepoint.workspace.names import quote_path, real_path
 
 READ_TIMEOUT = 60.0
@@ -66,24 +68,6 @@ _FIXED_ENV = {
     "GIT_EDITOR": ":",
     "GIT_LITERAL_PATHSPECS": "1",
 }
-# Whatever a repository's configuration would run on its own, safepoint's git commands never run: no fsmonitor
-# daemon or hook (`git status` starts it), no hooks (an index write runs post-index-change). An agent that planted
-# one in .git/config would otherwise run code the moment the user looks at its changes.
-# Beside them, the programs a setting names that these commands could reach: a signature check (`stash list` under
-# log.showSignature), an editor, a pager, askpass, credential helpers. Filters and diff drivers are named per
-# repository: see ``_guard``.
-_SAFE_CONFIG = (
-    *("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}", "-c", "log.showSignature=false"),
-    *("-c", "core.editor=:", "-c", "sequence.editor=:", "-c", "core.pager=cat", "-c", "core.askPass="),
-    *("-c", "credential.helper="),
-)
-# Settings that name a program git runs on a file's content, per driver that `.gitattributes` picks (the agent
-# writes that file at will): clean/smudge/process filters (`git status` cleans a file whose stat changed,
-# `update-index --add` cleans every file it adds), diff textconv and external drivers, merge drivers.
-# An empty value turns each off (verified on git 2.39 with a planted program); an external diff then fails
-# instead of running, which no command of safepoint's meets (none diffs). Rejected: GIT_CONFIG_GLOBAL=/dev/null,
-# which also dropped the user's identity, excludesFile and autocrlf; git 2.39 has no switch for in-tree attributes.
-_DRIVER_KEYS = r"^((filter|diff|merge)\..+\.(clean|smudge|process|textconv|command|driver|required)|diff\.external)$"
 # A temporary index must stay one plain file: a split index would write sharedindex.* into .git.
 _TEMP_INDEX_CONFIG = ("-c", "core.splitIndex=false", "-c", "index.sparse=false")
 _EMPTY_TREES = frozenset(
@@ -176,7 +160,7 @@ def _run(
         raise _GitMissing
     try:
         proc = subprocess.Popen(
-            [exe, *_SAFE_CONFIG, *args],
+            [exe, *SAFE_CONFIG, *args],
             cwd=cwd,
             env=_env(env),
             stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
@@ -250,38 +234,10 @@ def _git(
     return _ok(_run(args, cwd, data=data, env=env, write=write), args, cwd)
 
 
-class _Guard(NamedTuple):
-    env: dict[str, str]  # GIT_CONFIG_COUNT/KEY_n/VALUE_n turning every configured driver program off
-    required: frozenset[str]  # filter drivers configured `required = true` (git-lfs): their content is not raw
-
-
-def _guard(top: str) -> _Guard:
-    """The configuration that keeps the next git commands of one operation from running any filter or diff driver
-    the configuration names, at any level (system, global, the repository's, included files). One ``git config``
-    process per operation; the settings go through the environment (``GIT_CONFIG_COUNT``), not ``-c``, so a
-    driver name holding ``=`` cannot break them; command-line settings come last and win over every file."""
-    found = _run(["config", "-z", "--get-regexp", _DRIVER_KEYS], top)
-    keys: dict[str, None] = {}
-    required: set[str] = set()
-    for entry in found.out.split(b"\0") if found.rc == 0 else []:
-        key, _, value = os.fsdecode(entry).partition("\n")
-        if not key:
-            continue
-        head, _, rest = key.partition(".")
-        name, _, variable = rest.rpartition(".")
-        truthy = value.strip().casefold() in {"true", "yes", "on", "1", ""}  # "": `required` alone is true
-        if variable.casefold() == "required" and head.casefold() == "filter" and truthy:
-            required.add(name)
-        keys[key] = None  # a required filter emptied would fail every file it covers: made not required
-    count = os.environ.get("GIT_CONFIG_COUNT", "")
-    start = int(count) if count.isdigit() else 0  # the user's own settings of this kind stay, before these
-    env: dict[str, str] = {}
-    for i, key in enumerate(keys, start=start):
-        env[f"GIT_CONFIG_KEY_{i}"] = key
-        env[f"GIT_CONFIG_VALUE_{i}"] = "false" if key.casefold().endswith(".required") else ""
-    if env:
-        env["GIT_CONFIG_COUNT"] = str(start + len(keys))
-    return _Guard(env, frozenset(required))
+def _guard(top: str) -> Guard:
+    """The settings that turn off every filter and diff driver the configuration names (``git_guard``)."""
+    found = _run(GUARD_QUERY, top)
+    return driver_guard(found.out if found.rc == 0 else b"", os.environ)
 
 
 def _line(out: bytes) -> str:
@@ -503,7 +459,7 @@ class BlobReader:
                 self._failed = True
                 return None
             self._proc = subprocess.Popen(
-                [exe, *_SAFE_CONFIG, "cat-file", "--batch"],
+                [exe, *SAFE_CONFIG, "cat-file", "--batch"],
                 cwd=self.workspace,
                 env=_env(None),
                 stdin=subprocess.PIPE,
@@ -704,7 +660,7 @@ def commit_paths(workspace: str, paths: Sequence[str], message: str, *, author: 
         raise GitError("git is not installed or not on PATH; install git to commit") from None
 
 
-def _refuse_required_filters(top: str, guard: _Guard, path_args: list[str], by_rel: dict[str, str]) -> None:
+def _refuse_required_filters(top: str, guard: Guard, path_args: list[str], by_rel: dict[str, str]) -> None:
     """A path whose ``.gitattributes`` filter is configured ``required`` (git-lfs) must go through that filter,
     which safepoint never runs (the agent may have planted it): refused in one line, the user commits it with git.
     Other filters are optional by git's own rule (a missing one keeps the content as it is), so that content is
