@@ -508,16 +508,11 @@ def test_a_command_that_takes_in_git_or_the_store_by_glob_or_ancestor_is_held(co
     assert "store_or_git" in classify_with_reach(command).side_effects
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`chmod -R a+rX .` (an everyday 'fix the permissions') is not held and makes every store file "
-    "readable by others; nothing puts 0600/0700 back",
-)
 def test_a_recursive_chmod_of_the_workspace_leaves_the_store_private(workspace):
     """Promise: store files 0600 and folders 0700. After the command, the ledger (and the exact file versions
     it holds: the user's files, secrets included) is 0644 for the rest of the run and after it."""
     tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r") as run:
+    with tm.start("t", run_id="r", approval_timeout_s=0.2) as run:  # the chmod is held: nobody answers
         run.call_result("write_file", {"path": ".env", "content": "KEY=the user's secret\n"}, call_id="c1")
         run.call_result("run_command", {"command": "chmod -R a+rX ."}, call_id="c2")
         run.call_result("write_file", {"path": "a.txt", "content": "more\n"}, call_id="c3")

@@ -14,7 +14,7 @@ from safepoint.core.commands import CommandRules, classify_command
 HELD = [
     # literal names, other spellings
     "rm -rf .{git,agent-runtime}",
-    "rm -rf .{g,x}it",  # nothing the braces give names .git... except here: .git
+    "rm -rf .{g,x}it",  # the braces make `.git` out of pieces
     "rm -rf x/{.git,src}",
     "rm -rf .git{,}",
     "find .agent-runtime -delete",
@@ -36,6 +36,7 @@ HELD = [
     "git -c init.templateDir=t init",
     "git config --global init.templateDir t",
     "rename s/runtime/x/ .agent-runtime",
+    "sometool --out=.git/hooks/pre-commit",
     "git stash --all",
     "git stash push -a -m wip",
     "git stash save --include-untracked",
@@ -102,6 +103,9 @@ NOT_HELD = [
     "find . -name '__pycache__' -prune -o -print",
     "find . -name '*.py' -exec grep -l TODO {} +",
     "find . -type f -name '*.py'",
+    "find . -type d -name __pycache__ -exec rm -rf {} +",
+    "git -C .. commit -m wip",
+    "git -C sub add .",
     "tar -xf x -C vendor",
     "tar -xzf release.tar.gz",
     "tar -cf out.tar -C src .",

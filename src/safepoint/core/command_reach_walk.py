@@ -70,6 +70,9 @@ _INTERNAL_EXTENSIONS = frozenset(
     {"sample", "pack", "idx", "rev", "keep", "lock", "bitmap", "midx", "promisor", "mtimes", "graph", "bundle"}
     | {"jsonl", "json", "toml", "part", "tmp", "db", "sqlite", "blob", "log"}
 )
+# `find . -name __pycache__ -exec rm -rf {} +`: folders of these names are in neither (a branch so named is a file
+# under .git/refs: the one thing such a line could take, accepted).
+_CACHE_FOLDERS = frozenset({"__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox"})
 _GIT_CONFIG_PATH = re.compile(
     r"(^|/)\.gitconfig$|(^|/)\.config/git(/|$)|XDG_CONFIG_HOME\}?/git(/|$)|^/etc/git(config|attributes)$"
 )
@@ -187,7 +190,8 @@ class _ReachWalker(TargetWalker):
         placed = self.capture(lambda: self.emit(targets))  # noted by name there
         self.targets.extend(placed)
         if judged.findings is None:  # no spec knows the program: every word it is given may be a path it writes
-            self.note([w for w in argv[1:] if not w.startswith("-")], ancestors=False, here=False)
+            words = [w.partition("=")[2] if w.startswith("-") else w for w in argv[1:]]
+            self.note([w for w in words if w], ancestors=False, here=False)
             return
         if not _writes(judged.findings):
             return
@@ -201,7 +205,8 @@ class _ReachWalker(TargetWalker):
         """The folders a writing program writes under, by its options and (for a few) its operands."""
         args = argv[1:]
         values: list[str] = []
-        for i, word in enumerate(args):
+        # git's `-C DIR` is where it runs (the walk places its paths there), not a folder it writes under
+        for i, word in enumerate(args if name != "git" else ()):
             option, eq, value = word.partition("=")
             if eq and option in _FOLDER_OPTIONS:
                 values.append(value)
@@ -271,14 +276,17 @@ def _writes(findings: Sequence[Finding]) -> bool:
 
 
 def _narrow(expression: Sequence[str]) -> bool:
-    """Every file the expression acts on has one extension none of .git's or the store's files has: a `-name
-    '*.EXT'` test in an expression with no `-o`, `!`, `-not` or `,` (which would let other files through)."""
+    """Every file the expression acts on has one extension none of .git's or the store's files has, or is a
+    well-known cache folder: a `-name '*.EXT'` (or `-name __pycache__` ...) test in an expression with no `-o`,
+    `!`, `-not` or `,` (which would let other files through)."""
     if any(word in {"-o", "-or", "!", "-not", ","} for word in expression):
         return False
     for j, word in enumerate(expression[:-1]):
         if word in {"-name", "-iname"}:
             pattern = expression[j + 1]
             if _FIND_NARROW.fullmatch(pattern) and pattern[2:].casefold() not in _INTERNAL_EXTENSIONS:
+                return True
+            if pattern in _CACHE_FOLDERS:
                 return True
     return False
 
