@@ -60,6 +60,8 @@ HELD = [
     "find . -name '*.pyc' -o -name '*.lock' -delete",  # -o lets the second test through
     "find . -name '*.sample' -delete",  # .git/hooks holds them
     "find . -name '*.jsonl' -delete",  # the store's logs
+    "find . -name config -delete",  # .git/config
+    "find . -name '.git*' -delete",  # .git itself, the store's .gitignore
     "chmod -R a+rX .",
     "chown -R nobody .",
     "chmod -R 777 ./",
@@ -104,6 +106,9 @@ NOT_HELD = [
     "find . -name '*.py' -exec grep -l TODO {} +",
     "find . -type f -name '*.py'",
     "find . -type d -name __pycache__ -exec rm -rf {} +",
+    "find . -name cache -exec rm -rf {} +",
+    "find . -name '.env*' -delete",
+    "find . -name '*.log' -delete",
     "git -C .. commit -m wip",
     "git -C sub add .",
     "tar -xf x -C vendor",

@@ -38,6 +38,7 @@ from safepoint.core.command_findings import Finding
 from safepoint.core.command_judge import Judged, judge
 from safepoint.core.command_parse import ASSIGNMENT
 from safepoint.core.command_rules import SHELLS, WRAPPERS, canonical
+from safepoint.core.command_spec import names
 from safepoint.core.command_targets import TargetWalker
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 
@@ -68,11 +69,26 @@ _FIND_OPTIONS_WITH_VALUE = frozenset({"-D", "-O"})
 _FIND_NARROW = re.compile(r"\*\.[A-Za-z0-9]+")
 _INTERNAL_EXTENSIONS = frozenset(
     {"sample", "pack", "idx", "rev", "keep", "lock", "bitmap", "midx", "promisor", "mtimes", "graph", "bundle"}
-    | {"jsonl", "json", "toml", "part", "tmp", "db", "sqlite", "blob", "log"}
+    | {"jsonl", "json", "toml", "part", "tmp", "db", "sqlite", "blob"}
 )
 # `find . -name __pycache__ -exec rm -rf {} +`: folders of these names are in neither (a branch so named is a file
 # under .git/refs: the one thing such a line could take, accepted).
 _CACHE_FOLDERS = frozenset({"__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox"})
+# Names inside .git and the store (case-folded) a literal `-name NAME` could take: beside them, only a branch or tag
+# of that name (a file under .git/refs) could match, accepted.
+_INTERNAL_NAMES = names(
+    """config head index description hooks info exclude objects pack refs heads tags remotes logs packed-refs
+    fetch_head orig_head merge_head cherry_pick_head revert_head rebase_head auto_merge commit_editmsg worktrees
+    modules lfs shallow rr-cache sequencer rebase-merge rebase-apply alternates commondir gitdir sparse-checkout
+    attributes main master origin stash runs blobs checkpoints artifacts schedules quarantined tmp scratch
+    ledger.jsonl trace.jsonl index.jsonl control.jsonl control.lock terminal_events.jsonl owner.json run.json
+    restart_checkpoint.json generation state"""
+)
+# Dot-names a `-name '.x*'` pattern is checked against: the protected names, the dot-files inside them (the store's
+# .gitignore, a temp file of a write), git's own dot-files.
+_DOT_NAMES = names(
+    ".git .agent-runtime .safepoint .safepointignore .gitignore .gitattributes .gitmodules .safepoint-write.part .lock"
+)
 _GIT_CONFIG_PATH = re.compile(
     r"(^|/)\.gitconfig$|(^|/)\.config/git(/|$)|XDG_CONFIG_HOME\}?/git(/|$)|^/etc/git(config|attributes)$"
 )
@@ -277,7 +293,8 @@ def _writes(findings: Sequence[Finding]) -> bool:
 
 def _narrow(expression: Sequence[str]) -> bool:
     """Every file the expression acts on has one extension none of .git's or the store's files has, or is a
-    well-known cache folder: a `-name '*.EXT'` (or `-name __pycache__` ...) test in an expression with no `-o`,
+    well-known cache folder or a dot-name of none of theirs: a `-name '*.EXT'` (`-name __pycache__`, `-name
+    '.env*'` ...) test in an expression with no `-o`,
     `!`, `-not` or `,` (which would let other files through)."""
     if any(word in {"-o", "-or", "!", "-not", ","} for word in expression):
         return False
@@ -286,8 +303,12 @@ def _narrow(expression: Sequence[str]) -> bool:
             pattern = expression[j + 1]
             if _FIND_NARROW.fullmatch(pattern) and pattern[2:].casefold() not in _INTERNAL_EXTENSIONS:
                 return True
-            if pattern in _CACHE_FOLDERS:
-                return True
+            if pattern in _CACHE_FOLDERS or (
+                not _GLOB & set(pattern) and not pattern.startswith(".") and pattern.casefold() not in _INTERNAL_NAMES
+            ):
+                return True  # `-name cache`: a name none of theirs has (a branch of that name: accepted)
+            if pattern.startswith(".") and not any(fnmatch.fnmatchcase(n, _bash_class(pattern)) for n in _DOT_NAMES):
+                return True  # `-name '.env*'`: dot-names none of the protected or their dot-files match
     return False
 
 
