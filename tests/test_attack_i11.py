@@ -115,7 +115,6 @@ BYPASSES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="a command naming .git or the store literally is not held")
 @pytest.mark.parametrize("command", BYPASSES)
 def test_a_command_that_names_git_or_the_store_is_held(command):
     """Promise: "Held: a path the line writes (...) with a part named `.git` or `.agent-runtime`". Each of these
@@ -125,9 +124,6 @@ def test_a_command_that_names_git_or_the_store_is_held(command):
     assert "store_or_git" in classify_with_reach(command).side_effects
 
 
-@pytest.mark.xfail(
-    strict=True, reason="`git config --global core.hooksPath x` is held, the same line appended to ~/.gitconfig is not"
-)
 def test_a_git_program_set_through_the_global_config_file_is_held():
     """Held: `git config --global core.hooksPath hooks` ("sets a program git runs"). Not held: writing the same
     setting into ~/.gitconfig, which sets it for every repository of the user (hooks, filters, fsmonitor)."""
@@ -138,7 +134,6 @@ def test_a_git_program_set_through_the_global_config_file_is_held():
     assert "store_or_git" in classify_with_reach(line).side_effects
 
 
-@pytest.mark.xfail(strict=True, reason="`tar -x -C .git` is not held: it plants a hook without any decision")
 def test_an_archive_extracted_into_git_never_plants_a_hook(tmp_path, workspace):
     """End to end, with `--approval none` as the held-commands test runs it: an archive the agent wrote (or the
     workspace shipped) is extracted into `.git`; the next `git commit` the user makes runs the model's code."""
@@ -157,11 +152,6 @@ def test_an_archive_extracted_into_git_never_plants_a_hook(tmp_path, workspace):
     assert tree(workspace / ".git") == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="safepoint's own git commands run the repository's clean filter (only fsmonitor and hooks are off); "
-    "the agent plants one through ~/.gitconfig and .gitattributes, neither held",
-)
 def test_safepoints_git_commands_never_run_a_filter_the_agent_planted(tmp_path, workspace, monkeypatch):
     """Two commands nobody holds (`>> ~/.gitconfig`, `> .gitattributes`) configure a clean filter; from then on
     safepoint's own `git status`/`update-index --add` run it at every capture, and `safepoint commit` runs it when
@@ -174,11 +164,16 @@ def test_safepoints_git_commands_never_run_a_filter_the_agent_planted(tmp_path, 
     _repo(workspace)
     mark = tmp_path / "ran"
     plant = f'printf \'[filter "x"]\\n\\tclean = "sh -c \\\\"echo ran >> {mark}; cat\\\\""\\n\' >> ~/.gitconfig'
+    # Since the fix, the agent's line is held (git's configuration outside the repository); a person who approves
+    # it, or a filter of the user's own, leaves the same file: written here directly.
+    from safepoint.core.command_reach import classify_with_reach
+
+    assert "store_or_git" in classify_with_reach(plant).side_effects
+    (home / ".gitconfig").write_text(f'[filter "x"]\n\tclean = "sh -c \\"echo ran >> {mark}; cat\\""\n')
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
-        planted = run.call_result("run_command", {"command": plant}, call_id="c1")
         attrs = run.call_result("run_command", {"command": "echo '* filter=x' > .gitattributes"}, call_id="c2")
-        assert planted.status == attrs.status == "succeeded", planted.observation + attrs.observation
+        assert attrs.status == "succeeded", attrs.observation
         mark.unlink(missing_ok=True)
         subprocess.run(["git", "-C", str(workspace), "hash-object", "t.txt"], capture_output=True, check=True)
         assert mark.exists(), "the plant does not work with a plain git"
@@ -439,7 +434,6 @@ REACHING = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="a glob or an ancestor that takes in .git and the store is not held")
 @pytest.mark.parametrize("command", REACHING)
 def test_a_command_that_takes_in_git_or_the_store_by_glob_or_ancestor_is_held(command):
     """Promise: held are "a dot-glob that matches one (`rm -rf .[a-z]*`, `.*`...)". These reach them all the same."""
@@ -448,16 +442,11 @@ def test_a_command_that_takes_in_git_or_the_store_by_glob_or_ancestor_is_held(co
     assert "store_or_git" in classify_with_reach(command).side_effects
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`chmod -R a+rX .` (an everyday 'fix the permissions') is not held and makes every store file "
-    "readable by others; nothing puts 0600/0700 back",
-)
 def test_a_recursive_chmod_of_the_workspace_leaves_the_store_private(workspace):
     """Promise: store files 0600 and folders 0700. After the command, the ledger (and the exact file versions
     it holds: the user's files, secrets included) is 0644 for the rest of the run and after it."""
     tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r") as run:
+    with tm.start("t", run_id="r", approval_timeout_s=0.2) as run:  # the chmod is held: nobody answers
         run.call_result("write_file", {"path": ".env", "content": "KEY=the user's secret\n"}, call_id="c1")
         run.call_result("run_command", {"command": "chmod -R a+rX ."}, call_id="c2")
         run.call_result("write_file", {"path": "a.txt", "content": "more\n"}, call_id="c3")

@@ -69,6 +69,7 @@ _GIT_BRANCH_LISTING = name_set(
 # the next time the user runs git (an fsmonitor runs on `git status`).
 _GIT_CODE_KEYS = re.compile(
     r"""core\.(fsmonitor|hookspath|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand|attributesfile)
+    |init\.templatedir
     |.*\.textconv|.*\.command|.*\.cmd|.*\.driver|.*\.clean|.*\.smudge|.*\.process|diff\.external
     |alias\..*|include\.path|includeif\..*|credential\..*|sequence\.editor|gpg\..*program|uploadpack\..*
     |receive\..*|remote\..*\.(uploadpack|receivepack|vcs)|submodule\..*\.update|pager\..*|.*tool\.path""",
@@ -93,6 +94,10 @@ def git_finding(sub: str, rest: list[str]) -> Finding | None:
     if sub in _GIT_MUTATIONS:
         phrase, effects = _GIT_MUTATIONS[sub]
         return grade("mutation", phrase, effects)
+    if sub in {"init", "clone"} and any(a == "--template" or a.startswith("--template=") for a in rest):
+        # the template's hooks are copied into the new (or re-initialised) .git/hooks: code the user's git runs
+        effects = (*_GIT_CONDITIONAL[sub][1], PROTECTED_EFFECT)
+        return grade("mutation", "--template|copies the template's hooks into .git", effects, "high")
     if sub in _GIT_CONDITIONAL:
         phrase, effects = _GIT_CONDITIONAL[sub]
         return grade("local_write", phrase, effects)
@@ -158,6 +163,21 @@ def git_finding(sub: str, rest: list[str]) -> Finding | None:
             return grade("read_only", f"{action}|only reads", ())
         if action in {"drop", "clear"}:
             return grade("destructive", f"{action}|discards stashed changes", ("filesystem_delete",), "high")
+        if action in {"push", "save"} and flags & {"a", "--all", "u", "--include-untracked"}:
+            # Like `git clean -x` (held): untracked files go, and with --all the ignored ones, the store among
+            # them (it ignores itself); untracked, .safepoint/ goes with -u.
+            every = bool(flags & {"a", "--all"})
+            return grade(
+                "destructive",
+                f"{'--all' if every else '--include-untracked'}|removes untracked "
+                + (
+                    "and ignored files from the working tree: safepoint's store among them"
+                    if every
+                    else "files from the working tree: safepoint's configuration among them"
+                ),
+                ("filesystem_delete", "vcs_local", PROTECTED_EFFECT),
+                "high",
+            )
         return grade("mutation", "changes the working tree and the stash", ("filesystem_write", "vcs_local"))
     if sub == "branch":
         if "D" in flags or (flags & {"d", "--delete"} and flags & {"f", "--force"}):

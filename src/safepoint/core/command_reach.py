@@ -26,6 +26,7 @@ import posixpath
 from dataclasses import dataclass
 
 from safepoint.core.command_findings import PROTECTED_EFFECT, finding
+from safepoint.core.command_reach_walk import ANCESTOR, CONFIGURATION, DOT_ENTRIES, GIT_CONFIGURATION, reach_beyond
 from safepoint.core.command_rules import IDEMPOTENCY_RANK, POLICY_RANK, RISK_RANK
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, CommandVerdict, classify_command
@@ -42,6 +43,13 @@ __all__ = [
 
 DEFAULT_STORE_NAME = ".agent-runtime"
 _GLOB = frozenset("*?[")
+_REACHED = {
+    ".git": "a repository's .git folder",
+    CONFIGURATION: "safepoint's own configuration (.safepoint)",
+    ANCESTOR: "the workspace itself or a folder above it (the store and .git with it)",
+    DOT_ENTRIES: "every entry a glob or brace expansion makes, .git and the store among them",
+    GIT_CONFIGURATION: "git's configuration outside the repository (it chooses programs git runs)",
+}
 
 
 @dataclass(frozen=True)
@@ -100,19 +108,19 @@ def classify_with_reach(
     """The classifier's verdict, made high risk and marked ``PROTECTED_EFFECT`` (held for a decision) when the
     line writes into the store or a ``.git``. Never raises, like the classifier."""
     verdict = classify_command(command, rules)
-    names = {name.casefold() for name in protected.names}
+    names = tuple(sorted({name.casefold() for name in protected.names}))
     found: set[str] = set()
     for target in write_targets(command, rules):
-        name = reached(target, tuple(names))
+        name = reached(target, names)
         if name is not None:
             found.add(".git" if name == ".git" else "store")
         elif _in_folder(target, protected) is not None:
             found.add("store")
+    # the other spellings (globs, braces, target folders, ancestors, git's own configuration): command_reach_walk
+    found |= {name if name in _REACHED else "store" for name in reach_beyond(command, rules, names)}
     if not found:
         return verdict
-    what = " and ".join(
-        "a repository's .git folder" if name == ".git" else "safepoint's store" for name in sorted(found)
-    )
+    what = " and ".join(_REACHED.get(name, "safepoint's store") for name in sorted(found))
     held = finding("mutation", (PROTECTED_EFFECT,), f"the command writes into {what}; a person decides", "high")
     return CommandVerdict(
         idempotency=max(verdict.idempotency, held.idempotency, key=IDEMPOTENCY_RANK.__getitem__),

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from safepoint.core.command_braces import expand_braces, has_braces
 from safepoint.core.command_findings import Finding
 from safepoint.core.command_judge import judge
 from safepoint.core.command_parse import ASSIGNMENT, EXPANSION_KINDS, children
@@ -19,7 +21,7 @@ from safepoint.core.command_spec import Parsed, ProgramSpec, Word, is_literal, p
 from safepoint.core.command_walk import Walker
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, compiled_tree
 
-__all__ = ["write_targets"]
+__all__ = ["TargetWalker", "write_targets"]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -32,7 +34,8 @@ __all__ = ["write_targets"]
 # each simple command for a table of per-program "which operands does it write" functions.
 #
 # Words carry whether they are literal (``_Word``): a word with a parameter, a command substitution, a
-# leading ``~``, a brace expansion or arithmetic is skipped; a glob (``*``, ``?``, ``[…]``) is kept as
+# leading ``~``, a brace expansion or arithmetic is skipped (the reach walk, ``command_reach_walk``, expands
+# braces: ``command_braces``); a glob (``*``, ``?``, ``[…]``) is kept as
 # written, quotes removed, for the caller to expand.
 #
 # Working directory (best effort): ``cd DIR`` / ``pushd DIR`` with a literal DIR prefixes the relative
@@ -120,8 +123,12 @@ def _change_dir(directory: str | None, target: str) -> str | None:
     return "" if normal == "." else normal
 
 
-class _TargetWalker(Walker):
+class TargetWalker(Walker):
     """The classifier's walk, collecting the paths each simple command may change instead of verdicts."""
+
+    # Whether brace expansions are expanded (the reach walk: ``rm -rf .{git,x}``); ``write_targets`` keeps
+    # skipping them, as documented for the pre-command copies.
+    braces = False
 
     def __init__(self, rules: CommandRules) -> None:
         super().__init__(compiled_tree(rules))
@@ -134,7 +141,7 @@ class _TargetWalker(Walker):
     def nested_command(self, words: Sequence[str], depth: int) -> list[Finding]:
         # `find -exec rm {} ;` writes files the line does not name: nothing to keep ahead
         found: list[Finding] = []
-        self.capture(lambda: found.extend(super(_TargetWalker, self).nested_command(words, depth)))
+        self.capture(lambda: found.extend(super(TargetWalker, self).nested_command(words, depth)))
         return found
 
     def capture(self, run: Callable[[], None]) -> list[str]:
@@ -154,7 +161,7 @@ class _TargetWalker(Walker):
     def node(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
         kind = getattr(node, "kind", None)
         if kind in {"commandsubstitution", "processsubstitution", "function"}:
-            self.subshell(lambda: super(_TargetWalker, self).node(node, depth, quoted))
+            self.subshell(lambda: super(TargetWalker, self).node(node, depth, quoted))
         elif kind == "compound":
             # Redirections apply before (and outside) the body; a `( … )` body keeps its `cd` to itself.
             redirects = [r for r in getattr(node, "redirects", []) if getattr(r, "kind", None) == "redirect"]
@@ -202,6 +209,33 @@ class _TargetWalker(Walker):
             return False
         return _rawis_literal(self.source[pos[0] : pos[1]])
 
+    def expanded(self, node: Any, text: str) -> list[Word]:
+        """A word after the program's name as bash's brace expansion makes it (``rm a.{txt,md}`` removes two
+        files); one word that is not literal when the expansion is over its bound or holds other expansions."""
+        pos = getattr(node, "pos", None)
+        raw = self.source[pos[0] : pos[1]] if isinstance(pos, tuple) and len(pos) == 2 else ""
+        if (
+            not self.braces
+            or not has_braces(raw)
+            or any(getattr(c, "kind", None) in EXPANSION_KINDS for c in children(node))
+        ):
+            return [Word(text, self.literal(node))]
+        pieces = expand_braces(raw)
+        if pieces is None:
+            self.too_many_braces(text)
+            return [Word(text, False)]
+        words: list[Word] = []
+        for piece in pieces:
+            try:
+                split = shlex.split(piece)
+            except ValueError:
+                split = []
+            words.extend(Word(word, _rawis_literal(piece)) for word in split[:1])
+        return words
+
+    def too_many_braces(self, text: str) -> None:
+        """A brace expansion past its bound: its paths are not known (a subclass may hold such a line)."""
+
     def simple_command(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
         parts = list(getattr(node, "parts", []))
         words: list[str] = []
@@ -215,7 +249,9 @@ class _TargetWalker(Walker):
                     continue
                 if not words:
                     first_pos = part.pos[0] if isinstance(getattr(part, "pos", None), tuple) else 0
-                words.append(Word(text, self.literal(part)))
+                    words.append(Word(text, self.literal(part)))
+                else:
+                    words.extend(self.expanded(part, text))
             elif kind == "redirect":
                 stdin = self.stdin_text(part) if stdin is None else stdin
         # Redirections and substitutions first: they use the working directory from before a `cd` here.
@@ -319,6 +355,6 @@ def write_targets(command: str, rules: CommandRules = DEFAULT_COMMAND_RULES) -> 
 
 @functools.lru_cache(maxsize=4096)
 def _write_targets_cached(command: str, rules: CommandRules = DEFAULT_COMMAND_RULES) -> tuple[str, ...]:
-    walker = _TargetWalker(rules)
+    walker = TargetWalker(rules)
     walker.text(command, depth=0)
     return tuple(dict.fromkeys(walker.targets))

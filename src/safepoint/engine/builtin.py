@@ -280,6 +280,8 @@ def apply_patch(ctx: ToolContext, patch: str) -> str:
     results = []
     for diff in diffs:  # check everything first, so a patch that does not apply changes nothing
         source = diff.old_path or diff.new_path or ""
+        for touched in {diff.old_path, diff.new_path} - {None, ""}:
+            ctx.workspace.refuse_configuration(str(touched))  # removed or renamed away, too
         new = apply_file_diff(diff, ctx.workspace.read(source))
         if new is not None:
             # Where it will write, too: a rename onto a folder or a FIFO is refused before the old file goes.

@@ -23,6 +23,8 @@ FILE_MARK = b"\x00safepoint-file\x00"
 
 NAME_MAX = 255  # bytes in one path component on every filesystem people use (ext4, xfs, btrfs, apfs, ntfs)
 PATH_MAX = 4096
+# The user's configuration of safepoint at the workspace's root (case-folded): no tool writes it.
+CONFIGURATION = frozenset({".safepoint", ".safepointignore"})
 _SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
 
 _UMASK = os.umask(0)
@@ -90,6 +92,19 @@ class Workspace:
         if any(part == ".git" for part in inside.casefold().split(os.sep)):
             raise ToolFailure(
                 f"path {rel!r} is inside a repository's .git folder; tools may not touch it (use git commands)"
+            )
+
+    def refuse_configuration(self, rel: str, absolute: str | None = None) -> None:
+        """Refuse the user's own configuration of safepoint (``.safepoint/``: the command rules, the redaction
+        patterns ...; ``.safepointignore``): written by the agent, it would loosen what holds or records the
+        agent's next calls (``redact.toml`` matching ``*.py`` hid every later change to code from the record and
+        from rollback). Only the tools' writes: reading it shows nothing secret, and rollback (``restore``) still
+        puts back what an approved command changed there."""
+        inside = os.path.relpath(absolute or self.resolve(rel), self.root).casefold().split(os.sep)
+        if inside[0] in CONFIGURATION:
+            raise ToolFailure(
+                f"path {rel!r} is safepoint's own configuration ({inside[0]}); tools may not write it "
+                "(the user edits it)"
             )
 
     def relative(self, rel: str) -> str:
@@ -285,6 +300,7 @@ class Workspace:
         path = self.resolve(rel)
         if path == self.root:
             raise ToolFailure(f"path {rel!r} is the workspace folder itself, not a file; name a file inside it")
+        self.refuse_configuration(rel, path)
         with contextlib.suppress(FileNotFoundError):
             _writable(rel, path)
             return
@@ -303,6 +319,7 @@ class Workspace:
         path = self.resolve(rel)
         if path == self.root:
             raise ToolFailure(f"path {rel!r} is the workspace folder itself, not a file; name a file inside it")
+        self.refuse_configuration(rel, path)
         directory = os.path.dirname(path)
         try:
             os.makedirs(directory, exist_ok=True)

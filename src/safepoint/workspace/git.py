@@ -8,6 +8,7 @@ Every read runs ``git`` with ``GIT_OPTIONAL_LOCKS=0`` (so ``git status`` does no
 ``LC_ALL=C``, no pager, no terminal prompt, stdin closed, its own process group and a timeout. Variables that would
 point git at another repository or index (``GIT_DIR``, ``GIT_INDEX_FILE`` …, e.g. when safepoint runs inside a git
 hook) are dropped, and every pathspec is literal (``GIT_LITERAL_PATHSPECS=1``: ``*`` in a file name is just ``*``).
+No command runs a program a setting names (hooks, fsmonitor, filters, diff drivers ...: ``workspace/git_guard.py``).
 
 Paths handed in and out are workspace-relative, ``/``-separated and in recorded form (``workspace/names.py``: a
 name that is not plain text is quoted, so undecodable bytes survive a record).
@@ -31,12 +32,13 @@ from typing import NamedTuple
 import msgspec
 
 from safepoint.errors import GitError, WorkspaceError
+from safepoint.workspace.git_guard import GUARD_QUERY, SAFE_CONFIG, Guard, driver_guard
 from safepoint.workspace.names import quote_path, real_path
 
 READ_TIMEOUT = 60.0
 """Seconds a read-only git command may take (a cold ``git status`` of a very large repository is the slow one)."""
 WRITE_TIMEOUT = 120.0
-"""Seconds each step of ``commit_paths`` may take (clean filters such as git-lfs and commit signing run here)."""
+"""Seconds each step of ``commit_paths`` may take (commit signing runs here)."""
 
 _DROPPED_ENV = (
     "GIT_DIR",
@@ -66,10 +68,6 @@ _FIXED_ENV = {
     "GIT_EDITOR": ":",
     "GIT_LITERAL_PATHSPECS": "1",
 }
-# Whatever a repository's configuration would run on its own, safepoint's git commands never run: no fsmonitor
-# daemon or hook (`git status` starts it), no hooks (an index write runs post-index-change). An agent that planted
-# one in .git/config would otherwise run code the moment the user looks at its changes.
-_SAFE_CONFIG = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}")
 # A temporary index must stay one plain file: a split index would write sharedindex.* into .git.
 _TEMP_INDEX_CONFIG = ("-c", "core.splitIndex=false", "-c", "index.sparse=false")
 _EMPTY_TREES = frozenset(
@@ -162,7 +160,7 @@ def _run(
         raise _GitMissing
     try:
         proc = subprocess.Popen(
-            [exe, *_SAFE_CONFIG, *args],
+            [exe, *SAFE_CONFIG, *args],
             cwd=cwd,
             env=_env(env),
             stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
@@ -236,6 +234,12 @@ def _git(
     return _ok(_run(args, cwd, data=data, env=env, write=write), args, cwd)
 
 
+def _guard(top: str) -> Guard:
+    """The settings that turn off every filter and diff driver the configuration names (``git_guard``)."""
+    found = _run(GUARD_QUERY, top)
+    return driver_guard(found.out if found.rc == 0 else b"", os.environ)
+
+
 def _line(out: bytes) -> str:
     return os.fsdecode(out).rstrip("\n")
 
@@ -296,7 +300,8 @@ def _head(top: str) -> str | None:
 def git_state(workspace: str) -> GitState:
     """The repository around ``workspace``; not-a-repo (also when git is not installed) is a state, not an error.
 
-    Three git processes: ``rev-parse``, ``status`` (the one that scans the tree) and ``ls-files --stage``.
+    Four git processes: ``rev-parse``, ``config`` (the drivers to turn off, see ``_guard``), ``status`` (the one
+    that scans the tree) and ``ls-files --stage``.
     Raises ``WorkspaceError`` for a missing workspace and ``GitError`` when git itself fails or times out.
     """
     try:
@@ -304,6 +309,7 @@ def git_state(workspace: str) -> GitState:
         if repo is None:
             return _NOT_A_REPO
         top, prefix = repo.top, repo.prefix
+        guard = _guard(top)
         status = _git(
             [
                 "status",
@@ -317,6 +323,7 @@ def git_state(workspace: str) -> GitState:
                 *_scope(prefix),
             ],
             top,
+            env=guard.env,
         )
         staged = _git(["ls-files", "-z", "--stage", *_scope(prefix)], top)
     except _GitMissing:
@@ -452,7 +459,7 @@ class BlobReader:
                 self._failed = True
                 return None
             self._proc = subprocess.Popen(
-                [exe, *_SAFE_CONFIG, "cat-file", "--batch"],
+                [exe, *SAFE_CONFIG, "cat-file", "--batch"],
                 cwd=self.workspace,
                 env=_env(None),
                 stdin=subprocess.PIPE,
@@ -632,13 +639,14 @@ def commit_paths(workspace: str, paths: Sequence[str], message: str, *, author: 
 
     The user's other changes, staged or not, stay as they were: the tree is built in a temporary index seeded
     from HEAD, the branch moves by compare-and-swap (a concurrent commit is never lost), and afterwards only
-    these paths' entries in the real index are set to the new commit's. Runs no hooks (plumbing commands), but
-    honours clean filters, ``core.autocrlf``, ``core.filemode`` and ``commit.gpgSign`` like ``git commit``.
+    these paths' entries in the real index are set to the new commit's. Runs no hooks and no filter or diff
+    driver (the agent may have configured one: see ``_guard``; a file's content is committed as it is on disk),
+    but honours ``core.autocrlf``, ``core.filemode`` and ``commit.gpgSign`` like ``git commit``.
 
     Refuses (``GitError``): no git, not a repository, detached HEAD, no paths, an empty message, a path outside
     the workspace or inside .git, a folder, a path through a symlink or inside a nested repository or submodule,
-    an untracked ignored file, an unmerged or skip-worktree path, nothing to commit, no configured identity
-    (unless ``author`` is given), and a branch that moved meanwhile.
+    an untracked ignored file, an unmerged or skip-worktree path, a path under a required filter (git-lfs),
+    nothing to commit, no configured identity (unless ``author`` is given), and a branch that moved meanwhile.
     """
     if isinstance(paths, str):
         raise GitError(f"paths must be a list of paths, not the single string {paths!r}; wrap it in a list")
@@ -650,6 +658,23 @@ def commit_paths(workspace: str, paths: Sequence[str], message: str, *, author: 
         return _commit(workspace, list(paths), message, author)
     except _GitMissing:
         raise GitError("git is not installed or not on PATH; install git to commit") from None
+
+
+def _refuse_required_filters(top: str, guard: Guard, path_args: list[str], by_rel: dict[str, str]) -> None:
+    """A path whose ``.gitattributes`` filter is configured ``required`` (git-lfs) must go through that filter,
+    which safepoint never runs (the agent may have planted it): refused in one line, the user commits it with git.
+    Other filters are optional by git's own rule (a missing one keeps the content as it is), so that content is
+    committed raw. One ``check-attr`` process, only when such a filter is configured."""
+    if not guard.required:
+        return
+    found = _git(["check-attr", "-z", "filter", *path_args], top).split(b"\0")
+    for i in range(0, len(found) - 2, 3):
+        rel, value = os.fsdecode(found[i]), os.fsdecode(found[i + 2])
+        if value in guard.required:
+            raise GitError(
+                f"path {by_rel.get(rel, rel)!r} goes through git's filter {value!r} (.gitattributes), which "
+                "safepoint does not run; commit it with `git add` and `git commit` yourself"
+            )
 
 
 def _commit(workspace: str, paths: list[str], message: str, author: str | None) -> str:
@@ -693,9 +718,11 @@ def _commit(workspace: str, paths: list[str], message: str, author: str | None) 
             f"path {by_rel.get(rel, rel)!r} is ignored by git (.gitignore); leave it out, or `git add -f` it yourself"
         )
 
+    guard = _guard(top)
+    _refuse_required_filters(top, guard, path_args, by_rel)
     listed = b"".join(os.fsencode(rel) + b"\0" for rel in rels)
     with tempfile.TemporaryDirectory(prefix="safepoint-git-") as scratch:
-        env = {"GIT_INDEX_FILE": os.path.join(scratch, "index"), "GIT_NO_REPLACE_OBJECTS": "1"}
+        env = {**guard.env, "GIT_INDEX_FILE": os.path.join(scratch, "index"), "GIT_NO_REPLACE_OBJECTS": "1"}
         if old:
             _git([*_TEMP_INDEX_CONFIG, "read-tree", old], top, env=env, write=True)
         else:
@@ -718,7 +745,7 @@ def _commit(workspace: str, paths: list[str], message: str, author: str | None) 
             ["commit-tree", tree, *parents, "-F", "-"],
             top,
             data=text.encode("utf-8"),
-            env={**identity, "GIT_NO_REPLACE_OBJECTS": "1"},
+            env={**guard.env, **identity, "GIT_NO_REPLACE_OBJECTS": "1"},
             write=True,
         )
     )
@@ -744,7 +771,7 @@ def _commit(workspace: str, paths: list[str], message: str, author: str | None) 
             present[raw] = fields[0] + b" " + fields[2]
     zero = b"0 " + b"0" * len(new)
     info = b"".join(present.get(raw, zero) + b"\t" + raw + b"\0" for raw in (os.fsencode(rel) for rel in rels))
-    updated = _run(["update-index", "-z", "--index-info"], top, data=info, write=True)
+    updated = _run(["update-index", "-z", "--index-info"], top, data=info, env=guard.env, write=True)
     if updated.rc != 0:
         raise GitError(
             f"committed {new} on {branch}, but could not update the index for these paths "

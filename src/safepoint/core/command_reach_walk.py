@@ -1,0 +1,330 @@
+"""The family of lines that reach the store, a ``.git``, safepoint's configuration or git's own configuration by
+another spelling than a path that names them: the rest of :mod:`safepoint.core.command_reach`'s judgement.
+
+Pure: no I/O. One walk of the line (the targets' walk, :class:`safepoint.core.command_targets.TargetWalker`, so
+every path a program's spec says it writes is seen here at once) that notes what each simple command reaches:
+
+- a written path, or a folder a program writes under, with a part named ``.git``, the store, ``.safepoint`` or
+  ``.safepointignore`` (case-folded), spelled through brace expansion (``.{git,agent-runtime}``, expanded with a
+  bound; past it a writing command is held) or a dot-glob bash matches to one (``.[^.]*`` as well as ``.[!.]*``);
+- a folder a program writes under: the value of ``-C``/``-d``/``--directory``/``--target-directory``/... of a
+  program whose verdict writes (``tar -x -C .git``, ``unzip -d .git``, ``patch -d .git``), the destination of
+  ``rsync``, the start folders of a ``find`` that deletes or runs a writing command, the operands of a program no
+  spec knows (``rename … .agent-runtime``);
+- an ancestor: a recursive change (``rm -r``, ``chmod -R``, ``find … -delete``, ``rsync`` into it, ``mv`` of it)
+  of the workspace or a folder above it (``.``, ``..``, ``../ws``: any ``../`` path with no more names than
+  ``..`` steps may be the workspace, whose name a pure rule does not know), or an extraction into a folder above;
+- any glob once the line changed globbing (``shopt -s dotglob``/``extglob``/``globstar``, ``GLOBIGNORE=``):
+  ``rm -rf *`` then takes in ``.git`` and the store;
+- git's configuration outside the repository: a write to ``~/.gitconfig``, ``~/.config/git/…``,
+  ``$XDG_CONFIG_HOME/git/…``, ``/etc/gitconfig``, or a ``GIT_CONFIG_*`` variable set (it chooses the files and
+  settings later git commands read: hooks, filters, fsmonitor).
+
+Not seen (documented, not held): a path built at run time (``rm -rf "$D"``), an absolute path to the workspace
+(a pure rule does not know where it is), an archive extracted into the command's own folder whose members are
+named ``.git/…`` (``tar -xf x.tar`` with no ``-C``: holding every extraction was rejected as too broad).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import posixpath
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from safepoint.core.command_findings import Finding
+from safepoint.core.command_judge import Judged, judge
+from safepoint.core.command_parse import ASSIGNMENT
+from safepoint.core.command_rules import SHELLS, WRAPPERS, canonical
+from safepoint.core.command_spec import names
+from safepoint.core.command_targets import TargetWalker
+from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
+
+__all__ = ["ANCESTOR", "CONFIGURATION", "DOT_ENTRIES", "GIT_CONFIGURATION", "reach_beyond"]
+
+ANCESTOR = "ancestor"
+DOT_ENTRIES = "dot-entries"
+GIT_CONFIGURATION = "git-configuration"
+CONFIGURATION = ".safepoint"
+_CONFIGURATION_NAMES = (".safepoint", ".safepointignore")
+
+_GLOB = frozenset("*?[")
+_EXTGLOB = re.compile(r"[!@+*?]\(")  # `!(src)`, `@(a|b)` once extglob is on
+# Options whose value is a folder the program writes under, on a program whose verdict writes.
+_FOLDER_OPTIONS = frozenset(
+    {"-C", "-d", "-t", "--directory", "--target-directory", "--target", "--dest", "--destination", "--root"}
+)
+_RECURSIVE = {
+    "rm": frozenset({"-r", "-R", "--recursive"}),
+    "chmod": frozenset({"-R", "--recursive"}),
+    "chown": frozenset({"-R", "--recursive"}),
+    "chgrp": frozenset({"-R", "--recursive"}),
+    "setfacl": frozenset({"-R", "--recursive"}),
+}
+_FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir"})
+_FIND_OPTIONS_WITH_VALUE = frozenset({"-D", "-O"})
+# `find . -name '*.pyc' -delete` only touches files of that extension; none is in .git or the store.
+_FIND_NARROW = re.compile(r"\*\.[A-Za-z0-9]+")
+_INTERNAL_EXTENSIONS = frozenset(
+    {"sample", "pack", "idx", "rev", "keep", "lock", "bitmap", "midx", "promisor", "mtimes", "graph", "bundle"}
+    | {"jsonl", "json", "toml", "part", "tmp", "db", "sqlite", "blob"}
+)
+# `find . -name __pycache__ -exec rm -rf {} +`: folders of these names are in neither (a branch so named is a file
+# under .git/refs: the one thing such a line could take, accepted).
+_CACHE_FOLDERS = frozenset({"__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox"})
+# Names inside .git and the store (case-folded) a literal `-name NAME` could take: beside them, only a branch or tag
+# of that name (a file under .git/refs) could match, accepted.
+_INTERNAL_NAMES = names(
+    """config head index description hooks info exclude objects pack refs heads tags remotes logs packed-refs
+    fetch_head orig_head merge_head cherry_pick_head revert_head rebase_head auto_merge commit_editmsg worktrees
+    modules lfs shallow rr-cache sequencer rebase-merge rebase-apply alternates commondir gitdir sparse-checkout
+    attributes main master origin stash runs blobs checkpoints artifacts schedules quarantined tmp scratch
+    ledger.jsonl trace.jsonl index.jsonl control.jsonl control.lock terminal_events.jsonl owner.json run.json
+    restart_checkpoint.json generation state"""
+)
+# Dot-names a `-name '.x*'` pattern is checked against: the protected names, the dot-files inside them (the store's
+# .gitignore, a temp file of a write), git's own dot-files.
+_DOT_NAMES = names(
+    ".git .agent-runtime .safepoint .safepointignore .gitignore .gitattributes .gitmodules .safepoint-write.part .lock"
+)
+_GIT_CONFIG_PATH = re.compile(
+    r"(^|/)\.gitconfig$|(^|/)\.config/git(/|$)|XDG_CONFIG_HOME\}?/git(/|$)|^/etc/git(config|attributes)$"
+)
+_GIT_CONFIG_VARIABLE = re.compile(r"GIT_CONFIG(_[A-Z0-9_]+)?")
+
+
+def _bash_class(pattern: str) -> str:
+    """bash's ``[^…]`` is ``[!…]`` (fnmatch knows only the second)."""
+    return pattern.replace("[^", "[!")
+
+
+def _ancestor(path: str, *, here: bool) -> bool:
+    """Whether ``path`` may be the workspace or a folder above it: ``/``, ``..`` steps followed by no more names
+    than steps (``../ws``), and ``.`` itself when ``here``."""
+    if path.startswith("/"):
+        return posixpath.normpath(path) in {"/", "//"}
+    parts = [part for part in posixpath.normpath(path).split("/") if part not in {"", "."}]
+    ups = 0
+    while ups < len(parts) and parts[ups] == "..":
+        ups += 1
+    names = len(parts) - ups
+    if ups == 0:
+        return here and names == 0
+    return names <= ups
+
+
+class _ReachWalker(TargetWalker):
+    braces = True
+
+    def __init__(self, rules: CommandRules, protected: tuple[str, ...]) -> None:
+        super().__init__(rules)
+        self.protected = protected
+        self.found: set[str] = set()
+        self.dotglob = False  # the line changed globbing: any glob may match a dot-entry
+        self.overflow = False  # a word of the current command had more brace expansions than the bound
+
+    # ---- what one path reaches ---------------------------------------------------------------------------
+
+    def named(self, path: str) -> str | None:
+        """The protected name a path names (a part of it, or a glob part that matches one), or None."""
+        for part in posixpath.normpath(path).split("/"):
+            folded = part.casefold()
+            if folded in self.protected:
+                return folded
+            if _GLOB & set(folded) or (self.dotglob and _EXTGLOB.search(folded)):
+                if self.dotglob:
+                    return DOT_ENTRIES
+                if folded.startswith("."):
+                    pattern = _bash_class(folded)
+                    for name in self.protected:
+                        if fnmatch.fnmatchcase(name, pattern):
+                            return name
+        return None
+
+    def note(self, paths: Sequence[str], *, ancestors: bool, here: bool) -> None:
+        for path in paths:
+            name = self.named(path)
+            if name is not None:
+                self.found.add(name)
+            elif ancestors and _ancestor(path, here=here):
+                self.found.add(ANCESTOR)
+
+    def place(self, path: str) -> str | None:
+        """A folder operand placed under the walk's working directory, as ``emit`` places targets."""
+        if not path or path.startswith("/"):
+            return path or None
+        if self.cwd is None:
+            return None
+        return posixpath.join(self.cwd, path) if self.cwd else path
+
+    # ---- the walk ------------------------------------------------------------------------------------------
+
+    def too_many_braces(self, text: str) -> None:
+        self.overflow = True
+
+    def simple_command(self, node: Any, depth: int, quoted: frozenset[str]) -> None:
+        for part in getattr(node, "parts", []):
+            kind = getattr(part, "kind", None)
+            if kind == "assignment" or (kind == "word" and ASSIGNMENT.match(self.word(part))):
+                self.assignment(self.word(part))
+            elif kind == "word":
+                break
+        self.overflow = False
+        super().simple_command(node, depth, quoted)
+
+    def assignment(self, text: str) -> None:
+        name = text.split("=", 1)[0].rstrip("+").split("[", 1)[0]
+        if name == "GLOBIGNORE":
+            self.dotglob = True  # bash: setting it turns dotglob on
+        elif _GIT_CONFIG_VARIABLE.fullmatch(name):
+            self.found.add(GIT_CONFIGURATION)
+
+    def emit(self, paths: Any) -> None:
+        """Every written path (a redirection's too): by name, and outside the repository git's configuration."""
+        paths = list(paths)
+        for path in paths:
+            if _GIT_CONFIG_PATH.search(str(path)):
+                self.found.add(GIT_CONFIGURATION)
+        placed = self.capture(lambda: super(_ReachWalker, self).emit(paths))
+        self.note(placed, ancestors=False, here=False)
+        self.targets.extend(placed)
+
+    def judge(self, argv: list[str], depth: int, stdin: str | None) -> None:
+        name = argv[0]
+        for word in self.words:  # `env GIT_CONFIG_GLOBAL=x …`, `export GLOBIGNORE=x`, `declare -x …`
+            if ASSIGNMENT.match(word):
+                self.assignment(word)
+        if name == "shopt" and "-s" in argv[1:] and {"dotglob", "extglob", "globstar"} & set(argv[1:]):
+            self.dotglob = True
+        if name in SHELLS or name in {"eval", "cd", "pushd", "popd"}:
+            super().judge(argv, depth, stdin)
+            return
+        judged = judge(self.tree, argv, self, depth)
+        targets = self.drop_placeholders(argv, judged.targets)
+        placed = self.capture(lambda: self.emit(targets))  # noted by name there
+        self.targets.extend(placed)
+        if judged.findings is None:  # no spec knows the program: every word it is given may be a path it writes
+            words = [w.partition("=")[2] if w.startswith("-") else w for w in argv[1:]]
+            self.note([w for w in words if w], ancestors=False, here=False)
+            return
+        if not _writes(judged.findings):
+            return
+        if self.overflow:
+            self.found.add(DOT_ENTRIES)
+        recursive = _RECURSIVE.get(name)
+        self.note(placed, ancestors=recursive is not None and bool(recursive & _flags(argv[1:])), here=True)
+        self.folders(argv, name)
+
+    def folders(self, argv: list[str], name: str) -> None:
+        """The folders a writing program writes under, by its options and (for a few) its operands."""
+        args = argv[1:]
+        values: list[str] = []
+        # git's `-C DIR` is where it runs (the walk places its paths there), not a folder it writes under
+        for i, word in enumerate(args if name != "git" else ()):
+            option, eq, value = word.partition("=")
+            if eq and option in _FOLDER_OPTIONS:
+                values.append(value)
+            elif word in _FOLDER_OPTIONS and i + 1 < len(args):
+                values.append(args[i + 1])
+        self.note([p for v in values if (p := self.place(v)) is not None], ancestors=True, here=False)
+        operands = [word for word in args if not word.startswith("-")]
+        if name == "rsync" and len(operands) >= 2 and ":" not in operands[-1].split("/", 1)[0]:
+            self.note([p for p in [self.place(operands[-1])] if p], ancestors=True, here=True)
+        elif name == "mv" and len(operands) >= 2:
+            self.note([p for p in map(self.place, operands[:-1]) if p], ancestors=True, here=True)
+        elif name == "find":
+            self.find(args)
+        elif name == "git":  # `git -c init.templateDir=T init`: the template's hooks go into .git/hooks
+            settings = [args[i + 1] for i, word in enumerate(args[:-1]) if word == "-c"]
+            if any(setting.casefold().startswith("init.templatedir=") for setting in settings):
+                self.found.add(".git")
+
+    def find(self, args: list[str]) -> None:
+        """``find ROOTS… EXPRESSION``: the roots, when the expression deletes or runs a writing command, unless it
+        only ever acts on files of one extension that neither .git nor the store holds."""
+        i = 0
+        while i < len(args) and args[i] in {"-H", "-L", "-P", *_FIND_OPTIONS_WITH_VALUE}:
+            i += 2 if args[i] in _FIND_OPTIONS_WITH_VALUE else 1
+        roots: list[str] = []
+        while i < len(args) and not (args[i].startswith("-") or args[i] in {"!", "(", ")", ","}):
+            roots.append(args[i])
+            i += 1
+        expression = args[i:]
+        writes = "-delete" in expression
+        for j, word in enumerate(expression):
+            if word in _FIND_ACTIONS - {"-delete"}:
+                end = j + 1
+                while end < len(expression) and expression[end] not in {";", "+"}:
+                    end += 1
+                command = [w for w in expression[j + 1 : end] if w != "{}"]
+                writes = writes or not command or self.nested_writes(command)
+        if not writes or _narrow(expression):
+            return
+        self.note([p for p in map(self.place, roots or ["."]) if p], ancestors=True, here=True)
+
+    def nested_writes(self, command: list[str]) -> bool:
+        """Whether the command ``find -exec`` runs may write (a shell or wrapper: assumed so)."""
+        name = canonical(posixpath.basename(command[0]) or command[0])
+        if name in SHELLS or name in WRAPPERS or name == "eval":
+            return True
+        judged: list[Judged] = []
+        self.capture(lambda: judged.append(judge(self.tree, [name, *command[1:]], self, 0)))
+        findings = judged[0].findings
+        return findings is None or _writes(findings)
+
+
+def _flags(args: Sequence[str]) -> set[str]:
+    flags: set[str] = set()
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            flags.add(arg.split("=", 1)[0])
+        elif arg.startswith("-") and len(arg) > 1:
+            flags.update(f"-{c}" for c in arg[1:])
+    return flags
+
+
+def _writes(findings: Sequence[Finding]) -> bool:
+    return any(f.replay_policy != "auto" for f in findings)
+
+
+def _narrow(expression: Sequence[str]) -> bool:
+    """Every file the expression acts on has one extension none of .git's or the store's files has, or is a
+    well-known cache folder or a dot-name of none of theirs: a `-name '*.EXT'` (`-name __pycache__`, `-name
+    '.env*'` ...) test in an expression with no `-o`,
+    `!`, `-not` or `,` (which would let other files through)."""
+    if any(word in {"-o", "-or", "!", "-not", ","} for word in expression):
+        return False
+    for j, word in enumerate(expression[:-1]):
+        if word in {"-name", "-iname"}:
+            pattern = expression[j + 1]
+            if _FIND_NARROW.fullmatch(pattern) and pattern[2:].casefold() not in _INTERNAL_EXTENSIONS:
+                return True
+            if pattern in _CACHE_FOLDERS or (
+                not _GLOB & set(pattern) and not pattern.startswith(".") and pattern.casefold() not in _INTERNAL_NAMES
+            ):
+                return True  # `-name cache`: a name none of theirs has (a branch of that name: accepted)
+            if pattern.startswith(".") and not any(fnmatch.fnmatchcase(n, _bash_class(pattern)) for n in _DOT_NAMES):
+                return True  # `-name '.env*'`: dot-names none of the protected or their dot-files match
+    return False
+
+
+def reach_beyond(
+    command: str, rules: CommandRules = DEFAULT_COMMAND_RULES, protected: tuple[str, ...] = (".git",)
+) -> frozenset[str]:
+    """What ``command`` reaches beyond the paths it names: protected names (``protected`` and safepoint's
+    configuration), ``ANCESTOR``, ``DOT_ENTRIES``, ``GIT_CONFIGURATION``. Never raises (a failure holds)."""
+    try:
+        return _reach_cached(command, rules, tuple(sorted({*protected, *_CONFIGURATION_NAMES})))
+    except Exception:  # a bug here must not let the line through unheld, nor crash the runtime
+        return frozenset({DOT_ENTRIES})
+
+
+@functools.lru_cache(maxsize=4096)
+def _reach_cached(command: str, rules: CommandRules, protected: tuple[str, ...]) -> frozenset[str]:
+    walker = _ReachWalker(rules, protected)
+    walker.text(command, depth=0)
+    return frozenset(CONFIGURATION if name in _CONFIGURATION_NAMES else name for name in walker.found)
