@@ -168,7 +168,9 @@ def test_the_reason_names_what_is_reached() -> None:
 
 def test_a_store_under_another_name_is_reached_by_the_same_spellings() -> None:
     for line in ("rm -rf .{git,state}", "find .state -delete", "tar -xf x -C .state", "rsync -a --delete e/ .state"):
-        assert PROTECTED_EFFECT in classify_with_reach(line, protected=Protected(names=(".git", ".state"))).side_effects, line
+        assert (
+            PROTECTED_EFFECT in classify_with_reach(line, protected=Protected(names=(".git", ".state"))).side_effects
+        ), line
 
 
 def test_a_users_spec_that_learns_a_folder_option_is_covered_at_once() -> None:
