@@ -6,15 +6,92 @@ import itertools
 import os
 import runpy
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+MEMORY_TMP = "/dev/shm"  # a tmpfs on Linux
+MEMORY_TMP_NEEDED = (
+    2 << 30
+)  # a whole run writes about 100 MB under its basetemp; a container's 64 MB /dev/shm is passed
+
+
+def _fanotify_works(folder: str) -> bool:
+    """Whether the command capture tells writers apart in ``folder`` (fanotify marks need file handles, which tmpfs
+    gives only on recent kernels)."""
+    from safepoint.workspace.ignore import IgnoreRules
+    from safepoint.workspace.writers import WriterWatch
+
+    probe = tempfile.mkdtemp(dir=folder)
+    try:
+        rules = IgnoreRules(probe, store_rel=None, extra=None, info_exclude=None, use_gitignore=False)
+        watch = WriterWatch.start(probe, rules)
+        if watch is not None:
+            watch.close()
+        return watch is not None
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _memory_basetemp() -> str | None:
+    """A fresh folder on a tmpfs for the tests' temporary folders, or None to keep pytest's own (under TMPDIR).
+
+    Every durable write in the product ends in fsync, and the tests make tens of thousands of them: on a disk shared
+    with other work each costs milliseconds, on a tmpfs nothing. What the tests check is the same: a killed process
+    (the tests' crashes) leaves the page cache behind on any file system; only a machine's crash needs the disk, and
+    no test can make one. Taken only where the capture sees the same there as under TMPDIR (fanotify or not), so
+    the fanotify cases never turn quietly into inotify ones. Rejected: turning fsync off through an environment
+    variable read by the product (a switch that weakens durability, one export away from production)."""
+    if not sys.platform.startswith("linux") or os.environ.get("SAFEPOINT_TESTS_ON_DISK") == "1":
+        return None
+    try:
+        stats = os.statvfs(MEMORY_TMP)
+        if stats.f_bavail * stats.f_frsize < MEMORY_TMP_NEEDED or not os.access(MEMORY_TMP, os.W_OK):
+            return None
+        if _fanotify_works(MEMORY_TMP) != _fanotify_works(tempfile.gettempdir()):
+            return None
+        return tempfile.mkdtemp(prefix="safepoint-tests-", dir=MEMORY_TMP)
+    except OSError:
+        return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (not an xdist worker: those get the controller's basetemp/popen-gwN) chooses the basetemp."""
+    if config.option.basetemp or hasattr(config, "workerinput"):
+        return
+    base = _memory_basetemp()
+    if base is not None:
+        config.option.basetemp = os.path.join(base, "t")
+        config.stash[_MEMORY_BASE] = base
+
+
+_MEMORY_BASE = pytest.StashKey[str]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A tmpfs holds memory: its folder goes when the run passed; a failed run's stays for a look, like pytest's."""
+    base = session.config.stash.get(_MEMORY_BASE, None)
+    if base is not None and exitstatus == 0:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    base = config.stash.get(_MEMORY_BASE, None)
+    return (
+        None
+        if base is None
+        else f"temporary folders on a tmpfs: {base} (SAFEPOINT_TESTS_ON_DISK=1 to keep them on disk)"
+    )
 
 
 @pytest.fixture(autouse=True, scope="session")
