@@ -205,12 +205,15 @@ database_names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_server():
-    """A throwaway PostgreSQL server for the whole session (skipped where the machine has none)."""
+def pg_server(tmp_path_factory):
+    """A throwaway PostgreSQL server for the whole session (skipped where the machine has none). Its files go on the
+    tmpfs when the tests' folders do (each commit and CREATE DATABASE fsyncs; no test crashes the machine): in
+    MEMORY_TMP itself, as the server may run as another user, who cannot enter pytest's private basetemp."""
     from . import pgserver
 
+    on_memory = str(tmp_path_factory.getbasetemp()).startswith(MEMORY_TMP + os.sep)
     try:
-        server = pgserver.start()
+        server = pgserver.start(MEMORY_TMP if on_memory else None)
     except pgserver.Unavailable as exc:
         pytest.skip(f"no throwaway PostgreSQL on this machine: {exc}")
     try:
