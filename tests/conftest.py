@@ -19,10 +19,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-MEMORY_TMP = "/dev/shm"  # a tmpfs on Linux
-MEMORY_TMP_NEEDED = (
-    2 << 30
-)  # a whole run writes about 100 MB under its basetemp; a container's 64 MB /dev/shm is passed
+MEMORY_TMP_SIZE = "8g"  # a cap, not a reservation: a whole run writes about 100 MB under its basetemp
+MEMORY_TMP_ENV = "SAFEPOINT_TESTS_TMPFS"  # the mount, for xdist workers (they inherit the controller's environment)
 
 
 def _fanotify_works(folder: str) -> bool:
@@ -42,26 +40,43 @@ def _fanotify_works(folder: str) -> bool:
         shutil.rmtree(probe, ignore_errors=True)
 
 
-def _memory_basetemp() -> str | None:
-    """A fresh folder on a tmpfs for the tests' temporary folders, or None to keep pytest's own (under TMPDIR).
+def _unmount(mount: str) -> None:
+    # -l: a process a test leaked (its cwd inside) must not keep the mount, or the folder, behind
+    subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+    with contextlib.suppress(OSError):
+        os.rmdir(mount)
+
+
+def _memory_mount() -> str | None:
+    """A tmpfs mounted on a new folder under TMPDIR for the tests' temporary folders, or None to keep pytest's own.
 
     Every durable write in the product ends in fsync, and the tests make tens of thousands of them: on a disk shared
     with other work each costs milliseconds, on a tmpfs nothing. What the tests check is the same: a killed process
     (the tests' crashes) leaves the page cache behind on any file system; only a machine's crash needs the disk, and
-    no test can make one. Taken only where the capture sees the same there as under TMPDIR (fanotify or not), so
-    the fanotify cases never turn quietly into inotify ones. Rejected: turning fsync off through an environment
-    variable read by the product (a switch that weakens durability, one export away from production)."""
+    no test can make one. Mounted under TMPDIR, so paths look as they did (/dev/shm would not do: commands' targets
+    under /dev/ are never held, so a store there is not protected), and taken only where the capture sees the same
+    there as on TMPDIR's disk (fanotify or not), so the fanotify cases never turn quietly into inotify ones.
+    Rejected: turning fsync off through an environment variable read by the product (a switch that weakens
+    durability, one export away from production)."""
     if not sys.platform.startswith("linux") or os.environ.get("SAFEPOINT_TESTS_ON_DISK") == "1":
         return None
-    try:
-        stats = os.statvfs(MEMORY_TMP)
-        if stats.f_bavail * stats.f_frsize < MEMORY_TMP_NEEDED or not os.access(MEMORY_TMP, os.W_OK):
-            return None
-        if _fanotify_works(MEMORY_TMP) != _fanotify_works(tempfile.gettempdir()):
-            return None
-        return tempfile.mkdtemp(prefix="safepoint-tests-", dir=MEMORY_TMP)
-    except OSError:
+    mount = tempfile.mkdtemp(prefix="safepoint-tests-")
+    # mode 0711: the throwaway PostgreSQL server runs as another user and keeps its own (private) folder in here
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={MEMORY_TMP_SIZE},mode=0711", "tmpfs", mount],
+        capture_output=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        os.rmdir(mount)
         return None
+    if _fanotify_works(mount) != _fanotify_works(tempfile.gettempdir()):
+        _unmount(mount)
+        return None
+    return mount
+
+
+_MEMORY_MOUNT = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
@@ -69,29 +84,25 @@ def pytest_configure(config: pytest.Config) -> None:
     """The controller (not an xdist worker: those get the controller's basetemp/popen-gwN) chooses the basetemp."""
     if config.option.basetemp or hasattr(config, "workerinput"):
         return
-    base = _memory_basetemp()
-    if base is not None:
-        config.option.basetemp = os.path.join(base, "t")
-        config.stash[_MEMORY_BASE] = base
+    mount = _memory_mount()
+    if mount is not None:
+        config.option.basetemp = os.path.join(mount, "t")
+        config.stash[_MEMORY_MOUNT] = mount
+        os.environ[MEMORY_TMP_ENV] = mount
 
 
-_MEMORY_BASE = pytest.StashKey[str]()
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A tmpfs holds memory: its folder goes when the run passed; a failed run's stays for a look, like pytest's."""
-    base = session.config.stash.get(_MEMORY_BASE, None)
-    if base is not None and exitstatus == 0:
-        shutil.rmtree(base, ignore_errors=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The mount holds memory: it goes with the run, a failed run's folders too (SAFEPOINT_TESTS_ON_DISK=1 keeps
+    them, in pytest's own place)."""
+    mount = config.stash.get(_MEMORY_MOUNT, None)
+    if mount is not None:
+        os.environ.pop(MEMORY_TMP_ENV, None)
+        _unmount(mount)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    base = config.stash.get(_MEMORY_BASE, None)
-    return (
-        None
-        if base is None
-        else f"temporary folders on a tmpfs: {base} (SAFEPOINT_TESTS_ON_DISK=1 to keep them on disk)"
-    )
+    mount = config.stash.get(_MEMORY_MOUNT, None)
+    return None if mount is None else f"temporary folders on a tmpfs at {mount} (SAFEPOINT_TESTS_ON_DISK=1: on disk)"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -205,15 +216,14 @@ database_names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory):
+def pg_server():
     """A throwaway PostgreSQL server for the whole session (skipped where the machine has none). Its files go on the
-    tmpfs when the tests' folders do (each commit and CREATE DATABASE fsyncs; no test crashes the machine): in
-    MEMORY_TMP itself, as the server may run as another user, who cannot enter pytest's private basetemp."""
+    tmpfs when the tests' folders do (each commit and CREATE DATABASE fsyncs; no test crashes the machine): at the
+    mount's top, as the server may run as another user, who cannot enter pytest's private basetemp."""
     from . import pgserver
 
-    on_memory = str(tmp_path_factory.getbasetemp()).startswith(MEMORY_TMP + os.sep)
     try:
-        server = pgserver.start(MEMORY_TMP if on_memory else None)
+        server = pgserver.start(os.environ.get(MEMORY_TMP_ENV))
     except pgserver.Unavailable as exc:
         pytest.skip(f"no throwaway PostgreSQL on this machine: {exc}")
     try:
