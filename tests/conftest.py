@@ -6,15 +6,103 @@ import itertools
 import os
 import runpy
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+MEMORY_TMP_SIZE = "8g"  # a cap, not a reservation: a whole run writes about 100 MB under its basetemp
+MEMORY_TMP_ENV = "SAFEPOINT_TESTS_TMPFS"  # the mount, for xdist workers (they inherit the controller's environment)
+
+
+def _fanotify_works(folder: str) -> bool:
+    """Whether the command capture tells writers apart in ``folder`` (fanotify marks need file handles, which tmpfs
+    gives only on recent kernels)."""
+    from safepoint.workspace.ignore import IgnoreRules
+    from safepoint.workspace.writers import WriterWatch
+
+    probe = tempfile.mkdtemp(dir=folder)
+    try:
+        rules = IgnoreRules(probe, store_rel=None, extra=None, info_exclude=None, use_gitignore=False)
+        watch = WriterWatch.start(probe, rules)
+        if watch is not None:
+            watch.close()
+        return watch is not None
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _unmount(mount: str) -> None:
+    # -l: a process a test leaked (its cwd inside) must not keep the mount, or the folder, behind
+    subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+    with contextlib.suppress(OSError):
+        os.rmdir(mount)
+
+
+def _memory_mount() -> str | None:
+    """A tmpfs mounted on a new folder under TMPDIR for the tests' temporary folders, or None to keep pytest's own.
+
+    Every durable write in the product ends in fsync, and the tests make tens of thousands of them: on a disk shared
+    with other work each costs milliseconds, on a tmpfs nothing. What the tests check is the same: a killed process
+    (the tests' crashes) leaves the page cache behind on any file system; only a machine's crash needs the disk, and
+    no test can make one. Mounted under TMPDIR, so paths look as they did (/dev/shm would not do: commands' targets
+    under /dev/ are never held, so a store there is not protected), and taken only where the capture sees the same
+    there as on TMPDIR's disk (fanotify or not), so the fanotify cases never turn quietly into inotify ones.
+    Rejected: turning fsync off through an environment variable read by the product (a switch that weakens
+    durability, one export away from production)."""
+    if not sys.platform.startswith("linux") or os.environ.get("SAFEPOINT_TESTS_ON_DISK") == "1":
+        return None
+    mount = tempfile.mkdtemp(prefix="safepoint-tests-")
+    # mode 0711: the throwaway PostgreSQL server runs as another user and keeps its own (private) folder in here
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={MEMORY_TMP_SIZE},mode=0711", "tmpfs", mount],
+        capture_output=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        os.rmdir(mount)
+        return None
+    if _fanotify_works(mount) != _fanotify_works(tempfile.gettempdir()):
+        _unmount(mount)
+        return None
+    return mount
+
+
+_MEMORY_MOUNT = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (not an xdist worker: those get the controller's basetemp/popen-gwN) chooses the basetemp."""
+    if config.option.basetemp or hasattr(config, "workerinput"):
+        return
+    mount = _memory_mount()
+    if mount is not None:
+        config.option.basetemp = os.path.join(mount, "t")
+        config.stash[_MEMORY_MOUNT] = mount
+        os.environ[MEMORY_TMP_ENV] = mount
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The mount holds memory: it goes with the run, a failed run's folders too (SAFEPOINT_TESTS_ON_DISK=1 keeps
+    them, in pytest's own place)."""
+    mount = config.stash.get(_MEMORY_MOUNT, None)
+    if mount is not None:
+        os.environ.pop(MEMORY_TMP_ENV, None)
+        _unmount(mount)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    mount = config.stash.get(_MEMORY_MOUNT, None)
+    return None if mount is None else f"temporary folders on a tmpfs at {mount} (SAFEPOINT_TESTS_ON_DISK=1: on disk)"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -129,11 +217,13 @@ database_names = itertools.count()
 
 @pytest.fixture(scope="session")
 def pg_server():
-    """A throwaway PostgreSQL server for the whole session (skipped where the machine has none)."""
+    """A throwaway PostgreSQL server for the whole session (skipped where the machine has none). Its files go on the
+    tmpfs when the tests' folders do (each commit and CREATE DATABASE fsyncs; no test crashes the machine): at the
+    mount's top, as the server may run as another user, who cannot enter pytest's private basetemp."""
     from . import pgserver
 
     try:
-        server = pgserver.start()
+        server = pgserver.start(os.environ.get(MEMORY_TMP_ENV))
     except pgserver.Unavailable as exc:
         pytest.skip(f"no throwaway PostgreSQL on this machine: {exc}")
     try:

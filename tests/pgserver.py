@@ -61,7 +61,8 @@ def _run(args: list[str], what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
-def start() -> PgServer:
+def start(folder: str | None = None) -> PgServer:
+    """A running server whose files live in a new folder under ``folder`` (default: TMPDIR)."""
     for tool in ("initdb", "pg_ctl"):
         if shutil.which(tool) is None:
             raise Unavailable(f"PostgreSQL's {tool} is not on PATH")
@@ -76,7 +77,7 @@ def start() -> PgServer:
         if runuser is None:
             raise Unavailable("running as root and runuser is missing, so the server cannot run as 'postgres'")
         as_user = [runuser, "-u", "postgres", "--"]
-    base = tempfile.mkdtemp(prefix="safepoint-pg-")
+    base = tempfile.mkdtemp(prefix="safepoint-pg-", dir=folder)
     os.chmod(base, 0o700)
     if owner is not None:
         os.chown(base, owner.pw_uid, owner.pw_gid)

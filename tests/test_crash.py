@@ -236,7 +236,9 @@ class Setup:
             )
 
     def resume(self, *decisions: str) -> subprocess.CompletedProcess[str]:
-        return safepoint("resume", RUN_ID, "--workspace", self.workspace, *decisions, "--json", env=self.env)
+        """The resume after a crash, in process: the crash was the point, it happened in a real child; what is on
+        disk is all a resume reads (no kill or race here; the kills go through popen_resume)."""
+        return safepoint_in_process("resume", RUN_ID, "--workspace", self.workspace, *decisions, "--json", env=self.env)
 
     def explain(self) -> dict[str, Any]:
         data: dict[str, Any] = safepoint_json("explain", RUN_ID, "--workspace", self.workspace, env=self.env)
