@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from safepoint.core.command_findings import Finding
+from safepoint.core.command_git import short_flags
 from safepoint.core.command_judge import Judged, judge
 from safepoint.core.command_parse import ASSIGNMENT
 from safepoint.core.command_rules import SHELLS, WRAPPERS, canonical
@@ -276,15 +277,8 @@ class _ReachWalker(TargetWalker):
 
 
 def _flags(args: Sequence[str]) -> set[str]:
-    flags: set[str] = set()
-    for arg in args:
-        if arg == "--":
-            break
-        if arg.startswith("--"):
-            flags.add(arg.split("=", 1)[0])
-        elif arg.startswith("-") and len(arg) > 1:
-            flags.update(f"-{c}" for c in arg[1:])
-    return flags
+    """``short_flags`` with each single letter spelled as its option (``-a``)."""
+    return {flag if flag.startswith("--") else f"-{flag}" for flag in short_flags(args)}
 
 
 def _writes(findings: Sequence[Finding]) -> bool:
