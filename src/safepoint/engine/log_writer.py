@@ -49,9 +49,11 @@ import msgspec
 from safepoint.core import trace_events
 from safepoint.core.environment import credential_values
 from safepoint.core.redact import Redactor
-from safepoint.errors import ConfigError, StaleGenerationError, StoreError
-from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord
+from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
+from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, RunInfo
 from safepoint.store.base import Store
+
+_header_decoder = msgspec.json.Decoder(RunInfo)
 
 _encoder = msgspec.json.Encoder()
 TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
@@ -235,9 +237,30 @@ def trace_line(redactor: TraceRedactor, run_id: str, generation: int, event: str
     return _encoder.encode(entry)
 
 
+def stored_run_redactor(store: Store, run_id: str) -> Redactor:
+    """A run's redactor from its stored header, for what is written without its session (a person's control
+    record, a restart's own records, their trace): the built-in patterns, this process's credential values, the
+    provider's key variable whatever its name and the patterns of the run's workspace. Raises
+    ``RunNotFoundError``; a header that does not decode gives the redactor without the run's own parts."""
+    try:
+        info = _header_decoder.decode(store.run_header(run_id))
+    except (msgspec.DecodeError, CorruptRecordError):
+        return run_redactor(None)
+    return header_redactor(info)
+
+
+def header_redactor(info: RunInfo) -> Redactor:
+    """The redactor of the run ``info`` heads: its workspace's patterns and its provider's key variable too."""
+    return run_redactor(info.workspace, withhold=provider_key_variables(info.provider))
+
+
 def trace_now(store: Store, run_id: str, generation: int, events: list[tuple[str, dict[str, Any]]]) -> None:
-    """Write trace events at once, for work done without a session (a restart cleanup, a control request). The
-    workspace's own patterns are not known here; the built-in ones and the environment's credentials are."""
+    """Write trace events at once, for work done without a session (a restart cleanup, a control request),
+    redacted as the run's own session would."""
     if events:
-        redactor = TraceRedactor(run_redactor())
+        try:
+            base = stored_run_redactor(store, run_id)
+        except SafepointError:  # observability never stops the work it describes
+            base = run_redactor(None)
+        redactor = TraceRedactor(base)
         store.trace(run_id, [trace_line(redactor, run_id, generation, event, data) for event, data in events])

@@ -20,7 +20,7 @@ from safepoint.core.redact import Redactor
 from safepoint.core.restart import ParentFacts, RecoveryVerdict, RestartFacts, check_recovery
 from safepoint.core.run_view import RunView
 from safepoint.core.trace_events import recovery_events
-from safepoint.engine.log_writer import provider_key_variables, run_redactor, trace_now
+from safepoint.engine.log_writer import header_redactor, stored_run_redactor, trace_now
 from safepoint.errors import CorruptRecordError, RunNotFoundError
 from safepoint.protocol import (
     SELF_HEALING_PROMPT,
@@ -54,14 +54,8 @@ def now_ms() -> int:
 
 def redactor_of(store: Store, run_id: str) -> Redactor:
     """The run's redactor, for what is written without its session (a person's control record, a restart's own
-    records): the built-in patterns, this process's credential values and the patterns of the run's workspace.
-    Raises ``RunNotFoundError``; a header that does not decode gives the redactor without workspace patterns."""
-    try:
-        info = _header_decoder.decode(store.run_header(run_id))
-    except (msgspec.DecodeError, CorruptRecordError):
-        return run_redactor(None)
-    # the provider's key variable too, whatever its name (--api-key-env): as the run's own session hunts it
-    return run_redactor(info.workspace, withhold=provider_key_variables(info.provider))
+    records): ``log_writer.stored_run_redactor``. Raises ``RunNotFoundError``."""
+    return stored_run_redactor(store, run_id)
 
 
 def redacted(redactor: Redactor, body: msgspec.Struct | dict[str, object]) -> bytes:
@@ -340,12 +334,12 @@ def tell_parent(
 
 
 def _redactor_of_view(store: Store, run_id: str, view: RunView | None) -> Redactor:
-    return run_redactor(view.info.workspace) if view is not None else redactor_of(store, run_id)
+    return header_redactor(view.info) if view is not None else redactor_of(store, run_id)
 
 
 def _append(store: Store, claim: Claim, view: RunView, bodies: list[msgspec.Struct]) -> None:
     """Records a restart writes to a run it holds no session of: redacted like the log writer's."""
-    redactor = run_redactor(view.info.workspace)
+    redactor = header_redactor(view.info)
     seq = view.last_seq
     records = []
     for body in bodies:
