@@ -610,7 +610,8 @@ WRITE_TARGET_CASES: list[tuple[str, tuple[str, ...]]] = [
     ("echo x >&2", ()),
     ('rm "$f"', ()),
     ('rm -rf "$DIR"/build', ()),
-    ("rm ~/a ~ {a,b}.txt x$(y) `z`", ()),
+    ("rm ~/a ~ x$(y) `z`", ()),
+    ("rm {a,b}.txt c.{md,txt}", ("a.txt", "b.txt", "c.md", "c.txt")),  # expanded as bash does
     ("rm 'lit $X'", ("lit $X",)),  # single quotes: a literal dollar sign
     ("echo $((1+2)) > out$((n)).txt", ()),
     ("echo > f0.txt; echo $((1))", ("f0.txt",)),

@@ -117,8 +117,6 @@ def _ancestor(path: str, *, here: bool) -> bool:
 
 
 class _ReachWalker(TargetWalker):
-    braces = True
-
     def __init__(self, rules: CommandRules, protected: tuple[str, ...]) -> None:
         super().__init__(rules)
         self.protected = protected

@@ -34,9 +34,9 @@ __all__ = ["TargetWalker", "write_targets"]
 # each simple command for a table of per-program "which operands does it write" functions.
 #
 # Words carry whether they are literal (``_Word``): a word with a parameter, a command substitution, a
-# leading ``~``, a brace expansion or arithmetic is skipped (the reach walk, ``command_reach_walk``, expands
-# braces: ``command_braces``); a glob (``*``, ``?``, ``[…]``) is kept as
-# written, quotes removed, for the caller to expand.
+# leading ``~`` or arithmetic is skipped; a brace expansion is expanded (``command_braces``, bounded: past the
+# bound the word is skipped); a glob (``*``, ``?``, ``[…]``) is kept as written, quotes removed, for the caller
+# to expand.
 #
 # Working directory (best effort): ``cd DIR`` / ``pushd DIR`` with a literal DIR prefixes the relative
 # targets that follow (``(cd sub && rm a)`` -> ``sub/a``); an absolute DIR makes them absolute. Subshells
@@ -126,9 +126,9 @@ def _change_dir(directory: str | None, target: str) -> str | None:
 class TargetWalker(Walker):
     """The classifier's walk, collecting the paths each simple command may change instead of verdicts."""
 
-    # Whether brace expansions are expanded (the reach walk: ``rm -rf .{git,x}``); ``write_targets`` keeps
-    # skipping them, as documented for the pre-command copies.
-    braces = False
+    # Brace expansions are expanded (bounded: ``command_braces``): ``rm a.{txt,md}`` writes two files, and the
+    # copies kept before the command must hold both (skipping them lost an untracked file to a rollback).
+    braces = True
 
     def __init__(self, rules: CommandRules) -> None:
         super().__init__(compiled_tree(rules))
