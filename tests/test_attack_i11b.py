@@ -1,0 +1,102 @@
+"""Second attack on issue 11's merge (secrets stay out, the store defends itself): each test is a broken promise
+found by a reviewer-attacker playing a hostile agent (it controls the command lines), a hostile file in the workspace,
+or a careless user. Marked xfail (strict) until it is fixed."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+import safepoint
+
+# A deploy token in a credential-named variable: 64 hex digits, the shape of many service tokens (no known prefix).
+TOKEN = "5f0e3c9a7b2d4e6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d2f4a6c8e0b1d3f"
+
+
+def _store_bytes(workspace) -> bytes:
+    root = workspace / ".agent-runtime"
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def _run_commands(workspace, commands, **start):
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r", **start) as run:
+        for i, command in enumerate(commands):
+            run.call_result("run_command", {"command": command}, call_id=f"c{i}")
+
+
+# ------------------------------------------------------------------------------ §2 redaction: encoded values
+
+
+@pytest.mark.xfail(strict=True, reason="encoded_forms hunts lowercase hex only: xxd -u / .hex().upper() is kept")
+def test_a_credential_printed_in_uppercase_hex_never_reaches_the_store(workspace, monkeypatch):
+    """README: the values of credential variables are "also found ... in hex". `xxd -p -u`, `hexdump`-style tools,
+    Python's `.hex().upper()` and `printf %02X` print it in capitals: kept as it is."""
+    value = "Zk81-" + "planted-credential-value"  # letters whose hex has letters: upper and lower differ
+    monkeypatch.setenv("DEPLOY_TOKEN", value)
+    cmd = "python3 -c 'import os; print(os.environ[\"DEPLOY_TOKEN\"].encode().hex().upper())'"
+    _run_commands(workspace, [cmd], pass_env=["DEPLOY_TOKEN"])
+    stored = _store_bytes(workspace)
+    assert b"python3" in stored
+    assert value.encode().hex().upper().encode() not in stored
+
+
+@pytest.mark.xfail(strict=True, reason="base64 as the base64 program prints it (wrapped at 76) is not found")
+def test_a_credential_base64d_by_the_base64_program_never_reaches_the_store(workspace, monkeypatch):
+    """README: base64 "wherever they stand in a longer base64 text". GNU `base64` (and `openssl base64`, MIME)
+    wraps at 76 columns: a 64-character token base64'd is 88 characters, split by a newline; neither line holds any
+    of the forms hunted. `printf %s "$DEPLOY_TOKEN" | base64` keeps the token, one decode away, in the ledger."""
+    monkeypatch.setenv("DEPLOY_TOKEN", TOKEN)
+    _run_commands(workspace, ['printf %s "$DEPLOY_TOKEN" | base64'], pass_env=["DEPLOY_TOKEN"])
+    stored = _store_bytes(workspace)
+    wrapped = base64.encodebytes(TOKEN.encode()).decode()  # what the program printed: 76 columns, then the rest
+    assert "\n" in wrapped.strip()
+    first, second = wrapped.split()
+    assert first.encode() in stored or b"base64" in stored  # the command ran and was recorded
+    assert not (first.encode() in stored and second.encode() in stored), "the wrapped base64 of the token is kept"
+
+
+@pytest.mark.xfail(strict=True, reason="hex as xxd -p prints it (60 columns) is not found")
+def test_a_credential_hex_dumped_by_xxd_never_reaches_the_store(workspace, monkeypatch):
+    """`xxd -p` (plain hex, the usual hex dump) wraps at 60 columns: a token longer than 30 bytes, or one standing
+    after other text, is split by a newline, and neither piece is hunted."""
+    monkeypatch.setenv("DEPLOY_TOKEN", TOKEN)
+    cmd = (
+        "python3 -c 'import os, textwrap; "
+        'print(chr(10).join(textwrap.wrap(os.environ["DEPLOY_TOKEN"].encode().hex(), 60)))\''
+    )
+    _run_commands(workspace, [cmd], pass_env=["DEPLOY_TOKEN"])
+    stored = _store_bytes(workspace)
+    assert TOKEN.encode().hex()[:60].encode() not in stored
+
+
+@pytest.mark.xfail(strict=True, reason="only quote()'s percent-encoding is hunted; every byte as %XX is not")
+def test_a_credential_percent_encoded_byte_by_byte_never_reaches_the_store(workspace, monkeypatch):
+    """README: found "percent-encoded". `quote()` leaves letters and digits as they are, so for most tokens the
+    percent-encoded form hunted is the token itself; an encoder that escapes every byte (`%5f%30...`, as `curl
+    --data-urlencode` of binary, `jq @uri` of some, or `printf '%%%02x'`) is kept."""
+    monkeypatch.setenv("DEPLOY_TOKEN", TOKEN)
+    cmd = 'printf %s "$DEPLOY_TOKEN" | od -An -tx1 -v | tr -d " \\n" | sed "s/../%&/g"'
+    _run_commands(workspace, [cmd], pass_env=["DEPLOY_TOKEN"])
+    stored = _store_bytes(workspace)
+    assert b"od -An" in stored
+    assert "".join(f"%{b:02x}" for b in TOKEN.encode())[:60].encode() not in stored
+
+
+# ------------------------------------------------------------------------------ §1 the environment on purpose
+
+
+@pytest.mark.xfail(strict=True, reason="*_PASS, *_JWT, *_CREDS are no credential names: handed to commands, not hunted")
+@pytest.mark.parametrize("name", ["SMTP_PASS", "DB_PASS", "CI_JOB_JWT", "MAIL_CREDS"])
+def test_a_password_variable_under_a_common_name_is_withheld_and_hunted(workspace, monkeypatch, name):
+    """`*_PASS` (`DB_PASS`, `SMTP_PASS`, `REDIS_PASS`: the names of countless docker-compose files), `*_JWT`,
+    `*_CREDS`: not credentials by is_credential's words or endings. So `echo "$DB_PASS"` gets the value (it is
+    not withheld, no --pass-env given) and the ledger keeps it: the value is not hunted either. Only `DB_PASS=...`
+    printed by `env` is caught, by the .env-line shape."""
+    value = "Hx7-" + "mail-relay-password-q9"
+    monkeypatch.setenv(name, value)
+    _run_commands(workspace, [f'echo "relay: ${name}"'])
+    stored = _store_bytes(workspace)
+    assert b"relay: " in stored
+    assert value.encode() not in stored, f"{name}'s value was handed to the command and kept"
