@@ -5,6 +5,7 @@ or a careless user. Marked xfail (strict) until it is fixed."""
 from __future__ import annotations
 
 import base64
+import subprocess
 
 import pytest
 
@@ -100,3 +101,57 @@ def test_a_password_variable_under_a_common_name_is_withheld_and_hunted(workspac
     stored = _store_bytes(workspace)
     assert b"relay: " in stored
     assert value.encode() not in stored, f"{name}'s value was handed to the command and kept"
+
+
+# ------------------------------------------------------------------------------ §4 the store and .git out of reach
+
+
+@pytest.mark.xfail(strict=True, reason="a symlink to .git made by one command is not seen by the next")
+def test_a_hook_planted_through_a_link_the_agent_made_to_git_is_held(workspace):
+    """`ln -s .git g` names `.git` only as the link's target (not held: ln writes `g`), then `printf ... >
+    g/hooks/pre-commit` names no `.git` part: neither is held, and the hook runs on the user's next `git commit`.
+    The README lists what is not seen (a path built at run time, a script, an absolute path, an archive's members):
+    not a link; the file tools refuse "a link into .git", commands do not."""
+    subprocess.run(["git", "-C", str(workspace), "init", "-q"], check=True)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r", approval_timeout_s=0.2) as run:  # a held command: nobody answers, refused
+        run.call_result("run_command", {"command": "ln -s .git g"}, call_id="c1")
+        plant = "printf '#!/bin/sh\\necho pwned\\n' > g/hooks/pre-commit && chmod +x g/hooks/pre-commit"
+        run.call_result("run_command", {"command": plant}, call_id="c2")
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists(), "the agent planted a git hook"
+
+
+@pytest.mark.xfail(strict=True, reason="a hard link into the store is not held: a truncation through it erases the log")
+def test_a_hard_link_into_the_store_cannot_erase_the_runs_log(workspace):
+    """`ln .agent-runtime/runs/r/ledger.jsonl notes.txt` writes `notes.txt` (not held: the store is only read),
+    and `: > notes.txt` truncates the run's log through the second name (held neither: notes.txt is the agent's).
+    Every record before it is gone: the write_file and the planting of anything else vanish from `ledger`,
+    `explain` and `history`; the call result only says "a file with 2 names"."""
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r", approval_timeout_s=0.2) as run:
+        run.call_result("write_file", {"path": "a.txt", "content": "evidence\n"}, call_id="first")
+        run.call_result("run_command", {"command": "ln .agent-runtime/runs/r/ledger.jsonl notes.txt"}, call_id="c1")
+        run.call_result("run_command", {"command": ": > notes.txt"}, call_id="c2")
+    log = (workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl").read_bytes()
+    assert b'"first"' in log, "the run's log lost every record before the truncation"
+
+
+@pytest.mark.xfail(strict=True, reason="fsck does not see a log whose first records are gone; --repair blesses it")
+def test_fsck_reports_a_log_whose_beginning_was_cut(workspace):
+    """A log cut at its start (the attack above, or any truncation and re-append) begins at seq N > 1. fsck says
+    at most that the checkpoint index does not match, `--repair` rebuilds the index from what is left and the next
+    fsck says "clean"; `explain` then says the resume "starts again from its first step": every call whose record
+    went (non-idempotent ones included) is run again. The promise: a damaged log is never taken at its word."""
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.checkpoint()
+        run.call_result("write_file", {"path": "a.txt", "content": "a\n"}, call_id="c1")
+        run.call_result("run_command", {"command": "echo sent > sent.txt"}, call_id="c2")
+        run.checkpoint()
+        run.call_result("write_file", {"path": "b.txt", "content": "b\n"}, call_id="c3")
+    log = workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[len(lines) // 2 :]))  # the first half of the log is gone
+    tm.fsck("r", repair=True)
+    again = tm.fsck("r")
+    assert again.problems, "a log missing its first records is called clean after --repair"
