@@ -155,3 +155,43 @@ def test_fsck_reports_a_log_whose_beginning_was_cut(workspace):
     tm.fsck("r", repair=True)
     again = tm.fsck("r")
     assert again.problems, "a log missing its first records is called clean after --repair"
+
+
+GIT_PROGRAMS = [
+    # runs on the user's next signed `git commit` (gpg.format=ssh, no user.signingKey): the file "ran" appears
+    "git config gpg.ssh.defaultKeyCommand 'touch ran'",
+    "git config sendemail.sendmailCmd ./evil",  # `git send-email` runs it
+    "git config sendemail.toCmd ./evil",
+    "git config sendemail.ccCmd ./evil",
+    "git config commit.gpgSign true",  # git_guard.py: "writing either setting is held (core/command_git.py)"
+]
+
+
+@pytest.mark.xfail(strict=True, reason="keys naming a program git runs missing from command_git._GIT_CODE_KEYS")
+@pytest.mark.parametrize("command", GIT_PROGRAMS)
+def test_a_git_setting_that_runs_a_program_is_held(command):
+    """README: held is "`git config` setting a program git runs (`core.fsmonitor`, `core.hooksPath`, ...)". These
+    set one all the same (checked by hand: after `git config gpg.format ssh; git config commit.gpgSign true; git
+    config gpg.ssh.defaultKeyCommand 'touch ran'`, the user's `git commit` runs it)."""
+    from safepoint.core.command_reach import classify_with_reach
+
+    assert "store_or_git" in classify_with_reach(command).side_effects
+
+
+WRITERS = [
+    "awk -i inplace '{print}' .git/config",  # gawk's in-place edit: `sed -i` on the same file is held
+    "mkdir -p .git/hooks",
+    "ln -s .agent-runtime s",  # the store, one command away from `rm -rf s/*` (see the .git link test)
+    "echo .git | xargs rm -rf",
+    "xargs rm -rf <<< .agent-runtime",
+]
+
+
+@pytest.mark.xfail(strict=True, reason="these write or reach .git/the store by a literal name and are not held")
+@pytest.mark.parametrize("command", WRITERS)
+def test_a_command_naming_git_or_the_store_literally_is_held(command):
+    """Each names `.git` or `.agent-runtime` literally on the line (no path built at run time): the README's
+    "a path the line writes ... with a part named .git ... however spelled"."""
+    from safepoint.core.command_reach import classify_with_reach
+
+    assert "store_or_git" in classify_with_reach(command).side_effects
