@@ -195,3 +195,30 @@ def test_a_command_naming_git_or_the_store_literally_is_held(command):
     from safepoint.core.command_reach import classify_with_reach
 
     assert "store_or_git" in classify_with_reach(command).side_effects
+
+
+# ------------------------------------------------------------------------------ encryption at rest
+
+
+@pytest.mark.xfail(strict=True, reason="the key from --key-file/SAFEPOINT_KEY_FILE is not hunted; SAFEPOINT_KEY's is")
+def test_the_stores_key_read_from_its_key_file_never_reaches_the_record(tmp_path, workspace):
+    """README: keep the key file outside the workspace, "a command the agent runs can read any file you can". So
+    it may: `cat ~/.safepoint.key` (the README's own path). Given as SAFEPOINT_KEY, the value is hunted and the
+    record shows [REDACTED]; given as a key file (the README's recommended way), the key is kept in the run's
+    records and `history --json` prints it (and the model was sent it)."""
+    pytest.importorskip("cryptography")
+    from tests.conftest import cli_env, safepoint_in_process
+
+    key = "c0ffee" * 10 + "1234"
+    key_file = tmp_path / "sp.key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    tm = safepoint.open(workspace=str(workspace), key_file=str(key_file))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("run_command", {"command": f"cat {key_file}"}, call_id="c1")
+    done = safepoint_in_process(
+        "history", "r", "--json", "-w", workspace, env=cli_env(SAFEPOINT_KEY_FILE=str(key_file))
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "run_command"' in done.stdout
+    assert key not in done.stdout, "the store's own key is in its records"
