@@ -222,3 +222,41 @@ def test_the_stores_key_read_from_its_key_file_never_reaches_the_record(tmp_path
     assert done.returncode == 0, done.stderr
     assert '"name": "run_command"' in done.stdout
     assert key not in done.stdout, "the store's own key is in its records"
+
+
+# ------------------------------------------------------------------------------ who decides
+
+
+@pytest.mark.xfail(strict=True, reason="approvals prints the command line's terminal escapes raw")
+def test_the_held_command_a_person_is_shown_is_the_one_they_approve(workspace):
+    """The model writes the command line. `safepoint approvals` prints it as it is, escape sequences included:
+    `\\x1b[2K` erases the line on the user's terminal and `\\x1b[1A` moves up, so the person reads `ls -la` where
+    the command is `rm -rf .git; ...` (the \\r is shown as a space; ESC is not). `--json` escapes them (\\u001b).
+    The same holds for `watch`, `ledger`-like tables and progress lines wherever model text is printed."""
+    import sys
+    import threading
+    import time
+
+    from tests.conftest import cli_env
+
+    shown = {}
+
+    def look():
+        time.sleep(0.8)
+        done = subprocess.run(
+            [sys.executable, "-m", "safepoint", "approvals", "-w", str(workspace)],
+            capture_output=True,
+            env=cli_env(),
+            timeout=60,
+            check=False,
+        )
+        shown["out"] = done.stdout
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r", approval_timeout_s=2.5) as run:  # held (.git), nobody answers: refused
+        run.call_result("run_command", {"command": "rm -rf .git; echo '\x1b[2K\r\x1b[1Als -la'"}, call_id="c1")
+    watcher.join()
+    assert b"c1" in shown["out"], shown
+    assert b"\x1b" not in shown["out"], "a terminal escape of the model's is printed to the person deciding"
