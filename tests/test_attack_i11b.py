@@ -264,3 +264,54 @@ def test_the_held_command_a_person_is_shown_is_the_one_they_approve(workspace):
     watcher.join()
     assert b"c1" in shown["out"], shown
     assert b"\x1b" not in shown["out"], "a terminal escape of the model's is printed to the person deciding"
+
+
+# ------------------------------------------------------------------------------ /proc above a command
+
+
+@pytest.mark.xfail(strict=True, reason="the daemon itself keeps every credential in its /proc environ, readable")
+def test_a_command_of_a_daemons_worker_cannot_read_the_daemons_environment(tmp_path, workspace):
+    """The workers get the store URL and the credentials by a pipe and blank themselves; the reaper and supervisor
+    start with the locale only. One process above the command was left: the daemon, started with the user's whole
+    environment and never made undumpable. The command walks up $PPID to the process whose command line says
+    `daemon` and reads its /proc/PID/environ: the provider's key (and SAFEPOINT_STORE's PostgreSQL password,
+    SAFEPOINT_KEY) in clear. The README's exception is only "the shell that started safepoint"."""
+    import json
+    import sys
+
+    from tests.conftest import cli_env
+
+    key = "sk-proj-" + "D43m0nK3yAbCdEfGh1jK" * 2
+    steal = (
+        "p=$PPID; for i in 1 2 3 4 5 6 7 8; do "
+        "case \"$(tr '\\0' ' ' < /proc/$p/cmdline)\" in *' daemon '*) "
+        "tr '\\0' '\\n' < /proc/$p/environ > daemon_env.out; break;; esac; "
+        "p=$(awk '{print $4}' /proc/$p/stat); done"
+    )
+    scenario = {
+        "task": "env",
+        "turns": [
+            {"tool_calls": [{"tool": "write_file", "args": {"path": "a.txt", "content": "one\n"}}]},
+            {"tool_calls": [{"tool": "run_command", "args": {"command": steal}}]},
+            {"text": "done"},
+        ],
+    }
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(scenario))
+    env = cli_env(OPENAI_API_KEY=key)
+    run = [sys.executable, "-m", "safepoint", "run", str(path), "--run-id", "r", "--workspace", str(workspace)]
+    crashed = subprocess.run(
+        run, env={**env, "SAFEPOINT_FAILPOINT": "after_outcome:write_file"}, capture_output=True, timeout=120
+    )
+    assert crashed.returncode == -9, crashed.stderr
+    daemon = subprocess.run(
+        [sys.executable, "-m", "safepoint", "daemon", "--once", "--json", "--workspace", str(workspace)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert daemon.returncode == 0, daemon.stderr
+    read = (workspace / "daemon_env.out").read_text()
+    assert "PATH=" in read  # the daemon's environment block was read
+    assert key not in read, "the provider's key, read from the daemon's /proc/PID/environ"
