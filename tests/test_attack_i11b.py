@@ -315,3 +315,26 @@ def test_a_command_of_a_daemons_worker_cannot_read_the_daemons_environment(tmp_p
     read = (workspace / "daemon_env.out").read_text()
     assert "PATH=" in read  # the daemon's environment block was read
     assert key not in read, "the provider's key, read from the daemon's /proc/PID/environ"
+
+
+# ------------------------------------------------------------------------------ rollback: the user's work
+
+
+@pytest.mark.xfail(strict=True, reason="the agent makes the user's files ignored, then deletes them unkept")
+def test_the_agent_cannot_make_the_users_files_ignored_then_delete_them_for_good(workspace):
+    """The known limit: "An ignored file a command removes without naming it is said, not kept". Here the files
+    were the user's, not ignored, when the run began: the agent writes `.gitignore` = `*` (its own file: allowed),
+    then `find . -name '*.py' -delete` (one extension: not held). main.py goes "not kept, so rollback cannot put it
+    back"; lib/util.py goes without a word (its folder is ignored now, so unwatched). Rolling the run back restores
+    the .gitignore and nothing else: the user's work is gone."""
+    (workspace / "main.py").write_text("the user's work\n")
+    (workspace / "lib").mkdir()
+    (workspace / "lib" / "util.py").write_text("the user's util\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r", approval_timeout_s=0.2) as run:
+        start = run.checkpoint()
+        run.call_result("write_file", {"path": ".gitignore", "content": "*\n"}, call_id="c1")
+        run.call_result("run_command", {"command": "find . -name '*.py' -delete"}, call_id="c2")
+    tm.rollback_files("r", start, include_uncertain=True)
+    assert (workspace / "main.py").exists(), "the user's main.py is lost for good"
+    assert (workspace / "lib" / "util.py").exists(), "the user's lib/util.py is lost, unsaid"
