@@ -5,6 +5,7 @@ or a careless user. Marked xfail (strict) until it is fixed."""
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 
 import pytest
@@ -83,6 +84,21 @@ def test_a_credential_percent_encoded_byte_by_byte_never_reaches_the_store(works
     stored = _store_bytes(workspace)
     assert b"od -An" in stored
     assert "".join(f"%{b:02x}" for b in TOKEN.encode())[:60].encode() not in stored
+
+
+@pytest.mark.xfail(strict=True, reason='a value is hunted as it is, not JSON-escaped (\\", \\\\, \\uXXXX)')
+@pytest.mark.parametrize("password", ['Tr0ub4dor"&3\\horse', "p\u00e4ssw\u00f6rd-2024-x"])
+def test_a_credential_printed_as_json_never_reaches_the_store(workspace, monkeypatch, password):
+    """A generated password holding `"` or `\\` (or a letter outside ASCII) is printed JSON-escaped by every tool
+    that prints JSON (`docker inspect`, `jq`, `kubectl ... -o json`, `json.dumps`): `Tr0ub4dor\\"&3\\\\horse`,
+    `p\\u00e4ssw...`. The value is hunted only as it is: kept. (`"value": ...` is no secret-sounding field name.)"""
+    monkeypatch.setenv("DB_PASSWORD", password)
+    cmd = 'python3 -c \'import json, os; print(json.dumps({"value": os.environ["DB_PASSWORD"]}))\''
+    _run_commands(workspace, [cmd], pass_env=["DB_PASSWORD"])
+    stored = _store_bytes(workspace).decode("utf-8", "replace")
+    assert "json.dumps" in stored
+    escaped = json.dumps(password)[1:-1]
+    assert escaped not in stored and json.dumps(escaped)[1:-1] not in stored, "the JSON-escaped password is kept"
 
 
 # ------------------------------------------------------------------------------ §1 the environment on purpose
