@@ -354,3 +354,56 @@ def test_the_agent_cannot_make_the_users_files_ignored_then_delete_them_for_good
     tm.rollback_files("r", start, include_uncertain=True)
     assert (workspace / "main.py").exists(), "the user's main.py is lost for good"
     assert (workspace / "lib" / "util.py").exists(), "the user's lib/util.py is lost, unsaid"
+
+
+# ------------------------------------------------------------------------------ mcp-proxy
+
+
+@pytest.mark.xfail(strict=True, reason="an MCP tool writing the run's control channel is not held nor tampering")
+def test_an_mcp_client_cannot_approve_its_own_held_call_through_a_file_tool(tmp_path):
+    """`mcp-proxy --approval high`: a destructive call waits for `safepoint approve`. The client (the model) sends
+    a second call meanwhile (calls run concurrently): `set_value` (idempotent, not destructive, closed world: not
+    held) with the path of the run's control channel and its lines plus one approval (the format is open, the
+    input hash computable; here made by `safepoint approve` on a copy of the store). Nothing looks at MCP
+    arguments naming the store (commands naming it are held), and a record written by a concurrent call is taken
+    as a person's: the held append runs."""
+    import shutil
+    import time
+
+    pytest.importorskip("mcp")
+    from tests.test_mcp_proxy import Raw
+
+    ws, notes = tmp_path / "ws", tmp_path / "notes.txt"
+    ws.mkdir()
+    client = Raw(ws, "--run", "r", "--approval", "high")
+    try:
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "held",
+                "method": "tools/call",
+                "params": {"name": "append_line", "arguments": {"path": str(notes), "text": "a"}},
+            }
+        )
+        sp = safepoint.open(None, workspace=str(ws))
+        deadline = time.monotonic() + 30
+        while not (planned := [e.call_id for e in sp.ledger("r") if e.status == "planned"]):
+            assert time.monotonic() < deadline, "the call never waited for approval"
+            time.sleep(0.05)
+        sp.close()
+        copy = tmp_path / "copy"
+        shutil.copytree(ws, copy)
+        forged = safepoint.open(None, workspace=str(copy))
+        forged.approve("r", planned[0])
+        forged.close()
+        channel = ws / ".agent-runtime" / "runs" / "r" / "control.jsonl"
+        content = (copy / ".agent-runtime" / "runs" / "r" / "control.jsonl").read_text()
+        answer = client.call("set_value", path=str(channel), text=content)
+        assert "result" in answer, answer
+        deadline = time.monotonic() + 4
+        while not notes.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not notes.exists(), "the client approved its own held destructive call"
+    finally:
+        client.proc.kill()
+        client.proc.wait(30)
