@@ -421,3 +421,54 @@ def test_an_mcp_client_cannot_approve_its_own_held_call_through_a_file_tool(tmp_
     finally:
         client.proc.kill()
         client.proc.wait(30)
+
+
+# ------------------------------------------------------------------------------ a hostile file in the workspace
+
+
+@pytest.mark.xfail(strict=True, reason="a store shipped in a repository is resumed by the daemon, commands and all")
+def test_a_store_shipped_in_a_cloned_repository_is_not_resumed_by_the_daemon(tmp_path):
+    """A repository can ship `.agent-runtime/` as a real folder (git makes it the user's, 0755: made 0700 and
+    accepted; only a symlink is refused). Its run `x` crashed after its first turn, its scenario's next turn runs
+    a command, its header's workspace names a folder that exists on any machine (here another scratch folder; by
+    hand, `/tmp` with the header's CRC recomputed works too). The user clones it and starts `safepoint daemon` in
+    it: startup recovery resumes `x` and the attacker's command runs."""
+    import json
+    import shutil
+    import sys
+
+    from tests.conftest import cli_env
+
+    marker = tmp_path / "PWNED"
+    scenario = {
+        "task": "t",
+        "turns": [
+            {"tool_calls": [{"tool": "write_file", "args": {"path": "a.txt", "content": "one\n"}}]},
+            {"tool_calls": [{"tool": "run_command", "args": {"command": f"echo pwned > {marker}"}}]},
+            {"text": "done"},
+        ],
+    }
+    (tmp_path / "s.json").write_text(json.dumps(scenario))
+    attacker, victim = tmp_path / "anywhere", tmp_path / "clone"
+    attacker.mkdir()
+    made = subprocess.run(
+        [sys.executable, "-m", "safepoint", "run", str(tmp_path / "s.json"), "--run-id", "x", "-w", str(attacker)],
+        env={**cli_env(), "SAFEPOINT_FAILPOINT": "after_outcome:write_file"},
+        capture_output=True,
+        timeout=120,
+    )
+    assert made.returncode == -9, made.stderr
+    victim.mkdir()
+    shutil.copytree(attacker / ".agent-runtime", victim / ".agent-runtime")  # what `git clone` checks out
+    for name in ("lock", ".gitignore"):
+        for path in (victim / ".agent-runtime").rglob(name):
+            path.unlink()
+    daemon = subprocess.run(
+        [sys.executable, "-m", "safepoint", "daemon", "--once", "--json", "--workspace", str(victim)],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "daemon_started" in daemon.stdout, daemon.stderr
+    assert not marker.exists(), "the daemon resumed a run shipped in the repository and ran its command"
