@@ -101,6 +101,29 @@ def test_a_credential_printed_as_json_never_reaches_the_store(workspace, monkeyp
     assert escaped not in stored and json.dumps(escaped)[1:-1] not in stored, "the JSON-escaped password is kept"
 
 
+NAMED_SECRETS = {
+    ".netrc": "machine github.com\n  login bob\n  password {s}\n",  # curl, git, pip read it
+    "settings.xml": "<server><id>repo</id><username>bob</username><password>{s}</password></server>\n",  # Maven
+    "secrets.yml": "production:\n  secret_key_base: {s}\n",  # Rails
+    "deploy.sh": "mysql --password {s} -h db prod < dump.sql\n",
+}
+
+
+@pytest.mark.xfail(strict=True, reason="a secret beside its name in these common formats is not redacted")
+@pytest.mark.parametrize("name", sorted(NAMED_SECRETS))
+def test_a_secret_beside_its_name_in_a_common_file_never_reaches_the_store(workspace, name):
+    """README: caught is a secret with "a secret-sounding name beside it" (`.env` lines, quoted fields, `password:`).
+    Not these: `.netrc`'s `password X`, Maven's `<password>X</password>`, Rails' `secret_key_base: X`, an option
+    `--password X` (`--password=X` is caught). `cat` of the user's file puts the password in the ledger."""
+    secret = "Qv7-" + "not-a-known-shape-81"
+    (workspace / name).write_text(NAMED_SECRETS[name].format(s=secret))
+    _run_commands(workspace, [f"cat {name}"])
+    log = (workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl").read_bytes().splitlines()
+    records = b"\n".join(line for line in log if b'{"kind":"blob"' not in line)
+    assert f"cat {name}".encode() in records
+    assert secret.encode() not in records, f"the password in {name} is kept"
+
+
 # ------------------------------------------------------------------------------ §1 the environment on purpose
 
 
