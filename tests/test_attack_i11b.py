@@ -284,7 +284,6 @@ def test_an_encrypted_store_keeps_no_file_name_in_clear(workspace):
 # ------------------------------------------------------------------------------ who decides
 
 
-@pytest.mark.xfail(strict=True, reason="approvals prints the command line's terminal escapes raw")
 def test_the_held_command_a_person_is_shown_is_the_one_they_approve(workspace):
     """The model writes the command line. `safepoint approvals` prints it as it is, escape sequences included:
     `\\x1b[2K` erases the line on the user's terminal and `\\x1b[1A` moves up, so the person reads `ls -la` where
@@ -322,7 +321,6 @@ def test_the_held_command_a_person_is_shown_is_the_one_they_approve(workspace):
 # ------------------------------------------------------------------------------ /proc above a command
 
 
-@pytest.mark.xfail(strict=True, reason="the daemon itself keeps every credential in its /proc environ, readable")
 def test_a_command_of_a_daemons_worker_cannot_read_the_daemons_environment(tmp_path, workspace):
     """The workers get the store URL and the credentials by a pipe and blank themselves; the reaper and supervisor
     start with the locale only. One process above the command was left: the daemon, started with the user's whole

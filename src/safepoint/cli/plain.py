@@ -12,6 +12,26 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from safepoint.results import RunSummary
 
+# What the model wrote is shown, never obeyed by the terminal: control characters (ESC sequences that erase or
+# move lines, a bare CR, C1 codes) and bidirectional overrides are printed as escapes, so the command a person is
+# asked to approve reads as what it is. Newlines and tabs stay.
+_INVISIBLE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (
+        *range(0x00, 0x09),
+        *range(0x0B, 0x20),
+        *range(0x7F, 0xA0),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+}
+
+
+def visible(text: str) -> str:
+    """``text`` with every character a terminal would act on (except newline and tab) shown as an escape."""
+    return text.translate(_INVISIBLE)
+
+
 _COLOURS = {"green": "32", "red": "31", "yellow": "33", "magenta": "35", "dim": "2"}
 STATUS_COLOUR = {
     "succeeded": "green",

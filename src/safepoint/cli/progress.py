@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from safepoint.cli.common import plain
+from safepoint.cli.plain import visible
 
 if TYPE_CHECKING:
     from safepoint.api import ProgressEvent
@@ -40,8 +41,8 @@ class Printer:
             self._write(mask_passwords(json.dumps(data)) + "\n")
             return
         shown = getattr(self, "_" + data["event"], None)
-        if shown is not None:
-            shown(data)
+        if shown is not None:  # the model's text and command lines as they are, never as terminal commands
+            shown({key: visible(value) if isinstance(value, str) else value for key, value in data.items()})
 
     def finished(self, run_id: str, status: str, *, spaced: bool = True) -> None:
         """The last line: the run's status (``--json``: an event of its own, ``finished``)."""

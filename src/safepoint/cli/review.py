@@ -20,6 +20,7 @@ from safepoint.cli.common import (
     open_safepoint_at,
     plain,
 )
+from safepoint.cli.plain import visible
 from safepoint.errors import ConfigError, ExitCode
 
 if TYPE_CHECKING:
@@ -124,9 +125,11 @@ def register(app: typer.Typer, out: Out) -> None:
             item["deny"] += where
             who = "a live process waits on it" if item["attended"] else "nobody runs it now: resume continues the wait"
             sys.stdout.write(
-                f"{item['run_id']} {item['call_id']}: {item['tool']} {item['target']} ({item['risk_level']} risk, "
-                f"{item['seconds_left']:.0f} s left; {who})\n"
-                f"  approve: {item['approve']}\n  deny:    {item['deny']}\n"
+                visible(
+                    f"{item['run_id']} {item['call_id']}: {item['tool']} {item['target']} ({item['risk_level']} "
+                    f"risk, {item['seconds_left']:.0f} s left; {who})\n"
+                    f"  approve: {item['approve']}\n  deny:    {item['deny']}\n"
+                )
             )
 
     @app.command()

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
+from safepoint.engine.procenv import hide_from_commands
 from safepoint.engine.processes import kill_leftovers
 from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
 from safepoint.errors import ExitCode, RunLockedError, SafepointError, StoreError
@@ -171,6 +172,9 @@ class Daemon:
 
     def run(self) -> ExitCode:
         options = self.options
+        # The daemon is above every worker's commands too: its /proc files show nothing a worker does not get by
+        # its environment (the store URL, the key and the credentials go by the pipe), and it is not dumpable.
+        hide_from_commands(handoff.split_environment(os.environ, self.store.url)[0])
         self.emit(
             "daemon_started",
             store=safe_url(self.store.url),
