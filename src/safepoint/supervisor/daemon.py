@@ -397,6 +397,8 @@ class Daemon:
         for job in jobs.values():
             if self.stop_requested:
                 return
+            if self._foreign(job.job_id, job.workspace, "scheduled job"):
+                continue
             for scheduled_for in schedule.due(job, schedule.last_fired(job.job_id, runs), at):
                 run_id = schedule.occurrence_run_id(job.job_id, scheduled_for)
                 if run_id in existing or run_id in self.workers or self._gave_up(run_id):
@@ -414,8 +416,26 @@ class Daemon:
     def _gave_up(self, key: str) -> bool:
         return self.failures.get(key, 0) >= MAX_FAILED_WORKERS
 
+    def _foreign(self, key: str, workspace: str, what: str) -> bool:
+        """A run (or job) recorded in another workspace came with the store from elsewhere (a cloned repository can
+        ship ``.agent-runtime/``): it is never resumed or fired on its own, only said once and left to a person.
+        Real paths are compared, so a symlinked path to this very workspace is still this workspace (rejected: the
+        recorded string as it is, which a symlink or a trailing slash would make foreign)."""
+        if not workspace or same_workspace(workspace, self.options.workspace):
+            return False
+        self._once(
+            f"foreign:{key}",
+            "skipped",
+            key if what == "run" else None,
+            why="foreign workspace",
+            detail=f"{what} {key} was recorded in workspace {workspace}, not this one ({self.options.workspace}):"
+            f" a store brought from elsewhere is never resumed on its own; look at it, then resume it by hand"
+            f" with --workspace",
+        )
+        return True
+
     def start_resume(self, run_id: str, why: str, workspace: str, job_id: str | None) -> None:
-        if run_id in self.workers or self._gave_up(run_id):
+        if run_id in self.workers or self._gave_up(run_id) or self._foreign(run_id, workspace, "run"):
             return
         tools: tuple[str, ...] = ()
         if job_id is not None:
@@ -530,6 +550,12 @@ class Daemon:
                 if killed:
                     self.emit("killed_commands", worker.key, pids=killed)
         self.reap_workers()
+
+
+def same_workspace(recorded: str, here: str) -> bool:
+    """Whether a recorded workspace is this one: real paths (symlinks resolved), so two spellings of one folder
+    agree and a link named like this workspace but pointing elsewhere does not."""
+    return os.path.realpath(recorded) == os.path.realpath(here)
 
 
 def _last_json(out: str) -> Any:
