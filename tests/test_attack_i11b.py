@@ -178,7 +178,6 @@ def test_a_hard_link_into_the_store_cannot_erase_the_runs_log(workspace):
     assert b'"first"' in log, "the run's log lost every record before the truncation"
 
 
-@pytest.mark.xfail(strict=True, reason="fsck does not see a log whose first records are gone; --repair blesses it")
 def test_fsck_reports_a_log_whose_beginning_was_cut(workspace):
     """A log cut at its start (the attack above, or any truncation and re-append) begins at seq N > 1. fsck says
     at most that the checkpoint index does not match, `--repair` rebuilds the index from what is left and the next

@@ -263,7 +263,10 @@ def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | Non
             changed = True
             continue
         kept.append((proven, line + b"\n"))
-    return _in_order(check, kept) if changed or not _ordered(kept) else None
+    if changed or not _ordered(kept):
+        return _in_order(check, kept)
+    _holes(check, kept)
+    return None
 
 
 def _ordered(kept: list[tuple[LogRecord, bytes]]) -> bool:
@@ -290,12 +293,19 @@ def _in_order(check: _Check, kept: list[tuple[LogRecord, bytes]]) -> list[tuple[
             if check.repair:
                 check.quarantine(LOG, line, f"a second, different record under seq {record.seq}")
     ordered = [by_seq[seq] for seq in sorted(by_seq)]
+    _holes(check, ordered)
+    return ordered
+
+
+def _holes(check: _Check, ordered: list[tuple[LogRecord, bytes]]) -> None:
+    """Every run of missing seqs, the log's beginning included (a log cut at its start begins at seq N > 1): said
+    on every check, repaired or not, since nothing can bring the records back (rejected: looking only when a line
+    was damaged, which let a log cut cleanly between two lines pass as clean, and a repair bless it)."""
     expected = 1
     for record, _ in ordered:
         if record.seq != expected:
             check.found(LOG, f"seq {record.seq}", f"records {expected}..{record.seq - 1} are missing (lost for good)")
         expected = record.seq + 1
-    return ordered
 
 
 def check_index(check: _Check, log: bytes, *, rebuilt: bool) -> bytes:
