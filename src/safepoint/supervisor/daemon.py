@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
+from safepoint.core.resume import lost_beginning
 from safepoint.engine.processes import kill_leftovers
 from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
 from safepoint.errors import ExitCode, RunLockedError, SafepointError, StoreError
@@ -290,6 +291,9 @@ class Daemon:
         if info.scenario is None and info.provider is None:
             self.emit("skipped", run_id, why=why, detail="started by its own loop: resume it from there")
             return
+        if (lost := lost_beginning(view)) is not None:  # a worker would refuse it (exit 12): say it once instead
+            self._once(f"damaged:{run_id}", "skipped", run_id, why=why, detail=lost)
+            return
         self.start_resume(run_id, why, info.workspace, info.job_id)
 
     # the loop ----------------------------------------------------------------------------------------------------
@@ -382,6 +386,9 @@ class Daemon:
                 return
             if view.info.scenario is None and view.info.provider is None:
                 self.emit("skipped", run_id, why="queued submission", detail="started by its own loop")
+                return
+            if (lost := lost_beginning(view)) is not None:
+                self._once(f"damaged:{run_id}", "skipped", run_id, why="queued submission", detail=lost)
                 return
             keys = ", ".join(s.submission_key for s in pending)
             self.start_resume(run_id, f"queued submission ({keys})", view.info.workspace, view.info.job_id)
