@@ -251,6 +251,8 @@ class Daemon:
             self.handled.pop(run_id, None)  # someone runs it; if that process dies, its run is looked at again
             self.emit("skipped", run_id, why=why, detail=f"owned by live process {owner.pid} on {owner.host}")
             return
+        if judged.view is not None and self._foreign(run_id, judged.view.info.workspace, "run"):
+            return  # neither resumed nor closed: a person looks at a store brought from elsewhere first
         verdict = judged.verdict
         if not verdict.resumable:
             try:
