@@ -164,7 +164,6 @@ def test_a_hook_planted_through_a_link_the_agent_made_to_git_is_held(workspace):
     assert not (workspace / ".git" / "hooks" / "pre-commit").exists(), "the agent planted a git hook"
 
 
-@pytest.mark.xfail(strict=True, reason="a hard link into the store is not held: a truncation through it erases the log")
 def test_a_hard_link_into_the_store_cannot_erase_the_runs_log(workspace):
     """`ln .agent-runtime/runs/r/ledger.jsonl notes.txt` writes `notes.txt` (not held: the store is only read),
     and `: > notes.txt` truncates the run's log through the second name (held neither: notes.txt is the agent's).
@@ -179,7 +178,6 @@ def test_a_hard_link_into_the_store_cannot_erase_the_runs_log(workspace):
     assert b'"first"' in log, "the run's log lost every record before the truncation"
 
 
-@pytest.mark.xfail(strict=True, reason="fsck does not see a log whose first records are gone; --repair blesses it")
 def test_fsck_reports_a_log_whose_beginning_was_cut(workspace):
     """A log cut at its start (the attack above, or any truncation and re-append) begins at seq N > 1. fsck says
     at most that the checkpoint index does not match, `--repair` rebuilds the index from what is left and the next
@@ -447,7 +445,6 @@ def test_an_mcp_client_cannot_approve_its_own_held_call_through_a_file_tool(tmp_
 # ------------------------------------------------------------------------------ a hostile file in the workspace
 
 
-@pytest.mark.xfail(strict=True, reason="a store shipped in a repository is resumed by the daemon, commands and all")
 def test_a_store_shipped_in_a_cloned_repository_is_not_resumed_by_the_daemon(tmp_path):
     """A repository can ship `.agent-runtime/` as a real folder (git makes it the user's, 0755: made 0700 and
     accepted; only a symlink is refused). Its run `x` crashed after its first turn, its scenario's next turn runs

@@ -174,6 +174,13 @@ class RecoveryClosedError(ResumeError):
     exit_code = ExitCode.CLOSED
 
 
+class DamagedLogError(ResumeError):
+    """The run's log lost records a resume would need to know what already ran (its beginning was cut): it is
+    never resumed on its word. Refused before the run is claimed, so nothing is written."""
+
+    exit_code = ExitCode.DAMAGED
+
+
 class DecisionNeeded(SafepointError):
     """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``)."""
 

@@ -13,12 +13,13 @@ from safepoint.agent.context import ContextBuilder
 from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
 from safepoint.core.nesting import UNFIT, arguments_problem
-from safepoint.core.resume import check_decisions, last_completed_step, model_call_id
+from safepoint.core.resume import check_decisions, last_completed_step, lost_beginning, model_call_id
 from safepoint.engine import actions, failpoints, shutdown
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, redacted_arguments
 from safepoint.engine.session import RunSession, holder_id, load_view
 from safepoint.engine.tools import ToolRegistry
 from safepoint.errors import (
+    DamagedLogError,
     DecisionNeeded,
     Interrupted,
     RecoveryClosedError,
@@ -247,6 +248,8 @@ def resume_session(
             f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
         )
     check_resume_options(store, run_id, replay, skip)  # before the claim: a refused option writes nothing
+    if (lost := lost_beginning(load_view(store, run_id))) is not None:
+        raise DamagedLogError(lost)  # before the claim too: nothing is written to a log that lost its beginning
     # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
     claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
     try:

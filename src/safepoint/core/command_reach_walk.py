@@ -64,6 +64,12 @@ _RECURSIVE = {
     "chgrp": frozenset({"-R", "--recursive"}),
     "setfacl": frozenset({"-R", "--recursive"}),
 }
+# Programs that can give a file a second (hard) name, and their options that take a value.
+_LINKERS = frozenset({"ln", "cp"})
+_LINK_VALUES = {
+    "ln": frozenset({"-S", "--suffix", "-t", "--target-directory"}),
+    "cp": frozenset({"-S", "--suffix", "-t", "--target-directory"}),
+}
 _FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir"})
 _FIND_OPTIONS_WITH_VALUE = frozenset({"-D", "-O"})
 # `find . -name '*.pyc' -delete` only touches files of that extension; none is in .git or the store.
@@ -233,12 +239,40 @@ class _ReachWalker(TargetWalker):
             self.note([p for p in [self.place(operands[-1])] if p], ancestors=True, here=True)
         elif name == "mv" and len(operands) >= 2:
             self.note([p for p in map(self.place, operands[:-1]) if p], ancestors=True, here=True)
+        elif name in _LINKERS:
+            self.linked(args, name)
         elif name == "find":
             self.find(args)
         elif name == "git":  # `git -c init.templateDir=T init`: the template's hooks go into .git/hooks
             settings = [args[i + 1] for i, word in enumerate(args[:-1]) if word == "-c"]
             if any(setting.casefold().startswith("init.templatedir=") for setting in settings):
                 self.found.add(".git")
+
+    def linked(self, args: list[str], name: str) -> None:
+        """The sources of a hard link (``ln SRC DEST``, ``cp -l``/``--link``): a second name for a file of the
+        store or ``.git`` lets a later write to that name (``: > notes.txt``) change the file itself, and the
+        later write names nothing protected. Symbolic links are left to the symlink checks (rejected here: holding
+        every ``ln -s``, which tools make all the time)."""
+        flags = _flags(args)
+        if name == "ln" and flags & {"-s", "--symbolic"}:
+            return
+        if name == "cp" and not flags & {"-l", "--link"}:
+            return
+        operands: list[str] = []
+        directory = False
+        skip = False
+        for word in args:
+            if skip:
+                skip = False
+            elif word in _LINK_VALUES.get(name, frozenset()):
+                skip = True
+                directory = directory or word in {"-t", "--target-directory"}
+            elif word.startswith("--target-directory="):
+                directory = True
+            elif not word.startswith("-") or word == "-":
+                operands.append(word)
+        sources = operands if directory or len(operands) < 2 else operands[:-1]
+        self.note([p for p in map(self.place, sources) if p], ancestors=False, here=False)
 
     def find(self, args: list[str]) -> None:
         """``find ROOTS… EXPRESSION``: the roots, when the expression deletes or runs a writing command, unless it

@@ -62,6 +62,22 @@ def expected_files(view: RunView) -> dict[str, tuple[str, str]]:
     return expected
 
 
+def lost_beginning(view: RunView) -> str | None:
+    """Why the run may not be resumed when its log no longer starts at seq 1, else None. Its first records (the
+    task's first turns, calls that ran and their outcomes) are gone for good; from what is left a resume would
+    start again from the first step and run those calls again, the non-idempotent ones too (rejected: treating the
+    rest as the whole run, which a truncation through a second name or by hand would then turn into repeats)."""
+    if not view.lost_seqs or view.lost_seqs[0][0] != 1:
+        return None
+    last = view.lost_seqs[0][1]
+    run_id = view.info.run_id
+    return (
+        f"run {run_id!r}: its log begins at seq {last + 1}, records 1..{last} are lost for good, so what already"
+        f" ran is unknown; it is not resumed (a resume would run lost calls again). See `safepoint fsck {run_id}`;"
+        f" continue its work with `safepoint run ... --successor-of {run_id}`"
+    )
+
+
 def plan_resume(
     view: RunView,
     *,
@@ -80,7 +96,9 @@ def plan_resume(
     }
     probes = probes or {}
     at = view.latest_complete_checkpoint()
-    if at is None:
+    if (lost := lost_beginning(view)) is not None:
+        at, why = None, lost
+    elif at is None:
         why = "no complete checkpoint: the run starts again from its first step"
     else:
         why = f"latest complete checkpoint ({at.checkpoint.kind} of step {at.checkpoint.step})"

@@ -263,7 +263,10 @@ def check_log(check: _Check, data: bytes) -> list[tuple[LogRecord, bytes]] | Non
             changed = True
             continue
         kept.append((proven, line + b"\n"))
-    return _in_order(check, kept) if changed or not _ordered(kept) else None
+    if changed or not _ordered(kept):
+        return _in_order(check, kept)
+    _holes(check, kept, rewritten=False)
+    return None
 
 
 def _ordered(kept: list[tuple[LogRecord, bytes]]) -> bool:
@@ -290,12 +293,31 @@ def _in_order(check: _Check, kept: list[tuple[LogRecord, bytes]]) -> list[tuple[
             if check.repair:
                 check.quarantine(LOG, line, f"a second, different record under seq {record.seq}")
     ordered = [by_seq[seq] for seq in sorted(by_seq)]
+    _holes(check, ordered, rewritten=True)
+    return ordered
+
+
+def _holes(check: _Check, ordered: list[tuple[LogRecord, bytes]], *, rewritten: bool) -> None:
+    """The runs of missing seqs (rejected: looking only when a line was damaged, which let a log cut cleanly
+    between two lines pass as clean, and a repair bless it). A lost beginning (the log starts at seq N > 1) is said
+    on every check, repaired or not: nothing brings the records back and resume refuses such a run. A hole further
+    on is said while the log is rewritten, and on every check until a repair has put the log's old text in
+    quarantine: that repair said it and kept what it dropped, and resume then treats the hole's calls as doubtful."""
+    acknowledged = not rewritten and _log_repaired_before(check)
     expected = 1
     for record, _ in ordered:
-        if record.seq != expected:
+        if record.seq != expected and not (acknowledged and expected > 1):
             check.found(LOG, f"seq {record.seq}", f"records {expected}..{record.seq - 1} are missing (lost for good)")
         expected = record.seq + 1
-    return ordered
+
+
+def _log_repaired_before(check: _Check) -> bool:
+    """Whether an earlier ``--repair`` rewrote this run's log (its old text is in the quarantine folder)."""
+    try:
+        names = os.listdir(os.path.join(check.run_dir, QUARANTINE))
+    except OSError:
+        return False
+    return any(name.endswith(f"-{LOG}") for name in names)
 
 
 def check_index(check: _Check, log: bytes, *, rebuilt: bool) -> bytes:

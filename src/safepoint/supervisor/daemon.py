@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
+from safepoint.core.resume import lost_beginning
 from safepoint.engine.procenv import hide_from_commands
 from safepoint.engine.processes import kill_leftovers
 from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
@@ -254,6 +255,8 @@ class Daemon:
             self.handled.pop(run_id, None)  # someone runs it; if that process dies, its run is looked at again
             self.emit("skipped", run_id, why=why, detail=f"owned by live process {owner.pid} on {owner.host}")
             return
+        if judged.view is not None and self._foreign(run_id, judged.view.info.workspace, "run"):
+            return  # neither resumed nor closed: a person looks at a store brought from elsewhere first
         verdict = judged.verdict
         if not verdict.resumable:
             try:
@@ -293,6 +296,9 @@ class Daemon:
             return
         if info.scenario is None and info.provider is None:
             self.emit("skipped", run_id, why=why, detail="started by its own loop: resume it from there")
+            return
+        if (lost := lost_beginning(view)) is not None:  # a worker would refuse it (exit 12): say it once instead
+            self._once(f"damaged:{run_id}", "skipped", run_id, why=why, detail=lost)
             return
         self.start_resume(run_id, why, info.workspace, info.job_id)
 
@@ -387,6 +393,9 @@ class Daemon:
             if view.info.scenario is None and view.info.provider is None:
                 self.emit("skipped", run_id, why="queued submission", detail="started by its own loop")
                 return
+            if (lost := lost_beginning(view)) is not None:
+                self._once(f"damaged:{run_id}", "skipped", run_id, why="queued submission", detail=lost)
+                return
             keys = ", ".join(s.submission_key for s in pending)
             self.start_resume(run_id, f"queued submission ({keys})", view.info.workspace, view.info.job_id)
 
@@ -401,6 +410,8 @@ class Daemon:
         for job in jobs.values():
             if self.stop_requested:
                 return
+            if self._foreign(job.job_id, job.workspace, "scheduled job"):
+                continue
             for scheduled_for in schedule.due(job, schedule.last_fired(job.job_id, runs), at):
                 run_id = schedule.occurrence_run_id(job.job_id, scheduled_for)
                 if run_id in existing or run_id in self.workers or self._gave_up(run_id):
@@ -418,8 +429,26 @@ class Daemon:
     def _gave_up(self, key: str) -> bool:
         return self.failures.get(key, 0) >= MAX_FAILED_WORKERS
 
+    def _foreign(self, key: str, workspace: str, what: str) -> bool:
+        """A run (or job) recorded in another workspace came with the store from elsewhere (a cloned repository can
+        ship ``.agent-runtime/``): it is never resumed or fired on its own, only said once and left to a person.
+        Real paths are compared, so a symlinked path to this very workspace is still this workspace (rejected: the
+        recorded string as it is, which a symlink or a trailing slash would make foreign)."""
+        if not workspace or same_workspace(workspace, self.options.workspace):
+            return False
+        self._once(
+            f"foreign:{key}",
+            "skipped",
+            key if what == "run" else None,
+            why="foreign workspace",
+            detail=f"{what} {key} was recorded in workspace {workspace}, not this one ({self.options.workspace}):"
+            f" a store brought from elsewhere is never resumed on its own; look at it, then resume it by hand"
+            f" with --workspace",
+        )
+        return True
+
     def start_resume(self, run_id: str, why: str, workspace: str, job_id: str | None) -> None:
-        if run_id in self.workers or self._gave_up(run_id):
+        if run_id in self.workers or self._gave_up(run_id) or self._foreign(run_id, workspace, "run"):
             return
         tools: tuple[str, ...] = ()
         if job_id is not None:
@@ -534,6 +563,12 @@ class Daemon:
                 if killed:
                     self.emit("killed_commands", worker.key, pids=killed)
         self.reap_workers()
+
+
+def same_workspace(recorded: str, here: str) -> bool:
+    """Whether a recorded workspace is this one: real paths (symlinks resolved), so two spellings of one folder
+    agree and a link named like this workspace but pointing elsewhere does not."""
+    return os.path.realpath(recorded) == os.path.realpath(here)
 
 
 def _last_json(out: str) -> Any:
