@@ -25,6 +25,7 @@ when invalid.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -45,7 +46,7 @@ MIN_VALUE_LENGTH = 8  # a variable's value shorter than this is too common a str
 # connection string (``PWD=/home/u`` is the working folder).
 _GLUED = (
     r"password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|secret[_\-]?key|private[_\-]?key|"
-    r"account[_\-]?key|sharedaccess(?:key|signature)"
+    r"account[_\-]?key|sharedaccess(?:key|signature)|secret[_\-]?key[_\-]?base"
 )
 _NAME = (
     rf"(?:(?i:[A-Za-z0-9_\-.]{{0,40}}(?:{_GLUED})|(?:[A-Za-z0-9_\-.]{{0,40}}[_\-.])?(?:pass|auth|sig|signature)|"
@@ -98,6 +99,17 @@ BUILTIN_PATTERNS: Mapping[str, str] = {
         rf"[^'\r\n]{{2,500}}')|=(?![$*])[^{_VALUE_END}]{{3,500}}+(?![(\[])|:[ \t]+(?![$*]|{_NOT_A_TYPE})"
         rf"[^\s\"'#,]{{3,200}}+(?=[ \t]*(?:\r?\n|\Z)))"
     ),
+    # a secret after its name and a space: ``.netrc``'s ``password X`` (alone on its line or in a
+    # ``machine h login u password X`` line), an option ``--password X`` / ``--token X`` of any program
+    "spaced_secret": (
+        r"(?:(?<![^\s])(?i:password|passwd)[ \t]+(?![$-])[^\s]{3,200}+(?=[ \t]*(?:\r?\n|\Z)|[ \t]+"
+        r"(?:machine|login|account|macdef|default)\b)|(?<![^\s])--?(?i:[a-z0-9\-]{0,30}(?:password|passwd|"
+        r"passphrase|token|secret|api-?key))[ \t]+(?![$\-])[^\s;&|]{3,200}+)"
+    ),
+    # XML's ``<password>X</password>`` (Maven's settings.xml, .NET configs)
+    "xml_secret": (
+        r"(?<=<)(?i:[a-z0-9_\-.]{0,40}(?:password|passwd|passphrase|secret|token|api[_\-]?key))>[^<\s]{3,500}+(?=</)"
+    ),
 }
 # Where a built-in match can be: every one holds one of these literals (case ignored) and starts at it (a key
 # block four dashes before its ``-BEGIN``), at the start of the name it stands in (at most NAME_BEFORE characters
@@ -120,6 +132,7 @@ SCHEME_BEFORE = 21
 NAME_BEFORE = 64  # the longest name a named pattern takes (``_NAME``: 40 + a separator + 21) fits
 # The parts of a match that stay readable: a header's or a variable's name, up to its value.
 _KEEP_NAME = frozenset({"auth_header", "assigned_secret"})
+_KEEP_BEFORE_VALUE = {"spaced_secret": re.compile(r"\S+[ \t]+"), "xml_secret": re.compile(r"[^>]*>")}
 _NAME_PART = re.compile(r"[^:=]*[:=][ \t]*[\"']?")
 
 
@@ -141,6 +154,10 @@ class Redactor:
         self._secrets = sorted(
             {form for v in values if len(v) >= MIN_VALUE_LENGTH for form in encoded_forms(v)}, key=len, reverse=True
         )
+        # The wrapped forms (``wrapped_forms``), searched in the text with its line breaks taken out.
+        self._wrapped = sorted(
+            {form for v in values if len(v) >= MIN_VALUE_LENGTH for form in wrapped_forms(v)}, key=len, reverse=True
+        )
         self._user = re.compile("|".join(f"(?P<{n}>{p})" for n, p in named.items())) if named else None
         # A secret that may hold a space (a user pattern, a variable's value with one): text streamed to people is
         # then let out a whole line at a time, not a word at a time (core.progress.LineHold).
@@ -159,9 +176,20 @@ class Redactor:
         # none (rejected: one expression of every form over the whole text: with its encoded forms, 50 literals
         # whose first characters cover most letters, five times slower on 1 MB).
         present = [form for form in self._secrets if form in value]
-        if not present:
+        if present:
+            value = re.compile("|".join(map(re.escape, present))).sub("[REDACTED:credential_value]", value)
+        if "\n" not in value:
             return value
-        return re.compile("|".join(map(re.escape, present))).sub("[REDACTED:credential_value]", value)
+        # A wrapped encoding (``base64`` at 76 columns, ``xxd -p`` at 60): the forms are looked for in the text
+        # without its line breaks (one copy, ``in`` each); only one found there is then matched with a line break
+        # allowed between any two of its characters (each optional, no ambiguity: linear). Rejected: hunting each
+        # line-sized piece of every form, many more literals for every text.
+        joined = value.replace("\r", "").replace("\n", "")
+        wrapped = [form for form in self._wrapped if form in joined]
+        if not wrapped:
+            return value
+        spread = "|".join("(?:\r?\n)?".join(map(re.escape, form)) for form in wrapped)
+        return re.compile(spread).sub("[REDACTED:credential_value]", value)
 
     def _builtins(self, value: str) -> str:
         # Case is ignored by searching an ASCII-lowercased copy (same length, same positions; ``str.lower`` when the
@@ -219,6 +247,9 @@ class Redactor:
         if kind == "url_password":
             scheme, _, rest = text.partition("://")
             return f"{scheme}://{rest.partition(':')[0]}:[REDACTED:password]@"
+        if kind in _KEEP_BEFORE_VALUE:
+            before = _KEEP_BEFORE_VALUE[kind].match(text)
+            return f"{before.group(0) if before is not None else ''}[REDACTED:{kind}]"
         if kind in _KEEP_NAME:
             name = _NAME_PART.match(text)
             kept = name.group(0) if name is not None else ""
@@ -322,9 +353,9 @@ _NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.
 # How the names of the named patterns (``assigned_secret``, ``auth_header``) end, and what follows one.
 _NAME_ENDINGS = (
     "password", "passwd", "passphrase", "secret", "token", "key", "pass", "auth", "sig", "signature", "pwd",
-    "authorization",
+    "authorization", "key_base", "passphrase", "api-key", "apikey",
 )  # fmt: skip
-_AFTER_NAME = frozenset("\"':= \t")
+_AFTER_NAME = frozenset("\"':= \t>")
 
 
 def _may_be_named(value: str, lower: str, start: int, at: int) -> bool:
@@ -378,7 +409,8 @@ def encoded_forms(value: str) -> list[str]:
     (the characters that encode its whole 3-byte groups, the same wherever it stands). Not caught: other
     encodings, compression, a value split across calls or changed by a character."""
     data = value.encode()
-    forms = {value, value[::-1], data.hex(), quote(value, safe="")}
+    forms = {value, value[::-1], quote(value, safe=""), *_wrappable(data), json.dumps(value)[1:-1]}
+    forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
     for skip in range(3):
         chunk = data[skip:]
         chunk = chunk[: len(chunk) // 3 * 3]
@@ -386,3 +418,28 @@ def encoded_forms(value: str) -> list[str]:
             encoded = base64.b64encode(chunk).decode()
             forms.update((encoded, encoded.replace("+", "-").replace("/", "_")))
     return [form for form in forms if len(form) >= MIN_VALUE_LENGTH]
+
+
+def wrapped_forms(value: str) -> list[str]:
+    """The forms of ``value`` that tools print wrapped at a fixed width (``base64`` at 76 columns, ``xxd -p`` at 60,
+    a percent-encoded dump): hunted also with line breaks between their characters."""
+    data = value.encode()
+    forms = set(_wrappable(data))
+    for skip in range(3):
+        chunk = data[skip:]
+        chunk = chunk[: len(chunk) // 3 * 3]
+        if len(chunk) >= 6:
+            encoded = base64.b64encode(chunk).decode()
+            forms.update((encoded, encoded.replace("+", "-").replace("/", "_")))
+    return [form for form in forms if len(form) >= MIN_VALUE_LENGTH]
+
+
+def _wrappable(data: bytes) -> tuple[str, ...]:
+    """Hex in both cases (``xxd -p -u``, ``.hex().upper()``) and every byte percent-encoded, in both cases."""
+    hexed = data.hex()
+    return (
+        hexed,
+        hexed.upper(),
+        "".join(f"%{hexed[i : i + 2]}" for i in range(0, len(hexed), 2)),
+        "".join(f"%{hexed[i : i + 2]}" for i in range(0, len(hexed), 2)).upper(),
+    )
