@@ -159,7 +159,9 @@ _WHOLE = re.compile("|".join(f"(?P<{n}>{p})" for n, p in BUILTIN_PATTERNS.items(
                  "Authorization: Bearer abcdefghijklmnop1234",
                  "AUTHORIZATION: basic QWxhZGRpbjpvcGVu", "AWS_SECRET_ACCESS_KEY=" + "A" * 40, "task-", "://", "x",
                  "-----BEGIN RSA PRIVATE KEY-----", "password", "DB_", "=", ": ", "?", "&", "@", "\n", '"', "key",
-                 "token", "x-api-key", "eyJ", "sig", "auth", "PWD", "pass", "sk", "glpat", "asia", "MY_AWS_"]
+                 "token", "x-api-key", "eyJ", "sig", "auth", "PWD", "pass", "sk", "glpat", "asia", "MY_AWS_",
+                 "<password>", "</", "--password ", "password ", " login ", "secret_key_base", "sshpass -p",
+                 "redis-cli", " -a ", "docker login", " -p", "curl", " -u ", "bob:", "mysql", "-pS3cret", " "]
             ),
             st.text(max_size=30),
         ),
