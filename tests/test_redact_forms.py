@@ -62,7 +62,8 @@ def test_text_with_lines_and_no_secret_is_left_as_it_is():
 @pytest.mark.parametrize(
     "name",
     ["SMTP_PASS", "REDIS_PASS", "CI_JOB_JWT", "MAIL_CREDS", "GCP_CREDS", "HONEYCOMB_WRITEKEY", "SEGMENT_WRITEKEY",
-     "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "JWT_SIGNING", "MY_APIKEY"],
+     "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "JWT_SIGNING", "MY_APIKEY",
+     "CI_JOB_JWT_V2", "GCPCREDS", "SEGMENTWRITEKEY"],
 )  # fmt: skip
 def test_common_credential_names_are_withheld_and_hunted(name):
     environ = {"PATH": "/usr/bin", name: "Hx7-mail-relay-password-q9"}
@@ -71,7 +72,7 @@ def test_common_credential_names_are_withheld_and_hunted(name):
     assert "Hx7-mail-relay-password-q9" in credential_values(environ)
 
 
-@pytest.mark.parametrize("name", ["PASSENGER_COUNT", "COMPASS_HOME", "BYPASS_CACHE", "JWTLIB_HOME", "PATH", "PWD"])
+@pytest.mark.parametrize("name", ["PASSENGER_COUNT", "COMPASS_HOME", "BYPASS_CACHE", "PASSTHROUGH", "PATH", "PWD"])
 def test_names_that_only_hold_such_a_word_are_not_credentials(name):
     assert not is_credential(name, "/usr/bin")
 
