@@ -449,15 +449,16 @@ def encoded_forms(value: str) -> list[str]:
 
 def wrapped_forms(value: str) -> list[str]:
     """The forms of ``value`` that tools print wrapped at a fixed width (``base64`` at 76 columns, ``xxd -p`` at 60,
-    a percent-encoded dump): hunted also with line breaks between their characters."""
+    ``xxd -p -u``): hunted also with line breaks between their characters. Not the URL-safe base64 nor the
+    percent-encoding, which tools print on one line (each form here is one more search of every text with lines)."""
     data = value.encode()
-    forms = set(_wrappable(data))
+    hexed = data.hex()
+    forms = {hexed, hexed.upper()}
     for skip in range(3):
         chunk = data[skip:]
         chunk = chunk[: len(chunk) // 3 * 3]
         if len(chunk) >= 6:
-            encoded = base64.b64encode(chunk).decode()
-            forms.update((encoded, encoded.replace("+", "-").replace("/", "_")))
+            forms.add(base64.b64encode(chunk).decode())
     return [form for form in forms if len(form) >= MIN_VALUE_LENGTH]
 
 
