@@ -3,8 +3,10 @@
 What counts as a secret: the shapes credentials have (provider API keys, GitHub, GitLab, npm, Hugging Face, AWS,
 Slack, Google and Stripe tokens, JWTs, auth headers, private key blocks and their starts, passwords inside URLs,
 webhook URLs), a value given under a secret's name (``DB_PASSWORD=``, ``?password=``, ``"token": "..."``,
-``AccountKey=``), the values of the environment's credential variables (``environment.credential_values``) in
-the encodings a command prints them in (``encoded_forms``), and the patterns a user adds. Each is replaced by
+``AccountKey=``, ``.netrc``'s ``password X``, ``<password>X</password>``, ``--password X``, ``sshpass -p X``,
+``curl -u user:X``), the values of the environment's credential variables (``environment.credential_values``) in
+the encodings a command prints them in (``encoded_forms``; wrapped at a width too: ``wrapped_forms``), the
+store's key, and the patterns a user adds. Each is replaced by
 ``[REDACTED:<kind>]``, so what was there stays visible without its value (a name before it too).
 
 Records are redacted by their structure (``Redactor.record``, ``records.FIELD_REDACTION``): the paths, hashes,
@@ -431,10 +433,12 @@ def _url_before(value: str, at: int, floor: int) -> re.Match[str] | None:
 
 
 def encoded_forms(value: str) -> list[str]:
-    """``value`` and the forms a command prints it in without knowing it is a secret: reversed, hex, percent-encoded,
-    and base64 (standard and URL-safe) at each of the three alignments it can have inside a longer encoded text
-    (the characters that encode its whole 3-byte groups, the same wherever it stands). Not caught: other
-    encodings, compression, a value split across calls or changed by a character."""
+    """``value`` and the forms a command prints it in without knowing it is a secret: reversed, hex in either case,
+    percent-encoded (``quote``'s and every byte as ``%xx`` or ``%XX``), JSON-escaped (``\\"``, ``\\\\``, and
+    non-ASCII as ``\\uXXXX`` or as it is) and base64 (standard and URL-safe) at each of the three alignments it can
+    have inside a longer encoded text (the characters that encode its whole 3-byte groups, the same wherever it
+    stands). Wrapped at a width, some are found too (``wrapped_forms``). Not caught: other encodings, compression,
+    a value split across calls or changed by a character."""
     data = value.encode()
     forms = {value, value[::-1], quote(value, safe=""), *_wrappable(data), json.dumps(value)[1:-1]}
     forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
