@@ -181,7 +181,7 @@ class Redactor:
     def text(self, value: str) -> str:
         value = self._builtins(value)
         if any(program in value for program in _PROGRAMS):
-            value = _COMMAND.sub(_command_password, value)
+            value = _COMMAND.sub(command_password_mark, value)
         if self._secrets:
             value = self._values(value)
         if self._user is not None:
@@ -328,7 +328,7 @@ class Redactor:
         return self.text(text) != text
 
 
-def _command_password(match: re.Match[str]) -> str:
+def command_password_mark(match: re.Match[str]) -> str:
     """The program's command line up to the password (already redacted by the built-in patterns), then the mark."""
     text = match.group(0)
     value = _LAST_VALUE.search(text)
