@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from safepoint.core.environment import command_environment, credential_values, is_credential
-from safepoint.core.redact import BUILTIN_PATTERNS, SHORT, Redactor
+from safepoint.core.redact import BUILTIN_PATTERNS, COMMAND_PASSWORD, SHORT, Redactor, command_password_mark
 from safepoint.errors import ConfigError
 from tests.test_redact_shapes import SHAPES
 
@@ -149,6 +149,7 @@ def test_commands_get_the_environment_less_credentials_unless_passed_by_name():
 
 
 _WHOLE = re.compile("|".join(f"(?P<{n}>{p})" for n, p in BUILTIN_PATTERNS.items()))
+_COMMAND = re.compile(COMMAND_PASSWORD)
 
 
 @given(
@@ -159,7 +160,9 @@ _WHOLE = re.compile("|".join(f"(?P<{n}>{p})" for n, p in BUILTIN_PATTERNS.items(
                  "Authorization: Bearer abcdefghijklmnop1234",
                  "AUTHORIZATION: basic QWxhZGRpbjpvcGVu", "AWS_SECRET_ACCESS_KEY=" + "A" * 40, "task-", "://", "x",
                  "-----BEGIN RSA PRIVATE KEY-----", "password", "DB_", "=", ": ", "?", "&", "@", "\n", '"', "key",
-                 "token", "x-api-key", "eyJ", "sig", "auth", "PWD", "pass", "sk", "glpat", "asia", "MY_AWS_"]
+                 "token", "x-api-key", "eyJ", "sig", "auth", "PWD", "pass", "sk", "glpat", "asia", "MY_AWS_",
+                 "<password>", "</", "--password ", "password ", " login ", "secret_key_base", "sshpass -p",
+                 "redis-cli", " -a ", "docker login", " -p", "curl", " -u ", "bob:", "mysql", "-pS3cret", " "]
             ),
             st.text(max_size=30),
         ),
@@ -173,4 +176,5 @@ def test_the_trigger_scan_finds_what_the_whole_expression_finds(pieces):
     # Short texts are scanned in one pass, long ones (past SHORT) literal by literal: both are checked.
     redactor = Redactor()
     for text in (" ".join(pieces), "".join(pieces), "x " * SHORT + "".join(pieces)):
-        assert redactor.text(text) == _WHOLE.sub(redactor._replace, text)
+        # then the pass of the known programs' command-line passwords, run over the whole text too
+        assert redactor.text(text) == _COMMAND.sub(command_password_mark, _WHOLE.sub(redactor._replace, text))

@@ -1,6 +1,7 @@
 """The environment an agent's commands get: the user's, minus every variable that holds a credential.
 
-A variable is a credential by its name (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*`` and the like) or by
+A variable is a credential by its name (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_PASS``, ``*JWT*``,
+``*CREDS*``, ``*WRITEKEY*``, ``*_HEADERS`` such as ``OTEL_EXPORTER_OTLP_HEADERS`` and the like) or by
 its value (a URL with a password in it, such as a database URL, or a password given as a parameter: ``?password=``,
 a DSN's ``password=``, a connection string's ``AccountKey=``). The user passes one back by name
 (``--pass-env NAME``); safepoint's own store URL never goes, whatever is passed. The same names give the redactor
@@ -16,9 +17,20 @@ from collections.abc import Iterable, Mapping
 STORE_VARIABLES = frozenset({"SAFEPOINT_STORE", "SAFEPOINT_KEY", "SAFEPOINT_KEY_FILE"})
 
 _WORDS = frozenset(
-    {"PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "SECRETS", "TOKEN", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
-)
-_ENDINGS = ("_API_KEY", "_ACCESS_KEY", "_SECRET_KEY", "_PRIVATE_KEY", "_KEY", "_PAT", "_AUTH", "_PWD")
+    {
+        "PASSWORD", "PASSWD", "PASSPHRASE", "PASS", "SECRET", "SECRETS", "TOKEN", "APIKEY", "CREDENTIAL",
+        "CREDENTIALS",
+    }
+)  # fmt: skip
+_ENDINGS = (
+    "_API_KEY", "_ACCESS_KEY", "_SECRET_KEY", "_PRIVATE_KEY", "_KEY", "_PAT", "_AUTH", "_PWD", "APIKEY",
+)  # fmt: skip
+# Words that make a credential's name wherever they stand (``GITLAB_JWT_V2``, ``GCPCREDS``, ``SEGMENTWRITEKEY``):
+# no ordinary variable holds them.
+_INSIDE = ("PASSWORD", "JWT", "CREDS", "WRITEKEY")
+# Header variables (``OTEL_EXPORTER_OTLP_HEADERS=x-honeycomb-team=KEY``, ``OTEL_EXPORTER_OTLP_TRACES_HEADERS``):
+# an exporter's auth header rides in them. Each ``name=value`` pair's value is hunted too.
+_HEADER_ENDING = "_HEADERS"
 # Bounded runs, so the search stays linear: with unbounded ``*`` a 120 KB value without "://" took quadratic time
 # (minutes) on every run, since each start position re-scanned the rest of the value.
 # The password ends at the LAST '@' before the host: ``app:p@ss@db`` is the password ``p@ss``.
@@ -44,7 +56,8 @@ def is_credential(name: str, value: str = "") -> bool:
         name in STORE_VARIABLES
         or bool(words & _WORDS)
         or upper.endswith(_ENDINGS)
-        or "PASSWORD" in upper
+        or any(word in upper for word in _INSIDE)
+        or upper.endswith(_HEADER_ENDING)
         or bool(_URL_PASSWORD.search(value))
         or bool(_PARAMETER_SECRET.search(value))
     )
@@ -78,4 +91,6 @@ def credential_values(environ: Mapping[str, str], *, withhold: Iterable[str] = (
             if match:  # the password alone may show up elsewhere too
                 values.append(match.group(0).split("://", 1)[1].split(":", 1)[1].removesuffix("@"))
             values.extend(found.group(1) for found in _PARAMETER_SECRET.finditer(value))
+            if name.upper().endswith(_HEADER_ENDING):  # ``k1=v1,k2=v2``: each header's value alone too
+                values.extend(pair.partition("=")[2].strip() for pair in value.split(","))
     return values

@@ -3,8 +3,10 @@
 What counts as a secret: the shapes credentials have (provider API keys, GitHub, GitLab, npm, Hugging Face, AWS,
 Slack, Google and Stripe tokens, JWTs, auth headers, private key blocks and their starts, passwords inside URLs,
 webhook URLs), a value given under a secret's name (``DB_PASSWORD=``, ``?password=``, ``"token": "..."``,
-``AccountKey=``), the values of the environment's credential variables (``environment.credential_values``) in
-the encodings a command prints them in (``encoded_forms``), and the patterns a user adds. Each is replaced by
+``AccountKey=``, ``.netrc``'s ``password X``, ``<password>X</password>``, ``--password X``, ``sshpass -p X``,
+``curl -u user:X``), the values of the environment's credential variables (``environment.credential_values``) in
+the encodings a command prints them in (``encoded_forms``; wrapped at a width too: ``wrapped_forms``), the
+store's key, and the patterns a user adds. Each is replaced by
 ``[REDACTED:<kind>]``, so what was there stays visible without its value (a name before it too).
 
 Records are redacted by their structure (``Redactor.record``, ``records.FIELD_REDACTION``): the paths, hashes,
@@ -25,6 +27,7 @@ when invalid.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -45,7 +48,7 @@ MIN_VALUE_LENGTH = 8  # a variable's value shorter than this is too common a str
 # connection string (``PWD=/home/u`` is the working folder).
 _GLUED = (
     r"password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|secret[_\-]?key|private[_\-]?key|"
-    r"account[_\-]?key|sharedaccess(?:key|signature)"
+    r"account[_\-]?key|sharedaccess(?:key|signature)|secret[_\-]?key[_\-]?base"
 )
 _NAME = (
     rf"(?:(?i:[A-Za-z0-9_\-.]{{0,40}}(?:{_GLUED})|(?:[A-Za-z0-9_\-.]{{0,40}}[_\-.])?(?:pass|auth|sig|signature)|"
@@ -98,6 +101,17 @@ BUILTIN_PATTERNS: Mapping[str, str] = {
         rf"[^'\r\n]{{2,500}}')|=(?![$*])[^{_VALUE_END}]{{3,500}}+(?![(\[])|:[ \t]+(?![$*]|{_NOT_A_TYPE})"
         rf"[^\s\"'#,]{{3,200}}+(?=[ \t]*(?:\r?\n|\Z)))"
     ),
+    # a secret after its name and a space: ``.netrc``'s ``password X`` (alone on its line or in a
+    # ``machine h login u password X`` line), an option ``--password X`` / ``--token X`` of any program
+    "spaced_secret": (
+        r"(?:(?<![^\s])(?i:password|passwd)[ \t]+(?![$-])[^\s]{3,200}+(?=[ \t]*(?:\r?\n|\Z)|[ \t]+"
+        r"(?:machine|login|account|macdef|default)\b)|(?<![^\s])--?(?i:[a-z0-9\-]{0,30}(?:password|passwd|"
+        r"passphrase|token|secret|api-?key))[ \t]+(?![$\-])[^\s;&|]{3,200}+)"
+    ),
+    # XML's ``<password>X</password>`` (Maven's settings.xml, .NET configs)
+    "xml_secret": (
+        r"(?<=<)(?i:[a-z0-9_\-.]{0,40}(?:password|passwd|passphrase|secret|token|api[_\-]?key))>[^<\s]{3,500}+(?=</)"
+    ),
 }
 # Where a built-in match can be: every one holds one of these literals (case ignored) and starts at it (a key
 # block four dashes before its ``-BEGIN``), at the start of the name it stands in (at most NAME_BEFORE characters
@@ -120,6 +134,20 @@ SCHEME_BEFORE = 21
 NAME_BEFORE = 64  # the longest name a named pattern takes (``_NAME``: 40 + a separator + 21) fits
 # The parts of a match that stay readable: a header's or a variable's name, up to its value.
 _KEEP_NAME = frozenset({"auth_header", "assigned_secret"})
+# A password on the command line of a program known to take one after a short option: ``sshpass -p X``,
+# ``redis-cli -a X``, ``docker login -p X``, ``curl -u user:X``, ``mysql -pX`` (``mysql -p X`` asks and X is the
+# database). A pass of its own, run only when one of the programs is named (``in``, in C): as triggers of the
+# built-in scan their common first letters cost every text (rejected: 4 KB redacted 1.6 times slower).
+COMMAND_PASSWORD = (
+    r"\b(?:sshpass[ \t]+-p[ \t]*|redis-cli(?:[ \t]+[^\s;|&]{1,200}){0,12}?[ \t]+-a[ \t]+|docker[ \t]+login"
+    r"(?:[ \t]+[^\s;|&]{1,200}){0,12}?[ \t]+-p[ \t]*|curl(?:[ \t]+[^\s;|&]{1,200}){0,20}?[ \t]+(?:-u|--user)"
+    r"[ \t]*[^\s:]{1,100}:|mysql(?:dump|admin)?(?:[ \t]+[^\s;|&]{1,200}){0,12}?[ \t]+-p(?=[^\s]))"
+    r"(?![$\-])[^\s;&|]{2,200}+"
+)
+_PROGRAMS = ("sshpass", "redis-cli", "docker", "curl", "mysql")
+_COMMAND = re.compile(COMMAND_PASSWORD)
+_LAST_VALUE = re.compile(r"[^\s;&|]*\Z")
+_KEEP_BEFORE_VALUE = {"spaced_secret": re.compile(r"\S+[ \t]+"), "xml_secret": re.compile(r"[^>]*>")}
 _NAME_PART = re.compile(r"[^:=]*[:=][ \t]*[\"']?")
 
 
@@ -141,6 +169,10 @@ class Redactor:
         self._secrets = sorted(
             {form for v in values if len(v) >= MIN_VALUE_LENGTH for form in encoded_forms(v)}, key=len, reverse=True
         )
+        # The wrapped forms (``wrapped_forms``), searched in the text with its line breaks taken out.
+        self._wrapped = sorted(
+            {form for v in values if len(v) >= MIN_VALUE_LENGTH for form in wrapped_forms(v)}, key=len, reverse=True
+        )
         self._user = re.compile("|".join(f"(?P<{n}>{p})" for n, p in named.items())) if named else None
         # A secret that may hold a space (a user pattern, a variable's value with one): text streamed to people is
         # then let out a whole line at a time, not a word at a time (core.progress.LineHold).
@@ -148,6 +180,8 @@ class Redactor:
 
     def text(self, value: str) -> str:
         value = self._builtins(value)
+        if any(program in value for program in _PROGRAMS):
+            value = _COMMAND.sub(command_password_mark, value)
         if self._secrets:
             value = self._values(value)
         if self._user is not None:
@@ -159,9 +193,20 @@ class Redactor:
         # none (rejected: one expression of every form over the whole text: with its encoded forms, 50 literals
         # whose first characters cover most letters, five times slower on 1 MB).
         present = [form for form in self._secrets if form in value]
-        if not present:
+        if present:
+            value = re.compile("|".join(map(re.escape, present))).sub("[REDACTED:credential_value]", value)
+        if "\n" not in value:
             return value
-        return re.compile("|".join(map(re.escape, present))).sub("[REDACTED:credential_value]", value)
+        # A wrapped encoding (``base64`` at 76 columns, ``xxd -p`` at 60): the forms are looked for in the text
+        # without its line breaks (one copy, ``in`` each); only one found there is then matched with a line break
+        # allowed between any two of its characters (each optional, no ambiguity: linear). Rejected: hunting each
+        # line-sized piece of every form, many more literals for every text.
+        joined = value.replace("\r", "").replace("\n", "")
+        wrapped = [form for form in self._wrapped if form in joined]
+        if not wrapped:
+            return value
+        spread = "|".join("(?:\r?\n)?".join(map(re.escape, form)) for form in wrapped)
+        return re.compile(spread).sub("[REDACTED:credential_value]", value)
 
     def _builtins(self, value: str) -> str:
         # Case is ignored by searching an ASCII-lowercased copy (same length, same positions; ``str.lower`` when the
@@ -219,6 +264,9 @@ class Redactor:
         if kind == "url_password":
             scheme, _, rest = text.partition("://")
             return f"{scheme}://{rest.partition(':')[0]}:[REDACTED:password]@"
+        if kind in _KEEP_BEFORE_VALUE:
+            before = _KEEP_BEFORE_VALUE[kind].match(text)
+            return f"{before.group(0) if before is not None else ''}[REDACTED:{kind}]"
         if kind in _KEEP_NAME:
             name = _NAME_PART.match(text)
             kept = name.group(0) if name is not None else ""
@@ -280,6 +328,18 @@ class Redactor:
         return self.text(text) != text
 
 
+def command_password_mark(match: re.Match[str]) -> str:
+    """The program's command line up to the password (already redacted by the built-in patterns), then the mark."""
+    text = match.group(0)
+    value = _LAST_VALUE.search(text)
+    cut = value.start() if value is not None else 0
+    if text.startswith("-", cut):  # ``-pX``: the option glued to its value (a value never starts with -)
+        cut += 2
+    elif text.startswith("curl"):  # ``user:pass``: the password is all after the user's first colon
+        cut = text.index(":", cut) + 1
+    return f"{text[:cut]}[REDACTED:password]"
+
+
 def _own_call(body: msgspec.Struct) -> bool:
     """One of safepoint's own calls (a rollback, a resolution): its input is a journal of paths, hashes and refs
     that a re-run after a crash carries out. A model's call cannot take the id (``resume.model_call_id``)."""
@@ -322,9 +382,9 @@ _NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.
 # How the names of the named patterns (``assigned_secret``, ``auth_header``) end, and what follows one.
 _NAME_ENDINGS = (
     "password", "passwd", "passphrase", "secret", "token", "key", "pass", "auth", "sig", "signature", "pwd",
-    "authorization",
+    "authorization", "key_base", "passphrase", "api-key", "apikey",
 )  # fmt: skip
-_AFTER_NAME = frozenset("\"':= \t")
+_AFTER_NAME = frozenset("\"':= \t>")
 
 
 def _may_be_named(value: str, lower: str, start: int, at: int) -> bool:
@@ -373,12 +433,15 @@ def _url_before(value: str, at: int, floor: int) -> re.Match[str] | None:
 
 
 def encoded_forms(value: str) -> list[str]:
-    """``value`` and the forms a command prints it in without knowing it is a secret: reversed, hex, percent-encoded,
-    and base64 (standard and URL-safe) at each of the three alignments it can have inside a longer encoded text
-    (the characters that encode its whole 3-byte groups, the same wherever it stands). Not caught: other
-    encodings, compression, a value split across calls or changed by a character."""
+    """``value`` and the forms a command prints it in without knowing it is a secret: reversed, hex in either case,
+    percent-encoded (``quote``'s and every byte as ``%xx`` or ``%XX``), JSON-escaped (``\\"``, ``\\\\``, and
+    non-ASCII as ``\\uXXXX`` or as it is) and base64 (standard and URL-safe) at each of the three alignments it can
+    have inside a longer encoded text (the characters that encode its whole 3-byte groups, the same wherever it
+    stands). Wrapped at a width, some are found too (``wrapped_forms``). Not caught: other encodings, compression,
+    a value split across calls or changed by a character."""
     data = value.encode()
-    forms = {value, value[::-1], data.hex(), quote(value, safe="")}
+    forms = {value, value[::-1], quote(value, safe=""), *_wrappable(data), json.dumps(value)[1:-1]}
+    forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
     for skip in range(3):
         chunk = data[skip:]
         chunk = chunk[: len(chunk) // 3 * 3]
@@ -386,3 +449,29 @@ def encoded_forms(value: str) -> list[str]:
             encoded = base64.b64encode(chunk).decode()
             forms.update((encoded, encoded.replace("+", "-").replace("/", "_")))
     return [form for form in forms if len(form) >= MIN_VALUE_LENGTH]
+
+
+def wrapped_forms(value: str) -> list[str]:
+    """The forms of ``value`` that tools print wrapped at a fixed width (``base64`` at 76 columns, ``xxd -p`` at 60,
+    ``xxd -p -u``): hunted also with line breaks between their characters. Not the URL-safe base64 nor the
+    percent-encoding, which tools print on one line (each form here is one more search of every text with lines)."""
+    data = value.encode()
+    hexed = data.hex()
+    forms = {hexed, hexed.upper()}
+    for skip in range(3):
+        chunk = data[skip:]
+        chunk = chunk[: len(chunk) // 3 * 3]
+        if len(chunk) >= 6:
+            forms.add(base64.b64encode(chunk).decode())
+    return [form for form in forms if len(form) >= MIN_VALUE_LENGTH]
+
+
+def _wrappable(data: bytes) -> tuple[str, ...]:
+    """Hex in both cases (``xxd -p -u``, ``.hex().upper()``) and every byte percent-encoded, in both cases."""
+    hexed = data.hex()
+    return (
+        hexed,
+        hexed.upper(),
+        "".join(f"%{hexed[i : i + 2]}" for i in range(0, len(hexed), 2)),
+        "".join(f"%{hexed[i : i + 2]}" for i in range(0, len(hexed), 2)).upper(),
+    )

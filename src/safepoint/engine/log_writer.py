@@ -52,6 +52,7 @@ from safepoint.core.redact import Redactor
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
 from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, RunInfo
 from safepoint.store.base import Store
+from safepoint.store.sealed import store_key
 
 _header_decoder = msgspec.json.Decoder(RunInfo)
 
@@ -66,11 +67,16 @@ SECRET_ARGUMENTS = "its arguments held a secret, redacted before they were store
 
 
 def run_redactor(
-    workspace: str | None = None, environ: Mapping[str, str] | None = None, *, withhold: Iterable[str] = ()
+    workspace: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    withhold: Iterable[str] = (),
+    store: Store | None = None,
 ) -> Redactor:
     """The redactor of a session: the built-in patterns, the values of the environment's credential variables
     (``core.environment``; the store URL's password among them) and of the variables in ``withhold`` (the
-    provider's key variable, whatever its name: ``provider_key_variables``), and the workspace's
+    provider's key variable, whatever its name: ``provider_key_variables``), the key ``store`` was opened with
+    (however it was given: ``SAFEPOINT_KEY``, a key file, the library's argument), and the workspace's
     ``.safepoint/redact.toml``."""
     environ = os.environ if environ is None else environ
     patterns: list[str] = []
@@ -87,7 +93,11 @@ def run_redactor(
         if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
             raise ConfigError(f'{REDACT_FILE}: patterns must be a list of regular expressions, e.g. patterns = ["x"]')
         patterns = listed
-    return Redactor(values=credential_values(environ, withhold=withhold), patterns=patterns)
+    values = credential_values(environ, withhold=withhold)
+    key = store_key(store) if store is not None else None
+    if key is not None:
+        values.extend(key.texts())
+    return Redactor(values=values, patterns=patterns)
 
 
 def provider_key_variables(provider: Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -245,13 +255,14 @@ def stored_run_redactor(store: Store, run_id: str) -> Redactor:
     try:
         info = _header_decoder.decode(store.run_header(run_id))
     except (msgspec.DecodeError, CorruptRecordError):
-        return run_redactor(None)
-    return header_redactor(info)
+        return run_redactor(None, store=store)
+    return header_redactor(info, store)
 
 
-def header_redactor(info: RunInfo) -> Redactor:
-    """The redactor of the run ``info`` heads: its workspace's patterns and its provider's key variable too."""
-    return run_redactor(info.workspace, withhold=provider_key_variables(info.provider))
+def header_redactor(info: RunInfo, store: Store | None = None) -> Redactor:
+    """The redactor of the run ``info`` heads: its workspace's patterns and its provider's key variable too (and
+    the key of ``store``, when given)."""
+    return run_redactor(info.workspace, withhold=provider_key_variables(info.provider), store=store)
 
 
 def trace_now(store: Store, run_id: str, generation: int, events: list[tuple[str, dict[str, Any]]]) -> None:

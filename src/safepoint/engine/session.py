@@ -110,7 +110,7 @@ class RunSession:
             store,
             claim,
             view.last_seq,
-            run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider)),
+            run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider), store=store),
         )
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(view.info.run_id, dict(view.blobs), dict(view.message_records), self.log.add)
@@ -158,7 +158,7 @@ class RunSession:
         cls, store: Store, info: RunInfo, workspace: Workspace, registry: ToolRegistry, *, holder: str = ""
     ) -> RunSession:
         # The header holds the task and a scenario's script (model text): redacted like every record.
-        redactor = run_redactor(workspace.root, withhold=provider_key_variables(info.provider))
+        redactor = run_redactor(workspace.root, withhold=provider_key_variables(info.provider), store=store)
         store.create_run(info.run_id, _encoder.encode(redactor.record(info)))
         identity = RecoveryIdentity(
             recovery_class=info.recovery_class,

@@ -334,12 +334,12 @@ def tell_parent(
 
 
 def _redactor_of_view(store: Store, run_id: str, view: RunView | None) -> Redactor:
-    return header_redactor(view.info) if view is not None else redactor_of(store, run_id)
+    return header_redactor(view.info, store) if view is not None else redactor_of(store, run_id)
 
 
 def _append(store: Store, claim: Claim, view: RunView, bodies: list[msgspec.Struct]) -> None:
     """Records a restart writes to a run it holds no session of: redacted like the log writer's."""
-    redactor = header_redactor(view.info)
+    redactor = header_redactor(view.info, store)
     seq = view.last_seq
     records = []
     for body in bodies:

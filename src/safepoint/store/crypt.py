@@ -68,6 +68,12 @@ class StoreKey:
         """The key as ``SAFEPOINT_KEY`` takes it (for a worker's environment, never for a message)."""
         return self._raw.hex()
 
+    def texts(self) -> tuple[str, ...]:
+        """Every text the key may be written as (hex, base64, URL-safe base64), whichever way it was given: the
+        values a run's redactor hunts, as a command may print the key file (``cat ~/.safepoint.key``)."""
+        encoded = base64.b64encode(self._raw).decode()
+        return (self._raw.hex(), encoded, encoded.replace("+", "-").replace("/", "_"))
+
 
 def _derive(key: bytes, info: bytes, length: int) -> bytes:
     """HKDF-SHA256 (RFC 5869) with an empty salt, in the standard library: the key id must be computable without
