@@ -14,13 +14,19 @@ every path a program's spec says it writes is seen here at once) that notes what
 - an ancestor: a recursive change (``rm -r``, ``chmod -R``, ``find … -delete``, ``rsync`` into it, ``mv`` of it)
   of the workspace or a folder above it (``.``, ``..``, ``../ws``: any ``../`` path with no more names than
   ``..`` steps may be the workspace, whose name a pure rule does not know), or an extraction into a folder above;
+- a second name or a new entry: every operand of ``ln``/``link``/``cp -l``/``cp -s`` (``ln -s .git g`` then
+  ``> g/hooks/pre-commit``: the link's target counts, not only the link), of ``mkdir``/``mkfifo``/``mknod``
+  (``mkdir -p .git/hooks``), of an in-place edit no spec marks (gawk's ``-i inplace``, ``ruby -i``);
+- a word handed to a writing program through ``xargs`` from elsewhere on the line (``echo .git | xargs rm -rf``,
+  ``xargs rm -rf <<< .agent-runtime``): then every word of the line is checked by name;
 - any glob once the line changed globbing (``shopt -s dotglob``/``extglob``/``globstar``, ``GLOBIGNORE=``):
   ``rm -rf *`` then takes in ``.git`` and the store;
 - git's configuration outside the repository: a write to ``~/.gitconfig``, ``~/.config/git/…``,
   ``$XDG_CONFIG_HOME/git/…``, ``/etc/gitconfig``, or a ``GIT_CONFIG_*`` variable set (it chooses the files and
   settings later git commands read: hooks, filters, fsmonitor).
 
-Not seen (documented, not held): a path built at run time (``rm -rf "$D"``), an absolute path to the workspace
+Not seen (documented, not held): a path built at run time (``rm -rf "$D"``, ``cat list | xargs rm``, a link
+made by a script), an absolute path to the workspace
 (a pure rule does not know where it is), an archive extracted into the command's own folder whose members are
 named ``.git/…`` (``tar -xf x.tar`` with no ``-C``: holding every extraction was rejected as too broad).
 """
@@ -94,6 +100,16 @@ _GIT_CONFIG_PATH = re.compile(
     r"(^|/)\.gitconfig$|(^|/)\.config/git(/|$)|XDG_CONFIG_HOME\}?/git(/|$)|^/etc/git(config|attributes)$"
 )
 _GIT_CONFIG_VARIABLE = re.compile(r"GIT_CONFIG(_[A-Z0-9_]+)?")
+# Programs that make a second name for what they are given (`ln -s .git g`, `cp -al .git g`): writing through
+# that name writes .git, so every operand counts, the link's target too. Their spec only marks the new name.
+_LINKERS = frozenset({"ln", "link"})
+_CP_LINKING = frozenset({"-s", "-l", "--link", "--symbolic-link"})
+# Programs whose operands are written though no spec marks them (created, not overwritten: nothing to save).
+_CREATORS = frozenset({"mkdir", "mkfifo", "mknod"})
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
+_RUBY_LIKE = frozenset({"ruby"})  # `ruby -i -pe …`: in place, like `perl -i` (which the specs see)
+# A word given to a program through xargs from elsewhere on the line (`echo .git | xargs rm -rf`, `<<< .git`).
+_LINE_WORD = re.compile(r"""[^\s'"|;&<>()`]+""")
 
 
 def _bash_class(pattern: str) -> str:
@@ -123,6 +139,7 @@ class _ReachWalker(TargetWalker):
         self.found: set[str] = set()
         self.dotglob = False  # the line changed globbing: any glob may match a dot-entry
         self.overflow = False  # a word of the current command had more brace expansions than the bound
+        self.fed = False  # a writing program ran under xargs: words from elsewhere on the line are its operands
 
     # ---- what one path reaches ---------------------------------------------------------------------------
 
@@ -208,8 +225,13 @@ class _ReachWalker(TargetWalker):
             words = [w.partition("=")[2] if w.startswith("-") else w for w in argv[1:]]
             self.note([w for w in words if w], ancestors=False, here=False)
             return
+        operands = [self.place(w) or w for w in argv[1:] if w and not w.startswith("-")]
+        if _second_name(name, argv[1:]):
+            self.note(operands, ancestors=False, here=False)  # writes land in what the operands name
         if not _writes(judged.findings):
             return
+        if any(posixpath.basename(word) == "xargs" for word in self.before(argv)):
+            self.fed = True  # its words come from elsewhere on the line: the line's words are checked
         if self.overflow:
             self.found.add(DOT_ENTRIES)
         recursive = _RECURSIVE.get(name)
@@ -279,6 +301,24 @@ def _flags(args: Sequence[str]) -> set[str]:
     return {flag if flag.startswith("--") else f"-{flag}" for flag in short_flags(args)}
 
 
+def _second_name(name: str, args: list[str]) -> bool:
+    """Whether the program writes into what its operands name: makes a link to it, creates it, or edits it in
+    place by an option its spec does not mark (gawk's `-i inplace`, ruby's `-i`)."""
+    if name in _LINKERS or name in _CREATORS:
+        return True
+    if name == "cp":
+        return bool(_flags(args) & _CP_LINKING)
+    if name in _AWKS:
+        pairs = zip(args, [*args[1:], ""], strict=True)
+        return any(
+            w in {"-iinplace", "--include=inplace"} or (w in {"-i", "--include"} and v.startswith("inplace"))
+            for w, v in pairs
+        )
+    if name in _RUBY_LIKE:
+        return any(w.startswith("-") and not w.startswith("--") and "i" in w for w in args)
+    return False
+
+
 def _writes(findings: Sequence[Finding]) -> bool:
     return any(f.replay_policy != "auto" for f in findings)
 
@@ -319,4 +359,6 @@ def reach_beyond(
 def _reach_cached(command: str, rules: CommandRules, protected: tuple[str, ...]) -> frozenset[str]:
     walker = _ReachWalker(rules, protected)
     walker.text(command, depth=0)
+    if walker.fed:  # `echo .git | xargs rm -rf`: any word on the line may be one xargs hands to the writer
+        walker.note(_LINE_WORD.findall(command), ancestors=False, here=False)
     return frozenset(CONFIGURATION if name in _CONFIGURATION_NAMES else name for name in walker.found)
