@@ -149,3 +149,43 @@ def test_a_link_the_agent_made_to_the_store_cannot_empty_it(workspace: Path) -> 
         run.call_result("run_command", {"command": "rm -rf s/runs"}, call_id="c2")
     assert not (workspace / "s").exists()
     assert b'"c0"' in (workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "split -b1 x .git/hooks/pre-comm",
+        "csplit -f .git/hooks/x f 1",
+        "zip .git/x f",
+        "xxd -r dump .git/hooks/pre-commit",
+        "mktemp -p .agent-runtime",
+        "wget -P .git/hooks https://x/hook",
+        "wget --directory-prefix=.git/hooks https://x/hook",
+        "git archive -o .git/x HEAD",
+        "npm install --prefix .git x",
+        "git clone https://x/y .git/m",
+        "git -c a=b clone https://x/y .git/m",
+        "git worktree add .git/w",
+        "git init .agent-runtime",
+    ],
+)
+def test_a_file_or_folder_made_by_an_option_or_operand_no_spec_marks_is_held(command: str) -> None:
+    assert PROTECTED_EFFECT in classify_with_reach(command).side_effects
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "mkdir -p ..",
+        "mkdir -p ../sibling",
+        "git clone https://x/y.git",
+        "git clone https://x/y.git y",
+        "git worktree add ../wt main",
+        "wget -P downloads https://x/f",
+        "git archive -o out.zip HEAD",
+        "zip -r out.zip src",
+        "split -l 100 big.csv part-",
+    ],
+)
+def test_the_same_options_on_everyday_paths_are_not_held(command: str) -> None:
+    assert PROTECTED_EFFECT not in classify_with_reach(command).side_effects

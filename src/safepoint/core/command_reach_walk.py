@@ -105,7 +105,15 @@ _GIT_CONFIG_VARIABLE = re.compile(r"GIT_CONFIG(_[A-Z0-9_]+)?")
 _LINKERS = frozenset({"ln", "link"})
 _CP_LINKING = frozenset({"-s", "-l", "--link", "--symbolic-link"})
 # Programs whose operands are written though no spec marks them (created, not overwritten: nothing to save).
-_CREATORS = frozenset({"mkdir", "mkfifo", "mknod"})
+_CREATORS = frozenset({"mkdir", "mkfifo", "mknod", "mktemp", "split", "csplit", "xxd", "zip"})
+# Option values a writing program writes to or under, seen by name only (`wget -P .git/hooks`, `git archive -o`):
+# `mkdir -p ..` must not read `..` as a folder written under (the ancestor rule is for _FOLDER_OPTIONS).
+_WRITTEN_VALUES = frozenset(
+    {"-o", "-O", "-P", "-p", "--output", "--output-document", "--directory-prefix", "--prefix", "--tmpdir"}
+    | {"--out", "--outdir", "--out-dir", "--output-dir", "--outfile", "--output-directory"}
+)
+# git sub-commands whose operand is a folder they create: `git clone URL .git/x`, `git worktree add .git/x`.
+_GIT_CREATING = frozenset({"clone", "init", "worktree", "submodule"})
 _AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
 _RUBY_LIKE = frozenset({"ruby"})  # `ruby -i -pe …`: in place, like `perl -i` (which the specs see)
 # A word given to a program through xargs from elsewhere on the line (`echo .git | xargs rm -rf`, `<<< .git`).
@@ -250,6 +258,9 @@ class _ReachWalker(TargetWalker):
             elif word in _FOLDER_OPTIONS and i + 1 < len(args):
                 values.append(args[i + 1])
         self.note([p for v in values if (p := self.place(v)) is not None], ancestors=True, here=False)
+        written = [args[i + 1] for i, word in enumerate(args[:-1]) if word in _WRITTEN_VALUES]
+        written += [value for word in args if (value := _long_value(word, _WRITTEN_VALUES))]
+        self.note(written, ancestors=False, here=False)
         operands = [word for word in args if not word.startswith("-")]
         if name == "rsync" and len(operands) >= 2 and ":" not in operands[-1].split("/", 1)[0]:
             self.note([p for p in [self.place(operands[-1])] if p], ancestors=True, here=True)
@@ -261,6 +272,11 @@ class _ReachWalker(TargetWalker):
             settings = [args[i + 1] for i, word in enumerate(args[:-1]) if word == "-c"]
             if any(setting.casefold().startswith("init.templatedir=") for setting in settings):
                 self.found.add(".git")
+            words = [word for word in args if not word.startswith("-")]
+            if set(words[:1]) & _GIT_CREATING or (
+                settings and set(words[len(settings) : len(settings) + 1]) & _GIT_CREATING
+            ):
+                self.note(words[1:], ancestors=False, here=False)
 
     def find(self, args: list[str]) -> None:
         """``find ROOTS… EXPRESSION``: the roots, when the expression deletes or runs a writing command, unless it
@@ -299,6 +315,12 @@ class _ReachWalker(TargetWalker):
 def _flags(args: Sequence[str]) -> set[str]:
     """``short_flags`` with each single letter spelled as its option (``-a``)."""
     return {flag if flag.startswith("--") else f"-{flag}" for flag in short_flags(args)}
+
+
+def _long_value(word: str, options: frozenset[str]) -> str:
+    """The value of ``--option=value`` when the option is one of ``options``, else empty."""
+    option, eq, value = word.partition("=")
+    return value if eq and option.startswith("--") and option in options else ""
 
 
 def _second_name(name: str, args: list[str]) -> bool:
