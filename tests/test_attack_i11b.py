@@ -142,7 +142,6 @@ def test_a_password_variable_under_a_common_name_is_withheld_and_hunted(workspac
 # ------------------------------------------------------------------------------ §4 the store and .git out of reach
 
 
-@pytest.mark.xfail(strict=True, reason="a symlink to .git made by one command is not seen by the next")
 def test_a_hook_planted_through_a_link_the_agent_made_to_git_is_held(workspace):
     """`ln -s .git g` names `.git` only as the link's target (not held: ln writes `g`), then `printf ... >
     g/hooks/pre-commit` names no `.git` part: neither is held, and the hook runs on the user's next `git commit`.
@@ -201,7 +200,6 @@ GIT_PROGRAMS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="keys naming a program git runs missing from command_git._GIT_CODE_KEYS")
 @pytest.mark.parametrize("command", GIT_PROGRAMS)
 def test_a_git_setting_that_runs_a_program_is_held(command):
     """README: held is "`git config` setting a program git runs (`core.fsmonitor`, `core.hooksPath`, ...)". These
@@ -221,7 +219,6 @@ WRITERS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="these write or reach .git/the store by a literal name and are not held")
 @pytest.mark.parametrize("command", WRITERS)
 def test_a_command_naming_git_or_the_store_literally_is_held(command):
     """Each names `.git` or `.agent-runtime` literally on the line (no path built at run time): the README's

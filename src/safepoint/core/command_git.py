@@ -66,13 +66,19 @@ _GIT_BRANCH_LISTING = name_set(
     --show-current, --format, --sort, --column"""
 )
 # Settings under which git runs a program of the repository's choosing: written by the agent, they run its code
-# the next time the user runs git (an fsmonitor runs on `git status`).
+# the next time the user runs git (an fsmonitor runs on `git status`). By rule, per git-config(1): a last part that
+# names a command or the program's path (`*cmd`, `*command`, `*program`, `*.path`, `*hook`, `*editor`, `*tunnel`,
+# `*browser`, `*viewer`: `sendemail.sendmailCmd`, `gpg.ssh.defaultKeyCommand`, `imap.tunnel`, `man.viewer`); then
+# by section the settings that choose or turn on signing (git runs `gpg.program` on the next commit, `git log`)
+# and `git send-email` (its `smtpServer` may be a program); then the named rest. A list alone missed the family.
 _GIT_CODE_KEYS = re.compile(
-    r"""core\.(fsmonitor|hookspath|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand|attributesfile)
-    |init\.templatedir
-    |.*\.textconv|.*\.command|.*\.cmd|.*\.driver|.*\.clean|.*\.smudge|.*\.process|diff\.external
-    |alias\..*|include\.path|includeif\..*|credential\..*|sequence\.editor|gpg\..*program|uploadpack\..*
-    |receive\..*|remote\..*\.(uploadpack|receivepack|vcs)|submodule\..*\.update|pager\..*|.*tool\.path""",
+    r""".*\.[^.]*(cmd|command|program|hook|editor|tunnel|browser|viewer)|.*\.path
+    |gpg\..*|.*\.gpgsign|.*\.verifysignatures|log\.showsignature|user\.signingkey|sendemail\..*
+    |core\.(fsmonitor|hookspath|pager|sshcommand|askpass|gitproxy|attributesfile)
+    |init\.templatedir|interactive\.difffilter|protocol\.(.*\.)?allow
+    |.*\.textconv|.*\.driver|.*\.clean|.*\.smudge|.*\.process|diff\.external
+    |alias\..*|include\.path|includeif\..*|credential\..*|uploadpack\..*
+    |receive\..*|remote\..*\.(uploadpack|receivepack|vcs)|submodule\..*\.update|pager\..*""",
     re.IGNORECASE | re.VERBOSE,
 )
 _GIT_CONFIG_WRITES = name_set(

@@ -12,7 +12,8 @@ plants code the user's next git command runs. Three ways a line reaches them:
 - a glob part that starts with a dot and matches one of those names (``rm -rf .[a-z]*``, ``.*``); a glob that
   starts otherwise does not match a dot-folder in bash (no ``dotglob``), so ``rm -rf *`` is not held for this;
 - ``git clean -x``/``-X`` (it deletes ignored files, and the store ignores itself) and ``git config`` writing a key
-  that runs a program (``core.fsmonitor``, ``core.hooksPath``, ``alias.*``, filters …): found by the git checks
+  that runs a program (``core.fsmonitor``, ``core.hooksPath``, ``alias.*``, filters, any ``*cmd``/``*command``/
+  ``*program``/``*.path`` key, signing …): found by the git checks
   (:mod:`safepoint.core.command_git`), marked with the same effect.
 
 What is not seen (a path built at run time, ``rm -rf "$D"``, a script that deletes the store) runs; the engine

@@ -14,13 +14,19 @@ every path a program's spec says it writes is seen here at once) that notes what
 - an ancestor: a recursive change (``rm -r``, ``chmod -R``, ``find … -delete``, ``rsync`` into it, ``mv`` of it)
   of the workspace or a folder above it (``.``, ``..``, ``../ws``: any ``../`` path with no more names than
   ``..`` steps may be the workspace, whose name a pure rule does not know), or an extraction into a folder above;
+- a second name or a new entry: every operand of ``ln``/``link``/``cp -l``/``cp -s`` (``ln -s .git g`` then
+  ``> g/hooks/pre-commit``: the link's target counts, not only the link), of ``mkdir``/``mkfifo``/``mknod``
+  (``mkdir -p .git/hooks``), of an in-place edit no spec marks (gawk's ``-i inplace``, ``ruby -i``);
+- a word handed to a writing program through ``xargs`` from elsewhere on the line (``echo .git | xargs rm -rf``,
+  ``xargs rm -rf <<< .agent-runtime``): then every word of the line is checked by name;
 - any glob once the line changed globbing (``shopt -s dotglob``/``extglob``/``globstar``, ``GLOBIGNORE=``):
   ``rm -rf *`` then takes in ``.git`` and the store;
 - git's configuration outside the repository: a write to ``~/.gitconfig``, ``~/.config/git/…``,
   ``$XDG_CONFIG_HOME/git/…``, ``/etc/gitconfig``, or a ``GIT_CONFIG_*`` variable set (it chooses the files and
   settings later git commands read: hooks, filters, fsmonitor).
 
-Not seen (documented, not held): a path built at run time (``rm -rf "$D"``), an absolute path to the workspace
+Not seen (documented, not held): a path built at run time (``rm -rf "$D"``, ``cat list | xargs rm``, a link
+made by a script), an absolute path to the workspace
 (a pure rule does not know where it is), an archive extracted into the command's own folder whose members are
 named ``.git/…`` (``tar -xf x.tar`` with no ``-C``: holding every extraction was rejected as too broad).
 """
@@ -100,6 +106,24 @@ _GIT_CONFIG_PATH = re.compile(
     r"(^|/)\.gitconfig$|(^|/)\.config/git(/|$)|XDG_CONFIG_HOME\}?/git(/|$)|^/etc/git(config|attributes)$"
 )
 _GIT_CONFIG_VARIABLE = re.compile(r"GIT_CONFIG(_[A-Z0-9_]+)?")
+# Programs that make a second name for what they are given (`ln -s .git g`, `cp -al .git g`): writing through
+# that name writes .git, so every operand counts, the link's target too. Their spec only marks the new name.
+_LINKERS = frozenset({"ln", "link"})
+_CP_LINKING = frozenset({"-s", "-l", "--link", "--symbolic-link"})
+# Programs whose operands are written though no spec marks them (created, not overwritten: nothing to save).
+_CREATORS = frozenset({"mkdir", "mkfifo", "mknod", "mktemp", "split", "csplit", "xxd", "zip"})
+# Option values a writing program writes to or under, seen by name only (`wget -P .git/hooks`, `git archive -o`):
+# `mkdir -p ..` must not read `..` as a folder written under (the ancestor rule is for _FOLDER_OPTIONS).
+_WRITTEN_VALUES = frozenset(
+    {"-o", "-O", "-P", "-p", "--output", "--output-document", "--directory-prefix", "--prefix", "--tmpdir"}
+    | {"--out", "--outdir", "--out-dir", "--output-dir", "--outfile", "--output-directory"}
+)
+# git sub-commands whose operand is a folder they create: `git clone URL .git/x`, `git worktree add .git/x`.
+_GIT_CREATING = frozenset({"clone", "init", "worktree", "submodule"})
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
+_RUBY_LIKE = frozenset({"ruby"})  # `ruby -i -pe …`: in place, like `perl -i` (which the specs see)
+# A word given to a program through xargs from elsewhere on the line (`echo .git | xargs rm -rf`, `<<< .git`).
+_LINE_WORD = re.compile(r"""[^\s'"|;&<>()`]+""")
 
 
 def _bash_class(pattern: str) -> str:
@@ -129,6 +153,7 @@ class _ReachWalker(TargetWalker):
         self.found: set[str] = set()
         self.dotglob = False  # the line changed globbing: any glob may match a dot-entry
         self.overflow = False  # a word of the current command had more brace expansions than the bound
+        self.fed = False  # a writing program ran under xargs: words from elsewhere on the line are its operands
 
     # ---- what one path reaches ---------------------------------------------------------------------------
 
@@ -214,8 +239,13 @@ class _ReachWalker(TargetWalker):
             words = [w.partition("=")[2] if w.startswith("-") else w for w in argv[1:]]
             self.note([w for w in words if w], ancestors=False, here=False)
             return
+        operands = [self.place(w) or w for w in argv[1:] if w and not w.startswith("-")]
+        if _second_name(name, argv[1:]):
+            self.note(operands, ancestors=False, here=False)  # writes land in what the operands name
         if not _writes(judged.findings):
             return
+        if any(posixpath.basename(word) == "xargs" for word in self.before(argv)):
+            self.fed = True  # its words come from elsewhere on the line: the line's words are checked
         if self.overflow:
             self.found.add(DOT_ENTRIES)
         recursive = _RECURSIVE.get(name)
@@ -234,6 +264,9 @@ class _ReachWalker(TargetWalker):
             elif word in _FOLDER_OPTIONS and i + 1 < len(args):
                 values.append(args[i + 1])
         self.note([p for v in values if (p := self.place(v)) is not None], ancestors=True, here=False)
+        written = [args[i + 1] for i, word in enumerate(args[:-1]) if word in _WRITTEN_VALUES]
+        written += [value for word in args if (value := _long_value(word, _WRITTEN_VALUES))]
+        self.note(written, ancestors=False, here=False)
         operands = [word for word in args if not word.startswith("-")]
         if name == "rsync" and len(operands) >= 2 and ":" not in operands[-1].split("/", 1)[0]:
             self.note([p for p in [self.place(operands[-1])] if p], ancestors=True, here=True)
@@ -247,6 +280,11 @@ class _ReachWalker(TargetWalker):
             settings = [args[i + 1] for i, word in enumerate(args[:-1]) if word == "-c"]
             if any(setting.casefold().startswith("init.templatedir=") for setting in settings):
                 self.found.add(".git")
+            words = [word for word in args if not word.startswith("-")]
+            if set(words[:1]) & _GIT_CREATING or (
+                settings and set(words[len(settings) : len(settings) + 1]) & _GIT_CREATING
+            ):
+                self.note(words[1:], ancestors=False, here=False)
 
     def linked(self, args: list[str], name: str) -> None:
         """The sources of a hard link (``ln SRC DEST``, ``cp -l``/``--link``): a second name for a file of the
@@ -313,6 +351,30 @@ def _flags(args: Sequence[str]) -> set[str]:
     return {flag if flag.startswith("--") else f"-{flag}" for flag in short_flags(args)}
 
 
+def _long_value(word: str, options: frozenset[str]) -> str:
+    """The value of ``--option=value`` when the option is one of ``options``, else empty."""
+    option, eq, value = word.partition("=")
+    return value if eq and option.startswith("--") and option in options else ""
+
+
+def _second_name(name: str, args: list[str]) -> bool:
+    """Whether the program writes into what its operands name: makes a link to it, creates it, or edits it in
+    place by an option its spec does not mark (gawk's `-i inplace`, ruby's `-i`)."""
+    if name in _LINKERS or name in _CREATORS:
+        return True
+    if name == "cp":
+        return bool(_flags(args) & _CP_LINKING)
+    if name in _AWKS:
+        pairs = zip(args, [*args[1:], ""], strict=True)
+        return any(
+            w in {"-iinplace", "--include=inplace"} or (w in {"-i", "--include"} and v.startswith("inplace"))
+            for w, v in pairs
+        )
+    if name in _RUBY_LIKE:
+        return any(w.startswith("-") and not w.startswith("--") and "i" in w for w in args)
+    return False
+
+
 def _writes(findings: Sequence[Finding]) -> bool:
     return any(f.replay_policy != "auto" for f in findings)
 
@@ -353,4 +415,6 @@ def reach_beyond(
 def _reach_cached(command: str, rules: CommandRules, protected: tuple[str, ...]) -> frozenset[str]:
     walker = _ReachWalker(rules, protected)
     walker.text(command, depth=0)
+    if walker.fed:  # `echo .git | xargs rm -rf`: any word on the line may be one xargs hands to the writer
+        walker.note(_LINE_WORD.findall(command), ancestors=False, here=False)
     return frozenset(CONFIGURATION if name in _CONFIGURATION_NAMES else name for name in walker.found)
