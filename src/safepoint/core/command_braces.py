@@ -11,6 +11,7 @@ hostile line cannot make the classifier build millions of words.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 __all__ = ["LIMIT", "expand_braces", "has_braces"]
 
@@ -24,31 +25,35 @@ def has_braces(raw: str) -> bool:
     return start >= 0 and ("," in raw[start:] or ".." in raw[start:])
 
 
-def _groups(raw: str) -> tuple[int, int, list[str]] | None:
-    """The first expandable ``{…}`` of ``raw``: its start, end (inclusive) and its comma-separated parts, or None."""
+def _live(raw: str, start: int) -> Iterator[int]:
+    """The indexes, from ``start``, of the characters bash reads unquoted: not inside quotes, not escaped."""
     quote = ""
-    i = 0
+    i = start
     while i < len(raw):
         char = raw[i]
+        if char == "\\" and quote != "'":
+            i += 2  # an escaped character (inside double quotes too) is text
+            continue
         if quote:
-            if char == "\\" and quote == '"':
-                i += 2
-                continue
             if char == quote:
                 quote = ""
-        elif char == "\\":
-            i += 2
-            continue
         elif char in "'\"":
             quote = char
-        elif char == "$" and raw.startswith("${", i):
-            i = _skip(raw, i + 1)  # a parameter's braces are not a brace expansion
-            continue
-        elif char == "{":
-            found = _close(raw, i)
-            if found is not None:
-                return found
+        else:
+            yield i
         i += 1
+
+
+def _groups(raw: str) -> tuple[int, int, list[str]] | None:
+    """The first expandable ``{…}`` of ``raw``: its start, end (inclusive) and its comma-separated parts, or None."""
+    skip_to = 0
+    for i in _live(raw, 0):
+        if i < skip_to:
+            continue
+        if raw.startswith("${", i):
+            skip_to = _skip(raw, i + 1)  # a parameter's braces are not a brace expansion
+        elif raw[i] == "{" and (found := _close(raw, i)) is not None:
+            return found
     return None
 
 
@@ -67,24 +72,11 @@ def _skip(raw: str, start: int) -> int:
 
 def _close(raw: str, start: int) -> tuple[int, int, list[str]] | None:
     depth = 0
-    quote = ""
     parts: list[str] = []
     last = start + 1
-    i = start
-    while i < len(raw):
+    for i in _live(raw, start):
         char = raw[i]
-        if quote:
-            if char == "\\" and quote == '"':
-                i += 2
-                continue
-            if char == quote:
-                quote = ""
-        elif char == "\\":
-            i += 2
-            continue
-        elif char in "'\"":
-            quote = char
-        elif char == "{":
+        if char == "{":
             depth += 1
         elif char == "}":
             depth -= 1
@@ -97,7 +89,6 @@ def _close(raw: str, start: int) -> tuple[int, int, list[str]] | None:
         elif char == "," and depth == 1:
             parts.append(raw[last:i])
             last = i + 1
-        i += 1
     return None
 
 
