@@ -1,0 +1,270 @@
+"""The OpenAI Agents SDK's tool calls on safepoint's tool ledger, and its model turns recorded (extra
+``openai-agents``); the session they live in is ``safepoint.integrations.openai_agents``.
+
+- ``durable_tools(session, [tool, ...], policies={"pay": ToolPolicy(replay_policy="never")})`` wraps each
+  ``FunctionTool`` so every call goes through the run's ledger (``Run.acall_result``: the engine's ledger machine,
+  not a second ledger) under **the SDK's tool call id** as its call id. ``started`` is durable before the tool
+  runs; a call the ledger finished returns its recorded output and never runs again; a call a crash left
+  ``started`` is never run again on its own: reopening the session raises ``DecisionNeeded`` naming it (the
+  policy's ``replay_policy="ask"``, the default for a non-idempotent tool), and ``SafepointSession.open(...,
+  skip=[id])`` or ``replay=[id]`` settles it as ``safepoint resume`` does. Rejected: surfacing it as an SDK
+  approval (``needs_approval``): the decision must be taken before anything else is written to the run, including
+  when no ``RunState`` was ever saved (a crash in a plain run), and "it may have happened: run it again?" is not
+  the SDK's "may it run?". A decision still missing when the tool is reached raises ``ToolDecisionNeeded`` (a
+  ``DecisionNeeded`` the SDK lets through unwrapped).
+- **Approvals are bound to the arguments shown and used once.** A tool that needs approval (the SDK's own
+  ``needs_approval``, or ``ToolPolicy(needs_approval=True)``) records durably, when the SDK asks whether the call
+  needs approval, the digest of the arguments the person will be shown (``ToolApprovalItem.raw_item.arguments``).
+  It runs only when the SDK says the call was approved, its arguments have that very digest, and no other call
+  used the approval; the use is durable with the call's ``started``. The SDK keeps its own fingerprint in the
+  ``RunState``; this one is in the store, so an approval survives a restart and a ``RunState`` edited or replayed
+  by hand cannot run other arguments, or run twice (a replayed call id returns the recorded output).
+- ``durable_model(session, model)`` records each model response (durable before any of its tool calls runs)
+  under the digest of what the model was asked and the session's version, and hands it back when the same
+  request comes again: a run resumed after a crash with ``Runner.run(agent, [], session=session)`` asks the model
+  exactly what it asked when the process died, gets the recorded response with the same tool call ids, and so
+  meets the ledger instead of paying for the turn and inventing new ids. The session's version (how many times its
+  items changed) is in the key, so a new question after ``pop_item`` or ``clear_session`` is never answered from
+  an old record. Streaming is passed through unrecorded (not done).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from agents import FunctionTool, ModelResponse, Usage
+from agents.exceptions import AgentsException
+from agents.models.interface import Model
+from agents.run_context import RunContextWrapper
+from agents.tool_context import ToolContext
+from agents.usage import serialize_usage
+from openai.types.responses import ResponseOutputItem
+from pydantic import TypeAdapter
+
+from safepoint.engine.log_writer import redacted_arguments
+from safepoint.engine.tools import ToolContext as LedgerContext
+from safepoint.engine.tools import tool
+from safepoint.errors import DecisionNeeded, SafepointError
+from safepoint.integrations.openai_agents import SafepointSession, canonical
+from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
+
+_OUTPUT = TypeAdapter(list[ResponseOutputItem])
+NOT_APPROVED = "[safepoint] {tool}({call_id}) did not run: {why}. A person must approve these very arguments."
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """How a tool may be repeated (seed §8.7); the defaults are safepoint's cautious ones."""
+
+    idempotency: Idempotency = "non_idempotent"
+    replay_policy: ReplayPolicy = "ask"
+    risk_level: RiskLevel = "medium"
+    needs_approval: bool = False
+
+
+class ToolDecisionNeeded(DecisionNeeded, AgentsException):
+    """A call waits for a person's decision. An ``AgentsException`` so the SDK raises it as it is (it wraps any
+    other exception of a tool in a ``UserError``); a ``DecisionNeeded`` so callers catch what they already do."""
+
+
+class SafepointToolError(AgentsException):
+    """The ledger refused a call (a lost claim, a call id reused for other arguments): ``error`` is safepoint's,
+    with its exit code. Not a tool failure the model should see: the run stops."""
+
+    def __init__(self, error: SafepointError) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.exit_code = error.exit_code
+
+
+def args_digest(args: Any) -> str:
+    """The digest an approval is bound to: SHA-256 of the arguments as canonical JSON."""
+    return "sha256:" + hashlib.sha256(canonical(args).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _arguments(args_json: str) -> dict[str, Any]:
+    value = json.loads(args_json) if args_json.strip() else {}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+class _Ledgered:
+    """The wrapped tools of one session: the live calls' handlers, by call id."""
+
+    def __init__(self, session: SafepointSession) -> None:
+        self.session = session
+        self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
+
+    def register(self, name: str, policy: ToolPolicy) -> None:
+        async def invoke(ctx: LedgerContext, /, **arguments: Any) -> Any:
+            return await self.handlers[ctx.call_id]()
+
+        made = tool(
+            name=name,
+            idempotency=policy.idempotency,
+            replay_policy=policy.replay_policy,
+            risk_level=policy.risk_level,
+            side_effects=("openai-agents",),
+        )(invoke)
+        registry = self.session.run.session.registry
+        if name not in registry or registry.get(name).definition != made.definition:
+            registry.put(made)
+
+    def approval_problem(self, ctx: ToolContext[Any], call_id: str, args: dict[str, Any]) -> str | None:
+        """Why this call may not run under the approval it has, or None."""
+        if ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is not True:
+            return "it was not approved"
+        shown = self.session.asked(call_id)
+        if shown is None:
+            return "no approval was asked for it"
+        digest = args_digest(args)
+        if shown != digest:
+            return "it was approved for other arguments"
+        used = self.session.used(call_id)
+        if used is not None and used != digest:
+            return "its approval was used for other arguments"
+        self.session.stage_used(call_id, digest)
+        return None
+
+    def wrap(self, original: FunctionTool, policy: ToolPolicy) -> FunctionTool:
+        name = original.name
+        inner = original.on_invoke_tool
+        approval = policy.needs_approval or original.needs_approval is not False
+
+        async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
+            call_id = ctx.tool_call_id
+            args = _arguments(args_json)
+            run = self.session.run
+            known = call_id in run.session.ledger
+            if not known and redacted_arguments(args):
+                # A saved RunState came back through redaction: running it would send "[REDACTED:...]" where the
+                # person's value was. Refused, as a resume refuses to re-run such a call.
+                return NOT_APPROVED.format(tool=name, call_id=call_id, why="its arguments lost a secret to redaction")
+            if approval and not known and (problem := self.approval_problem(ctx, call_id, args)) is not None:
+                return NOT_APPROVED.format(tool=name, call_id=call_id, why=problem)
+            self.register(name, policy)
+            self.handlers[call_id] = lambda: inner(ctx, args_json)
+            try:
+                result = await run.acall_result(name, args, call_id=call_id)
+            except DecisionNeeded as exc:
+                raise ToolDecisionNeeded(str(exc)) from exc
+            except SafepointError as exc:
+                raise SafepointToolError(exc) from exc
+            finally:
+                self.handlers.pop(call_id, None)
+            if result.status == "succeeded":
+                return result.value
+            return result.observation  # failed, or uncertain and not run again: the model is told what is known
+
+        needs: Any = original.needs_approval
+        if approval:
+
+            async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+                asked = True
+                if callable(original.needs_approval):
+                    asked = await original.needs_approval(ctx, params, call_id)
+                if asked or policy.needs_approval:
+                    self.session.record_asked(call_id, args_digest(params))  # durable before the person sees it
+                    return True
+                return False
+
+            needs = needs_approval
+        return dataclasses.replace(original, on_invoke_tool=on_invoke_tool, needs_approval=needs)
+
+
+def durable_tools(
+    session: SafepointSession,
+    tools: Iterable[FunctionTool],
+    *,
+    policies: dict[str, ToolPolicy] | None = None,
+    default: ToolPolicy | None = None,
+) -> list[FunctionTool]:
+    """The tools, each call ledgered in the session's run (see the module docstring). ``policies`` by tool name;
+    the others get ``default`` (the cautious ``ToolPolicy()``: non-idempotent, ask before a replay)."""
+    ledgered = _Ledgered(session)
+    chosen = dict(policies or {})
+    fallback = default or ToolPolicy()
+    wrapped = []
+    for original in tools:
+        if not isinstance(original, FunctionTool):
+            raise TypeError(f"durable_tools wraps FunctionTools; {original!r} is a {type(original).__name__}")
+        wrapped.append(ledgered.wrap(original, chosen.get(original.name, fallback)))
+    return wrapped
+
+
+class DurableModel(Model):
+    """A ``Model`` whose responses are recorded in the session's run and handed back for the same request."""
+
+    def __init__(self, session: SafepointSession, model: Model) -> None:
+        self.session = session
+        self.model = model
+        self.paid = 0  # responses asked of the wrapped model in this process
+        self.replayed = 0  # responses handed back from the record
+
+    def key(self, system_instructions: str | None, input: Any, tools: Any) -> str:
+        asked = canonical([system_instructions, input, sorted(getattr(t, "name", "") for t in tools)])
+        # Hashed as the log keeps it: a resumed process reads the redacted items, the live one holds the real ones.
+        text = self.session.redacted(asked)
+        return f"v{self.session.version}-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> ModelResponse:
+        key = self.key(system_instructions, input, tools)
+        recorded = self.session.recorded_turn(key)
+        if recorded is not None:
+            self.replayed += 1
+            data = json.loads(recorded)
+            return ModelResponse(
+                output=_OUTPUT.validate_python(data["output"]),
+                usage=Usage(),  # not paid for again
+                response_id=data.get("response_id"),
+            )
+        response = await self.model.get_response(
+            system_instructions,
+            input,
+            model_settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        self.paid += 1
+        data = {
+            "output": _OUTPUT.dump_python(list(response.output), mode="json", exclude_unset=True),
+            "usage": serialize_usage(response.usage),
+            "response_id": response.response_id,
+        }
+        self.session.record_turn(key, canonical(data))  # durable before any of its tool calls runs
+        return response
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        return self.model.stream_response(*args, **kwargs)
+
+    async def close(self) -> None:
+        closer = getattr(self.model, "close", None)
+        if callable(closer):
+            await closer()
+
+
+def durable_model(session: SafepointSession, model: Model) -> DurableModel:
+    """``model`` with its responses recorded in ``session``'s run (see the module docstring)."""
+    return DurableModel(session, model)
