@@ -50,7 +50,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agents import Agent, RunResult, RunState
 from agents.memory.session_settings import SessionSettings
@@ -58,9 +58,26 @@ from agents.memory.session_settings import SessionSettings
 from safepoint.errors import RunExistsError, RunNotFoundError
 from safepoint.records import Message
 from safepoint.run import Run
+from safepoint.store.base import Store
 
-if TYPE_CHECKING:
-    from safepoint.api import Safepoint
+
+class Safepoint(Protocol):
+    """What ``open`` needs of ``safepoint.api.Safepoint`` (named here: nothing below the API imports it)."""
+
+    store: Store
+
+    def start(self, task: str, *, builtins: bool = ..., run_id: str | None = ..., model: str = ...) -> Run: ...
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        builtins: bool = ...,
+        replay: Iterable[str] = ...,
+        skip: Iterable[str] = ...,
+        takeover: bool = ...,
+    ) -> Run: ...
+
 
 ITEMS = "openai-agents-items"  # a message holding the JSON list of items one add_items call added
 POP = "openai-agents-pop"  # the last item was removed

@@ -1,0 +1,390 @@
+"""The OpenAI Agents SDK on the store (``safepoint.integrations.openai_agents``), offline with the SDK's own
+``ScriptedModel`` (a ``Model`` implementation: no network).
+
+A session is durable, fenced, redacted and sealed on both stores; a run killed inside a tool and resumed never
+repeats the effect (the uncertain call waits for a decision); an interrupted run's ``RunState`` survives its process
+and its approval counts for the arguments shown, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, FunctionTool, Runner, function_tool, set_tracing_disabled
+from agents.memory.session import Session
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import safepoint
+from safepoint.errors import DecisionNeeded, RunLockedError, StaleGenerationError
+from safepoint.integrations.openai_agents import SafepointSession, run_id_for
+from safepoint.integrations.openai_agents_tools import (
+    DurableModel,
+    ToolPolicy,
+    args_digest,
+    durable_model,
+    durable_tools,
+)
+
+set_tracing_disabled(True)
+HERE = Path(__file__).resolve().parent
+SRC = str(HERE.parent / "src")
+TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"  # a GitHub token's shape: the redactor knows it
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@pytest.fixture(params=["file", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    if request.param == "file":
+        return None
+    return str(request.getfixturevalue("fresh_url"))
+
+
+OPENED: list[safepoint.Safepoint] = []
+
+
+def opened(tmp_path: Path, url: str | None = None, **options: Any) -> safepoint.Safepoint:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    OPENED.append(safepoint.open(url, workspace=str(ws), **options))
+    return OPENED[-1]
+
+
+def store_bytes(tmp_path: Path) -> bytes:
+    root = tmp_path / "ws" / ".safepoint"
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+# the session -------------------------------------------------------------------------------------------------------
+def test_items_are_kept_across_processes_on_both_stores(tmp_path: Path, store_url: str | None) -> None:
+    sp = opened(tmp_path, store_url)
+    session = SafepointSession.open(sp, "chat-1")
+    assert isinstance(session, Session)  # the SDK's protocol
+    user = {"role": "user", "content": "hello"}
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    out = {"type": "function_call_output", "call_id": "c1", "output": "1"}
+    run(session.add_items([user, call]))
+    run(session.add_items([out]))
+    run(session.add_items([]))  # nothing: no record
+    assert run(session.get_items()) == [user, call, out]
+    assert run(session.get_items(2)) == [call, out] and run(session.get_items(0)) == []
+    assert run(session.pop_item()) == out
+    session.close()
+
+    again = SafepointSession.open(sp, "chat-1")
+    assert run(again.get_items()) == [user, call]
+    run(again.clear_session())
+    assert run(again.pop_item()) is None
+    run(again.add_items([user]))
+    again.close()
+    third = SafepointSession.open(sp, "chat-1")
+    assert run(third.get_items()) == [user]
+    assert run(SafepointSession.open(sp, "chat-2").get_items()) == []  # another session, another run
+    third.close()
+
+
+def test_get_items_reads_nothing_from_the_store_once_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "long")
+    for i in range(200):
+        run(session.add_items([{"role": "user", "content": f"m{i}"}]))
+    reads: list[str] = []
+    monkeypatch.setattr(type(sp.store), "read_log", lambda self, run_id: reads.append(run_id))
+    tail = ["m197", "m198", "m199"]
+    for i in range(50):  # what the SDK does every turn
+        assert [i["content"] for i in run(session.get_items(3))] == tail
+        run(session.add_items([{"role": "user", "content": f"x{i}"}]))
+        tail = [*tail[1:], f"x{i}"]
+    assert reads == []  # no whole-session read per turn: the one read was at open
+    monkeypatch.undo()
+    session.close()
+    assert len(run(SafepointSession.open(sp, "long").get_items())) == 250
+
+
+def test_a_second_writer_is_refused_and_a_displaced_one_cannot_write(tmp_path: Path, store_url: str | None) -> None:
+    sp = opened(tmp_path, store_url)
+    first = SafepointSession.open(sp, "shared")
+    run(first.add_items([{"role": "user", "content": "one"}]))
+    with pytest.raises(RunLockedError):
+        SafepointSession.open(opened(tmp_path, store_url), "shared")  # another opener: refused, never forked
+    second = SafepointSession.open(opened(tmp_path, store_url), "shared", takeover=True)
+    with pytest.raises(StaleGenerationError):
+        run(first.add_items([{"role": "user", "content": "lost"}]))  # the displaced writer is fenced off
+    run(second.add_items([{"role": "user", "content": "two"}]))
+    second.close()
+    third = SafepointSession.open(sp, "shared")
+    assert [i["content"] for i in run(third.get_items())] == ["one", "two"]
+    third.close()
+
+
+HOSTILE = ["../../etc/passwd", "a\x00b", "é" * 300, "Chat", "chat", "oa_s_chat", "x" * 65, " ", "a/b\\c", "\ud800"]
+
+
+def test_hostile_session_ids_get_runs_of_their_own_inside_the_store(tmp_path: Path) -> None:
+    ids = {run_id_for(s) for s in HOSTILE}
+    assert len(ids) == len(HOSTILE)  # injective: "Chat" and "chat" never share a folder
+    assert run_id_for("chat") == "oa_s_chat"
+    with pytest.raises(ValueError):
+        run_id_for("")
+    sp = opened(tmp_path)
+    for n, session_id in enumerate(HOSTILE):
+        session = SafepointSession.open(sp, session_id)
+        run(session.add_items([{"role": "user", "content": f"item {n}"}]))
+        session.close()
+    for n, session_id in enumerate(HOSTILE):
+        session = SafepointSession.open(sp, session_id)
+        assert run(session.get_items()) == [{"role": "user", "content": f"item {n}"}]
+        session.close()
+    assert not (tmp_path / "etc").exists() and sorted(os.listdir(tmp_path)) == ["ws"]
+
+
+def test_items_are_redacted_before_they_are_written(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "secret")
+    item = {"role": "user", "content": f"deploy with {TOKEN}"}
+    run(session.add_items([item]))
+    assert run(session.get_items()) == [item]  # the live process keeps what it was given
+    session.close()
+    assert TOKEN.encode() not in store_bytes(tmp_path)
+    [kept] = run(SafepointSession.open(sp, "secret").get_items())
+    assert TOKEN not in kept["content"] and "[REDACTED" in kept["content"]
+
+
+def test_items_are_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
+    key = "b2" * 32
+    sp = opened(tmp_path, key=key)
+    session = SafepointSession.open(sp, "sealed")
+    run(session.add_items([{"role": "user", "content": "the plaintext marmalade"}]))
+    session.close()
+    assert b"marmalade" not in store_bytes(tmp_path)
+    again = SafepointSession.open(opened(tmp_path, key=key), "sealed")
+    assert run(again.get_items()) == [{"role": "user", "content": "the plaintext marmalade"}]
+    again.close()
+
+
+# tools and model turns -----------------------------------------------------------------------------------------------
+def append_tool(notes: Path, *, die_on: str | None = None) -> FunctionTool:
+    @function_tool
+    def append_line(text: str) -> str:
+        """Append a line to the notes (not idempotent)."""
+        with open(notes, "a") as f:
+            f.write(text + "\n")
+        if text == die_on:  # the effect is done, its outcome never recorded
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"appended {text}"
+
+    return append_line
+
+
+def script() -> list[Any]:
+    return [
+        [function_call("append_line", {"text": "a"}, call_id="call_a")],
+        [function_call("append_line", {"text": "b"}, call_id="call_b")],
+        [assistant_message("done")],
+    ]
+
+
+def agent_for(session: SafepointSession, steps: list[Any], tools: list[FunctionTool], **policies: ToolPolicy) -> Agent:
+    model = durable_model(session, ScriptedModel(steps))
+    return Agent(name="writer", model=model, tools=durable_tools(session, tools, policies=policies))
+
+
+def test_calls_are_ledgered_under_the_sdk_call_id(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    notes = tmp_path / "notes.txt"
+    session = SafepointSession.open(sp, "ledgered")
+    result = run(Runner.run(agent_for(session, script(), [append_tool(notes)]), "write", session=session))
+    assert result.final_output == "done" and notes.read_text() == "a\nb\n"
+    assert [(e.call_id, e.status) for e in sp.ledger(session.run.run_id)] == [
+        ("call_a", "succeeded"),
+        ("call_b", "succeeded"),
+    ]
+    # The same call ids again (a replayed state, a model repeating itself): the recorded outputs, no second effect.
+    again = run(Runner.run(agent_for(session, script(), [append_tool(notes)]), "write", session=session))
+    assert again.final_output == "done" and notes.read_text() == "a\nb\n"
+    session.close()
+
+
+def child(ws: str, notes: str, where: str) -> None:
+    """A child process's run: killed inside the second call (``tool``), or waiting for an approval (``approval``)."""
+    sp = safepoint.open(None, workspace=ws)
+    session = SafepointSession.open(sp, "crash")
+    if where == "tool":
+        run(Runner.run(agent_for(session, script(), [append_tool(Path(notes), die_on="b")]), "write", session=session))
+    else:
+        result = run(Runner.run(transfer_agent(session, Path(notes), approval_steps()), "pay", session=session))
+        assert [i.raw_item.call_id for i in result.interruptions] == ["t1"]
+        run(session.save_state(result))
+        os.kill(os.getpid(), signal.SIGKILL)  # dies while the run waits for a person
+
+
+def spawn(tmp_path: Path, notes: Path, where: str) -> None:
+    code = (
+        f"import sys; sys.path[:0] = [{SRC!r}, {str(HERE)!r}]; import test_openai_agents as t; "
+        f"t.child({str(tmp_path / 'ws')!r}, {str(notes)!r}, {where!r})"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+
+
+def test_a_run_killed_mid_tool_resumes_with_the_effect_once(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    notes = tmp_path / "notes.txt"
+    spawn(tmp_path, notes, "tool")
+    assert notes.read_text() == "a\nb\n"
+    with pytest.raises(DecisionNeeded, match="call_b"):  # killed inside it: it may have happened, a person decides
+        SafepointSession.open(sp, "crash")
+    session = SafepointSession.open(sp, "crash", skip=["call_b"])
+    # The same run goes on from the session: the model is asked what it was asked when the process died, and the
+    # recorded response (call_b) comes back instead of a paid, new turn with new ids; only "done" is asked for.
+    agent = agent_for(session, [[assistant_message("done")]], [append_tool(notes)])
+    result = run(Runner.run(agent, [], session=session))
+    assert result.final_output == "done"
+    assert notes.read_text() == "a\nb\n"  # never twice
+    model = agent.model
+    assert isinstance(model, DurableModel) and (model.replayed, model.paid) == (1, 1)
+    ledger = {e.call_id: e for e in sp.ledger(session.run.run_id)}
+    assert ledger["call_a"].status == "succeeded" and ledger["call_b"].decision == "skip"
+    outputs = [i for i in run(session.get_items()) if i.get("type") == "function_call_output"]
+    assert [o["call_id"] for o in outputs] == ["call_a", "call_b"] and "appended" not in outputs[1]["output"]
+    session.close()
+
+
+def test_a_finished_call_is_taken_from_the_ledger_after_a_crash(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    notes = tmp_path / "notes.txt"
+    session = SafepointSession.open(sp, "after")
+    steps: list[Any] = [*script()[:1], RuntimeError("the process dies while the model answers")]
+    with pytest.raises(RuntimeError):
+        run(Runner.run(agent_for(session, steps, [append_tool(notes)]), "write", session=session))
+    session.close()
+    session = SafepointSession.open(sp, "after")  # nothing uncertain: no decision
+    agent = agent_for(session, script()[1:], [append_tool(notes)])
+    assert run(Runner.run(agent, [], session=session)).final_output == "done"
+    assert notes.read_text() == "a\nb\n"
+    session.close()
+
+
+def test_a_recorded_turn_answers_only_the_same_question_of_the_same_session_version(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "regen")
+    first = agent_for(session, [[assistant_message("one")]], [])
+    assert run(Runner.run(first, "hi", session=session)).final_output == "one"
+    run(session.pop_item())
+    run(session.pop_item())  # "regenerate": the same question again, after the items changed
+    again = agent_for(session, [[assistant_message("two")]], [])
+    assert run(Runner.run(again, "hi", session=session)).final_output == "two"
+    session.close()
+
+
+# approvals -----------------------------------------------------------------------------------------------------------
+def approval_steps() -> list[Any]:
+    return [[function_call("transfer", {"amount": 10}, call_id="t1")], [assistant_message("paid")]]
+
+
+def transfer_agent(session: SafepointSession, sent: Path, steps: list[Any]) -> Agent:
+    @function_tool(needs_approval=True)
+    def transfer(amount: int) -> str:
+        """Send money."""
+        with open(sent, "a") as f:
+            f.write(f"{amount}\n")
+        return f"sent {amount}"
+
+    return agent_for(session, steps, [transfer], transfer=ToolPolicy(replay_policy="never"))
+
+
+def test_an_approval_survives_a_process_that_died_waiting_and_counts_once(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    sent = tmp_path / "sent.txt"
+    spawn(tmp_path, sent, "approval")
+    assert not sent.exists()
+    session = SafepointSession.open(sp, "crash")
+    agent = transfer_agent(session, sent, [[assistant_message("paid")]])
+    state = run(session.load_state(agent))
+    assert state is not None and [i.raw_item.call_id for i in state.get_interruptions()] == ["t1"]
+    state.approve(state.get_interruptions()[0])
+    assert run(Runner.run(agent, state, session=session)).final_output == "paid"
+    assert sent.read_text() == "10\n"
+    # The same kept state approved again (a retry, a second worker): the recorded output, never a second transfer.
+    stale = run(session.load_state(transfer_agent(session, sent, [[assistant_message("paid")]])))
+    assert stale is not None
+    stale.approve(stale.get_interruptions()[0])
+    retry = transfer_agent(session, sent, [[assistant_message("paid")]])
+    assert run(Runner.run(retry, stale, session=session)).final_output == "paid"
+    assert sent.read_text() == "10\n"
+    run(session.save_state(None))
+    assert not session.has_state and run(session.load_state(agent)) is None
+    [entry] = sp.ledger(session.run.run_id)
+    assert entry.call_id == "t1" and entry.status == "succeeded"
+    session.close()
+
+
+def stand_in(call_id: str, approved: bool | None) -> Any:
+    return SimpleNamespace(tool_name="transfer", tool_call_id=call_id, is_tool_approved=lambda name, cid: approved)
+
+
+def test_an_approval_counts_for_the_arguments_shown_only(tmp_path: Path) -> None:
+    from safepoint.integrations.openai_agents_tools import _Ledgered
+
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "digest")
+    ledgered = _Ledgered(session)
+    assert ledgered.approval_problem(stand_in("t1", True), "t1", {"amount": 10}) == "no approval was asked for it"
+    session.record_asked("t1", args_digest({"amount": 10}))
+    assert ledgered.approval_problem(stand_in("t1", None), "t1", {"amount": 10}) == "it was not approved"
+    other = ledgered.approval_problem(stand_in("t1", True), "t1", {"amount": 999})
+    assert other == "it was approved for other arguments"
+    assert ledgered.approval_problem(stand_in("t1", True), "t1", {"amount": 10}) is None
+    session.run.checkpoint()  # in a real call its `started` makes the staged use durable at once
+    session.close()
+    again = SafepointSession.open(sp, "digest")  # asked and used are durable
+    assert again.asked("t1") == args_digest({"amount": 10}) == again.used("t1")
+    again.close()
+
+
+def test_an_edited_state_cannot_run_other_arguments(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    sent = tmp_path / "sent.txt"
+    session = SafepointSession.open(sp, "edited")
+    result = run(Runner.run(transfer_agent(session, sent, approval_steps()), "pay", session=session))
+    run(session.save_state(result))
+    kept = json.loads(session._folded.state)
+    # Arguments edited, and the SDK's own record of the call (its fingerprint) dropped so it cannot tell.
+    kept["context"].pop("tool_invocations")
+    text = json.dumps(kept).replace('{\\"amount\\":10}', '{\\"amount\\":9999}')
+    assert text != json.dumps(kept)
+    run(session.save_state(None))
+    agent = transfer_agent(session, sent, [[assistant_message("paid")]])
+    from agents import RunState
+
+    state = run(RunState.from_json(agent, json.loads(text)))
+    for item in state.get_interruptions():
+        state.approve(item)
+    final = run(Runner.run(agent, state, session=session))
+    assert not sent.exists()  # 9,999 was never shown to anyone: not sent
+    outputs = [i for i in run(session.get_items()) if i.get("type") == "function_call_output"]
+    assert final.final_output == "paid" and "did not run" in outputs[-1]["output"]
+    session.close()
+
+
+@pytest.fixture(autouse=True)
+def _close_stores() -> Iterator[None]:
+    yield
+    while OPENED:
+        OPENED.pop().close()  # a PostgreSQL store's pool, before the throwaway server goes
