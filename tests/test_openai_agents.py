@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, FunctionTool, Runner, function_tool, set_tracing_disabled
+from agents import Agent, FunctionTool, Runner, RunState, function_tool, set_tracing_disabled
 from agents.memory.session import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -36,6 +36,7 @@ from safepoint.integrations.openai_agents_tools import (
     args_digest,
     durable_model,
     durable_tools,
+    run_durably,
 )
 
 set_tracing_disabled(True)
@@ -227,9 +228,8 @@ def child(ws: str, notes: str, where: str) -> None:
     if where == "tool":
         run(Runner.run(agent_for(session, script(), [append_tool(Path(notes), die_on="b")]), "write", session=session))
     else:
-        result = run(Runner.run(transfer_agent(session, Path(notes), approval_steps()), "pay", session=session))
-        assert [i.raw_item.call_id for i in result.interruptions] == ["t1"]
-        run(session.save_state(result))
+        result = run(run_durably(transfer_agent(session, Path(notes), approval_steps()), "pay", session=session))
+        assert [i.raw_item.call_id for i in result.interruptions] == ["t1"] and session.has_state
         os.kill(os.getpid(), signal.SIGKILL)  # dies while the run waits for a person
 
 
@@ -293,6 +293,38 @@ def test_a_recorded_turn_answers_only_the_same_question_of_the_same_session_vers
     session.close()
 
 
+def test_a_streamed_run_resumes_from_its_recorded_turn_and_a_tool_raises_as_it_did(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    calls: list[int] = []
+
+    @function_tool(failure_error_function=None)  # the tool's exceptions end the run
+    def flaky(x: int) -> str:
+        """Fails."""
+        calls.append(x)
+        raise LookupError("the tool's own failure")
+
+    async def consume(agent: Agent, prompt: Any) -> Any:
+        streamed = Runner.run_streamed(agent, prompt, session=session)
+        async for _ in streamed.stream_events():
+            pass
+        return streamed.final_output
+
+    session = SafepointSession.open(sp, "stream")
+    first = agent_for(session, [[function_call("flaky", {"x": 1}, call_id="f1")], [assistant_message("x")]], [flaky])
+    with pytest.raises(Exception, match="the tool's own failure") as raised:
+        run(consume(first, "go"))
+    assert isinstance(raised.value.__cause__, LookupError)  # the live process sees what the tool raised
+    session.close()
+    session = SafepointSession.open(sp, "stream")  # failed is an outcome: nothing to decide
+    again = agent_for(session, [[assistant_message("done")]], [flaky])
+    assert run(consume(again, [])) == "done"
+    assert calls == [1]  # the recorded failure is told to the model, never run again
+    model = again.model
+    assert isinstance(model, DurableModel) and (model.replayed, model.paid) == (1, 1)
+    assert [e.status for e in sp.ledger(session.run.run_id)] == ["failed"]
+    session.close()
+
+
 # approvals -----------------------------------------------------------------------------------------------------------
 def approval_steps() -> list[Any]:
     return [[function_call("transfer", {"amount": 10}, call_id="t1")], [assistant_message("paid")]]
@@ -319,9 +351,12 @@ def test_an_approval_survives_a_process_that_died_waiting_and_counts_once(tmp_pa
     state = run(session.load_state(agent))
     assert state is not None and [i.raw_item.call_id for i in state.get_interruptions()] == ["t1"]
     state.approve(state.get_interruptions()[0])
-    assert run(Runner.run(agent, state, session=session)).final_output == "paid"
-    assert sent.read_text() == "10\n"
-    # The same kept state approved again (a retry, a second worker): the recorded output, never a second transfer.
+    stale_text = session._folded.state
+    assert run(run_durably(agent, state, session=session)).final_output == "paid"
+    assert sent.read_text() == "10\n" and not session.has_state  # the run went on: its state is forgotten
+    # The same state approved again (a retry, a second worker holding a copy): the recorded output, never a second
+    # transfer.
+    run(session.save_state(run(RunState.from_json(agent, json.loads(stale_text)))))
     stale = run(session.load_state(transfer_agent(session, sent, [[assistant_message("paid")]])))
     assert stale is not None
     stale.approve(stale.get_interruptions()[0])
@@ -371,8 +406,6 @@ def test_an_edited_state_cannot_run_other_arguments(tmp_path: Path) -> None:
     assert text != json.dumps(kept)
     run(session.save_state(None))
     agent = transfer_agent(session, sent, [[assistant_message("paid")]])
-    from agents import RunState
-
     state = run(RunState.from_json(agent, json.loads(text)))
     for item in state.get_interruptions():
         state.approve(item)

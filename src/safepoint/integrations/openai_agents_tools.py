@@ -25,7 +25,7 @@
   exactly what it asked when the process died, gets the recorded response with the same tool call ids, and so
   meets the ledger instead of paying for the turn and inventing new ids. The session's version (how many times its
   items changed) is in the key, so a new question after ``pop_item`` or ``clear_session`` is never answered from
-  an old record. Streaming is passed through unrecorded (not done).
+  an old record. Streamed runs (``Runner.run_streamed``) are recorded and replayed too.
 """
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agents import FunctionTool, ModelResponse, Usage
+from agents import Agent, FunctionTool, ModelResponse, Runner, RunResult, Usage
 from agents.exceptions import AgentsException
 from agents.models.interface import Model
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
-from agents.usage import serialize_usage
-from openai.types.responses import ResponseOutputItem
+from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputItem
 from pydantic import TypeAdapter
 
 from safepoint.engine.log_writer import redacted_arguments
@@ -98,10 +97,15 @@ class _Ledgered:
     def __init__(self, session: SafepointSession) -> None:
         self.session = session
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
+        self.failures: dict[str, Exception] = {}  # call id -> what the tool raised, to raise it again as it was
 
     def register(self, name: str, policy: ToolPolicy) -> None:
         async def invoke(ctx: LedgerContext, /, **arguments: Any) -> Any:
-            return await self.handlers[ctx.call_id]()
+            try:
+                return await self.handlers[ctx.call_id]()
+            except Exception as exc:
+                self.failures[ctx.call_id] = exc  # recorded as failed; raised again to the SDK as the tool raised it
+                raise
 
         made = tool(
             name=name,
@@ -156,8 +160,13 @@ class _Ledgered:
                 raise SafepointToolError(exc) from exc
             finally:
                 self.handlers.pop(call_id, None)
+            failure = self.failures.pop(call_id, None)
             if result.status == "succeeded":
                 return result.value
+            if failure is not None:
+                # This process's own failure (a tool built with failure_error_function=None): raised as it was.
+                # A failure recorded before a restart comes back as its text (the model is told).
+                raise failure
             return result.observation  # failed, or uncertain and not run again: the model is told what is known
 
         needs: Any = original.needs_approval
@@ -248,16 +257,65 @@ class DurableModel(Model):
             prompt=prompt,
         )
         self.paid += 1
-        data = {
-            "output": _OUTPUT.dump_python(list(response.output), mode="json", exclude_unset=True),
-            "usage": serialize_usage(response.usage),
-            "response_id": response.response_id,
-        }
-        self.session.record_turn(key, canonical(data))  # durable before any of its tool calls runs
+        self._record(key, list(response.output), response.response_id)
         return response
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        return self.model.stream_response(*args, **kwargs)
+    def _record(self, key: str, output: list[Any], response_id: str | None) -> None:
+        data = {"output": _OUTPUT.dump_python(output, mode="json", exclude_unset=True), "response_id": response_id}
+        self.session.record_turn(key, canonical(data))  # durable before any of its tool calls runs
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> AsyncIterator[Any]:
+        """Streamed as the wrapped model streams; recorded from its ``response.completed`` event before that event
+        is passed on (the SDK runs the turn's tools after it). A recorded turn is replayed as that one event: the
+        SDK builds the turn from it, as it does for a live stream."""
+        key = self.key(system_instructions, input, tools)
+        recorded = self.session.recorded_turn(key)
+        if recorded is not None:
+            self.replayed += 1
+            data = json.loads(recorded)
+            response = Response(
+                id=data.get("response_id") or "safepoint-recorded",
+                created_at=0,
+                model="safepoint-recorded",
+                object="response",
+                output=_OUTPUT.validate_python(data["output"]),
+                tool_choice="none",
+                tools=[],
+                top_p=None,
+                parallel_tool_calls=False,
+                status="completed",
+            )
+            yield ResponseCompletedEvent(type="response.completed", response=response, sequence_number=0)
+            return
+        self.paid += 1
+        async for event in self.model.stream_response(
+            system_instructions,
+            input,
+            model_settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        ):
+            if isinstance(event, ResponseCompletedEvent):
+                self._record(key, list(event.response.output), event.response.id)
+            yield event
 
     async def close(self) -> None:
         closer = getattr(self.model, "close", None)
@@ -268,3 +326,13 @@ class DurableModel(Model):
 def durable_model(session: SafepointSession, model: Model) -> DurableModel:
     """``model`` with its responses recorded in ``session``'s run (see the module docstring)."""
     return DurableModel(session, model)
+
+
+async def run_durably(agent: Agent[Any], input: Any, *, session: SafepointSession, **options: Any) -> RunResult:
+    """``Runner.run(agent, input, session=session, **options)``, keeping the run's ``RunState`` in the store while
+    it waits for an approval (so a process that dies then loses nothing: ``session.load_state(agent)`` in the next
+    one) and forgetting it once a run goes on. ``input``: a prompt, items, ``[]`` to continue the session after a
+    crash, or the ``RunState`` loaded and decided."""
+    result = await Runner.run(agent, input, session=session, **options)
+    await session.save_state(result if result.interruptions else None)
+    return result
