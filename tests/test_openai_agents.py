@@ -421,3 +421,41 @@ def _close_stores() -> Iterator[None]:
     yield
     while OPENED:
         OPENED.pop().close()  # a PostgreSQL store's pool, before the throwaway server goes
+
+
+def test_a_secret_in_a_waiting_call_never_reaches_the_store_nor_runs_redacted(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    sent = tmp_path / "sent.txt"
+    logins: list[str] = []
+
+    @function_tool
+    def login(token: str) -> str:
+        """Log in (finished before the run waits)."""
+        logins.append(token)
+        return "logged in"
+
+    @function_tool(needs_approval=True)
+    def deploy(token: str) -> str:
+        """Deploy with a token."""
+        sent.write_text(token)
+        return "deployed"
+
+    session = SafepointSession.open(sp, "secret-state")
+    steps = [
+        [function_call("login", {"token": TOKEN}, call_id="l1")],
+        [function_call("deploy", {"token": TOKEN}, call_id="d1")],
+        [assistant_message("ok")],
+    ]
+    assert run(run_durably(agent_for(session, steps, [login, deploy]), "deploy", session=session)).interruptions
+    session.close()
+    assert TOKEN.encode() not in store_bytes(tmp_path)  # the turns, the items, the state: all redacted
+    session = SafepointSession.open(sp, "secret-state")
+    agent = agent_for(session, [[assistant_message("ok")]], [login, deploy])
+    state = run(session.load_state(agent))  # the SDK's fingerprints of the real arguments no longer bind it
+    assert state is not None
+    state.approve(state.get_interruptions()[0])
+    assert run(run_durably(agent, state, session=session)).final_output == "ok"
+    assert logins == [TOKEN] and not sent.exists()  # "[REDACTED:...]" is never deployed as the token
+    output = [i for i in run(session.get_items()) if i.get("call_id") == "d1" and "output" in i][-1]["output"]
+    assert "lost a secret to redaction" in output
+    session.close()

@@ -55,6 +55,7 @@ from typing import Any, Protocol
 from agents import Agent, RunResult, RunState
 from agents.memory.session_settings import SessionSettings
 
+from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.errors import RunExistsError, RunNotFoundError
 from safepoint.records import Message
 from safepoint.run import Run
@@ -250,7 +251,9 @@ class SafepointSession:
         ``context_deserializer``), or None when none is kept."""
         if not self._folded.state:
             return None
-        state: RunState[Any, Any] = await RunState.from_json(agent, json.loads(self._folded.state), **options)
+        data = json.loads(self._folded.state)
+        _unbind_redacted_calls(data)
+        state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
         return state
 
     @property
@@ -304,3 +307,27 @@ class SafepointSession:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.run.__exit__(kind, exc, tb)
+
+
+def _unbind_redacted_calls(state: dict[str, Any]) -> None:
+    """Drop the SDK's own record (a fingerprint of the real arguments) of every tool call whose arguments the
+    redactor changed before the state was stored: kept, it no longer matches the call and the SDK refuses the
+    whole state ("completed tool invocation does not match"). Unbound, a finished call comes back from the
+    ledger (never run again) and a waiting one is refused by ``durable_tools`` rather than run with
+    ``[REDACTED:...]`` where the secret was."""
+    redacted: set[str] = set()
+    stack: list[Any] = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            arguments = item.get("arguments")
+            if isinstance(arguments, str) and REDACTED_MARK in arguments and isinstance(item.get("call_id"), str):
+                redacted.add(item["call_id"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    context = state.get("context")
+    invocations = context.get("tool_invocations") if isinstance(context, dict) else None
+    if isinstance(invocations, dict):
+        for call_id in redacted:
+            invocations.pop(call_id, None)
