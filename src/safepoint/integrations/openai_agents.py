@@ -193,9 +193,9 @@ class SafepointSession:
             sp.store.run_header(run_id)
         except RunNotFoundError:
             try:
-                run = sp.start(
-                    f"openai-agents session {session_id!r}", builtins=False, run_id=run_id, model="openai-agents"
-                )
+                shown = repr(session_id)
+                task = f"openai-agents session {shown if len(shown) <= 200 else shown[:200] + '...'}"
+                run = sp.start(task, builtins=False, run_id=run_id, model="openai-agents")
             except RunExistsError:  # another process created it a moment ago: open it as any existing one
                 pass
             else:
