@@ -459,3 +459,21 @@ def test_a_secret_in_a_waiting_call_never_reaches_the_store_nor_runs_redacted(tm
     output = [i for i in run(session.get_items()) if i.get("call_id") == "d1" and "output" in i][-1]["output"]
     assert "lost a secret to redaction" in output
     session.close()
+
+
+def test_the_example_waits_across_processes_and_does_nothing_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    path = HERE.parent / "examples" / "openai_agents_session.py"
+    spec = importlib.util.spec_from_file_location("openai_agents_session", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    run(example.main(str(tmp_path)))
+    assert "waiting for approval: send_notes" in capsys.readouterr().out
+    example.paid = 0
+    run(example.main(str(tmp_path), approve=True))  # as another process would: everything from the store
+    out = capsys.readouterr().out
+    assert "sent (model turns paid for: 1)" in out and (tmp_path / "notes.txt").read_text() == "hello\n"
