@@ -154,6 +154,23 @@ def test_hostile_session_ids_get_runs_of_their_own_inside_the_store(tmp_path: Pa
     assert not (tmp_path / "etc").exists() and sorted(os.listdir(tmp_path)) == ["ws"]
 
 
+def test_hostile_items_are_kept_or_refused_in_one_line(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "odd")
+    odd = [
+        {"role": "user", "content": "caf\u00e9 \u4e2d\u6587 \ud800 \x00 end"},
+        {"role": "user", "content": "x" * 300_000},
+    ]
+    run(session.add_items(odd))
+    deep: Any = "bottom"
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deep"):
+        run(session.add_items([{"role": "user", "content": deep}]))
+    session.close()
+    assert run(SafepointSession.open(sp, "odd").get_items()) == odd  # nothing of the refused one was kept
+
+
 def test_items_are_redacted_before_they_are_written(tmp_path: Path) -> None:
     sp = opened(tmp_path)
     session = SafepointSession.open(sp, "secret")
@@ -263,6 +280,38 @@ def test_a_run_killed_mid_tool_resumes_with_the_effect_once(tmp_path: Path) -> N
     assert ledger["call_a"].status == "succeeded" and ledger["call_b"].decision == "skip"
     outputs = [i for i in run(session.get_items()) if i.get("type") == "function_call_output"]
     assert [o["call_id"] for o in outputs] == ["call_a", "call_b"] and "appended" not in outputs[1]["output"]
+    session.close()
+
+
+def test_a_replay_decision_runs_the_uncertain_call_again_once(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    notes = tmp_path / "notes.txt"
+    spawn(tmp_path, notes, "tool")
+    session = SafepointSession.open(sp, "crash", replay=["call_b"])  # a person says: run it again
+    agent = agent_for(session, [[assistant_message("done")]], [append_tool(notes)])
+    assert run(Runner.run(agent, [], session=session)).final_output == "done"
+    assert notes.read_text() == "a\nb\nb\n"  # again, as decided, and only once more
+    assert {e.call_id: e.status for e in sp.ledger(session.run.run_id)}["call_b"] == "succeeded"
+    session.close()
+    SafepointSession.open(sp, "crash").close()  # settled: no decision waits any more, nothing runs on opening
+    assert notes.read_text() == "a\nb\nb\n"
+
+
+def test_parallel_calls_of_one_turn_are_ledgered_each_under_its_id(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    notes = tmp_path / "notes.txt"
+    session = SafepointSession.open(sp, "parallel")
+    steps = [
+        [function_call("append_line", {"text": t}, call_id=f"p_{t}") for t in "xyz"],
+        [assistant_message("done")],
+    ]
+    assert (
+        run(Runner.run(agent_for(session, steps, [append_tool(notes)]), "go", session=session)).final_output == "done"
+    )
+    assert sorted(notes.read_text().split()) == ["x", "y", "z"]
+    assert sorted(e.call_id for e in sp.ledger(session.run.run_id)) == ["p_x", "p_y", "p_z"]
+    again = run(Runner.run(agent_for(session, steps, [append_tool(notes)]), "go", session=session))
+    assert again.final_output == "done" and sorted(notes.read_text().split()) == ["x", "y", "z"]
     session.close()
 
 

@@ -106,8 +106,18 @@ def run_id_for(session_id: str) -> str:
 
 
 def canonical(value: Any) -> str:
-    """JSON with sorted keys and no spaces: the form items are stored in and model inputs are hashed in."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable)
+    """JSON with sorted keys and no spaces: the form items are stored in and model inputs are hashed in. Text
+    stays as it is, except where it holds a lone surrogate (no UTF-8 for it): then all of it is escaped.
+    Raises ``ValueError`` for a value nested too deep to encode (hostile model output), not a RecursionError."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable)
+    except RecursionError:
+        raise ValueError("a session item is nested too deep to be stored") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_jsonable)
+    return text
 
 
 def _jsonable(value: Any) -> Any:
@@ -123,10 +133,15 @@ class _Folded:
 
     items: list[Any] = field(default_factory=list)
     version: int = 0  # how many times the items changed: a recorded model turn is for one version only
-    turns: dict[str, str] = field(default_factory=dict)  # turn key -> the recorded response (JSON)
+    turns: dict[str, str] = field(default_factory=dict)  # turn key -> the recorded response, this version's only
     state: str = ""  # the saved RunState (JSON), "" when none
     asked: dict[str, str] = field(default_factory=dict)  # call id -> digest of the arguments shown for approval
     used: dict[str, str] = field(default_factory=dict)  # call id -> digest it ran under
+
+    def bump(self) -> None:
+        """The items changed: no turn recorded before can answer a request again, so none is kept in memory."""
+        self.version += 1
+        self.turns.clear()
 
 
 def _fold(messages: Iterable[Message]) -> _Folded:
@@ -135,14 +150,14 @@ def _fold(messages: Iterable[Message]) -> _Folded:
         name = message.name
         if name == ITEMS:
             folded.items.extend(json.loads(message.content))
-            folded.version += 1
+            folded.bump()
         elif name == POP:
             if folded.items:
                 folded.items.pop()
-            folded.version += 1
+            folded.bump()
         elif name == CLEAR:
             folded.items.clear()
-            folded.version += 1
+            folded.bump()
         elif name == TURN:
             key, _, response = message.content.partition(" ")
             folded.turns[key] = response
@@ -217,19 +232,20 @@ class SafepointSession:
         plain = json.loads(canonical(list(items)))  # JSON now: the SDK hands in pydantic models at times
         self._write(ITEMS, canonical(plain))
         self._folded.items.extend(plain)
-        self._folded.version += 1
+        self._folded.bump()
 
     async def pop_item(self) -> Any | None:
         if not self._folded.items:
             return None
         self._write(POP, "")
-        self._folded.version += 1
-        return self._folded.items.pop()
+        item = self._folded.items.pop()
+        self._folded.bump()
+        return item
 
     async def clear_session(self) -> None:
         self._write(CLEAR, "")
         self._folded.items.clear()
-        self._folded.version += 1
+        self._folded.bump()
 
     # interrupted runs -------------------------------------------------------------------------------------------
     async def save_state(self, result: RunResult | RunState[Any, Any] | None) -> None:
