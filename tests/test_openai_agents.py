@@ -265,8 +265,8 @@ def test_a_run_killed_mid_tool_resumes_with_the_effect_once(tmp_path: Path) -> N
     notes = tmp_path / "notes.txt"
     spawn(tmp_path, notes, "tool")
     assert notes.read_text() == "a\nb\n"
-    with pytest.raises(DecisionNeeded, match="call_b"):  # killed inside it: it may have happened, a person decides
-        SafepointSession.open(sp, "crash")
+    with pytest.raises(DecisionNeeded, match=r"append_line\(call_b\): open it with replay=\[CALL_ID\]"):
+        SafepointSession.open(sp, "crash")  # killed inside it: it may have happened, a person decides
     session = SafepointSession.open(sp, "crash", skip=["call_b"])
     # The same run goes on from the session: the model is asked what it was asked when the process died, and the
     # recorded response (call_b) comes back instead of a paid, new turn with new ids; only "done" is asked for.

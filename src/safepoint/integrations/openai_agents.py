@@ -56,7 +56,7 @@ from agents import Agent, RunResult, RunState
 from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
-from safepoint.errors import RunExistsError, RunNotFoundError
+from safepoint.errors import DecisionNeeded, RunExistsError, RunNotFoundError
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -215,7 +215,13 @@ class SafepointSession:
                 pass
             else:
                 return cls(run, session_id, session_settings=session_settings)
-        run = sp.resume(run_id, builtins=False, replay=tuple(replay), skip=tuple(skip), takeover=takeover)
+        try:
+            run = sp.resume(run_id, builtins=False, replay=tuple(replay), skip=tuple(skip), takeover=takeover)
+        except DecisionNeeded as exc:
+            # Said in this API's words: `safepoint resume` cannot settle it (the run is this program's own loop).
+            said = str(exc).replace("resume with --replay CALL_ID", "open it with replay=[CALL_ID]")
+            said = said.replace("or --skip CALL_ID", "or skip=[CALL_ID]").replace("only --skip", "only skip")
+            raise DecisionNeeded(f"session {session_id!r}: {said}") from exc
         return cls(run, session_id, session_settings=session_settings)
 
     # the Session protocol ---------------------------------------------------------------------------------------

@@ -214,8 +214,10 @@ class DurableModel(Model):
         self.paid = 0  # responses asked of the wrapped model in this process
         self.replayed = 0  # responses handed back from the record
 
-    def key(self, system_instructions: str | None, input: Any, tools: Any) -> str:
-        asked = canonical([system_instructions, input, sorted(getattr(t, "name", "") for t in tools)])
+    def key(self, system_instructions: str | None, input: Any, tools: Any, *threads: str | None) -> str:
+        """What identifies a request: the instructions, the input, the tools' names and, when the conversation is
+        kept by the server, the response or conversation it continues (then the input holds only new items)."""
+        asked = canonical([system_instructions, input, sorted(getattr(t, "name", "") for t in tools), *threads])
         # Hashed as the log keeps it: a resumed process reads the redacted items, the live one holds the real ones.
         text = self.session.redacted(asked)
         return f"v{self.session.version}-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -234,7 +236,7 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> ModelResponse:
-        key = self.key(system_instructions, input, tools)
+        key = self.key(system_instructions, input, tools, previous_response_id, conversation_id)
         recorded = self.session.recorded_turn(key)
         if recorded is not None:
             self.replayed += 1
@@ -281,7 +283,7 @@ class DurableModel(Model):
         """Streamed as the wrapped model streams; recorded from its ``response.completed`` event before that event
         is passed on (the SDK runs the turn's tools after it). A recorded turn is replayed as that one event: the
         SDK builds the turn from it, as it does for a live stream."""
-        key = self.key(system_instructions, input, tools)
+        key = self.key(system_instructions, input, tools, previous_response_id, conversation_id)
         recorded = self.session.recorded_turn(key)
         if recorded is not None:
             self.replayed += 1
