@@ -84,6 +84,8 @@ def test_items_are_kept_across_processes_on_both_stores(tmp_path: Path, store_ur
     run(session.add_items([]))  # nothing: no record
     assert run(session.get_items()) == [user, call, out]
     assert run(session.get_items(2)) == [call, out] and run(session.get_items(0)) == []
+    run(session.get_items())[0]["content"] = "changed by the caller"
+    assert run(session.get_items(3))[0] == user  # what was kept, not what a caller did to its copy
     assert run(session.pop_item()) == out
     session.close()
 
@@ -429,17 +431,49 @@ def test_an_approval_counts_for_the_arguments_shown_only(tmp_path: Path) -> None
     sp = opened(tmp_path)
     session = SafepointSession.open(sp, "digest")
     ledgered = _Ledgered(session)
-    assert ledgered.approval_problem(stand_in("t1", True), "t1", {"amount": 10}) == "no approval was asked for it"
+
+    def problem(approved: bool | None, amount: int) -> str | None:
+        return ledgered.approval_problem(stand_in("t1", approved), "t1", {"amount": amount}, per_call=True)
+
+    assert problem(True, 10) == "its policy asks a person for each call, and only the whole tool was approved"
     session.record_asked("t1", args_digest({"amount": 10}))
-    assert ledgered.approval_problem(stand_in("t1", None), "t1", {"amount": 10}) == "it was not approved"
-    other = ledgered.approval_problem(stand_in("t1", True), "t1", {"amount": 999})
-    assert other == "it was approved for other arguments"
-    assert ledgered.approval_problem(stand_in("t1", True), "t1", {"amount": 10}) is None
+    assert problem(None, 10) == "it was not approved" and problem(False, 10) == "it was not approved"
+    assert problem(True, 999) == "it was approved for other arguments"
+    assert problem(True, 10) is None
     session.run.checkpoint()  # in a real call its `started` makes the staged use durable at once
     session.close()
     again = SafepointSession.open(sp, "digest")  # asked and used are durable
     assert again.asked("t1") == args_digest({"amount": 10}) == again.used("t1")
     again.close()
+
+
+def test_approving_every_call_of_a_tool_counts_only_where_the_sdk_asked(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    removed: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def rm(path: str) -> str:
+        """Remove a file."""
+        removed.append(path)
+        return f"removed {path}"
+
+    for name, policies in (("sdk", {}), ("policy", {"rm": ToolPolicy(needs_approval=True)})):
+        session = SafepointSession.open(sp, name)
+        steps = [
+            [function_call("rm", {"path": "x"}, call_id="r1")],
+            [function_call("rm", {"path": "y"}, call_id="r2")],
+            [assistant_message("done")],
+        ]
+        agent = agent_for(session, steps, [rm], **policies)
+        state = run(run_durably(agent, "clean", session=session)).to_state()
+        state.approve(state.get_interruptions()[0], always_approve=True)
+        assert run(run_durably(agent, state, session=session)).final_output == "done"
+        outputs = [i["output"] for i in run(session.get_items()) if "output" in i]
+        session.close()
+        if name == "sdk":  # the person approved every call of rm in the SDK: honoured
+            assert removed == ["x", "y"] and outputs == ["removed x", "removed y"]
+        else:  # the policy wants each call and its arguments approved
+            assert removed == ["x", "y", "x"] and "only the whole tool was approved" in outputs[1]
 
 
 def test_an_edited_state_cannot_run_other_arguments(tmp_path: Path) -> None:

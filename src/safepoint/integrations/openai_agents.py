@@ -44,6 +44,7 @@ is asked exactly what it was asked when the process died, and ``durable_model`` 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -228,9 +229,8 @@ class SafepointSession:
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The latest ``limit`` items (all when None), oldest first; from memory, so flat in the session's length."""
         items = self._folded.items
-        if limit is None:
-            return list(items)
-        return list(items[-limit:]) if limit > 0 else []
+        chosen = items if limit is None else items[-limit:] if limit > 0 else []
+        return copy.deepcopy(chosen)  # the caller may change what it gets (the SDK does); the session stays as kept
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:

@@ -16,7 +16,9 @@
   ``needs_approval``, or ``ToolPolicy(needs_approval=True)``) records durably, when the SDK asks whether the call
   needs approval, the digest of the arguments the person will be shown (``ToolApprovalItem.raw_item.arguments``).
   It runs only when the SDK says the call was approved, its arguments have that very digest, and no other call
-  used the approval; the use is durable with the call's ``started``. The SDK keeps its own fingerprint in the
+  used the approval; the use is durable with the call's ``started``. The SDK's ``always_approve`` (every call of
+  the tool, no arguments shown) is honoured for a tool whose approval the SDK asks for, and refused for one with
+  ``ToolPolicy(needs_approval=True)``, which wants each call approved. The SDK keeps its own fingerprint in the
   ``RunState``; this one is in the store, so an approval survives a restart and a ``RunState`` edited or replayed
   by hand cannot run other arguments, or run twice (a replayed call id returns the recorded output).
 - ``durable_model(session, model)`` records each model response (durable before any of its tool calls runs)
@@ -118,15 +120,21 @@ class _Ledgered:
         if name not in registry or registry.get(name).definition != made.definition:
             registry.put(made)
 
-    def approval_problem(self, ctx: ToolContext[Any], call_id: str, args: dict[str, Any]) -> str | None:
-        """Why this call may not run under the approval it has, or None."""
+    def approval_problem(
+        self, ctx: ToolContext[Any], call_id: str, args: dict[str, Any], *, per_call: bool
+    ) -> str | None:
+        """Why this call may not run under the approval it has, or None (then its use is staged)."""
         if ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is not True:
             return "it was not approved"
         shown = self.session.asked(call_id)
-        if shown is None:
-            return "no approval was asked for it"
         digest = args_digest(args)
-        if shown != digest:
+        if shown is None:
+            # Approved without being asked: the SDK's "approve every call of this tool" (always_approve), which
+            # binds no arguments. Honoured for the SDK's own needs_approval (the person chose it there); never for
+            # ToolPolicy(needs_approval=True), which asks for each call and its arguments.
+            if per_call:
+                return "its policy asks a person for each call, and only the whole tool was approved"
+        elif shown != digest:
             return "it was approved for other arguments"
         used = self.session.used(call_id)
         if used is not None and used != digest:
@@ -148,8 +156,10 @@ class _Ledgered:
                 # A saved RunState came back through redaction: running it would send "[REDACTED:...]" where the
                 # person's value was. Refused, as a resume refuses to re-run such a call.
                 return NOT_APPROVED.format(tool=name, call_id=call_id, why="its arguments lost a secret to redaction")
-            if approval and not known and (problem := self.approval_problem(ctx, call_id, args)) is not None:
-                return NOT_APPROVED.format(tool=name, call_id=call_id, why=problem)
+            if approval and not known:
+                problem = self.approval_problem(ctx, call_id, args, per_call=policy.needs_approval)
+                if problem is not None:
+                    return NOT_APPROVED.format(tool=name, call_id=call_id, why=problem)
             self.register(name, policy)
             self.handlers[call_id] = lambda: inner(ctx, args_json)
             try:
