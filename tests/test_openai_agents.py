@@ -42,6 +42,7 @@ from safepoint.integrations.openai_agents_tools import (
 set_tracing_disabled(True)
 HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parent / "src")
+CHILD = "import sys; sys.path[:0] = [{src!r}, {here!r}]; import test_openai_agents as t; t.{call}"
 TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"  # a GitHub token's shape: the redactor knows it
 
 
@@ -133,6 +134,40 @@ def test_a_second_writer_is_refused_and_a_displaced_one_cannot_write(tmp_path: P
     third = SafepointSession.open(sp, "shared")
     assert [i["content"] for i in run(third.get_items())] == ["one", "two"]
     third.close()
+
+
+def holder(ws: str) -> None:
+    """A child process holding the session "shared" until its stdin says so."""
+    session = SafepointSession.open(safepoint.open(None, workspace=ws), "shared")
+    run(session.add_items([{"role": "user", "content": "from the child"}]))
+    print("holding", flush=True)
+    sys.stdin.readline()
+    run(session.add_items([{"role": "user", "content": "child again"}]))
+    session.close()
+
+
+def test_a_session_held_by_another_process_is_refused_then_continued(tmp_path: Path) -> None:
+    sp = opened(tmp_path)
+    code = CHILD.format(src=SRC, here=str(HERE), call=f"holder({str(tmp_path / 'ws')!r})")
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "holding\n"
+        with pytest.raises(RunLockedError):
+            SafepointSession.open(sp, "shared")  # a second writer while the first lives: refused, never forked
+        child.communicate("go\n", timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0
+    session = SafepointSession.open(sp, "shared")
+    assert [i["content"] for i in run(session.get_items())] == ["from the child", "child again"]
+    session.close()
 
 
 HOSTILE = ["../../etc/passwd", "a\x00b", "é" * 300, "Chat", "chat", "oa_s_chat", "x" * 65, " ", "a/b\\c", "\ud800"]
@@ -253,10 +288,7 @@ def child(ws: str, notes: str, where: str) -> None:
 
 
 def spawn(tmp_path: Path, notes: Path, where: str) -> None:
-    code = (
-        f"import sys; sys.path[:0] = [{SRC!r}, {str(HERE)!r}]; import test_openai_agents as t; "
-        f"t.child({str(tmp_path / 'ws')!r}, {str(notes)!r}, {where!r})"
-    )
+    code = CHILD.format(src=SRC, here=str(HERE), call=f"child({str(tmp_path / 'ws')!r}, {str(notes)!r}, {where!r})")
     env = {**os.environ, "PYTHONPATH": SRC}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
