@@ -280,7 +280,8 @@ def child(ws: str, notes: str, where: str) -> None:
     sp = safepoint.open(None, workspace=ws)
     session = SafepointSession.open(sp, "crash")
     if where == "tool":
-        run(Runner.run(agent_for(session, script(), [append_tool(Path(notes), die_on="b")]), "write", session=session))
+        prompt = f"write, signed {TOKEN}"  # a secret in what the model is asked: kept redacted, the turn still found
+        run(Runner.run(agent_for(session, script(), [append_tool(Path(notes), die_on="b")]), prompt, session=session))
     else:
         result = run(run_durably(transfer_agent(session, Path(notes), approval_steps()), "pay", session=session))
         assert [i.raw_item.call_id for i in result.interruptions] == ["t1"] and session.has_state

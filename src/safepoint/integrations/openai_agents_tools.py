@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from agents import Agent, FunctionTool, ModelResponse, Runner, RunResult, Usage
 from agents.exceptions import AgentsException
 from agents.models.interface import Model
@@ -55,6 +56,7 @@ from safepoint.integrations.openai_agents import SafepointSession, canonical
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 
 _OUTPUT = TypeAdapter(list[ResponseOutputItem])
+_encoder = msgspec.json.Encoder(order="sorted")
 NOT_APPROVED = "[safepoint] {tool}({call_id}) did not run: {why}. A person must approve these very arguments."
 
 
@@ -223,14 +225,34 @@ class DurableModel(Model):
         self.model = model
         self.paid = 0  # responses asked of the wrapped model in this process
         self.replayed = 0  # responses handed back from the record
+        self._digests: dict[bytes, str] = {}  # digest of an item's text -> digest of its redacted text
 
     def key(self, system_instructions: str | None, input: Any, tools: Any, *threads: str | None) -> str:
         """What identifies a request: the instructions, the input, the tools' names and, when the conversation is
-        kept by the server, the response or conversation it continues (then the input holds only new items)."""
-        asked = canonical([system_instructions, input, sorted(getattr(t, "name", "") for t in tools), *threads])
-        # Hashed as the log keeps it: a resumed process reads the redacted items, the live one holds the real ones.
-        text = self.session.redacted(asked)
-        return f"v{self.session.version}-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        kept by the server, the response or conversation it continues (then the input holds only new items).
+
+        Hashed as the log keeps it (redacted): a resumed process reads the session's items redacted, the live one
+        holds the real ones. Each item is redacted once and remembered by its digest, so a turn redacts only the
+        items it adds (rejected: redacting the whole input each turn, 0.3 s at 3,000 items of 1 KB)."""
+        head = [system_instructions, sorted(getattr(t, "name", "") for t in tools), *threads]
+        parts = [self._redacted_digest(head)]
+        for item in input if isinstance(input, list) else [input]:
+            parts.append(self._redacted_digest(item))
+        whole = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        return f"v{self.session.version}-{whole}"
+
+    def _redacted_digest(self, value: Any) -> str:
+        try:
+            # msgspec: about 10x json's speed, for the common case of plain JSON values (a turn hashes every item)
+            raw = hashlib.sha256(_encoder.encode(value)).digest()
+        except (TypeError, UnicodeEncodeError, msgspec.EncodeError):
+            raw = hashlib.sha256(canonical(value).encode("utf-8", "surrogatepass")).digest()
+        known = self._digests.get(raw)
+        if known is None:
+            text = self.session.redacted(canonical(value))
+            known = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            self._digests[raw] = known
+        return known
 
     async def get_response(
         self,
