@@ -9,7 +9,8 @@ over the first (the goal: about 1.0). ``open_ms`` is what opening the session wi
 safepoint session reads its log once there, then never again); ``fsync_floor_us`` is one raw append + fdatasync on
 this disk (a safepoint turn makes one durable write; the SQLite session commits once a turn, fsync'd too when
 ``sqlite_synchronous`` is 2, FULL, SQLite's default). ``ratios.vs_sqlite`` is safepoint's per-turn cost over
-SQLite's at the largest size.
+SQLite's at the largest size. ``model_key_us``: what ``durable_model`` adds to a model turn at each size (hashing the
+request; linear in the input the SDK sends anyway, each item redacted only once).
 
 Run: ``.venv/bin/python bench/openai_session.py`` (about a minute; ``--items 1000`` for a quick look). Prints one
 JSON object on stdout; progress goes to stderr. Needs the ``openai-agents`` extra.
@@ -37,6 +38,7 @@ try:
     from agents.memory.sqlite_session import SQLiteSession
 
     from safepoint.integrations.openai_agents import SafepointSession
+    from safepoint.integrations.openai_agents_tools import DurableModel
 except ImportError:  # pragma: no cover - told to the user
     sys.exit("bench/openai_session.py needs the SDK: pip install -e '.[openai-agents]'")
 
@@ -77,6 +79,21 @@ async def measure(session: Any, items: int, at: list[int], window: int, limit: i
     return {str(a): summary(s, 1e3, 1) for a, s in samples.items() if s}
 
 
+def key_cost(session: SafepointSession, items: list[Any], turns: int = 20) -> dict[str, float]:
+    """What ``durable_model`` adds to a turn: the request's key over ``items`` plus one new item a turn (each item
+    is redacted once, then remembered), after a first turn that redacts them all."""
+    model = DurableModel(session, None)  # type: ignore[arg-type]  # the key needs no model behind it
+    items = list(items)
+    model.key(None, items, [])
+    samples = []
+    for n in range(turns):
+        items.append({"role": "user", "content": f"new {n}"})
+        started = time.perf_counter_ns()
+        model.key(None, items, [])
+        samples.append(time.perf_counter_ns() - started)
+    return summary(samples, 1e3, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=3000)
@@ -98,7 +115,9 @@ def main() -> None:
         started = time.perf_counter_ns()
         session = SafepointSession.open(sp, "bench")
         open_ms = (time.perf_counter_ns() - started) / 1e6
-        size = len(asyncio.run(session.get_items()))
+        everything = asyncio.run(session.get_items())
+        size = len(everything)
+        model_key_us = {str(a): key_cost(session, everything[:a]) for a in at}
         session.close()
         log("sqlite session")
         db = os.path.join(parent, "sessions.db")
@@ -117,7 +136,7 @@ def main() -> None:
             {
                 "items": size,
                 "limit": args.limit,
-                "safepoint": {"per_turn_us": ours, "open_ms": round(open_ms, 1)},
+                "safepoint": {"per_turn_us": ours, "open_ms": round(open_ms, 1), "model_key_us": model_key_us},
                 "sqlite": {"per_turn_us": theirs, "open_ms": round(sqlite_open_ms, 1)},
                 "sqlite_synchronous": synchronous,
                 "ratios": {
