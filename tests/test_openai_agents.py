@@ -365,6 +365,23 @@ def test_a_finished_call_is_taken_from_the_ledger_after_a_crash(tmp_path: Path) 
     session.close()
 
 
+def test_a_call_id_reused_for_other_arguments_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    from safepoint.errors import ExitCode
+    from safepoint.integrations.openai_agents_tools import SafepointToolError
+
+    sp = opened(tmp_path)
+    notes = tmp_path / "notes.txt"
+    session = SafepointSession.open(sp, "reuse")
+    first = [[function_call("append_line", {"text": "a"}, call_id="same")], [assistant_message("done")]]
+    run(Runner.run(agent_for(session, first, [append_tool(notes)]), "one", session=session))
+    other = [[function_call("append_line", {"text": "zzz"}, call_id="same")], [assistant_message("done")]]
+    with pytest.raises(SafepointToolError, match="call id 'same' is recorded for another call") as raised:
+        run(Runner.run(agent_for(session, other, [append_tool(notes)]), "two", session=session))
+    assert raised.value.exit_code == ExitCode.FAILED and "\n" not in str(raised.value)
+    assert notes.read_text() == "a\n"  # neither the old output handed back for new arguments, nor a second run
+    session.close()
+
+
 def test_a_recorded_turn_answers_only_the_same_question_of_the_same_session_version(tmp_path: Path) -> None:
     sp = opened(tmp_path)
     session = SafepointSession.open(sp, "regen")
