@@ -382,6 +382,24 @@ def test_a_call_id_reused_for_other_arguments_stops_the_run_in_one_line(tmp_path
     session.close()
 
 
+def test_arguments_a_model_broke_are_ledgered_and_answered_by_the_sdk(tmp_path: Path) -> None:
+    from openai.types.responses import ResponseFunctionToolCall
+
+    sp = opened(tmp_path)
+    notes = tmp_path / "notes.txt"
+    session = SafepointSession.open(sp, "broken")
+    deep = "[" * 500  # (100,000 of them: the SDK's own json.loads dies of a RecursionError before any tool runs)
+    broken = [
+        ResponseFunctionToolCall(type="function_call", name="append_line", arguments=text, call_id=f"b{n}")
+        for n, text in enumerate(['{"text": "a"', deep, "[1, 2]"])
+    ]
+    steps = [broken, [assistant_message("done")]]
+    result = run(Runner.run(agent_for(session, steps, [append_tool(notes)]), "go", session=session))
+    assert result.final_output == "done" and not notes.exists()  # the tool never ran on arguments it could not read
+    assert sorted(e.call_id for e in sp.ledger(session.run.run_id)) == ["b0", "b1", "b2"]
+    session.close()
+
+
 def test_a_recorded_turn_answers_only_the_same_question_of_the_same_session_version(tmp_path: Path) -> None:
     sp = opened(tmp_path)
     session = SafepointSession.open(sp, "regen")

@@ -48,6 +48,7 @@ from agents.tool_context import ToolContext
 from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputItem
 from pydantic import TypeAdapter
 
+from safepoint.core.resume import model_call_id
 from safepoint.engine.log_writer import redacted_arguments
 from safepoint.engine.tools import ToolContext as LedgerContext
 from safepoint.engine.tools import tool
@@ -91,8 +92,14 @@ def args_digest(args: Any) -> str:
 
 
 def _arguments(args_json: str) -> dict[str, Any]:
-    value = json.loads(args_json) if args_json.strip() else {}
-    return value if isinstance(value, dict) else {"arguments": value}
+    """The call's arguments as the ledger keeps them. Text that is not a JSON object (a model's broken or hostile
+    output) is kept as it came, under ``arguments_json``: the call is still ledgered, and the SDK's own tool
+    answers the model about it as it would without safepoint."""
+    try:
+        value = json.loads(args_json) if args_json.strip() else {}
+    except (ValueError, RecursionError):
+        return {"arguments_json": args_json}
+    return value if isinstance(value, dict) else {"arguments_json": args_json}
 
 
 class _Ledgered:
@@ -153,7 +160,7 @@ class _Ledgered:
             call_id = ctx.tool_call_id
             args = _arguments(args_json)
             run = self.session.run
-            known = call_id in run.session.ledger
+            known = model_call_id(call_id) in run.session.ledger  # the id as the ledger keys it
             if not known and redacted_arguments(args):
                 # A saved RunState came back through redaction: running it would send "[REDACTED:...]" where the
                 # person's value was. Refused, as a resume refuses to re-run such a call.
