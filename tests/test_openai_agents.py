@@ -98,7 +98,9 @@ def test_items_are_kept_across_processes_on_both_stores(tmp_path: Path, store_ur
     again.close()
     third = SafepointSession.open(sp, "chat-1")
     assert run(third.get_items()) == [user]
-    assert run(SafepointSession.open(sp, "chat-2").get_items()) == []  # another session, another run
+    other = SafepointSession.open(sp, "chat-2")
+    assert run(other.get_items()) == []  # another session, another run
+    other.close()
     third.close()
 
 
@@ -131,6 +133,7 @@ def test_a_second_writer_is_refused_and_a_displaced_one_cannot_write(tmp_path: P
         run(first.add_items([{"role": "user", "content": "lost"}]))  # the displaced writer is fenced off
     run(second.add_items([{"role": "user", "content": "two"}]))
     second.close()
+    first.close()  # a displaced writer gives up nothing (its release cannot undo the new owner)
     third = SafepointSession.open(sp, "shared")
     assert [i["content"] for i in run(third.get_items())] == ["one", "two"]
     third.close()
