@@ -67,9 +67,13 @@ def opened(tmp_path: Path, url: str | None = None, **options: Any) -> safepoint.
     return OPENED[-1]
 
 
-def store_bytes(tmp_path: Path) -> bytes:
-    root = tmp_path / "ws" / ".safepoint"
-    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+def store_bytes(sp: safepoint.Safepoint) -> bytes:
+    """Every byte the store keeps (it must hold some: a check of nothing would pass whatever was written)."""
+    folder = sp.store.local_dir()
+    assert folder is not None
+    data = b"".join(p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file())
+    assert len(data) > 1000
+    return data
 
 
 # the session -------------------------------------------------------------------------------------------------------
@@ -218,7 +222,8 @@ def test_items_are_redacted_before_they_are_written(tmp_path: Path) -> None:
     run(session.add_items([item]))
     assert run(session.get_items()) == [item]  # the live process keeps what it was given
     session.close()
-    assert TOKEN.encode() not in store_bytes(tmp_path)
+    stored = store_bytes(sp)
+    assert TOKEN.encode() not in stored and b"deploy with" in stored  # (the text around it is there: the right bytes)
     [kept] = run(SafepointSession.open(sp, "secret").get_items())
     assert TOKEN not in kept["content"] and "[REDACTED" in kept["content"]
 
@@ -229,7 +234,7 @@ def test_items_are_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
     session = SafepointSession.open(sp, "sealed")
     run(session.add_items([{"role": "user", "content": "the plaintext marmalade"}]))
     session.close()
-    assert b"marmalade" not in store_bytes(tmp_path)
+    assert b"marmalade" not in store_bytes(sp)
     again = SafepointSession.open(opened(tmp_path, key=key), "sealed")
     assert run(again.get_items()) == [{"role": "user", "content": "the plaintext marmalade"}]
     again.close()
@@ -602,7 +607,8 @@ def test_a_secret_in_a_waiting_call_never_reaches_the_store_nor_runs_redacted(tm
     ]
     assert run(run_durably(agent_for(session, steps, [login, deploy]), "deploy", session=session)).interruptions
     session.close()
-    assert TOKEN.encode() not in store_bytes(tmp_path)  # the turns, the items, the state: all redacted
+    stored = store_bytes(sp)
+    assert TOKEN.encode() not in stored and b"schemaVersion" in stored  # the turns, the items, the state: redacted
     session = SafepointSession.open(sp, "secret-state")
     agent = agent_for(session, [[assistant_message("ok")]], [login, deploy])
     state = run(session.load_state(agent))  # the SDK's fingerprints of the real arguments no longer bind it
