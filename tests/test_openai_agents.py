@@ -177,6 +177,26 @@ def test_a_session_held_by_another_process_is_refused_then_continued(tmp_path: P
     session.close()
 
 
+def test_a_damaged_item_is_never_silently_dropped(tmp_path: Path) -> None:
+    from safepoint.errors import DamagedLogError, ExitCode
+
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "damaged")
+    for n in range(3):
+        run(session.add_items([{"role": "user", "content": f"item-{n}-marker"}]))
+    session.close()
+    folder = sp.store.local_dir()
+    assert folder is not None
+    [log] = [p for p in Path(folder).rglob("*.jsonl") if b"item-1-marker" in p.read_bytes()]
+    log.write_bytes(log.read_bytes().replace(b"item-1-marker", b"item-1-markeX"))  # a flipped byte on disk
+    with pytest.raises(DamagedLogError, match="may have held its items") as raised:
+        SafepointSession.open(sp, "damaged")
+    assert raised.value.exit_code == ExitCode.DAMAGED
+    session = SafepointSession.open(sp, "damaged", accept_damage=True)  # a person chose to go on
+    assert [i["content"] for i in run(session.get_items())] == ["item-0-marker", "item-2-marker"]
+    session.close()
+
+
 HOSTILE = ["../../etc/passwd", "a\x00b", "é" * 300, "Chat", "chat", "oa_s_chat", "x" * 65, " ", "a/b\\c", "\ud800"]
 
 

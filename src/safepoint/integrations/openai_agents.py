@@ -57,7 +57,7 @@ from agents import Agent, RunResult, RunState
 from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
-from safepoint.errors import DecisionNeeded, RunExistsError, RunNotFoundError
+from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -194,6 +194,7 @@ class SafepointSession:
         replay: Iterable[str] = (),
         skip: Iterable[str] = (),
         takeover: bool = False,
+        accept_damage: bool = False,
         session_settings: SessionSettings | None = None,
     ) -> SafepointSession:
         """Claim the session's run: create it, or resume it (a restart, or after a crash).
@@ -202,7 +203,9 @@ class SafepointSession:
         that died without its lease running out: the old holder's next write is then refused), and
         ``DecisionNeeded`` when a tool call was started and never finished and its policy asks a person: open
         again with ``skip=[call_id]`` (do not run it again: the model is told it may have happened) or
-        ``replay=[call_id]`` (run it again).
+        ``replay=[call_id]`` (run it again). Raises ``DamagedLogError`` (exit code 12) when records of the
+        session's log fail their checksum or are missing: they may have held items, so the session is not opened
+        on its word unless ``accept_damage=True`` (go on with the items that remain).
         """
         run_id = run_id_for(session_id)
         try:
@@ -223,6 +226,14 @@ class SafepointSession:
             said = str(exc).replace("resume with --replay CALL_ID", "open it with replay=[CALL_ID]")
             said = said.replace("or --skip CALL_ID", "or skip=[CALL_ID]").replace("only --skip", "only skip")
             raise DecisionNeeded(f"session {session_id!r}: {said}") from exc
+        damage = [problem for problem in run.session.view.problems if problem.kind != "torn"]  # torn: never acked
+        if damage and not accept_damage:
+            run.close()
+            raise DamagedLogError(
+                f"session {session_id!r}: {len(damage)} record(s) of run {run_id}'s log are damaged or missing "
+                f"({damage[0].detail}) and may have held its items; `safepoint fsck {run_id}` shows them; "
+                "open it with accept_damage=True to go on with the items that remain"
+            )
         return cls(run, session_id, session_settings=session_settings)
 
     # the Session protocol ---------------------------------------------------------------------------------------
