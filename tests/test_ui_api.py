@@ -1,0 +1,307 @@
+"""The review page in process (issue 13, the review page): every page and JSON endpoint on real runs, hostile text
+shown as text, large diffs capped, a long timeline paged, library errors as their one line with an HTTP code, and
+the guard: loopback only, the Host header (DNS rebinding), the token, and writes from another site refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("starlette", reason="the ui extra is not installed")
+
+from starlette.testclient import TestClient  # noqa: E402
+
+import safepoint  # noqa: E402
+import safepoint.timeline  # noqa: E402
+from safepoint.errors import ConfigError, ExitCode  # noqa: E402
+from safepoint.ui.app import create_app  # noqa: E402
+from safepoint.ui.guard import loopback_hosts  # noqa: E402
+from safepoint.ui.serve import bind, loopback  # noqa: E402
+
+from .conftest import safepoint_in_process  # noqa: E402
+from .ui_runs import BIDI, SCRIPT_TAG, conflicted_run, hostile_run, waiting_run  # noqa: E402
+
+TOKEN = "t0ken-of-this-server"
+PORT = 8780
+BASE = f"http://127.0.0.1:{PORT}"
+ESCAPED_TAG = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ui")
+    ws = tmp / "ws"
+    ws.mkdir()
+    hostile_run(ws)
+    conflicted_run(ws)
+    waiting_run(ws, tmp)
+    return ws
+
+
+@pytest.fixture
+def own(tmp_path):
+    """A workspace of this test's own, for a test that writes: a conflicted run."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    conflicted_run(ws)
+    return ws
+
+
+@pytest.fixture
+def sp(request):
+    where = request.getfixturevalue("own" if "own" in request.fixturenames else "ws")
+    opened = safepoint.open(workspace=str(where))
+    yield opened
+    opened.close()
+
+
+def program(sp):
+    """A program's client: the token in its header, the Host this server answers to."""
+    app = create_app(sp, token=TOKEN, hosts=loopback_hosts(PORT))
+    return TestClient(app, base_url=BASE, headers={"x-safepoint-token": TOKEN}, follow_redirects=False)
+
+
+@pytest.fixture
+def client(sp):
+    return program(sp)
+
+
+@pytest.fixture
+def browser(sp):
+    """A browser's client: it came in by the printed link, so it holds the cookie (and no header)."""
+    app = create_app(sp, token=TOKEN, hosts=loopback_hosts(PORT))
+    tab = TestClient(app, base_url=BASE, follow_redirects=False)
+    entered = tab.get(f"/?token={TOKEN}")
+    assert entered.status_code == 303 and entered.headers["location"] == "/"
+    cookie = entered.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    return tab
+
+
+# pages and escaping ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/", "/approvals", "/runs/hostile", "/runs/conflicted/conflicts", "/runs/waiting"])
+def test_every_page_shows_hostile_text_as_text_and_runs_no_script(browser, path):
+    page = browser.get(path)
+    assert page.status_code == 200, page.text
+    assert "<script" not in page.text.lower()  # no markup of the model's, the task's or a file name's
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src" not in policy and "frame-ancestors 'none'" in policy
+    assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_run_page_tells_the_model_text_calls_states_verdicts_and_diffs(browser):
+    text = browser.get("/runs/hostile").text
+    assert f"model says {ESCAPED_TAG} &amp; &lt;b&gt;bold&lt;/b&gt;" in text
+    assert "read\\u202etxt.exe" in text and BIDI not in text  # a bidi override is shown, not obeyed
+    assert "planned → started → succeeded" in text
+    assert "a resume would <b>take outcome</b>" in text  # explain's verdict, per call
+    assert f'<span class="add">+{ESCAPED_TAG}</span>' in text  # the diff's line, escaped
+    assert "&#34;&gt;&lt;script&gt;alert(&#39;name&#39;)" in text  # the hostile file name, escaped
+    # a diff of 3,000 lines is cut to 400 on the page and says where the rest is
+    assert text.count('<span class="add">+x</span>') == 397
+    assert "more lines: `safepoint diff hostile --call c2` shows them" in text
+
+
+def test_the_runs_page_says_what_waits_for_a_person(browser):
+    text = browser.get("/").text
+    assert text.index("/runs/waiting") < text.index("/runs/hostile")  # the latest activity first
+    assert '<a href="/approvals">1 approval(s)</a>' in text
+    assert "waiting approval" in text and ESCAPED_TAG in text
+
+
+def test_the_conflicts_page_shows_the_three_versions_and_the_three_buttons(browser):
+    text = browser.get("/runs/conflicted/conflicts").text
+    assert "before the agent" in text and "the agent's version" in text and "the file now" in text
+    assert "<pre>line1\nline2\nline3\n</pre>" in text  # before the agent
+    assert "<pre>line1\nAGENT\nline3\n</pre>" in text  # the agent's version
+    assert "<pre>line1\nAGENT\nline3\nuser tail\n</pre>" in text  # the file now
+    for what in ("keep_user", "apply_agent", "manual_merge"):
+        assert text.count(f'name="resolution" value="{what}"') == 2
+    # the hostile name goes back to the server in an attribute: escaped there too, never breaking out of it
+    assert 'value="&#34;\\&#34;&gt;&lt;script&gt;' in text
+
+
+def test_a_timeline_of_many_items_is_paged(browser, sp, monkeypatch):
+    whole = sp.timeline("hostile")
+    assert whole.pages == 1 and whole.total == len(whole.items) == 6
+    second = sp.timeline("hostile", page=2, per_page=4)
+    assert (second.page, second.pages, second.total) == (2, 2, 6)
+    assert [i.call.call_id for i in second.items if i.call] == ["c3"]
+    with pytest.raises(ConfigError, match="page 3 does not exist"):
+        sp.timeline("hostile", page=3, per_page=4)
+    monkeypatch.setattr(safepoint.timeline, "PER_PAGE", 2)
+    page = browser.get("/runs/hostile?page=2").text
+    assert "page 2 of 3 (6 items)" in page and 'href="?page=3" rel="next"' in page
+    assert 'id="call-c1"' in page and 'id="call-c2"' in page and 'id="call-c3"' not in page
+    assert browser.get("/runs/hostile?page=9").status_code == 400
+    assert browser.get("/runs/hostile?page=x%3Cy").status_code == 400
+
+
+def test_an_unknown_run_is_a_404_and_a_bad_id_a_400_with_the_librarys_line_escaped(browser, client):
+    page = browser.get("/runs/%3Cscript%3Ex")
+    assert page.status_code == 400
+    assert "run id &#39;&lt;script&gt;x&#39; is not valid" in page.text and "<script>" not in page.text
+    assert browser.get("/runs/nope").status_code == 404
+    api = client.get("/api/runs/nope")
+    assert api.status_code == 404
+    body = api.json()
+    assert body["exit_code"] == ExitCode.NOT_FOUND and body["error"].startswith("run 'nope' not found in store")
+    assert "\n" not in body["error"]
+
+
+# the JSON API --------------------------------------------------------------------------------------------------
+def test_the_api_lists_runs_and_tells_a_run_and_its_conflicts(client):
+    runs = client.get("/api/runs").json()
+    assert {r["summary"]["run_id"] for r in runs} == {"hostile", "conflicted", "waiting"}
+    waiting = next(r for r in runs if r["summary"]["run_id"] == "waiting")
+    assert [a["call_id"] for a in waiting["approvals"]] == ["call_1"]
+    run = client.get("/api/runs/hostile").json()
+    assert run["total"] == 6 and run["items"][1]["text"].startswith(f"model says {SCRIPT_TAG}")
+    call = next(i["call"] for i in run["items"] if i["kind"] == "call" and i["call"]["call_id"] == "c1")
+    assert call["states"] == ["planned", "started", "succeeded"] and call["verdict"]["action"] == "take_outcome"
+    assert call["diffs"][0]["diff"].endswith(f"+{SCRIPT_TAG}\n")
+    sides = client.get("/api/runs/conflicted/conflicts").json()
+    merged = next(s for s in sides if s["conflict"]["path"] == "f.txt")
+    assert (merged["before"], merged["agent"], merged["now"]) == (
+        "line1\nline2\nline3\n",
+        "line1\nAGENT\nline3\n",
+        "line1\nAGENT\nline3\nuser tail\n",
+    )
+
+
+def test_the_api_resolves_a_conflict_and_refuses_what_is_wrong(own, client, sp):
+    ws = own
+    bad = client.post("/api/runs/conflicted/resolve", json={"path": "f.txt", "resolution": "overwrite"})
+    assert bad.status_code == 400 and "keep_user, apply_agent, manual_merge" in bad.json()["error"]
+    unknown = client.post("/api/runs/conflicted/resolve", json={"path": "nope.txt", "resolution": "keep_user"})
+    assert unknown.status_code == 404 and "has no pending conflict" in unknown.json()["error"]
+    assert client.post("/api/runs/conflicted/resolve", json=["f.txt"]).status_code == 400
+    assert client.post("/api/runs/conflicted/resolve", json={"path": 3, "resolution": "x"}).status_code == 400
+    done = client.post("/api/runs/conflicted/resolve", json={"path": "f.txt", "resolution": "manual_merge"})
+    assert done.status_code == 200, done.text
+    assert done.json()["resolution"] == "manual_merge"
+    assert (ws / "f.txt").read_text() == "line1\nline2\nline3\nuser tail\n"  # the agent's change out, the user's kept
+    assert len(sp.conflicts("conflicted")) == 1 and "f.txt" not in {c.path for c in sp.conflicts("conflicted")}
+    again = client.post("/api/runs/conflicted/resolve", json={"path": "f.txt", "resolution": "keep_user"})
+    assert again.status_code == 404
+
+
+def test_the_api_approves_once_and_the_run_reflects_it(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    waiting_run(ws, tmp_path)
+    sp = safepoint.open(workspace=str(ws))
+    client = program(sp)
+    unknown = client.post("/api/runs/waiting/deny", json={"call_id": "call_9"})
+    assert unknown.status_code == 404 and unknown.json()["exit_code"] == ExitCode.USAGE
+    done = client.post("/api/runs/waiting/approve", json={"call_id": "call_1"})
+    assert done.status_code == 200, done.text
+    assert done.json()["approved"] is True and done.json()["attended"] is False
+    assert sp.approvals() == []
+    twice = client.post("/api/runs/waiting/deny", json={"call_id": "call_1"})
+    assert twice.status_code == 409 and "approved already by safepoint ui" in twice.json()["error"]
+    sp.close()
+
+
+# the guard -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("host", ["evil.example", f"evil.example:{PORT}", "127.0.0.1:9999", "", "127.0.0.1"])
+def test_a_foreign_host_header_is_refused_for_reads_and_writes(client, host):
+    """DNS rebinding: a page of evil.example resolved to 127.0.0.1 sends its own name; the token does not help."""
+    got = client.get("/api/runs", headers={"host": host})
+    assert got.status_code == 403 and "is refused" in got.json()["error"]
+    posted = client.post("/api/runs/waiting/approve", json={"call_id": "call_1"}, headers={"host": host})
+    assert posted.status_code == 403
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])
+def test_the_loopback_names_of_this_port_are_served(client, host):
+    assert client.get("/api/runs", headers={"host": f"{host}:{PORT}"}).status_code == 200
+
+
+def test_without_the_token_nothing_is_shown(sp):
+    app = create_app(sp, token=TOKEN, hosts=loopback_hosts(PORT))
+    stranger = TestClient(app, base_url=BASE, follow_redirects=False)
+    assert stranger.get("/").status_code == 401
+    assert stranger.get("/api/runs").status_code == 401
+    assert stranger.get("/api/runs", headers={"x-safepoint-token": "guess"}).status_code == 401
+    assert stranger.get("/?token=guess").status_code == 401
+    stranger.cookies.set("safepoint_ui", "guess")
+    assert stranger.get("/").status_code == 401
+    stranger.cookies.clear()
+    entered = stranger.get(f"/runs/hostile?page=1&token={TOKEN}")
+    assert entered.status_code == 303 and entered.headers["location"] == "/runs/hostile?page=1"
+
+
+def test_the_cookie_alone_never_writes(browser, ws):
+    """A forged form from another tab carries the cookie (when the browser sends it) but not the form's token."""
+    form = browser.post("/runs/conflicted/resolve", data={"path": "f.txt", "resolution": "apply_agent"})
+    assert form.status_code == 403 and "stale or forged" in form.text
+    api = browser.post("/api/runs/conflicted/resolve", json={"path": "f.txt", "resolution": "apply_agent"})
+    assert api.status_code == 403 and "X-Safepoint-Token" in api.json()["error"]
+    assert (ws / "f.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "http://evil.example"},
+        {"origin": "http://127.0.0.1:9999"},  # another program on this machine: same site, another origin
+        {"origin": "null"},
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+    ],
+)
+def test_a_write_from_another_site_is_refused_even_with_the_token(browser, client, headers):
+    form = browser.post(
+        "/runs/waiting/deny", data={"csrf": TOKEN, "call_id": "call_1", "back": "approvals"}, headers=headers
+    )
+    assert form.status_code == 403, form.text
+    api = client.post("/api/runs/waiting/deny", json={"call_id": "call_1"}, headers=headers)
+    assert api.status_code == 403
+
+
+def test_the_api_takes_json_only(client):
+    plain = client.post(
+        "/api/runs/waiting/deny", content=json.dumps({"call_id": "call_1"}), headers={"content-type": "text/plain"}
+    )
+    assert plain.status_code == 415
+
+
+def test_a_form_of_the_page_resolves_and_comes_back(own, browser, sp):
+    ws = own
+    resolved = browser.post(
+        "/runs/conflicted/resolve",
+        data={"csrf": TOKEN, "path": "f.txt", "resolution": "keep_user"},
+        headers={"origin": BASE, "sec-fetch-site": "same-origin"},
+    )
+    assert resolved.status_code == 303 and resolved.headers["location"] == "/runs/conflicted/conflicts"
+    assert (ws / "f.txt").read_text() == "line1\nAGENT\nline3\nuser tail\n"
+    assert "f.txt" not in {c.path for c in sp.conflicts("conflicted")}
+    page = browser.get("/runs/conflicted/conflicts").text
+    assert 'name="path" value="f.txt"' not in page
+
+
+# serving -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "example.com", "10.0.0.1", ""])
+def test_only_loopback_is_served(host):
+    with pytest.raises(ConfigError, match="loopback only"):
+        loopback(host)
+
+
+def test_loopback_names_are_taken_and_port_0_picks_a_free_one():
+    assert loopback("localhost") == "127.0.0.1" and loopback("127.0.0.2") == "127.0.0.2"
+    assert loopback("::1") == "::1" and loopback("[::1]") == "::1"
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.getsockname()[1] > 0
+        with pytest.raises(ConfigError, match="pass another --port"):
+            bind("127.0.0.1", sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+def test_the_command_refuses_another_address_in_one_line(tmp_path):
+    done = safepoint_in_process("ui", "--host", "0.0.0.0", "-w", tmp_path)
+    assert done.returncode == ExitCode.USAGE
+    assert done.stderr.count("\n") == 1 and "loopback only" in done.stderr and "Traceback" not in done.stderr
