@@ -7,20 +7,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from starlette.testclient import TestClient
 
-pytest.importorskip("starlette", reason="the ui extra is not installed")
+import safepoint
+import safepoint.timeline
+from safepoint.errors import ConfigError, ExitCode
+from safepoint.ui.app import create_app
+from safepoint.ui.guard import loopback_hosts
+from safepoint.ui.serve import bind, loopback
 
-from starlette.testclient import TestClient  # noqa: E402
-
-import safepoint  # noqa: E402
-import safepoint.timeline  # noqa: E402
-from safepoint.errors import ConfigError, ExitCode  # noqa: E402
-from safepoint.ui.app import create_app  # noqa: E402
-from safepoint.ui.guard import loopback_hosts  # noqa: E402
-from safepoint.ui.serve import bind, loopback  # noqa: E402
-
-from .conftest import safepoint_in_process  # noqa: E402
-from .ui_runs import BIDI, SCRIPT_TAG, conflicted_run, hostile_run, waiting_run  # noqa: E402
+from .conftest import safepoint_in_process
+from .ui_runs import BIDI, SCRIPT_TAG, conflicted_run, hostile_run, waiting_run
 
 TOKEN = "t0ken-of-this-server"
 PORT = 8780
