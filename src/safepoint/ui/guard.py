@@ -38,7 +38,9 @@ SECURITY_HEADERS = [
     ),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with the page's own forms,
+    # which the write check must refuse (a sandboxed frame or a data: page sends that too).
+    (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
