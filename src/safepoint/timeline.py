@@ -187,8 +187,8 @@ def build_timeline(
         for asked_for in message.tool_calls:
             if asked_for.call_id not in listed:
                 listed.add(asked_for.call_id)
-                entry = ledger.get(asked_for.call_id)
-                order.append((None, _step_of(entry.step_id) if entry else step, asked_for.call_id))
+                known = ledger.get(asked_for.call_id)
+                order.append((None, _step_of(known.step_id) if known else step, asked_for.call_id))
     for call_id, entry in ledger.items():
         if call_id not in listed:
             listed.add(call_id)
