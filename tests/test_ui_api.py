@@ -72,7 +72,7 @@ def browser(sp):
     entered = tab.get(f"/?token={TOKEN}")
     assert entered.status_code == 303 and entered.headers["location"] == "/"
     cookie = entered.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert cookie.startswith(f"safepoint_ui_{PORT}={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
     return tab
 
 
@@ -197,7 +197,11 @@ def test_the_api_approves_once_and_the_run_reflects_it(tmp_path):
     assert done.json()["approved"] is True and done.json()["attended"] is False
     assert sp.approvals() == []
     twice = client.post("/api/runs/waiting/deny", json={"call_id": "call_1"})
-    assert twice.status_code == 409 and "approved already by safepoint ui" in twice.json()["error"]
+    assert (
+        twice.status_code == 409
+        and "approved already by " in twice.json()["error"]
+        and "(safepoint ui)" in twice.json()["error"]
+    )
     sp.close()
 
 
@@ -223,7 +227,7 @@ def test_without_the_token_nothing_is_shown(sp):
     assert stranger.get("/api/runs").status_code == 401
     assert stranger.get("/api/runs", headers={"x-safepoint-token": "guess"}).status_code == 401
     assert stranger.get("/?token=guess").status_code == 401
-    stranger.cookies.set("safepoint_ui", "guess")
+    stranger.cookies.set(f"safepoint_ui_{PORT}", "guess")
     assert stranger.get("/").status_code == 401
     stranger.cookies.clear()
     entered = stranger.get(f"/runs/hostile?page=1&token={TOKEN}")
@@ -302,3 +306,49 @@ def test_the_command_refuses_another_address_in_one_line(tmp_path):
     done = safepoint_in_process("ui", "--host", "0.0.0.0", "-w", tmp_path)
     assert done.returncode == ExitCode.USAGE
     assert done.stderr.count("\n") == 1 and "loopback only" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_command_says_a_busy_port_in_one_line(tmp_path):
+    sock = bind("127.0.0.1", 0)
+    try:
+        done = safepoint_in_process("ui", "--port", sock.getsockname()[1], "-w", tmp_path)
+    finally:
+        sock.close()
+    assert done.returncode == ExitCode.USAGE and "pass another --port" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_the_command_serves_its_printed_address_until_ctrl_c(ws):
+    """A real `safepoint ui`: the address it prints (with the token) answers, another Host does not; Ctrl-C ends it."""
+    import signal
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    from .conftest import PY, cli_env, read_until
+
+    served = subprocess.Popen(
+        [PY, "-m", "safepoint", "ui", "--port", "0", "-w", str(ws)],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = next(ln for ln in read_until(served, "Ctrl-C").splitlines() if ln.startswith("safepoint ui: "))
+        address = line.removeprefix("safepoint ui: ")
+        assert address.startswith("http://127.0.0.1:") and "/?token=" in address
+        base, token = address.split("/?token=")
+        ask = urllib.request.Request(f"{base}/api/runs", headers={"X-Safepoint-Token": token})
+        with urllib.request.urlopen(ask, timeout=30) as answer:
+            assert {r["summary"]["run_id"] for r in json.load(answer)} == {"hostile", "conflicted", "waiting"}
+        rebound = urllib.request.Request(
+            f"{base}/api/runs", headers={"X-Safepoint-Token": token, "Host": "attacker.example"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(rebound, timeout=30)
+        assert refused.value.code == 403
+    finally:
+        served.send_signal(signal.SIGINT)
+        _, err = served.communicate(timeout=60)
+    assert served.returncode == 0 and "Traceback" not in err, err

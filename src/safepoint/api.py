@@ -383,10 +383,10 @@ class Safepoint:
     def timeline(self, run_id: str, *, page: int = 1, per_page: int | None = None) -> Timeline:
         """One page of the run's timeline (``safepoint.timeline``): messages and calls with their ledger states,
         explain's verdict, outputs and diffs, and the recovery note."""
-        from safepoint import timeline
+        from safepoint import review, timeline
 
-        explanation = self.explain(run_id)
-        approvals = self.approvals(run_id)
+        explanation = self.explain(run_id)  # an unknown run is said here
+        approvals = review.pending_approvals(self.store, [run_id])
         with self._session(run_id, read_only=True) as session:
             return timeline.build_timeline(
                 session, explanation, approvals, page=page, per_page=per_page or timeline.PER_PAGE

@@ -112,6 +112,7 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
     """The page and the API for the store and workspace of ``sp``, behind ``Guard`` (``hosts``: the Host
     headers it answers to; ``token``: the server's)."""
     env = _templates()
+    who = f"{_user()} (safepoint ui)"  # recorded with an answer: the person at this machine, through the page
     css = (HERE / "static" / "ui.css").read_bytes()
     lock = threading.Lock()
 
@@ -229,8 +230,8 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
         if not call_id:
             raise ConfigError("say which call to answer: its call_id")
         if approved:
-            return call(lambda: sp.approve(run_id, call_id, by="safepoint ui"))
-        return call(lambda: sp.deny(run_id, call_id, by="safepoint ui"))
+            return call(lambda: sp.approve(run_id, call_id, by=who))
+        return call(lambda: sp.deny(run_id, call_id, by=who))
 
     async def _in_thread(fn: Callable[[], Any]) -> Any:
         from starlette.concurrency import run_in_threadpool
@@ -289,6 +290,15 @@ def _text(body: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"the body needs {key!r}, a string")
     return value
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): the page still says where it came from
+        return "user"
 
 
 def new_token() -> str:

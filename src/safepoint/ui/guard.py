@@ -64,6 +64,10 @@ class Guard:
         self.token = token
         self.hosts = frozenset(h.lower() for h in hosts)
         self.origins = frozenset(f"http://{h}" for h in self.hosts)
+        # A cookie is sent to every port of a host: one name per port, so two pages (two stores) open side by
+        # side do not log each other out.
+        ports = {h.rpartition(":")[2] for h in self.hosts if h.rpartition(":")[2].isdigit()}
+        self.cookie = f"{COOKIE}_{ports.pop()}" if len(ports) == 1 else COOKIE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -84,7 +88,7 @@ class Guard:
         if method in SAFE_METHODS and "token" in query:
             await self._enter(send, scope, query)
             return
-        cookie = _cookies(headers.get("cookie", "")).get(COOKIE)
+        cookie = _cookies(headers.get("cookie", "")).get(self.cookie)
         by_header = same(headers.get(HEADER), self.token)
         if not (by_header or same(cookie, self.token)):
             await _refuse(
@@ -139,7 +143,7 @@ class Guard:
                 "status": 303,
                 "headers": [
                     (b"location", target.encode("latin-1", errors="replace")),
-                    (b"set-cookie", f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode()),
+                    (b"set-cookie", f"{self.cookie}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode()),
                     *SECURITY_HEADERS,
                 ],
             }
