@@ -352,3 +352,24 @@ def test_the_command_serves_its_printed_address_until_ctrl_c(ws):
         served.send_signal(signal.SIGINT)
         _, err = served.communicate(timeout=60)
     assert served.returncode == 0 and "Traceback" not in err, err
+
+
+def test_the_ui_command_adds_nothing_to_start_up(tmp_path):
+    """`--help` and `status` never import the page's stack (Starlette, uvicorn, Jinja2) nor the page itself."""
+    import subprocess
+
+    from .conftest import PY, cli_env
+
+    probe = (
+        "import json, sys\n"
+        "from typer.testing import CliRunner\n"
+        "from safepoint.cli.app import app\n"
+        "codes = [CliRunner().invoke(app, argv).exit_code for argv in (['--help'], ['ui', '--help'], "
+        f"['status', '-w', {str(tmp_path)!r}])]\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn', 'jinja2')"
+        " or m.startswith(('safepoint.ui', 'safepoint.timeline')))\n"
+        "print(json.dumps({'codes': codes, 'heavy': heavy}))\n"
+    )
+    done = subprocess.run([PY, "-c", probe], env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"codes": [0, 0, 0], "heavy": []}
