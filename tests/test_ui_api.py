@@ -373,3 +373,26 @@ def test_the_ui_command_adds_nothing_to_start_up(tmp_path):
     done = subprocess.run([PY, "-c", probe], env=cli_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"codes": [0, 0, 0], "heavy": []}
+
+
+def test_a_large_conflict_is_capped_on_its_page(tmp_path):
+    """A conflict over a file of 3,000 long lines: its two diffs cut at 400 lines, its versions at 200,000
+    characters, each saying so; the page stays small."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    before = "".join(f"{i:04d} {'b' * 95}\n" for i in range(3000))
+    agent = "".join(f"{i:04d} {'a' * 95}\n" for i in range(3000))
+    (ws / "big.txt").write_text(before)
+    sp = safepoint.open(workspace=str(ws))
+    with sp.start("t", run_id="big") as run:
+        start = run.checkpoint()
+        run.call("write_file", {"path": "big.txt", "content": agent}, call_id="w1")
+    (ws / "big.txt").write_text(agent + "user\n")
+    sp.rollback_files("big", start)
+    [sides] = sp.conflict_sides("big")
+    assert sides.conflict.agent_change.count("\n") == 401
+    assert sides.conflict.agent_change.endswith("more lines: `safepoint conflicts big` shows them\n")
+    assert len(sides.before) < 201_000 and sides.before.endswith("more characters not shown")
+    page = program(sp).get("/runs/big/conflicts")
+    assert page.status_code == 200 and len(page.text) < 900_000
+    sp.close()

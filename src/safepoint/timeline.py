@@ -91,7 +91,8 @@ class Timeline(msgspec.Struct, frozen=True, kw_only=True):
 
 class ConflictSides(msgspec.Struct, frozen=True, kw_only=True):
     """A pending conflict with its three versions as text (``None``: absent, or not reproducible: ``note`` says
-    which; binary content is named, not dumped; each capped at ``VERSION_CAP`` characters)."""
+    which; binary content is named, not dumped; each capped at ``VERSION_CAP`` characters, and the conflict's two
+    diffs at ``DIFF_CAP_LINES`` lines)."""
 
     conflict: ConflictView
     before: str | None
@@ -130,13 +131,20 @@ def _cap(text: str, cap: int = TEXT_CAP) -> str:
     return text[:cap] + f"\n… {len(text) - cap} more characters not shown"
 
 
-def _cap_diff(diff: FileDiff, run_id: str, call_id: str) -> FileDiff:
-    lines = diff.diff.splitlines(keepends=True)
-    if len(lines) <= DIFF_CAP_LINES and len(diff.diff) <= TEXT_CAP * 5:
-        return diff
+def _cap_lines(text: str, shows_all: str) -> str:
+    """A diff cut at ``DIFF_CAP_LINES`` lines (and 100,000 characters), saying how many more and which command
+    shows them."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) <= DIFF_CAP_LINES and len(text) <= TEXT_CAP * 5:
+        return text
     kept = "".join(lines[:DIFF_CAP_LINES])[: TEXT_CAP * 5]
-    more = f"… {len(lines) - kept.count(chr(10))} more lines: `safepoint diff {run_id} --call {call_id}` shows them\n"
-    return msgspec.structs.replace(diff, diff=kept + ("" if kept.endswith("\n") else "\n") + more)
+    more = f"… {len(lines) - kept.count(chr(10))} more lines: `{shows_all}` shows them\n"
+    return kept + ("" if kept.endswith("\n") else "\n") + more
+
+
+def _cap_diff(diff: FileDiff, run_id: str, call_id: str) -> FileDiff:
+    capped = _cap_lines(diff.diff, f"safepoint diff {run_id} --call {call_id}")
+    return diff if capped is diff.diff else msgspec.structs.replace(diff, diff=capped)
 
 
 def _step_of(step_id: str) -> int:
@@ -277,9 +285,15 @@ def conflict_sides(session: RunSession, views: list[ConflictView]) -> list[Confl
             notes.append(f"its folder {versions.behind} is a symlink now: the file is not read through it")
         if versions.base_missing:
             notes.append("its content before the agent cannot be reproduced")
+        shows_all = f"safepoint conflicts {session.info.run_id}"
+        capped = msgspec.structs.replace(
+            view,
+            agent_change=_cap_lines(view.agent_change, shows_all),
+            changed_since=_cap_lines(view.changed_since, shows_all),
+        )
         out.append(
             ConflictSides(
-                conflict=view,
+                conflict=capped,
                 before=_as_text(versions.base, "the version before the agent", notes),
                 agent=_as_text(versions.agent, "the agent's version", notes),
                 now=_as_text(versions.current, "the file now", notes),
