@@ -396,3 +396,25 @@ def test_a_large_conflict_is_capped_on_its_page(tmp_path):
     page = program(sp).get("/runs/big/conflicts")
     assert page.status_code == 200 and len(page.text) < 900_000
     sp.close()
+
+
+def test_the_page_works_on_a_postgresql_store(tmp_path, fresh_url):
+    """The same pages and writes on the other backend (its pool's connections used from the server's threads)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("one\n")
+    sp = safepoint.open(fresh_url, workspace=str(ws))
+    with sp.start("t", run_id="pg") as run:
+        start = run.checkpoint()
+        run.add_message("assistant", f"on postgres {SCRIPT_TAG}")
+        run.call("write_file", {"path": "f.txt", "content": "agent\n"}, call_id="w1")
+    (ws / "f.txt").write_text("agent\nuser\n")
+    sp.rollback_files("pg", start)
+    client = program(sp)
+    page = client.get("/runs/pg")
+    assert page.status_code == 200 and f"on postgres {ESCAPED_TAG}" in page.text
+    assert [r["summary"]["run_id"] for r in client.get("/api/runs").json()] == ["pg"]
+    done = client.post("/api/runs/pg/resolve", json={"path": "f.txt", "resolution": "apply_agent"})
+    assert done.status_code == 200, done.text
+    assert (ws / "f.txt").read_text() == "one\n" and sp.conflicts("pg") == []
+    sp.close()
