@@ -328,7 +328,7 @@ def test_the_command_serves_its_printed_address_until_ctrl_c(ws):
     from .conftest import PY, cli_env, read_until
 
     served = subprocess.Popen(
-        [PY, "-m", "safepoint", "ui", "--port", "0", "-w", str(ws)],
+        [PY, "-m", "safepoint", "ui", "--port", "0", "--host", "127.0.0.2", "-w", str(ws)],  # any loopback address
         env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -337,7 +337,7 @@ def test_the_command_serves_its_printed_address_until_ctrl_c(ws):
     try:
         line = next(ln for ln in read_until(served, "Ctrl-C").splitlines() if ln.startswith("safepoint ui: "))
         address = line.removeprefix("safepoint ui: ")
-        assert address.startswith("http://127.0.0.1:") and "/?token=" in address
+        assert address.startswith("http://127.0.0.2:") and "/?token=" in address
         base, token = address.split("/?token=")
         ask = urllib.request.Request(f"{base}/api/runs", headers={"X-Safepoint-Token": token})
         with urllib.request.urlopen(ask, timeout=30) as answer:

@@ -59,7 +59,7 @@ def serve(sp: Safepoint, *, host: str = "127.0.0.1", port: int = 8780, say: Call
     bound = sock.getsockname()[1]
     token = new_token()
     shown = f"[{sock.getsockname()[0]}]" if sock.family == socket.AF_INET6 else sock.getsockname()[0]
-    app = create_app(sp, token=token, hosts=loopback_hosts(bound))
+    app = create_app(sp, token=token, hosts=loopback_hosts(bound) | {f"{shown}:{bound}"})  # --host 127.0.0.2 too
     say(f"safepoint ui: http://{shown}:{bound}/?token={token}")
     config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, lifespan="off")
     try:
