@@ -418,3 +418,12 @@ def test_the_page_works_on_a_postgresql_store(tmp_path, fresh_url):
     assert done.status_code == 200, done.text
     assert (ws / "f.txt").read_text() == "one\n" and sp.conflicts("pg") == []
     sp.close()
+
+
+def test_without_the_ui_extra_the_command_says_how_to_get_it(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if it were not installed
+    done = safepoint_in_process("ui", "-w", tmp_path)
+    assert done.returncode == ExitCode.USAGE and "pip install 'safepoint[ui]'" in done.stderr
+    assert "uvicorn is missing" in done.stderr and done.stderr.count("\n") == 1

@@ -25,13 +25,15 @@ def register(app: typer.Typer, out: Out) -> None:
         key_file: KeyFileOpt = None,
     ) -> None:
         """A local review page: runs, a run's timeline and diffs, conflicts and approvals (loopback only)."""
-        try:
-            from safepoint.ui.serve import serve
+        try:  # the ui extra, asked for here: a missing part is one line, not a traceback when the page starts
+            import jinja2  # noqa: F401
+            import starlette  # noqa: F401
+            import uvicorn  # noqa: F401
         except ImportError as exc:
             raise ConfigError(
                 f"safepoint ui needs the ui extra ({exc.name} is missing): pip install 'safepoint[ui]'"
             ) from None
-        from safepoint.ui.serve import loopback
+        from safepoint.ui.serve import loopback, serve
 
         loopback(host)  # refused before the store is opened
         sp = open_safepoint_at(store, workspace, key_file)
