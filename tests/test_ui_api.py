@@ -232,6 +232,9 @@ def test_without_the_token_nothing_is_shown(sp):
     stranger.cookies.clear()
     entered = stranger.get(f"/runs/hostile?page=1&token={TOKEN}")
     assert entered.status_code == 303 and entered.headers["location"] == "/runs/hostile?page=1"
+    for sneaky in ("//evil.example/x", "/\\evil.example/x"):  # never a redirect to another host
+        away = stranger.get(f"{BASE}{sneaky}?token={TOKEN}")
+        assert away.status_code == 303 and away.headers["location"] == "/evil.example/x"
 
 
 def test_the_cookie_alone_never_writes(browser, ws):

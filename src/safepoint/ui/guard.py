@@ -136,7 +136,9 @@ class Guard:
             await _refuse(send, 401, "that token is not this server's: open the address `safepoint ui` printed", False)
             return
         rest = urlencode(query)
-        target = scope["path"] + (f"?{rest}" if rest else "")
+        raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+        # Always a path of this server: "//evil.example" would be another host's address to a browser.
+        target = "/" + raw.decode("latin-1").lstrip("/\\") + (f"?{rest}" if rest else "")
         await send(
             {
                 "type": "http.response.start",
