@@ -17,7 +17,7 @@ from safepoint.ui.guard import loopback_hosts
 from safepoint.ui.serve import bind, loopback
 
 from .conftest import safepoint_in_process
-from .ui_runs import BIDI, SCRIPT_TAG, conflicted_run, hostile_run, waiting_run
+from .ui_runs import BIDI, SCRIPT_TAG, conflicted_run, hostile_run, uncertain_run, waiting_run
 
 TOKEN = "t0ken-of-this-server"
 PORT = 8780
@@ -430,3 +430,30 @@ def test_without_the_ui_extra_the_command_says_how_to_get_it(tmp_path, monkeypat
     done = safepoint_in_process("ui", "-w", tmp_path)
     assert done.returncode == ExitCode.USAGE and "pip install 'safepoint[ui]'" in done.stderr
     assert "uvicorn is missing" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_an_uncertain_call_is_settled_from_the_page(tmp_path):
+    """A call whose process died after it ran waits for a decision: the run page offers to settle it (what
+    `safepoint settle` does), and the API does the same."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    uncertain_run(ws, tmp_path)
+    sp = safepoint.open(workspace=str(ws))
+    app = create_app(sp, token=TOKEN, hosts=loopback_hosts(PORT))
+    tab = TestClient(app, base_url=BASE, follow_redirects=False, headers={"x-safepoint-token": TOKEN})
+    assert [d.call_id for d in sp.explain("crashed").needs_decision] == ["call_1"]
+    page = tab.get("/runs/crashed").text
+    assert 'id="settle-yes-call_1"' in page and 'id="settle-no-call_1"' in page
+    rows = {r["summary"]["run_id"]: r for r in tab.get("/api/runs").json()}
+    assert rows["crashed"]["waiting_decision"] is True
+    bad = tab.post("/api/runs/crashed/settle", json={"call_id": "call_1", "happened": "yes"})
+    assert bad.status_code == 400
+    settled = tab.post("/runs/crashed/settle", data={"csrf": TOKEN, "call_id": "call_1", "happened": "yes"})
+    assert settled.status_code == 303 and settled.headers["location"] == "/runs/crashed"
+    assert sp.explain("crashed").needs_decision == []
+    [entry] = sp.ledger("crashed")
+    assert entry.status == "succeeded" and "(safepoint ui)" in (entry.decision_reason or "")
+    assert 'id="settle-yes-call_1"' not in tab.get("/runs/crashed").text
+    again = tab.post("/api/runs/crashed/settle", json={"call_id": "call_1", "happened": False})
+    assert again.status_code == 400 and "\n" not in again.json()["error"]
+    sp.close()

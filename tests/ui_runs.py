@@ -71,3 +71,26 @@ def waiting_run(ws: Path, tmp: Path, run_id: str = "waiting") -> None:
     finally:
         running.kill()
         running.communicate(timeout=60)
+
+
+PAY_TOOL = """
+import safepoint
+
+@safepoint.tool(idempotency="non_idempotent", replay_policy="ask", risk_level="medium")
+def pay(ctx, amount: int) -> str:
+    return "paid"
+"""
+
+
+def uncertain_run(ws: Path, tmp: Path, run_id: str = "crashed") -> None:
+    """Run ``crashed``: its process was killed right after ``pay`` (non-idempotent, replay policy ``ask``) ran,
+    before its outcome was recorded: the call is uncertain and waits for a person's decision."""
+    (tmp / "ui_pay_tools.py").write_text(PAY_TOOL)
+    script = {"task": "t", "turns": [{"tool_calls": [{"tool": "pay", "args": {"amount": 5}}]}, {"text": "done"}]}
+    (tmp / f"{run_id}.json").write_text(json.dumps(script))
+    env = cli_env(SAFEPOINT_FAILPOINT="after_tool:pay")
+    args = [PY, "-m", "safepoint", "run", f"{run_id}.json", "-w", str(ws), "--run-id", run_id]
+    crashed = subprocess.run(
+        [*args, "--tools", "ui_pay_tools:pay"], cwd=tmp, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert crashed.returncode == -9, crashed.stderr

@@ -188,6 +188,11 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
 
         return handler
 
+    def settle_form(request: Request) -> Response:
+        run_id, form = run_id_of(request), form_of(request)
+        settle(run_id, form.get("call_id", ""), form.get("happened") == "yes")
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+
     # the JSON API ----------------------------------------------------------------------------------------------------
     def api_runs(request: Request) -> Response:
         return api_json(call(sp.runs_overview))
@@ -213,7 +218,17 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
 
         return handler
 
-    # the two writes --------------------------------------------------------------------------------------------------
+    async def api_settle(request: Request) -> Response:
+        from safepoint.errors import ConfigError
+
+        body = await _json_body(request)
+        run_id = run_id_of(request)
+        happened = body.get("happened")
+        if not isinstance(happened, bool):
+            raise ConfigError("the body needs 'happened', true or false")
+        return api_json(await _in_thread(lambda: settle(run_id, _text(body, "call_id"), happened)))
+
+    # the writes ------------------------------------------------------------------------------------------------------
     def resolve(run_id: str, path: str, resolution: str) -> Any:
         from safepoint.errors import ConfigError
 
@@ -232,6 +247,13 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
         if approved:
             return call(lambda: sp.approve(run_id, call_id, by=who))
         return call(lambda: sp.deny(run_id, call_id, by=who))
+
+    def settle(run_id: str, call_id: str, happened: bool) -> Any:
+        from safepoint.errors import ConfigError
+
+        if not call_id:
+            raise ConfigError("say which call to settle: its call_id")
+        return call(lambda: sp.settle(run_id, call_id, happened=happened, by=who))
 
     async def _in_thread(fn: Callable[[], Any]) -> Any:
         from starlette.concurrency import run_in_threadpool
@@ -259,6 +281,7 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
         Route("/runs/{run_id}/resolve", guarded(resolve_form), methods=["POST"]),
         Route("/runs/{run_id}/approve", guarded(answer_form(True)), methods=["POST"]),
         Route("/runs/{run_id}/deny", guarded(answer_form(False)), methods=["POST"]),
+        Route("/runs/{run_id}/settle", guarded(settle_form), methods=["POST"]),
         Route("/static/ui.css", stylesheet),
         Route("/api/runs", guarded(api_runs)),
         Route("/api/runs/{run_id}", guarded(api_run)),
@@ -266,6 +289,7 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
         Route("/api/runs/{run_id}/resolve", async_guarded(api_resolve), methods=["POST"]),
         Route("/api/runs/{run_id}/approve", async_guarded(api_answer(True)), methods=["POST"]),
         Route("/api/runs/{run_id}/deny", async_guarded(api_answer(False)), methods=["POST"]),
+        Route("/api/runs/{run_id}/settle", async_guarded(api_settle), methods=["POST"]),
     ]
     return Guard(Starlette(routes=routes), token=token, hosts=hosts)
 
