@@ -8,7 +8,6 @@ Without chromium these tests fail in CI (``CI`` set: ``make test`` installs it) 
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import threading
 import time
@@ -41,20 +40,35 @@ FLAGS = (
 TOKEN = "browser-test-token"
 
 
-def _missing() -> str | None:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)) and shutil.which(os.path.basename(path)) is None:
+def _missing(paths: tuple[str, ...] = (CHROMIUM, CHROMEDRIVER)) -> str | None:
+    for path in paths:
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             return f"{path} is missing (Debian: apt-get install chromium chromium-driver; `make test` does it)"
     return None
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    missing = _missing()
+def _require_browser(paths: tuple[str, ...] = (CHROMIUM, CHROMEDRIVER)) -> None:
+    """Chromium missing: a failure in CI (it must have run there), a skip saying why elsewhere."""
+    missing = _missing(paths)
     if missing is not None:
         if os.environ.get("CI"):
             pytest.fail(f"the browser tests need chromium in CI: {missing}")
         pytest.skip(missing)
+
+
+def test_a_missing_chromium_fails_in_ci_and_skips_elsewhere(monkeypatch, tmp_path):
+    gone = (str(tmp_path / "chromium"), CHROMEDRIVER)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="need chromium in CI"):
+        _require_browser(gone)
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="chromium is missing"):
+        _require_browser(gone)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    _require_browser()
     import uvicorn
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
