@@ -11,8 +11,9 @@ from starlette.testclient import TestClient
 
 import safepoint
 import safepoint.timeline
+from safepoint import errors
 from safepoint.errors import ConfigError, ExitCode
-from safepoint.ui.app import create_app
+from safepoint.ui.app import create_app, http_status
 from safepoint.ui.guard import loopback_hosts
 from safepoint.ui.serve import bind, loopback
 
@@ -457,3 +458,40 @@ def test_an_uncertain_call_is_settled_from_the_page(tmp_path):
     again = tab.post("/api/runs/crashed/settle", json={"call_id": "call_1", "happened": False})
     assert again.status_code == 400 and "\n" not in again.json()["error"]
     sp.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (errors.RunNotFoundError("x"), 404),
+        (errors.UnknownReferenceError("x"), 404),
+        (errors.ConfigError("x"), 400),
+        (errors.StoreKeyError("x"), 400),
+        (errors.ResumeOptionError("x"), 400),
+        (errors.RunLockedError("x"), 409),
+        (errors.StaleGenerationError("x"), 409),
+        (errors.DecisionNeeded("x"), 409),
+        (errors.ResumeError("x"), 409),
+        (errors.RecoveryClosedError("x"), 409),
+        (errors.DiskFullError("x"), 507),
+        (errors.CorruptRecordError("x"), 500),
+        (errors.StoreError("x"), 500),
+    ],
+)
+def test_a_library_error_has_its_http_code(error, status):
+    assert http_status(error) == status
+
+
+def test_a_full_disk_under_the_workspace_is_one_line_with_507(own, client, sp, monkeypatch):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "f.txt")
+
+    monkeypatch.setattr(sp, "resolve", full)
+    answer = client.post("/api/runs/conflicted/resolve", json={"path": "f.txt", "resolution": "keep_user"})
+    assert answer.status_code == 507
+    assert answer.json() == {
+        "error": "no space left on the disk (f.txt); free space, then try again",
+        "exit_code": ExitCode.DISK_FULL,
+    }

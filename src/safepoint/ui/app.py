@@ -137,6 +137,8 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
                 return handler(request)
             except SafepointError as exc:
                 return failed(request, exc)
+            except OSError as exc:
+                return failed(request, _disk_full(exc))
 
         return run
 
@@ -267,6 +269,8 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
                 return response
             except SafepointError as exc:
                 return failed(request, exc)
+            except OSError as exc:
+                return failed(request, _disk_full(exc))
 
         return run
 
@@ -314,6 +318,17 @@ def _text(body: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"the body needs {key!r}, a string")
     return value
+
+
+def _disk_full(exc: OSError) -> SafepointError:
+    """A full disk outside the store (the workspace, where a resolve writes) is said as the CLI says it; any other
+    OSError is a bug to see whole."""
+    from safepoint.errors import DiskFullError, is_disk_full
+
+    if not is_disk_full(exc):
+        raise exc
+    where = f" ({exc.filename})" if exc.filename else ""
+    return DiskFullError(f"no space left on the disk{where}; free space, then try again")
 
 
 def _user() -> str:
