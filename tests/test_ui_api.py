@@ -449,6 +449,8 @@ def test_an_uncertain_call_is_settled_from_the_page(tmp_path):
     assert rows["crashed"]["waiting_decision"] is True
     bad = tab.post("/api/runs/crashed/settle", json={"call_id": "call_1", "happened": "yes"})
     assert bad.status_code == 400
+    vague = tab.post("/runs/crashed/settle", data={"csrf": TOKEN, "call_id": "call_1", "happened": "maybe"})
+    assert vague.status_code == 400 and [d.call_id for d in sp.explain("crashed").needs_decision] == ["call_1"]
     settled = tab.post("/runs/crashed/settle", data={"csrf": TOKEN, "call_id": "call_1", "happened": "yes"})
     assert settled.status_code == 303 and settled.headers["location"] == "/runs/crashed"
     assert sp.explain("crashed").needs_decision == []

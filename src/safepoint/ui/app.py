@@ -143,7 +143,9 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
         return run
 
     def api_json(value: Any, status: int = 200) -> Response:
-        return Response(json.dumps(to_plain(value)), status_code=status, media_type="application/json")
+        from safepoint.api import mask_passwords  # as --json: no password shown, whatever field quotes one
+
+        return Response(mask_passwords(json.dumps(to_plain(value))), status_code=status, media_type="application/json")
 
     def page_number(request: Request) -> int:
         from safepoint.errors import ConfigError
@@ -191,8 +193,12 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
         return handler
 
     def settle_form(request: Request) -> Response:
+        from safepoint.errors import ConfigError
+
         run_id, form = run_id_of(request), form_of(request)
-        settle(run_id, form.get("call_id", ""), form.get("happened") == "yes")
+        if form.get("happened") not in ("yes", "no"):  # never a default: "no" lets a resume run the call again
+            raise ConfigError("say whether the call happened: yes or no")
+        settle(run_id, form.get("call_id", ""), form["happened"] == "yes")
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
 
     # the JSON API ----------------------------------------------------------------------------------------------------
