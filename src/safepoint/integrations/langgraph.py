@@ -40,6 +40,8 @@ next starts; with LangGraph's default (``"async"``) a crash can lose the last st
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -174,10 +176,8 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             workspace="",
             model_config={"langgraph_thread_id": thread_id},
         )
-        try:
+        with contextlib.suppress(RunExistsError):  # made earlier, or by the saver whose claim comes first
             self.store.create_run(run_id, _header_encoder.encode(info))
-        except RunExistsError:
-            pass
         try:
             claim = self.store.claim(run_id, self.holder)
         except RunLockedError:
@@ -217,6 +217,13 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                 self.store.release(owned.writer.claim)
             self._owned.clear()
             self.store.close()
+
+    def settle(self, thread_id: str, *, replay: Sequence[str] = (), skip: Sequence[str] = ()) -> None:
+        """Decide the thread's durable calls a crash left uncertain: ``replay`` runs them again when the node
+        calls them next, ``skip`` leaves them (the call raises ``ToolFailure``). Raises ``ResumeOptionError`` when a
+        call named does not wait for that decision."""
+        with self.tools.lock:
+            self.tools.open(str(thread_id), replay=tuple(replay), skip=tuple(skip))
 
     def __enter__(self) -> SafepointSaver:
         return self
@@ -326,8 +333,8 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                         found.append(self._tuple(index, ns, checkpoint_id))
             return iter(found)
 
-    def _threads(self) -> list[str]:
-        threads = []
+    def _threads(self) -> builtins.list[str]:
+        threads: builtins.list[str] = []
         for run_id in self.store.list_runs():
             if run_id.startswith(PREFIX):
                 thread = thread_of(self.store.run_header(run_id))
@@ -474,4 +481,3 @@ class SafepointSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-

@@ -56,7 +56,9 @@ class ValueRecord(msgspec.Struct, tag_field="record", tag="value", frozen=True, 
     items: list[Typed] = msgspec.field(default_factory=list)
 
 
-class CheckpointRecord(msgspec.Struct, tag_field="record", tag="checkpoint", frozen=True, kw_only=True, omit_defaults=True):
+class CheckpointRecord(
+    msgspec.Struct, tag_field="record", tag="checkpoint", frozen=True, kw_only=True, omit_defaults=True
+):
     ns: str
     checkpoint_id: str
     parent_id: str | None
@@ -188,7 +190,7 @@ class ThreadIndex:
                 self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
                 self.writes.pop((ns, checkpoint_id), None)
 
-    def items_of(self, ns: str, channel: str, version: Version) -> list[Typed] | None:
+    def items_of(self, ns: str, channel: str, version: Version) -> list[Typed]:
         """The serialized items of a LIST value, its bases' first (walked without recursion)."""
         parts: list[list[Typed]] = []
         key: tuple[str, str, Version] | None = (ns, channel, version)
@@ -243,6 +245,9 @@ class ThreadIndex:
             for (task_id, idx), (_, channel, kind, data, task_path) in kept.items():
                 by_task.setdefault((task_id, task_path), []).append((idx, channel, kind, data))
             for (task_id, task_path), writes in by_task.items():
-                records.append(WritesRecord(ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path,
-                                            writes=writes))
+                records.append(
+                    WritesRecord(
+                        ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=writes
+                    )
+                )
         return records

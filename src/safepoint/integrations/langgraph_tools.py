@@ -1,12 +1,392 @@
-"""placeholder"""
-from __future__ import annotations
-from typing import Any
+"""``durable_tool``: calls made inside LangGraph nodes, through safepoint's tool ledger.
 
-class DurableCall: pass
-class ToolNodeLedger: pass
-def durable_tool(**kw: Any) -> Any: pass
+A node runs again from its top whenever LangGraph resumes it: after a crash, after an ``interrupt()`` is answered
+(LangGraph #7780: an interrupt in a loop re-ran the API calls before it on every answer), after a retry. A call
+wrapped by ``durable_tool`` (or made by a ``ToolNode`` given ``ToolNodeLedger``) goes through ``Run.call``, the
+engine's ledger machine: ``started`` is durable before the function runs, its value is recorded when it returns,
+and the same call made again returns the recorded value without running. A call a crash left without an outcome
+is ``uncertain``: one that may not be repeated (``non_idempotent``, ``replay_policy`` ``ask``) is never re-run on its
+own: opening the thread's ledger raises ``DecisionNeeded`` naming it (or, with ``on_uncertain="interrupt"``,
+LangGraph's ``interrupt()`` with the call in its value), and ``SafepointSaver.settle(thread, replay=[...])`` /
+``skip=[...]`` (or ``Command(resume="replay"|"skip")``) settles it.
+
+**The key of a call**: the thread (its ledger is a run of its own, ``lgt-<hash of the thread id>``, claimed like
+the thread), the checkpoint the task started from and its namespace (``checkpoint_map``, ``checkpoint_ns``), the
+task id (LangGraph derives it from the checkpoint and the node, so it is the same when the node runs again), the
+tool, and the call's order within this run of the node (a counter per attempt: LangGraph gives each attempt its
+own scratchpad). A ``ToolNode`` runs a message's tool calls at once, in threads: there the model's tool call id
+takes the place of the order. The call id is ``lg-<tool>-<digest of the rest>-<order or tool call id>``.
+
+What is recorded is the value as JSON (a tuple comes back as a list, a message or object as its JSON form); a
+``ToolNode`` call records its message's content, status and artifact and hands back a ``ToolMessage`` made from
+them. A call that failed raises again: its own exception in the process that ran it, ``ToolFailure`` with the
+recorded error after a restart. A skipped call raises ``ToolFailure`` (its value is not known).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import hashlib
+import inspect
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import msgspec
+
+from safepoint.errors import ConfigError, DecisionNeeded, ToolFailure
+from safepoint.records import Idempotency, ReplayPolicy, RiskLevel, RunInfo
+
+if TYPE_CHECKING:
+    from langchain_core.messages import ToolMessage
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.types import Command
+
+    from safepoint.run import Run
+    from safepoint.store.base import Store
+
+OnUncertain = Literal["raise", "interrupt"]
+F = TypeVar("F", bound=Callable[..., Any])
+TOOLS_PREFIX = "lgt-"
+DECISION = "safepoint_decision"  # the key of an interrupt's value that asks for a decision
+_WAITING = re.compile(r"\((lg-[^()\s]+)\)")
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+@dataclass(frozen=True)
+class DurableCall:
+    """How a call may be repeated (§8.7); the defaults are safepoint's cautious ones."""
+
+    idempotency: Idempotency = "non_idempotent"
+    replay_policy: ReplayPolicy = "ask"
+    risk_level: RiskLevel = "medium"
+    on_uncertain: OnUncertain = "raise"
+
+
+def tools_run_id(thread_id: str) -> str:
+    return TOOLS_PREFIX + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
 class ToolRuns:
-    def __init__(self, store: Any, workspace: str, holder: str) -> None:
-        pass
+    """The ledger runs of a saver's threads, opened when a thread's first durable call is made, kept open (and
+    claimed) until the saver is closed."""
+
+    def __init__(self, store: Store, workspace: str, holder: str) -> None:
+        self.store = store
+        self.workspace = workspace
+        self.holder = holder
+        self.lock = threading.RLock()  # one call at a time per saver: a session is one writer
+        self._runs: dict[str, Run] = {}
+        self._handlers: dict[str, Callable[[], Any]] = {}  # call id -> the live call's body
+        self._failures: dict[str, BaseException] = {}
+        # Attempts seen lately -> their call counter. The scratchpad is kept alive with its counter, so its id is
+        # never reused while it is here (rejected: a weak reference, which LangGraph's slotted dataclass refuses).
+        self._attempts: collections.OrderedDict[int, tuple[object, list[int]]] = collections.OrderedDict()
+
+    def open(self, thread_id: str, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> Run:
+        from safepoint.agent.loop import resume_session
+        from safepoint.engine.session import RunSession
+        from safepoint.engine.tools import ToolRegistry
+        from safepoint.errors import RunNotFoundError
+        from safepoint.run import Run
+        from safepoint.workspace.files import Workspace
+
+        run = self._runs.get(thread_id)
+        if run is not None:
+            if replay or skip:
+                raise ConfigError(f"LangGraph thread {thread_id!r}: its calls are open already; nothing waits")
+            return run
+        run_id = tools_run_id(thread_id)
+        workspace = Workspace(self.workspace)
+        try:
+            self.store.run_header(run_id)
+        except RunNotFoundError:
+            info = RunInfo(
+                run_id=run_id,
+                task="durable tool calls of a LangGraph thread",
+                model="langgraph-tools",
+                created_at=_now(),
+                workspace=workspace.root,
+                model_config={"langgraph_thread_id": thread_id},
+            )
+            session = RunSession.create(self.store, info, workspace, ToolRegistry(), holder=self.holder)
+            session.add_message("user", info.task)
+            session.commit()
+            run = Run(session)
+        else:
+            try:
+                session, recovery = resume_session(
+                    self.store, run_id, workspace, ToolRegistry(), replay=replay, skip=skip
+                )
+            except DecisionNeeded as exc:
+                raise DecisionNeeded(
+                    f"LangGraph thread {thread_id!r}: {exc} (here: SafepointSaver.settle({thread_id!r}, "
+                    "replay=[CALL_ID]) or skip=[CALL_ID], or Command(resume='replay'|'skip') with on_uncertain="
+                    "'interrupt')"
+                ) from None
+            run = Run(session, recovery)
+        self._runs[thread_id] = run
+        return run
+
     def close(self) -> None:
-        pass
+        with self.lock:
+            for run in self._runs.values():
+                run.close()
+            self._runs.clear()
+
+    # one call --------------------------------------------------------------------------------------------------
+    def order(self, scratchpad: object) -> int:
+        """The next call's position in this attempt of the task (0, 1, ...)."""
+        key = id(scratchpad)
+        found = self._attempts.get(key)
+        if found is None or found[0] is not scratchpad:
+            found = (scratchpad, [0])
+            self._attempts[key] = found
+            while len(self._attempts) > 4096:
+                self._attempts.popitem(last=False)
+        self._attempts.move_to_end(key)
+        n = found[1][0]
+        found[1][0] += 1
+        return n
+
+    def run_for(self, thread_id: str, call_id: str, policy: DurableCall) -> Run:
+        """The thread's ledger, open; a call waiting for a decision raises ``DecisionNeeded`` or, by the policy,
+        interrupts the graph with the call named and settles it with the answer."""
+        try:
+            return self.open(thread_id)
+        except DecisionNeeded as exc:
+            if policy.on_uncertain != "interrupt":
+                raise
+            from langgraph.types import interrupt
+
+            waiting = _WAITING.findall(str(exc))
+            answer = interrupt({DECISION: {"thread_id": thread_id, "calls": waiting, "choices": ["replay", "skip"]}})
+            if answer not in ("replay", "skip"):
+                raise ConfigError(
+                    f"LangGraph thread {thread_id!r}: answer the decision on {', '.join(waiting)} with "
+                    f"Command(resume='replay') or Command(resume='skip'), not {answer!r}"
+                ) from None
+            chosen = tuple(waiting)
+            return self.open(
+                thread_id, replay=chosen if answer == "replay" else (), skip=chosen if answer == "skip" else ()
+            )
+
+    def register(self, run: Run, name: str, policy: DurableCall, is_async: bool) -> None:
+        from safepoint.engine.tools import ToolContext, tool
+
+        def body(ctx: ToolContext, /, **arguments: Any) -> Any:
+            try:
+                return self._handlers[ctx.call_id]()
+            except Exception as exc:
+                self._failures[ctx.call_id] = exc
+                raise
+
+        async def abody(ctx: ToolContext, /, **arguments: Any) -> Any:
+            try:
+                return await self._handlers[ctx.call_id]()
+            except Exception as exc:
+                self._failures[ctx.call_id] = exc
+                raise
+
+        made = tool(
+            name=name,
+            idempotency=policy.idempotency,
+            replay_policy=policy.replay_policy,
+            risk_level=policy.risk_level,
+            side_effects=("langgraph",),
+        )(abody if is_async else body)
+        registry = run.session.registry
+        if name not in registry or registry.get(name).definition != made.definition:
+            registry.put(made)
+
+    def outcome(self, call_id: str, result: Any) -> Any:
+        failure = self._failures.pop(call_id, None)
+        if result.status == "succeeded":
+            return result.value
+        if failure is not None:
+            raise failure  # this process's own failure, as the function raised it
+        raise ToolFailure(f"{call_id}: {result.observation}")
+
+    def call(
+        self,
+        thread_id: str,
+        call_id: str,
+        name: str,
+        args: dict[str, Any],
+        policy: DurableCall,
+        handler: Callable[[], Any],
+    ) -> Any:
+        with self.lock:
+            run = self.run_for(thread_id, call_id, policy)
+            self.register(run, name, policy, is_async=False)
+            self._handlers[call_id] = handler
+            try:
+                result = run.call_result(name, args, call_id=call_id)
+            finally:
+                self._handlers.pop(call_id, None)
+            return self.outcome(call_id, result)
+
+    async def acall(
+        self,
+        thread_id: str,
+        call_id: str,
+        name: str,
+        args: dict[str, Any],
+        policy: DurableCall,
+        handler: Callable[[], Any],
+    ) -> Any:
+        await asyncio.to_thread(self.lock.acquire)
+        try:
+            run = self.run_for(thread_id, call_id, policy)
+            self.register(run, name, policy, is_async=True)
+            self._handlers[call_id] = handler
+            try:
+                result = await run.acall_result(name, args, call_id=call_id)
+            finally:
+                self._handlers.pop(call_id, None)
+            return self.outcome(call_id, result)
+        finally:
+            self.lock.release()
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _context(what: str) -> tuple[ToolRuns, dict[str, Any]]:
+    """The running graph's ledger runs and configuration (a call outside a graph, or in one compiled without a
+    ``SafepointSaver``, is refused in one line)."""
+    from langgraph.config import get_config
+
+    try:
+        config = get_config()
+    except RuntimeError:
+        raise ConfigError(f"{what} was called outside a LangGraph node; call it from a node of a graph") from None
+    configurable = config.get("configurable", {})
+    runs = getattr(configurable.get("__pregel_checkpointer"), "tools", None)
+    if not isinstance(runs, ToolRuns):
+        raise ConfigError(
+            f"{what}: the graph has no SafepointSaver; compile it with checkpointer=SafepointSaver(store_url)"
+        )
+    return runs, configurable
+
+
+def _attempt_digest(configurable: dict[str, Any]) -> str:
+    where = {
+        "ns": configurable.get("checkpoint_ns", ""),
+        "map": configurable.get("checkpoint_map", {}),
+        "task": configurable.get("__pregel_task_id", ""),
+    }
+    return hashlib.sha256(_encoder.encode(where)).hexdigest()[:16]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value))
+    except (TypeError, msgspec.EncodeError):
+        from langchain_core.load import dumpd
+
+        return msgspec.json.decode(msgspec.json.encode(dumpd(value)))
+
+
+def durable_tool(
+    fn: F | None = None,
+    *,
+    idempotency: Idempotency = "non_idempotent",
+    replay_policy: ReplayPolicy = "ask",
+    risk_level: RiskLevel = "medium",
+    on_uncertain: OnUncertain = "raise",
+    name: str | None = None,
+) -> Any:
+    """Ledger each call of ``fn`` made inside a node of a graph compiled with a ``SafepointSaver`` (see the module
+    docstring). ``@durable_tool`` or ``@durable_tool(idempotency=..., replay_policy=..., on_uncertain=...)``."""
+    policy = DurableCall(idempotency, replay_policy, risk_level, on_uncertain)
+
+    def wrap(fn: F) -> F:
+        tool_name = name or fn.__name__
+        signature = inspect.signature(fn)
+
+        def key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[ToolRuns, str, str, dict[str, Any]]:
+            runs, configurable = _context(f"durable tool {tool_name}")
+            bound = signature.bind(*args, **kwargs)
+            order = runs.order(configurable.get("__pregel_scratchpad"))
+            call_id = f"lg-{tool_name}-{_attempt_digest(configurable)}-{order}"
+            return runs, str(configurable["thread_id"]), call_id, _jsonable(dict(bound.arguments))
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def acalled(*args: Any, **kwargs: Any) -> Any:
+                runs, thread_id, call_id, recorded = key(args, kwargs)
+                return await runs.acall(thread_id, call_id, tool_name, recorded, policy, lambda: fn(*args, **kwargs))
+
+            return acalled  # type: ignore[return-value]  # same signature as fn, async
+
+        @functools.wraps(fn)
+        def called(*args: Any, **kwargs: Any) -> Any:
+            runs, thread_id, call_id, recorded = key(args, kwargs)
+            return runs.call(thread_id, call_id, tool_name, recorded, policy, lambda: fn(*args, **kwargs))
+
+        return called  # type: ignore[return-value]  # same signature as fn
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolNodeLedger:
+    """``ToolNode(tools, wrap_tool_call=ledger, awrap_tool_call=ledger.acall)``: every tool call of the node goes
+    through the ledger under the model's tool call id. ``tools`` gives a tool's policy by name; ``default`` the
+    rest."""
+
+    def __init__(self, tools: dict[str, DurableCall] | None = None, default: DurableCall | None = None) -> None:
+        self.policies = dict(tools or {})
+        self.default = default or DurableCall()
+
+    def _key(self, request: ToolCallRequest) -> tuple[ToolRuns, str, str, str, dict[str, Any], DurableCall]:
+        call = request.tool_call
+        runs, configurable = _context(f"tool {call['name']}")
+        call_id = f"lg-{call['name']}-{_attempt_digest(configurable)}-{call['id']}"
+        policy = self.policies.get(call["name"], self.default)
+        return runs, str(configurable["thread_id"]), call_id, call["name"], _jsonable(call["args"]), policy
+
+    @staticmethod
+    def _record(result: ToolMessage | Command[Any]) -> dict[str, Any]:
+        from langchain_core.messages import ToolMessage
+
+        if not isinstance(result, ToolMessage):
+            raise ConfigError(
+                "ToolNodeLedger: a tool returned a Command, which the ledger cannot record; "
+                "return a value or a ToolMessage"
+            )
+        return {"content": _jsonable(result.content), "status": result.status, "artifact": _jsonable(result.artifact)}
+
+    @staticmethod
+    def _message(request: ToolCallRequest, recorded: dict[str, Any]) -> ToolMessage:
+        from langchain_core.messages import ToolMessage
+
+        return ToolMessage(
+            content=recorded["content"],
+            status=recorded["status"],
+            artifact=recorded.get("artifact"),
+            tool_call_id=request.tool_call["id"],
+            name=request.tool_call["name"],
+        )
+
+    def __call__(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> ToolMessage:
+        runs, thread_id, call_id, name, args, policy = self._key(request)
+        recorded = runs.call(thread_id, call_id, name, args, policy, lambda: self._record(execute(request)))
+        return self._message(request, recorded)
+
+    async def acall(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> ToolMessage:
+        runs, thread_id, call_id, name, args, policy = self._key(request)
+
+        async def run() -> dict[str, Any]:
+            return self._record(await execute(request))
+
+        recorded = await runs.acall(thread_id, call_id, name, args, policy, run)
+        return self._message(request, recorded)
