@@ -89,7 +89,7 @@ from safepoint.integrations.langgraph_thread import (
     thread_of,
     thread_run_id,
 )
-from safepoint.integrations.langgraph_tools import DurableCall, ToolNodeLedger, ToolRuns, durable_tool
+from safepoint.integrations.langgraph_tools import DurableCall, OnUncertain, ToolNodeLedger, ToolRuns, durable_tool
 from safepoint.records import RunInfo
 from safepoint.store.base import Store
 
@@ -117,6 +117,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         key_file: str | None = None,
         serde: SerializerProtocol | None = None,
         workspace: str = ".",
+        on_uncertain: OnUncertain = "raise",
     ) -> None:
         super().__init__(serde=serde)
         if isinstance(store, str):
@@ -130,7 +131,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         self._lock = threading.RLock()
         self._owned: dict[str, _Owned] = {}
         self._redactor = run_redactor(None, store=store)
-        self.tools = ToolRuns(self.store, workspace, self.holder)
+        self.tools = ToolRuns(self.store, workspace, self.holder, on_uncertain)
 
     # claims ------------------------------------------------------------------------------------------------------
     def _load(self, thread_id: str) -> ThreadIndex | None:

@@ -53,6 +53,11 @@ OnUncertain = Literal["raise", "interrupt"]
 F = TypeVar("F", bound=Callable[..., Any])
 TOOLS_PREFIX = "lgt-"
 DECISION = "safepoint_decision"  # the key of an interrupt's value that asks for a decision
+# Where in a task a decision was asked through ``interrupt()``: LangGraph answers a node's interrupts by their order
+# in it, so every later run of that task calls ``interrupt()`` at the same place again (it returns the answer at
+# once) and the node's own interrupts keep their answers (rejected: asking only while the call waits, which shifted
+# every later answer of the node by one).
+ASKED = "[langgraph] decision asked at "
 _WAITING = re.compile(r"\((lg-[^()\s]+)\)")
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -64,7 +69,7 @@ class DurableCall:
     idempotency: Idempotency = "non_idempotent"
     replay_policy: ReplayPolicy = "ask"
     risk_level: RiskLevel = "medium"
-    on_uncertain: OnUncertain = "raise"
+    on_uncertain: OnUncertain | None = None  # None: the saver's (a decision holds the whole thread's ledger)
 
 
 def tools_run_id(thread_id: str) -> str:
@@ -75,14 +80,16 @@ class ToolRuns:
     """The ledger runs of a saver's threads, opened when a thread's first durable call is made, kept open (and
     claimed) until the saver is closed."""
 
-    def __init__(self, store: Store, workspace: str, holder: str) -> None:
+    def __init__(self, store: Store, workspace: str, holder: str, on_uncertain: OnUncertain = "raise") -> None:
         self.store = store
+        self.on_uncertain = on_uncertain
         self.workspace = workspace
         self.holder = holder
         self.lock = threading.RLock()  # one call at a time per saver: a session is one writer
         self._runs: dict[str, Run] = {}
         self._handlers: dict[str, Callable[[], Any]] = {}  # call id -> the live call's body
         self._failures: dict[str, BaseException] = {}
+        self._asked: dict[str, set[str]] = {}  # thread -> the places (``ASKED``) a decision was asked at
         # Attempts seen lately -> their call counter. The scratchpad is kept alive with its counter, so its id is
         # never reused while it is here (rejected: a weak reference, which LangGraph's slotted dataclass refuses).
         self._attempts: collections.OrderedDict[int, tuple[object, list[int]]] = collections.OrderedDict()
@@ -153,16 +160,22 @@ class ToolRuns:
         found[1][0] += 1
         return n
 
-    def run_for(self, thread_id: str, call_id: str, policy: DurableCall) -> Run:
+    def run_for(self, thread_id: str, where: str, policy: DurableCall) -> Run:
         """The thread's ledger, open; a call waiting for a decision raises ``DecisionNeeded`` or, by the policy,
-        interrupts the graph with the call named and settles it with the answer."""
-        try:
-            return self.open(thread_id)
-        except DecisionNeeded as exc:
-            if policy.on_uncertain != "interrupt":
-                raise
-            from langgraph.types import interrupt
+        interrupts the graph with the call named and settles it with the answer (``where``: this call's place in
+        its task, see ``ASKED``)."""
+        from langgraph.types import interrupt
 
+        run = self._runs.get(thread_id)
+        if run is not None:
+            if where in self._asked.get(thread_id, ()):
+                interrupt({DECISION: {"thread_id": thread_id, "answered": True}})  # LangGraph hands back the answer
+            return run
+        try:
+            run = self.open(thread_id)
+        except DecisionNeeded as exc:
+            if (policy.on_uncertain or self.on_uncertain) != "interrupt":
+                raise
             waiting = _WAITING.findall(str(exc))
             answer = interrupt({DECISION: {"thread_id": thread_id, "calls": waiting, "choices": ["replay", "skip"]}})
             if answer not in ("replay", "skip"):
@@ -171,9 +184,12 @@ class ToolRuns:
                     f"Command(resume='replay') or Command(resume='skip'), not {answer!r}"
                 ) from None
             chosen = tuple(waiting)
-            return self.open(
+            run = self.open(
                 thread_id, replay=chosen if answer == "replay" else (), skip=chosen if answer == "skip" else ()
             )
+            run.add_message("system", ASKED + where)  # durable with the call's `started`
+        self._asked[thread_id] = {m.content[len(ASKED) :] for m in run.history if m.content.startswith(ASKED)}
+        return run
 
     def register(self, run: Run, name: str, policy: DurableCall, is_async: bool) -> None:
         from safepoint.engine.tools import ToolContext, tool
@@ -215,13 +231,14 @@ class ToolRuns:
         self,
         thread_id: str,
         call_id: str,
+        where: str,
         name: str,
         args: dict[str, Any],
         policy: DurableCall,
         handler: Callable[[], Any],
     ) -> Any:
         with self.lock:
-            run = self.run_for(thread_id, call_id, policy)
+            run = self.run_for(thread_id, where, policy)
             self.register(run, name, policy, is_async=False)
             self._handlers[call_id] = handler
             try:
@@ -234,6 +251,7 @@ class ToolRuns:
         self,
         thread_id: str,
         call_id: str,
+        where: str,
         name: str,
         args: dict[str, Any],
         policy: DurableCall,
@@ -241,7 +259,7 @@ class ToolRuns:
     ) -> Any:
         await asyncio.to_thread(self.lock.acquire)
         try:
-            run = self.run_for(thread_id, call_id, policy)
+            run = self.run_for(thread_id, where, policy)
             self.register(run, name, policy, is_async=True)
             self._handlers[call_id] = handler
             try:
@@ -301,7 +319,7 @@ def durable_tool(
     idempotency: Idempotency = "non_idempotent",
     replay_policy: ReplayPolicy = "ask",
     risk_level: RiskLevel = "medium",
-    on_uncertain: OnUncertain = "raise",
+    on_uncertain: OnUncertain | None = None,
     name: str | None = None,
 ) -> Any:
     """Ledger each call of ``fn`` made inside a node of a graph compiled with a ``SafepointSaver`` (see the module
@@ -312,26 +330,34 @@ def durable_tool(
         tool_name = name or fn.__name__
         signature = inspect.signature(fn)
 
-        def key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[ToolRuns, str, str, dict[str, Any]]:
+        def key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[ToolRuns, str, str, str, dict[str, Any]]:
             runs, configurable = _context(f"durable tool {tool_name}")
             bound = signature.bind(*args, **kwargs)
             order = runs.order(configurable.get("__pregel_scratchpad"))
-            call_id = f"lg-{tool_name}-{_attempt_digest(configurable)}-{order}"
-            return runs, str(configurable["thread_id"]), call_id, _jsonable(dict(bound.arguments))
+            where = f"{_attempt_digest(configurable)}-{order}"
+            return (
+                runs,
+                str(configurable["thread_id"]),
+                f"lg-{tool_name}-{where}",
+                where,
+                _jsonable(dict(bound.arguments)),
+            )
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def acalled(*args: Any, **kwargs: Any) -> Any:
-                runs, thread_id, call_id, recorded = key(args, kwargs)
-                return await runs.acall(thread_id, call_id, tool_name, recorded, policy, lambda: fn(*args, **kwargs))
+                runs, thread_id, call_id, where, recorded = key(args, kwargs)
+                return await runs.acall(
+                    thread_id, call_id, where, tool_name, recorded, policy, lambda: fn(*args, **kwargs)
+                )
 
             return acalled  # type: ignore[return-value]  # same signature as fn, async
 
         @functools.wraps(fn)
         def called(*args: Any, **kwargs: Any) -> Any:
-            runs, thread_id, call_id, recorded = key(args, kwargs)
-            return runs.call(thread_id, call_id, tool_name, recorded, policy, lambda: fn(*args, **kwargs))
+            runs, thread_id, call_id, where, recorded = key(args, kwargs)
+            return runs.call(thread_id, call_id, where, tool_name, recorded, policy, lambda: fn(*args, **kwargs))
 
         return called  # type: ignore[return-value]  # same signature as fn
 
@@ -340,19 +366,26 @@ def durable_tool(
 
 class ToolNodeLedger:
     """``ToolNode(tools, wrap_tool_call=ledger, awrap_tool_call=ledger.acall)``: every tool call of the node goes
-    through the ledger under the model's tool call id. ``tools`` gives a tool's policy by name; ``default`` the
-    rest."""
+    through the ledger under the model's tool call id. ``tools`` gives a tool's policy by name, ``default`` the
+    rest's; a tool given ``None`` is not ledgered (one that calls ``interrupt()``: the interrupt would be recorded
+    as its failure, and the answer never reach it)."""
 
-    def __init__(self, tools: dict[str, DurableCall] | None = None, default: DurableCall | None = None) -> None:
+    def __init__(self, tools: dict[str, DurableCall | None] | None = None, default: DurableCall | None = None) -> None:
         self.policies = dict(tools or {})
         self.default = default or DurableCall()
 
-    def _key(self, request: ToolCallRequest) -> tuple[ToolRuns, str, str, str, dict[str, Any], DurableCall]:
+    def _key(self, request: ToolCallRequest) -> tuple[ToolRuns, str, str, str, str, dict[str, Any], DurableCall]:
         call = request.tool_call
         runs, configurable = _context(f"tool {call['name']}")
-        call_id = f"lg-{call['name']}-{_attempt_digest(configurable)}-{call['id']}"
+        where = f"{_attempt_digest(configurable)}-{call['id']}"
         policy = self.policies.get(call["name"], self.default)
-        return runs, str(configurable["thread_id"]), call_id, call["name"], _jsonable(call["args"]), policy
+        assert policy is not None
+        thread_id, call_id = str(configurable["thread_id"]), f"lg-{call['name']}-{where}"
+        return runs, thread_id, call_id, where, call["name"], _jsonable(call["args"]), policy
+
+    def _ledgered(self, request: ToolCallRequest) -> bool:
+        name = request.tool_call["name"]
+        return name not in self.policies or self.policies[name] is not None
 
     @staticmethod
     def _record(result: ToolMessage | Command[Any]) -> dict[str, Any]:
@@ -377,16 +410,20 @@ class ToolNodeLedger:
             name=request.tool_call["name"],
         )
 
-    def __call__(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> ToolMessage:
-        runs, thread_id, call_id, name, args, policy = self._key(request)
-        recorded = runs.call(thread_id, call_id, name, args, policy, lambda: self._record(execute(request)))
+    def __call__(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
+        if not self._ledgered(request):
+            return execute(request)
+        runs, thread_id, call_id, where, name, args, policy = self._key(request)
+        recorded = runs.call(thread_id, call_id, where, name, args, policy, lambda: self._record(execute(request)))
         return self._message(request, recorded)
 
-    async def acall(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> ToolMessage:
-        runs, thread_id, call_id, name, args, policy = self._key(request)
+    async def acall(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
+        if not self._ledgered(request):
+            return await execute(request)
+        runs, thread_id, call_id, where, name, args, policy = self._key(request)
 
         async def run() -> dict[str, Any]:
             return self._record(await execute(request))
 
-        recorded = await runs.acall(thread_id, call_id, name, args, policy, run)
+        recorded = await runs.acall(thread_id, call_id, where, name, args, policy, run)
         return self._message(request, recorded)
