@@ -14,6 +14,8 @@ import contextlib
 import operator
 import os
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -36,6 +38,8 @@ from safepoint.integrations.langgraph_thread import thread_run_id
 from safepoint.store.url import open_store
 
 KEY = bytes(range(32))
+HERE = Path(__file__).resolve().parent
+SRC = str(HERE.parent / "src")
 
 
 def conformance(make: Any) -> dict[str, tuple[int, int]]:
@@ -287,3 +291,34 @@ def test_an_encrypted_store_keeps_no_text_in_clear(tmp_path: Path) -> None:
     assert found == {"clear": True, "sealed": False}
     with SafepointSaver(f"file:{tmp_path}/sealed", key=KEY) as saver:
         assert chat_graph(saver).get_state(config("t")).values["messages"][0].content == plain
+
+
+def test_a_writer_in_another_process_holds_the_thread_until_it_dies(tmp_path: Path) -> None:
+    url = f"file:{tmp_path}/store"
+    code = (
+        "import sys; from langchain_core.messages import HumanMessage; "
+        f"sys.path[:0] = [{SRC!r}, {str(HERE)!r}]; import test_langgraph_saver as t; "
+        "from safepoint.integrations.langgraph import SafepointSaver; "
+        f"s = SafepointSaver({url!r}); "
+        "t.chat_graph(s, turns=1).invoke({'messages': [HumanMessage('hi')], 'steps': 0}, t.config('t')); "
+        "print('ready', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with SafepointSaver(url) as saver:
+            with pytest.raises(RunLockedError, match="written by another saver"):
+                chat_graph(saver, turns=2).invoke(MORE, config("t"), durability="sync")
+            holder.kill()  # SIGKILL: its claim stays behind, with a dead owner
+            holder.wait(timeout=60)
+            out = chat_graph(saver, turns=2).invoke(MORE, config("t"), durability="sync")
+            assert out["steps"] == 2 and [m.content for m in out["messages"][:1]] == ["hi"]
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)

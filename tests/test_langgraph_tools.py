@@ -244,3 +244,20 @@ def test_a_decision_asked_through_an_interrupt_keeps_the_nodes_own_answers_in_pl
         out = app.invoke(Command(resume="yes"), config(), durability="sync")  # the node runs a third time
     assert out["status"].startswith("not known:") and out["status"].endswith("; ship: yes")
     assert effects.read_text() == "fetch book\ncharge 10\n"
+
+
+def test_deleting_a_thread_removes_its_checkpoints_and_its_ledger_from_the_store(tmp_path: Path) -> None:
+    from safepoint.integrations.langgraph_thread import thread_run_id
+    from safepoint.integrations.langgraph_tools import tools_run_id
+
+    calls: list[str] = []
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        for thread in ("gone", "kept"):
+            form_graph(saver, calls).invoke({"age": 0}, config(thread), durability="sync")
+        runs = set(saver.store.list_runs())
+        assert {thread_run_id("gone"), tools_run_id("gone"), thread_run_id("kept"), tools_run_id("kept")} <= runs
+        saver.delete_thread("gone")
+        assert set(saver.store.list_runs()) == runs - {thread_run_id("gone"), tools_run_id("gone")}
+        assert saver.get_tuple(config("gone")) is None
+        form_graph(saver, calls).invoke({"age": 0}, config("gone"), durability="sync")  # a new thread, anew
+    assert calls == ["check-0", "check-0", "check-0"]

@@ -398,11 +398,21 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                 self._commit(thread_id, [record])
 
     def delete_thread(self, thread_id: str) -> None:
+        """Remove the thread and its durable calls' ledger from the store (``Store.delete_run``, fenced by this
+        saver's claim: a thread another saver writes is refused, not deleted under it)."""
         thread_id = str(thread_id)
         with self._lock:
-            if self._read(thread_id) is None:
-                return
-            self._commit(thread_id, [DropRecord(everything=True)])
+            if self._read(thread_id) is not None:
+                owned = self._claim(thread_id)
+                del self._owned[thread_id]
+                try:
+                    self.store.delete_run(owned.index.run_id, claim=owned.writer.claim)
+                except StaleGenerationError:
+                    raise StaleGenerationError(
+                        f"LangGraph thread {thread_id!r}: this saver lost the thread to a newer writer (run "
+                        f"{owned.index.run_id}); nothing was deleted"
+                    ) from None
+            self.tools.delete(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         wanted = {str(r) for r in run_ids}
@@ -432,7 +442,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                 if index is None:
                     continue
                 if strategy == "delete":
-                    self._commit(thread_id, [DropRecord(everything=True)])
+                    self.delete_thread(thread_id)
                 elif dropped := index.all_but_latest():
                     self._commit(thread_id, [DropRecord(checkpoints=dropped)])
 

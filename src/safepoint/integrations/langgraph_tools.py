@@ -139,6 +139,27 @@ class ToolRuns:
         self._runs[thread_id] = run
         return run
 
+    def delete(self, thread_id: str) -> None:
+        """Remove the thread's ledger run, fenced by a claim on it (refused while another process holds it)."""
+        from safepoint.errors import RunLockedError, RunNotFoundError
+
+        with self.lock:
+            run = self._runs.pop(thread_id, None)
+            if run is not None:
+                run.close()
+            self._asked.pop(thread_id, None)
+            run_id = tools_run_id(thread_id)
+            try:
+                claim = self.store.claim(run_id, self.holder)
+            except RunNotFoundError:
+                return
+            except RunLockedError:
+                raise RunLockedError(
+                    f"LangGraph thread {thread_id!r}: its durable calls (run {run_id}) are held by another process; "
+                    "delete the thread once it has ended"
+                ) from None
+            self.store.delete_run(run_id, claim=claim)
+
     def close(self) -> None:
         with self.lock:
             for run in self._runs.values():
