@@ -6,6 +6,7 @@ its recorded value without running, and a call a SIGKILL left without an outcome
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -261,3 +262,19 @@ def test_deleting_a_thread_removes_its_checkpoints_and_its_ledger_from_the_store
         assert saver.get_tuple(config("gone")) is None
         form_graph(saver, calls).invoke({"age": 0}, config("gone"), durability="sync")  # a new thread, anew
     assert calls == ["check-0", "check-0", "check-0"]
+
+
+def test_a_tool_node_run_again_on_the_async_path_takes_finished_calls_from_the_ledger(tmp_path: Path) -> None:
+    sent: list[str] = []
+
+    async def go() -> dict[str, Any]:
+        with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+            app = agent_graph(saver, sent)
+            first = await app.ainvoke({"messages": [HumanMessage("mail them")]}, config(), durability="sync")
+            assert first["__interrupt__"][0].value == "ship it?"
+            out: dict[str, Any] = await app.ainvoke(Command(resume="yes"), config(), durability="sync")
+            return out
+
+    out = asyncio.run(go())
+    assert sorted(sent) == ["a@example.com", "b@example.com"]
+    assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)][-1] == "answer: yes"

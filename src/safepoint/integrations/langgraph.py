@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import os
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -126,12 +127,12 @@ class SafepointSaver(BaseCheckpointSaver[str]):
 
             store = open_store(store, load_key(key=key, key_file=key_file))
         self.store: Store = store
-        self.workspace = workspace  # where durable tools' runs say they act (their redaction patterns live there)
+        self.workspace = os.path.abspath(workspace)  # where durable tools' runs act (its redaction patterns too)
         self.holder = holder_id()
         self._lock = threading.RLock()
         self._owned: dict[str, _Owned] = {}
         self._redactor = run_redactor(None, store=store)
-        self.tools = ToolRuns(self.store, workspace, self.holder, on_uncertain)
+        self.tools = ToolRuns(self.store, self.workspace, self.holder, on_uncertain)
 
     # claims ------------------------------------------------------------------------------------------------------
     def _load(self, thread_id: str) -> ThreadIndex | None:

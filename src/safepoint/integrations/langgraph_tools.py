@@ -85,7 +85,9 @@ class ToolRuns:
         self.on_uncertain = on_uncertain
         self.workspace = workspace
         self.holder = holder
-        self.lock = threading.RLock()  # one call at a time per saver: a session is one writer
+        # One call at a time per saver (a session is one writer). A plain lock: an async call takes it in a worker
+        # thread and gives it back on the event loop's (an RLock must be released by the thread that took it).
+        self.lock = threading.Lock()
         self._runs: dict[str, Run] = {}
         self._handlers: dict[str, Callable[[], Any]] = {}  # call id -> the live call's body
         self._failures: dict[str, BaseException] = {}
