@@ -104,8 +104,8 @@ def main() -> None:
     ours, sqlite = results["safepoint_file"], results["sqlite"]
     results["ratios_to_sqlite"] = {
         "total_bytes": round(ours["total_bytes"] / sqlite["total_bytes"], 4),
-        "bytes_at_last_step": round(
-            ours["bytes_added_at_step"][steps] / max(1, sqlite["bytes_added_at_step"][steps]), 4
+        "bytes_per_step_at_last": round(
+            ours["bytes_per_step_at"][steps] / max(1, sqlite["bytes_per_step_at"][steps]), 4
         ),
         "ms_at_last_step": round(ours["ms_at_step"][steps] / sqlite["ms_at_step"][steps], 3),
     }

@@ -239,12 +239,20 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             kind, data = self.serde.dumps_typed(redact(self._redactor, value))
             index.lists.pop((ns, channel), None)
             return ValueRecord(ns=ns, channel=channel, version=version, type=kind, data=data)
-        raw = [self.serde.dumps_typed(item) for item in value]
         last = index.lists.get((ns, channel))
-        index.lists[(ns, channel)] = (version, raw)
+        # An item that is the very object of the last list was serialized then: LangGraph's reducers (add_messages,
+        # operator.add) keep the old items and add new ones, so a step serializes what it added, not the whole
+        # list again (measured: 19 ms a step at 1,000 messages before). An item changed in place without a new
+        # object is a change LangGraph itself does not see (no new version is written for it by any saver).
+        known = last[1] if last is not None else []
+        raw = [
+            last[2][i] if last is not None and i < len(known) and item is known[i] else self.serde.dumps_typed(item)
+            for i, item in enumerate(value)
+        ]
+        index.lists[(ns, channel)] = (version, list(value), raw)
         start, base = 0, None
-        if last is not None and len(last[1]) <= len(raw) and raw[: len(last[1])] == last[1]:
-            start, base = len(last[1]), last[0]  # grew from the last list stored: only its new items
+        if last is not None and len(last[2]) <= len(raw) and raw[: len(last[2])] == last[2]:
+            start, base = len(last[2]), last[0]  # grew from the last list stored: only its new items
         items: list[Typed] = []
         for item, typed in zip(value[start:], raw[start:], strict=True):
             redacted = redact(self._redactor, item)

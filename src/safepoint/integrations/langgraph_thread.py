@@ -163,8 +163,8 @@ class ThreadIndex:
     writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, str, str, bytes, str]]] = field(
         default_factory=dict
     )  # (ns, checkpoint id) -> (task id, idx) -> (task id, channel, type, data, task path)
-    # (ns, channel) -> (version, the serialized items of its latest list value): what the next list is compared to
-    lists: dict[tuple[str, str], tuple[Version, list[Typed]]] = field(default_factory=dict)
+    # (ns, channel) -> (version, the items of its latest list value, serialized): what the next list is compared to
+    lists: dict[tuple[str, str], tuple[Version, list[Any], list[Typed]]] = field(default_factory=dict)
     last_seq: int = 0
 
     def apply(self, record: ThreadRecord, load_metadata: Any) -> None:
