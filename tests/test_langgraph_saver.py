@@ -26,6 +26,7 @@ import zstandard
 pytest.importorskip("langgraph.checkpoint.conformance")
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
 from langgraph.checkpoint.memory import InMemorySaver
@@ -322,3 +323,32 @@ def test_a_writer_in_another_process_holds_the_thread_until_it_dies(tmp_path: Pa
     finally:
         holder.kill()
         holder.wait(timeout=60)
+
+
+# DeltaChannel: prune keeps what rebuilds it -------------------------------------------------------------------------
+def extend(state: list[str] | None, writes: list[Any]) -> list[str]:
+    out = list(state or [])
+    for write in writes:
+        out.extend(write)
+    return out
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], DeltaChannel(extend, snapshot_frequency=3)]
+    i: int
+
+
+def test_prune_keep_latest_keeps_the_ancestors_a_delta_channel_needs(tmp_path: Path) -> None:
+    graph = StateGraph(Log)
+    graph.add_node("step", lambda s: {"log": [f"e{s['i']}"], "i": s["i"] + 1})
+    graph.add_edge(START, "step")
+    graph.add_conditional_edges("step", lambda s: END if s["i"] >= 4 else "step")  # the last step is no snapshot
+    url = f"file:{tmp_path}/store"
+    with SafepointSaver(url) as saver:
+        app = graph.compile(checkpointer=saver)
+        assert app.invoke({"log": [], "i": 0}, config("t"), durability="sync")["log"] == ["e0", "e1", "e2", "e3"]
+        saver.prune(["t"], strategy="keep_latest")
+        assert len(list(saver.list(config("t")))) < 6  # pruned
+        assert app.get_state(config("t")).values == {"log": ["e0", "e1", "e2", "e3"], "i": 4}
+    with SafepointSaver(url) as again:
+        assert graph.compile(checkpointer=again).get_state(config("t")).values["log"] == ["e0", "e1", "e2", "e3"]

@@ -65,9 +65,17 @@ def form_graph(saver: SafepointSaver, calls: list[str]) -> Any:
     return graph.compile(checkpointer=saver)
 
 
-def test_an_interrupt_in_a_loop_does_not_run_earlier_calls_again(tmp_path: Path) -> None:
+@pytest.fixture(params=["file", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return f"file:{tmp_path}/store"
+    url: str = request.getfixturevalue("fresh_url")
+    return url
+
+
+def test_an_interrupt_in_a_loop_does_not_run_earlier_calls_again(store_url: str, tmp_path: Path) -> None:
     calls: list[str] = []
-    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+    with SafepointSaver(store_url, workspace=str(tmp_path)) as saver:
         app = form_graph(saver, calls)
         shown = app.invoke({"age": 0}, config(), durability="sync")["__interrupt__"][0].value
         assert shown["checked"] == {"attempt": 0, "valid": True}
@@ -137,8 +145,8 @@ def child(store: str, workspace: str, effects: str) -> None:
     order_graph(saver, Path(effects), kill=True).invoke({"status": "new"}, config(), durability="sync")
 
 
-def killed_in_a_tool(tmp_path: Path) -> tuple[str, Path]:
-    store, effects = f"file:{tmp_path}/store", tmp_path / "effects.txt"
+def killed_in_a_tool(tmp_path: Path, store: str | None = None) -> tuple[str, Path]:
+    store, effects = store or f"file:{tmp_path}/store", tmp_path / "effects.txt"
     code = (
         f"import sys; sys.path[:0] = [{SRC!r}, {str(HERE)!r}]; import test_langgraph_tools as t; "
         f"t.child({store!r}, {str(tmp_path)!r}, {str(effects)!r})"
@@ -151,8 +159,10 @@ def killed_in_a_tool(tmp_path: Path) -> tuple[str, Path]:
     return store, effects
 
 
-def test_a_graph_killed_in_a_tool_resumes_with_the_effect_once_and_the_call_decided(tmp_path: Path) -> None:
-    store, effects = killed_in_a_tool(tmp_path)
+def test_a_graph_killed_in_a_tool_resumes_with_the_effect_once_and_the_call_decided(
+    store_url: str, tmp_path: Path
+) -> None:
+    store, effects = killed_in_a_tool(tmp_path, store_url)
     with SafepointSaver(store, workspace=str(tmp_path)) as saver:
         app = order_graph(saver, effects)
         assert app.get_state(config()).next == ("pay",)  # the step in flight is run again from the saver
@@ -278,3 +288,14 @@ def test_a_tool_node_run_again_on_the_async_path_takes_finished_calls_from_the_l
     out = asyncio.run(go())
     assert sorted(sent) == ["a@example.com", "b@example.com"]
     assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)][-1] == "answer: yes"
+
+
+@pytest.mark.parametrize("thread", ["../../x", "a\x00b", "t" * 5000, "日本語 🙂 \u202e"])
+def test_durable_calls_of_hostile_thread_ids(tmp_path: Path, thread: str) -> None:
+    calls: list[str] = []
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        app = form_graph(saver, calls)
+        app.invoke({"age": 0}, config(thread), durability="sync")
+        assert app.invoke(Command(resume=7), config(thread), durability="sync") == {"age": 7}
+    assert calls == ["check-0"]
+    assert sorted(os.listdir(tmp_path)) == ["store"]

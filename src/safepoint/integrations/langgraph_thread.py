@@ -226,11 +226,21 @@ class ThreadIndex:
         ]
 
     def all_but_latest(self) -> list[tuple[str, str]]:
-        return [
-            (ns, checkpoint_id)
-            for ns, saved in self.checkpoints.items()
-            for checkpoint_id in sorted(saved)[:-1]  # uuid6 ids sort by time
-        ]
+        """What ``prune(keep_latest)`` drops: in each namespace, all but the latest checkpoint and the ancestors a
+        ``DeltaChannel`` needs to rebuild its value (back to the nearest one its metadata says holds a snapshot of
+        every delta channel: no ``counters_since_delta_snapshot``). Rejected: keeping the latest alone, which left
+        a delta channel empty without a word (LangGraph's ``prune`` docstring warns of it)."""
+        dropped = []
+        for ns, saved in self.checkpoints.items():
+            kept: set[str] = set()
+            at: str | None = max(saved)  # uuid6 ids sort by time
+            while at is not None and at in saved and at not in kept:
+                kept.add(at)
+                if not saved[at].metadata.get("counters_since_delta_snapshot"):
+                    break
+                at = saved[at].record.parent_id
+            dropped.extend((ns, checkpoint_id) for checkpoint_id in saved if checkpoint_id not in kept)
+        return dropped
 
     def copy_records(self) -> list[ThreadRecord]:
         """What the thread holds now, as records another thread can take (values first: every version a kept
