@@ -230,7 +230,7 @@ class ThreadIndex:
         ``DeltaChannel`` needs to rebuild its value (back to the nearest one its metadata says holds a snapshot of
         every delta channel: no ``counters_since_delta_snapshot``). Rejected: keeping the latest alone, which left
         a delta channel empty without a word (LangGraph's ``prune`` docstring warns of it)."""
-        dropped = []
+        dropped: list[tuple[str, str]] = []
         for ns, saved in self.checkpoints.items():
             kept: set[str] = set()
             at: str | None = max(saved)  # uuid6 ids sort by time
