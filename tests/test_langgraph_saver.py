@@ -352,3 +352,34 @@ def test_prune_keep_latest_keeps_the_ancestors_a_delta_channel_needs(tmp_path: P
         assert app.get_state(config("t")).values == {"log": ["e0", "e1", "e2", "e3"], "i": 4}
     with SafepointSaver(url) as again:
         assert graph.compile(checkpointer=again).get_state(config("t")).values["log"] == ["e0", "e1", "e2", "e3"]
+
+
+def test_a_writer_killed_while_it_writes_leaves_a_thread_that_loads_and_goes_on(tmp_path: Path) -> None:
+    """SIGKILL at whatever moment the writer is in (a put, a put_writes, between): the next saver reads a whole
+    thread, at its last durable checkpoint, and runs it on."""
+    url = f"file:{tmp_path}/store"
+    code = (
+        "import sys; from langchain_core.messages import HumanMessage; "
+        f"sys.path[:0] = [{SRC!r}, {str(HERE)!r}]; import test_langgraph_saver as t; "
+        "from safepoint.integrations.langgraph import SafepointSaver; "
+        f"s = SafepointSaver({url!r}); "
+        "[print(n, flush=True) for n, _ in enumerate(t.chat_graph(s, turns=100_000).stream("
+        "{'messages': [HumanMessage('hi')], 'steps': 0}, t.config('t'), durability='async'))]"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": SRC}
+    )
+    try:
+        assert writer.stdout is not None
+        while int(writer.stdout.readline() or -1) < 40:  # well into its writing
+            pass
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+    with SafepointSaver(url) as saver:
+        state = chat_graph(saver).get_state(config("t")).values
+        # one whole checkpoint (with "async", LangGraph's default, the writes lag behind the steps)
+        assert state["steps"] >= 1 and len(state["messages"]) == state["steps"] + 1
+        out = chat_graph(saver, turns=state["steps"] + 2).invoke(None, config("t"), durability="sync")
+    assert out["steps"] == state["steps"] + 2
+    assert [m.content for m in out["messages"][: len(state["messages"])]] == [m.content for m in state["messages"]]
