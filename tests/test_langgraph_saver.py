@@ -33,7 +33,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from safepoint.errors import RunLockedError, StaleGenerationError
+from safepoint.errors import DiskFullError, RunLockedError, StaleGenerationError
 from safepoint.integrations.langgraph import SafepointSaver
 from safepoint.integrations.langgraph_thread import thread_run_id
 from safepoint.store.url import open_store
@@ -144,8 +144,11 @@ def test_a_second_saver_writing_a_thread_is_refused_and_reading_is_not(tmp_path:
     chat_graph(second).invoke({"messages": [HumanMessage("hi")], "steps": 0}, config("other"), durability="sync")
     chat_graph(first, turns=4).invoke(MORE, config("t"), durability="sync")  # the owner goes on
     assert first.get_tuple(config("t")).checkpoint["channel_values"]["steps"] == 4
+    first.release("t")
+    chat_graph(second, turns=5).invoke(MORE, config("t"), durability="sync")  # released: the next writer takes it
+    with pytest.raises(RunLockedError):
+        chat_graph(first, turns=6).invoke(MORE, config("t"), durability="sync")  # and now the first is refused
     first.close()
-    chat_graph(second, turns=5).invoke(MORE, config("t"), durability="sync")  # given up: the next writer takes it
     assert second.get_tuple(config("t")) is not None
     tuples = {t.config["configurable"]["checkpoint_id"]: t for t in second.list(config("t"))}
     head = second.get_tuple(config("t"))
@@ -383,3 +386,40 @@ def test_a_writer_killed_while_it_writes_leaves_a_thread_that_loads_and_goes_on(
         out = chat_graph(saver, turns=state["steps"] + 2).invoke(None, config("t"), durability="sync")
     assert out["steps"] == state["steps"] + 2
     assert [m.content for m in out["messages"][: len(state["messages"])]] == [m.content for m in state["messages"]]
+
+
+class FailingStore(CountingStore):
+    """A store whose next append fails (a full disk, a dropped connection), once."""
+
+    fail_next = False
+
+    def append(self, claim: Any, records: Any, *, durable: bool = True) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise DiskFullError("no space left on the device (test)")
+        self.inner.append(claim, records, durable=durable)
+
+
+def test_a_failed_write_leaves_no_list_built_on_what_it_did_not_store(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    url = f"file:{tmp_path}/store"
+    store = FailingStore(url)
+    saver = SafepointSaver(store)  # type: ignore[arg-type]  # a Store by duck typing
+    parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def put(items: list[str], version: str, *, fails: bool = False) -> Any:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"log": items}
+        checkpoint["channel_versions"] = {"log": version}
+        store.fail_next = fails
+        return saver.put(parent, checkpoint, {"step": len(items)}, {"log": version})
+
+    parent = put(["a"], "1")
+    with pytest.raises(DiskFullError):
+        put(["a", "b"], "2", fails=True)  # never stored
+    put(["a", "b", "c"], "3")  # so this one must not be stored as "version 2, then c"
+    saver.close()
+    with SafepointSaver(url) as again:
+        latest = again.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert latest is not None and latest.checkpoint["channel_values"]["log"] == ["a", "b", "c"]

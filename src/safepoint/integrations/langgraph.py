@@ -220,6 +220,17 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             self._owned.clear()
             self.store.close()
 
+    def release(self, thread_id: str) -> None:
+        """Give up one thread (and its calls' ledger): another saver may write it from now on. A server that
+        keeps one saver for many threads releases each when its run is over."""
+        thread_id = str(thread_id)
+        with self._lock:
+            owned = self._owned.pop(thread_id, None)
+            if owned is not None:
+                owned.writer.flush_trace()
+                self.store.release(owned.writer.claim)
+            self.tools.release(thread_id)
+
     def settle(self, thread_id: str, *, replay: Sequence[str] = (), skip: Sequence[str] = ()) -> None:
         """Decide the thread's durable calls a crash left uncertain: ``replay`` runs them again when the node
         calls them next, ``skip`` leaves them (the call raises ``ToolFailure``). Raises ``ResumeOptionError`` when a
@@ -234,10 +245,14 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         self.close()
 
     # values ------------------------------------------------------------------------------------------------------
-    def _store_value(self, index: ThreadIndex, ns: str, channel: str, version: Version, value: Any) -> ValueRecord:
+    def _store_value(
+        self, index: ThreadIndex, ns: str, channel: str, version: Version, value: Any, lists: dict[Any, Any]
+    ) -> ValueRecord:
+        """The record of a value; ``lists`` gets what ``index.lists`` becomes once the record is durable (a list
+        compared to a version that a failed write never stored would make a delta of nothing)."""
         if type(value) is not list:
             kind, data = self.serde.dumps_typed(redact(self._redactor, value))
-            index.lists.pop((ns, channel), None)
+            lists[(ns, channel)] = None
             return ValueRecord(ns=ns, channel=channel, version=version, type=kind, data=data)
         last = index.lists.get((ns, channel))
         # An item that is the very object of the last list was serialized then: LangGraph's reducers (add_messages,
@@ -249,7 +264,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             last[2][i] if last is not None and i < len(known) and item is known[i] else self.serde.dumps_typed(item)
             for i, item in enumerate(value)
         ]
-        index.lists[(ns, channel)] = (version, list(value), raw)
+        lists[(ns, channel)] = (version, list(value), raw)
         start, base = 0, None
         if last is not None and len(last[2]) <= len(raw) and raw[: len(last[2])] == last[2]:
             start, base = len(last[2]), last[0]  # grew from the last list stored: only its new items
@@ -367,11 +382,12 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         with self._lock:
             index = self._claim(thread_id).index
             records: list[ThreadRecord] = []
+            lists: dict[tuple[str, str], Any] = {}
             for channel, version in new_versions.items():
                 if (ns, channel, version) in index.values:
                     continue  # stored already: a version is one value
                 if channel in values:
-                    records.append(self._store_value(index, ns, channel, version, values[channel]))
+                    records.append(self._store_value(index, ns, channel, version, values[channel], lists))
                 else:
                     records.append(ValueRecord(ns=ns, channel=channel, version=version, type=EMPTY))
             meta = redact(self._redactor, get_checkpoint_metadata(config, metadata))
@@ -385,6 +401,11 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                 )
             )
             self._commit(thread_id, records)
+            for key, latest in lists.items():  # durable now: the next list of the channel may build on it
+                if latest is None:
+                    index.lists.pop(key, None)
+                else:
+                    index.lists[key] = latest
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def put_writes(

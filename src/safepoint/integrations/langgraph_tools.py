@@ -141,6 +141,13 @@ class ToolRuns:
         self._runs[thread_id] = run
         return run
 
+    def release(self, thread_id: str) -> None:
+        with self.lock:
+            run = self._runs.pop(thread_id, None)
+            if run is not None:
+                run.close()
+            self._asked.pop(thread_id, None)
+
     def delete(self, thread_id: str) -> None:
         """Remove the thread's ledger run, fenced by a claim on it (refused while another process holds it)."""
         from safepoint.errors import RunLockedError, RunNotFoundError
