@@ -299,3 +299,31 @@ def test_durable_calls_of_hostile_thread_ids(tmp_path: Path, thread: str) -> Non
         assert app.invoke(Command(resume=7), config(thread), durability="sync") == {"age": 7}
     assert calls == ["check-0"]
     assert sorted(os.listdir(tmp_path)) == ["store"]
+
+
+def test_a_node_retried_after_an_error_does_not_run_its_finished_calls_again(tmp_path: Path) -> None:
+    from langgraph.types import RetryPolicy
+
+    charged: list[int] = []
+    attempts: list[int] = []
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="never")
+    def charge(amount: int) -> str:
+        charged.append(amount)
+        return f"charged {amount}"
+
+    def pay(state: Order) -> dict[str, Any]:
+        receipt = charge(10)
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ConnectionError("the shipping API timed out")  # after the charge: the node is retried
+        return {"status": receipt}
+
+    graph = StateGraph(Order)
+    graph.add_node("pay", pay, retry_policy=RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False))
+    graph.add_edge(START, "pay")
+    graph.add_edge("pay", END)
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        out = graph.compile(checkpointer=saver).invoke({"status": "new"}, config(), durability="sync")
+    assert out == {"status": "charged 10"} and len(attempts) == 3
+    assert charged == [10]  # once, though the node ran three times

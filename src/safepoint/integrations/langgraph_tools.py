@@ -26,11 +26,11 @@ recorded error after a restart. A skipped call raises ``ToolFailure`` (its value
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import hashlib
 import inspect
 import re
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,9 +92,11 @@ class ToolRuns:
         self._handlers: dict[str, Callable[[], Any]] = {}  # call id -> the live call's body
         self._failures: dict[str, BaseException] = {}
         self._asked: dict[str, set[str]] = {}  # thread -> the places (``ASKED``) a decision was asked at
-        # Attempts seen lately -> their call counter. The scratchpad is kept alive with its counter, so its id is
-        # never reused while it is here (rejected: a weak reference, which LangGraph's slotted dataclass refuses).
-        self._attempts: collections.OrderedDict[int, tuple[object, list[int]]] = collections.OrderedDict()
+        # Attempts of tasks -> their call counter. The scratchpad is kept alive with its counter, so its id is never
+        # reused while it is here (rejected: a weak reference, which LangGraph's slotted dataclass refuses).
+        self._attempts: dict[int, tuple[object, list[int]]] = {}
+        self._order_lock = threading.Lock()  # calls of one task may come from several threads
+        self._sweep_at = 256
 
     def open(self, thread_id: str, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> Run:
         from safepoint.agent.loop import resume_session
@@ -178,17 +180,25 @@ class ToolRuns:
     # one call --------------------------------------------------------------------------------------------------
     def order(self, scratchpad: object) -> int:
         """The next call's position in this attempt of the task (0, 1, ...)."""
-        key = id(scratchpad)
-        found = self._attempts.get(key)
-        if found is None or found[0] is not scratchpad:
-            found = (scratchpad, [0])
-            self._attempts[key] = found
-            while len(self._attempts) > 4096:
-                self._attempts.popitem(last=False)
-        self._attempts.move_to_end(key)
-        n = found[1][0]
-        found[1][0] += 1
-        return n
+        with self._order_lock:
+            key = id(scratchpad)
+            found = self._attempts.get(key)
+            if found is None or found[0] is not scratchpad:
+                if len(self._attempts) >= self._sweep_at:
+                    self._sweep()
+                found = self._attempts[key] = (scratchpad, [0])
+            n = found[1][0]
+            found[1][0] += 1
+            return n
+
+    def _sweep(self) -> None:
+        """Forget the attempts LangGraph is done with: nothing but this table holds their scratchpad (rejected: a
+        bound on the table, which would forget an attempt still running and give its next call the number of its
+        first, and so its recorded value)."""
+        for key, (scratchpad, _) in list(self._attempts.items()):
+            if sys.getrefcount(scratchpad) <= 3:  # the table's tuple, this loop's name, getrefcount's argument
+                del self._attempts[key]
+        self._sweep_at = max(256, 2 * len(self._attempts))
 
     def run_for(self, thread_id: str, where: str, policy: DurableCall) -> Run:
         """The thread's ledger, open; a call waiting for a decision raises ``DecisionNeeded`` or, by the policy,
