@@ -423,3 +423,22 @@ def test_a_failed_write_leaves_no_list_built_on_what_it_did_not_store(tmp_path: 
     with SafepointSaver(url) as again:
         latest = again.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
         assert latest is not None and latest.checkpoint["channel_values"]["log"] == ["a", "b", "c"]
+
+
+def test_a_saver_keeps_its_claims_alive_while_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another host takes an owner whose heartbeat is older than its lease for dead: an idle saver renews its."""
+    import safepoint.integrations.langgraph as lg
+
+    from .conftest import wait_for  # here: a child process imports this module on its own
+
+    monkeypatch.setattr(lg, "HEARTBEAT_SECONDS", 0.05)
+    with SafepointSaver(f"file:{tmp_path}/store") as saver:
+        chat_graph(saver, turns=1).invoke({"messages": [HumanMessage("hi")], "steps": 0}, config("t"))
+        owner = saver.store.owner(thread_run_id("t"))
+        assert owner is not None
+        wait_for(
+            lambda: (
+                (now := saver.store.owner(thread_run_id("t"))) is not None and now.heartbeat_at > owner.heartbeat_at
+            ),
+            "the idle saver's heartbeat",
+        )

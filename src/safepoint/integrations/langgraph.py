@@ -63,6 +63,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from safepoint.engine.heartbeat import HEARTBEAT_SECONDS
 from safepoint.engine.log_writer import LogWriter, run_redactor
 from safepoint.engine.session import holder_id
 from safepoint.errors import (
@@ -131,7 +132,9 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         self.holder = holder_id()
         self._lock = threading.RLock()
         self._owned: dict[str, _Owned] = {}
-        self._redactor = run_redactor(None, store=store)
+        self._redactor = run_redactor(self.workspace, store=store)  # the workspace's own patterns too
+        self._beating: threading.Thread | None = None
+        self._stop = threading.Event()
         self.tools = ToolRuns(self.store, self.workspace, self.holder, on_uncertain)
 
     # claims ------------------------------------------------------------------------------------------------------
@@ -175,7 +178,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             task="LangGraph thread",
             model="langgraph",
             created_at=datetime.now(UTC).isoformat(timespec="microseconds"),
-            workspace="",
+            workspace=self.workspace,
             model_config={"langgraph_thread_id": thread_id},
         )
         with contextlib.suppress(RunExistsError):  # made earlier, or by the saver whose claim comes first
@@ -191,7 +194,20 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         assert index is not None  # created above, and only its claim's holder deletes it
         owned = _Owned(index, LogWriter(self.store, claim, index.last_seq, self._redactor))
         self._owned[thread_id] = owned
+        if self._beating is None:
+            self._beating = threading.Thread(target=self._heartbeat, name="langgraph-saver-heartbeat", daemon=True)
+            self._beating.start()
         return owned
+
+    def _heartbeat(self) -> None:
+        """Renew every claim this saver holds, busy or idle (another host takes an owner whose heartbeat is older
+        than its lease for dead). One thread for all threads (rejected: ``engine.heartbeat``'s thread per run)."""
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            with self._lock:
+                claims = [owned.writer.claim for owned in self._owned.values()]
+            for claim in claims:
+                with contextlib.suppress(Exception):  # fenced off or unreachable: the next write says so
+                    self.store.heartbeat(claim)
 
     def _commit(self, thread_id: str, records: Sequence[ThreadRecord]) -> None:
         """Make ``records`` durable under the thread's claim, then fold them into its index."""
@@ -212,6 +228,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
 
     def close(self) -> None:
         """Give up every thread this saver claimed (another saver may write them then) and the store."""
+        self._stop.set()
         with self._lock:
             self.tools.close()
             for owned in self._owned.values():
