@@ -122,6 +122,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         on_uncertain: OnUncertain = "raise",
     ) -> None:
         super().__init__(serde=serde)
+        self._closes_store = isinstance(store, str)  # a store handed in is its giver's to close
         if isinstance(store, str):
             from safepoint.store.crypt import load_key
             from safepoint.store.url import open_store
@@ -227,7 +228,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         owned.index.last_seq = owned.writer.seq
 
     def close(self) -> None:
-        """Give up every thread this saver claimed (another saver may write them then) and the store."""
+        """Give up every thread this saver claimed (another saver may write them then), and the store it opened."""
         self._stop.set()
         with self._lock:
             self.tools.close()
@@ -235,7 +236,8 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                 owned.writer.flush_trace()
                 self.store.release(owned.writer.claim)
             self._owned.clear()
-            self.store.close()
+            if self._closes_store:
+                self.store.close()
 
     def release(self, thread_id: str) -> None:
         """Give up one thread (and its calls' ledger): another saver may write it from now on. A server that

@@ -102,7 +102,7 @@ class ToolRuns:
         from safepoint.agent.loop import resume_session
         from safepoint.engine.session import RunSession
         from safepoint.engine.tools import ToolRegistry
-        from safepoint.errors import RunNotFoundError
+        from safepoint.errors import RunLockedError, RunNotFoundError
         from safepoint.run import Run
         from safepoint.workspace.files import Workspace
 
@@ -133,6 +133,11 @@ class ToolRuns:
                 session, recovery = resume_session(
                     self.store, run_id, workspace, ToolRegistry(), replay=replay, skip=skip
                 )
+            except RunLockedError:
+                raise RunLockedError(
+                    f"LangGraph thread {thread_id!r}: its durable calls (run {run_id}) are made by another saver; "
+                    "one writer per thread: close that saver or wait for its process to end"
+                ) from None
             except DecisionNeeded as exc:
                 raise DecisionNeeded(
                     f"LangGraph thread {thread_id!r}: {exc} (here: SafepointSaver.settle({thread_id!r}, "
