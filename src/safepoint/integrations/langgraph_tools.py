@@ -139,10 +139,17 @@ class ToolRuns:
                     "one writer per thread: close that saver or wait for its process to end"
                 ) from None
             except DecisionNeeded as exc:
+                calls = _WAITING.findall(str(exc))
+                what = str(exc).partition("waits for a decision on ")[2].partition(": ")[0]
+                secret = (
+                    " (its arguments held a secret, redacted when stored: skip only)"
+                    if "only --skip" in str(exc)
+                    else ""
+                )
                 raise DecisionNeeded(
-                    f"LangGraph thread {thread_id!r}: {exc} (here: SafepointSaver.settle({thread_id!r}, "
-                    "replay=[CALL_ID]) or skip=[CALL_ID], or Command(resume='replay'|'skip') with on_uncertain="
-                    "'interrupt')"
+                    f"LangGraph thread {thread_id!r} waits for a decision on {what}: it may have taken effect; "
+                    f"saver.settle({thread_id!r}, replay={calls!r}) runs it again, skip={calls!r} leaves it{secret} "
+                    "(or SafepointSaver(on_uncertain='interrupt') and Command(resume='replay'|'skip'))"
                 ) from None
             run = Run(session, recovery)
         self._runs[thread_id] = run
