@@ -264,8 +264,10 @@ def test_model_text_is_redacted_in_the_store(tmp_path: Path) -> None:
     url = f"file:{tmp_path}/store"
     with SafepointSaver(url) as saver:
         app = secret_graph(saver)
-        out = app.invoke({"messages": [HumanMessage(f"use {SECRET}")], "steps": 0}, config("t"))
+        run_config = {**config("t"), "metadata": {"note": f"key {SECRET}"}}  # metadata, writes and values
+        out = app.invoke({"messages": [HumanMessage(f"use {SECRET}")], "steps": 0}, run_config)
         assert SECRET in out["messages"][1].content  # the live graph keeps its own state
+    assert not any(SECRET.encode() in text for text in readable(tmp_path / "store"))  # no record holds it
     with SafepointSaver(url) as again:
         values = secret_graph(again).get_state(config("t")).values
     texts = [m.content for m in values["messages"]]
