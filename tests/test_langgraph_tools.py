@@ -327,3 +327,37 @@ def test_a_node_retried_after_an_error_does_not_run_its_finished_calls_again(tmp
         out = graph.compile(checkpointer=saver).invoke({"status": "new"}, config(), durability="sync")
     assert out == {"status": "charged 10"} and len(attempts) == 3
     assert charged == [10]  # once, though the node ran three times
+
+
+def test_an_async_durable_tool_in_an_async_node_runs_once_across_resumes(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="ask")
+    async def notify(attempt: int) -> str:
+        await asyncio.sleep(0)
+        calls.append(f"notify-{attempt}")
+        return f"sent {attempt}"
+
+    async def ask(state: Form) -> dict[str, Any]:
+        attempt = 0
+        while True:
+            await notify(attempt)
+            answer = interrupt("age?")
+            if isinstance(answer, int):
+                return {"age": answer}
+            attempt += 1
+
+    graph = StateGraph(Form)
+    graph.add_node("ask", ask)
+    graph.add_edge(START, "ask")
+    graph.add_edge("ask", END)
+
+    async def go() -> Any:
+        with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+            app = graph.compile(checkpointer=saver)
+            await app.ainvoke({"age": 0}, config(), durability="sync")
+            await app.ainvoke(Command(resume="no"), config(), durability="sync")
+            return await app.ainvoke(Command(resume=40), config(), durability="sync")
+
+    assert asyncio.run(go()) == {"age": 40}
+    assert calls == ["notify-0", "notify-1"]
