@@ -34,7 +34,9 @@ safe for LangGraph's background writer threads (``durability="async"``).
 
 The versions it hands out are LangGraph's own form (``<n>.<random>``): a fork from an older checkpoint never
 reuses a version a later step stored with another value. ``durability="sync"`` makes each step durable before the
-next starts; with LangGraph's default (``"async"``) a crash can lose the last step, which is then run again.
+next starts; with LangGraph's default (``"async"``) the writes lag behind the steps, and a crash loses those not
+written yet (their steps run again; durable calls in them are taken from the ledger). ``settle`` decides a durable
+call a crash left uncertain (``langgraph_tools``).
 """
 
 from __future__ import annotations
