@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from safepoint.review import FileDiff as FileDiff  # re-exported: diff's parts
     from safepoint.standins.scenario import Scenario
     from safepoint.store.base import Store
+    from safepoint.timeline import ConflictSides, RunRow, Timeline
 
 
 class Safepoint:
@@ -372,6 +373,32 @@ class Safepoint:
         from safepoint.review import Follower
 
         return Follower(self.store, run_id)
+
+    def runs_overview(self) -> list[RunRow]:
+        """Every run for the review page: status, step, last activity, what waits for a person (latest first)."""
+        from safepoint import timeline
+
+        return timeline.run_rows(self.store, self.status(), self.approvals())
+
+    def timeline(self, run_id: str, *, page: int = 1, per_page: int | None = None) -> Timeline:
+        """One page of the run's timeline (``safepoint.timeline``): messages and calls with their ledger states,
+        explain's verdict, outputs and diffs, and the recovery note."""
+        from safepoint import review, timeline
+
+        explanation = self.explain(run_id)  # an unknown run is said here
+        approvals = review.pending_approvals(self.store, [run_id])
+        with self._session(run_id, read_only=True) as session:
+            return timeline.build_timeline(
+                session, explanation, approvals, page=page, per_page=per_page or timeline.PER_PAGE
+            )
+
+    def conflict_sides(self, run_id: str) -> list[ConflictSides]:
+        """Every pending conflict with its three versions: before the agent, the agent's version, the file now."""
+        from safepoint import timeline
+
+        views = self.conflicts(run_id)
+        with self._session(run_id, read_only=True) as session:
+            return timeline.conflict_sides(session, views)
 
     def restart_checkpoint(self, run_id: str) -> RuntimeRestartCheckpoint | None:
         """The run's restart checkpoint (seed 003 §1.2) when one is stored and intact: the work in flight."""
