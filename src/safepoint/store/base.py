@@ -61,6 +61,14 @@ class RunLog(abc.ABC):
     def read_log(self, run_id: str) -> LogRead:
         """Every record that passes its checksum, in order, and a report of every one that does not."""
 
+    @abc.abstractmethod
+    def delete_run(self, run_id: str, *, claim: Claim | None = None, force: bool = False) -> None:
+        """Remove the run and everything it owns (log, owner, restart checkpoint, terminal events, control,
+        artifacts, trace), durably and all at once: a reader sees the whole run or none of it, and a crash half-way
+        leaves no half-run under its id. Fenced by ``claim`` (its generation must be current), or ``force``: the
+        caller judged that nobody acts for the run (it is never done by default). Content-addressed blobs are
+        store-wide and stay (``safepoint gc`` removes those no run references). Raises ``RunNotFoundError``."""
+
 
 class Ownership(abc.ABC):
     """Who may write a run: one owner at a time, under a generation that only grows (seed 003 §1.1).

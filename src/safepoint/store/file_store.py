@@ -84,6 +84,7 @@ LOG = "ledger.jsonl"
 RESTART_CHECKPOINT = "restart_checkpoint.json"
 TERMINAL_EVENTS = "terminal_events.jsonl"
 CONTROL = "control.jsonl"
+DELETED_PREFIX = ".deleted-"  # a deleted run's folder, renamed aside until it is removed
 _INDEXED_KINDS = frozenset({"checkpoint"})
 APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
 
@@ -277,6 +278,8 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
             self._check_root()
             self._existing_run_dir(run_id)
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
+            if claiming:
+                self._existing_run_dir(run_id)  # deleted while this process waited for the lock
             yield None, self.owner(run_id)
 
     def _removed(self, run_id: str) -> StoreError | None:
@@ -286,6 +289,29 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
             f"run {run_id!r}: its store {self.run_dir(run_id)} was removed while the run was open (a command deleted "
             "it); the run stopped and nothing more is recorded: start a new run, and keep commands away from the store"
         )
+
+    def _delete_run_txn(self, handle: None, run_id: str) -> None:
+        """One rename takes the whole run out of sight (``list_runs`` skips dot-names) and frees its id; the
+        folder is removed after the lock is let go, and a crash before that leaves a ``.deleted-*`` folder that the
+        next delete or ``gc`` sweeps. Rejected: removing file by file in place, which a crash would leave half-done
+        under the run's id (a run without its header, or a log without its owner)."""
+        aside = tempfile.mkdtemp(dir=self._runs, prefix=f"{DELETED_PREFIX}{run_id}-")
+        os.rename(self.run_dir(run_id), os.path.join(aside, run_id))
+        fsync_dir(self._runs)
+
+    def _after_delete(self, run_id: str) -> None:
+        self._drop_handles(run_id)
+        self.sweep_deleted()
+
+    def sweep_deleted(self) -> int:
+        """Remove what deleted runs left renamed aside; how many folders went."""
+        swept = 0
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self._runs):
+                if name.startswith(DELETED_PREFIX):
+                    shutil.rmtree(os.path.join(self._runs, name), ignore_errors=True)
+                    swept += 1
+        return swept
 
     def _write_owner_txn(self, handle: None, run_id: str, state: OwnerState) -> None:
         atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))

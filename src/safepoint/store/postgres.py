@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import threading
 import time
 import weakref
@@ -261,6 +262,21 @@ class PostgresStore(FencedStore[Connection]):
                 f"run {run_id!r}: recovery owner {kept.recovery_class}/{kept.owner_id} already answers for another "
                 f"run in {self.shown}; each agent has its own recovery owner"
             ) from None
+
+    def _delete_run_txn(self, handle: Connection, run_id: str) -> None:
+        # One transaction: the terminal events (keyed by the recovery owner, not the run), then the run's row,
+        # whose foreign keys take its log, owner, restart checkpoint, control, artifacts and trace with it.
+        handle.execute(
+            f"DELETE FROM {SCHEMA}.recovery_owner_terminal_events e USING {SCHEMA}.recovery_owners o "
+            "WHERE o.agent_id = %s AND e.recovery_class = o.recovery_class AND e.owner_id = o.owner_id",
+            (run_id,),
+        )
+        handle.execute(f"DELETE FROM {SCHEMA}.runs WHERE run_id = %s", (run_id,))
+
+    def _after_delete(self, run_id: str) -> None:
+        scratch = self.scratch_dir(run_id)
+        if scratch is not None:  # this host's folder of the run's writes in flight
+            shutil.rmtree(os.path.dirname(scratch), ignore_errors=True)
 
     # the log ----------------------------------------------------------------------------------------------
     def _log_end_txn(self, handle: Connection, claim: Claim) -> int:

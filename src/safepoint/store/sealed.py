@@ -172,6 +172,10 @@ class SealedStore(Store):
             records.append(opened)
         return LogRead(records=records, problems=problems)
 
+    def delete_run(self, run_id: str, *, claim: Claim | None = None, force: bool = False) -> None:
+        self._ready()
+        self.inner.delete_run(run_id, claim=claim, force=force)
+
     # ownership: in clear (the store reads it to fence writers), checked for the key like every call --------------
     def claim(
         self,
