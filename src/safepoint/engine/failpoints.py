@@ -30,6 +30,12 @@ PROTOCOL_POINTS = (
     "closing",  # a live run's close is in its log; owner, terminal event and checkpoint are not settled
 )
 
+# Blobs out of the log (``core.blobs``): reached by a commit whose group references blobs it stored.
+STORAGE_POINTS = (
+    "blob_written",  # the group's blobs are durable in the store; the log group that references them is not
+    "log_group_durable",  # the log group that references them is durable too
+)
+
 _hits: dict[str, int] = {}
 
 

@@ -14,6 +14,8 @@ authenticated data: a sealed value copied to another run, record or slot fails a
     schedule                   job id
     artifact                   run id, artifact name       (content-derived nonce: the same artifact stored twice
                                                             is the same bytes, so it keeps its one name)
+    blob                       its name                    (store-wide, shared by runs: bound to its name, which
+                                                            is an HMAC of the content's hash: see ``blob_name``)
     trace line                 run id
 
 What stays in clear, because the store itself reads it to work: run ids and job ids (names of folders and rows),
@@ -36,6 +38,8 @@ encrypted would be worse than either); a store that has the record and no key is
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -323,6 +327,46 @@ class SealedStore(Store):
             if line is not None:  # as a damaged trace line is: skipped (recovery never depends on the trace)
                 yield line
 
+    # blobs: sealed whole, under names keyed by the store's key --------------------------------------------------------
+    def blob_name(self, digest: str) -> str:
+        """An HMAC of the content's hash under a key derived from the store's, not the hash itself: the plain
+        SHA-256 of a file would let anyone holding the store confirm a guess of its content (a known config file,
+        a password list) without the key. Rejected: the hash of the sealed bytes, which differs at every sealing
+        (random nonces), so a blob two runs share would be stored twice."""
+        cipher = self._ready()
+        return "keyed:" + hmac.new(cipher.key.derived(b"safepoint blob name v1"), digest.encode(), "sha256").hexdigest()
+
+    def put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        cipher = self._ready(writing=True)
+        return self.inner.put_blobs([(name, cipher.seal(data, place("", "blob", name))) for name, data in blobs])
+
+    def get_blob(self, name: str) -> bytes | None:
+        cipher = self._ready()
+        sealed = self.inner.get_blob(name)
+        if sealed is None:
+            return None
+        data = open_blob_bytes(cipher, name, sealed)
+        if data is None:
+            raise TamperedRecordError(f"blob {name} in store {self.shown} fails authentication ({_MOVED})")
+        return data
+
+    def list_blobs(self) -> dict[str, int]:
+        self._ready()
+        return self.inner.list_blobs()
+
+    def delete_blobs(self, names: Sequence[str]) -> int:
+        self._ready()
+        return self.inner.delete_blobs(names)
+
+    def quarantine_blob(self, name: str) -> bool:
+        return self.inner.quarantine_blob(name)
+
+    def blobs_shared(self) -> contextlib.AbstractContextManager[None]:
+        return self.inner.blobs_shared()
+
+    def blobs_exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return self.inner.blobs_exclusive()
+
     # the rest is the backend's ------------------------------------------------------------------------------------
     def local_dir(self) -> str | None:
         return self.inner.local_dir()
@@ -383,6 +427,10 @@ def open_event_payload(cipher: Cipher, run_id: str, event: RecoveryOwnerTerminal
 
 def open_control(cipher: Cipher, run_id: str, sealed: bytes) -> bytes | None:
     return cipher.open(sealed, place(run_id, "control"))
+
+
+def open_blob_bytes(cipher: Cipher, name: str, sealed: bytes) -> bytes | None:
+    return cipher.open(sealed, place("", "blob", name))
 
 
 def open_artifact(cipher: Cipher, run_id: str, filename: str, sealed: bytes) -> bytes | None:
