@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 
 from safepoint.core.blobs import check_name
 from safepoint.durable import PRIVATE_FILE, fsync_dir, make_private_dirs, write_all
-from safepoint.errors import StoreError
+from safepoint.errors import DiskFullError, StoreError, is_disk_full
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
 BLOBS = "blobs"
@@ -58,6 +58,17 @@ class FileBlobs:
         return os.path.join(self.root, BLOBS, scheme, digest[:2], digest)
 
     def put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        try:
+            return self._put_blobs(blobs)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            raise DiskFullError(
+                f"no space left on the disk of store {self.shown} (writing blobs); nothing half-written was kept and "
+                "nothing references what was: free space, then resume the run"
+            ) from None
+
+    def _put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
         written = 0
         folders: set[str] = set()
         for name, data in blobs:
