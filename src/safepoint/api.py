@@ -28,6 +28,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from safepoint.errors import ConfigError, DecisionNeeded, ResumeError
+from safepoint.lifecycle import forget as forget  # re-exported: the store's lifecycle (gc, label, forget)
+from safepoint.lifecycle import gc as gc
+from safepoint.lifecycle import label as label
+from safepoint.lifecycle import labels as labels
 from safepoint.records import (
     CompensateExternalAction,
     ConflictResolution,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.cli import db, mcp, protocol, review, supervise
+from safepoint.cli import db, lifecycle, mcp, protocol, review, supervise
 from safepoint.cli.common import (
     JsonOpt,
     KeyFileOpt,
@@ -642,6 +642,7 @@ supervise.register(app, out)
 db.register(app, out)
 review.register(app, out)
 mcp.register(app, out)
+lifecycle.register(app, out)
 
 
 def _json_error(message: str, code: int) -> None:

@@ -44,7 +44,12 @@ class Content:
 
     def put(self, data: bytes, digest: str | None = None) -> str:
         digest = digest or content_hash(data)
-        if digest in self.blobs:
+        known = self.blobs.get(digest)
+        if known is not None:
+            if known.stored and self._store is not None and self._stage_blob is not None:
+                # Staged again (the store keeps one copy): a blob gc freed since, or fsck quarantined, comes back
+                # before a new record references it, and gc sees it as just written.
+                self._stage_blob(self._store.blob_name(digest), stored_form(data, digest)[1])
             return digest
         if self._store is None or self._stage_blob is None:
             blob = make_blob(data, digest)
@@ -73,8 +78,9 @@ class Content:
             stored = self._store.get_blob(name)
             if stored is None:
                 raise StoreError(
-                    f"content {digest} of run {self.run_id!r} is missing from the store's blobs (removed by hand, or "
-                    "quarantined by fsck); `safepoint fsck` says what it reaches"
+                    f"content {digest} of run {self.run_id!r} is missing from the store's blobs: freed by `safepoint "
+                    "gc` (no checkpoint it kept needs it), quarantined by fsck or removed by hand; `safepoint fsck` "
+                    "says which"
                 )
         return open_stored(stored, digest)
 

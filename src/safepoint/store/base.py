@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from safepoint.errors import StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
@@ -208,6 +209,11 @@ class Artifacts(abc.ABC):
         """The trace events that pass their checksum."""
 
 
+class BlobStat(NamedTuple):
+    size: int  # stored bytes
+    written: float  # when it was written or last stored again, on the store's ``blob_clock``
+
+
 class Blobs(abc.ABC):
     """Content-addressed blobs, store-wide: file versions and large payloads of every run, each kept once however
     many runs reference it (``safepoint.core.blobs`` packs and checks them; a run's log holds only references).
@@ -228,15 +234,22 @@ class Blobs(abc.ABC):
 
     @abc.abstractmethod
     def put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
-        """Store ``(name, bytes)`` pairs durably; a name already there is kept as it is. Returns the bytes written."""
+        """Store ``(name, bytes)`` pairs durably; a name already there is kept as it is, its time of writing set
+        to now (a reference to it is on its way: see ``blob_clock``). Returns the bytes written."""
 
     @abc.abstractmethod
     def get_blob(self, name: str) -> bytes | None:
         """The stored bytes of a blob, or None when the store does not hold it."""
 
     @abc.abstractmethod
-    def list_blobs(self) -> dict[str, int]:
-        """Every stored blob's name and stored size."""
+    def list_blobs(self) -> dict[str, BlobStat]:
+        """Every stored blob's name, stored size and time of writing (on ``blob_clock``)."""
+
+    @abc.abstractmethod
+    def blob_clock(self) -> float:
+        """Now, on the clock ``list_blobs`` reports times of writing on. Taken by gc inside ``blobs_exclusive``: a
+        blob written or stored again later shows this time or a later one, so gc leaves it (its reference may not
+        have been in the logs gc read)."""
 
     @abc.abstractmethod
     def delete_blobs(self, names: Sequence[str]) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from safepoint.core.blobs import check_name
 from safepoint.durable import PRIVATE_FILE, fsync_dir, make_private_dirs, write_all
 from safepoint.errors import DiskFullError, StoreError, is_disk_full
+from safepoint.store.base import BlobStat
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
 BLOBS = "blobs"
@@ -73,8 +74,11 @@ class FileBlobs:
         folders: set[str] = set()
         for name, data in blobs:
             path = self._blob_path(name)
-            if os.path.exists(path):
+            try:
+                os.utime(path)  # stored again: a reference to it is on its way (see blob_clock)
                 continue  # its name is its content: the bytes there are these
+            except FileNotFoundError:
+                pass
             folder = os.path.dirname(path)
             if not os.path.isdir(folder):
                 make_private_dirs(folder)
@@ -103,18 +107,30 @@ class FileBlobs:
         except FileNotFoundError:
             return None
 
-    def list_blobs(self) -> dict[str, int]:
-        found: dict[str, int] = {}
+    def blob_clock(self) -> float:
+        """The file system's own clock, read from a file touched now (the clock blob times are set by is the
+        kernel's coarse one, which may lag ``time.time()`` by a tick)."""
+        top = self._blob_root()
+        make_private_dirs(top)
+        path = os.path.join(top, "clock")
+        with open(path, "ab"):
+            pass
+        os.utime(path)
+        return os.stat(path).st_mtime
+
+    def list_blobs(self) -> dict[str, BlobStat]:
+        found: dict[str, BlobStat] = {}
         top = self._blob_root()
         for scheme in _names(top):
-            if scheme in (QUARANTINE, "lock"):
+            if scheme in (QUARANTINE, "lock", "clock"):
                 continue
             for shard in _names(os.path.join(top, scheme)):
                 folder = os.path.join(top, scheme, shard)
                 for entry in _entries(folder):
                     if not entry.name.startswith("."):
                         with contextlib.suppress(FileNotFoundError):
-                            found[f"{scheme}:{entry.name}"] = entry.stat().st_size
+                            stat = entry.stat()
+                            found[f"{scheme}:{entry.name}"] = BlobStat(stat.st_size, stat.st_mtime)
         return found
 
     def delete_blobs(self, names: Sequence[str]) -> int:

@@ -14,6 +14,7 @@ import contextlib
 import msgspec
 
 from safepoint.core.blobs import open_stored
+from safepoint.core.retention import lifecycle_records
 from safepoint.errors import CorruptRecordError, StoreError
 from safepoint.records import Blob
 from safepoint.results import FsckProblem
@@ -55,9 +56,12 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
     for run_id in runs:
         try:
             references = referenced_blobs(store, run_id)
+            _, pruned = lifecycle_records(store.read_control(run_id))
         except StoreError:
             continue  # the run's own check reports why its log cannot be read
         for digest, seq in references.items():
+            if digest in pruned:
+                continue  # freed by gc: no checkpoint it kept needs it (a rollback past them says so)
             name = store.blob_name(digest)
             checked.add(name)
             where = f"seq {seq}"

@@ -19,6 +19,7 @@ from psycopg import errors as pg_errors
 
 from safepoint.core.blobs import check_name
 from safepoint.errors import StoreError
+from safepoint.store.base import BlobStat
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 from safepoint.store.postgres_schema import SCHEMA
 
@@ -43,11 +44,14 @@ class PostgresBlobs:
         with self._tx() as conn, conn.cursor() as cursor:
             written = 0
             for name, data in blobs:
+                # Stored again: its time of writing moves to now, as a reference to it is on its way (blob_clock).
                 cursor.execute(
-                    f"INSERT INTO {SCHEMA}.blobs (name, data) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                    f"INSERT INTO {SCHEMA}.blobs (name, data) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE SET "
+                    "created_at = now() RETURNING (xmax = 0)",
                     (check_name(name), data),
                 )
-                if cursor.fetchone() is not None:
+                row = cursor.fetchone()
+                if row is not None and row[0]:  # inserted, not updated
                     written += len(data)
         return written
 
@@ -58,10 +62,20 @@ class PostgresBlobs:
             ).fetchone()
         return None if row is None else _bytes(row[0])
 
-    def list_blobs(self) -> dict[str, int]:
+    def list_blobs(self) -> dict[str, BlobStat]:
         with self._tx() as conn:
-            rows = conn.execute(f"SELECT name, octet_length(data) FROM {SCHEMA}.blobs WHERE NOT quarantined").fetchall()
-        return {str(name): int(str(size)) for name, size in rows}
+            rows = conn.execute(
+                f"SELECT name, octet_length(data), extract(epoch FROM created_at)::float8 FROM {SCHEMA}.blobs "
+                "WHERE NOT quarantined"
+            ).fetchall()
+        return {str(name): BlobStat(int(str(size)), float(str(at))) for name, size, at in rows}
+
+    def blob_clock(self) -> float:
+        """The server's transaction time: a writer's transaction begins after gc lets the lock go, so its
+        ``now()`` is later."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()
+        return float(str(row[0])) if row is not None else 0.0
 
     def delete_blobs(self, names: Sequence[str]) -> int:
         if not names:

@@ -49,7 +49,7 @@ import msgspec
 from safepoint.errors import CorruptRecordError, TamperedRecordError
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
-from safepoint.store.base import Store
+from safepoint.store.base import BlobStat, Store
 from safepoint.store.crypt import (
     Cipher,
     StoreKey,
@@ -350,9 +350,12 @@ class SealedStore(Store):
             raise TamperedRecordError(f"blob {name} in store {self.shown} fails authentication ({_MOVED})")
         return data
 
-    def list_blobs(self) -> dict[str, int]:
+    def list_blobs(self) -> dict[str, BlobStat]:
         self._ready()
         return self.inner.list_blobs()
+
+    def blob_clock(self) -> float:
+        return self.inner.blob_clock()
 
     def delete_blobs(self, names: Sequence[str]) -> int:
         self._ready()

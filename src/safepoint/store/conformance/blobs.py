@@ -25,6 +25,11 @@ def check_blobs_put_get_list_delete(make_store: StoreFactory) -> None:
         fail(f"list_blobs gave {sorted(other.list_blobs())}")
     if store.put_blobs([(name_one, one)]) != 0 or store.get_blob(name_one) != one:
         fail("a blob stored again must be kept as it is, and nothing written")
+    with store.blobs_exclusive():
+        clock = store.blob_clock()
+    store.put_blobs([(name_two, two)])
+    if other.list_blobs()[name_two].written < clock or other.list_blobs()[name_two].size <= 0:
+        fail("a blob stored again must show a time of writing no earlier than a blob_clock read before")
     store.delete_run("r", force=True)
     if other.get_blob(name_one) != one:
         fail("blobs are store-wide: deleting a run must not remove them (gc does, once nothing references them)")
