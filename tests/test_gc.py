@@ -22,13 +22,16 @@ def _text(seed: int, lines: int = 400) -> str:
     return "".join(f"{seed}.{i} {rng.getrandbits(64):x}\n" for i in range(lines))
 
 
-def _finished_run(tm, run_id, versions, path="big.txt"):
-    """A finished run that writes ``path`` once per step; returns the checkpoint after each step."""
+def _finished_run(tm, run_id, versions, path="big.txt", also=None):
+    """A finished run that writes ``path`` once per step (and ``also``, reversed, with a command); returns the
+    checkpoint after each step."""
     after = []
     with tm.start("t", run_id=run_id) as run:
         for number, content in enumerate(versions):
             run.step()
             run.call("write_file", {"path": path, "content": content}, call_id=f"c{number}")
+            if also is not None:
+                run.call("run_command", {"command": f"printf '{number}\\n' >> {also}"}, call_id=f"d{number}")
             after.append(run.checkpoint())
         run.finish("completed")
     return after
@@ -44,21 +47,24 @@ def tm(tmp_path, workspace):
 def test_gc_frees_what_no_kept_checkpoint_needs_and_rollback_to_a_kept_one_is_exact(tm, workspace):
     versions = [_text(seed) for seed in range(6)]
     (workspace / "big.txt").write_text(_text(99))
-    after = _finished_run(tm, "r", versions)
+    (workspace / "log.txt").write_text(_text(98))
+    after = _finished_run(tm, "r", versions, also="log.txt")
+    log_at = {step: (workspace / "log.txt").read_text().splitlines()[: 400 + step + 1] for step in range(6)}
     before = tm.store.list_blobs()
     dry = gc(tm.store, keep=2, dry_run=True)
     assert dry.freed_blobs > 0 and dry.freed_bytes > 0 and tm.store.list_blobs() == before  # said, not done
     done = gc(tm.store, keep=2)
     assert (done.freed_blobs, done.freed_bytes) == (dry.freed_blobs, dry.freed_bytes)
-    assert done.whole_versions == 1  # the file as it was at the oldest kept checkpoint, so its past can go
+    assert done.whole_versions == 2  # the files as they were at the oldest kept checkpoint, so their past can go
     assert len(tm.store.list_blobs()) == len(before) - done.freed_blobs + done.whole_versions
-    assert done.freed_blobs == len(before) - 1  # all but the newest version's patch
+    assert done.freed_blobs >= len(before) - 4  # all but the newest versions' patches
     [run] = done.runs
     assert run.freed_blobs == done.freed_blobs and run.pruned_checkpoints and not run.kept_whole
     assert fsck(tm.store, None, repair=False).clean  # freed by gc is not lost
     assert gc(tm.store, keep=2).freed_blobs == 0  # nothing more to free
     tm.rollback_files("r", after[-2])
     assert (workspace / "big.txt").read_text() == versions[-2]
+    assert (workspace / "log.txt").read_text().splitlines() == log_at[4]
     with pytest.raises(SafepointError, match="freed by `safepoint gc`"):
         tm.rollback_files("r", after[0])
 
@@ -155,3 +161,24 @@ def test_the_cli_gc_label_and_forget(tm, workspace, tmp_path):
     gone = safepoint_in_process("forget", "r", *where)
     assert gone.returncode == 0 and "forgotten" in gone.stdout
     assert tm.list_runs() == []
+
+
+@pytest.mark.parametrize("where", ["postgres", "encrypted"])
+def test_gc_and_forget_on_postgres_and_on_an_encrypted_store(where, request, tmp_path, workspace):
+    if where == "postgres":
+        opened = safepoint.open(request.getfixturevalue("fresh_url"), workspace=str(workspace))
+    else:
+        opened = safepoint.open(str(tmp_path / "sealed"), workspace=str(workspace), key=bytes(range(32)))
+    try:
+        versions = [_text(seed) for seed in range(70, 74)]
+        (workspace / "big.txt").write_text(_text(69))
+        after = _finished_run(opened, "r", versions)
+        done = gc(opened.store, keep=2)  # the last step's two boundaries: a rollback to its start is kept
+        assert done.freed_blobs >= 2 and done.whole_versions == 1
+        assert opened.fsck().clean
+        opened.rollback_files("r", after[-2])
+        assert (workspace / "big.txt").read_text() == versions[-2]
+        assert forget(opened.store, "r").freed_blobs >= 1
+        assert opened.list_runs() == [] and opened.store.list_blobs() == {}
+    finally:
+        opened.close()
