@@ -14,10 +14,11 @@ that shares it)::
 ``codec`` is ``raw`` or ``zstd``; ``size`` is the plain length (a bound for the decompressor: a damaged or hostile
 frame cannot expand past it). Reading checks the plain bytes against their SHA-256 every time.
 
-Rejected: a zstd delta of a file version against its previous version at this level. A run already keeps a file's
-later versions as patches against the earlier one (``core.patches``), so the versions a blob holds are a file's
-first version and the patches; a delta of a patch against a patch found no gain worth a chain of bases that gc and
-reads would have to follow (measured in ``bench/blobs.py``).
+Not built yet: a blob stored as a zstd delta against a related version. Within a run a file's later versions are
+deltas already (``core.patches``: zstd with the earlier version as its dictionary). Across runs it would pay
+(``bench/blobs.py``: five versions of a 1 MB lockfile with 60 lines changed each take 0.21x as deltas against the
+version before), but finding that version needs a store-wide index from a file to its latest blob, and gc would
+have to keep a delta's base alive with it.
 """
 
 from __future__ import annotations
