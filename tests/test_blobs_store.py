@@ -137,3 +137,25 @@ def test_an_encrypted_stores_blobs_are_sealed_and_named_without_their_hash(works
     tm.rollback_files("r", start)
     assert (workspace / "big.txt").read_text() == big
     assert fsck(tm.store, None, repair=False).clean
+
+
+def test_fsck_reports_a_damaged_and_a_missing_blob_on_postgres(fresh_url, workspace):
+    import psycopg
+
+    big = _big(6)
+    (workspace / "big.txt").write_text(big)
+    tm = safepoint.open(fresh_url, workspace=str(workspace))
+    try:
+        with tm.start("t", run_id="r") as run:
+            run.call("write_file", {"path": "big.txt", "content": "x\n"}, call_id="c1")
+        assert tm.fsck().clean
+        [name] = tm.store.list_blobs()
+        with psycopg.connect(fresh_url, autocommit=True) as conn:
+            conn.execute("UPDATE safepoint.blobs SET data = overlay(data PLACING 'X' FROM 40) WHERE name = %s", (name,))
+        [found] = tm.fsck().problems
+        assert found.file == "blobs" and "damaged" in found.problem
+        assert tm.store.quarantine_blob(name) and tm.store.list_blobs() == {}  # flagged, kept, no longer served
+        [missing] = tm.fsck().problems
+        assert "missing" in missing.problem
+    finally:
+        tm.close()
