@@ -10,7 +10,7 @@ import pytest
 
 import safepoint
 from safepoint.core.hashing import content_hash
-from safepoint.errors import RunLockedError, SafepointError
+from safepoint.errors import RunLockedError, SafepointError, UnknownReferenceError
 from safepoint.lifecycle import forget, gc, label, labels
 from safepoint.store.fsck import fsck
 
@@ -65,8 +65,12 @@ def test_gc_frees_what_no_kept_checkpoint_needs_and_rollback_to_a_kept_one_is_ex
     tm.rollback_files("r", after[-2])
     assert (workspace / "big.txt").read_text() == versions[-2]
     assert (workspace / "log.txt").read_text().splitlines() == log_at[4]
-    with pytest.raises(SafepointError, match="freed by `safepoint gc`"):
+    calls = len(tm.ledger("r"))
+    with pytest.raises(UnknownReferenceError, match="not kept by `safepoint gc`"):
         tm.rollback_files("r", after[0])
+    with pytest.raises(UnknownReferenceError, match="not kept by `safepoint gc`"):
+        tm.restore_session("r", after[0])
+    assert len(tm.ledger("r")) == calls  # refused before anything was recorded
 
 
 def test_a_labelled_checkpoint_is_kept(tm, workspace):

@@ -32,6 +32,7 @@ from safepoint.core.retention import (
     PrunedRecord,
     Retention,
     lifecycle_records,
+    lifecycle_state,
     rebase_targets,
     rebuild_chain,
     retention,
@@ -120,6 +121,16 @@ def labels(store: Store, run_id: str) -> dict[str, list[str]]:
     return lifecycle_records(store.read_control(run_id))[0]
 
 
+def check_reachable(store: Store, run_id: str, checkpoint_id: str) -> None:
+    """Refuse, before anything is recorded, a rollback or restore to a checkpoint gc did not keep."""
+    _, _, unreachable = lifecycle_state(store.read_control(run_id))
+    if checkpoint_id in unreachable:
+        raise UnknownReferenceError(
+            f"checkpoint {checkpoint_id!r} of run {run_id!r} was not kept by `safepoint gc` (what it needs was "
+            f"freed); pick a later one in `safepoint checkpoints {run_id}`, or label checkpoints to keep before gc"
+        )
+
+
 def gc(store: Store, *, keep: int = DEFAULT_KEEP, dry_run: bool = False, progress: Progress | None = None) -> Collected:
     """Free the blobs no kept checkpoint of any run needs (``core.retention``), and those no run references."""
     return _collect(store, keep=max(keep, 0), dry_run=dry_run, progress=progress)
@@ -199,11 +210,11 @@ def _collect(
     if refused:
         candidates = set()
     done: list[RunCollected] = []
-    prune: dict[str, tuple[list[str], list[str]]] = {}  # run -> (digests it loses, checkpoints it keeps)
+    prune: dict[str, tuple[list[str], list[str], list[str]]] = {}  # run -> (digests, checkpoints kept, not kept)
     for kept, freeing in results:
         freed = sorted(digest for name, digest in freeing.items() if name in candidates)
         if freed:
-            prune[kept.run_id] = (freed, list(kept.kept_checkpoints))
+            prune[kept.run_id] = (freed, list(kept.kept_checkpoints), list(kept.pruned_checkpoints))
         done.append(
             RunCollected(
                 run_id=kept.run_id,
@@ -218,9 +229,9 @@ def _collect(
     swept = 0
     freed_bytes = sum(stored[name].size for name in candidates)
     if not dry_run and candidates:
-        for run_id, (digests, kept_ids) in prune.items():
+        for run_id, (digests, kept_ids, unreachable) in prune.items():
             # Said before it is done: a crash between leaves a record of blobs still there, never the reverse.
-            record = PrunedRecord(digests=digests, kept=kept_ids, at=now())
+            record = PrunedRecord(digests=digests, kept=kept_ids, at=now(), pruned_checkpoints=unreachable)
             with contextlib.suppress(StoreError):  # a run deleted meanwhile: nothing left to tell
                 store.post_control(run_id, _encoder.encode(record))
         with store.blobs_exclusive():

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from safepoint.cli.common import JsonOpt, KeyFileOpt, Out, StoreOpt, WorkspaceOpt, emit, open_safepoint_at
+from safepoint.cli.plain import visible
 from safepoint.errors import ExitCode
 
 
@@ -58,22 +59,19 @@ def register(app: typer.Typer, out: Out) -> None:
             emit(done, True)
         else:
             verb = "would free" if dry_run else "freed"
-            out.print(
+            lines = [
                 f"store {done.store}: {verb} {done.freed_blobs} blobs ({_size(done.freed_bytes)}, "
-                f"{done.orphan_blobs} referenced by no run); kept {done.kept_blobs} ({_size(done.kept_bytes)})",
-                markup=False,
-                highlight=False,
-            )
-            for run in done.runs:
-                if run.freed_blobs:
-                    out.print(
-                        f"  {run.run_id}: {run.freed_blobs} blobs of {len(run.pruned_checkpoints)} older checkpoints "
-                        f"(kept {run.kept_checkpoints})",
-                        markup=False,
-                        highlight=False,
-                    )
+                f"{done.orphan_blobs} referenced by no run); kept {done.kept_blobs} ({_size(done.kept_bytes)})"
+            ]
+            lines += [
+                f"  {run.run_id}: {run.freed_blobs} blobs; {len(run.pruned_checkpoints)} older checkpoints no longer "
+                f"reachable by rollback, {run.kept_checkpoints} kept"
+                for run in done.runs
+                if run.freed_blobs
+            ]
             if done.refused:
-                out.print(f"nothing removed: {done.refused}", markup=False, highlight=False)
+                lines.append(f"nothing removed: {done.refused}")
+            sys.stdout.write(visible("\n".join(lines)) + "\n")
         raise typer.Exit(ExitCode.DAMAGED if done.refused else ExitCode.OK)
 
     @app.command()
@@ -92,7 +90,7 @@ def register(app: typer.Typer, out: Out) -> None:
         done = add_label(open_safepoint_at(store, workspace, key_file).store, run_id, checkpoint, name)
         emit(done, as_json)
         if not as_json:
-            out.print(f"run {run_id}: {done.checkpoint_id} labelled {done.name!r}", markup=False, highlight=False)
+            sys.stdout.write(visible(f"run {run_id}: {done.checkpoint_id} labelled {done.name!r}") + "\n")
 
     @app.command()
     def forget(
@@ -111,8 +109,6 @@ def register(app: typer.Typer, out: Out) -> None:
         done = forget_run(open_safepoint_at(store, workspace, key_file).store, run_id, force=force)
         emit(done, as_json)
         if not as_json:
-            out.print(
-                f"run {run_id}: forgotten; freed {done.freed_blobs} blobs ({_size(done.freed_bytes)})",
-                markup=False,
-                highlight=False,
+            sys.stdout.write(
+                f"run {visible(run_id)}: forgotten; freed {done.freed_blobs} blobs ({_size(done.freed_bytes)})\n"
             )

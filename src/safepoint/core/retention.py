@@ -4,8 +4,9 @@ A run's store blobs are its file versions, patches and large payloads (``core.bl
 most of them serve only a rollback to an old checkpoint; gc frees those, and keeps:
 
 - the latest ``keep`` checkpoints at step boundaries (``before_step``, ``after_step``; a run with none: its
-  latest ``keep`` checkpoints) and every checkpoint after the oldest of them (a rollback there needs nothing
-  older), the latest complete checkpoint, and every checkpoint a person labelled (``safepoint label``);
+  latest ``keep`` checkpoints), the latest complete checkpoint, every checkpoint a person labelled (``safepoint
+  label``), and every checkpoint whose files are those of one of these or later (a rollback there reads nothing
+  older);
 - for each kept checkpoint, what a rollback to it reads: the content of every file the run changed after it, as
   the reader rebuilds it (walking back along the patches to the first version the run stored: ``FileChanges.
   _version``), and the agent's versions a conflict would offer;
@@ -136,17 +137,19 @@ def _kept_checkpoints(view: RunView, keep: int, labels: frozenset[str]) -> list[
     complete = [at for at in view.checkpoints if at.complete]
     # A run driven call by call (the library's own loop) may have no step boundary: its checkpoints count then.
     boundaries = [at for at in complete if at.checkpoint.kind in STEP_BOUNDARIES] or complete
-    latest = boundaries[-keep:] if keep else []
-    oldest = min((view.checkpoints.index(at) for at in latest), default=len(view.checkpoints))
-    kept = [
-        at
-        for index, at in enumerate(view.checkpoints)
-        if index >= oldest or at.checkpoint.checkpoint_id in labels or at.checkpoint.checkpoint_id in _named_ids(view)
-    ]
+    chosen = boundaries[-keep:] if keep else []
+    named = labels | _named_ids(view)
+    chosen += [at for at in view.checkpoints if at.checkpoint.checkpoint_id in named]
     newest_complete = view.latest_complete_checkpoint()
-    if newest_complete is not None and newest_complete not in kept:
-        kept.append(newest_complete)
-    return kept
+    if newest_complete is not None:
+        chosen.append(newest_complete)
+    # Every checkpoint whose files are those of a chosen one or later is kept too: a rollback there reads nothing
+    # the chosen ones do not (the file versions from the oldest of them on).
+    since = min((at.checkpoint.patches_len for at in chosen), default=len(view.patches) + 1)
+    chosen_ids = {at.checkpoint.checkpoint_id for at in chosen}
+    return [
+        at for at in view.checkpoints if at.checkpoint.patches_len >= since or at.checkpoint.checkpoint_id in chosen_ids
+    ]
 
 
 def _named_ids(view: RunView) -> frozenset[str]:
@@ -241,6 +244,7 @@ class PrunedRecord(msgspec.Struct, frozen=True, kw_only=True, tag="gc_pruned", t
     digests: list[str]
     kept: list[str]
     at: str
+    pruned_checkpoints: list[str] = []  # what a rollback can no longer reach (the run's checkpoints then, not kept)
 
 
 _lifecycle_decoder = msgspec.json.Decoder(LabelRecord | PrunedRecord)
@@ -249,8 +253,17 @@ _lifecycle_decoder = msgspec.json.Decoder(LabelRecord | PrunedRecord)
 def lifecycle_records(controls: list[tuple[int, bytes]]) -> tuple[dict[str, list[str]], frozenset[str]]:
     """The labels (checkpoint id -> names) and the digests gc pruned, from a run's control records (others, and
     any that do not decode, are not ours and are skipped)."""
+    labels, pruned, _ = lifecycle_state(controls)
+    return labels, pruned
+
+
+def lifecycle_state(
+    controls: list[tuple[int, bytes]],
+) -> tuple[dict[str, list[str]], frozenset[str], frozenset[str]]:
+    """``lifecycle_records`` and the checkpoints gc left unreachable."""
     labels: dict[str, list[str]] = {}
     pruned: set[str] = set()
+    unreachable: set[str] = set()
     for _, data in controls:
         if b'"label"' not in data and b'"gc_pruned"' not in data:
             continue
@@ -262,4 +275,5 @@ def lifecycle_records(controls: list[tuple[int, bytes]]) -> tuple[dict[str, list
             labels.setdefault(record.checkpoint_id, []).append(record.name)
         else:
             pruned.update(record.digests)
-    return labels, frozenset(pruned)
+            unreachable.update(record.pruned_checkpoints)
+    return labels, frozenset(pruned), frozenset(unreachable)
