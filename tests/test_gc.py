@@ -17,7 +17,7 @@ from safepoint.store.fsck import fsck
 from .conftest import safepoint_in_process
 
 
-def _text(seed: int, lines: int = 400) -> str:
+def _text(seed: int, lines: int = 2000) -> str:
     rng = random.Random(seed)
     return "".join(f"{seed}.{i} {rng.getrandbits(64):x}\n" for i in range(lines))
 
@@ -49,7 +49,7 @@ def test_gc_frees_what_no_kept_checkpoint_needs_and_rollback_to_a_kept_one_is_ex
     (workspace / "big.txt").write_text(_text(99))
     (workspace / "log.txt").write_text(_text(98))
     after = _finished_run(tm, "r", versions, also="log.txt")
-    log_at = {step: (workspace / "log.txt").read_text().splitlines()[: 400 + step + 1] for step in range(6)}
+    log_at = {step: (workspace / "log.txt").read_text().splitlines()[: 2000 + step + 1] for step in range(6)}
     before = tm.store.list_blobs()
     dry = gc(tm.store, keep=2, dry_run=True)
     assert dry.freed_blobs > 0 and dry.freed_bytes > 0 and tm.store.list_blobs() == before  # said, not done

@@ -24,7 +24,7 @@ MOMENTS = st.sampled_from(["nothing", "gc", "user_edit", "rollback"])
 
 def _text(seed: int) -> str:
     rng = random.Random(seed)
-    return "".join(f"{seed}.{i} {rng.getrandbits(48):x}\n" for i in range(300))
+    return "".join(f"{seed}.{i} {rng.getrandbits(48):x}\n" for i in range(1500))  # packed, more than INLINE_MAX
 
 
 class World:
