@@ -6,6 +6,7 @@ the log (the code before) and as store-wide blobs (now), measured in the same ru
 - ``append``: one ``run_command`` appending a line to an N MB file: the log's bytes, ``load_view``'s time and the
   store's bytes, inline vs blobs, and their ratios (the issue's case: 30 MB made an 84 MB log);
 - ``dedup``: five runs, each editing one line of the same 2 MB file: the store's bytes, inline vs blobs;
+- ``write_cost``: the median time of a ``write_file`` creating a 2 KB, 100 KB and 1 MB file, inline vs blobs;
 - ``cross_run_delta``: five versions of a 1 MB lockfile-like file, each with 60 scattered lines changed (what a
   second run stores as its before-version when the first changed the file): the bytes of each version as a whole
   zstd blob, and as a zstd delta against the version before it (the ratio says whether a blob-level delta pays).
@@ -130,11 +131,41 @@ def cross_run_delta(versions: int = 5) -> dict[str, Any]:
     return {"versions": versions, "whole_bytes": whole, "delta_bytes": delta, "ratio": round(delta / whole, 4)}
 
 
+def write_cost(sizes: tuple[int, ...] = (2_000, 100_000, 1_000_000), calls: int = 15) -> dict[str, Any]:
+    """Median time of a ``write_file`` creating a file of each size, inline vs blobs (a blob costs its fsyncs)."""
+    found: dict[str, Any] = {}
+    for size in sizes:
+        row: dict[str, float] = {}
+        for mode in ("inline", "blobs"):
+            root = tempfile.mkdtemp()
+            try:
+                workspace = os.path.join(root, "ws")
+                os.mkdir(workspace)
+                tm = safepoint.open(os.path.join(root, "store"), workspace=workspace)
+                base = "".join(_lines(size // 32, 5))
+                times = []
+                with _mode(mode == "inline"), tm.start("t", run_id="r") as run:
+                    for number in range(calls):
+                        started = time.perf_counter()
+                        args = {"path": f"f{number}.json", "content": base + f"{number}\n"}
+                        run.call("write_file", args, call_id=f"c{number}")
+                        times.append(time.perf_counter() - started)
+                row[f"{mode}_ms"] = round(sorted(times)[len(times) // 2] * 1000, 2)
+                tm.close()
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+        row["ratio"] = round(row["blobs_ms"] / row["inline_ms"], 3)
+        found[str(size)] = row
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, default=30)
     options = parser.parse_args()
-    print(json.dumps({"append": append(options.mb), "dedup": dedup(), "cross_run_delta": cross_run_delta()}, indent=2))
+    figures = {"append": append(options.mb), "dedup": dedup(), "cross_run_delta": cross_run_delta()}
+    figures["write_cost"] = write_cost()
+    print(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":
