@@ -159,3 +159,19 @@ def test_fsck_reports_a_damaged_and_a_missing_blob_on_postgres(fresh_url, worksp
         assert "missing" in missing.problem
     finally:
         tm.close()
+
+
+def test_a_blob_cut_short_is_written_again_when_its_content_is_stored_again(tmp_path):
+    from safepoint.core.blobs import open_stored, stored_form
+    from safepoint.store.file_store import FileStore
+
+    store = FileStore(str(tmp_path / "store"))
+    store.create_run("r", b"{}")
+    data = _big(7).encode()
+    reference, stored = stored_form(data)
+    name = store.blob_name(reference.hash)
+    store.put_blobs([(name, stored)])
+    path = pathlib.Path(store._blob_path(name))
+    path.write_bytes(stored[: len(stored) // 2])
+    store.put_blobs([(name, stored)])
+    assert open_stored(store.get_blob(name) or b"", reference.hash) == data

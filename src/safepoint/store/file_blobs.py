@@ -75,8 +75,11 @@ class FileBlobs:
         for name, data in blobs:
             path = self._blob_path(name)
             try:
-                os.utime(path)  # stored again: a reference to it is on its way (see blob_clock)
-                continue  # its name is its content: the bytes there are these
+                if os.stat(path).st_size == len(data):  # its name is its content: the bytes there are these
+                    os.utime(path)  # stored again: a reference to it is on its way (see blob_clock)
+                    continue
+                # Another length: cut short by hand or by damage (a crash leaves no partial blob under its name):
+                # written again over it, so the new reference is to whole bytes.
             except FileNotFoundError:
                 pass
             folder = os.path.dirname(path)
