@@ -40,6 +40,7 @@ from safepoint.core.retention import (
 )
 from safepoint.core.rollback import ABSENT, UNKNOWN
 from safepoint.core.run_view import RunView
+from safepoint.engine import failpoints
 from safepoint.errors import RunLockedError, StoreError, UnknownReferenceError
 from safepoint.records import FilePatchEntry, LogRecord
 from safepoint.store.base import Store
@@ -234,6 +235,7 @@ def _collect(
             record = PrunedRecord(digests=digests, kept=kept_ids, at=now(), pruned_checkpoints=unreachable)
             with contextlib.suppress(StoreError):  # a run deleted meanwhile: nothing left to tell
                 store.post_control(run_id, _encoder.encode(record))
+        failpoints.hit("gc_recorded")
         with store.blobs_exclusive():
             still = store.list_blobs()  # one stored again since (a reference on its way) shows a later time
             gone = sorted(name for name in candidates if name in still and still[name].written < clock)
@@ -298,6 +300,7 @@ def _rebased(
         with store.blobs_shared():
             store.put_blobs([(store.blob_name(digest), stored) for digest, (_, stored) in forms.items()])
             store.append(claim, records)
+        failpoints.hit("gc_rebased")
     except StoreError:
         return kept
     finally:

@@ -36,6 +36,12 @@ STORAGE_POINTS = (
     "log_group_durable",  # the log group that references them is durable too
 )
 
+# gc's moments (``safepoint.lifecycle``).
+GC_POINTS = (
+    "gc_rebased",  # a run's whole versions and their references are durable; nothing is removed yet
+    "gc_recorded",  # what gc frees is recorded on the runs' control channels; the blobs are still there
+)
+
 _hits: dict[str, int] = {}
 
 
