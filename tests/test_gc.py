@@ -186,3 +186,20 @@ def test_gc_and_forget_on_postgres_and_on_an_encrypted_store(where, request, tmp
         assert opened.list_runs() == [] and opened.store.list_blobs() == {}
     finally:
         opened.close()
+
+
+def test_without_whole_versions_a_kept_checkpoint_keeps_the_whole_chain_of_patches(tm, workspace):
+    """The rules alone (no rebasing): a rollback to the oldest kept checkpoint rebuilds its file from the run's
+    first version through every patch, so none of them may go; with the version stored whole, all of them may."""
+    from safepoint.core.retention import rebase_targets, retention
+    from safepoint.engine.session import load_view
+
+    (workspace / "big.txt").write_text(_text(90))
+    _finished_run(tm, "r", [_text(seed) for seed in range(91, 97)])
+    view = load_view(tm.store, "r")
+    plain = retention(view, keep=2)
+    assert plain.prunable == frozenset() and len(plain.needed) == 7
+    [(index, digest)] = rebase_targets(view, keep=2)
+    assert index == 5 and digest == view.patches[5].before_hash
+    rebased = retention(view, keep=2, rebased=frozenset({digest}))
+    assert rebased.needed == {digest, view.patches[5].patch_ref.removeprefix("blob:")}

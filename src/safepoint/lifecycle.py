@@ -43,7 +43,7 @@ from safepoint.core.run_view import RunView
 from safepoint.engine import failpoints
 from safepoint.errors import RunLockedError, StoreError, UnknownReferenceError
 from safepoint.records import FilePatchEntry, LogRecord
-from safepoint.store.base import Store
+from safepoint.store.base import BlobStat, Store
 from safepoint.store.liveness import owner_alive
 from safepoint.store.names import safe_url
 from safepoint.store.ownership import now
@@ -171,6 +171,7 @@ def _collect(
     with store.blobs_exclusive():
         clock = store.blob_clock()
     runs = store.list_runs()
+    sizes = store.list_blobs()
     needed: set[str] = set()
     referenced: set[str] = set()
     whole_versions = 0
@@ -195,7 +196,7 @@ def _collect(
             whole = live or bool(view.problems)
             kept = retention(view, keep=keep, labels=frozenset(marks), live=whole)
             if not kept.whole:
-                kept = _rebased(store, view, kept, keep=keep, labels=frozenset(marks), dry_run=dry_run)
+                kept = _rebased(store, view, kept, keep=keep, labels=frozenset(marks), dry_run=dry_run, sizes=sizes)
         whole_versions += len(kept.referenced - stored_references(view))
         names = {digest: store.blob_name(digest) for digest in kept.referenced - pruned}
         referenced.update(names.values())
@@ -262,12 +263,20 @@ def _collect(
 
 
 def _rebased(
-    store: Store, view: RunView, kept: Retention, *, keep: int, labels: frozenset[str], dry_run: bool
+    store: Store,
+    view: RunView,
+    kept: Retention,
+    *,
+    keep: int,
+    labels: frozenset[str],
+    dry_run: bool,
+    sizes: dict[str, BlobStat],
 ) -> Retention:
     """The run's retention once the versions at its oldest kept checkpoint are stored whole (``core.retention.
     rebase_targets``): then the patches and versions before it are freed. The whole versions are blobs, put
     before the ``Blob`` references appended to the run's log under a claim of its own (so the reader's rebuild
-    stops there, as the rules assume). Without them, or when the run cannot be claimed or a version rebuilt,
+    stops there, as the rules assume), and only when they free more than they take (``sizes``: the stored blobs).
+    Without them, or when the run cannot be claimed or a version rebuilt,
     ``kept`` stands: it frees less, never what a kept checkpoint reads."""
     chains = {}
     for index, digest in rebase_targets(view, keep=keep, labels=labels):
@@ -277,17 +286,26 @@ def _rebased(
     if not chains:
         return kept
     rebased = retention(view, keep=keep, labels=labels, rebased=frozenset(chains))
-    if not rebased.prunable or dry_run:
+    freed = rebased.prunable - kept.prunable
+    if not freed:
+        return kept
+    try:
+        forms = {digest: stored_form(_rebuild(store, view, digest, chain), digest) for digest, chain in chains.items()}
+    except (StoreError, ValueError):
+        return kept
+    if sum(sizes.get(store.blob_name(digest), BlobStat(0, 0)).size for digest in freed) <= sum(
+        len(stored) for _, stored in forms.values()
+    ):
+        return kept  # the whole versions would take as much as they free (small edits of one big file)
+    if dry_run:
         return rebased
     from safepoint.engine.session import holder_id
 
     try:
-        versions = {digest: _rebuild(store, view, digest, chain) for digest, chain in chains.items()}
         claim = store.claim(view.info.run_id, holder_id())
-    except (StoreError, ValueError):
+    except StoreError:
         return kept
     try:
-        forms = {digest: stored_form(data, digest) for digest, data in versions.items()}
         records = [
             LogRecord(
                 kind="blob",

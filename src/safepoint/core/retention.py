@@ -195,7 +195,7 @@ def _for_rollback(view: RunView, since: int, stored: frozenset[str], present: fr
         calls.add(patch.tool_call_id)
         needed |= _walk(patch.before_hash, index, patches, producers, present)
         needed |= _walk(patch.after_hash, index + 1, patches, producers, present)
-        needed.update(_ref(patch.patch_ref), _ref(patch.before_ref))
+        needed.update((_ref(patch.patch_ref), _ref(patch.before_ref)))
     for call_id in calls:
         needed.update(_ref(state.before_ref) for state in view.befores.get(call_id, ()))
     return needed & stored
@@ -218,7 +218,7 @@ def _walk(
         if index is None:
             return needed
         patch = patches[index]
-        needed.update(_ref(patch.patch_ref))
+        needed.add(_ref(patch.patch_ref))
         digest, before = patch.before_hash, index
     return needed
 
