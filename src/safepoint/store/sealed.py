@@ -15,7 +15,8 @@ authenticated data: a sealed value copied to another run, record or slot fails a
     artifact                   run id, artifact name       (content-derived nonce: the same artifact stored twice
                                                             is the same bytes, so it keeps its one name)
     blob                       its name                    (store-wide, shared by runs: bound to its name, which
-                                                            is an HMAC of the content's hash: see ``blob_name``)
+                                                            is an HMAC of the content's hash: see ``blob_name``;
+                                                            kept in binary, ``sp1b`` + nonce and ciphertext)
     trace line                 run id
 
 What stays in clear, because the store itself reads it to work: run ids and job ids (names of folders and rows),
@@ -38,6 +39,7 @@ encrypted would be worse than either); a store that has the record and no key is
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import hmac
 import threading
@@ -51,6 +53,7 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpo
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 from safepoint.store.base import BlobStat, Store
 from safepoint.store.crypt import (
+    PREFIX,
     Cipher,
     StoreKey,
     check_key,
@@ -338,7 +341,8 @@ class SealedStore(Store):
 
     def put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
         cipher = self._ready(writing=True)
-        return self.inner.put_blobs([(name, cipher.seal(data, place("", "blob", name))) for name, data in blobs])
+        sealed = [(name, _binary(cipher.seal(data, place("", "blob", name)))) for name, data in blobs]
+        return self.inner.put_blobs(sealed)
 
     def get_blob(self, name: str) -> bytes | None:
         cipher = self._ready()
@@ -432,7 +436,17 @@ def open_control(cipher: Cipher, run_id: str, sealed: bytes) -> bytes | None:
     return cipher.open(sealed, place(run_id, "control"))
 
 
-def open_blob_bytes(cipher: Cipher, name: str, sealed: bytes) -> bytes | None:
+_BLOB_PREFIX = b"sp1b"  # a sealed value in binary: a blob may be megabytes, and base64 would add a third
+
+
+def _binary(sealed: bytes) -> bytes:
+    return _BLOB_PREFIX + binascii.a2b_base64(sealed[len(PREFIX) :])
+
+
+def open_blob_bytes(cipher: Cipher, name: str, stored: bytes) -> bytes | None:
+    if not stored.startswith(_BLOB_PREFIX):
+        return None
+    sealed = PREFIX + binascii.b2a_base64(stored[len(_BLOB_PREFIX) :], newline=False)
     return cipher.open(sealed, place("", "blob", name))
 
 
