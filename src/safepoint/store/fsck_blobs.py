@@ -48,7 +48,7 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
                 run_id=run_id,
                 file=FILE,
                 where=where,
-                problem=f"blob {name} is damaged ({why})",
+                problem=why if why.startswith("blob ") else f"blob {name} is damaged: {why}",
                 repair="quarantined (kept aside, never deleted); the run reads it as missing" if moved else "",
             )
         )
@@ -73,7 +73,11 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
                             run_id=run_id,
                             file=FILE,
                             where=where,
-                            problem=f"blob {digest} is missing: the log references it, the store does not hold it",
+                            problem=(
+                                f"blob {digest} is missing: the log references it, the store does not hold it "
+                                "(quarantined by fsck, or removed); what needs it stops and says so: put it back "
+                                "from blobs/quarantine or a backup"
+                            ),
                         )
                     )
                     continue
