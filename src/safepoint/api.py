@@ -28,6 +28,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from safepoint.errors import ConfigError, DecisionNeeded, ResumeError
+from safepoint.lifecycle import forget as forget  # re-exported: the store's lifecycle (gc, label, forget)
+from safepoint.lifecycle import gc as gc
+from safepoint.lifecycle import label as label
+from safepoint.lifecycle import labels as labels
 from safepoint.records import (
     CompensateExternalAction,
     ConflictResolution,
@@ -511,7 +515,9 @@ class Safepoint:
         Changes made while a command ran whose author is uncertain are listed (``plan.uncertain``) and reverted
         only with ``include_uncertain``."""
         from safepoint.engine import actions
+        from safepoint.lifecycle import check_reachable
 
+        check_reachable(self.store, run_id, checkpoint_id)
         with self._session(run_id, read_only=dry_run, takeover=takeover) as session:
             return actions.rollback_files(session, checkpoint_id, dry_run=dry_run, include_uncertain=include_uncertain)
 
@@ -529,7 +535,9 @@ class Safepoint:
         it does not undo: effects outside the workspace after the checkpoint, and the compensations ``tools``
         declare for them."""
         from safepoint.engine import actions
+        from safepoint.lifecycle import check_reachable
 
+        check_reachable(self.store, run_id, checkpoint_id)
         with self._session(run_id, tools, takeover=takeover) as session:
             return actions.restore_session(
                 session, checkpoint_id, with_files=with_files, include_uncertain=include_uncertain

@@ -270,12 +270,14 @@ class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 
 
 class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Content stored in the log itself, addressed by ``content_hash`` of the uncompressed bytes."""
+    """Content addressed by ``content_hash`` of the uncompressed bytes: in the log itself (``data``), or, when
+    ``stored``, a reference to the store-wide blob of that hash (``core.blobs``), made durable before this record."""
 
     hash: str
     codec: Literal["raw", "zstd"]
-    data: bytes
     size: int
+    data: bytes = b""
+    stored: bool = False
 
 
 class Rewind(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -350,7 +352,7 @@ FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
         "patches_len git_head",
         "model_config",
     ),
-    Blob: _rule("hash codec data size"),
+    Blob: _rule("hash codec data size stored"),
     CallDecision: _rule("call_id decision at attempt", "by"),
     Rewind: _rule("history_len checkpoint_id at abandoned", "reason"),
     CheckpointConflict: _rule("path expected_hash actual_hash agent_patch_ref resolution"),

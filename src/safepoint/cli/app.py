@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.cli import db, mcp, protocol, review, supervise, ui
+from safepoint.cli import db, lifecycle, mcp, protocol, review, supervise, ui
 from safepoint.cli.common import (
     JsonOpt,
     KeyFileOpt,
@@ -643,6 +643,7 @@ db.register(app, out)
 review.register(app, out)
 mcp.register(app, out)
 ui.register(app, out)
+lifecycle.register(app, out)
 
 
 def _json_error(message: str, code: int) -> None:

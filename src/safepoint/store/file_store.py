@@ -16,6 +16,7 @@
     │   ├── artifacts/               large tool outputs and blobs, one file each (atomic write)
     │   ├── tmp/                     the run's workspace writes in flight (swept when the run is claimed)
     │   └── trace.jsonl              trace events (not fsync'd: recovery never reads them)
+    ├── blobs/                       content-addressed blobs, store-wide (``safepoint.store.file_blobs``)
     ├── schedules/<job_id>.json      scheduled jobs, store-wide (atomic write, framed)
     └── encryption.json              only in an encrypted store: its cipher and key id (never the key), written
                                      once, before anything else (see ``safepoint.store.sealed``)
@@ -70,6 +71,7 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
 from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
+from safepoint.store.file_blobs import FileBlobs
 from safepoint.store.file_encryption import EncryptionRecordFile
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
 from safepoint.store.names import check_job_id, check_run_id
@@ -131,7 +133,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(EncryptionRecordFile, FencedStore[None]):
+class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
