@@ -96,7 +96,7 @@ def shapes(size: int) -> dict[str, tuple[str, str]]:
     rng = random.Random(size)
     blob = bytes(rng.getrandbits(8) for _ in range(size))
     changed = bytearray(blob)
-    for i in range(0, size, max(1, size // 60)):
+    for i in range(0, size, max(1, size // 60))[:60]:
         changed[i] ^= 0x5A
     return {
         "one_line": (base, "".join(one)),
@@ -246,7 +246,7 @@ def history(parent: str, steps: int, langgraph_steps: int) -> dict[str, Any]:
     shutil.rmtree(root, ignore_errors=True)
     found["langgraph_sqlite"] = langgraph_sqlite(parent, stream, langgraph_steps, raw / steps)
     lg = found["langgraph_sqlite"]
-    if "bytes" in lg:
+    if "bytes" in lg and lg["steps"]:  # ours scaled to its steps when it ran fewer (ours grows linearly)
         ours = total * lg["steps"] / steps if lg["steps"] < steps else total
         found["ratio_langgraph_to_ours"] = round(lg["bytes"] / ours, 1)
     return found
@@ -297,7 +297,7 @@ def langgraph_sqlite(parent: str, stream: list[Any], steps: int, text_per_step: 
         "steps": done,
         "bytes": size,
         "mb": round(size / 1e6, 1),
-        "ratio_to_raw": round(size / (text_per_step * done), 1),
+        "ratio_to_raw": round(size / (text_per_step * max(done, 1)), 1),
         "s": round(time.perf_counter() - start, 1),
     }
 
