@@ -272,7 +272,7 @@ def langgraph_sqlite(parent: str, stream: list[Any], steps: int, text_per_step: 
     log(f"history: {steps} steps through LangGraph's SqliteSaver")
     start = time.perf_counter()
     messages: list[Any] = []
-    done = 0
+    done = half = 0
     for role, content, call_id, calls in stream:
         if role == "user":
             messages.append(HumanMessage(content=content))
@@ -286,6 +286,9 @@ def langgraph_sqlite(parent: str, stream: list[Any], steps: int, text_per_step: 
             app.invoke({"messages": messages}, config)  # one step: its model turn and its observation
             messages = []
             done += 1
+            if done == steps // 2:
+                conn.commit()
+                half = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
             if done % 500 == 0:
                 log(f"  LangGraph at step {done}")
     conn.close()
@@ -293,9 +296,15 @@ def langgraph_sqlite(parent: str, stream: list[Any], steps: int, text_per_step: 
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(path + suffix)
+    # Each checkpoint holds every message so far: the size grows with the square of the steps. Fitted on the two
+    # sizes measured (at half the steps and at the end), it gives the size at the history section's steps.
+    growth = (size / half) if half else 0.0
     return {
         "steps": done,
         "bytes": size,
+        "bytes_at_half": half,
+        "growth_from_half_to_end": round(growth, 2),
+        "mb_extrapolated_to": {str(target): round(size * (target / max(done, 1)) ** 2 / 1e6) for target in (3000,)},
         "mb": round(size / 1e6, 1),
         "ratio_to_raw": round(size / (text_per_step * max(done, 1)), 1),
         "s": round(time.perf_counter() - start, 1),
@@ -450,7 +459,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="2,64,1024,10240", help="write_file sizes in KB")
     parser.add_argument("--repeat", type=int, default=30, help="timed writes of the small sizes")
     parser.add_argument("--history-steps", type=int, default=3000)
-    parser.add_argument("--langgraph-steps", type=int, default=3000)
+    parser.add_argument("--langgraph-steps", type=int, default=600, help="quadratic: 3,000 take an hour and 5 GB")
     parser.add_argument("--cli-steps", type=int, default=5025)
     parser.add_argument("--report-calls", default="100,10000,50000")
     parser.add_argument("--status-runs", type=int, default=500)
