@@ -6,10 +6,11 @@ Sections (``--only`` picks some, comma-separated; default all but ``reports``, w
 * ``writes``: ``run.call("write_file", ...)`` per-call cost by file size (2 KB, 64 KB, 1 MB, 10 MB: ``--sizes``) and
   edit shape: ``one_line`` (one line of a text file changed), ``scattered`` (60 lines changed, evenly spread: the
   version bumps of a lockfile), ``reordered`` (a lockfile's entries in another order: every line moves) and
-  ``binary`` (random bytes, 60 of them changed). The file is written once untimed, then each timed call writes the
-  other version back (``--repeat`` calls, median). ``ratio_to_2kb``: each median over the 2 KB write of the same
-  shape (``one_line`` for ``binary``'s own 2 KB case too); the target is at most 10x up to 1 MB. ``log_bytes``:
-  what one call adds to the store.
+  ``binary`` (random bytes, 60 of them changed). The file is written once untimed, then each timed call writes a
+  new edit of that shape (the ``k``-th: another line, other versions, another order, other bytes), in
+  ``--repeat`` rounds over all cases (one call of each a round: a busy machine's load falls on all alike); median.
+  ``ratio_to_2kb``: each median over the median of the 2 KB writes; the target is at most 10x up to 1 MB.
+  ``log_bytes``: what one call adds to the store.
 * ``history``: ``--history-steps`` (3,000) agent steps, each about 1 KB of model text (real prose and code of the
   standard library, never the same slice twice) with one ``list_files`` call, driven through the library by a
   provider that is not the scripted one (whose scenario would sit in the run's header). Reports the raw bytes of
@@ -80,66 +81,94 @@ def lockfile_entries(size: int, seed: int) -> list[str]:
     return entries
 
 
+class Shapes:
+    """A file of about ``size`` bytes and, for each edit shape, its ``k``-th edit: every timed call writes a new one
+    (the same two versions again and again would measure a cache, not a patch)."""
+
+    NAMES = ("one_line", "scattered", "reordered", "binary")
+
+    def __init__(self, size: int) -> None:
+        self.entries = lockfile_entries(size, size)
+        self.base = "".join(self.entries)
+        self.lines = self.base.splitlines(keepends=True)
+        versions = [i for i, line in enumerate(self.lines) if '"version"' in line]
+        self.bumped = versions[:: max(1, len(versions) // 60)][:60]
+        self.blob = random.Random(size).randbytes(size)
+        self.flipped = list(range(0, size, max(1, size // 60)))[:60]
+
+    def original(self, shape: str) -> str:
+        return self.blob.decode("latin-1") if shape == "binary" else self.base
+
+    def edit(self, shape: str, k: int) -> str:
+        if shape == "one_line":
+            lines = list(self.lines)
+            middle = len(lines) // 2
+            lines[middle] = lines[middle].rstrip("\n") + f" // edit {k}\n"
+            return "".join(lines)
+        if shape == "scattered":
+            lines = list(self.lines)
+            for i in self.bumped:
+                lines[i] = lines[i].replace('"1.', f'"{k + 2}.', 1)
+            return "".join(lines)
+        if shape == "reordered":
+            entries = list(self.entries)
+            random.Random(k).shuffle(entries)
+            return "".join(entries)
+        changed = bytearray(self.blob)
+        for i in self.flipped:
+            changed[i] ^= k % 255 + 1
+        return bytes(changed).decode("latin-1")
+
+
 def shapes(size: int) -> dict[str, tuple[str, str]]:
-    """Two versions of a file of about ``size`` bytes for each edit shape."""
-    entries = lockfile_entries(size, size)
-    base = "".join(entries)
-    lines = base.splitlines(keepends=True)
-    one = list(lines)
-    one[len(one) // 2] = one[len(one) // 2].replace('"', "'", 2)
-    scattered = list(lines)
-    version_lines = [i for i, line in enumerate(lines) if '"version"' in line]
-    for i in version_lines[:: max(1, len(version_lines) // 60)][:60]:
-        scattered[i] = scattered[i].replace('"1.', '"2.', 1)
-    shuffled = list(entries)
-    random.Random(7).shuffle(shuffled)
-    rng = random.Random(size)
-    blob = bytes(rng.getrandbits(8) for _ in range(size))
-    changed = bytearray(blob)
-    for i in range(0, size, max(1, size // 60))[:60]:
-        changed[i] ^= 0x5A
-    return {
-        "one_line": (base, "".join(one)),
-        "scattered": (base, "".join(scattered)),
-        "reordered": (base, "".join(shuffled)),
-        "binary": (blob.decode("latin-1"), bytes(changed).decode("latin-1")),
-    }
+    """The original and the first edit of each shape, for a look (tests/test_storage_bench.py)."""
+    made = Shapes(size)
+    return {shape: (made.original(shape), made.edit(shape, 1)) for shape in Shapes.NAMES}
 
 
 def store_bytes(root: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(root) for f in files)
 
 
-def write_case(parent: str, size: int, shape: str, versions: tuple[str, str], repeat: int) -> dict[str, Any]:
-    root = tempfile.mkdtemp(prefix="w-", dir=parent)
-    tm = safepoint.open(workspace=root)
-    store = os.path.join(root, ".agent-runtime")
-    times = []
-    with tm.start(f"write {shape}") as run:
-        run.call("write_file", {"path": "f.txt", "content": versions[0]})
-        before = store_bytes(store)
-        for index in range(repeat):
-            content = versions[(index + 1) % 2]
+def writes(parent: str, sizes: list[int], repeat: int) -> dict[str, Any]:
+    """Every case gets its own run, and the timed calls go round the cases (one call of each, ``repeat`` rounds):
+    a shared machine's load then falls on every case alike instead of on whichever ran while it peaked."""
+    cases: list[tuple[str, str, Shapes]] = []
+    for size in sizes:
+        made = Shapes(size)
+        cases += [(shape, f"{size // KB}KB", made) for shape in Shapes.NAMES]
+    opened = []
+    for shape, key, made in cases:
+        root = tempfile.mkdtemp(prefix="w-", dir=parent)
+        tm = safepoint.open(workspace=root)
+        run = tm.start(f"write {shape} {key}")
+        run.call("write_file", {"path": "f.txt", "content": made.original(shape)})
+        opened.append(
+            (tm, run, os.path.join(root, ".agent-runtime"), store_bytes(os.path.join(root, ".agent-runtime")))
+        )
+    times: list[list[int]] = [[] for _ in cases]
+    for index in range(repeat):
+        log(f"write_file round {index + 1} of {repeat}")
+        for (shape, _, made), (_, run, _, _), samples in zip(cases, opened, times, strict=True):
+            content = made.edit(shape, index + 1)  # made before the clock starts
             start = time.perf_counter_ns()
             run.call("write_file", {"path": "f.txt", "content": content})
-            times.append(time.perf_counter_ns() - start)
+            samples.append(time.perf_counter_ns() - start)
+    found: dict[str, Any] = {}
+    for (shape, key, _), (tm, run, store, before), samples in zip(cases, opened, times, strict=True):
         grown = store_bytes(store) - before
         run.finish("completed")
-    tm.close()
-    shutil.rmtree(root, ignore_errors=True)
-    return {"median_ms": round(statistics.median(times) / 1e6, 3), "log_bytes": grown // repeat}
-
-
-def writes(parent: str, sizes: list[int], repeat: int) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for size in sizes:
-        for shape, versions in shapes(size).items():
-            reps = max(3, repeat if size <= 64 * KB else repeat // 10 if size <= 1024 * KB else 3)
-            log(f"write_file {size // KB} KB {shape} x{reps}")
-            found.setdefault(shape, {})[f"{size // KB}KB"] = write_case(parent, size, shape, versions, reps)
-    base = found["one_line"][f"{sizes[0] // KB}KB"]["median_ms"]
-    for cases in found.values():
-        for case in cases.values():
+        run.close()
+        tm.close()
+        shutil.rmtree(os.path.dirname(store), ignore_errors=True)
+        found.setdefault(shape, {})[key] = {
+            "median_ms": round(statistics.median(samples) / 1e6, 3),
+            "log_bytes": grown // repeat,
+        }
+    small = f"{sizes[0] // KB}KB"
+    base = statistics.median(found[shape][small]["median_ms"] for shape in found)  # the 2 KB writes, every shape
+    for by_size in found.values():
+        for case in by_size.values():
             case["ratio_to_2kb"] = round(case["median_ms"] / base, 2)
     limit = [f"{s // KB}KB" for s in sizes if s <= 1024 * KB]
     worst = max(found[shape][key]["ratio_to_2kb"] for shape in found for key in limit)
@@ -443,7 +472,9 @@ def rollback(parent: str, files: int, changed: int) -> dict[str, Any]:
         "changed": changed,
         "command_s": round(command_s, 3),
         "rollback_s": round(took, 3),
-        "reverted": len(getattr(plan, "reverted", []) or []),
+        "actions": len(plan.actions),
+        "conflicts": len(plan.conflicts),
+        "uncertain": len(plan.uncertain),
         "restored_all": restored,
         "git_checkout_s": round(git_s, 3),
         "ratio_to_git_checkout": round(took / git_s, 1),
@@ -457,7 +488,7 @@ def main() -> None:
     parser.add_argument("--reports", action="store_true", help="add the reports section (status, explain, resume)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a look, not the figures")
     parser.add_argument("--sizes", default="2,64,1024,10240", help="write_file sizes in KB")
-    parser.add_argument("--repeat", type=int, default=30, help="timed writes of the small sizes")
+    parser.add_argument("--repeat", type=int, default=15, help="timed writes of each case")
     parser.add_argument("--history-steps", type=int, default=3000)
     parser.add_argument("--langgraph-steps", type=int, default=600, help="quadratic: 3,000 take an hour and 5 GB")
     parser.add_argument("--cli-steps", type=int, default=5025)
