@@ -40,8 +40,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy
 
+# storage.py (issue 10's figures) compares with LangGraph's SqliteSaver: the bench extra brings it.
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/storage.py --reports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

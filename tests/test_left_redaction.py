@@ -23,6 +23,7 @@ from safepoint.records import Blob
 from safepoint.restart.judge import tell_parent
 from safepoint.standins.scenario import parse_scenario
 from safepoint.store.base import Store
+from tests.store_text import every_store_byte
 
 from .test_protocol import NOTIFY, Cli, scenario
 from .test_secrets import _dump
@@ -99,9 +100,7 @@ def _held(url: str | None, ws: Path) -> str:
     """Every byte the store holds: its files, or every row of every table."""
     if url is not None:
         return _dump(url)
-    return b"".join(p.read_bytes() for p in sorted((ws / ".agent-runtime").rglob("*")) if p.is_file()).decode(
-        errors="replace"
-    )
+    return every_store_byte(ws / ".agent-runtime").decode(errors="replace")  # compressed history expanded
 
 
 @pytest.fixture

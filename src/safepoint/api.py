@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from safepoint.core.trace_events import TraceEvent
     from safepoint.engine.session import RunSession
     from safepoint.engine.tools import Tool, ToolRegistry
+    from safepoint.history import RestoredHistory
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
     from safepoint.review import CallSettled, Follower, PendingApproval, RunDiff
@@ -327,6 +328,12 @@ class Safepoint:
         return History(
             current=list(view.history), abandoned=[m for m in view.message_records.values() if id(m) not in current]
         )
+
+    def restored_history(self, run_id: str, *, limit: int | None = None, abandoned: bool = False) -> RestoredHistory:
+        """The conversation exactly as a resume would restore it (``safepoint.history``); ``limit``: its latest."""
+        from safepoint.history import restored_history
+
+        return restored_history(self.store, run_id, limit=limit, abandoned=abandoned)
 
     def trace(self, run_id: str, *, call_id: str | None = None, since: str | None = None) -> list[TraceEvent]:
         """The run's trace events, oldest first (what was written: a process killed with SIGKILL loses its last

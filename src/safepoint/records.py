@@ -280,6 +280,15 @@ class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     stored: bool = False
 
 
+class MessageDictionary(msgspec.Struct, frozen=True, kw_only=True):
+    """A zstd dictionary trained on the run's earlier (redacted) messages; later message records are compressed
+    against it and name it by its log sequence number (``core.history_codec``). ``data``: the dictionary, itself
+    zstd-compressed; ``size``: its size uncompressed."""
+
+    data: bytes
+    size: int
+
+
 class Rewind(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The history continues from its first ``history_len`` messages: a resume from an older checkpoint, or a
     restored session. Messages after that point stay in the log (inspectable) but leave the current branch."""
@@ -300,6 +309,7 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "blob": Blob,
     "decision": CallDecision,
     "rewind": Rewind,
+    "message_dict": MessageDictionary,
     "conflict": CheckpointConflict,
     "file_before": FileBeforeState,
     "workspace": WorkspaceState,
@@ -353,6 +363,7 @@ FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
         "model_config",
     ),
     Blob: _rule("hash codec data size stored"),
+    MessageDictionary: _rule("data size"),  # trained on messages already redacted
     CallDecision: _rule("call_id decision at attempt", "by"),
     Rewind: _rule("history_len checkpoint_id at abandoned", "reason"),
     CheckpointConflict: _rule("path expected_hash actual_hash agent_patch_ref resolution"),

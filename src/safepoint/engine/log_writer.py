@@ -52,10 +52,11 @@ import msgspec
 
 from safepoint.core import trace_events
 from safepoint.core.environment import credential_values
+from safepoint.core.history_codec import HistoryEncoder
 from safepoint.core.redact import Redactor
 from safepoint.engine import failpoints
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
-from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, RunInfo
+from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, Message, MessageDictionary, RunInfo
 from safepoint.store.base import Store
 from safepoint.store.sealed import store_key
 
@@ -147,24 +148,36 @@ class LogWriter:
         self.refused = False  # a write was refused: a newer owner took the run over
         self._trace_redactor = TraceRedactor(self.redactor)
         self.durable_seq = last_seq
+        self._history = HistoryEncoder()  # messages compressed after redaction (``core.history_codec``)
 
     def add(self, body: msgspec.Struct) -> int:
         """Stage a record; it becomes durable with the next ``commit``. Returns its sequence number."""
+        encoded = self._encode(body)  # first: a message may stage its history's new dictionary ahead of it
         self.seq += 1
         self._buffer.append(
-            LogRecord(
-                kind=RECORD_KINDS[type(body)],
-                body=msgspec.Raw(self._encode(body)),
-                seq=self.seq,
-                gen=self.claim.generation,
-            )
+            LogRecord(kind=RECORD_KINDS[type(body)], body=msgspec.Raw(encoded), seq=self.seq, gen=self.claim.generation)
         )
         return self.seq
 
     def _encode(self, body: msgspec.Struct) -> bytes:
         if isinstance(body, Blob):
             return _encoder.encode(body)
+        if isinstance(body, Message):  # redacted first: the compressed bytes never hide a secret
+            return self._history.encode(self.redactor.record(body), self._stage_dictionary)
         return _encoder.encode(self.redactor.record(body))
+
+    def _stage_dictionary(self, dictionary: MessageDictionary) -> int:
+        """Stage the history's new dictionary ahead of the message compressed against it (same group)."""
+        self.seq += 1
+        self._buffer.append(
+            LogRecord(
+                kind="message_dict",
+                body=msgspec.Raw(_encoder.encode(dictionary)),
+                seq=self.seq,
+                gen=self.claim.generation,
+            )
+        )
+        return self.seq
 
     def redact_bytes(self, data: bytes) -> bytes:
         """An artifact (a command's long output) as it may be kept: redacted; bytes that are not UTF-8 are kept as
@@ -202,6 +215,7 @@ class LogWriter:
                 self.store.append(self.claim, records)
         except StoreError as exc:
             self.seq -= len(records)
+            self._history.forget(self.seq)  # a dictionary staged in the refused group was never stored
             del self._trace[self._traced_durable :]  # what they said of the refused records never happened
             if isinstance(exc, StaleGenerationError):
                 self.fenced("append")
