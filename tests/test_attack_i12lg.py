@@ -1,0 +1,289 @@
+"""Attacks on the LangGraph adapter (issue 12 §1) beside where ``test_langgraph_*`` looked: state that is not
+text, a node whose arguments change between attempts, tool call ids a model repeats, parallel ``Send`` branches,
+and ``copy_thread`` of a thread a crash left uncertain.
+
+The ``xfail(strict=True)`` tests are broken promises (each reason says which); they turn into failures the day a
+fix lands, and the mark is dropped then."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langchain_core.documents import Document
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode
+from langgraph.types import RetryPolicy, Send
+from pydantic import BaseModel
+
+from safepoint.errors import DecisionNeeded, ResumeError
+from safepoint.integrations.langgraph import DurableCall, SafepointSaver, ToolNodeLedger, durable_tool
+
+from .test_langgraph_saver import readable
+from .test_langgraph_tools import killed_in_a_tool, order_graph
+
+SECRET = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
+
+
+def config(thread: str = "t") -> Any:
+    return {"configurable": {"thread_id": thread}}
+
+
+# Redaction: state that is not str, dict, list or a message -----------------------------------------------------
+class Credentials(BaseModel):
+    token: str
+
+
+@dataclasses.dataclass
+class Session:
+    header: str
+
+
+class Loose(TypedDict):
+    value: Any
+
+
+KINDS = {
+    "pydantic model": lambda: Credentials(token=SECRET),
+    "Document": lambda: Document(page_content=f"the key is {SECRET}"),  # what every RAG graph keeps
+    "set": lambda: {f"key {SECRET}"},
+    "bytes": lambda: f"Authorization: Bearer {SECRET}".encode(),
+    "dataclass": lambda: Session(header=f"Bearer {SECRET}"),
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="langgraph_thread.redact walks only str, dict, list, tuple and BaseMessage: a secret in a pydantic "
+    "model, a Document, a set, bytes or a dataclass in the state is stored in clear",
+)
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_secret_in_any_state_value_is_redacted_in_the_store(tmp_path: Path, kind: str) -> None:
+    """A node puts the user's credentials in the state as a pydantic model (or retrieved ``Document``s, a set of
+    tags, raw bytes of a response, a dataclass): the store keeps the API key in clear, though the same key in a
+    message or a plain string is redacted. Whoever reads the store folder (a backup, a shared disk) gets it."""
+
+    def load(state: Loose) -> dict[str, Any]:
+        return {"value": KINDS[kind]()}
+
+    graph = StateGraph(Loose)
+    graph.add_node("load", load)
+    graph.add_edge(START, "load")
+    graph.add_edge("load", END)
+    with SafepointSaver(f"file:{tmp_path}/store") as saver:
+        graph.compile(checkpointer=saver).invoke({"value": None}, config(), durability="sync")
+    assert not any(SECRET.encode() in text for text in readable(tmp_path / "store"))
+
+
+# A node whose durable call changes between attempts --------------------------------------------------------------
+class Order(TypedDict):
+    status: str
+
+
+def retried(node: Any) -> Any:
+    graph = StateGraph(Order)
+    graph.add_node("pay", node, retry_policy=RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False))
+    graph.add_edge(START, "pay")
+    graph.add_edge("pay", END)
+    return graph
+
+
+def test_a_retry_with_other_arguments_never_gets_the_old_result(tmp_path: Path) -> None:
+    """Held: the node's first attempt charged 10 and failed; its retry asks for 20 at the same place. The ledger
+    does not hand back "charged 10" for a charge of 20, and does not charge again on its own: it refuses."""
+    charged: list[int] = []
+    attempts: list[int] = []
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="never")
+    def charge(amount: int) -> str:
+        charged.append(amount)
+        return f"charged {amount}"
+
+    def pay(state: Order) -> dict[str, Any]:
+        attempts.append(1)
+        receipt = charge(10 * len(attempts))
+        if len(attempts) < 2:
+            raise ConnectionError("the shipping API timed out")
+        return {"status": receipt}
+
+    saver = SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path))
+    with saver, pytest.raises(ResumeError, match="other input"):
+        retried(pay).compile(checkpointer=saver).invoke({"status": "new"}, config(), durability="sync")
+    assert charged == [10]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the refusal of a durable call whose arguments changed says 'give every distinct tool call its own "
+    "call id', which a durable_tool user cannot do (the ids are made by the adapter), and names no thread",
+)
+def test_the_refusal_of_changed_arguments_says_what_a_graph_author_can_do(tmp_path: Path) -> None:
+    """The user reads advice to set call ids, but ``durable_tool`` makes them; the message should name the thread
+    and the tool and say that a node must call a durable tool with the same arguments on every attempt."""
+    attempts: list[int] = []
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="never")
+    def charge(amount: int) -> str:
+        return f"charged {amount}"
+
+    def pay(state: Order) -> dict[str, Any]:
+        attempts.append(1)
+        receipt = charge(10 * len(attempts))
+        if len(attempts) < 2:
+            raise ConnectionError("the shipping API timed out")
+        return {"status": receipt}
+
+    saver = SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path))
+    with saver, pytest.raises(ResumeError) as refused:
+        retried(pay).compile(checkpointer=saver).invoke({"status": "new"}, config("order-17"), durability="sync")
+    message = str(refused.value)
+    assert "own call id" not in message and "order-17" in message, message
+
+
+class PaymentsClient:
+    """A client object passed to a tool, made afresh by each attempt (as ``requests.Session()`` is)."""
+
+    def __init__(self) -> None:
+        self.base = "https://pay.example"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="durable_tool records an argument it cannot encode as dumpd's repr, '<PaymentsClient object at 0x...>': "
+    "the same call made again (a retry, a resume in a new process) has another address and is refused",
+)
+def test_a_client_object_argument_is_the_same_call_on_a_retry(tmp_path: Path) -> None:
+    """``charge(client, 10)`` with a client the node builds: the node's retry (or its resume after a crash, in a
+    new process) calls it the same way, yet is refused as "charge with other input" and the graph dies, so the
+    ledger breaks the very retry it is there to make safe. The memory address also lands in the store."""
+    charged: list[int] = []
+    attempts: list[int] = []
+    alive: list[PaymentsClient] = []
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="never")
+    def charge(client: PaymentsClient, amount: int) -> str:
+        charged.append(amount)
+        return f"charged {amount}"
+
+    def pay(state: Order) -> dict[str, Any]:
+        attempts.append(1)
+        client = PaymentsClient()
+        alive.append(client)  # kept, so a retry's client cannot reuse its address (a new process never does)
+        receipt = charge(client, 10)
+        if len(attempts) < 2:
+            raise ConnectionError("the shipping API timed out")
+        return {"status": receipt}
+
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        out = retried(pay).compile(checkpointer=saver).invoke({"status": "new"}, config(), durability="sync")
+    assert out == {"status": "charged 10"} and charged == [10]
+
+
+# ToolNodeLedger: a model that repeats a tool call id ---------------------------------------------------------------
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ToolNodeLedger keys a call by the model's tool call id alone (within the task): two calls of one "
+    "message with the same id ('' or a reused 'call_0', as some local model servers send) collide",
+)
+@pytest.mark.parametrize("same_id", ["", "call_0"])
+def test_two_calls_of_one_message_with_one_id_each_run_once(tmp_path: Path, same_id: str) -> None:
+    """The model asks for two emails in one turn and its server gives both calls the same id: the first email is
+    sent, the second is refused as "recorded for another call" and the graph dies (with the same arguments, the
+    second would silently get the first's result and never be sent)."""
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    calls = [{"name": "send_email", "args": {"to": to}, "id": same_id} for to in ("a@example.com", "b@example.com")]
+    model = FakeMessagesListChatModel(responses=[AIMessage(content="", tool_calls=calls)])
+    ledger = ToolNodeLedger(default=DurableCall(replay_policy="never"))
+    graph = StateGraph(Chat)
+    graph.add_node("think", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", ToolNode([send_email], wrap_tool_call=ledger, awrap_tool_call=ledger.acall))
+    graph.add_edge(START, "think")
+    graph.add_edge("think", "tools")
+    graph.add_edge("tools", END)
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        out = graph.compile(checkpointer=saver).invoke(
+            {"messages": [HumanMessage("mail")]}, config(), durability="sync"
+        )
+    assert sorted(sent) == ["a@example.com", "b@example.com"]
+    assert sorted(m.content for m in out["messages"] if isinstance(m, ToolMessage)) == [
+        "sent to a@example.com",
+        "sent to b@example.com",
+    ]
+
+
+# Send: parallel branches --------------------------------------------------------------------------------------------
+class Fan(TypedDict):
+    out: Annotated[list[str], operator.add]
+
+
+def test_parallel_send_branches_run_each_durable_call_once_when_one_branch_fails(tmp_path: Path) -> None:
+    """Held: three ``Send`` branches each charge; one fails after its charge. Run again, the failed branch takes
+    its charge from the ledger and the finished ones are not run again (their writes were kept): one charge
+    each, and the branches' calls never take each other's results."""
+    charged: list[int] = []
+    failing = {"on": True}
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="ask")
+    def charge(amount: int) -> str:
+        charged.append(amount)
+        return f"charged {amount}"
+
+    def work(arg: dict[str, int]) -> dict[str, Any]:
+        receipt = charge(arg["i"])
+        if arg["i"] == 2 and failing["on"]:
+            raise RuntimeError("the branch failed after its charge")
+        return {"out": [receipt]}
+
+    graph = StateGraph(Fan)
+    graph.add_node("work", work)
+    graph.add_conditional_edges(START, lambda state: [Send("work", {"i": i}) for i in range(3)], ["work"])
+    graph.add_edge("work", END)
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        app = graph.compile(checkpointer=saver)
+        with pytest.raises(RuntimeError, match="after its charge"):
+            app.invoke({"out": []}, config(), durability="sync")
+        failing["on"] = False
+        out = app.invoke(None, config(), durability="sync")
+    assert sorted(charged) == [0, 1, 2]
+    assert sorted(out["out"]) == ["charged 0", "charged 1", "charged 2"]
+
+
+# copy_thread of a thread a crash left uncertain ---------------------------------------------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="copy_thread copies the checkpoints but not the durable calls' ledger: the copy runs again a "
+    "non-idempotent call whose effect the crash left uncertain, without asking",
+)
+def test_a_copied_thread_does_not_run_an_uncertain_call_again(tmp_path: Path) -> None:
+    """A process was killed inside ``charge_card`` (the card was charged). The user copies the thread to try
+    something on the side (``copy_thread``, LangGraph's fork) and runs the copy: it charges the card a second
+    time, where the original thread stops and asks (``DecisionNeeded``)."""
+    store, effects = killed_in_a_tool(tmp_path)
+    with SafepointSaver(store, workspace=str(tmp_path)) as saver:
+        saver.copy_thread("t", "t-copy")
+        app = order_graph(saver, effects)
+        assert app.get_state(config("t-copy")).next == ("pay",)
+        with pytest.raises(DecisionNeeded):
+            app.invoke(None, config("t-copy"), durability="sync")
+    assert effects.read_text() == "fetch book\ncharge 10\n"
