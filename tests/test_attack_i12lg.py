@@ -26,7 +26,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import RetryPolicy, Send
 from pydantic import BaseModel
 
-from safepoint.errors import DecisionNeeded, ResumeError
+from safepoint.errors import DecisionNeeded, ResumeError, RunLockedError
 from safepoint.integrations.langgraph import DurableCall, SafepointSaver, ToolNodeLedger, durable_tool
 
 from .test_langgraph_saver import readable
@@ -287,3 +287,133 @@ def test_a_copied_thread_does_not_run_an_uncertain_call_again(tmp_path: Path) ->
         with pytest.raises(DecisionNeeded):
             app.invoke(None, config("t-copy"), durability="sync")
     assert effects.read_text() == "fetch book\ncharge 10\n"
+
+
+# list(): the reference saver's answers ------------------------------------------------------------------------------
+class Count(TypedDict):
+    n: int
+
+
+def counting_graph(saver: Any) -> Any:
+    graph = StateGraph(Count)
+    graph.add_node("a", lambda state: {"n": state["n"] + 1})
+    graph.add_edge(START, "a")
+    graph.add_edge("a", END)
+    return graph.compile(checkpointer=saver)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="list(filter=...) compares the filter with the stored, redacted metadata: a metadata value the "
+    "redactor takes for a secret (a JWT session) never matches, where InMemorySaver finds the checkpoints",
+)
+def test_a_metadata_filter_finds_what_the_reference_saver_finds(tmp_path: Path) -> None:
+    """A service tags each run with its caller's session (``metadata={"session": <a JWT>}``) and looks its
+    checkpoints up by it: ``InMemorySaver`` finds 3, ``SafepointSaver`` none, so the service believes the session
+    never ran. (The fix must not match every redacted value either: ``[REDACTED:jwt]`` is the same for all.)"""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    session = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+    found = {}
+    for name, saver in (("reference", InMemorySaver()), ("safepoint", SafepointSaver(f"file:{tmp_path}/store"))):
+        run_config = {**config(), "metadata": {"session": session}}
+        counting_graph(saver).invoke({"n": 0}, run_config, durability="sync")
+        found[name] = len(list(saver.list(config(), filter={"session": session})))
+        if isinstance(saver, SafepointSaver):
+            saver.close()
+    assert found["safepoint"] == found["reference"] == 3, found
+
+
+class Deep(TypedDict):
+    n: int
+
+
+def nested_graph(saver: Any) -> Any:
+    from langgraph.types import interrupt
+
+    sub = StateGraph(Deep)
+    sub.add_node("s1", lambda state: {"n": state["n"] + 1})
+    sub.add_node("s2", lambda state: {"n": state["n"] + interrupt("more?")})
+    sub.add_edge(START, "s1")
+    sub.add_edge("s1", "s2")
+    sub.add_edge("s2", END)
+    graph = StateGraph(Deep)
+    graph.add_node("a", lambda state: {"n": state["n"] + 10})
+    graph.add_node("sub", sub.compile())
+    graph.add_node("b", lambda state: {"n": state["n"] * 2})
+    graph.add_edge(START, "a")
+    graph.add_edge("a", "sub")
+    graph.add_edge("sub", "b")
+    graph.add_edge("b", END)
+    return graph.compile(checkpointer=saver)
+
+
+def test_subgraph_namespaces_before_limit_and_filter_answer_as_the_reference_saver(tmp_path: Path) -> None:
+    """Held: a graph with a subgraph interrupted inside it, then resumed; ``get_state`` (with subgraphs), the
+    subgraph's own state, and ``list`` by namespace, ``before``, ``limit`` and ``filter`` answer what
+    ``InMemorySaver`` answers for the same run (checkpoint ids differ; namespaces, steps and sources do not)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    def told(saver: Any) -> list[Any]:
+        app = nested_graph(saver)
+        app.invoke({"n": 0}, config(), durability="sync")
+        state = app.get_state(config(), subgraphs=True)
+        inner = state.tasks[0].state
+        assert inner is not None and not isinstance(inner, dict)
+        said: list[Any] = [state.values, state.next, app.get_state(inner.config).values]
+        app.invoke(Command(resume=5), config(), durability="sync")
+        said.append(app.get_state(config()).values)
+
+        def shape(found: Any) -> list[tuple[str, Any, Any]]:
+            return [
+                (t.config["configurable"]["checkpoint_ns"].split(":")[0], t.metadata.get("step"), t.metadata["source"])
+                for t in found
+            ]
+
+        every = list(saver.list(config()))
+        root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        middle = [t for t in every if t.config["configurable"]["checkpoint_ns"] == ""][2].config
+        said += [
+            shape(every),
+            shape(saver.list(root)),
+            shape(saver.list(config(), limit=2)),
+            shape(saver.list(config(), before=middle)),
+            shape(saver.list(root, before=middle, limit=1)),
+            shape(saver.list(config(), filter={"step": 1})),
+            [(s.metadata and s.metadata.get("step"), s.next) for s in app.get_state_history(config())],
+        ]
+        return said
+
+    reference = told(InMemorySaver())
+    with SafepointSaver(f"file:{tmp_path}/store") as saver:
+        ours = told(saver)
+    assert ours == reference
+
+
+# One writer per thread, when the graph writes only at its end ---------------------------------------------------
+def test_a_second_saver_is_refused_before_its_tool_runs_even_when_it_writes_only_at_exit(tmp_path: Path) -> None:
+    """Held: with ``durability="exit"`` (or ``"async"``) a graph writes no checkpoint before its nodes run, so the
+    thread's fence on ``put`` comes too late; the durable call's own ledger is fenced too, and refuses the second
+    saver before the charge runs."""
+    effects: list[int] = []
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="ask")
+    def charge(amount: int) -> int:
+        effects.append(amount)
+        return amount
+
+    def build(saver: SafepointSaver) -> Any:
+        graph = StateGraph(Count)
+        graph.add_node("a", lambda state: {"n": charge(state["n"])})
+        graph.add_edge(START, "a")
+        graph.add_edge("a", END)
+        return graph.compile(checkpointer=saver)
+
+    url = f"file:{tmp_path}/store"
+    with SafepointSaver(url, workspace=str(tmp_path)) as first, SafepointSaver(url, workspace=str(tmp_path)) as second:
+        build(first).invoke({"n": 1}, config(), durability="sync")
+        for durability in ("exit", "async"):
+            with pytest.raises(RunLockedError, match="another saver"):
+                build(second).invoke({"n": 2}, config(), durability=durability)
+    assert effects == [1]
