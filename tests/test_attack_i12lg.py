@@ -19,11 +19,11 @@ pytest.importorskip("langgraph")
 from langchain_core.documents import Document
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
-from langgraph.types import RetryPolicy, Send
+from langgraph.types import Command, RetryPolicy, Send
 from pydantic import BaseModel
 
 from safepoint.errors import DecisionNeeded, ResumeError, RunLockedError
@@ -417,3 +417,51 @@ def test_a_second_saver_is_refused_before_its_tool_runs_even_when_it_writes_only
             with pytest.raises(RunLockedError, match="another saver"):
                 build(second).invoke({"n": 2}, config(), durability=durability)
     assert effects == [1]
+
+
+# ToolNodeLedger: a tool that returns a Command ------------------------------------------------------------------
+class Booking(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    done: bool
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ToolNodeLedger refuses a tool's Command after the tool ran (_record): the effect happened, the ledger "
+    "records a failure, and every later run of the thread fails on it",
+)
+def test_a_tool_returning_a_command_is_refused_before_it_runs_or_recorded(tmp_path: Path) -> None:
+    """LangGraph's own docs have tools return ``Command(update=...)`` (handoffs, state updates). Wrapped in a
+    ``ToolNodeLedger``, the tool books the hotel, then the ledger says it "cannot record a Command": the graph
+    dies, and every run of the thread after that fails with the recorded refusal, so the booking is made and
+    its confirmation is lost for good. Either refuse before running (the tool's return annotation says
+    ``Command``) or record the Command."""
+    booked: list[str] = []
+
+    @tool
+    def book(city: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Book a hotel."""
+        booked.append(city)
+        update = {"done": True, "messages": [ToolMessage(f"booked {city}", tool_call_id=tool_call_id)]}
+        return Command(update=update)
+
+    asked = [{"name": "book", "args": {"city": "Oslo"}, "id": "call_1"}]
+    model = FakeMessagesListChatModel(responses=[AIMessage(content="", tool_calls=asked)])
+    ledger = ToolNodeLedger(default=DurableCall(replay_policy="never"))
+    graph = StateGraph(Booking)
+    graph.add_node("think", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", ToolNode([book], wrap_tool_call=ledger, awrap_tool_call=ledger.acall))
+    graph.add_edge(START, "think")
+    graph.add_edge("think", "tools")
+    graph.add_edge("tools", END)
+    finished = False
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        app = graph.compile(checkpointer=saver)
+        for attempt in range(2):  # the first run, then the run a user tries after the error
+            try:
+                start = {"messages": [HumanMessage("book Oslo")], "done": False} if attempt == 0 else None
+                finished = app.invoke(start, config(), durability="sync").get("done") is True
+            except Exception:  # the refusal as it comes out today: ConfigError, then ToolFailure
+                continue
+            break
+    assert booked == [] or (finished and booked == ["Oslo"]), (booked, finished)
