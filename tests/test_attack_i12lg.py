@@ -465,3 +465,72 @@ def test_a_tool_returning_a_command_is_refused_before_it_runs_or_recorded(tmp_pa
                 continue
             break
     assert booked == [] or (finished and booked == ["Oslo"]), (booked, finished)
+
+
+# A durable tool that calls another ----------------------------------------------------------------------------------
+class SelfDeadlock(RuntimeError):
+    pass
+
+
+class DeadlockDetectingLock:
+    """``threading.Lock`` that raises where a thread would wait for itself for ever (the real lock hangs the
+    test run instead: nothing else can release it)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        import threading
+
+        if self._owner == threading.get_ident():
+            raise SelfDeadlock("this thread waits for a lock it holds: it would hang for ever")
+        got = self._lock.acquire(blocking, timeout)
+        if got:
+            self._owner = threading.get_ident()
+        return got
+
+    def release(self) -> None:
+        self._owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SelfDeadlock,
+    reason="ToolRuns.call holds the saver's plain threading.Lock while the tool body runs: a durable tool that "
+    "calls another durable tool waits on itself and the graph hangs for ever",
+)
+def test_a_durable_tool_may_call_another_durable_tool(tmp_path: Path) -> None:
+    """``checkout`` (non-idempotent) is built from a durable ``price`` lookup: the graph never returns, no error,
+    no timeout, and Ctrl-C is the only way out (the same lock also makes parallel ``Send`` branches run their
+    tools one after another). Here the lock is swapped for one that says so instead of hanging."""
+    effects: list[str] = []
+
+    @durable_tool(idempotency="idempotent", replay_policy="auto")
+    def price(item: str) -> int:
+        effects.append("price")
+        return 10
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="ask")
+    def checkout(item: str) -> int:
+        effects.append("checkout")
+        return price(item) * 2
+
+    graph = StateGraph(Count)
+    graph.add_node("a", lambda state: {"n": checkout("book")})
+    graph.add_edge(START, "a")
+    graph.add_edge("a", END)
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        if hasattr(saver.tools, "lock"):
+            saver.tools.lock = DeadlockDetectingLock()  # type: ignore[assignment]  # the hang made an error
+        out = graph.compile(checkpointer=saver).invoke({"n": 0}, config(), durability="sync")
+    assert out == {"n": 20} and effects == ["checkout", "price"]
