@@ -531,6 +531,6 @@ def test_a_durable_tool_may_call_another_durable_tool(tmp_path: Path) -> None:
     graph.add_edge("a", END)
     with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
         if hasattr(saver.tools, "lock"):
-            saver.tools.lock = DeadlockDetectingLock()  # type: ignore[assignment]  # the hang made an error
+            saver.tools.lock = DeadlockDetectingLock()  # the hang made an error
         out = graph.compile(checkpointer=saver).invoke({"n": 0}, config(), durability="sync")
     assert out == {"n": 20} and effects == ["checkout", "price"]
