@@ -534,3 +534,37 @@ def test_a_durable_tool_may_call_another_durable_tool(tmp_path: Path) -> None:
             saver.tools.lock = DeadlockDetectingLock()  # the hang made an error
         out = graph.compile(checkpointer=saver).invoke({"n": 0}, config(), durability="sync")
     assert out == {"n": 20} and effects == ["checkout", "price"]
+
+
+# A durable tool that asks a person -------------------------------------------------------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="durable_tool records LangGraph's GraphInterrupt (control flow, not an error) as the call's failure: "
+    "the person's answer never reaches the tool and every later run of the thread fails on the recorded failure",
+)
+def test_a_durable_tool_that_asks_through_interrupt_gets_the_answer(tmp_path: Path) -> None:
+    """LangGraph's docs put ``interrupt()`` inside tools ("confirm before charging"). Made durable, the tool's
+    question is shown once; the answer ``Command(resume="yes")`` then fails with ``ToolFailure: ...
+    GraphInterrupt`` and so does every later run: the thread is dead, with no way to answer or settle (only
+    ``ToolNodeLedger`` documents that such a tool must not be ledgered)."""
+    charged: list[int] = []
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="ask")
+    def charge(amount: int) -> str:
+        from langgraph.types import interrupt
+
+        if interrupt(f"charge {amount}?") != "yes":
+            return "declined"
+        charged.append(amount)
+        return f"charged {amount}"
+
+    graph = StateGraph(Order)
+    graph.add_node("pay", lambda state: {"status": charge(10)})
+    graph.add_edge(START, "pay")
+    graph.add_edge("pay", END)
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        app = graph.compile(checkpointer=saver)
+        asked = app.invoke({"status": "new"}, config(), durability="sync")["__interrupt__"][0].value
+        assert asked == "charge 10?"
+        out = app.invoke(Command(resume="yes"), config(), durability="sync")
+    assert out == {"status": "charged 10"} and charged == [10]
