@@ -568,3 +568,23 @@ def test_a_durable_tool_that_asks_through_interrupt_gets_the_answer(tmp_path: Pa
         assert asked == "charge 10?"
         out = app.invoke(Command(resume="yes"), config(), durability="sync")
     assert out == {"status": "charged 10"} and charged == [10]
+
+
+# The encrypted store holds the durable calls' ledger too -----------------------------------------------------------
+def test_a_durable_calls_arguments_and_result_are_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
+    """Held: the ledger beside the thread (a second run of the store) is sealed like the thread itself: neither
+    a durable call's arguments nor its result are readable in the store folder."""
+    plain = "a very plain argument anyone could read"
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="never")
+    def note(text: str) -> str:
+        return f"noted: {text[::-1]}"
+
+    graph = StateGraph(Count)
+    graph.add_node("a", lambda state: {"n": len(note(plain))})
+    graph.add_edge(START, "a")
+    graph.add_edge("a", END)
+    with SafepointSaver(f"file:{tmp_path}/store", key=bytes(range(32)), workspace=str(tmp_path)) as saver:
+        graph.compile(checkpointer=saver).invoke({"n": 0}, config(), durability="sync")
+    texts = list(readable(tmp_path / "store"))
+    assert not any(plain.encode() in t or plain[::-1].encode() in t for t in texts)
