@@ -254,7 +254,6 @@ def test_the_stores_key_read_from_its_key_file_never_reaches_the_record(tmp_path
     assert key not in done.stdout, "the store's own key is in its records"
 
 
-@pytest.mark.xfail(strict=True, reason="tmp/capture-state.msgpack keeps the workspace's file names in clear")
 def test_an_encrypted_store_keeps_no_file_name_in_clear(workspace):
     """README, what stays in clear: ids, kinds, seqs, the owner record, positions, artifact names, checksums,
     times, sizes; "files a running tool writes pass through the run's tmp/ folder". Not listed: the workspace's

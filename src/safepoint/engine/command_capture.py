@@ -34,11 +34,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import msgspec
-
 from safepoint.core.hashing import content_hash
 from safepoint.core.rollback import UNKNOWN
-from safepoint.durable import PRIVATE_FILE, atomic_write, fsync_dir, write_all
+from safepoint.engine.capture_state import CaptureStateFiles, Journal, Known, SavedState, ScratchSeal
 from safepoint.engine.file_changes import FileBefore, FileChanges, Records
 from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.log_writer import now as timestamp
@@ -54,35 +52,10 @@ from safepoint.workspace.scan import safepointignore as _safepointignore
 from safepoint.workspace.writers import WriterWatch
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
-STATE_FILE = "capture-state.msgpack"
-JOURNAL_FILE = "capture-command.msgpack"  # what a command in flight started from (for a crash while it runs)
 HINT_LIMIT = 10_000  # paths a command line may name for saving ahead (a glob over a huge tree stops here)
 HINT_BYTES = 64 * 1024 * 1024  # content of ignored files a command line names, kept ahead at most per command
 WINDOW_SLACK_NS = 50_000_000  # file times come from a coarse clock: only clearly older changes predate a command
 SAVE_SECONDS = 10.0  # a crashed session loses at most this much of what its capture learnt (it is re-learnt)
-
-_Known = tuple[str, int | None]
-
-
-class _SavedState(msgspec.Struct):
-    stats: dict[str, FileStat]
-    known: dict[str, _Known]
-
-
-class _Journal(msgspec.Struct):
-    """Written (durably) before a command's ``started``: the capture's state then, as a delta on the saved state
-    (O(what changed since the last save)), and the ignored files its command line named."""
-
-    call_id: str
-    stats: dict[str, FileStat | None]
-    known: dict[str, _Known | None]
-    named: dict[str, FileStat | None]
-    head: str | None = None  # git's HEAD then: a clean tracked file's content before is HEAD's, if HEAD stayed
-
-
-_state_encoder = msgspec.msgpack.Encoder()
-_state_decoder = msgspec.msgpack.Decoder(_SavedState)
-_journal_decoder = msgspec.msgpack.Decoder(_Journal)
 
 
 class CommandCapture:
@@ -103,6 +76,7 @@ class CommandCapture:
         in_flight: Callable[[str], bool] = lambda call_id: False,
         attribute: bool = True,
         background: bool = False,
+        seal: ScratchSeal | None = None,
     ) -> None:
         self.files = files
         self.records = records
@@ -113,7 +87,7 @@ class CommandCapture:
         self.rules = IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra)
         self._attribute = attribute
         self._in_flight = in_flight
-        self.known: dict[str, _Known] = {}  # path -> (content hash, mode) last seen
+        self.known: dict[str, Known] = {}  # path -> (content hash, mode) last seen
         self.warnings: list[str] = []
         self._touched: set[str] = set()  # paths whose stat or content changed since the last save
         self._named: dict[str, FileStat | None] = {}  # ignored files the command line names -> their stat before
@@ -133,8 +107,8 @@ class CommandCapture:
         self._head_blobs: dict[str, str] = {}
         self.git_clean: dict[str, str] = {}
         self._git_dir: str | None = None
-        self._state_path: str | None = None
-        self._journal_path: str | None = None
+        self._seal = seal  # an encrypted store's: what is kept in the scratch folder is sealed too
+        self._state: CaptureStateFiles | None = None
         self._saved_once = True  # nothing to save for a reader
         self._saved_at = time.monotonic()
         self._window_start = self._since = time.time_ns()
@@ -211,9 +185,8 @@ class CommandCapture:
                 if path in self.stats and path not in self.known:
                     self._learn(path)
         if self._state_dir is not None:
-            self._state_path = os.path.join(self._state_dir, STATE_FILE)
-            self._journal_path = os.path.join(self._state_dir, JOURNAL_FILE)
-            self._saved_once = os.path.exists(self._state_path)
+            self._state = CaptureStateFiles(self._state_dir, self._seal)
+            self._saved_once = self._state.saved_exists()
             self._catch_up()
         # Changed after the start, before the scan saw it: what a watch set at once would have reported (ctime moves
         # with every change, no tool sets it back). A change in the first clock tick may be stamped a little early
@@ -228,10 +201,7 @@ class CommandCapture:
     @staticmethod
     def has_journal(state_dir: str | None) -> bool:
         """Whether a command may have been running when the run's last owner stopped (see ``_catch_up``)."""
-        try:
-            return state_dir is not None and os.path.getsize(os.path.join(state_dir, JOURNAL_FILE)) > 0
-        except FileNotFoundError:
-            return False
+        return CaptureStateFiles.has_journal(state_dir)
 
     def _catch_up(self) -> None:
         """Learn what changed while no capture of this run was watching (between sessions, after a crash): those
@@ -239,18 +209,9 @@ class CommandCapture:
         running when the last owner died (its journal names a call still ``started``): then every change since the
         command started is recorded as that call's, of uncertain author (nothing tells the command's changes from
         the user's in a window nobody watched), so ``rollback`` can put it back."""
-        assert self._state_path is not None and self._journal_path is not None
-        try:
-            with open(self._state_path, "rb") as handle:
-                saved = _state_decoder.decode(handle.read())
-        except (FileNotFoundError, msgspec.DecodeError):
-            saved = None  # the first capture of the run: what is there is the baseline
-        journal = None
-        try:
-            with open(self._journal_path, "rb") as handle:
-                journal = _journal_decoder.decode(handle.read())
-        except (FileNotFoundError, msgspec.DecodeError):
-            pass
+        assert self._state is not None
+        saved = self._state.read_saved()  # None: the first capture of the run: what is there is the baseline
+        journal = self._state.read_journal()
         if journal is not None and (
             saved is None
             or not self._in_flight(journal.call_id)
@@ -305,36 +266,13 @@ class CommandCapture:
         """Keep the stat cache and what is known of each file for the next session. Not while
         a command runs: its changes are recorded with its outcome, and a saved state must not run ahead of that."""
         self._ready()
-        if self._state_path is None or self._command is not None:
+        if self._state is None or self._command is not None:
             return
-        data = _state_encoder.encode(_SavedState(stats=self.stats, known=self.known))
-        # Durable: a crash while a command runs is recovered from it and the journal (a few fsyncs a minute).
-        atomic_write(self._state_path, data, durable=True)
+        self._state.save(SavedState(stats=self.stats, known=self.known))
         self._saved_at = time.monotonic()
         self._saved_once = True
         self._touched.clear()
-        self._clear_journal()
-
-    def _write_journal(self, data: bytes) -> None:
-        """Durable before `started` (recovery relies on it; the blobs it names are in `started`'s group): written
-        in place and flushed with one fdatasync (the file stays: only its first creation costs a folder fsync). A
-        journal torn by a crash does not decode, and counts as none."""
-        assert self._journal_path is not None
-        created = not os.path.exists(self._journal_path)
-        fd = os.open(self._journal_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
-        try:
-            write_all(fd, data)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            fsync_dir(os.path.dirname(self._journal_path))
-
-    def _clear_journal(self) -> None:
-        """The journal is spent (emptied, not removed: see ``_write_journal``)."""
-        if self._journal_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.truncate(self._journal_path, 0)
+        self._state.clear_journal()
 
     def poll(self) -> None:
         """Settle a start in the background if its thread is done (never waits; a failed start is left for the
@@ -487,15 +425,15 @@ class CommandCapture:
                 continue
             budget -= info.size
             self._learn(path)
-        if call_id is not None and self._journal_path is not None:
-            journal = _Journal(
+        if call_id is not None and self._state is not None:
+            journal = Journal(
                 call_id=call_id,
                 stats={p: self.stats.get(p) for p in self._touched},
                 known={p: self.known.get(p) for p in self._touched | self._named.keys()},
                 named=self._named,
                 head=read_head(self._git_dir) if self._git_dir else None,
             )
-            self._write_journal(_state_encoder.encode(journal))
+            self._state.write_journal(journal)
         self._command = call_id
         if self.writers is not None:
             self.writers.begin()
@@ -707,7 +645,8 @@ class CommandCapture:
         command writes its own, holding everything since the last save)."""
         self._ready()
         self._command = None
-        self._clear_journal()
+        if self._state is not None:
+            self._state.clear_journal()
         if time.monotonic() - self._saved_at > SAVE_SECONDS:
             self.save()
 
