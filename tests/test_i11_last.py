@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+import safepoint
+from safepoint.engine.session import load_view
+
 from tests.conftest import cli_env, safepoint_in_process
 
 KEY = "ab" * 32
@@ -87,3 +90,73 @@ def test_an_encrypted_store_keeps_no_name_content_command_or_model_text_in_clear
     assert back.returncode == 7, back.stdout  # ExitCode.CONFLICTS: the user's edit is kept
     assert (ws / "cmd-ibex.txt").read_text() == "user-edit-YAK\n"
     assert _clear_words_in(ws, [*words, "YAK", "quokka", "cmd-"]) == []
+
+
+# ------------------------------------------------------------------------------ §2 ignore rules the run widens
+
+
+@pytest.fixture(params=["inotify", "scan"])
+def watch_mode(request, monkeypatch):
+    from safepoint.workspace import scan as scan_module
+
+    if request.param == "scan":
+        monkeypatch.setattr(scan_module.ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
+    return request.param
+
+
+def _repo_with_user_work(ws):
+    _git(ws, "init", "-q")
+    (ws / "tracked.py").write_text("committed\n")
+    (ws / "build").mkdir()
+    (ws / "build" / "keep.txt").write_text("tracked though ignored\n")
+    (ws / ".gitignore").write_text("build/\n")
+    _git(ws, "add", "-A")
+    _git(ws, "add", "-f", "build/keep.txt")
+    _git(ws, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x")
+    (ws / "tracked.py").write_text("committed, then the user's edit\n")
+    (ws / "main.py").write_text("the user's untracked work\n")
+    (ws / "lib").mkdir()
+    (ws / "lib" / "util.py").write_text("the user's util\n")
+
+
+@pytest.mark.parametrize(
+    ("ignore_file", "rules"),
+    [
+        (".gitignore", "*\n"),  # the root's, every name
+        ("lib/.gitignore", "*\n"),  # a nested one the run creates
+        (".gitignore", "build/\n*.py\n!nothing\n"),  # an edit that widens by extension
+        (".safepointignore", "*.py\nlib/\n"),  # safepoint's own ignore file (read when a capture starts)
+    ],
+)
+def test_ignore_files_the_run_rewrites_never_unwatch_the_users_files(workspace, watch_mode, ignore_file, rules):
+    """The agent writes an ignore file (its own file: allowed), a second session starts (it reads the rules
+    afresh), then one opaque command deletes the user's files: every one was watched when the run began, so each
+    is kept, and rollback puts back every one of them."""
+    _repo_with_user_work(workspace)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        start = run.checkpoint()
+        run.call_result("write_file", {"path": ignore_file, "content": rules}, call_id="c1")
+        run.call_result("run_command", {"command": "true"}, call_id="c2")  # the capture saves its state
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.resume("r") as run:
+        done = run.call_result("run_command", {"command": "find . -name '*.py' -delete; rm -rf build"}, call_id="c3")
+    assert "not kept" not in done.observation, done.observation
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable, plan.unrestorable
+    assert (workspace / "main.py").read_text() == "the user's untracked work\n"
+    assert (workspace / "lib" / "util.py").read_text() == "the user's util\n"
+    assert (workspace / "tracked.py").read_text() == "committed, then the user's edit\n"
+    assert (workspace / "build" / "keep.txt").read_text() == "tracked though ignored\n"
+
+
+def test_an_ignored_folder_holding_a_tracked_file_is_not_captured_whole(workspace, watch_mode):
+    """Pinning a tracked file inside an ignored folder does not make the folder's build output watched: git never
+    looks inside an excluded folder, and neither does the capture, beyond the pinned file itself."""
+    _repo_with_user_work(workspace)
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("run_command", {"command": "echo obj > build/out.o; echo x >> build/keep.txt"}, call_id="c1")
+    paths = {p.path for p in load_view(tm.store, "r").patches}
+    assert "build/keep.txt" in paths
+    assert "build/out.o" not in paths

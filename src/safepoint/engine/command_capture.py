@@ -44,7 +44,7 @@ from safepoint.errors import ToolFailure
 from safepoint.records import FilePatchEntry, WorkspaceState
 from safepoint.workspace.git import GitState, git_state, head_blob_ids
 from safepoint.workspace.head import find_git_dir, read_head
-from safepoint.workspace.ignore import IgnoreRules
+from safepoint.workspace.ignore import IgnoreRules, Pins
 from safepoint.workspace.names import quote_path, real_path
 from safepoint.workspace.scan import ChangeWatcher, FileStat, scan
 from safepoint.workspace.scan import recorded_stat as _stat
@@ -84,7 +84,8 @@ class CommandCapture:
         root = files.workspace.root
         self._extra = (*_safepointignore(root), *exclude)
         self._store_dir = os.path.realpath(store_dir) if store_dir else None  # the root is a realpath too
-        self.rules = IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra)
+        self.pins = Pins()  # watched once, watched for good: the run may edit ignore files (``Pins``)
+        self.rules = IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra, pins=self.pins)
         self._attribute = attribute
         self._in_flight = in_flight
         self.known: dict[str, Known] = {}  # path -> (content hash, mode) last seen
@@ -107,8 +108,8 @@ class CommandCapture:
         self._head_blobs: dict[str, str] = {}
         self.git_clean: dict[str, str] = {}
         self._git_dir: str | None = None
-        self._seal = seal  # an encrypted store's: what is kept in the scratch folder is sealed too
-        self._state: CaptureStateFiles | None = None
+        self._state = CaptureStateFiles(state_dir, seal) if state_dir is not None else None
+        self._saved: SavedState | None = None  # what the last session saved (read before the baseline scan)
         self._saved_once = True  # nothing to save for a reader
         self._saved_at = time.monotonic()
         self._window_start = self._since = time.time_ns()
@@ -126,16 +127,26 @@ class CommandCapture:
         """What the workspace holds, with no record written (so it may run on a thread): the watches, then the
         baseline scan (watching first: no change falls between the two), git's view, what was saved before."""
         root = self.workspace.root
+        # What was watched before (the last session's state) and what git tracks stay watched, whatever the ignore
+        # files say now (a previous session of the run may have rewritten them): pinned before anything looks.
+        self._head_blobs = head_blob_ids(root)
+        self.pins.update(self._head_blobs)
+        if self._state is not None:
+            self._saved = self._state.read_saved()
+            if self._saved is not None:
+                self.pins.update(self._saved.stats)
         self.watcher = ChangeWatcher.start(root, self.rules)  # before the baseline scan: no change falls between
         self.writers = WriterWatch.start(
-            root, IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra)
+            root, IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra, pins=self.pins)
         )
         if not self._attribute and self.writers is not None:
             self.writers.close()
             self.writers = None
         self.stats = scan(root, self.rules)
+        self.pins.update(self.stats)
         self._git = git_state(root)
-        self._head_blobs = head_blob_ids(root) if self._git.is_repo else {}
+        if not self._git.is_repo:
+            self._head_blobs = {}
 
     def _observe_quietly(self) -> None:
         try:
@@ -184,8 +195,7 @@ class CommandCapture:
             for path in dirty:
                 if path in self.stats and path not in self.known:
                     self._learn(path)
-        if self._state_dir is not None:
-            self._state = CaptureStateFiles(self._state_dir, self._seal)
+        if self._state is not None:
             self._saved_once = self._state.saved_exists()
             self._catch_up()
         # Changed after the start, before the scan saw it: what a watch set at once would have reported (ctime moves
@@ -210,7 +220,7 @@ class CommandCapture:
         command started is recorded as that call's, of uncertain author (nothing tells the command's changes from
         the user's in a window nobody watched), so ``rollback`` can put it back."""
         assert self._state is not None
-        saved = self._state.read_saved()  # None: the first capture of the run: what is there is the baseline
+        saved, self._saved = self._saved, None  # None: the first capture of the run: what is there is the baseline
         journal = self._state.read_journal()
         if journal is not None and (
             saved is None
@@ -326,6 +336,7 @@ class CommandCapture:
                 # command would be taken for one moved in; rare beside folder moves, which this catches.
                 self._arrived = self._folders_arrived(scanned, current)
             self.stats = current
+            self.pins.update(p for p, old in scanned.items() if old is None)
             self._touched.update(scanned)
             return scanned
         candidates: set[str] = set()
@@ -349,6 +360,8 @@ class CommandCapture:
                     del self.stats[path]
                 else:
                     self.stats[path] = now
+                    if old is None:
+                        self.pins.add(path)
         self._touched.update(changed)
         return changed
 
