@@ -12,7 +12,6 @@ import pytest
 
 import safepoint
 from safepoint.engine.session import load_view
-
 from tests.conftest import cli_env, safepoint_in_process
 
 KEY = "ab" * 32
