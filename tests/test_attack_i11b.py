@@ -380,10 +380,6 @@ def test_the_agent_cannot_make_the_users_files_ignored_then_delete_them_for_good
 # ------------------------------------------------------------------------------ mcp-proxy
 
 
-@pytest.mark.xfail(
-    strict=False,  # the forgery wins a race with the wait's own poll: under load it sometimes loses (then passes)
-    reason="an MCP tool writing the run's control channel is not held nor tampering",
-)
 def test_an_mcp_client_cannot_approve_its_own_held_call_through_a_file_tool(tmp_path):
     """`mcp-proxy --approval high`: a destructive call waits for `safepoint approve`. The client (the model) sends
     a second call meanwhile (calls run concurrently): `set_value` (idempotent, not destructive, closed world: not
