@@ -20,6 +20,7 @@ from safepoint.core.environment import command_environment
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
 from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
+from safepoint.engine.archive_reach import hold_unpacked
 from safepoint.engine.launcher import LAUNCHER, collect
 from safepoint.engine.processes import kill_tree
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
@@ -311,7 +312,9 @@ def _classify_command(
 ) -> Classification:
     """``rules``: the workspace's own (``.safepoint/commands.toml``); ``protected``: where the run's store really
     is (``core.command_reach.protected_for``); both bound by ``Safepoint.registry``."""
-    verdict = classify_with_reach(str(args.get("command", "")), rules, protected)  # the store or a .git: held
+    command = str(args.get("command", ""))
+    verdict = classify_with_reach(command, rules, protected)  # the store or a .git: held
+    verdict = hold_unpacked(verdict, command, protected)  # an archive or patch whose members land there: held
     return Classification(
         idempotency=verdict.idempotency,
         replay_policy=verdict.replay_policy,
