@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from safepoint.core.command_reach import PROTECTED_EFFECT, classify_with_reach  # noqa: E402
+from safepoint.core.command_reach import PROTECTED_EFFECT, classify_with_reach
 
 
 def script(lines: int, *, built: bool, salt: int) -> str:
