@@ -357,7 +357,6 @@ def test_a_command_of_a_daemons_worker_cannot_read_the_daemons_environment(tmp_p
 # ------------------------------------------------------------------------------ rollback: the user's work
 
 
-@pytest.mark.xfail(strict=True, reason="the agent makes the user's files ignored, then deletes them unkept")
 def test_the_agent_cannot_make_the_users_files_ignored_then_delete_them_for_good(workspace):
     """The known limit: "An ignored file a command removes without naming it is said, not kept". Here the files
     were the user's, not ignored, when the run began: the agent writes `.gitignore` = `*` (its own file: allowed),

@@ -417,3 +417,53 @@ def test_an_archive_or_patch_whose_members_land_in_git_or_the_store_is_held(work
     for command in ("tar -xf fine.tar", "tar -tf evil.tar", "unzip fine.zip", "unzip -l evil.zip",
                     "git apply fine.patch", "git apply --check evil.patch", "patch -p1 < fine.patch"):  # fmt: skip
         assert not held(command), command
+
+
+# ------------------------------------------------------------------------------ §2 what a deleting find selects
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "find . -name '*.py' -delete",
+        "find lib \\( -name '*.py' -o -name '*.env' \\) -delete; rm main.py",
+        "find . -type f -name '*.py' -exec rm -f {} +",
+        "cd lib && find . -type f -delete; cd .. && find . -name '*.py' -delete",
+        "cd lib && find .. -name '*.py' -delete",
+    ],
+)
+def test_files_a_deleting_find_selects_are_kept_without_git_and_when_ignored(workspace, watch_mode, command):
+    """No git (nothing to restore from) and a `.gitignore` hiding some: `find` names what it deletes by a pattern,
+    as surely as `rm` by its operands, so those files are kept before it runs and rollback puts them back."""
+    (workspace / "main.py").write_text("the user's work\n")
+    (workspace / "lib").mkdir()
+    (workspace / "lib" / "util.py").write_text("the user's util\n")
+    (workspace / "lib" / "local.env").write_text("ignored, the user's\n")
+    (workspace / ".gitignore").write_text("*.env\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r", approval_timeout_s=1) as run:  # not held: a hold would fail it
+        start = run.checkpoint()
+        done = run.call_result("run_command", {"command": command}, call_id="c1")
+    assert done.status == "succeeded", done.observation
+    assert not (workspace / "main.py").exists() and not (workspace / "lib" / "util.py").exists()
+    assert "not kept" not in done.observation, done.observation
+    plan = tm.rollback_files("r", start, include_uncertain=True)
+    assert not plan.unrestorable, plan.unrestorable
+    assert (workspace / "main.py").read_text() == "the user's work\n"
+    assert (workspace / "lib" / "util.py").read_text() == "the user's util\n"
+    if "env" in command or "-type f -delete" in command:  # an ignored file the find selected
+        assert (workspace / "lib" / "local.env").read_text() == "ignored, the user's\n"
+
+
+def test_a_deleting_find_never_makes_the_capture_read_git_or_the_store(workspace):
+    from safepoint.core.command_reach_walk import find_removals
+
+    _git(workspace, "init", "-q")
+    (workspace / "a.py").write_text("x\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call_result("run_command", {"command": "find . -name 'a.py' -delete"}, call_id="c1")
+    paths = {p.path for p in load_view(tm.store, "r").patches}
+    assert paths == {"a.py"}
+    assert find_removals("find . -name x -print") == ()  # selects, deletes nothing: nothing to keep
+    assert find_removals("find src ! -name keep -delete") == ("src/**",)  # a negation: every file under src

@@ -58,7 +58,16 @@ from safepoint.core.command_spec import is_literal, names
 from safepoint.core.command_targets import TargetWalker
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 
-__all__ = ["ANCESTOR", "CONFIGURATION", "DOT_ENTRIES", "DYNAMIC", "GIT_CONFIGURATION", "could_spell", "reach_beyond"]
+__all__ = [
+    "ANCESTOR",
+    "CONFIGURATION",
+    "DOT_ENTRIES",
+    "DYNAMIC",
+    "GIT_CONFIGURATION",
+    "could_spell",
+    "find_removals",
+    "reach_beyond",
+]
 
 ANCESTOR = "ancestor"
 DYNAMIC = "dynamic"
@@ -172,6 +181,7 @@ class _ReachWalker(TargetWalker):
         self.fed = False  # a writing program ran under xargs: words from elsewhere on the line are its operands
         self.dynamic = False  # a writer, a redirection or a shell was given a word that is not literal
         self.root: str | None = None  # the folder commands run in (absolute), when known
+        self.removals: list[str] = []  # what a `find` that deletes may remove, as hints (``find_removals``)
 
     # ---- what one path reaches ---------------------------------------------------------------------------
 
@@ -364,9 +374,13 @@ class _ReachWalker(TargetWalker):
                     end += 1
                 command = [w for w in expression[j + 1 : end] if w != "{}"]
                 writes = writes or not command or self.nested_writes(command)
-        if not writes or _narrow(expression):
+        if not writes:
             return
-        self.note([p for p in map(self.place, roots or ["."]) if p], ancestors=True, here=True)
+        placed = [p for p in map(self.place, roots or ["."]) if p]
+        self.removals.extend(_removal_hints(placed, expression))
+        if _narrow(expression):
+            return
+        self.note(placed, ancestors=True, here=True)
 
     def nested_writes(self, command: list[str]) -> bool:
         """Whether the command ``find -exec`` runs may write (a shell or wrapper: assumed so)."""
@@ -410,6 +424,47 @@ def _second_name(name: str, args: list[str]) -> bool:
 
 def _writes(findings: Sequence[Finding]) -> bool:
     return any(f.replay_policy != "auto" for f in findings)
+
+
+def _removal_hints(roots: Sequence[str], expression: Sequence[str]) -> list[str]:
+    """What a deleting ``find`` may remove under each root, as capture hints: ``ROOT/**/PATTERN`` for each
+    ``-name`` pattern when the expression only ever selects by those names (no ``!``/``-not``, no ``-path``,
+    ``-regex``, ``-iname``, ``-prune``: any of them lets other names through), else the root itself (every file
+    under it)."""
+    patterns: list[str] = []
+    broad = False
+    for j, word in enumerate(expression):
+        if word in {"!", "-not", "-path", "-wholename", "-ipath", "-regex", "-iregex", "-iname", "-prune", "-lname"}:
+            broad = True
+        elif word == "-name" and j + 1 < len(expression):
+            patterns.append(expression[j + 1])
+    hints: list[str] = []
+    for root in roots:
+        base = posixpath.normpath(root)
+        if broad or not patterns or any("/" in pattern for pattern in patterns):
+            hints.append(f"{base}/**")
+        else:
+            hints.extend(f"{base}/**/{pattern}" for pattern in patterns)
+    return hints
+
+
+def find_removals(command: str, rules: CommandRules = DEFAULT_COMMAND_RULES) -> tuple[str, ...]:
+    """What the ``find … -delete`` (or ``-exec rm``) commands of a line may remove, as hints for the workspace
+    capture to keep ahead (``ROOT/**/PATTERN``, ``ROOT/**``): the files they select are named by the line as
+    surely as ``rm``'s operands, only by a pattern. Never raises."""
+    if "find" not in command:
+        return ()
+    try:
+        return _find_removals_cached(command, rules)
+    except Exception:  # a bug here must not stop the command; nothing more is kept ahead
+        return ()
+
+
+@functools.lru_cache(maxsize=1024)
+def _find_removals_cached(command: str, rules: CommandRules) -> tuple[str, ...]:
+    walker = _ReachWalker(rules, ())
+    walker.text(command, depth=0)
+    return tuple(walker.removals)
 
 
 def _narrow(expression: Sequence[str]) -> bool:

@@ -14,6 +14,7 @@ import regex
 
 from safepoint.core.classify import Classification
 from safepoint.core.command_reach import DEFAULT_PROTECTED, Protected, classify_with_reach
+from safepoint.core.command_reach_walk import find_removals
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 from safepoint.core.environment import command_environment
@@ -325,8 +326,10 @@ def _classify_command(
 
 
 def _command_targets(args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES) -> list[str]:
-    """Files the command line names as written or removed (redirections, sed -i, rm, mv...): kept ahead."""
-    return list(write_targets(str(args.get("command", "")), rules))
+    """Files the command line names as written or removed (redirections, sed -i, rm, mv..., what a deleting
+    `find` selects): kept ahead."""
+    command = str(args.get("command", ""))
+    return [*write_targets(command, rules), *find_removals(command, rules)]
 
 
 @tool(

@@ -26,6 +26,7 @@ Paths are in recorded form (``workspace/names.py``): any byte string survives a 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob
 import hashlib
 import os
@@ -461,7 +462,10 @@ class CommandCapture:
         ignored: list[str] = []
         for hint in hints:
             pattern = hint if os.path.isabs(hint) else os.path.join(root, hint)
-            matches = glob.glob(pattern)[:HINT_LIMIT] if glob.has_magic(hint) else [pattern]
+            if "/**" in pattern:  # what a deleting `find` selects: ROOT/**/NAME, ROOT/** (core.command_reach_walk)
+                matches = self._selected(*pattern.split("/**", 1))
+            else:
+                matches = glob.glob(pattern)[:HINT_LIMIT] if glob.has_magic(hint) else [pattern]
             for match in matches:
                 folder = os.path.realpath(os.path.dirname(match))
                 if folder != root and not folder.startswith(root + os.sep):
@@ -479,6 +483,25 @@ class CommandCapture:
                 tracked.extend(inside)
                 ignored.extend(self._ignored_below(rel, set(inside)))
         return tracked[:HINT_LIMIT], ignored[:HINT_LIMIT]
+
+    def _selected(self, top: str, name: str) -> list[str]:
+        """Entries below ``top`` whose name matches ``name`` (``/PATTERN``; empty: every file), as ``find`` walks:
+        links not followed, ``.git`` and the store never entered; at most ``HINT_LIMIT``."""
+        pattern = name.lstrip("/")
+        found: list[str] = []
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [
+                d
+                for d in dirs
+                if d != ".git"
+                and not (self._store_dir and os.path.realpath(os.path.join(folder, d)) == self._store_dir)
+            ]
+            for entry in (*dirs, *files) if pattern else files:
+                if not pattern or fnmatch.fnmatchcase(entry, pattern):
+                    found.append(os.path.join(folder, entry))
+            if len(found) >= HINT_LIMIT:
+                break
+        return found[:HINT_LIMIT]
 
     def _ignored_below(self, rel: str, seen: set[str]) -> list[str]:
         """``rel`` and the files below it that no scan looks at (never following a link, never into .git or the
