@@ -425,6 +425,10 @@ def test_an_archive_or_patch_whose_members_land_in_git_or_the_store_is_held(work
         "patch -p1 -i evil.patch",
         "curl -sLo new.tar https://example.com/x.tar && tar -xf new.tar",  # not there yet: unknown, held
         "cd src && tar -xf evil.tar",
+        "tar -xf evil.tar -C .",  # the attacker's: a folder given, the members still decide
+        "mkdir sub && tar -xf evil.tar -C sub",  # sub/.git: a nested repository's hooks
+        "unzip -o evil.zip -d .",
+        "curl -sL https://example.com/x.tgz | tar -xz",  # standard input: nothing to look into
     ):
         assert held(command), command
     for command in ("tar -xf fine.tar", "tar -tf evil.tar", "unzip fine.zip", "unzip -l evil.zip",

@@ -1,12 +1,12 @@
 """What an archive or a patch a command line unpacks would write: members named ``.git/...`` or the store's.
 
-``tar -xf x.tar`` with no ``-C``, ``unzip x.zip``, ``git apply p.patch``, ``patch -p1 < p.patch`` write where their
-input says, and no rule on the line's words can know it (``core/command_reach.py`` holds what the line itself
-names). So before such a call is planned, the archives and patches it names are looked into here (their member
+``tar -xf x.tar`` (with ``-C DIR`` too: ``DIR/.git`` is a repository's), ``unzip x.zip``, ``git apply p.patch``,
+``patch -p1 < p.patch`` write where their input says, and no rule on the line's words can know it
+(``core/command_reach.py`` holds what the line itself names). So before such a call is planned, the archives and patches it names are looked into here (their member
 names only, never their content beyond a patch's headers): a member with a part named ``.git`` or the store's
 folder (case-folded), or one that climbs out (``../``) or is absolute, holds the call for a person, as a line that
-names them does. An input that cannot be read (not there yet: made earlier on the same line, or not an archive
-this reads) holds it too: what it would write is unknown.
+names them does. An input that cannot be read (not there yet: made earlier on the same line, standard input, or
+not an archive this reads) holds it too: what it would write is unknown.
 
 Cost: one listing of each named archive (tar's and zip's indexes, a patch's header lines), bounded: past
 ``MEMBER_LIMIT`` names the call is held. The line is split with ``shlex`` (rejected: the full bash walk here, which
@@ -40,6 +40,8 @@ def hold_unpacked(verdict: CommandVerdict, command: str, protected: Protected) -
     names = {name.casefold() for name in protected.names}
     names |= {posixpath.basename(folder).casefold() for folder in protected.folders}
     for source, kind in _inputs(command):
+        if source == "-":
+            return held_for(verdict, "an archive read from standard input: what it unpacks cannot be looked into")
         path = os.path.join(protected.cwd, source)
         why = _reaches(path, kind, names)
         if why is not None:
@@ -82,7 +84,7 @@ def _inputs(command: str) -> Iterator[tuple[str, str]]:
             yield from _tar(args)
         elif name == "unzip" and not {"-l", "-t", "-v", "-Z"} & set(args):
             operands = _operands(args, {"-d", "-x", "-P"})
-            if operands and "-d" not in args:
+            if operands:
                 yield operands[0], "zip"
         elif name == "git" and args[:1] in (["apply"], ["am"]) and not {"--check", "--stat", "--numstat"} & set(args):
             for operand in _operands(args[1:], {"-p", "-C", "--directory", "--exclude", "--include"}):
@@ -124,7 +126,6 @@ def _tar(args: list[str]) -> Iterator[tuple[str, str]]:
     bundled = not first.startswith("-") and set(first) <= set("xtcrudfvzjJaopPkmwhO")  # `tar xzf x.tgz`
     flags = set(first) if bundled else set()
     archive: str | None = None
-    directory = False
     rest = args[1:] if bundled else args
     if bundled and "f" in flags:
         operands = [w for w in rest if not w.startswith("-")]
@@ -136,18 +137,14 @@ def _tar(args: list[str]) -> Iterator[tuple[str, str]]:
                 flags.add("x")
             elif option == "--file":
                 archive = value if eq else (rest[i + 1] if i + 1 < len(rest) else None)
-            elif option == "--directory":
-                directory = True
         elif word.startswith("-") and len(word) > 1:
             letters = word[1:]
             flags |= set(letters)
-            if "C" in letters:
-                directory = True
             if "f" in letters:
                 tail = letters[letters.index("f") + 1 :]
                 archive = tail or (rest[i + 1] if i + 1 < len(rest) else None)
-    if "x" in flags and not directory and archive not in (None, "-"):  # `-C DIR` is the pure rule's to judge
-        yield archive, "tar"
+    if "x" in flags:  # with `-C DIR` too: a member `.git/hooks/x` lands in DIR/.git, a repository's all the same
+        yield archive or "-", "tar"  # none named: standard input (`curl ... | tar -xz`), which nothing can look into
 
 
 def _reaches(path: str, kind: str, names: set[str]) -> str | None:
