@@ -2,8 +2,9 @@
 
 ``tar -xf x.tar`` (with ``-C DIR`` too: ``DIR/.git`` is a repository's), ``unzip x.zip``, ``git apply p.patch``,
 ``patch -p1 < p.patch`` write where their input says, and no rule on the line's words can know it
-(``core/command_reach.py`` holds what the line itself names). So before such a call is planned, the archives and patches it names are looked into here (their member
-names only, never their content beyond a patch's headers): a member with a part named ``.git`` or the store's
+(``core/command_reach.py`` holds what the line itself names). So before such a call is planned, the archives
+and patches it names are looked into here (their member names only, never their content beyond a patch's
+headers): a member with a part named ``.git`` or the store's
 folder (case-folded), or one that climbs out (``../``) or is absolute, holds the call for a person, as a line that
 names them does. An input that cannot be read (not there yet: made earlier on the same line, standard input, or
 not an archive this reads) holds it too: what it would write is unknown.
