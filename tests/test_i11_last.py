@@ -340,6 +340,8 @@ EVERYDAY_DYNAMIC = [
     'cp -r "$SRC" "$DST"',
     'rm -rf "$(cat list.txt)"',  # from nothing on the line: not seen (the engine stops if the store goes)
     'git commit -m "fix .github workflow"',  # not a writer given a built path
+    "find . -name '*.pyc' | xargs rm -f",  # one extension neither .git nor the store holds
+    "rm -f $(find . -name '*.pyc')",
 ]
 
 

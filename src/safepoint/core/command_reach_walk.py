@@ -150,7 +150,7 @@ _NOT_NAME = re.compile(r"[^a-z0-9._-]+")
 # Words that list the folder (its dot-entries among them) or name the workspace itself: a built path fed by them
 # (`rm -rf $(ls -A)`, `for f in .*; do rm -rf "$f"`, `find . | xargs rm`, `rm -rf "$PWD"`) reaches .git and the store.
 _LISTS = re.compile(
-    r"\bls\b[^|;&)`]*\s(?:-[a-zA-Z]*[aA]|--all|--almost-all)\b|(?:^|[\s\"'(=/])\.[*?\[]|\bfind\b"
+    r"\bls\b[^|;&)`]*\s(?:-[a-zA-Z]*[aA]|--all|--almost-all)\b|(?:^|[\s\"'(=/])\.[*?\[]"
     r"|\$\{?(?:OLD)?PWD\b|\bpwd\b|~[+-]"
 )
 _DECODES = re.compile(
@@ -189,6 +189,7 @@ class _ReachWalker(TargetWalker):
         self.dynamic = False  # a writer, a redirection or a shell was given a word that is not literal
         self.root: str | None = None  # the folder commands run in (absolute), when known
         self.removals: list[str] = []  # what a `find` that deletes may remove, as hints (``find_removals``)
+        self.listing = False  # a `find` that may print paths inside .git or the store (not one narrow extension)
 
     # ---- what one path reaches ---------------------------------------------------------------------------
 
@@ -277,6 +278,8 @@ class _ReachWalker(TargetWalker):
         if name in SHELLS or name in {"eval", "cd", "pushd", "popd"}:
             super().judge(argv, depth, stdin)
             return
+        if name == "find" and not _narrow(_find_parts(argv[1:])[1]):
+            self.listing = True  # `rm $(find . -name index)`, `find . | xargs rm`: its output may be built into paths
         judged = judge(self.tree, argv, self, depth)
         targets = self.drop_placeholders(argv, judged.targets)
         placed = self.capture(lambda: self.emit(targets))  # noted by name there
@@ -365,14 +368,7 @@ class _ReachWalker(TargetWalker):
     def find(self, args: list[str]) -> None:
         """``find ROOTS… EXPRESSION``: the roots, when the expression deletes or runs a writing command, unless it
         only ever acts on files of one extension that neither .git nor the store holds."""
-        i = 0
-        while i < len(args) and args[i] in {"-H", "-L", "-P", *_FIND_OPTIONS_WITH_VALUE}:
-            i += 2 if args[i] in _FIND_OPTIONS_WITH_VALUE else 1
-        roots: list[str] = []
-        while i < len(args) and not (args[i].startswith("-") or args[i] in {"!", "(", ")", ","}):
-            roots.append(args[i])
-            i += 1
-        expression = args[i:]
+        roots, expression = _find_parts(args)
         writes = "-delete" in expression
         for j, word in enumerate(expression):
             if word in _FIND_ACTIONS - {"-delete"}:
@@ -431,6 +427,18 @@ def _second_name(name: str, args: list[str]) -> bool:
 
 def _writes(findings: Sequence[Finding]) -> bool:
     return any(f.replay_policy != "auto" for f in findings)
+
+
+def _find_parts(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``find``'s start folders and its expression."""
+    i = 0
+    while i < len(args) and args[i] in {"-H", "-L", "-P", *_FIND_OPTIONS_WITH_VALUE}:
+        i += 2 if args[i] in _FIND_OPTIONS_WITH_VALUE else 1
+    roots: list[str] = []
+    while i < len(args) and not (args[i].startswith("-") or args[i] in {"!", "(", ")", ","}):
+        roots.append(args[i])
+        i += 1
+    return roots, list(args[i:])
 
 
 def _removal_hints(roots: Sequence[str], expression: Sequence[str]) -> list[str]:
@@ -532,7 +540,7 @@ def _reach_cached(command: str, rules: CommandRules, protected: tuple[str, ...],
     if walker.fed:  # `echo .git | xargs rm -rf`: any word on the line may be one xargs hands to the writer
         walker.note(_LINE_WORD.findall(command), ancestors=False, here=False)
     if (walker.dynamic and could_spell(command, protected)) or (
-        (walker.dynamic or walker.fed) and _LISTS.search(command) is not None
+        (walker.dynamic or walker.fed) and (walker.listing or _LISTS.search(command) is not None)
     ):
         walker.found.add(DYNAMIC)
     return frozenset(CONFIGURATION if name in _CONFIGURATION_NAMES else name for name in walker.found)
