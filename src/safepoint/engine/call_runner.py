@@ -54,6 +54,7 @@ from safepoint.engine.file_changes import FileBefore, FileChanges
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, LogWriter, now, redacted_arguments
 from safepoint.engine.progress import Progress
+from safepoint.engine.tool_activity import TOOLS
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
 from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, StoreError, ToolFailure
 from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
@@ -372,7 +373,9 @@ class CallRunner:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(self._wait(request))
                 else:
-                    request = driver.send(run_tool_sync(request))
+                    with TOOLS.running():  # a control record written meanwhile is not a person's
+                        outcome = run_tool_sync(request)
+                    request = driver.send(outcome)
         except StopIteration as done:
             result: CallResult = done.value
             self._told(call, step_id, result)
@@ -396,7 +399,9 @@ class CallRunner:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(await asyncio.to_thread(self._wait, request))
                 else:
-                    request = driver.send(await run_tool_async(request))
+                    with TOOLS.running():  # a control record written meanwhile is not a person's
+                        outcome = await run_tool_async(request)
+                    request = driver.send(outcome)
         except StopIteration as done:
             result: CallResult = done.value
             self._told(call, step_id, result)
