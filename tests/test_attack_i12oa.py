@@ -1,0 +1,194 @@
+"""Attacks on the OpenAI Agents SDK adapter and the Pydantic AI capability (issue 12 §2, §3): each test is a promise
+the adapters make, tried just beside where their own tests looked. A test marked ``xfail(strict=True)`` is a
+promise found broken (it fails today; the mark comes off with the fix); the others pin an edge that held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, FunctionTool, Runner, RunState, function_tool, set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import safepoint
+from safepoint.integrations.openai_agents import SafepointSession
+from safepoint.integrations.openai_agents_tools import ToolPolicy, durable_model, durable_tools, run_durably
+
+set_tracing_disabled(True)
+TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"  # a GitHub token's shape: the redactor knows it
+OPENED: list[safepoint.Safepoint] = []
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def opened(tmp_path: Path, **options: Any) -> safepoint.Safepoint:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    OPENED.append(safepoint.open(None, workspace=str(ws), **options))
+    return OPENED[-1]
+
+
+@pytest.fixture(autouse=True)
+def _close_stores() -> Any:
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
+def store_bytes(sp: safepoint.Safepoint) -> bytes:
+    folder = sp.store.local_dir()
+    assert folder is not None
+    data = b"".join(p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file())
+    assert len(data) > 1000  # a check of nothing would pass whatever was written
+    return data
+
+
+def agent_for(session: SafepointSession, steps: list[Any], tools: list[FunctionTool], **policies: ToolPolicy) -> Agent:
+    return Agent(
+        name="writer",
+        model=durable_model(session, ScriptedModel(steps)),
+        tools=durable_tools(session, tools, policies=policies),
+    )
+
+
+def transfer_tool(sent: Path) -> FunctionTool:
+    @function_tool(needs_approval=True)
+    def transfer(amount: int) -> str:
+        """Send money."""
+        with open(sent, "a") as f:
+            f.write(f"{amount}\n")
+        return f"sent {amount}"
+
+    return transfer
+
+
+def transfer_agent(session: SafepointSession, sent: Path, steps: list[Any]) -> Agent:
+    return agent_for(session, steps, [transfer_tool(sent)], transfer=ToolPolicy(replay_policy="never"))
+
+
+def approval_steps(call_id: str = "t1", amount: int = 10) -> list[Any]:
+    return [[function_call("transfer", {"amount": amount}, call_id=call_id)], [assistant_message("paid")]]
+
+
+# approvals: used once, for the arguments shown ---------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="an approved RunState replayed on another session runs the effect again")
+def test_an_approval_given_in_one_session_does_not_pay_again_in_another(tmp_path: Path) -> None:
+    """A worker that picks up an approved ``RunState`` and runs it against the wrong session (or a session id that
+    was reused) sends the money a second time: the other session's ledger has never heard of call ``t1`` and no
+    digest was ever asked there, so ``approval_problem`` takes the SDK's per-call approval for an ``always_approve``
+    and lets it through. The person approved one transfer of 10; the user sees two."""
+    sp = opened(tmp_path)
+    sent = tmp_path / "sent.txt"
+    alpha = SafepointSession.open(sp, "alpha")
+    agent = transfer_agent(alpha, sent, approval_steps())
+    state = run(run_durably(agent, "pay", session=alpha)).to_state()
+    state.approve(state.get_interruptions()[0])
+    approved = state.to_json()
+    assert run(run_durably(agent, state, session=alpha)).final_output == "paid"
+    assert sent.read_text() == "10\n"
+    alpha.close()
+    beta = SafepointSession.open(sp, "beta")
+    other = transfer_agent(beta, sent, [[assistant_message("paid")]])
+    stale = run(RunState.from_json(other, approved))
+    run(Runner.run(other, stale, session=beta))
+    beta.close()
+    assert sent.read_text() == "10\n"  # one approval, one transfer
+
+
+def test_an_edited_state_cannot_run_other_arguments_under_a_new_call_id(tmp_path: Path) -> None:
+    """Held: the adapter's own test edits the arguments of an approved ``RunState`` and keeps its call id. Renaming
+    the call too (``t1`` -> ``t9``, approval and all) must not let 9,999 through either: nobody was shown it."""
+    sp = opened(tmp_path)
+    sent = tmp_path / "sent.txt"
+    session = SafepointSession.open(sp, "edited")
+    agent = transfer_agent(session, sent, approval_steps())
+    state = run(run_durably(agent, "pay", session=session)).to_state()
+    state.approve(state.get_interruptions()[0])  # the person saw amount 10
+    kept = state.to_json()
+    kept["context"].pop("tool_invocations", None)
+    text = json.dumps(kept).replace('{\\"amount\\":10}', '{\\"amount\\":9999}').replace('"t1"', '"t9"')
+    assert "9999" in text and '"t1"' not in text
+    run(session.save_state(None))
+    edited = run(RunState.from_json(agent, json.loads(text)))
+    run(Runner.run(transfer_agent(session, sent, [[assistant_message("paid")]]), edited, session=session))
+    session.close()
+    assert not sent.exists()  # 9,999 was never shown to anyone
+
+
+# secrets and sealing -------------------------------------------------------------------------------------------------
+def test_a_secret_in_a_session_id_never_reaches_the_store(tmp_path: Path) -> None:
+    """Apps key sessions by whatever they have (an API key, an email with a token in it). The run id is hashed for
+    such an id; the run's task, which quotes the id, must be redacted like every other record."""
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, f"user-{TOKEN}")
+    run(session.add_items([{"role": "user", "content": "hello there"}]))
+    session.close()
+    assert TOKEN.encode() not in store_bytes(sp)
+
+
+@pytest.mark.xfail(strict=True, reason="an encrypted store keeps the session id in plain text")
+def test_a_session_id_is_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
+    """On an encrypted store the items are sealed, but the session id (``oa_s_<id>`` as the run's folder, and the
+    run's task ``openai-agents session '<id>'``) is written in plain text: anyone with the disk reads who talked to
+    the agent about what ("patient-4411-hiv-results"). The user chose encryption to keep exactly this."""
+    sp = opened(tmp_path, key="b2" * 32)
+    session = SafepointSession.open(sp, "patient-4411-hiv-results")
+    run(session.add_items([{"role": "user", "content": "the plaintext marmalade"}]))
+    session.close()
+    folder = sp.store.local_dir()
+    assert folder is not None
+    names = "\n".join(str(p) for p in Path(folder).rglob("*")).encode()
+    data = store_bytes(sp)
+    assert b"marmalade" not in data  # the items are sealed (the right bytes are read)
+    assert b"hiv-results" not in data + names
+
+
+# one session, many writers -------------------------------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="two threads adding items to one session: refused as a foreign writer, or the log damaged")
+def test_two_threads_adding_items_to_one_session_lose_nothing(tmp_path: Path) -> None:
+    """A web server shares one session object between its worker threads (the SDK's own ``SQLiteSession`` takes a
+    lock for this). Here two threads calling ``add_items`` interleave records on the run's one log writer: one is
+    refused with "another writer slipped in; resume the run" (there is no other writer), and with the timing of a
+    real disk (fsync releasing the GIL) every call returns, acknowledged, yet the next ``open`` refuses the session
+    as damaged ("history has a hole", ~100 records) and ``accept_damage=True`` keeps only the items before the first
+    overlap. Acknowledged items are lost."""
+    import sys
+    import threading
+
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "threads")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as on a loaded machine with a slow disk (tmpfs here)
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def writer(tag: str) -> None:
+        start.wait()
+        try:
+            for i in range(100):
+                run(session.add_items([{"role": "user", "content": f"{tag}{i}"}]))
+        except BaseException as exc:  # a refusal in one line would be a kept promise too; it is recorded
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(tag,)) for tag in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sys.setswitchinterval(interval)
+    live = [item["content"] for item in run(session.get_items())]
+    session.close()
+    assert not errors
+    again = SafepointSession.open(sp, "threads")
+    kept = [item["content"] for item in run(again.get_items())]
+    again.close()
+    assert kept == live and sorted(kept) == sorted(f"{t}{i}" for t in "ab" for i in range(100))
