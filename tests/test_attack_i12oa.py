@@ -192,3 +192,121 @@ def test_two_threads_adding_items_to_one_session_lose_nothing(tmp_path: Path) ->
     kept = [item["content"] for item in run(again.get_items())]
     again.close()
     assert kept == live and sorted(kept) == sorted(f"{t}{i}" for t in "ab" for i in range(100))
+
+
+# Pydantic AI -----------------------------------------------------------------------------------------------------------
+def pai_transfer_agent(run: safepoint.Run, sent: list[int], paid: list[int]) -> Any:
+    """A Pydantic AI agent whose model asks once for ``transfer(amount=10)`` (needs approval), then says "ok"."""
+    from pydantic_ai import Agent as PaiAgent
+    from pydantic_ai import DeferredToolRequests
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from safepoint.integrations.pydantic_ai import SafepointCapability
+    from safepoint.integrations.pydantic_ai import ToolPolicy as PaiPolicy
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        paid.append(len(messages))
+        if not any(m.kind == "response" for m in messages):
+            return ModelResponse(parts=[ToolCallPart("transfer", {"amount": 10}, tool_call_id="t1")])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent: Any = PaiAgent(
+        FunctionModel(script),
+        capabilities=[SafepointCapability(run, tools={"transfer": PaiPolicy(replay_policy="never")})],
+        output_type=[str, DeferredToolRequests],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def transfer(amount: int) -> str:
+        sent.append(amount)
+        return f"sent {amount}"
+
+    return agent
+
+
+def pai_waiting(tmp_path: Path) -> tuple[safepoint.Safepoint, bytes, list[int], list[int]]:
+    """A run that asked a person to approve ``transfer(10)``, and whose process then went away: the store, the
+    message history the app kept (JSON), what was sent and what the model was paid for."""
+    from pydantic_ai import DeferredToolRequests
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    sp = opened(tmp_path)
+    run_ = sp.start("pay", builtins=False, run_id="pai")
+    sent: list[int] = []
+    paid: list[int] = []
+    asked = pai_transfer_agent(run_, sent, paid).run_sync("pay")
+    assert isinstance(asked.output, DeferredToolRequests) and sent == [] and len(paid) == 1
+    history = ModelMessagesTypeAdapter.dump_json(asked.all_messages())
+    run_.close()
+    return sp, history, sent, paid
+
+
+@pytest.mark.xfail(strict=True, reason="Pydantic AI: approving after a restart replays turn 0, asking again forever")
+def test_pai_an_approval_given_after_a_restart_finishes_the_run(tmp_path: Path) -> None:
+    """The human-in-the-loop flow of the README: the run stops at ``DeferredToolRequests``, the process goes away,
+    a person approves later and a new process (resumed run, new capability) goes on with the kept history. The
+    approved transfer runs, but the next model turn is taken from the record *by position* (turn 0 of the new
+    capability = the first response ever recorded), so instead of "ok" the user gets the same approval request for
+    ``transfer(10)`` again, and again after approving it: the run can never finish and the model is never asked."""
+    from pydantic_ai import DeferredToolResults
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    sp, history, sent, paid = pai_waiting(tmp_path)
+    run_ = sp.resume("pai", builtins=False)
+    agent = pai_transfer_agent(run_, sent, paid)
+    messages = ModelMessagesTypeAdapter.validate_json(history)
+    result = agent.run_sync(message_history=messages, deferred_tool_results=DeferredToolResults(approvals={"t1": True}))
+    run_.close()
+    assert sent == [10]
+    assert result.output == "ok" and len(paid) == 2  # the model is asked what comes after the transfer, once
+
+
+@pytest.mark.xfail(strict=True, reason="Pydantic AI: after a restart an approval runs arguments nobody was shown")
+def test_pai_an_approval_after_a_restart_counts_for_the_arguments_shown_only(tmp_path: Path) -> None:
+    """The person saw ``transfer(amount=10)`` in ``DeferredToolRequests`` and approved ``t1``. The history the app
+    kept is then changed (a bug, a stale copy of another conversation, a hostile edit) to 9,999. In the process
+    that asked, the capability refuses it (it remembers the digest asked); in any later process it sends 9,999: the
+    digests asked live only in memory (``SafepointCapability.asked``), so the call's own arguments become "what was
+    shown". The OpenAI adapter keeps them durably (``ASKED``) for exactly this."""
+    from pydantic_ai import DeferredToolResults
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    sp, history, sent, paid = pai_waiting(tmp_path)
+    run_ = sp.resume("pai", builtins=False)
+    edited = ModelMessagesTypeAdapter.validate_json(history.replace(b'"amount":10', b'"amount":9999'))
+    agent = pai_transfer_agent(run_, sent, paid)
+    agent.run_sync(message_history=edited, deferred_tool_results=DeferredToolResults(approvals={"t1": True}))
+    run_.close()
+    assert 9999 not in sent
+
+
+@pytest.mark.xfail(strict=True, reason="Pydantic AI: a resumed run asked another question gets a recorded answer")
+def test_pai_a_resumed_run_is_never_answered_from_the_record_of_another_question(tmp_path: Path) -> None:
+    """A chat app keeps one safepoint run per conversation and resumes it for the next question. Model turns are
+    found by position, not by what was asked, so the new question ("capital of France?") gets the recorded answer
+    of the first ("2+2?"), silently and unpaid. The README says to start a resumed run as the interrupted one; a
+    run started otherwise must be answered by the model or refused in one line, never answered wrongly."""
+    from pydantic_ai import Agent as PaiAgent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, UserPromptPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from safepoint.integrations.pydantic_ai import SafepointCapability
+
+    def oracle(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = [p for m in messages for p in m.parts if isinstance(p, UserPromptPart)][-1].content
+        return ModelResponse(parts=[TextPart("4" if "2+2" in str(last) else "Paris")])
+
+    sp = opened(tmp_path)
+    run_ = sp.start("chat", builtins=False, run_id="chat")
+    first = PaiAgent(FunctionModel(oracle), capabilities=[SafepointCapability(run_)]).run_sync("2+2?")
+    assert first.output == "4"
+    run_.close()
+    run_ = sp.resume("chat", builtins=False)
+    agent = PaiAgent(FunctionModel(oracle), capabilities=[SafepointCapability(run_)])
+    try:
+        answer = agent.run_sync("capital of France?", message_history=first.all_messages()).output
+    except safepoint.SafepointError as exc:  # refused in one line: a kept promise
+        answer = f"refused: {exc}"
+    run_.close()
+    assert answer != "4"
