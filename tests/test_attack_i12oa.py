@@ -438,3 +438,47 @@ def test_a_streamed_run_killed_mid_tool_resumes_with_the_effect_once(tmp_path: P
     assert run(streamed(build(session, None, [[assistant_message("done")]]), [], session)) == "done"
     assert notes.read_text() == "a\nb\n" and (models[-1].replayed, models[-1].paid) == (1, 1)
     session.close()
+
+
+def test_hostile_call_ids_and_secrets_in_tool_errors_are_kept_safe(tmp_path: Path) -> None:
+    """Held: call ids a model made up (NUL and ``../``, 5,000 characters, spaces, unicode) are each ledgered, and a
+    secret in a tool's output or in the exception it raised reaches neither the ledger nor the items on disk."""
+
+    @function_tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        if url == "bad":
+            raise ValueError(f"login failed with {TOKEN}")
+        return f"body with {TOKEN}"
+
+    ids = ["\x00../../x", "y" * 5000, "a b c", "\u00e9/..\\"]
+    urls = ["ok", "bad", "ok2", "ok3"]
+    calls = [function_call("fetch", {"url": u}, call_id=i) for i, u in zip(ids, urls, strict=True)]
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "hostile")
+    agent = agent_for(session, [calls, [assistant_message("done")]], [fetch])
+    assert run(Runner.run(agent, "go", session=session)).final_output == "done"
+    ledger = {e.call_id: e.status for e in sp.ledger(session.run.run_id)}
+    session.close()
+    assert sorted(ledger) == sorted(ids) and set(ledger.values()) == {"succeeded"}
+    assert TOKEN.encode() not in store_bytes(sp)
+    again = SafepointSession.open(sp, "hostile")
+    assert len(run(again.get_items())) == 1 + 2 * len(ids) + 1  # the input, each call and its output, the answer
+    again.close()
+
+
+@pytest.mark.xfail(strict=True, reason="a call id a provider reuses in a later turn returns the old output, not run")
+def test_a_call_id_a_provider_reuses_in_a_later_request_still_runs_the_new_call(tmp_path: Path) -> None:
+    """Several OpenAI-compatible servers number tool calls per response (``call_0`` every time); Pydantic AI's
+    adapter keys calls by turn for this very reason (``pai-<turn>-<id>``). Here the ledger is keyed by the SDK's call
+    id alone: the user asks for milk on the list, later asks for a second carton, the model calls
+    ``append_line("milk")`` again as ``call_0``, and the adapter hands back the first call's "appended milk"
+    without running it. The user is told it is done; the list has one line."""
+    sp = opened(tmp_path)
+    notes = tmp_path / "list.txt"
+    session = SafepointSession.open(sp, "shopping")
+    for prompt in ("add milk", "add another milk, we need two"):
+        steps = [[function_call("append_line", {"text": "milk"}, call_id="call_0")], [assistant_message("added")]]
+        assert run(Runner.run(agent_for(session, steps, [line_tool(notes)]), prompt, session=session)).final_output
+    session.close()
+    assert notes.read_text() == "milk\nmilk\n"
