@@ -482,3 +482,56 @@ def test_a_call_id_a_provider_reuses_in_a_later_request_still_runs_the_new_call(
         assert run(Runner.run(agent_for(session, steps, [line_tool(notes)]), prompt, session=session)).final_output
     session.close()
     assert notes.read_text() == "milk\nmilk\n"
+
+
+@pytest.mark.xfail(strict=True, reason="Pydantic AI: a resumed run runs a recorded call with [REDACTED] arguments")
+def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp_path: Path) -> None:
+    """The model asks for ``note("x")`` and ``save_token(<the user's token>)``; the process dies in ``note``. On
+    resume the recorded turn comes back as the log keeps it, redacted, and ``save_token`` (never started, so not in
+    the ledger) runs with ``"[REDACTED:assigned_secret]"`` as the token: the user's stored credential is overwritten
+    with the placeholder and the run says "ok". The OpenAI adapter refuses such a call ("its arguments lost a secret
+    to redaction"); this one must too (or ask the model again), never run it."""
+    from pydantic_ai import Agent as PaiAgent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from safepoint.integrations.pydantic_ai import SafepointCapability
+    from safepoint.integrations.pydantic_ai import ToolPolicy as PaiPolicy
+
+    saved: list[str] = []
+
+    def agent(run_: safepoint.Run, die: bool) -> Any:
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if not any(m.kind == "response" for m in messages):
+                calls = [ToolCallPart("note", {"text": "x"}, "n1"), ToolCallPart("save_token", {"token": TOKEN}, "s1")]
+                return ModelResponse(parts=list(calls))
+            return ModelResponse(parts=[TextPart("ok")])
+
+        idempotent = PaiPolicy(idempotency="idempotent", replay_policy="auto")
+        made: Any = PaiAgent(FunctionModel(script), capabilities=[SafepointCapability(run_, tools={"note": idempotent})])
+
+        @made.tool_plain(sequential=True)
+        def note(text: str) -> str:
+            if die:
+                raise KeyboardInterrupt  # the process stops inside the first call; the second never started
+            return "noted"
+
+        @made.tool_plain(sequential=True)
+        def save_token(token: str) -> str:
+            saved.append(token)
+            return "saved"
+
+        return made
+
+    sp = opened(tmp_path)
+    run_ = sp.start("keep my token", builtins=False, run_id="tok")
+    with pytest.raises(KeyboardInterrupt):
+        agent(run_, True).run_sync(f"save my token {TOKEN}")
+    run_.close()
+    run_ = sp.resume("tok", builtins=False)
+    try:
+        agent(run_, False).run_sync(f"save my token {TOKEN}")
+    except safepoint.SafepointError:
+        pass  # refused in one line: a kept promise
+    run_.close()
+    assert all("REDACTED" not in token for token in saved)
