@@ -535,3 +535,49 @@ def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp
         pass  # refused in one line: a kept promise
     run_.close()
     assert all("REDACTED" not in token for token in saved)
+
+
+@pytest.mark.xfail(strict=True, reason="Pydantic AI: a second call with a repeated tool call id can never be approved")
+def test_pai_a_new_call_under_a_repeated_tool_call_id_can_be_approved(tmp_path: Path) -> None:
+    """The README: "models such as ``TestModel`` repeat tool call ids". The model asks ``transfer(10)`` as ``t1``
+    (approved, sent), then ``transfer(20)``, again as ``t1``. The person approves the 20, as shown, and is asked
+    again, forever: the use-once rule is keyed by the tool call id alone (``SafepointCapability.used``), so the
+    first call's use of *its* approval refuses every later approval under that id. The run can never finish."""
+    from pydantic_ai import Agent as PaiAgent
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from safepoint.integrations.pydantic_ai import SafepointCapability
+    from safepoint.integrations.pydantic_ai import ToolPolicy as PaiPolicy
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = sum(1 for m in messages if m.kind == "response")
+        if turn < 2:
+            return ModelResponse(parts=[ToolCallPart("transfer", {"amount": 10 * (turn + 1)}, tool_call_id="t1")])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    sent: list[int] = []
+    sp = opened(tmp_path)
+    run_ = sp.start("pay two bills", builtins=False)
+    policy = PaiPolicy(replay_policy="never")
+    agent: Any = PaiAgent(
+        FunctionModel(script),
+        capabilities=[SafepointCapability(run_, tools={"transfer": policy})],
+        output_type=[str, DeferredToolRequests],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def transfer(amount: int) -> str:
+        sent.append(amount)
+        return f"sent {amount}"
+
+    result = agent.run_sync("pay two bills")
+    for _ in range(3):  # the person approves each request exactly as shown
+        if not isinstance(result.output, DeferredToolRequests):
+            break
+        approvals = {call.tool_call_id: True for call in result.output.approvals}
+        results = DeferredToolResults(approvals=approvals)
+        result = agent.run_sync(message_history=result.all_messages(), deferred_tool_results=results)
+    run_.close()
+    assert sent == [10, 20] and result.output == "ok"
