@@ -612,3 +612,27 @@ def test_a_run_waiting_for_approval_costs_the_same_in_a_long_session(tmp_path: P
     (tmp_path / "s400").mkdir()
     short, long = pause_bytes(10), pause_bytes(400)
     assert long < 3 * short, (short, long)  # what one pause writes does not grow with the session
+
+
+@pytest.mark.xfail(strict=True, reason="tool arguments with a duplicate key are shown with one value and run another")
+def test_arguments_with_a_duplicate_key_are_not_approved_as_shown(tmp_path: Path) -> None:
+    """A model steered by a prompt injection writes ``{"amount": 10, "amount": 9999}``. The person approves what the
+    SDK shows (``ToolApprovalItem.raw_item.arguments``, the raw text, where 10 comes first and is what a reader
+    sees); the approval is bound to the digest of the parsed arguments, in which the last duplicate wins, so 9,999
+    is sent under an approval "bound to the arguments shown". Ambiguous arguments must be refused (or shown as
+    they will run), never run."""
+    from openai.types.responses import ResponseFunctionToolCall
+
+    sent = tmp_path / "sent.txt"
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "dup")
+    raw = '{"amount": 10, "amount": 9999}'
+    call = ResponseFunctionToolCall(type="function_call", name="transfer", arguments=raw, call_id="t1")
+    agent = transfer_agent(session, sent, [[call], [assistant_message("paid")]])
+    state = run(run_durably(agent, "pay 10", session=session)).to_state()
+    [waiting] = state.get_interruptions()
+    assert waiting.raw_item.arguments == raw  # what the person is shown
+    state.approve(waiting)
+    run(run_durably(agent, state, session=session))
+    session.close()
+    assert not sent.exists() or sent.read_text() == "10\n"
