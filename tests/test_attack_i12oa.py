@@ -6,6 +6,7 @@ promise found broken (it fails today; the mark comes off with the fix); the othe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -153,28 +154,36 @@ def test_a_session_id_is_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
 
 
 # one session, many writers -------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="two threads adding items to one session: refused as a foreign writer, or the log damaged")
+@pytest.mark.xfail(
+    strict=True, reason="two threads adding items to one session: refused as a foreign writer, or the log damaged"
+)
 def test_two_threads_adding_items_to_one_session_lose_nothing(tmp_path: Path) -> None:
     """A web server shares one session object between its worker threads (the SDK's own ``SQLiteSession`` takes a
     lock for this). Here two threads calling ``add_items`` interleave records on the run's one log writer: one is
     refused with "another writer slipped in; resume the run" (there is no other writer), and with the timing of a
     real disk (fsync releasing the GIL) every call returns, acknowledged, yet the next ``open`` refuses the session
-    as damaged ("history has a hole", ~100 records) and ``accept_damage=True`` keeps only the items before the first
+    as damaged ("history has a hole") and ``accept_damage=True`` keeps only the items before the first
     overlap. Acknowledged items are lost."""
-    import sys
     import threading
+    import time
 
     sp = opened(tmp_path)
     session = SafepointSession.open(sp, "threads")
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch as often as on a loaded machine with a slow disk (tmpfs here)
+    log = session.run.session.log
+    append = log.store.append
+
+    def slow_disk(*args: Any, **kwargs: Any) -> None:
+        time.sleep(0.002)  # an fsync on a real disk: the GIL is released, the other thread goes on (tmpfs here)
+        append(*args, **kwargs)
+
+    log.store.append = slow_disk  # type: ignore[method-assign]  # the timing of a disk, nothing else changed
     start = threading.Barrier(2)
     errors: list[BaseException] = []
 
     def writer(tag: str) -> None:
         start.wait()
         try:
-            for i in range(100):
+            for i in range(40):
                 run(session.add_items([{"role": "user", "content": f"{tag}{i}"}]))
         except BaseException as exc:  # a refusal in one line would be a kept promise too; it is recorded
             errors.append(exc)
@@ -184,17 +193,16 @@ def test_two_threads_adding_items_to_one_session_lose_nothing(tmp_path: Path) ->
         thread.start()
     for thread in threads:
         thread.join()
-    sys.setswitchinterval(interval)
     live = [item["content"] for item in run(session.get_items())]
     session.close()
     assert not errors
     again = SafepointSession.open(sp, "threads")
     kept = [item["content"] for item in run(again.get_items())]
     again.close()
-    assert kept == live and sorted(kept) == sorted(f"{t}{i}" for t in "ab" for i in range(100))
+    assert kept == live and sorted(kept) == sorted(f"{t}{i}" for t in "ab" for i in range(40))
 
 
-# Pydantic AI -----------------------------------------------------------------------------------------------------------
+# Pydantic AI ----------------------------------------------------------------------------------------------------------
 def pai_transfer_agent(run: safepoint.Run, sent: list[int], paid: list[int]) -> Any:
     """A Pydantic AI agent whose model asks once for ``transfer(amount=10)`` (needs approval), then says "ok"."""
     from pydantic_ai import Agent as PaiAgent
@@ -365,7 +373,9 @@ def test_a_run_killed_after_a_handoff_resumes_where_it_died(tmp_path: Path) -> N
             model=durable_model(session, ScriptedModel(back_steps or two_lines())),
             tools=durable_tools(session, [line_tool(notes, die_on)]),
         )
-        front_model = durable_model(session, ScriptedModel(front_steps or [[function_call("transfer_to_back", {}, call_id="h1")]]))
+        front_model = durable_model(
+            session, ScriptedModel(front_steps or [[function_call("transfer_to_back", {}, call_id="h1")]])
+        )
         models.append(front_model)
         return Agent(name="front", instructions="front desk", model=front_model, handoffs=[back])
 
@@ -392,7 +402,9 @@ def test_a_run_killed_inside_an_agent_used_as_a_tool_repeats_nothing(tmp_path: P
         )
         steps = outer or [[function_call("writer", {"input": "write"}, call_id="w1")], [assistant_message("ok")]]
         boss = writer.as_tool(tool_name="writer", tool_description="Writes lines.")
-        return Agent(name="boss", model=durable_model(session, ScriptedModel(steps)), tools=durable_tools(session, [boss]))
+        return Agent(
+            name="boss", model=durable_model(session, ScriptedModel(steps)), tools=durable_tools(session, [boss])
+        )
 
     sp = opened(tmp_path)
     session = SafepointSession.open(sp, "crash")
@@ -508,7 +520,9 @@ def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp
             return ModelResponse(parts=[TextPart("ok")])
 
         idempotent = PaiPolicy(idempotency="idempotent", replay_policy="auto")
-        made: Any = PaiAgent(FunctionModel(script), capabilities=[SafepointCapability(run_, tools={"note": idempotent})])
+        made: Any = PaiAgent(
+            FunctionModel(script), capabilities=[SafepointCapability(run_, tools={"note": idempotent})]
+        )
 
         @made.tool_plain(sequential=True)
         def note(text: str) -> str:
@@ -529,10 +543,8 @@ def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp
         agent(run_, True).run_sync(f"save my token {TOKEN}")
     run_.close()
     run_ = sp.resume("tok", builtins=False)
-    try:
+    with contextlib.suppress(safepoint.SafepointError):  # refused in one line: a kept promise
         agent(run_, False).run_sync(f"save my token {TOKEN}")
-    except safepoint.SafepointError:
-        pass  # refused in one line: a kept promise
     run_.close()
     assert all("REDACTED" not in token for token in saved)
 
