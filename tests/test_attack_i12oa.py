@@ -675,3 +675,22 @@ def test_a_streamed_run_waiting_for_approval_is_kept_durably(tmp_path: Path) -> 
     state = run(again.load_state(transfer_agent(again, sent, [[assistant_message("paid")]])))
     again.close()
     assert state is not None and [i.raw_item.call_id for i in state.get_interruptions()] == ["t1"]
+
+
+@pytest.mark.xfail(strict=True, reason="clear_session keeps the saved RunState: a cleared conversation's call still runs")
+def test_clearing_a_session_forgets_the_run_waiting_in_it(tmp_path: Path) -> None:
+    """The user clicks "new chat" (``clear_session``) while a transfer waits for approval. The items go, the saved
+    ``RunState`` stays (``has_state`` is still true), so the app's "pending approvals" screen, reading the store as
+    the module docstring shows, offers the transfer of a conversation that no longer exists; approving it sends
+    the money and writes its output into the new, empty chat."""
+    sent = tmp_path / "sent.txt"
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "chat")
+    assert run(run_durably(transfer_agent(session, sent, approval_steps()), "pay", session=session)).interruptions
+    run(session.clear_session())
+    session.close()
+    again = SafepointSession.open(sp, "chat")
+    assert run(again.get_items()) == []
+    pending = again.has_state
+    again.close()
+    assert not pending
