@@ -677,7 +677,9 @@ def test_a_streamed_run_waiting_for_approval_is_kept_durably(tmp_path: Path) -> 
     assert state is not None and [i.raw_item.call_id for i in state.get_interruptions()] == ["t1"]
 
 
-@pytest.mark.xfail(strict=True, reason="clear_session keeps the saved RunState: a cleared conversation's call still runs")
+@pytest.mark.xfail(
+    strict=True, reason="clear_session keeps the saved RunState: a cleared conversation's call still runs"
+)
 def test_clearing_a_session_forgets_the_run_waiting_in_it(tmp_path: Path) -> None:
     """The user clicks "new chat" (``clear_session``) while a transfer waits for approval. The items go, the saved
     ``RunState`` stays (``has_state`` is still true), so the app's "pending approvals" screen, reading the store as
