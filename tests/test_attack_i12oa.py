@@ -696,3 +696,29 @@ def test_clearing_a_session_forgets_the_run_waiting_in_it(tmp_path: Path) -> Non
     pending = again.has_state
     again.close()
     assert not pending
+
+
+@pytest.mark.xfail(strict=True, reason="a rejection is not kept: a stale copy of the state approved later still runs")
+def test_a_call_a_person_rejected_never_runs_from_a_stale_copy_of_its_state(tmp_path: Path) -> None:
+    """The person rejects ``transfer(10)``; the run goes on and ends ("not paid"). A second approver's screen still
+    holds the ``RunState`` as it was saved while waiting (or the app's cache does) and approves it in another
+    process later: the transfer is sent. The store keeps what was asked and which approvals were used, not that
+    the call was refused, and the SDK never hands a rejected call to the wrapped tool, so nothing durable says no.
+    The person's "no" is undone by a stale copy."""
+    sent = tmp_path / "sent.txt"
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "reject")
+    agent = transfer_agent(session, sent, [*approval_steps()[:1], [assistant_message("not paid")]])
+    state = run(run_durably(agent, "pay", session=session)).to_state()
+    stale = state.to_json()  # the copy another screen holds
+    state.reject(state.get_interruptions()[0])
+    assert run(run_durably(agent, state, session=session)).final_output == "not paid"
+    session.close()
+    assert not sent.exists()
+    later = SafepointSession.open(sp, "reject")
+    other = transfer_agent(later, sent, [[assistant_message("paid")]])
+    copy = run(RunState.from_json(other, stale))
+    copy.approve(copy.get_interruptions()[0])
+    run(Runner.run(other, copy, session=later))
+    later.close()
+    assert not sent.exists()  # rejected once is rejected
