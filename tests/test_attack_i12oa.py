@@ -722,3 +722,28 @@ def test_a_call_a_person_rejected_never_runs_from_a_stale_copy_of_its_state(tmp_
     run(Runner.run(other, copy, session=later))
     later.close()
     assert not sent.exists()  # rejected once is rejected
+
+
+@pytest.mark.xfail(strict=True, reason="Pydantic AI: a denied call runs when the same history is approved later")
+def test_pai_a_denied_call_never_runs_when_the_same_history_is_approved_later(tmp_path: Path) -> None:
+    """The person denies ``transfer(10)`` (``ToolDenied``); the run goes on. A second approver (or a retry of the
+    request with a stale form) sends the same message history with ``t1: True``: the transfer is sent. Nothing
+    durable (nor in memory) says the call was denied; approvals are "consumed once" but denials are forgotten."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    sp = opened(tmp_path)
+    run_ = sp.start("pay", builtins=False, run_id="deny")
+    sent: list[int] = []
+    paid: list[int] = []
+    agent = pai_transfer_agent(run_, sent, paid)
+    asked = agent.run_sync("pay")
+    assert isinstance(asked.output, DeferredToolRequests)
+    history = ModelMessagesTypeAdapter.dump_json(asked.all_messages())
+    denied = DeferredToolResults(approvals={"t1": ToolDenied("no")})
+    agent.run_sync(message_history=ModelMessagesTypeAdapter.validate_json(history), deferred_tool_results=denied)
+    assert sent == []
+    approved = DeferredToolResults(approvals={"t1": True})
+    agent.run_sync(message_history=ModelMessagesTypeAdapter.validate_json(history), deferred_tool_results=approved)
+    run_.close()
+    assert sent == []  # denied once is denied
