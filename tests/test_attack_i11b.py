@@ -276,30 +276,28 @@ def test_the_held_command_a_person_is_shown_is_the_one_they_approve(workspace):
     the command is `rm -rf .git; ...` (the \\r is shown as a space; ESC is not). `--json` escapes them (\\u001b).
     The same holds for `watch`, `ledger`-like tables and progress lines wherever model text is printed."""
     import sys
-    import threading
-    import time
 
+    from safepoint.core.progress import ApprovalWait
     from tests.conftest import cli_env
 
     shown = {}
 
-    def look():
-        time.sleep(0.8)
-        done = subprocess.run(
-            [sys.executable, "-m", "safepoint", "approvals", "-w", str(workspace)],
-            capture_output=True,
-            env=cli_env(),
-            timeout=60,
-            check=False,
-        )
-        shown["out"] = done.stdout
+    def look(event):
+        # Asked the moment the call waits (the run's own event), not after a sleep: no race with the wait's timeout.
+        if isinstance(event, ApprovalWait) and "out" not in shown:
+            done = subprocess.run(
+                [sys.executable, "-m", "safepoint", "approvals", "-w", str(workspace)],
+                capture_output=True,
+                env=cli_env(),
+                timeout=60,
+                check=False,
+            )
+            shown["out"] = done.stdout
 
-    watcher = threading.Thread(target=look)
-    watcher.start()
     tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r", approval_timeout_s=2.5) as run:  # held (.git), nobody answers: refused
+    with tm.start("t", run_id="r", approval_timeout_s=0.5) as run:  # held (.git), nobody answers: refused
+        run.on_event(look)
         run.call_result("run_command", {"command": "rm -rf .git; echo '\x1b[2K\r\x1b[1Als -la'"}, call_id="c1")
-    watcher.join()
     assert b"c1" in shown["out"], shown
     assert b"\x1b" not in shown["out"], "a terminal escape of the model's is printed to the person deciding"
 
