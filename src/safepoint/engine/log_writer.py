@@ -49,6 +49,7 @@ import msgspec
 from safepoint.core import trace_events
 from safepoint.core.environment import credential_values
 from safepoint.core.redact import Redactor
+from safepoint.core.run_summary import SummaryFold, summary_encoder
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
 from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, RunInfo
 from safepoint.store.base import Store
@@ -141,10 +142,15 @@ class LogWriter:
         self.refused = False  # a write was refused: a newer owner took the run over
         self._trace_redactor = TraceRedactor(self.redactor)
         self.durable_seq = last_seq
+        # The run's summary, folded from every record staged and written with each group (``core.run_summary``);
+        # None: this writer keeps none (a reader's, a restart's), and readers of the run read its log.
+        self.summary: SummaryFold | None = None
 
     def add(self, body: msgspec.Struct) -> int:
         """Stage a record; it becomes durable with the next ``commit``. Returns its sequence number."""
         self.seq += 1
+        if self.summary is not None:
+            self.summary.observe(body)
         self._buffer.append(
             LogRecord(
                 kind=RECORD_KINDS[type(body)],
@@ -173,8 +179,10 @@ class LogWriter:
             return
         records, self._buffer = self._buffer, []
         try:
-            self.store.append(self.claim, records)
+            self.store.append(self.claim, records, summary=self._summary(records[-1].seq))
         except StoreError as exc:
+            if self.summary is not None:
+                self.summary.enabled = False  # it folded records the store refused: no longer the log's summary
             self.seq -= len(records)
             del self._trace[self._traced_durable :]  # what they said of the refused records never happened
             if isinstance(exc, StaleGenerationError):
@@ -184,6 +192,15 @@ class LogWriter:
         self._traced_durable = len(self._trace)
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
+
+    def _summary(self, seq: int) -> bytes | None:
+        fold = self.summary
+        if fold is None or not fold.enabled:
+            return None
+        found = fold.snapshot(seq, now())
+        if found.closed_detail:
+            found = msgspec.structs.replace(found, closed_detail=self.redactor.text(found.closed_detail))
+        return summary_encoder.encode(found)
 
     def trace(self, event: str, **data: Any) -> None:
         """Stage a trace event (``core.trace_events`` names it and its fields); written with the next batch."""

@@ -29,6 +29,7 @@ from safepoint.core.hashing import idempotency_key
 from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
+from safepoint.core.run_summary import SummaryFold
 from safepoint.core.run_view import CheckpointAt, RunView, build_view
 from safepoint.core.trace_events import recovery_events
 from safepoint.engine.call_runner import CallRunner
@@ -112,6 +113,7 @@ class RunSession:
             view.last_seq,
             run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider), store=store),
         )
+        self.log.summary = SummaryFold.from_view(view)
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(view.info.run_id, dict(view.blobs), dict(view.message_records), self.log.add)
         self.calls = LedgerMachine(

@@ -9,6 +9,7 @@
     │   ├── lock                     flock'd for the few microseconds of each append or claim
     │   ├── ledger.jsonl             the run's ordered log: ledger entries, file patches, messages, checkpoints
     │   ├── checkpoints/index.jsonl  the separate checkpoint index: seq and byte offset of each checkpoint
+    │   ├── summary.json             what `status` shows, stamped with the log's end (a cache: see read_summary)
     │   ├── restart_checkpoint.json  the run's one restart checkpoint (seed 003 §1.2; atomic write, framed)
     │   ├── terminal_events.jsonl    terminal events (seed 003 §1.3; fsync'd appends, unique per key)
     │   ├── control.jsonl            what people send the run (fsync'd appends, no claim needed)
@@ -71,6 +72,7 @@ from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState,
 from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
 from safepoint.store.file_encryption import EncryptionRecordFile
+from safepoint.store.file_summary import SummaryFile
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
 from safepoint.store.names import check_job_id, check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
@@ -130,7 +132,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(EncryptionRecordFile, FencedStore[None]):
+class FileStore(EncryptionRecordFile, SummaryFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
@@ -143,6 +145,7 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
         self._thread_lock = threading.RLock()
         self._index_fds: dict[str, int] = {}
         self._trace_fds: dict[str, int] = {}
+        self._summary_fds: dict[str, int] = {}
         self._root_checked = False  # the root is checked once per handle, before its first write or claim
 
     # paths ------------------------------------------------------------------------------------------------
@@ -317,6 +320,9 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
             tail = self._repair_tail(claim.run_id)
             self._tails[key] = tail
         return tail
+
+    def _log_size(self, claim: Claim) -> int:
+        return self._tail(claim).size
 
     def _repair_tail(self, run_id: str) -> _Tail:
         """Move a torn tail aside (kept in ``ledger.jsonl.torn``, never deleted) so appends start clean."""
@@ -652,7 +658,7 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
 
     # handles ----------------------------------------------------------------------------------------------
     def _drop_handles(self, run_id: str) -> None:
-        for table in (self._log_fds, self._lock_fds, self._index_fds, self._trace_fds):
+        for table in (self._log_fds, self._lock_fds, self._index_fds, self._trace_fds, self._summary_fds):
             fd = table.pop(run_id, None)
             if fd is not None:
                 os.close(fd)
@@ -704,7 +710,7 @@ class FileStore(EncryptionRecordFile, FencedStore[None]):
         return found
 
     def close(self) -> None:
-        for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds}:
+        for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds, *self._summary_fds}:
             self._drop_handles(run_id.partition("/")[0])
 
 
