@@ -108,6 +108,30 @@ def last_record_seq(path: str, size: int) -> int | None:
         return None
 
 
+def last_intact_seq(fd: int, size: int) -> tuple[int, int]:
+    """``(end, seq)``: where the file's whole lines end (past it: a torn tail, or nothing) and the seq of the last
+    record before it that passes its checksum (0: none does), read from the end, ever further back only while no
+    record passes."""
+    end = 0
+    for start, data in _chunks_from_end(fd, size):
+        if not end:
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and start > 0:
+                continue  # no newline yet: a torn tail longer than what was read
+            end = start + cut
+        lines = data[: end - start].split(b"\n")[:-1]
+        whole = lines if start == 0 else lines[1:]  # the first may begin before what was read
+        for line in reversed(whole):
+            payload = check_line(line)
+            if payload is None:
+                continue
+            try:
+                return end, _record_decoder.decode(payload).seq
+            except msgspec.DecodeError:
+                continue
+    return end, 0
+
+
 def _last_line(fd: int, size: int) -> tuple[int, bytes] | None:
     """``(offset, line)`` of the last whole line of the file's first ``size`` bytes, without its newline; None
     when those bytes do not end with a newline."""
