@@ -8,7 +8,8 @@ What it measures (one run of this script, on the filesystem of ``tempfile.gettem
 * Each operation is timed in a fresh child process (``python -c``), so its peak memory is its own: ``ms`` is the
   operation's wall time inside the child (imports excluded), ``peak_mb`` the child's peak resident set
   (``ru_maxrss``), ``grew_mb`` how much the operation raised it, and ``peak_over_idle_mb`` the peak minus the peak
-  of a child that only imports safepoint and opens the store (the fixed part). Each operation is measured ``--repeat`` times (default 3), the median kept.
+  of a child that only imports safepoint and opens the store (the fixed part). Each operation is measured
+  ``--repeat`` times (default 3), the median kept.
 
   - ``status``: ``Safepoint.status()`` over the whole store (every run built here, plus ``--runs`` small runs of 20
     calls each: ``status`` over a store of 500 runs is one of the issue's figures).
