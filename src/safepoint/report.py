@@ -107,6 +107,14 @@ def stored_summary(store: Store, run_id: str) -> RunSummaryRecord | None:
     return summary if summary is not None and summary.last_seq == found[0] else None
 
 
+def log_ends_as_read(store: Store, view: RunView) -> bool:
+    """Whether the run's log still ends where ``view`` was read to (its summary, checked against the log's end by
+    the store, names the same last seq); False when it cannot tell (no summary: a crash's torn tail, a restart's
+    records): then the caller reads it again."""
+    found = store.read_summary(view.info.run_id)
+    return found is not None and found[0] == view.last_seq
+
+
 def _summary_person(store: Store, info: RunInfo, summary: RunSummaryRecord) -> tuple[str, str, str] | None:
     if summary.closed_reason is None:
         return None

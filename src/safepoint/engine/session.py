@@ -189,18 +189,20 @@ class RunSession:
         watch: bool = True,
         claim: Claim | None = None,
         reopen: bool = False,
+        view: RunView | None = None,
     ) -> RunSession:
         """Claim the run (its only writer from now on), or with ``read_only`` just read it: a read-only session
         holds generation 0, so any write it attempted would be refused, and it leaves the run's scratch alone.
         ``watch=False`` skips the workspace watch for a session that runs no commands (a rollback, a resolve).
-        ``claim``: one restart recovery already took (it judged the run before claiming it)."""
+        ``claim``: one restart recovery already took (it judged the run before claiming it); ``view``: the run as
+        that recovery read it under the claim (not read again)."""
         if read_only:
             view = load_view(store, run_id)
             return cls(store, Claim(run_id=run_id, holder="reader", generation=0), view, workspace, registry)
         if claim is None:
             claim = store.claim(run_id, holder or holder_id(), takeover=takeover, reopen=reopen)
         try:
-            session = cls(store, claim, load_view(store, run_id), workspace, registry)
+            session = cls(store, claim, view or load_view(store, run_id), workspace, registry)
         except BaseException:
             store.release(claim)
             raise
