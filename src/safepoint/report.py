@@ -9,7 +9,7 @@ import msgspec
 
 from safepoint.core.run_summary import RunSummaryRecord, decode_summary
 from safepoint.core.run_view import RunView, build_view
-from safepoint.errors import SafepointError, ToolFailure, UnknownReferenceError
+from safepoint.errors import ConfigError, SafepointError, ToolFailure, UnknownReferenceError
 from safepoint.protocol import SELF_HEALING_PROMPT, TERMINAL_STATUS_RESTART, ReplayForbidden
 from safepoint.records import RunInfo, ToolLedgerEntry, to_plain
 from safepoint.results import (
@@ -257,8 +257,13 @@ def not_captured(tool: str, side_effects: Iterable[str]) -> str | None:
     return None
 
 
-def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanation:
-    """Why a resume would continue where it would, and what it would do with every recorded call."""
+def explain(
+    store: Store, run_id: str, workspace: str | None = None, *, limit: int | None = None, offset: int = 0
+) -> Explanation:
+    """Why a resume would continue where it would, and what it would do with every recorded call (``offset`` and
+    ``limit``: a page of them, in ledger order; the plan itself always covers every call)."""
+    if offset < 0 or (limit is not None and limit < 0):
+        raise ConfigError(f"explain {run_id}: --offset and --limit are counts of calls, 0 or more")
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
     from safepoint.core.resume import expected_files, plan_resume
     from safepoint.core.rollback import UNKNOWN
@@ -275,7 +280,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
         ws = Workspace(workspace)
         hashes = {path: _hash_or_none(ws, path) for path in expected_files(view)}
         # What a resume would decide: the built-in tools' probes too (they only read).
-        reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True)
+        reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True, view=view)
         for call_id, entry in reader.ledger.items():
             if entry.status == "started" and reader.calls.current_decision(call_id) is None:
                 found = reader.probe(entry)
@@ -319,7 +324,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
                 files=files.get(r.entry.call_id, []),
                 not_captured=not_captured(r.entry.tool_name, r.entry.side_effects),
             )
-            for r in plan.calls
+            for r in plan.calls[offset : None if limit is None else offset + limit]
         ],
         conflicts=[c for c in view.conflicts.values() if c.resolution == "pending"],
         not_restorable=[
@@ -363,7 +368,7 @@ def recovery_report(store: Store, view: RunView, depth: int = 0) -> RecoveryView
 
     run_id = view.info.run_id
     owner = store.owner(run_id)
-    judged = judge(store, run_id, resuming_model=None)
+    judged = judge(store, run_id, resuming_model=None, view=view)  # the same reading: the log is read once
     verdict = judged.verdict
     stored = store.read_restart_checkpoint(run_id)
     checkpoint: RestartCheckpointView | None = None

@@ -197,7 +197,7 @@ class RunSession:
         ``claim``: one restart recovery already took (it judged the run before claiming it); ``view``: the run as
         that recovery read it under the claim (not read again)."""
         if read_only:
-            view = load_view(store, run_id)
+            view = view or load_view(store, run_id)
             return cls(store, Claim(run_id=run_id, holder="reader", generation=0), view, workspace, registry)
         if claim is None:
             claim = store.claim(run_id, holder or holder_id(), takeover=takeover, reopen=reopen)
