@@ -3,8 +3,8 @@
 What it measures (one run of this script, on the filesystem of ``tempfile.gettempdir()``):
 
 * For each size in ``--sizes`` (default 100, 1,000, 10,000 and 50,000), one run of that many trivial ledgered
-  calls through the library (``Run.call`` of an idempotent tool returning ``"ok"``), left open as a crash leaves it
-  (no ``finish``: its owner is gone, so a resume has work to judge). Built untimed.
+  calls through the library (``Run.call`` of an idempotent tool returning ``"ok"``, ten to a step: ``Run.step``),
+  left open as a crash leaves it (no ``finish``: its owner is gone, so a resume has work to judge). Built untimed.
 * Each operation is timed in a fresh child process (``python -c``), so its peak memory is its own: ``ms`` is the
   operation's wall time inside the child (imports excluded), ``peak_mb`` the child's peak resident set
   (``ru_maxrss``), ``grew_mb`` how much the operation raised it, and ``peak_over_idle_mb`` the peak minus the peak
@@ -14,14 +14,15 @@ What it measures (one run of this script, on the filesystem of ``tempfile.gettem
   - ``status``: ``Safepoint.status()`` over the whole store (every run built here, plus ``--runs`` small runs of 20
     calls each: ``status`` over a store of 500 runs is one of the issue's figures).
   - ``status_run``: ``Safepoint.status(RUN)``.
-  - ``explain``: ``Safepoint.explain(RUN, probe_workspace=False)``, every call listed.
+  - ``explain``: ``Safepoint.explain(RUN, probe_workspace=False)``, every call listed; ``explain_page`` the same
+    with ``limit=100`` (where the code has no ``limit``, the child fails and the figure is missing).
   - ``resume``: ``Safepoint.resume(RUN)`` then ``Run.close()`` (the run stays resumable; each repeat resumes it
     again, so its log grows by a few records per repeat).
 
 * ``log_bytes`` and ``log_bytes_per_call``: the run's log size, as the build left it.
-* ``ratios``: each figure over the same figure at the smallest size (``ms``) and over the smallest size's
-  ``peak_over_idle_mb`` (memory). The issue's targets: ``status_run`` flat; ``resume`` at 50,000 within 1.5x of
-  1,000; ``explain`` memory flat when paged.
+* ``ratios_to_smallest`` and ``at_50000_over_1000``: time and peak memory (the whole child's) over the same at the
+  smaller size. The issue's targets: ``status_run`` flat; ``resume`` at 50,000 within 1.5x of 1,000; ``explain``
+  memory flat when paged.
 * ``pressure``: load average and PSI before and after; a busy shared machine inflates wall times.
 
 Run: ``.venv/bin/python bench/opens.py`` (several minutes: building 50,000 calls takes most of it), or
@@ -48,6 +49,7 @@ from measure import logger, machine_info, pressure
 import safepoint
 
 log = logger("opens")
+OPS = ("status_run", "explain", "explain_page", "resume")
 
 # The child: imports and opens the store untimed, then runs one operation and prints its wall time and peak RSS.
 CHILD = r"""
@@ -72,6 +74,8 @@ elif op == "status_run":
     rows = tm.status(run_id)
 elif op == "explain":
     found = tm.explain(run_id, probe_workspace=False)
+elif op == "explain_page":
+    found = tm.explain(run_id, probe_workspace=False, limit=100)
 elif op == "resume":
     run = tm.resume(run_id, tools=[noop])
     run.close()
@@ -92,11 +96,14 @@ def noop_tool() -> Any:
     return noop
 
 
-def build(tm: safepoint.Safepoint, calls: int, name: str) -> str:
-    """A run of ``calls`` trivial calls, left open (its owner released, as a crashed process leaves it)."""
+def build(tm: safepoint.Safepoint, calls: int, name: str, per_step: int = 10) -> str:
+    """A run of ``calls`` trivial calls, ``per_step`` to a step (a model turn), left open (its owner released, as a
+    crashed process leaves it)."""
     run = tm.start(name, tools=[noop_tool()], run_id=name)
     t0 = time.perf_counter()
     for index in range(calls):
+        if index % per_step == 0:
+            run.step()
         run.call("noop", {"n": index}, call_id=f"c{index}")
         if index and index % 10_000 == 0:
             log(f"  {name}: {index} calls, {time.perf_counter() - t0:.0f} s")
@@ -104,16 +111,19 @@ def build(tm: safepoint.Safepoint, calls: int, name: str) -> str:
     return run.run_id
 
 
-def child(op: str, workspace: str, run_id: str) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, op, workspace, run_id], check=True, capture_output=True, text=True
-    ).stdout
-    found = json.loads(out.strip().splitlines()[-1])
+def child(op: str, workspace: str, run_id: str) -> dict[str, float] | None:
+    done = subprocess.run([sys.executable, "-c", CHILD, op, workspace, run_id], capture_output=True, text=True)
+    if done.returncode != 0:
+        log(f"{op} failed: {done.stderr.strip().splitlines()[-1:]}")
+        return None
+    found = json.loads(done.stdout.strip().splitlines()[-1])
     return {"ms": found["ms"], "peak_mb": found["peak_kb"] / 1024, "grew_mb": found["grew_kb"] / 1024}
 
 
-def measure_op(op: str, workspace: str, run_id: str, repeat: int, idle_mb: float) -> dict[str, float]:
-    samples = [child(op, workspace, run_id) for _ in range(repeat)]
+def measure_op(op: str, workspace: str, run_id: str, repeat: int, idle_mb: float) -> dict[str, float] | None:
+    samples = [found for _ in range(repeat) if (found := child(op, workspace, run_id)) is not None]
+    if not samples:
+        return None
     ms = statistics.median(s["ms"] for s in samples)
     peak = statistics.median(s["peak_mb"] for s in samples)
     grew = statistics.median(s["grew_mb"] for s in samples)
@@ -124,6 +134,13 @@ def measure_op(op: str, workspace: str, run_id: str, repeat: int, idle_mb: float
         "peak_over_idle_mb": round(max(peak - idle_mb, 0.1), 1),
         "grew_mb": round(grew, 1),
     }
+
+
+def ratio(large: dict[str, float] | None, small: dict[str, float] | None) -> dict[str, float] | None:
+    """Time and peak memory (the whole process's: imports included) of ``large`` over ``small``."""
+    if large is None or small is None:
+        return None
+    return {"ms": round(large["ms"] / small["ms"], 2), "peak_mb": round(large["peak_mb"] / small["peak_mb"], 2)}
 
 
 def log_size(tm: safepoint.Safepoint, run_id: str) -> int:
@@ -158,36 +175,27 @@ def main() -> None:
             build(tm, 20, f"small-{index:04d}")
         tm.close()
         pressure_before = pressure()
-        idle = statistics.median(child("idle", workspace, "-")["peak_mb"] for _ in range(args.repeat))
+        idle = statistics.median(
+            found["peak_mb"] for _ in range(args.repeat) if (found := child("idle", workspace, "-"))
+        )
         results: dict[str, Any] = {"idle_peak_mb": round(idle, 1), "sizes": {}}
         store_status = measure_op("status", workspace, "-", args.repeat, idle)
         results["status_store"] = {"runs": len(sizes) + args.runs, **store_status}
         for size in sizes:
             run_id = built[size]["run_id"]
             row: dict[str, Any] = dict(built[size])
-            for op in ("status_run", "explain", "resume"):
+            for op in OPS:
                 log(f"{op} at {size} calls")
                 row[op] = measure_op(op, workspace, run_id, args.repeat, idle)
             results["sizes"][str(size)] = row
         base = results["sizes"][str(sizes[0])]
-        ratios: dict[str, Any] = {}
-        for size in sizes[1:]:
-            row = results["sizes"][str(size)]
-            ratios[str(size)] = {
-                op: {
-                    "ms": round(row[op]["ms"] / base[op]["ms"], 2),
-                    "mem": round(row[op]["peak_over_idle_mb"] / base[op]["peak_over_idle_mb"], 2),
-                }
-                for op in ("status_run", "explain", "resume")
-            }
-        results["ratios_to_smallest"] = ratios
+        results["ratios_to_smallest"] = {
+            str(size): {op: ratio(results["sizes"][str(size)][op], base[op]) for op in OPS} for size in sizes[1:]
+        }
         if 1000 in sizes and 50000 in sizes:
-            small, large = results["sizes"]["1000"]["resume"], results["sizes"]["50000"]["resume"]
-            results["resume_50000_over_1000"] = {
-                "ms": round(large["ms"] / small["ms"], 2),
-                "mem": round(large["peak_over_idle_mb"] / small["peak_over_idle_mb"], 2),
-                "target": 1.5,
-            }
+            small, large = results["sizes"]["1000"], results["sizes"]["50000"]
+            results["at_50000_over_1000"] = {op: ratio(large[op], small[op]) for op in OPS}
+            results["resume_target"] = 1.5
         results["pressure"] = {"before": pressure_before, "after": pressure()}
         results["machine"] = machine_info(parent)
         print(json.dumps(results, indent=1))
