@@ -119,6 +119,35 @@ class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     result_encoding: ResultEncoding | None = None
 
 
+class LedgerChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """A later state of a call's ledger entry, as what changed (issue 10 §5): the fields that differ from its
+    previous state, the ones set back to their default named in ``cleared``. A reader applies it to the previous
+    state (``core.ledger.apply_change``) and sees the whole entry, as it did when each state was logged whole (a
+    log written so still reads). The first state of a call is always a whole ``ToolLedgerEntry``."""
+
+    call_id: str
+    status: LedgerStatus
+    step_id: str | None = None
+    tool_name: str | None = None
+    input_hash: str | None = None
+    risk_level: RiskLevel | None = None
+    idempotency: Idempotency | None = None
+    replay_policy: ReplayPolicy | None = None
+    side_effects: tuple[str, ...] | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    result_ref: str | None = None
+    run_id: str | None = None
+    idempotency_key: str | None = None
+    planned_at: str | None = None
+    error: str | None = None
+    decision: LedgerDecision | None = None
+    decision_reason: str | None = None
+    compensates: str | None = None
+    result_encoding: ResultEncoding | None = None
+    cleared: tuple[str, ...] = ()
+
+
 class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A file change made by a tool call (§8.4): hashes before and after, and a reference to the patch.
 
@@ -297,6 +326,7 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "event": RunEvent,
     "message": Message,
     "ledger": ToolLedgerEntry,
+    "ledger_change": LedgerChange,
     "patch": FilePatchEntry,
     "checkpoint": Checkpoint,
     "blob": Blob,
@@ -343,6 +373,11 @@ FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
         "finished_at result_ref run_id idempotency_key planned_at decision compensates result_encoding",
         "error decision_reason",
         "input",
+    ),
+    LedgerChange: _rule(
+        "call_id status step_id tool_name input_hash risk_level idempotency replay_policy side_effects started_at "
+        "finished_at result_ref run_id idempotency_key planned_at decision compensates result_encoding cleared",
+        "error decision_reason",
     ),
     FilePatchEntry: _rule(
         "path before_hash after_hash patch_ref tool_call_id created_at op before_ref before_mode after_mode "

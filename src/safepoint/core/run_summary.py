@@ -20,12 +20,21 @@ from __future__ import annotations
 
 import msgspec
 
-from safepoint.core.ledger import settle_after_crash
+from safepoint.core.ledger import FINISHED, apply_change, settle_after_crash
 from safepoint.core.replay import decide_replay
 from safepoint.core.resume import is_internal
 from safepoint.core.run_view import RunView
 from safepoint.protocol import RecoveryReport, ReplayForbidden
-from safepoint.records import CallDecision, Checkpoint, Message, Rewind, RunEvent, RunStatus, ToolLedgerEntry
+from safepoint.records import (
+    CallDecision,
+    Checkpoint,
+    LedgerChange,
+    Message,
+    Rewind,
+    RunEvent,
+    RunStatus,
+    ToolLedgerEntry,
+)
 
 SUMMARY_VERSION = 1
 _OPEN = frozenset({"started", "uncertain"})  # the only statuses a resume may stop and ask about
@@ -73,9 +82,9 @@ class SummaryFold:
         self.checkpoint_id: str | None = None
         self.call_ids: set[str] = set()
         self.problems = 0
-        self.open: dict[str, ToolLedgerEntry] = {}  # call id -> current entry, while started or uncertain
-        self.started: dict[str, int] = {}  # call id -> `started` entries so far (open calls only)
-        self.decisions: dict[str, CallDecision] = {}  # open calls only
+        self.live: dict[str, ToolLedgerEntry] = {}  # call id -> current entry, until it is finished
+        self.started: dict[str, int] = {}  # call id -> `started` entries so far (unfinished calls only)
+        self.decisions: dict[str, CallDecision] = {}  # unfinished calls only
         self.closed_reason: str | None = None
         self.closed_detail = ""
         self.branch_len = 0  # messages on the current branch: a checkpoint pointing past them is not complete
@@ -101,21 +110,26 @@ class SummaryFold:
 
     def observe(self, body: msgspec.Struct) -> None:
         """Fold one staged record (every kind may be given; the ones the summary does not keep are ignored)."""
+        if isinstance(body, LedgerChange):
+            previous = self.live.get(body.call_id)
+            if previous is None:  # a change of a call it does not know: ``build_view`` reports it, so must the log
+                self.enabled = False
+                return
+            body = apply_change(previous, body)
         if isinstance(body, ToolLedgerEntry):
             call_id = body.call_id
             self.call_ids.add(call_id)
-            previous = self.open.get(call_id)
+            previous = self.live.get(call_id)
+            if previous is not None and not body.input and previous.input:
+                body = msgspec.structs.replace(body, input=previous.input)  # as ``core.ledger.fold``
             if body.status == "started":
                 self.started[call_id] = self.started.get(call_id, 0) + 1
-            if body.status in _OPEN:
-                if previous is not None and not body.input and previous.input:
-                    body = msgspec.structs.replace(body, input=previous.input)  # as ``core.ledger.fold``
-                self.open[call_id] = body
+            if body.status in FINISHED:
+                self.live.pop(call_id, None)
+                self.started.pop(call_id, None)
+                self.decisions.pop(call_id, None)
             else:
-                self.open.pop(call_id, None)
-                if body.status not in ("planned", "approved"):
-                    self.started.pop(call_id, None)
-                    self.decisions.pop(call_id, None)
+                self.live[call_id] = body
         elif isinstance(body, Message):
             if body.seq != self.branch_len:
                 self.enabled = False  # a hole in the history: ``build_view`` reports it, so must the log
@@ -128,7 +142,7 @@ class SummaryFold:
         elif isinstance(body, RunEvent):
             self.status = body.status
         elif isinstance(body, CallDecision):
-            if body.call_id in self.started or body.call_id in self.open:
+            if body.call_id in self.live:
                 self.decisions[body.call_id] = body
         elif isinstance(body, RecoveryReport) and body.action == "closed":
             forbidden = isinstance(body.disposition, ReplayForbidden)
@@ -138,7 +152,9 @@ class SummaryFold:
     def waiting(self) -> tuple[str, ...]:
         """The calls ``plan_resume`` would put in ``needs_decision`` for this run now (without probes)."""
         found = []
-        for call_id, entry in self.open.items():
+        for call_id, entry in self.live.items():
+            if entry.status not in _OPEN:
+                continue
             decision = self.decisions.get(call_id)
             if decision is not None and decision.attempt != self.started.get(call_id, 0):
                 decision = None  # made for an earlier attempt

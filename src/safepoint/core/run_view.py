@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from safepoint.core.ledger import fold
+from safepoint.core.ledger import apply_change, fold
 from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
 from safepoint.records import (
     RECORD_TYPES,
@@ -16,6 +16,7 @@ from safepoint.records import (
     CheckpointConflict,
     FileBeforeState,
     FilePatchEntry,
+    LedgerChange,
     LogProblem,
     LogRead,
     Message,
@@ -108,6 +109,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
     damaged_at: int | None = None  # the last good seq before a hole, while the current branch is tainted by it
     expected = 1
     branch: list[Message] = []
+    current: dict[str, ToolLedgerEntry] = {}  # call id -> its latest state (what a LedgerChange applies to)
     for record in log.records:
         if record.seq != expected:
             if record.seq > expected:
@@ -142,7 +144,16 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
                 if body.seq > len(branch):
                     continue
             branch.append(body)
-        elif isinstance(body, ToolLedgerEntry):
+        elif isinstance(body, ToolLedgerEntry | LedgerChange):
+            if isinstance(body, LedgerChange):
+                previous = current.get(body.call_id)
+                if previous is None:
+                    detail = f"ledger change of call {body.call_id!r} without an earlier state of it"
+                    view.problems.append(LogProblem(kind="corrupt", position=record.seq, detail=detail))
+                    view.lost_seqs.append((record.seq, record.seq))
+                    continue
+                body = apply_change(previous, body)
+            current[body.call_id] = body
             view.ledger_entries.append(body)
             view.ledger_seqs[body.call_id] = record.seq
         elif isinstance(body, FilePatchEntry):
