@@ -192,3 +192,26 @@ def test_an_encrypted_store_seals_the_summary_to_its_place_in_the_log(tmp_path):
         path.write_bytes(newer[0] + b"\n" + older.split(b"\n")[1] + b"\n")
         assert tm.store.inner.read_summary("r") is not None  # framed and stamped right
         assert tm.store.read_summary("r") is None  # but sealed for another seq
+
+
+def test_postgres_status_reads_summaries_and_sees_a_group_without_one(fresh_url, tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with closing(safepoint.open(fresh_url, workspace=str(ws))) as tm:
+        for index in range(3):
+            run = tm.start("t", tools=[noop], run_id=f"r{index}")
+            for n in range(index + 2):
+                run.call("noop", {"n": n}, call_id=f"c{n}")
+            if index:
+                run.finish("completed")
+            run.close()
+        expected = [report._status_row_of_log(tm.store, f"r{index}") for index in range(3)]
+        with monkeypatch.context() as patch:
+            _no_log_reads(tm.store, patch)
+            assert tm.status() == expected
+        claim = tm.store.claim("r1", "another writer", takeover=True)
+        end = report.load_view(tm.store, "r1").last_seq
+        failed = msgspec.Raw(b'{"status":"failed","at":"x"}')
+        tm.store.append(claim, [LogRecord(kind="event", body=failed, seq=end + 1)])
+        assert tm.store.read_summary("r1") is None
+        assert tm.status("r1")[0].status == "failed"
