@@ -70,6 +70,7 @@ class RunView:
     context_epoch: int = 0  # context resets so far: a restart checkpoint written before one is void
     ledger_seqs: dict[str, int] = field(default_factory=dict)  # call id -> seq of its latest ledger record
     lost_seqs: list[tuple[int, int]] = field(default_factory=list)  # seq ranges the log skips (lost or unreadable)
+    _folded: tuple[int, dict[str, ToolLedgerEntry]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def assistant_turns(self) -> frozenset[int]:
@@ -81,7 +82,12 @@ class RunView:
 
     @property
     def ledger(self) -> dict[str, ToolLedgerEntry]:
-        return fold(self.ledger_entries)
+        """The current entry of every call: folded once per length of ``ledger_entries`` (entries are only ever
+        appended), a fresh dict each time (callers add to it)."""
+        cached = self._folded
+        if cached is None or cached[0] != len(self.ledger_entries):
+            cached = self._folded = (len(self.ledger_entries), fold(self.ledger_entries))
+        return dict(cached[1])
 
     @property
     def status(self) -> RunStatus:
