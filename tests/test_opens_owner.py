@@ -3,6 +3,8 @@ new owner record at once: another process's claim, a release, a record damaged i
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 import pytest
 
@@ -60,3 +62,17 @@ def test_an_owner_record_damaged_in_place_is_seen(tmp_path):
     path.write_bytes(b"\x00garbage{\n")
     with pytest.raises(CorruptRecordError):
         store.append(claim, [_rec(2)])
+
+
+def test_reading_many_runs_holds_no_file_open_per_run(tmp_path):
+    store = FileStore(str(tmp_path / "s"))
+    for index in range(40):
+        run_id = f"r{index}"
+        store.create_run(run_id, b"{}")
+        claim = store.claim(run_id, "me")
+        store.append(claim, [_rec(1)])
+        store.release(claim)  # the writer lets go of what it held for the run
+    before = len(os.listdir("/proc/self/fd"))
+    reader = FileStore(str(tmp_path / "s"))
+    assert all(reader.owner(f"r{index}") is not None for index in range(40))
+    assert len(os.listdir("/proc/self/fd")) - before < 5

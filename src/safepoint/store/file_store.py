@@ -259,12 +259,26 @@ class FileStore(EncryptionRecordFile, SummaryFile, FencedStore[None]):
             fcntl.flock(fd, fcntl.LOCK_UN)
 
     def owner(self, run_id: str) -> OwnerState | None:
-        """Decoded once per version of ``owner.json``, then re-checked with one ``stat`` (it was opened, read and
-        decoded on every append: a fifth of a call's Python time). A version is known by its inode, size and
-        time, and its file is kept open while it is cached: every write of the record puts a new file in place
-        (``atomic_write``), and the number of an inode held open is never given to another file, so a new
-        record is never taken for the cached one (rejected: a cache keyed on the inode alone, whose number a
-        closed file gives back within one clock tick and lets a fenced-off writer through)."""
+        path = self._path(run_id, "owner.json")
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return None
+        payload = check_line(raw.rstrip(b"\n"))
+        if payload is None:
+            raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
+        return _owner_decoder.decode(payload)
+
+    def _current_owner(self, run_id: str) -> OwnerState | None:
+        """The owner record as a write's critical section checks it: decoded once per version of ``owner.json``,
+        then re-checked with one ``stat`` (it was opened, read and decoded on every append: a fifth of a call's
+        Python time). A version is known by its inode, size and time, and its file is kept open while it is
+        cached: every write of the record puts a new file in place (``atomic_write``), and the number of an inode
+        held open is never given to another file, so a new record is never taken for the cached one (rejected: a
+        cache keyed on the inode alone, whose number a closed file gives back within one clock tick and lets a
+        fenced-off writer through). Only the runs this handle writes are cached (``owner`` reads afresh: a
+        ``status`` of thousands of runs must not hold a file open per run)."""
         path = self._path(run_id, "owner.json")
         with self._thread_lock:
             cached = self._owners.get(run_id)
@@ -308,7 +322,7 @@ class FileStore(EncryptionRecordFile, SummaryFile, FencedStore[None]):
             self._check_root()
             self._existing_run_dir(run_id)
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
-            yield None, self.owner(run_id)
+            yield None, self._current_owner(run_id)
 
     def _removed(self, run_id: str) -> StoreError | None:
         if os.path.exists(os.path.join(self.run_dir(run_id), "run.json")):
