@@ -312,12 +312,16 @@ class Safepoint:
 
         return report.checkpoint_for(self.store, run_id, ref)
 
-    def explain(self, run_id: str, *, probe_workspace: bool = True) -> Explanation:
+    def explain(
+        self, run_id: str, *, probe_workspace: bool = True, limit: int | None = None, offset: int = 0
+    ) -> Explanation:
         """What happened to every call, and where and why a resume would continue. ``probe_workspace``: compare
-        the workspace with what the run left there and ask the tools' probes (they only read)."""
+        the workspace with what the run left there and ask the tools' probes (they only read). ``offset`` and
+        ``limit``: list that page of the calls only (a run of 50,000 calls)."""
         from safepoint import report
 
-        return report.explain(self.store, run_id, self.workspace.root if probe_workspace else None)
+        root = self.workspace.root if probe_workspace else None
+        return report.explain(self.store, run_id, root, limit=limit, offset=offset)
 
     def history(self, run_id: str) -> History:
         """The current branch of the conversation, and messages of abandoned branches."""

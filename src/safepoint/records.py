@@ -4,6 +4,10 @@ Chapter 8 of the seed names ``ToolLedgerEntry``, ``ToolDefinition``, ``FilePatch
 ``CheckpointConflict``; ``Checkpoint`` and ``Message`` are the run state those records point into. Every record is
 a frozen ``msgspec.Struct`` so that it encodes to JSON without hand-written converters and cannot be mutated in
 place by accident: a state change is a new record appended to the log, never an edit of an old one.
+
+The records a log holds by the ten thousand are ``gc=False``: Python's cyclic collector never tracks them (it
+spent a third of a long run's load walking them). Safe because they cannot be part of a cycle: frozen, and they
+hold only strings, numbers, tuples and JSON data, never a record that could hold them back.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     description: str = ""
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A tool call as the model asked for it."""
 
     call_id: str
@@ -81,7 +85,7 @@ LedgerDecision = Literal[
 ResultEncoding = Literal["text", "json", "none"]
 
 
-class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One state of one tool call (§8.2). The ledger appends a new entry per transition; the last one wins.
 
     Beyond the seed's fields: ``run_id``, the call's ``input`` (needed to re-run it), the stable
@@ -115,7 +119,36 @@ class ToolLedgerEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     result_encoding: ResultEncoding | None = None
 
 
-class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class LedgerChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """A later state of a call's ledger entry, as what changed (issue 10 §5): the fields that differ from its
+    previous state, the ones set back to their default named in ``cleared``. A reader applies it to the previous
+    state (``core.ledger.apply_change``) and sees the whole entry, as it did when each state was logged whole (a
+    log written so still reads). The first state of a call is always a whole ``ToolLedgerEntry``."""
+
+    call_id: str
+    status: LedgerStatus
+    step_id: str | None = None
+    tool_name: str | None = None
+    input_hash: str | None = None
+    risk_level: RiskLevel | None = None
+    idempotency: Idempotency | None = None
+    replay_policy: ReplayPolicy | None = None
+    side_effects: tuple[str, ...] | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    result_ref: str | None = None
+    run_id: str | None = None
+    idempotency_key: str | None = None
+    planned_at: str | None = None
+    error: str | None = None
+    decision: LedgerDecision | None = None
+    decision_reason: str | None = None
+    compensates: str | None = None
+    result_encoding: ResultEncoding | None = None
+    cleared: tuple[str, ...] = ()
+
+
+class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A file change made by a tool call (§8.4): hashes before and after, and a reference to the patch.
 
     ``after_hash`` is empty while the write is under way (the before-state is recorded durably first).
@@ -137,7 +170,7 @@ class FilePatchEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     author_uncertain: bool = False
 
 
-class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class FileBeforeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A path's state just before a call may change it, durable before the call runs; the call's FilePatchEntry
     (written after) completes it. A call re-run after a crash is compared against this, not against the file as
     the crash left it, so the changes of the interrupted attempt are recorded too."""
@@ -162,7 +195,7 @@ class WorkspaceState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     is_worktree: bool = False
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One entry of the append-only message history; checkpoints point into it by ``seq``."""
 
     seq: int
@@ -174,7 +207,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     turn: int | None = None
 
 
-class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Run state at a fixed point (§8.3). It references the history by length, never copies it."""
 
     checkpoint_id: str
@@ -250,7 +283,7 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return self.recovery_owner_id or self.run_id
 
 
-class RunEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class RunEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A change of the run's own status (started, resumed, waiting for a decision, completed, failed)."""
 
     status: RunStatus
@@ -259,7 +292,7 @@ class RunEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     generation: int = 0
 
 
-class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """What a person (``--replay``/``--skip``) or a probe decided for an ``uncertain`` call."""
 
     call_id: str
@@ -269,7 +302,7 @@ class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     attempt: int = 0  # the number of `started` entries the call had: a decision settles that attempt only
 
 
-class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Content addressed by ``content_hash`` of the uncompressed bytes: in the log itself (``data``), or, when
     ``stored``, a reference to the store-wide blob of that hash (``core.blobs``), made durable before this record."""
 
@@ -304,6 +337,7 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "event": RunEvent,
     "message": Message,
     "ledger": ToolLedgerEntry,
+    "ledger_change": LedgerChange,
     "patch": FilePatchEntry,
     "checkpoint": Checkpoint,
     "blob": Blob,
@@ -351,6 +385,11 @@ FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
         "finished_at result_ref run_id idempotency_key planned_at decision compensates result_encoding",
         "error decision_reason",
         "input",
+    ),
+    LedgerChange: _rule(
+        "call_id status step_id tool_name input_hash risk_level idempotency replay_policy side_effects started_at "
+        "finished_at result_ref run_id idempotency_key planned_at decision compensates result_encoding cleared",
+        "error decision_reason",
     ),
     FilePatchEntry: _rule(
         "path before_hash after_hash patch_ref tool_call_id created_at op before_ref before_mode after_mode "
@@ -432,7 +471,7 @@ def to_plain(value: Any) -> Any:
 ProblemKind = Literal["torn", "corrupt", "gap"]
 
 
-class LogRecord(msgspec.Struct, frozen=True, kw_only=True):
+class LogRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One entry of a run's log. ``body`` is the JSON of a record from ``safepoint.records``."""
 
     kind: str

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from safepoint.core.run_summary import RunSummaryRecord, decode_summary
 from safepoint.core.run_view import RunView, build_view
-from safepoint.errors import SafepointError, ToolFailure, UnknownReferenceError
+from safepoint.errors import ConfigError, SafepointError, ToolFailure, UnknownReferenceError
 from safepoint.protocol import SELF_HEALING_PROMPT, TERMINAL_STATUS_RESTART, ReplayForbidden
 from safepoint.records import RunInfo, ToolLedgerEntry, to_plain
 from safepoint.results import (
@@ -60,19 +61,22 @@ def ended_by_person(store: Store, view: RunView) -> tuple[str, str, str] | None:
     """(status shown, what the person did, reason) for a run closed because a person cancelled it or reset its
     context, whether its owner acted on it or a restart recovery did (no owner ran it): the records keep the seed's
     terminal status and reason verbatim; what is shown says what happened ("cancelled by USER at ...")."""
-    from safepoint.protocol import CancelRequest, ContextResetRequest
-    from safepoint.restart.judge import BY_A_PERSON, ancestor_stream_cancel, controls, person_detail
-
     closed = next((r for r in reversed(view.recoveries) if r.action == "closed"), None)
     if closed is None or not isinstance(closed.disposition, ReplayForbidden):
         return None
-    reason = closed.disposition.reason
+    return _ended_by_person(store, view.info, closed.disposition.reason, closed.detail)
+
+
+def _ended_by_person(store: Store, info: RunInfo, reason: str, detail: str) -> tuple[str, str, str] | None:
+    from safepoint.protocol import CancelRequest, ContextResetRequest
+    from safepoint.restart.judge import BY_A_PERSON, ancestor_stream_cancel, controls, person_detail
+
     if reason not in BY_A_PERSON:
         return None
     kind = ContextResetRequest if reason == "context_reset" else CancelRequest
-    found = [r for _, r in controls(store, view.info.run_id) if isinstance(r, kind)]
-    request = found[-1] if found else (ancestor_stream_cancel(store, view.info) if kind is CancelRequest else None)
-    return BY_A_PERSON[reason], person_detail(request) if request is not None else closed.detail, reason
+    found = [r for _, r in controls(store, info.run_id) if isinstance(r, kind)]
+    request = found[-1] if found else (ancestor_stream_cancel(store, info) if kind is CancelRequest else None)
+    return BY_A_PERSON[reason], person_detail(request) if request is not None else detail, reason
 
 
 def closed_words(store: Store, run_id: str) -> str:
@@ -81,14 +85,68 @@ def closed_words(store: Store, run_id: str) -> str:
     owner = store.owner(run_id)
     if owner is None or owner.terminal_at is None:
         return "closed"
-    person = ended_by_person(store, load_view(store, run_id))
+    summary = stored_summary(store, run_id)
+    if summary is not None:
+        info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
+        person = _summary_person(store, info, summary)
+    else:
+        person = ended_by_person(store, load_view(store, run_id))
     if person is not None:
         return person[1]
     # The seed's terminal status ends with a full stop; inside a sentence it would be a stray one.
     return f"{(owner.terminal_status or 'closed').rstrip('.')}, at {owner.terminal_at}"
 
 
+def stored_summary(store: Store, run_id: str) -> RunSummaryRecord | None:
+    """The run's summary as its store keeps it beside the log (``core.run_summary``), if it still describes the
+    log's end; None: read the log."""
+    found = store.read_summary(run_id)
+    if found is None:
+        return None
+    summary = decode_summary(found[1])
+    return summary if summary is not None and summary.last_seq == found[0] else None
+
+
+def log_ends_as_read(store: Store, view: RunView) -> bool:
+    """Whether the run's log still ends where ``view`` was read to (its summary, checked against the log's end by
+    the store, names the same last seq); False when it cannot tell (no summary: a crash's torn tail, a restart's
+    records): then the caller reads it again."""
+    found = store.read_summary(view.info.run_id)
+    return found is not None and found[0] == view.last_seq
+
+
+def _summary_person(store: Store, info: RunInfo, summary: RunSummaryRecord) -> tuple[str, str, str] | None:
+    if summary.closed_reason is None:
+        return None
+    return _ended_by_person(store, info, summary.closed_reason, summary.closed_detail)
+
+
 def status_row(store: Store, run_id: str) -> RunSummary:
+    """One run's row: from its summary when the store keeps one that still matches the log (what costs the same
+    at 50,000 calls as at 100), else from its log."""
+    summary = stored_summary(store, run_id)
+    if summary is None:
+        return _status_row_of_log(store, run_id)
+    info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
+    owner = store.owner(run_id)
+    person = _summary_person(store, info, summary) if owner is not None and owner.terminal_at is not None else None
+    status = summary.status
+    if status == "running" and (owner is None or owner.released or not owner_alive(owner)):
+        status = "waiting_decision" if summary.waiting else "interrupted"
+    return RunSummary(
+        run_id=run_id,
+        status=person[0] if person else status,
+        terminal_status=person[1] if person else owner.terminal_status if owner else None,
+        parent=info.parent_run_id,
+        task=info.task,
+        step=summary.step,
+        calls=summary.calls,
+        problems=summary.problems,
+        created_at=info.created_at,
+    )
+
+
+def _status_row_of_log(store: Store, run_id: str) -> RunSummary:
     view = load_view(store, run_id)
     last = view.latest_complete_checkpoint()
     owner = store.owner(run_id)
@@ -199,8 +257,13 @@ def not_captured(tool: str, side_effects: Iterable[str]) -> str | None:
     return None
 
 
-def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanation:
-    """Why a resume would continue where it would, and what it would do with every recorded call."""
+def explain(
+    store: Store, run_id: str, workspace: str | None = None, *, limit: int | None = None, offset: int = 0
+) -> Explanation:
+    """Why a resume would continue where it would, and what it would do with every recorded call (``offset`` and
+    ``limit``: a page of them, in ledger order; the plan itself always covers every call)."""
+    if offset < 0 or (limit is not None and limit < 0):
+        raise ConfigError(f"explain {run_id}: --offset and --limit are counts of calls, 0 or more")
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
     from safepoint.core.resume import expected_files, plan_resume
     from safepoint.core.rollback import UNKNOWN
@@ -217,7 +280,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
         ws = Workspace(workspace)
         hashes = {path: _hash_or_none(ws, path) for path in expected_files(view)}
         # What a resume would decide: the built-in tools' probes too (they only read).
-        reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True)
+        reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True, view=view)
         for call_id, entry in reader.ledger.items():
             if entry.status == "started" and reader.calls.current_decision(call_id) is None:
                 found = reader.probe(entry)
@@ -261,7 +324,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
                 files=files.get(r.entry.call_id, []),
                 not_captured=not_captured(r.entry.tool_name, r.entry.side_effects),
             )
-            for r in plan.calls
+            for r in plan.calls[offset : None if limit is None else offset + limit]
         ],
         conflicts=[c for c in view.conflicts.values() if c.resolution == "pending"],
         not_restorable=[
@@ -305,7 +368,7 @@ def recovery_report(store: Store, view: RunView, depth: int = 0) -> RecoveryView
 
     run_id = view.info.run_id
     owner = store.owner(run_id)
-    judged = judge(store, run_id, resuming_model=None)
+    judged = judge(store, run_id, resuming_model=None, view=view)  # the same reading: the log is read once
     verdict = judged.verdict
     stored = store.read_restart_checkpoint(run_id)
     checkpoint: RestartCheckpointView | None = None

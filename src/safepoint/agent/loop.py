@@ -14,6 +14,7 @@ from safepoint.agent.resume import Recovery, prepare_resume, restore
 from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
 from safepoint.core.nesting import UNFIT, arguments_problem
 from safepoint.core.resume import check_decisions, last_completed_step, lost_beginning, model_call_id
+from safepoint.core.run_view import RunView
 from safepoint.engine import actions, failpoints, shutdown
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, redacted_arguments
 from safepoint.engine.session import RunSession, holder_id, load_view
@@ -31,7 +32,7 @@ from safepoint.errors import (
 from safepoint.providers.base import Provider
 from safepoint.providers.select import provider_for
 from safepoint.records import RunStatus, ToolCall
-from safepoint.report import closed_words
+from safepoint.report import closed_words, log_ends_as_read
 from safepoint.restart import approvals, inbox
 from safepoint.restart.checkpoint import loop_state
 from safepoint.restart.doubt import doubt_of
@@ -209,10 +210,12 @@ class AgentChildren:
         return child
 
 
-def check_resume_options(store: Store, run_id: str, replay: tuple[str, ...], skip: tuple[str, ...]) -> None:
+def check_resume_options(
+    store: Store, run_id: str, replay: tuple[str, ...], skip: tuple[str, ...], view: RunView | None = None
+) -> None:
     """``--replay``/``--skip`` must name calls waiting for that decision (``ResumeOptionError``, exit 2)."""
     if replay or skip:
-        view = load_view(store, run_id)
+        view = view or load_view(store, run_id)
         check_decisions(view, replay, skip, frozenset(doubt_of(store, view).calls))
         for call_id in replay:  # the record holds only the redacted arguments: a replay would run those
             entry = view.ledger.get(call_id)
@@ -247,13 +250,17 @@ def resume_session(
             f"run {run_id!r} is closed ({closed_words(store, run_id)}); it is never resumed. "
             f"See `safepoint explain {run_id}`; continue its work with `safepoint run ... --successor-of {run_id}`"
         )
-    check_resume_options(store, run_id, replay, skip)  # before the claim: a refused option writes nothing
-    if (lost := lost_beginning(load_view(store, run_id))) is not None:
+    # The log is read once per resume (rejected: reading it again to judge and again to open, three whole reads).
+    view = load_view(store, run_id)
+    check_resume_options(store, run_id, replay, skip, view)  # before the claim: a refused option writes nothing
+    if (lost := lost_beginning(view)) is not None:
         raise DamagedLogError(lost)  # before the claim too: nothing is written to a log that lost its beginning
     # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
     claim = store.claim(run_id, holder_id(), takeover=takeover)  # a restart: the generation goes up
     try:
-        judged = judge(store, run_id, resuming_model=model)
+        if not log_ends_as_read(store, view):  # a holder appended before it was fenced off: read it again
+            view = load_view(store, run_id)
+        judged = judge(store, run_id, resuming_model=model, view=view)
     except BaseException:
         store.release(claim)
         raise
@@ -266,7 +273,9 @@ def resume_session(
             f"run {run_id!r} was not resumed ({judged.verdict.summary}); it was closed "
             f"({closed_words(store, run_id)}). See `safepoint explain {run_id}`"
         )
-    session = approvals.attach(RunSession.open(store, run_id, workspace, registry, claim=claim, takeover=takeover))
+    session = approvals.attach(
+        RunSession.open(store, run_id, workspace, registry, claim=claim, takeover=takeover, view=view)
+    )
     session.pass_env = pass_env  # before anything runs: a call replayed now is one of the run's commands too
     if SPAWN_SUBAGENT not in registry:  # an interrupted spawn call resumes its child while the run is restored
         session.registry.put(subagent_tool(session, provider_for, AgentChildren(output)))

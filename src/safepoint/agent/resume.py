@@ -143,10 +143,11 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
         session.runner.execute(call, step_id)
     # The note tells what actually happened: each call as the ledger has it now, with the decision taken.
     left = _left_behind(session)
+    left_ids = {entry.call_id for entry in left}  # once, not per call: a step of 10,000 calls made it quadratic
     recent = [
         CallReport(session.ledger.get(r.entry.call_id, r.entry), r.decision)
         for r in recent_calls(plan)
-        if r.entry.call_id not in {entry.call_id for entry in left}
+        if r.entry.call_id not in left_ids
     ]
     summaries = {
         r.entry.call_id: session.contents.load_result(r.entry.result_ref)[:300] for r in recent if r.entry.result_ref

@@ -312,11 +312,14 @@ def explain(
     store: StoreOpt = None,
     key_file: KeyFileOpt = None,
     as_json: JsonOpt = False,
+    limit: Annotated[int | None, typer.Option(min=0, help="List at most this many calls.")] = None,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many calls first (ledger order).")] = 0,
 ) -> None:
     """What happened to every call, and where and why a resume would continue."""
     from safepoint.cli import render
 
-    _emit(_open(store, workspace, key_file).explain(run_id), as_json, render.explain_view)
+    found = _open(store, workspace, key_file).explain(run_id, limit=limit, offset=offset)
+    _emit(found, as_json, render.explain_view)
 
 
 @app.command()

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import msgspec
 
 from safepoint.errors import LedgerTransitionError
-from safepoint.records import LedgerStatus, ToolLedgerEntry
+from safepoint.records import LedgerChange, LedgerStatus, ToolLedgerEntry
 
 # planned -> (approved) -> started -> succeeded | failed; a crash turns started into uncertain, which a probe,
 # a person or a re-run settles. planned -> failed covers a call refused before it ran (denied, unknown tool).
@@ -60,3 +60,41 @@ def attempts(entries: Iterable[ToolLedgerEntry]) -> dict[str, int]:
         if entry.status == "started":
             counts[entry.call_id] = counts.get(entry.call_id, 0) + 1
     return counts
+
+
+# A later state logged as what changed (``records.LedgerChange``) ------------------------------------------------------
+_CHANGEABLE = tuple(name for name in LedgerChange.__struct_fields__ if name not in ("call_id", "status", "cleared"))
+_DEFAULTS = {
+    name: default
+    for name, default in zip(
+        ToolLedgerEntry.__struct_fields__[-len(ToolLedgerEntry.__struct_defaults__) :],
+        ToolLedgerEntry.__struct_defaults__,
+        strict=True,
+    )
+}
+
+
+def change_of(previous: ToolLedgerEntry, new: ToolLedgerEntry) -> LedgerChange:
+    """``new`` as what changed since ``previous`` (its input is never repeated: later states inherit it)."""
+    changed: dict[str, object] = {}
+    cleared = []
+    for name in _CHANGEABLE:
+        value = getattr(new, name)
+        if value == getattr(previous, name):
+            continue
+        if value is None or (name in _DEFAULTS and value == _DEFAULTS[name]):
+            cleared.append(name)  # None here would read as "unchanged"
+        else:
+            changed[name] = value
+    return LedgerChange(call_id=new.call_id, status=new.status, cleared=tuple(cleared), **changed)  # type: ignore[arg-type]  # names and types are ToolLedgerEntry's, checked by msgspec when decoded
+
+
+def apply_change(previous: ToolLedgerEntry, change: LedgerChange) -> ToolLedgerEntry:
+    """The whole entry ``change`` makes of ``previous``, with an empty input as a later state is logged (``fold``
+    gives it the first state's)."""
+    fields: dict[str, object] = {name: getattr(change, name) for name in _CHANGEABLE}
+    fields = {name: value for name, value in fields.items() if value is not None}
+    for name in change.cleared:
+        if name in _CHANGEABLE:
+            fields[name] = _DEFAULTS.get(name)
+    return msgspec.structs.replace(previous, status=change.status, input={}, **fields)

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
-from safepoint.core.ledger import fold
+from safepoint.core.ledger import apply_change, fold
 from safepoint.errors import CorruptRecordError
 from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
 from safepoint.records import (
@@ -19,6 +19,7 @@ from safepoint.records import (
     CheckpointConflict,
     FileBeforeState,
     FilePatchEntry,
+    LedgerChange,
     LogProblem,
     LogRead,
     Message,
@@ -76,6 +77,7 @@ class RunView:
     context_epoch: int = 0  # context resets so far: a restart checkpoint written before one is void
     ledger_seqs: dict[str, int] = field(default_factory=dict)  # call id -> seq of its latest ledger record
     lost_seqs: list[tuple[int, int]] = field(default_factory=list)  # seq ranges the log skips (lost or unreadable)
+    _folded: tuple[int, dict[str, ToolLedgerEntry]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def assistant_turns(self) -> frozenset[int]:
@@ -87,7 +89,12 @@ class RunView:
 
     @property
     def ledger(self) -> dict[str, ToolLedgerEntry]:
-        return fold(self.ledger_entries)
+        """The current entry of every call: folded once per length of ``ledger_entries`` (entries are only ever
+        appended), a fresh dict each time (callers add to it)."""
+        cached = self._folded
+        if cached is None or cached[0] != len(self.ledger_entries):
+            cached = self._folded = (len(self.ledger_entries), fold(self.ledger_entries))
+        return dict(cached[1])
 
     @property
     def status(self) -> RunStatus:
@@ -116,6 +123,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
     expected = 1
     branch: list[Message] = []
     history = HistoryDecoder()
+    current: dict[str, ToolLedgerEntry] = {}  # call id -> its latest state (what a LedgerChange applies to)
     for record in log.records:
         if record.seq != expected:
             if record.seq > expected:
@@ -155,7 +163,16 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
                 if body.seq > len(branch):
                     continue
             branch.append(body)
-        elif isinstance(body, ToolLedgerEntry):
+        elif isinstance(body, ToolLedgerEntry | LedgerChange):
+            if isinstance(body, LedgerChange):
+                previous = current.get(body.call_id)
+                if previous is None:
+                    detail = f"ledger change of call {body.call_id!r} without an earlier state of it"
+                    view.problems.append(LogProblem(kind="corrupt", position=record.seq, detail=detail))
+                    view.lost_seqs.append((record.seq, record.seq))
+                    continue
+                body = apply_change(previous, body)
+            current[body.call_id] = body
             view.ledger_entries.append(body)
             view.ledger_seqs[body.call_id] = record.seq
         elif isinstance(body, FilePatchEntry):

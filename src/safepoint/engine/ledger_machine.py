@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from safepoint.core.hashing import idempotency_key, input_hash
-from safepoint.core.ledger import check_transition, settle_after_crash
+from safepoint.core.ledger import change_of, check_transition, settle_after_crash
 from safepoint.core.replay import ProbeResult, ReplayDecision, decide_replay
 from safepoint.engine.log_writer import now
 from safepoint.engine.tools import Tool
@@ -57,8 +57,12 @@ class LedgerMachine:
         if entry.status == "started":
             self._attempts[entry.call_id] = self.attempts(entry.call_id) + 1
         self.entries[entry.call_id] = entry
-        # The input is logged once, with the first entry of a call; later states inherit it (see core.ledger.fold).
-        logged = {} if previous is not None else (entry.input if logged_input is None else logged_input)
+        if previous is not None:
+            # A later state is logged as what changed (its input and the fields it keeps are not repeated: a
+            # trivial call logged its whole entry three times); readers apply it (core.ledger.apply_change).
+            self._stage(change_of(previous, entry))
+            return entry
+        logged = entry.input if logged_input is None else logged_input
         self._stage(entry if logged is entry.input else msgspec.structs.replace(entry, input=logged))
         return entry
 

@@ -55,6 +55,7 @@ from safepoint.core.environment import credential_values
 from safepoint.core.history_codec import HistoryEncoder
 from safepoint.core.redact import Redactor
 from safepoint.engine import failpoints
+from safepoint.core.run_summary import SummaryFold, summary_encoder
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
 from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, Message, MessageDictionary, RunInfo
 from safepoint.store.base import Store
@@ -149,11 +150,16 @@ class LogWriter:
         self._trace_redactor = TraceRedactor(self.redactor)
         self.durable_seq = last_seq
         self._history = HistoryEncoder()  # messages compressed after redaction (``core.history_codec``)
+        # The run's summary, folded from every record staged and written with each group (``core.run_summary``);
+        # None: this writer keeps none (a reader's, a restart's), and readers of the run read its log.
+        self.summary: SummaryFold | None = None
 
     def add(self, body: msgspec.Struct) -> int:
         """Stage a record; it becomes durable with the next ``commit``. Returns its sequence number."""
         encoded = self._encode(body)  # first: a message may stage its history's new dictionary ahead of it
         self.seq += 1
+        if self.summary is not None:
+            self.summary.observe(body)
         self._buffer.append(
             LogRecord(kind=RECORD_KINDS[type(body)], body=msgspec.Raw(encoded), seq=self.seq, gen=self.claim.generation)
         )
@@ -204,16 +210,19 @@ class LogWriter:
         records, self._buffer = self._buffer, []
         blobs, self._blobs = list(self._blobs.items()), {}
         try:
+            summary = self._summary(records[-1].seq)
             if blobs:
                 # Held from the put to the append: gc cannot remove a blob whose reference is on its way in.
                 with self.store.blobs_shared():
                     self.store.put_blobs(blobs)
                     failpoints.hit("blob_written")
-                    self.store.append(self.claim, records)
+                    self.store.append(self.claim, records, summary=summary)
                 failpoints.hit("log_group_durable")
             else:
-                self.store.append(self.claim, records)
+                self.store.append(self.claim, records, summary=summary)
         except StoreError as exc:
+            if self.summary is not None:
+                self.summary.enabled = False  # it folded records the store refused: no longer the log's summary
             self.seq -= len(records)
             self._history.forget(self.seq)  # a dictionary staged in the refused group was never stored
             del self._trace[self._traced_durable :]  # what they said of the refused records never happened
@@ -224,6 +233,15 @@ class LogWriter:
         self._traced_durable = len(self._trace)
         if len(self._trace) >= TRACE_BATCH:
             self.flush_trace()
+
+    def _summary(self, seq: int) -> bytes | None:
+        fold = self.summary
+        if fold is None or not fold.enabled:
+            return None
+        found = fold.snapshot(seq, now())
+        if found.closed_detail:
+            found = msgspec.structs.replace(found, closed_detail=self.redactor.text(found.closed_detail))
+        return summary_encoder.encode(found)
 
     def trace(self, event: str, **data: Any) -> None:
         """Stage a trace event (``core.trace_events`` names it and its fields); written with the next batch."""

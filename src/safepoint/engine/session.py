@@ -29,6 +29,7 @@ from safepoint.core.hashing import idempotency_key
 from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
+from safepoint.core.run_summary import SummaryFold
 from safepoint.core.run_view import CheckpointAt, RunView, build_view
 from safepoint.core.trace_events import recovery_events
 from safepoint.engine.call_runner import CallRunner
@@ -113,6 +114,7 @@ class RunSession:
             view.last_seq,
             run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider), store=store),
         )
+        self.log.summary = SummaryFold.from_view(view)
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(
             view.info.run_id,
@@ -196,18 +198,20 @@ class RunSession:
         watch: bool = True,
         claim: Claim | None = None,
         reopen: bool = False,
+        view: RunView | None = None,
     ) -> RunSession:
         """Claim the run (its only writer from now on), or with ``read_only`` just read it: a read-only session
         holds generation 0, so any write it attempted would be refused, and it leaves the run's scratch alone.
         ``watch=False`` skips the workspace watch for a session that runs no commands (a rollback, a resolve).
-        ``claim``: one restart recovery already took (it judged the run before claiming it)."""
+        ``claim``: one restart recovery already took (it judged the run before claiming it); ``view``: the run as
+        that recovery read it under the claim (not read again)."""
         if read_only:
-            view = load_view(store, run_id)
+            view = view or load_view(store, run_id)
             return cls(store, Claim(run_id=run_id, holder="reader", generation=0), view, workspace, registry)
         if claim is None:
             claim = store.claim(run_id, holder or holder_id(), takeover=takeover, reopen=reopen)
         try:
-            session = cls(store, claim, load_view(store, run_id), workspace, registry)
+            session = cls(store, claim, view or load_view(store, run_id), workspace, registry)
         except BaseException:
             store.release(claim)
             raise

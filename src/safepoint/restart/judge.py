@@ -139,11 +139,18 @@ class Judged:
 
 
 def judge(
-    store: Store, run_id: str, *, resuming_model: str | None = None, reaping: bool = False, at_ms: int | None = None
+    store: Store,
+    run_id: str,
+    *,
+    resuming_model: str | None = None,
+    reaping: bool = False,
+    at_ms: int | None = None,
+    view: RunView | None = None,
 ) -> Judged:
-    """Read everything recovery depends on and judge it. Writes nothing."""
+    """Read everything recovery depends on and judge it. Writes nothing. ``view``: the run's log as the caller
+    read it under its claim (the resume, which opens the run with the same reading); else it is read here."""
     descriptor = store.read_restart_checkpoint(run_id)
-    view = _load(store, run_id)
+    view = view or _load(store, run_id)
     owner = store.owner(run_id) if view is not None else None
     pending = unhandled(store, run_id, view.control_seen) if view is not None else []
     cancel = next((r for _, r in reversed(pending) if isinstance(r, CancelRequest)), None)

@@ -52,11 +52,15 @@ class RunLog(abc.ABC):
         """Run ids, oldest first."""
 
     @abc.abstractmethod
-    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
+    def append(
+        self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True, summary: bytes | None = None
+    ) -> None:
         """Append records in order, atomically as a group with respect to the generation check.
 
         ``durable`` makes them survive power loss before returning (fsync or a committed transaction).
-        Raises ``StaleGenerationError`` if ``claim`` is no longer the run's current generation.
+        ``summary``: the run's summary as of this group (``core.run_summary``), kept beside the log, stamped with
+        the log's end, under the same lock (fenced with the group); a group appended without one leaves the stored
+        summary stale. Raises ``StaleGenerationError`` if ``claim`` is no longer the run's current generation.
         """
 
     @abc.abstractmethod
@@ -70,6 +74,13 @@ class RunLog(abc.ABC):
         leaves no half-run under its id. Fenced by ``claim`` (its generation must be current), or ``force``: the
         caller judged that nobody acts for the run (it is never done by default). Content-addressed blobs are
         store-wide and stay (``safepoint gc`` removes those no run references). Raises ``RunNotFoundError``."""
+
+    def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
+        """``(seq, summary)``: the summary the last append gave, while the log still ends at ``seq`` as it did
+        then (checked, cheaply, against the log itself: its checksum, its end); None when there is none, it is
+        damaged, or the log changed since. A cache: the caller then reads the log, the truth. Raises
+        ``RunNotFoundError``. (A backend that keeps no summaries keeps this default: every reader reads the log.)"""
+        return None
 
 
 class Ownership(abc.ABC):

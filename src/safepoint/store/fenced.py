@@ -135,7 +135,9 @@ class FencedStore(Store, Generic[Handle]):
             self._write_owner_txn(handle, claim.run_id, msgspec.structs.replace(current, heartbeat_at=now()))
 
     # fenced writes --------------------------------------------------------------------------------------------
-    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
+    def append(
+        self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True, summary: bytes | None = None
+    ) -> None:
         if not records:
             return
         with self._fenced(claim, durable=durable) as (handle, _):
@@ -143,6 +145,12 @@ class FencedStore(Store, Generic[Handle]):
             if records[0].seq != last + 1:
                 raise fork_error(claim.run_id, records[0].seq, last)
             self._append_txn(handle, claim, records, durable=durable)
+            if summary is not None:
+                self._put_summary_txn(handle, claim, records[-1].seq, summary)
+
+    def _put_summary_txn(self, handle: Handle, claim: Claim, seq: int, summary: bytes) -> None:
+        """Keep ``summary``, stamped with the log's end (``seq``, the group just appended), beside the log. The
+        default keeps nothing (``read_summary`` then never finds one, and readers read the log)."""
 
     def upsert_restart_checkpoint(self, claim: Claim, data: bytes) -> None:
         with self._fenced(claim) as (handle, _):

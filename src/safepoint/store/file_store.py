@@ -9,6 +9,7 @@
     │   ├── lock                     flock'd for the few microseconds of each append or claim
     │   ├── ledger.jsonl             the run's ordered log: ledger entries, file patches, messages, checkpoints
     │   ├── checkpoints/index.jsonl  the separate checkpoint index: seq and byte offset of each checkpoint
+    │   ├── summary.json             what `status` shows, stamped with the log's end (a cache: see read_summary)
     │   ├── restart_checkpoint.json  the run's one restart checkpoint (seed 003 §1.2; atomic write, framed)
     │   ├── terminal_events.jsonl    terminal events (seed 003 §1.3; fsync'd appends, unique per key)
     │   ├── control.jsonl            what people send the run (fsync'd appends, no claim needed)
@@ -73,6 +74,7 @@ from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
 from safepoint.store.file_blobs import FileBlobs
 from safepoint.store.file_encryption import EncryptionRecordFile
+from safepoint.store.file_summary import SummaryFile, last_intact_seq
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
 from safepoint.store.names import check_job_id, check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
@@ -133,7 +135,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
+class FileStore(FileBlobs, EncryptionRecordFile, SummaryFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
@@ -146,6 +148,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
         self._thread_lock = threading.RLock()
         self._index_fds: dict[str, int] = {}
         self._trace_fds: dict[str, int] = {}
+        self._summary_fds: dict[str, int] = {}
+        self._owners: dict[str, tuple[int, tuple[int, int, int], OwnerState]] = {}  # run id -> fd, version, owner
         self._root_checked = False  # the root is checked once per handle, before its first write or claim
 
     # paths ------------------------------------------------------------------------------------------------
@@ -258,8 +262,6 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
             fcntl.flock(fd, fcntl.LOCK_UN)
 
     def owner(self, run_id: str) -> OwnerState | None:
-        # Read every time (a few microseconds): a cache keyed on inode and mtime could be fooled by an inode
-        # reused within one clock tick and let a fenced-off writer through.
         path = self._path(run_id, "owner.json")
         try:
             with open(path, "rb") as handle:
@@ -270,6 +272,49 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
         if payload is None:
             raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
         return _owner_decoder.decode(payload)
+
+    def _current_owner(self, run_id: str) -> OwnerState | None:
+        """The owner record as a write's critical section checks it: decoded once per version of ``owner.json``,
+        then re-checked with one ``stat`` (it was opened, read and decoded on every append: a fifth of a call's
+        Python time). A version is known by its inode, size and time, and its file is kept open while it is
+        cached: every write of the record puts a new file in place (``atomic_write``), and the number of an inode
+        held open is never given to another file, so a new record is never taken for the cached one (rejected: a
+        cache keyed on the inode alone, whose number a closed file gives back within one clock tick and lets a
+        fenced-off writer through). Only the runs this handle writes are cached (``owner`` reads afresh: a
+        ``status`` of thousands of runs must not hold a file open per run)."""
+        path = self._path(run_id, "owner.json")
+        with self._thread_lock:
+            cached = self._owners.get(run_id)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                self._forget_owner(run_id)
+                return None
+            if cached is not None and cached[1] == (st.st_ino, st.st_size, st.st_mtime_ns):
+                return cached[2]
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                self._forget_owner(run_id)
+                return None
+            try:
+                held = os.fstat(fd)
+                raw = os.pread(fd, held.st_size + 1, 0)
+                payload = check_line(raw.rstrip(b"\n"))
+                if payload is None:
+                    raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
+                state = _owner_decoder.decode(payload)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._forget_owner(run_id)
+            self._owners[run_id] = (fd, (held.st_ino, held.st_size, held.st_mtime_ns), state)
+            return state
+
+    def _forget_owner(self, run_id: str) -> None:
+        cached = self._owners.pop(run_id, None)
+        if cached is not None:
+            os.close(cached[0])
 
     # the critical section FencedStore builds on ---------------------------------------------------------------
     @contextlib.contextmanager
@@ -282,7 +327,7 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
             if claiming:
                 self._existing_run_dir(run_id)  # deleted while this process waited for the lock
-            yield None, self.owner(run_id)
+            yield None, self._current_owner(run_id)
 
     def _removed(self, run_id: str) -> StoreError | None:
         if os.path.exists(os.path.join(self.run_dir(run_id), "run.json")):
@@ -346,33 +391,34 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
             self._tails[key] = tail
         return tail
 
+    def _log_size(self, claim: Claim) -> int:
+        return self._tail(claim).size
+
     def _repair_tail(self, run_id: str) -> _Tail:
-        """Move a torn tail aside (kept in ``ledger.jsonl.torn``, never deleted) so appends start clean."""
+        """Move a torn tail aside (kept in ``ledger.jsonl.torn``, never deleted) so appends start clean, and find
+        the last record's seq. Only the log's end is read (rejected: decoding the whole log, which made the first
+        append of a resumed 50,000-call run cost a second): a torn tail is the bytes after the last newline, and
+        the last seq is that of the last record that passes its checksum. Damage further back is the readers' to
+        report (``read_log``, ``fsck``), as it always was: an append never repaired it."""
         path = self._path(run_id, LOG)
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            handle = open(path, "rb")  # noqa: SIM115 - closed below, before the truncation
         except FileNotFoundError:
             return _Tail(1, 0)
-        last_seq = 0
-        good_end = 0
-        for offset, item in unframe_all(data):
-            if isinstance(item, LogProblem):
-                if item.kind == "torn":
-                    self._quarantine(run_id, data[offset:])
-                    os.truncate(path, offset)
-                    fd = os.open(path, os.O_WRONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                    return _Tail(last_seq + 1, offset)
-                good_end = data.find(b"\n", offset) + 1
-                continue
-            with contextlib.suppress(msgspec.DecodeError):
-                last_seq = max(last_seq, _record_decoder.decode(item).seq)
-            good_end = data.find(b"\n", offset) + 1
-        return _Tail(last_seq + 1, good_end)
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            end, last_seq = last_intact_seq(handle.fileno(), size)
+        if end < size:
+            with open(path, "rb") as handle:
+                handle.seek(end)
+                self._quarantine(run_id, handle.read())
+            os.truncate(path, end)
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return _Tail(last_seq + 1, end)
 
     def _quarantine(self, run_id: str, data: bytes, name: str = LOG) -> None:
         fd = append_fd(self._path(run_id, f"{name}.torn"))
@@ -680,7 +726,7 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
 
     # handles ----------------------------------------------------------------------------------------------
     def _drop_handles(self, run_id: str) -> None:
-        for table in (self._log_fds, self._lock_fds, self._index_fds, self._trace_fds):
+        for table in (self._log_fds, self._lock_fds, self._index_fds, self._trace_fds, self._summary_fds):
             fd = table.pop(run_id, None)
             if fd is not None:
                 os.close(fd)
@@ -689,6 +735,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
             os.close(fd)
         for key in [key for key in self._tails if key[0] == run_id]:
             del self._tails[key]
+        with self._thread_lock:
+            self._forget_owner(run_id)
 
     # a full disk and fsck ----------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -732,7 +780,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
         return found
 
     def close(self) -> None:
-        for run_id in {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds}:
+        runs = {*self._log_fds, *self._lock_fds, *self._index_fds, *self._trace_fds, *self._summary_fds, *self._owners}
+        for run_id in runs:
             self._drop_handles(run_id.partition("/")[0])
 
 

@@ -320,6 +320,27 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
             lines.append((seq, damaged if payload is None else payload))
         return read_records(lines, row_seqs=True)
 
+    # the run's summary: in the append's own transaction; a cache, read only while the log ends at its seq -------
+    def _put_summary_txn(self, handle: Connection, claim: Claim, seq: int, summary: bytes) -> None:
+        handle.execute(
+            f"INSERT INTO {SCHEMA}.run_summaries (run_id, log_seq, line) VALUES (%s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET log_seq = excluded.log_seq, line = excluded.line",
+            (claim.run_id, seq, frame(summary)),
+        )
+
+    def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            row = conn.execute(
+                f"SELECT s.log_seq, s.line, (SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log WHERE run_id = s.run_id) "
+                f"FROM {SCHEMA}.run_summaries s WHERE s.run_id = %s",
+                (run_id,),
+            ).fetchone()
+        if row is None or _int(row[0]) != _int(row[2]):
+            return None  # none, or the log was appended to since without one
+        payload = check_line(_bytes(row[1]).removesuffix(b"\n"))
+        return None if payload is None else (_int(row[0]), payload)
+
     # the restart checkpoint -------------------------------------------------------------------------------
     def _put_restart_checkpoint_txn(self, handle: Connection, run_id: str, data: bytes) -> None:
         handle.execute(

@@ -19,6 +19,8 @@ Schema ``safepoint``::
                                     not TOAST's second compression), quarantined (fsck set it aside), created_at
     settings                        name pk, value (framed): the store's own facts; 'encryption' in an encrypted
                                     store (its cipher and key id, never the key)
+    run_summaries                   run_id pk, log_seq, line (framed): what ``status`` shows, as of log_seq (a
+                                    cache: read only while the log still ends at log_seq)
 
 Opening a store migrates a fresh database (nothing in it to break) but never upgrades one that already holds a
 schema: other hosts may be running an older safepoint on it, whose queries a change would break under them, so an
@@ -151,6 +153,12 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.blobs (
 );
 ALTER TABLE {SCHEMA}.blobs ALTER COLUMN data SET STORAGE EXTERNAL;
 """,
+    ),
+    Migration(
+        5,
+        "a summary per run (what status shows), written with the log group it describes and stamped with its seq",
+        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.run_summaries (run_id text PRIMARY KEY REFERENCES {SCHEMA}.runs "
+        "ON DELETE CASCADE, log_seq bigint NOT NULL, line bytea NOT NULL);",
     ),
 )
 LATEST = MIGRATIONS[-1].version

@@ -145,7 +145,9 @@ class SealedStore(Store):
         self._ready()
         return self.inner.list_runs()
 
-    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
+    def append(
+        self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True, summary: bytes | None = None
+    ) -> None:
         cipher = self._ready(writing=True)
         sealed = [
             msgspec.structs.replace(
@@ -156,7 +158,18 @@ class SealedStore(Store):
             )
             for record in records
         ]
-        self.inner.append(claim, sealed, durable=durable)
+        if summary is not None and records:
+            # Bound to the log's end it describes: an older summary put back under a newer stamp does not open.
+            summary = cipher.seal(summary, place(claim.run_id, "summary", records[-1].seq))
+        self.inner.append(claim, sealed, durable=durable, summary=summary)
+
+    def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
+        cipher = self._ready()
+        found = self.inner.read_summary(run_id)
+        if found is None:
+            return None
+        opened = cipher.open(found[1], place(run_id, "summary", found[0]))
+        return None if opened is None else (found[0], opened)  # one that does not open: the log is read instead
 
     def read_log(self, run_id: str) -> LogRead:
         cipher = self._ready()
