@@ -54,8 +54,8 @@ from safepoint.core import trace_events
 from safepoint.core.environment import credential_values
 from safepoint.core.history_codec import HistoryEncoder
 from safepoint.core.redact import Redactor
-from safepoint.engine import failpoints
 from safepoint.core.run_summary import SummaryFold, summary_encoder
+from safepoint.engine import failpoints
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
 from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, Message, MessageDictionary, RunInfo
 from safepoint.store.base import Store
