@@ -74,9 +74,10 @@ from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
 from safepoint.store.file_blobs import FileBlobs
 from safepoint.store.file_encryption import EncryptionRecordFile
+from safepoint.store.file_schedules import FileSchedules
 from safepoint.store.file_summary import SummaryFile, last_intact_seq
-from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
-from safepoint.store.names import check_job_id, check_run_id
+from safepoint.store.framing import check_line, check_one_line, frame, read_descriptor, read_records, unframe_all
+from safepoint.store.names import check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
 from safepoint.store.private_root import check_store_root
 
@@ -91,16 +92,6 @@ CONTROL = "control.jsonl"
 DELETED_PREFIX = ".deleted-"  # a deleted run's folder, renamed aside until it is removed
 _INDEXED_KINDS = frozenset({"checkpoint"})
 APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
-
-
-def read_descriptor(raw: bytes) -> StoredDescriptor:
-    """A whole-file framed record as read: intact, or damaged with why (never raised, never trusted)."""
-    if not raw.endswith(b"\n"):
-        return StoredDescriptor(data=raw[9:], intact=False, detail=f"cut short: {len(raw)} bytes and no end")
-    payload = check_line(raw.removesuffix(b"\n"))
-    if payload is None:
-        return StoredDescriptor(data=raw[9:-1], intact=False, detail="checksum does not match")
-    return StoredDescriptor(data=payload, intact=True)
 
 
 def flock_within(fd: int, mode: int, timeout: float | None, stuck: Callable[[], StoreError]) -> None:
@@ -135,7 +126,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(FileBlobs, EncryptionRecordFile, SummaryFile, FencedStore[None]):
+class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
@@ -660,41 +651,6 @@ class FileStore(FileBlobs, EncryptionRecordFile, SummaryFile, FencedStore[None])
                 return _control_records(handle.read())
         except FileNotFoundError:
             return []
-
-    # schedules --------------------------------------------------------------------------------------------
-    def put_schedule(self, job_id: str, data: bytes | None) -> None:
-        path = os.path.join(self._schedules, f"{check_job_id(job_id)}.json")
-        if data is None:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                return
-            fsync_dir(self._schedules)
-            return
-        if not os.path.isdir(self._schedules):
-            self._make_root()
-            make_private_dirs(self._schedules)
-            fsync_dir(self.root)
-        atomic_write(path, frame(data))
-
-    def list_schedules(self) -> dict[str, bytes]:
-        try:
-            names = sorted(os.listdir(self._schedules))
-        except FileNotFoundError:
-            return {}
-        found = {}
-        for name in names:
-            if name.startswith(".") or not name.endswith(".json"):
-                continue  # a write in flight (.tmp-*.part), or not ours
-            path = os.path.join(self._schedules, name)
-            with contextlib.suppress(FileNotFoundError), open(path, "rb") as handle:
-                stored = read_descriptor(handle.read())
-                if not stored.intact:
-                    raise CorruptRecordError(
-                        f"schedule {name[:-5]!r} ({path}) is damaged ({stored.detail}); write it again or delete it"
-                    )
-                found[name[:-5]] = stored.data
-        return found
 
     # artifacts and trace ----------------------------------------------------------------------------------
     def _put_artifact_txn(self, handle: None, run_id: str, filename: str, digest: str, data: bytes) -> None:
