@@ -22,9 +22,9 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
@@ -39,6 +39,7 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store import postgres_writes
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
@@ -47,6 +48,10 @@ from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
+# A lost connection (a server restart, a failover) is retried with backoff this long before a write gives up; a
+# worker in the middle of a tool rides out a restart instead of failing the run's step.
+RETRY_S = 30.0
+IDLE_CHECK_S = 2.0  # a pooled connection idle longer than this is checked before use (not one used just now)
 _record_encoder = msgspec.json.Encoder()
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
 _SEED_OWNER = "recovery_class, owner_id, generation, agent_id, message_id, active_at, terminal_at, terminal_status"
@@ -116,8 +121,10 @@ class PostgresStore(FencedStore[Connection]):
                 max_size=self._pool_size,
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
                 timeout=CONNECT_TIMEOUT * 3,
-                # A connection the server dropped (a restart) is replaced, not handed out to fail.
-                check=ConnectionPool.check_connection,
+                # A connection the server dropped (a restart) is replaced, not handed out to fail; one used a moment
+                # ago is not checked (rejected: a check on every checkout, one more round trip per write). The
+                # one-statement writes retry a connection lost anyway (``_one_statement``).
+                check=_check_if_idle,
                 name=POOL_NAME,
                 open=True,
             )
@@ -131,7 +138,7 @@ class PostgresStore(FencedStore[Connection]):
         """A connection inside one transaction; database failures become one-line ``StoreError``s."""
         pool = self._pool or self._open_pool()
         try:
-            with pool.connection() as conn, conn.transaction():
+            with pool.connection() as conn, _used(conn), conn.transaction():
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
                 yield conn
@@ -191,6 +198,7 @@ class PostgresStore(FencedStore[Connection]):
         row = conn.execute(
             f"SELECT {_SEED_OWNER}, holder_state FROM {SCHEMA}.recovery_owners WHERE agent_id = %s FOR UPDATE",
             (run_id,),
+            prepare=True,
         ).fetchone()
         if row is None:
             self._require_run(conn, run_id)
@@ -201,10 +209,14 @@ class PostgresStore(FencedStore[Connection]):
         return _owner_state(row)
 
     def _write_owner(self, conn: Connection, run_id: str, state: OwnerState) -> None:
+        # The heartbeat and the lease are the database's time, whichever host writes (one clock).
         conn.execute(
             f"UPDATE {SCHEMA}.recovery_owners SET recovery_class = %s, owner_id = %s, generation = %s, "
             "message_id = %s, active_at = %s::timestamptz, terminal_at = %s::timestamptz, terminal_status = %s, "
-            "holder_state = %s WHERE agent_id = %s",
+            "holder_state = convert_to(jsonb_set(convert_from(%s, 'UTF8')::jsonb, '{heartbeat_at}', "
+            f"to_jsonb({postgres_writes.DB_NOW_ISO}))::text, 'UTF8'), released = %s, "
+            "lease_until = CASE WHEN %s THEN NULL ELSE clock_timestamp() + make_interval(secs => %s) END "
+            "WHERE agent_id = %s",
             (
                 state.recovery_class,
                 state.owner_id,
@@ -214,8 +226,12 @@ class PostgresStore(FencedStore[Connection]):
                 state.terminal_at,
                 state.terminal_status,
                 _record_encoder.encode(state),
+                state.released,
+                state.released,
+                state.lease_ms / 1000,
                 run_id,
             ),
+            prepare=True,
         )
 
     def owner(self, run_id: str) -> OwnerState | None:
@@ -230,13 +246,31 @@ class PostgresStore(FencedStore[Connection]):
     def _owner_section(
         self, run_id: str, *, claiming: bool = False, durable: bool = True
     ) -> Iterator[tuple[Connection, OwnerState | None]]:
-        with self._tx(durable=durable) as conn:
-            if claiming:
-                self._require_run(conn, run_id)
-                # An append in progress holds the row for milliseconds; one stopped mid-transaction holds it
-                # until its connection dies: wait a while, then say so (the file store's CLAIM_LOCK_TIMEOUT).
-                conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
-            yield conn, self._lock_owner(conn, run_id)
+        pool = self._pool or self._open_pool()
+        try:
+            with pool.connection() as conn, _used(conn):
+                # Pipelined: BEGIN, the settings and the locking read in one round trip; the body's writes and
+                # the COMMIT in one more (rejected: ``conn.transaction()``, a round trip for BEGIN on its own).
+                try:
+                    with conn.pipeline():
+                        conn.execute("BEGIN")
+                        if not durable:
+                            conn.execute("SET LOCAL synchronous_commit = off")
+                        if claiming:
+                            # An append in progress holds the row for milliseconds; one stopped mid-transaction
+                            # holds it until its connection dies: wait a while, then say so (the file store's
+                            # CLAIM_LOCK_TIMEOUT).
+                            conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
+                        yield conn, self._lock_owner(conn, run_id)
+                        conn.execute("COMMIT")
+                except BaseException:
+                    if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        conn.rollback()
+                    raise
+        except pg_errors.LockNotAvailable:
+            raise
+        except (pg_errors.OperationalError, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
 
     def _write_owner_txn(self, handle: Connection, run_id: str, state: OwnerState) -> None:
         self._write_owner(handle, run_id, state)
@@ -263,6 +297,75 @@ class PostgresStore(FencedStore[Connection]):
             ) from None
 
     # the log ----------------------------------------------------------------------------------------------
+    def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
+        """One statement in the common case (``postgres_writes.append``); the explicit section only when it
+        inserted nothing, to say why or to find the records already written by a try whose reply was lost."""
+        if not records:
+            return
+        first = records[0].seq
+        lines = [frame(_record_encoder.encode(record)) for record in records]
+        if any(record.seq != first + i for i, record in enumerate(records)):
+            raise fork_error(claim.run_id, first, None)
+        tries: list[int] = []
+
+        def one(conn: Connection) -> bool:
+            tries.append(1)
+            return postgres_writes.append(conn, claim, first, lines, durable=durable)
+
+        try:
+            done = self._one_statement(one)
+        except pg_errors.UniqueViolation:  # the owner row's end was behind the log (edited by hand)
+            done = False
+        if done:
+            return
+        with self._fenced(claim, durable=durable) as (conn, _):
+            last = self._log_end_txn(conn, claim)
+            if first != last + 1:
+                # Only after a lost reply: this very append may have committed. Otherwise the same records twice
+                # are a second writer of this generation, refused like any fork.
+                if len(tries) > 1 and self._written_txn(conn, claim.run_id, first, lines):
+                    return
+                raise fork_error(claim.run_id, first, last)
+            self._append_txn(conn, claim, records, durable=durable)
+
+    def _written_txn(self, conn: Connection, run_id: str, first: int, lines: Sequence[bytes]) -> bool:
+        """Whether the log holds exactly ``lines`` from ``first`` on (each names its seq and generation)."""
+        rows = conn.execute(
+            f"SELECT line FROM {SCHEMA}.log WHERE run_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
+            (run_id, first, first + len(lines) - 1),
+        ).fetchall()
+        return [_bytes(row[0]) for row in rows] == list(lines)
+
+    def heartbeat(self, claim: Claim) -> None:
+        if self._one_statement(lambda conn: postgres_writes.heartbeat(conn, claim)):
+            return
+        super().heartbeat(claim)  # the explicit section says why (stale, released, gone)
+
+    def _one_statement(self, action: Callable[[Connection], _T]) -> _T:
+        """Run one autocommit statement; a connection lost (a server restart) is retried with backoff for up to
+        ``RETRY_S``, so the action must be safe to repeat (a fenced write that checks the log's end, and counts
+        its tries: the first may have committed before its reply was lost)."""
+        pool = self._pool or self._open_pool()
+        deadline = time.monotonic() + RETRY_S
+        delay = 0.05
+        while True:
+            broken = False
+            try:
+                with pool.connection() as conn, _used(conn):
+                    try:
+                        return action(conn)
+                    except pg_errors.OperationalError:
+                        broken = conn.broken
+                        raise
+            except pg_errors.LockNotAvailable:
+                raise
+            except (pg_errors.OperationalError, PoolTimeout) as exc:
+                lost = broken or isinstance(exc, PoolTimeout | _LOST)
+                if not lost or time.monotonic() + delay > deadline:
+                    raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     def _log_end_txn(self, handle: Connection, claim: Claim) -> int:
         row = handle.execute(f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log WHERE run_id = %s", (claim.run_id,))
         found = row.fetchone()
@@ -276,6 +379,11 @@ class PostgresStore(FencedStore[Connection]):
                     f"INSERT INTO {SCHEMA}.log (run_id, seq, line) VALUES (%s, %s, %s)",
                     [(claim.run_id, record.seq, frame(_record_encoder.encode(record))) for record in records],
                 )
+            # The end the one-statement append checks against (it was behind, or this is the first append).
+            handle.execute(
+                f"UPDATE {SCHEMA}.recovery_owners SET last_seq = %s WHERE agent_id = %s",
+                (records[-1].seq, claim.run_id),
+            )
         except pg_errors.UniqueViolation:  # two writers of one generation raced past the check
             raise fork_error(claim.run_id, records[0].seq, None) from None
 
@@ -532,6 +640,25 @@ class PostgresStore(FencedStore[Connection]):
 
 
 POOL_NAME = "safepoint"  # its threads are named "safepoint-worker-N" and "safepoint-scheduler"
+_T = TypeVar("_T")
+# Errors that mean the server went away or is not taking connections yet: a retry on a new connection may work.
+_LOST = (pg_errors.AdminShutdown, pg_errors.CannotConnectNow, pg_errors.CrashShutdown, pg_errors.ConnectionFailure)
+_last_used: weakref.WeakKeyDictionary[Connection, float] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _used(conn: Connection) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        _last_used[conn] = time.monotonic()
+
+
+def _check_if_idle(conn: Connection) -> None:
+    """The pool's check on checkout: only a connection idle past ``IDLE_CHECK_S`` is pinged (a server restart is
+    found before use); a busy worker's connection goes out at once."""
+    if time.monotonic() - _last_used.get(conn, 0.0) > IDLE_CHECK_S:
+        ConnectionPool.check_connection(conn)
 
 
 def _close_pool(pool: ConnectionPool) -> None:

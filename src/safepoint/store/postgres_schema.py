@@ -6,7 +6,10 @@ Schema ``safepoint``::
     schema_migrations               version pk, description, applied_at: one row per migration applied
     runs                            run_id pk, header (framed line), created_at
     recovery_owners                 seed 003 §1.1's columns, pk (recovery_class, owner_id), unique agent_id (the
-                                    run), + holder_state (the encoded OwnerState; NULL until the first claim)
+                                    run), + holder_state (the encoded OwnerState; NULL until the first claim),
+                                    last_seq (the log's end: an append checks and moves it in the statement that
+                                    inserts), released, lease_until (heartbeat + lease, on the database's clock);
+                                    a partial index on the open rows (terminal_at IS NULL) for passes
     runtime_restart_checkpoints     seed 003 §1.2's columns, pk agent_id, + descriptor (the bytes as written) and
                                     checksum (sha256 of them)
     recovery_owner_terminal_events  seed 003 §1.3's columns, pk (recovery_class, owner_id, generation, event_type)
@@ -136,6 +139,25 @@ CREATE INDEX IF NOT EXISTS trace_run_id ON {SCHEMA}.trace (run_id, id);
         3,
         "a settings table: whether the store is encrypted at rest, and with which key id",
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.settings (name text PRIMARY KEY, value bytea NOT NULL);",
+    ),
+    Migration(
+        4,
+        "the owner row keeps the log's end, whether it is released and its lease on the database's clock (a write "
+        "is one fenced statement); partial indexes on open work",
+        f"""
+ALTER TABLE {SCHEMA}.recovery_owners
+    ADD COLUMN IF NOT EXISTS last_seq bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS released boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS lease_until timestamptz;
+UPDATE {SCHEMA}.recovery_owners o
+   SET last_seq = coalesce((SELECT max(seq) FROM {SCHEMA}.log l WHERE l.run_id = o.agent_id), 0),
+       released = coalesce((convert_from(holder_state, 'UTF8')::jsonb ->> 'released')::boolean, false),
+       lease_until = CASE WHEN holder_state IS NULL THEN NULL ELSE
+           ((convert_from(holder_state, 'UTF8')::jsonb ->> 'heartbeat_at')::timestamptz
+            + make_interval(secs => coalesce((convert_from(holder_state, 'UTF8')::jsonb ->> 'lease_ms')::bigint,
+                                             30000) / 1000.0)) END;
+CREATE INDEX IF NOT EXISTS recovery_owners_open ON {SCHEMA}.recovery_owners (agent_id) WHERE terminal_at IS NULL;
+""",
     ),
 )
 LATEST = MIGRATIONS[-1].version
