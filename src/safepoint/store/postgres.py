@@ -360,7 +360,7 @@ class PostgresStore(FencedStore[Connection]):
             except pg_errors.LockNotAvailable:
                 raise
             except (pg_errors.OperationalError, PoolTimeout) as exc:
-                lost = broken or isinstance(exc, PoolTimeout | _LOST)
+                lost = broken or isinstance(exc, (PoolTimeout, *_LOST))
                 if not lost or time.monotonic() + delay > deadline:
                     raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
                 time.sleep(delay)
