@@ -139,7 +139,13 @@ class Judged:
 
 
 def judge(
-    store: Store, run_id: str, *, resuming_model: str | None = None, reaping: bool = False, at_ms: int | None = None
+    store: Store,
+    run_id: str,
+    *,
+    resuming_model: str | None = None,
+    reaping: bool = False,
+    reap_detail: str = "",
+    at_ms: int | None = None,
 ) -> Judged:
     """Read everything recovery depends on and judge it. Writes nothing."""
     descriptor = store.read_restart_checkpoint(run_id)
@@ -171,6 +177,7 @@ def judge(
         successor=next((r for _, r in reversed(pending) if isinstance(r, SuccessorAccepted)), None),
         resuming_model=resuming_model,
         reaping=reaping,
+        reap_detail=reap_detail,
     )
     return Judged(facts, check_recovery(facts), view)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 
 from safepoint.errors import StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
@@ -219,6 +220,11 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         """The highest log seq a record kept beside the log says was durable (0: nothing says). A log that ends
         before it lost records at its end: recovery then treats the calls it no longer accounts for as uncertain."""
         return 0
+
+    def clock(self) -> datetime:
+        """The time leases and heartbeats are judged on: a shared store's own (a database's), so hosts' clocks
+        never meet; this host's for a store only this host writes."""
+        return datetime.now(UTC)
 
     def close(self) -> None:  # optional hook; most backends hold nothing
         """Release connections or handles."""

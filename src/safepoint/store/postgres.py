@@ -43,6 +43,7 @@ from safepoint.store import postgres_writes
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
+from safepoint.store.liveness import store_clock
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
@@ -193,10 +194,11 @@ class PostgresStore(FencedStore[Connection]):
         return [str(row[0]) for row in rows]
 
     # ownership --------------------------------------------------------------------------------------------
-    def _lock_owner(self, conn: Connection, run_id: str) -> OwnerState | None:
-        """Lock the run's owner row for this transaction and return the owner it records."""
+    def _lock_owner(self, conn: Connection, run_id: str) -> tuple[OwnerState | None, datetime]:
+        """Lock the run's owner row for this transaction; the owner it records and the database's time."""
         row = conn.execute(
-            f"SELECT {_SEED_OWNER}, holder_state FROM {SCHEMA}.recovery_owners WHERE agent_id = %s FOR UPDATE",
+            f"SELECT {_SEED_OWNER}, holder_state, clock_timestamp() FROM {SCHEMA}.recovery_owners "
+            "WHERE agent_id = %s FOR UPDATE",
             (run_id,),
             prepare=True,
         ).fetchone()
@@ -206,7 +208,18 @@ class PostgresStore(FencedStore[Connection]):
                 f"run {run_id!r} in {self.shown} has no recovery owner row: the run was made by an older safepoint "
                 "(its schema had an owners table) or the store was edited by hand"
             )
-        return _owner_state(row)
+        at = row[-1]
+        if not isinstance(at, datetime):
+            raise StoreError(f"expected a timestamp from the database, got {type(at).__name__}")
+        return _owner_state(row[:-1]), at
+
+    def clock(self) -> datetime:
+        """The database's time: every host judges leases on it."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+        if row is None or not isinstance(row[0], datetime):
+            raise StoreError(f"PostgreSQL store {self.shown} did not say its time")
+        return row[0]
 
     def _write_owner(self, conn: Connection, run_id: str, state: OwnerState) -> None:
         # The heartbeat and the lease are the database's time, whichever host writes (one clock).
@@ -261,7 +274,9 @@ class PostgresStore(FencedStore[Connection]):
                             # holds it until its connection dies: wait a while, then say so (the file store's
                             # CLAIM_LOCK_TIMEOUT).
                             conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
-                        yield conn, self._lock_owner(conn, run_id)
+                        current, at = self._lock_owner(conn, run_id)
+                        with store_clock(at):  # a claim judges the owner's heartbeat on the database's time
+                            yield conn, current
                         conn.execute("COMMIT")
                 except BaseException:
                     if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

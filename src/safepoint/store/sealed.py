@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -196,6 +197,9 @@ class SealedStore(Store):
     def release(self, claim: Claim) -> None:
         self._ready()
         self.inner.release(claim)
+
+    def clock(self) -> datetime:
+        return self.inner.clock()  # the backend's (a database's) time, not this host's
 
     def heartbeat(self, claim: Claim) -> None:
         self._ready()

@@ -35,7 +35,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,7 +54,7 @@ from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
 from safepoint.store.base import Store
 from safepoint.store.crypt import key_environment
-from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
+from safepoint.store.liveness import OWNER_LEASE_SECONDS, on_this_host, owner_alive
 from safepoint.store.names import mask_passwords, safe_url
 from safepoint.store.ownership import now
 from safepoint.store.sealed import store_key
@@ -92,6 +91,8 @@ class DaemonOptions:
     tools: tuple[str, ...] = ()  # extra tools (MODULE:ATTR) every worker loads
     pass_env: tuple[str, ...] = ()  # credential variables every worker's commands get (`--pass-env`)
     python: str = sys.executable
+    concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)  # at most this many workers at once
+    reap_after_s: float | None = None  # past this without a heartbeat, work is closed (runtime_work_reap), not resumed
 
 
 @dataclass
@@ -120,16 +121,14 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return setup
 
 
-def _heartbeat_age_s(owner: OwnerState) -> float:
+def _heartbeat_age_s(owner: OwnerState, at: datetime | None = None) -> float:
+    """Seconds since the owner's heartbeat, on ``at`` (the store's clock: the database's, whose time the heartbeat
+    was written in, so hosts' clocks never meet)."""
     try:
         beat = datetime.fromisoformat(owner.heartbeat_at)
     except ValueError:
         return float("inf")
-    return (datetime.now(UTC) - beat).total_seconds()
-
-
-def _on_this_host(owner: OwnerState) -> bool:
-    return owner.host.rpartition("#")[0] == socket.gethostname()
+    return ((at or datetime.now(UTC)) - beat).total_seconds()
 
 
 def _tail(handle: IO[bytes], limit: int = 4000) -> str:
@@ -148,6 +147,9 @@ class Daemon:
         self.handled: dict[str, tuple[object, ...]] = {}  # run id -> the state it was last looked at in, unchanged
         self.said: set[str] = set()  # one-time notices already given
         self.stop_requested = False
+        # Startup recovery waiting for a free worker slot (judged only when one is free: judging costs too).
+        self.backlog: dict[str, str] = {}
+        self.clock: datetime | None = None  # the store's time at the start of this pass
 
     # output -------------------------------------------------------------------------------------------------------
     def emit(self, event: str, run_id: str | None = None, **data: Any) -> None:
@@ -231,27 +233,43 @@ class Daemon:
 
     # startup: §6 over every restart checkpoint ---------------------------------------------------------------------
     def startup(self) -> None:
+        self.clock = self.store.clock()
         checkpoints = self.store.list_restart_checkpoints()
-        self.emit("startup_recovery", checkpoints=len(checkpoints))
-        for run_id in checkpoints:
-            if self.stop_requested:
-                return
-            owner = self.store.owner(run_id)
-            state = ("crashed", owner.generation if owner is not None else 0)
-            self._guard(
-                run_id,
-                functools.partial(
-                    self._once_per_state, run_id, state, functools.partial(self.recover, run_id, "startup")
-                ),
-            )
+        self.emit("startup_recovery", checkpoints=len(checkpoints), concurrency=self.options.concurrency)
+        self.backlog.update((run_id, "startup") for run_id in checkpoints if run_id not in self.workers)
+        self.drain_backlog()
 
-    def recover(self, run_id: str, why: str) -> None:
-        """Restart recovery for one run with no live owner: close it, resume it in a worker, or leave it."""
+    def full(self) -> bool:
+        return len(self.workers) >= self.options.concurrency
+
+    def drain_backlog(self) -> None:
+        """Startup recovery, as many runs as there are free worker slots: 200 interrupted runs on 2 cores are
+        judged and resumed two at a time, not all at once (rejected: a worker per run at startup, which exhausted
+        memory). A run that needs no worker (closed, skipped, left) frees its turn at once."""
+        while self.backlog and not self.full() and not self.stop_requested:
+            run_id, why = next(iter(self.backlog.items()))
+            del self.backlog[run_id]
+            self._guard(run_id, functools.partial(self._recover_once, run_id, why))
+
+    def _recover_once(self, run_id: str, why: str) -> None:
+        owner = self.store.owner(run_id)
+        state = ("crashed", owner.generation if owner is not None else 0)
+        self._once_per_state(run_id, state, functools.partial(self.recover, run_id, why))
+
+    def recover(self, run_id: str, why: str, *, stalled: OwnerState | None = None) -> None:
+        """Restart recovery for one run with no live owner: close it, resume it in a worker, or leave it.
+        ``stalled``: its owner's lease ran out (hung, or on a host that is gone): a live-looking owner is taken
+        over, not waited for."""
         if run_id in self.workers:
+            return
+        if self.full():
+            self.handled.pop(run_id, None)  # not looked at yet: the backlog brings it back when a slot is free
+            self.backlog.setdefault(run_id, why)
             return
         judged = judge(self.store, run_id)
         owner = judged.facts.owner
-        if owner is not None and not owner.released and owner_alive(owner):
+        fenced_off = stalled is not None and owner is not None and owner.generation == stalled.generation
+        if owner is not None and not owner.released and not fenced_off and owner_alive(owner, self.clock):
             self.handled.pop(run_id, None)  # someone runs it; if that process dies, its run is looked at again
             self.emit("skipped", run_id, why=why, detail=f"owned by live process {owner.pid} on {owner.host}")
             return
@@ -260,7 +278,7 @@ class Daemon:
         verdict = judged.verdict
         if not verdict.resumable:
             try:
-                claim = self.store.claim(run_id, self.holder)
+                claim = self.store.claim(run_id, self.holder, takeover=stalled is not None)
             except RunLockedError as exc:
                 self.emit("skipped", run_id, why=why, detail=" ".join(str(exc).split()))
                 return
@@ -300,11 +318,34 @@ class Daemon:
         if (lost := lost_beginning(view)) is not None:  # a worker would refuse it (exit 12): say it once instead
             self._once(f"damaged:{run_id}", "skipped", run_id, why=why, detail=lost)
             return
-        self.start_resume(run_id, why, info.workspace, info.job_id)
+        takeover = False
+        if stalled is not None:
+            # Fence the stalled owner off now (a new generation: its next write is refused when it wakes), then
+            # hand the run to a worker. Claimed and released at once: the worker's own claim needs no takeover.
+            try:
+                claim = self.store.claim(run_id, self.holder, takeover=True)
+            except RunLockedError as exc:
+                self.emit("skipped", run_id, why=why, detail=" ".join(str(exc).split()))
+                return
+            self.store.release(claim)
+            takeover = True
+            self.emit(
+                "taken_over",
+                run_id,
+                fenced_generation=stalled.generation,
+                generation=claim.generation,
+                pid=stalled.pid,
+                host=stalled.host.rpartition("#")[0],
+                heartbeat_age_s=round(_heartbeat_age_s(stalled, self.clock), 1),
+                detail="no heartbeat within the lease: fenced off and resumed by restart recovery",
+            )
+        self.start_resume(run_id, why, info.workspace, info.job_id, takeover=takeover)
 
     # the loop ----------------------------------------------------------------------------------------------------
     def tick(self) -> None:
         self.reap_workers()
+        self.clock = self.store.clock()
+        self.drain_backlog()
         runs = self.store.list_runs()
         for run_id in runs:
             if self.stop_requested:
@@ -323,17 +364,17 @@ class Daemon:
                 live
                 and owner is not None
                 and owner.pid == worker.proc.pid
-                and _on_this_host(owner)
-                and _heartbeat_age_s(owner) > max(self.options.lease_s, OWN_WORKER_LEASE_S)
+                and on_this_host(owner)
+                and _heartbeat_age_s(owner, self.clock) > max(self.options.lease_s, OWN_WORKER_LEASE_S)
             ):
-                self.reap(run_id, owner)
+                self.stalled(run_id, owner)
             return
         if live and owner is not None:
-            if _on_this_host(owner) and not owner_alive(owner):
+            if on_this_host(owner) and not owner_alive(owner):
                 self._once_per_state(run_id, ("crashed", owner.generation), lambda: self.recover(run_id, "crashed"))
-            elif _heartbeat_age_s(owner) > self.options.lease_s:
+            elif _heartbeat_age_s(owner, self.clock) > self.options.lease_s:
                 self._once_per_state(
-                    run_id, ("reap", owner.generation, owner.heartbeat_at), lambda: self.reap(run_id, owner)
+                    run_id, ("stalled", owner.generation, owner.heartbeat_at), lambda: self.stalled(run_id, owner)
                 )
             return
         if owner is not None and owner.terminal_at is not None:
@@ -347,9 +388,32 @@ class Daemon:
         self.handled[run_id] = state
         action()
 
-    def reap(self, run_id: str, owner: OwnerState) -> None:
+    def stalled(self, run_id: str, owner: OwnerState) -> None:
+        """An owner whose lease ran out (hung, stopped, or on a host that is gone) costs a takeover, not its run:
+        restart recovery claims it under a new generation and resumes it when it may. The reaper's close is for
+        work recovery cannot resume, or that outlived ``--reap-after``. The stalled process is never killed (it
+        may be on another host); when it wakes, its next write is refused."""
+        age = _heartbeat_age_s(owner, self.clock)
+        reap_after = self.options.reap_after_s
+        if reap_after is not None and age > reap_after:
+            self.reap(run_id, owner, f"no heartbeat for {age:.0f} s, past --reap-after {reap_after:g} s")
+            return
+        judged = judge(self.store, run_id)
+        if judged.verdict.resumable:
+            worker = self.workers.get(run_id)
+            if worker is not None:  # our own worker, hung: it is ours to end (its run is resumed by a new one)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(worker.proc.pid, signal.SIGKILL)
+                worker.proc.wait()
+                worker.terminated = True
+                self.reap_workers()
+            self.recover(run_id, "stalled", stalled=owner)
+            return
+        self.reap(run_id, owner, f"restart recovery cannot resume it: {judged.verdict.summary}")
+
+    def reap(self, run_id: str, owner: OwnerState, why: str = "") -> None:
         """runtime_work_reap: fence the hung owner off (a takeover) and close its work; never kill it."""
-        judged = judge(self.store, run_id, reaping=True)
+        judged = judge(self.store, run_id, reaping=True, reap_detail=why)
         if judged.view is not None and judged.view.status in FINISHED:
             return  # its work is over; only the release is missing, and that closes nothing
         current = self.store.owner(run_id)
@@ -372,8 +436,9 @@ class Daemon:
             generation=claim.generation,
             pid=owner.pid,
             host=owner.host.rpartition("#")[0],
-            heartbeat_age_s=round(_heartbeat_age_s(owner), 1),
+            heartbeat_age_s=round(_heartbeat_age_s(owner, self.clock), 1),
             verdict=judged.verdict.summary,
+            why=why,
             detail=report.detail,
         )
 
@@ -412,6 +477,8 @@ class Daemon:
                 return
             if self._foreign(job.job_id, job.workspace, "scheduled job"):
                 continue
+            if self.full():
+                return  # due occurrences stay due: the next pass fires them
             for scheduled_for in schedule.due(job, schedule.last_fired(job.job_id, runs), at):
                 run_id = schedule.occurrence_run_id(job.job_id, scheduled_for)
                 if run_id in existing or run_id in self.workers or self._gave_up(run_id):
@@ -447,8 +514,15 @@ class Daemon:
         )
         return True
 
-    def start_resume(self, run_id: str, why: str, workspace: str, job_id: str | None) -> None:
+    def start_resume(
+        self, run_id: str, why: str, workspace: str, job_id: str | None, *, takeover: bool = False
+    ) -> None:
         if run_id in self.workers or self._gave_up(run_id) or self._foreign(run_id, workspace, "run"):
+            return
+        if self.full():
+            self.handled.pop(run_id, None)  # looked at again at the next pass, when a slot may be free
+            if takeover:
+                self.backlog.setdefault(run_id, why)
             return
         tools: tuple[str, ...] = ()
         if job_id is not None:
@@ -465,7 +539,7 @@ class Daemon:
         workspace: str,
         tools: tuple[str, ...],
     ) -> None:
-        if self.stop_requested or key in self.workers:
+        if self.stop_requested or key in self.workers or self.full():
             return
         command = [self.options.python, "-m", "safepoint", *args]
         command += ["--workspace", workspace or self.options.workspace, "--json"]
