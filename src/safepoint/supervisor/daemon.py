@@ -191,10 +191,11 @@ class Daemon:
             self._store_guard("tick", self.tick)
         while not self.stop_requested:
             if options.once:
-                if not self.workers:
+                if not self.workers and not self.backlog:
                     break
                 self.sleep(options.poll_s)
                 self.reap_workers()
+                self._store_guard("backlog", self.drain_backlog)  # once: every run waiting for a slot, too
                 continue
             self.sleep(options.poll_s)
             if not self.stop_requested:
