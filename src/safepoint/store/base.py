@@ -221,6 +221,16 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         before it lost records at its end: recovery then treats the calls it no longer accounts for as uncertain."""
         return 0
 
+    def pass_runs(self, since: datetime | None) -> list[str]:
+        """The runs a supervisor pass looks at: every run whose owner is held, crashed or never claimed, and every
+        run posted to since ``since`` (the store's clock at the previous pass; None: ever). A backend that can
+        answer from indexes returns only those; this default returns every run."""
+        return self.list_runs()
+
+    def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
+        """Run ids among which a scheduled job's latest occurrence is (default: every run)."""
+        return self.list_runs()
+
     def clock(self) -> datetime:
         """The time leases and heartbeats are judged on: a shared store's own (a database's), so hosts' clocks
         never meet; this host's for a store only this host writes."""

@@ -52,6 +52,9 @@ CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-
 # A lost connection (a server restart, a failover) is retried with backoff this long before a write gives up; a
 # worker in the middle of a tool rides out a restart instead of failing the run's step.
 RETRY_S = 30.0
+# A control post is looked at by passes for this long after its time: a post whose transaction committed after a
+# pass began (it waited on a lock, up to CLAIM_LOCK_TIMEOUT) is still seen by the next one.
+POST_MARGIN_S = 60.0
 IDLE_CHECK_S = 2.0  # a pooled connection idle longer than this is checked before use (not one used just now)
 _record_encoder = msgspec.json.Encoder()
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
@@ -501,8 +504,11 @@ class PostgresStore(FencedStore[Connection]):
                 # The run's row orders the posts (NO KEY UPDATE: the log's inserts, which share-lock it for their
                 # foreign key, go on meanwhile); not the owner row, so a sender never waits for the owner.
                 conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
+                # The UPDATE takes that very lock (no key changes) and says when input last came: a supervisor pass
+                # reads the runs posted to lately, not every run.
                 locked = conn.execute(
-                    f"SELECT 1 FROM {SCHEMA}.runs WHERE run_id = %s FOR NO KEY UPDATE", (run_id,)
+                    f"UPDATE {SCHEMA}.runs SET control_at = clock_timestamp() WHERE run_id = %s RETURNING 1",
+                    (run_id,),
                 ).fetchone()
                 if locked is None:
                     raise self._not_found(run_id)
@@ -519,6 +525,32 @@ class PostgresStore(FencedStore[Connection]):
         if row is None:
             raise StoreError(f"run {run_id!r}: the control post returned no position")
         return _int(row[0])
+
+    def pass_runs(self, since: datetime | None) -> list[str]:
+        """Held owners (not released, not closed: live, hung or crashed work) and runs posted to since ``since``
+        (less a margin for a post committed late), through partial indexes: a pass costs what is open, however
+        many runs are finished. ``since`` None (a daemon's first pass): every run ever posted to, too."""
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"SELECT agent_id FROM {SCHEMA}.recovery_owners WHERE NOT released AND terminal_at IS NULL "
+                f"UNION SELECT run_id FROM {SCHEMA}.runs WHERE control_at IS NOT NULL "
+                "AND control_at > coalesce(%s::timestamptz - make_interval(secs => %s), '-infinity')",
+                (since, POST_MARGIN_S),
+            ).fetchall()
+        return sorted(str(row[0]) for row in rows)
+
+    def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
+        """The job's latest occurrence run: ids ``JOB<separator><digits>`` in byte order (occurrence times have 13
+        digits until 2286, so the last in bytes is the latest), through an index, not over every run."""
+        low = f"{job_id}{separator}0"
+        high = f"{job_id}{separator}:"  # ':' follows '9'
+        with self._tx() as conn:
+            row = conn.execute(
+                f'SELECT run_id FROM {SCHEMA}.runs WHERE run_id COLLATE "C" >= %s AND run_id COLLATE "C" < %s '
+                f"AND substr(run_id, %s) ~ '^[0-9]+$' ORDER BY run_id COLLATE \"C\" DESC LIMIT 1",
+                (low, high, len(low)),
+            ).fetchone()
+        return [] if row is None else [str(row[0])]
 
     def read_control(self, run_id: str) -> list[tuple[int, bytes]]:
         with self._tx() as conn:

@@ -201,6 +201,12 @@ class SealedStore(Store):
     def clock(self) -> datetime:
         return self.inner.clock()  # the backend's (a database's) time, not this host's
 
+    def pass_runs(self, since: datetime | None) -> list[str]:
+        return self.inner.pass_runs(since)  # run ids are not sealed: the backend's indexes answer
+
+    def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
+        return self.inner.occurrence_runs(job_id, separator)
+
     def heartbeat(self, claim: Claim) -> None:
         self._ready()
         self.inner.heartbeat(claim)
