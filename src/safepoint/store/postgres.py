@@ -55,7 +55,13 @@ RETRY_S = 30.0
 # A control post is looked at by passes for this long after its time: a post whose transaction committed after a
 # pass began (it waited on a lock, up to CLAIM_LOCK_TIMEOUT) is still seen by the next one.
 POST_MARGIN_S = 60.0
-IDLE_CHECK_S = 2.0  # a pooled connection idle longer than this is checked before use (not one used just now)
+IDLE_CHECK_S = 2.0
+# What a supervisor pass reads: both halves are partial-index scans (tests/test_pg_pass.py reads their plan).
+PASS_RUNS = (
+    f"SELECT agent_id FROM {SCHEMA}.recovery_owners WHERE NOT released AND terminal_at IS NULL "
+    f"UNION SELECT run_id FROM {SCHEMA}.runs WHERE control_at IS NOT NULL "
+    "AND control_at > coalesce(%s::timestamptz - make_interval(secs => %s), '-infinity')"
+)  # a pooled connection idle longer than this is checked before use (not one used just now)
 _record_encoder = msgspec.json.Encoder()
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
 _SEED_OWNER = "recovery_class, owner_id, generation, agent_id, message_id, active_at, terminal_at, terminal_status"
@@ -531,12 +537,7 @@ class PostgresStore(FencedStore[Connection]):
         (less a margin for a post committed late), through partial indexes: a pass costs what is open, however
         many runs are finished. ``since`` None (a daemon's first pass): every run ever posted to, too."""
         with self._tx() as conn:
-            rows = conn.execute(
-                f"SELECT agent_id FROM {SCHEMA}.recovery_owners WHERE NOT released AND terminal_at IS NULL "
-                f"UNION SELECT run_id FROM {SCHEMA}.runs WHERE control_at IS NOT NULL "
-                "AND control_at > coalesce(%s::timestamptz - make_interval(secs => %s), '-infinity')",
-                (since, POST_MARGIN_S),
-            ).fetchall()
+            rows = conn.execute(PASS_RUNS, (since, POST_MARGIN_S)).fetchall()
         return sorted(str(row[0]) for row in rows)
 
     def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
