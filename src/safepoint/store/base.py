@@ -24,7 +24,7 @@ import abc
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
-from safepoint.errors import StoreError
+from safepoint.errors import RunLockedError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 
@@ -220,6 +220,14 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         """The highest log seq a record kept beside the log says was durable (0: nothing says). A log that ends
         before it lost records at its end: recovery then treats the calls it no longer accounts for as uncertain."""
         return 0
+
+    def try_claim(self, run_id: str, holder: str) -> Claim | None:
+        """``claim``, or None when a live owner holds the run or another claim is in the middle of taking it (a
+        database skips a locked row rather than wait for it): how supervisors share work."""
+        try:
+            return self.claim(run_id, holder)
+        except RunLockedError:
+            return None
 
     def pass_runs(self, since: datetime | None) -> list[str]:
         """The runs a supervisor pass looks at: every run whose owner is held, crashed or never claimed, and every

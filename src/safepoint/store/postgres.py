@@ -34,6 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from safepoint.errors import (
     CorruptRecordError,
     RunExistsError,
+    RunLockedError,
     RunNotFoundError,
     StoreError,
 )
@@ -45,17 +46,14 @@ from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
 from safepoint.store.liveness import store_clock
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
-from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
+from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
+from safepoint.store.postgres_pool import check_if_idle, close_pool, one_statement, used
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
-# A lost connection (a server restart, a failover) is retried with backoff this long before a write gives up; a
-# worker in the middle of a tool rides out a restart instead of failing the run's step.
-RETRY_S = 30.0
 # A control post is looked at by passes for this long after its time: a post whose transaction committed after a
 # pass began (it waited on a lock, up to CLAIM_LOCK_TIMEOUT) is still seen by the next one.
 POST_MARGIN_S = 60.0
-IDLE_CHECK_S = 2.0
 # What a supervisor pass reads: both halves are partial-index scans (tests/test_pg_pass.py reads their plan).
 PASS_RUNS = (
     f"SELECT agent_id FROM {SCHEMA}.recovery_owners WHERE NOT released AND terminal_at IS NULL "
@@ -134,13 +132,13 @@ class PostgresStore(FencedStore[Connection]):
                 # A connection the server dropped (a restart) is replaced, not handed out to fail; one used a moment
                 # ago is not checked (rejected: a check on every checkout, one more round trip per write). The
                 # one-statement writes retry a connection lost anyway (``_one_statement``).
-                check=_check_if_idle,
+                check=check_if_idle,
                 name=POOL_NAME,
                 open=True,
             )
             # A store dropped without ``close()`` (a session's reference cycles keep it until the collector runs)
             # still closes its pool; the finalizer holds the pool, so the pool is never garbage itself.
-            self._closer = weakref.finalize(self, _close_pool, self._pool)
+            self._closer = weakref.finalize(self, close_pool, self._pool)
             return self._pool
 
     @contextlib.contextmanager
@@ -148,7 +146,7 @@ class PostgresStore(FencedStore[Connection]):
         """A connection inside one transaction; database failures become one-line ``StoreError``s."""
         pool = self._pool or self._open_pool()
         try:
-            with pool.connection() as conn, _used(conn), conn.transaction():
+            with pool.connection() as conn, used(conn), conn.transaction():
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
                 yield conn
@@ -203,14 +201,21 @@ class PostgresStore(FencedStore[Connection]):
         return [str(row[0]) for row in rows]
 
     # ownership --------------------------------------------------------------------------------------------
-    def _lock_owner(self, conn: Connection, run_id: str) -> tuple[OwnerState | None, datetime]:
-        """Lock the run's owner row for this transaction; the owner it records and the database's time."""
+    def _lock_owner(
+        self, conn: Connection, run_id: str, *, skip_locked: bool = False
+    ) -> tuple[OwnerState | None, datetime]:
+        """Lock the run's owner row for this transaction; the owner it records and the database's time.
+        ``skip_locked``: a row another transaction holds is not waited for (``_Busy``)."""
         row = conn.execute(
             f"SELECT {_SEED_OWNER}, holder_state, clock_timestamp() FROM {SCHEMA}.recovery_owners "
-            "WHERE agent_id = %s FOR UPDATE",
+            f"WHERE agent_id = %s FOR UPDATE{' SKIP LOCKED' if skip_locked else ''}",
             (run_id,),
             prepare=True,
         ).fetchone()
+        if row is None and skip_locked:
+            self._require_run(conn, run_id)
+            if conn.execute(f"SELECT 1 FROM {SCHEMA}.recovery_owners WHERE agent_id = %s", (run_id,)).fetchone():
+                raise _Busy(run_id)
         if row is None:
             self._require_run(conn, run_id)
             raise StoreError(
@@ -266,11 +271,11 @@ class PostgresStore(FencedStore[Connection]):
     # the critical section FencedStore builds on ---------------------------------------------------------------
     @contextlib.contextmanager
     def _owner_section(
-        self, run_id: str, *, claiming: bool = False, durable: bool = True
+        self, run_id: str, *, claiming: bool = False, durable: bool = True, skip_locked: bool = False
     ) -> Iterator[tuple[Connection, OwnerState | None]]:
         pool = self._pool or self._open_pool()
         try:
-            with pool.connection() as conn, _used(conn):
+            with pool.connection() as conn, used(conn):
                 # Pipelined: BEGIN, the settings and the locking read in one round trip; the body's writes and
                 # the COMMIT in one more (rejected: ``conn.transaction()``, a round trip for BEGIN on its own).
                 try:
@@ -283,7 +288,7 @@ class PostgresStore(FencedStore[Connection]):
                             # holds it until its connection dies: wait a while, then say so (the file store's
                             # CLAIM_LOCK_TIMEOUT).
                             conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
-                        current, at = self._lock_owner(conn, run_id)
+                        current, at = self._lock_owner(conn, run_id, skip_locked=skip_locked)
                         with store_clock(at):  # a claim judges the owner's heartbeat on the database's time
                             yield conn, current
                         conn.execute("COMMIT")
@@ -319,6 +324,19 @@ class PostgresStore(FencedStore[Connection]):
                 f"run {run_id!r}: recovery owner {kept.recovery_class}/{kept.owner_id} already answers for another "
                 f"run in {self.shown}; each agent has its own recovery owner"
             ) from None
+
+    def try_claim(self, run_id: str, holder: str) -> Claim | None:
+        """A claim that never waits: ``FOR UPDATE SKIP LOCKED`` in the transaction that raises the generation, so
+        supervisors racing for one run do not queue on its row: the one that locks it decides, the others move
+        on (None), as they do when a live owner holds it."""
+        check_run_id(run_id)
+        try:
+            with self._owner_section(run_id, claiming=True, skip_locked=True) as (conn, current):
+                state = next_owner(run_id, current, holder, takeover=False)
+                self._write_owner_txn(conn, run_id, state)
+        except (_Busy, RunLockedError):
+            return None
+        return claim_of(run_id, state)
 
     # the log ----------------------------------------------------------------------------------------------
     def append(self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True) -> None:
@@ -366,29 +384,10 @@ class PostgresStore(FencedStore[Connection]):
         super().heartbeat(claim)  # the explicit section says why (stale, released, gone)
 
     def _one_statement(self, action: Callable[[Connection], _T]) -> _T:
-        """Run one autocommit statement; a connection lost (a server restart) is retried with backoff for up to
-        ``RETRY_S``, so the action must be safe to repeat (a fenced write that checks the log's end, and counts
-        its tries: the first may have committed before its reply was lost)."""
-        pool = self._pool or self._open_pool()
-        deadline = time.monotonic() + RETRY_S
-        delay = 0.05
-        while True:
-            broken = False
-            try:
-                with pool.connection() as conn, _used(conn):
-                    try:
-                        return action(conn)
-                    except pg_errors.OperationalError:
-                        broken = conn.broken
-                        raise
-            except pg_errors.LockNotAvailable:
-                raise
-            except (pg_errors.OperationalError, PoolTimeout) as exc:
-                lost = broken or isinstance(exc, (PoolTimeout, *_LOST))
-                if not lost or time.monotonic() + delay > deadline:
-                    raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return one_statement(self._pool or self._open_pool(), action, lambda exc: self._error(exc))
+
+    def _error(self, exc: BaseException) -> StoreError:
+        return StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}")
 
     def _log_end_txn(self, handle: Connection, claim: Claim) -> int:
         row = handle.execute(f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log WHERE run_id = %s", (claim.run_id,))
@@ -689,35 +688,10 @@ class PostgresStore(FencedStore[Connection]):
 
 POOL_NAME = "safepoint"  # its threads are named "safepoint-worker-N" and "safepoint-scheduler"
 _T = TypeVar("_T")
-# Errors that mean the server went away or is not taking connections yet: a retry on a new connection may work.
-_LOST = (pg_errors.AdminShutdown, pg_errors.CannotConnectNow, pg_errors.CrashShutdown, pg_errors.ConnectionFailure)
-_last_used: weakref.WeakKeyDictionary[Connection, float] = weakref.WeakKeyDictionary()
 
 
-@contextlib.contextmanager
-def _used(conn: Connection) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        _last_used[conn] = time.monotonic()
-
-
-def _check_if_idle(conn: Connection) -> None:
-    """The pool's check on checkout: only a connection idle past ``IDLE_CHECK_S`` is pinged (a server restart is
-    found before use); a busy worker's connection goes out at once."""
-    if time.monotonic() - _last_used.get(conn, 0.0) > IDLE_CHECK_S:
-        ConnectionPool.check_connection(conn)
-
-
-def _close_pool(pool: ConnectionPool) -> None:
-    """Close a pool whose store is closed or gone. The collector may run this in one of the pool's own threads
-    (any thread that allocates runs it), which cannot join itself: the close is then handed to a thread of its
-    own. Rejected: leaving the pool to its ``__del__``, which the collector or the last reference dropped by a
-    worker's task runs in that worker ("cannot join current thread", on stderr, and the pool's threads left)."""
-    if threading.current_thread().name.startswith(f"{pool.name}-"):
-        threading.Thread(target=pool.close, name="pool-closer", daemon=True).start()
-    else:
-        pool.close()
+class _Busy(Exception):
+    """The owner row is locked by another transaction (a claim or a write in progress): skipped, not waited for."""
 
 
 def _iso(value: object) -> str:

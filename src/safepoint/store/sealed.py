@@ -201,6 +201,10 @@ class SealedStore(Store):
     def clock(self) -> datetime:
         return self.inner.clock()  # the backend's (a database's) time, not this host's
 
+    def try_claim(self, run_id: str, holder: str) -> Claim | None:
+        self._ready()
+        return self.inner.try_claim(run_id, holder)
+
     def pass_runs(self, since: datetime | None) -> list[str]:
         return self.inner.pass_runs(since)  # run ids are not sealed: the backend's indexes answer
 

@@ -49,7 +49,7 @@ from safepoint.engine.procenv import hide_from_commands
 from safepoint.engine.processes import kill_leftovers
 from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
 from safepoint.errors import ExitCode, RunLockedError, SafepointError, StoreError
-from safepoint.records import OwnerState
+from safepoint.records import Claim, OwnerState
 from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
 from safepoint.store.base import Store
@@ -105,6 +105,7 @@ class Worker:
     stderr: IO[bytes]
     started: float = field(default_factory=time.monotonic)
     terminated: bool = False
+    claim: Claim | None = None  # the daemon's claim the worker takes the run from (released if it never did)
 
 
 def _die_with_parent(parent: int) -> Callable[[], None]:
@@ -321,28 +322,26 @@ class Daemon:
         if (lost := lost_beginning(view)) is not None:  # a worker would refuse it (exit 12): say it once instead
             self._once(f"damaged:{run_id}", "skipped", run_id, why=why, detail=lost)
             return
-        takeover = False
+        handed: Claim | None = None
         if stalled is not None:
             # Fence the stalled owner off now (a new generation: its next write is refused when it wakes), then
-            # hand the run to a worker. Claimed and released at once: the worker's own claim needs no takeover.
+            # hand the run to a worker, which takes it from this claim.
             try:
-                claim = self.store.claim(run_id, self.holder, takeover=True)
+                handed = self.store.claim(run_id, self.holder, takeover=True)
             except RunLockedError as exc:
                 self.emit("skipped", run_id, why=why, detail=" ".join(str(exc).split()))
                 return
-            self.store.release(claim)
-            takeover = True
             self.emit(
                 "taken_over",
                 run_id,
                 fenced_generation=stalled.generation,
-                generation=claim.generation,
+                generation=handed.generation,
                 pid=stalled.pid,
                 host=stalled.host.rpartition("#")[0],
                 heartbeat_age_s=round(_heartbeat_age_s(stalled, self.clock), 1),
                 detail="no heartbeat within the lease: fenced off and resumed by restart recovery",
             )
-        self.start_resume(run_id, why, info.workspace, info.job_id, takeover=takeover)
+        self.start_resume(run_id, why, info.workspace, info.job_id, claim=handed)
 
     # the loop ----------------------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -523,21 +522,38 @@ class Daemon:
         return True
 
     def start_resume(
-        self, run_id: str, why: str, workspace: str, job_id: str | None, *, takeover: bool = False
+        self, run_id: str, why: str, workspace: str, job_id: str | None, *, claim: Claim | None = None
     ) -> None:
-        if run_id in self.workers or self._gave_up(run_id) or self._foreign(run_id, workspace, "run"):
+        """A worker resumes the run, handed over by a claim: this daemon claims it first (skipping it when another
+        supervisor's claim or a live owner holds it, ``try_claim``) and the worker takes it from that claim
+        (``--takeover`` of this daemon's own generation). Two daemons that see the same work start one worker
+        between them, not two that race (rejected: starting the worker unclaimed, whose own claim then fails in
+        every daemon but one, after a Python process was started for nothing)."""
+        if claim is None and (
+            run_id in self.workers or self._gave_up(run_id) or self._foreign(run_id, workspace, "run")
+        ):
             return
         if self.full():
             self.handled.pop(run_id, None)  # looked at again at the next pass, when a slot may be free
             self.revisit.add(run_id)
-            if takeover:
+            if claim is not None:
+                self.store.release(claim)  # fenced already; recovered from the backlog like any crashed run
                 self.backlog.setdefault(run_id, why)
             return
+        if claim is None:
+            claim = self.store.try_claim(run_id, self.holder)
+            if claim is None:
+                self.emit("skipped", run_id, why=why, detail="another supervisor or a live process holds it")
+                return
         tools: tuple[str, ...] = ()
         if job_id is not None:
             with contextlib.suppress(SafepointError):
                 tools = schedule.get_job(self.store, job_id).tools
-        self.start_worker(run_id, "resume", why, ["resume", run_id], workspace, tools)
+        started = self.start_worker(
+            run_id, "resume", why, ["resume", run_id, "--takeover"], workspace, tools, claim=claim
+        )
+        if not started:
+            self.store.release(claim)
 
     def start_worker(
         self,
@@ -547,9 +563,11 @@ class Daemon:
         args: list[str],
         workspace: str,
         tools: tuple[str, ...],
-    ) -> None:
+        *,
+        claim: Claim | None = None,
+    ) -> bool:
         if self.stop_requested or key in self.workers or self.full():
-            return
+            return False
         command = [self.options.python, "-m", "safepoint", *args]
         command += ["--workspace", workspace or self.options.workspace, "--json"]
         for spec in dict.fromkeys((*tools, *self.options.tools)):
@@ -584,12 +602,13 @@ class Daemon:
             stderr.close()
             self.failures[key] = self.failures.get(key, 0) + 1
             self.emit("error", key, error=f"cannot start a worker: {exc}", kind="OSError")
-            return
+            return False
         os.close(pipe_read)
         handoff.send(pipe_write, secret)  # a URL and a few keys: within the pipe's buffer
-        self.workers[key] = Worker(key=key, kind=kind, why=why, proc=proc, stdout=stdout, stderr=stderr)
+        self.workers[key] = Worker(key=key, kind=kind, why=why, proc=proc, stdout=stdout, stderr=stderr, claim=claim)
         self.revisit.discard(key)
         self.emit("worker_started", key, kind=kind, why=why, pid=proc.pid)
+        return True
 
     def reap_workers(self) -> None:
         for key, worker in list(self.workers.items()):
@@ -597,6 +616,9 @@ class Daemon:
             if code is None:
                 continue
             del self.workers[key]
+            if worker.claim is not None:  # a no-op once the worker took the run over (the generation moved on)
+                with contextlib.suppress(SafepointError):
+                    self.store.release(worker.claim)
             out, err = _tail(worker.stdout, 1 << 20), _tail(worker.stderr)
             worker.stdout.close()
             worker.stderr.close()
