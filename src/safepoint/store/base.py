@@ -21,6 +21,7 @@ a stale one with ``StaleGenerationError`` before anything is written (DESIGN pro
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
@@ -238,6 +239,12 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
     def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
         """Run ids among which a scheduled job's latest occurrence is (default: every run)."""
         return self.list_runs()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for news of work (a control post, a schedule): True when some came. A
+        database wakes its supervisors (LISTEN/NOTIFY); this default only sleeps (a pass finds the work)."""
+        time.sleep(timeout)
+        return False
 
     def clock(self) -> datetime:
         """The time leases and heartbeats are judged on: a shared store's own (a database's), so hosts' clocks

@@ -102,6 +102,7 @@ class PostgresStore(FencedStore[Connection]):
         self._pool: ConnectionPool | None = None
         self._closer: weakref.finalize[Any, Any] | None = None
         self._opening = threading.Lock()
+        self._listener: Connection | None = None  # a supervisor's LISTEN connection (wait_for_work)
 
     # connections ------------------------------------------------------------------------------------------
     def _open_pool(self) -> ConnectionPool:
@@ -511,8 +512,10 @@ class PostgresStore(FencedStore[Connection]):
                 conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
                 # The UPDATE takes that very lock (no key changes) and says when input last came: a supervisor pass
                 # reads the runs posted to lately, not every run.
+                # The NOTIFY is delivered at COMMIT, with the post (never before it is there to read).
                 locked = conn.execute(
-                    f"UPDATE {SCHEMA}.runs SET control_at = clock_timestamp() WHERE run_id = %s RETURNING 1",
+                    f"UPDATE {SCHEMA}.runs SET control_at = clock_timestamp() WHERE run_id = %s "
+                    f"RETURNING pg_notify('{WORK_CHANNEL}', run_id)",
                     (run_id,),
                 ).fetchone()
                 if locked is None:
@@ -530,6 +533,27 @@ class PostgresStore(FencedStore[Connection]):
         if row is None:
             raise StoreError(f"run {run_id!r}: the control post returned no position")
         return _int(row[0])
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """LISTEN on the work channel (a connection of its own, outside the pool): a post or a schedule wakes the
+        supervisor at once. A NOTIFY sent while nobody listens is lost, so this is a hint on top of the passes, never
+        their replacement: a lost listening connection is said by returning True (look now) and opened again."""
+        conn = self._listener
+        if conn is None:
+            try:
+                conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+                conn.execute(f"LISTEN {WORK_CHANNEL}")
+            except psycopg.Error:
+                time.sleep(timeout)
+                return False
+            self._listener = conn
+        try:
+            return any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
+        except psycopg.Error:
+            self._listener = None
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+            return True
 
     def pass_runs(self, since: datetime | None) -> list[str]:
         """Held owners (not released, not closed: live, hung or crashed work) and runs posted to since ``since``
@@ -577,6 +601,7 @@ class PostgresStore(FencedStore[Connection]):
                     "ON CONFLICT (job_id) DO UPDATE SET line = EXCLUDED.line",
                     (job_id, frame(data)),
                 )
+                conn.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, f"schedule:{job_id}"))
 
     def list_schedules(self) -> dict[str, bytes]:
         with self._tx() as conn:
@@ -681,11 +706,16 @@ class PostgresStore(FencedStore[Connection]):
         return os.path.join(state, "safepoint", store, check_run_id(run_id), "tmp")
 
     def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(psycopg.Error):
+                listener.close()
         self._pool = None
         if self._closer is not None:
             self._closer()  # closes the pool once, now (a finalizer runs at most once)
 
 
+WORK_CHANNEL = "safepoint_work"  # NOTIFY'd with a run id on a control post, "schedule:JOB" on a schedule's change
 POOL_NAME = "safepoint"  # its threads are named "safepoint-worker-N" and "safepoint-scheduler"
 _T = TypeVar("_T")
 

@@ -205,6 +205,9 @@ class SealedStore(Store):
         self._ready()
         return self.inner.try_claim(run_id, holder)
 
+    def wait_for_work(self, timeout: float) -> bool:
+        return self.inner.wait_for_work(timeout)
+
     def pass_runs(self, since: datetime | None) -> list[str]:
         return self.inner.pass_runs(since)  # run ids are not sealed: the backend's indexes answer
 

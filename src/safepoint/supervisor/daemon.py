@@ -200,17 +200,24 @@ class Daemon:
                 self.reap_workers()
                 self._store_guard("backlog", self.drain_backlog)  # once: every run waiting for a slot, too
                 continue
-            self.sleep(options.poll_s)
+            self.sleep(options.poll_s, wake=True)
             if not self.stop_requested:
                 self._store_guard("tick", self.tick)
         self.stop_workers()
         self.emit("daemon_stopped", reason="signal" if self.stop_requested else "once")
         return ExitCode.OK
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float, *, wake: bool = False) -> None:
+        """Sleep between passes, looking at the workers every slice; ``wake``: a store's news of work (a post, a
+        schedule: LISTEN/NOTIFY on PostgreSQL) ends the sleep at once, and the poll is only the safety net."""
         deadline = time.monotonic() + seconds
         while not self.stop_requested and time.monotonic() < deadline:
-            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
+            slice_s = min(SLICE_S, max(0.0, deadline - time.monotonic()))
+            if wake:
+                if self.store.wait_for_work(slice_s):
+                    return
+            else:
+                time.sleep(slice_s)
             if self.workers:
                 self.reap_workers()
 
