@@ -56,7 +56,7 @@ from safepoint.store.base import Store
 from safepoint.store.crypt import key_environment
 from safepoint.store.liveness import OWNER_LEASE_SECONDS, on_this_host, owner_alive
 from safepoint.store.names import mask_passwords, safe_url
-from safepoint.store.ownership import now
+from safepoint.store.ownership import HANDOFF_ENV, now
 from safepoint.store.sealed import store_key
 from safepoint.supervisor import handoff, schedule
 
@@ -74,6 +74,7 @@ SETTLED_EXITS = frozenset(
         ExitCode.CLOSED,
         ExitCode.CANCELLED,
         ExitCode.INTERRUPTED,
+        ExitCode.LOCKED,  # someone else holds the run (its hand-off was overtaken): not this worker's to run
     }
 )
 FINISHED = frozenset({"completed", "closed", "cancelled"})
@@ -149,7 +150,7 @@ class Daemon:
         self.said: set[str] = set()  # one-time notices already given
         self.stop_requested = False
         # Startup recovery waiting for a free worker slot (judged only when one is free: judging costs too).
-        self.backlog: dict[str, str] = {}
+        self.backlog: dict[str, tuple[str, OwnerState | None]] = {}  # run -> why, the stalled owner to fence
         self.clock: datetime | None = None  # the store's time at the start of this pass
         self.last_pass: datetime | None = None  # the store's time at the start of the last full pass
         self.revisit: set[str] = set()  # runs whose worker waited for a slot: in every pass until one starts
@@ -247,7 +248,7 @@ class Daemon:
         self.clock = self.store.clock()
         checkpoints = self.store.list_restart_checkpoints()
         self.emit("startup_recovery", checkpoints=len(checkpoints), concurrency=self.options.concurrency)
-        self.backlog.update((run_id, "startup") for run_id in checkpoints if run_id not in self.workers)
+        self.backlog.update((run_id, ("startup", None)) for run_id in checkpoints if run_id not in self.workers)
         self.drain_backlog()
 
     def full(self) -> bool:
@@ -258,11 +259,14 @@ class Daemon:
         judged and resumed two at a time, not all at once (rejected: a worker per run at startup, which exhausted
         memory). A run that needs no worker (closed, skipped, left) frees its turn at once."""
         while self.backlog and not self.full() and not self.stop_requested:
-            run_id, why = next(iter(self.backlog.items()))
+            run_id, (why, stalled) = next(iter(self.backlog.items()))
             del self.backlog[run_id]
-            self._guard(run_id, functools.partial(self._recover_once, run_id, why))
+            self._guard(run_id, functools.partial(self._recover_once, run_id, why, stalled))
 
-    def _recover_once(self, run_id: str, why: str) -> None:
+    def _recover_once(self, run_id: str, why: str, stalled: OwnerState | None) -> None:
+        if stalled is not None:  # its lease ran out while every slot was busy: fence it now
+            self.recover(run_id, why, stalled=stalled)
+            return
         owner = self.store.owner(run_id)
         state = ("crashed", owner.generation if owner is not None else 0)
         self._once_per_state(run_id, state, functools.partial(self.recover, run_id, why))
@@ -275,7 +279,7 @@ class Daemon:
             return
         if self.full():
             self.handled.pop(run_id, None)  # not looked at yet: the backlog brings it back when a slot is free
-            self.backlog.setdefault(run_id, why)
+            self.backlog.setdefault(run_id, (why, stalled))
             return
         judged = judge(self.store, run_id)
         owner = judged.facts.owner
@@ -545,7 +549,7 @@ class Daemon:
             self.revisit.add(run_id)
             if claim is not None:
                 self.store.release(claim)  # fenced already; recovered from the backlog like any crashed run
-                self.backlog.setdefault(run_id, why)
+                self.backlog.setdefault(run_id, (why, None))
             return
         if claim is None:
             claim = self.store.try_claim(run_id, self.holder)
@@ -589,6 +593,8 @@ class Daemon:
         # nor its command line, which its commands (and `ps`) could read for the worker's whole life.
         # The store's key (however the daemon was given it) joins them: SAFEPOINT_KEY, by the pipe like the rest.
         env, secret = handoff.split_environment(key_environment(store_key(self.store), os.environ), self.store.url)
+        if claim is not None:
+            env[HANDOFF_ENV] = f"{claim.run_id}\t{claim.holder}\t{claim.generation}"
         pipe_read, pipe_write = os.pipe()
         env[handoff.HANDOFF_FD] = str(pipe_read)
         try:
