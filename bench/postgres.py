@@ -7,6 +7,8 @@ claim latency, under the load of everyone's writes). Beside it, in the same run 
 
 * ``floor``: the same number of processes, each doing a raw ``INSERT ... COMMIT`` of one row per transition
   through psycopg (autocommit: one round trip and one commit), which is what a durable transition cannot beat;
+* ``statement``: the store's one append statement on a bare connection (no pool, no store object), to tell
+  what the store's own layers add;
 * ``file_store``: the file store's cost per transition (one process, the same groups, fsync'd).
 
 Printed (one JSON object on stdout): per process count, ``transitions_per_s``, append latency (``append_ms``:
@@ -79,6 +81,38 @@ def store_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> 
         seq += 2
     store.close()
     out.put({"claims": claims, "appends": appends})
+
+
+def statement_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> None:
+    """The store's append statement on a bare connection (no pool, no store): what the store's layers add."""
+    from safepoint.store import postgres_writes
+    from safepoint.store.framing import frame
+    from safepoint.store.postgres import PostgresStore
+
+    store = PostgresStore(url, pool_size=1)
+    store.create_run(f"{tag}-s", b"{}")
+    claim = store.claim(f"{tag}-s", "bench")
+    store.close()
+    encoder = msgspec.json.Encoder()
+    seq = 1
+    with psycopg.connect(url, autocommit=True) as conn:
+
+        def one() -> None:
+            nonlocal seq
+            lines = [frame(encoder.encode(record)) for record in group(seq, claim.generation)]
+            assert postgres_writes.append(conn, claim, seq, lines, durable=True)
+            seq += 2
+
+        for _ in range(20):
+            one()
+        barrier.wait()
+        appends: list[int] = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter_ns()
+            one()
+            appends.append(time.perf_counter_ns() - t0)
+    out.put({"claims": [], "appends": appends})
 
 
 def floor_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> None:
@@ -158,11 +192,14 @@ def main() -> None:
         report["load_before"] = os.getloadavg()[0]
         for procs in (int(p) for p in args.procs.split(",")):
             rate, appends, claims = phase(store_worker, url, procs, args.seconds, "store")
+            statement_rate, statement_appends, _ = phase(statement_worker, url, procs, args.seconds, "stmt")
             floor_rate, floor_appends, _ = phase(floor_worker, url, procs, args.seconds, "floor")
             report[f"procs_{procs}"] = {
                 "transitions_per_s": round(rate, 1),
                 "append_ms": summary_ms(appends),
                 "claim_ms": summary_ms(claims),
+                "statement_transitions_per_s": round(statement_rate, 1),
+                "statement_ms": summary_ms(statement_appends),
                 "floor_transitions_per_s": round(floor_rate, 1),
                 "floor_ms": summary_ms(floor_appends),
                 "vs_floor": round(rate / floor_rate, 2),
