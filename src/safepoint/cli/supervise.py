@@ -223,6 +223,13 @@ def register(app: typer.Typer, out: Out) -> None:
                 "not resumed (default: never; only work recovery cannot resume is closed).",
             ),
         ] = None,
+        tenant: Annotated[
+            str | None,
+            typer.Option(
+                "--tenant",
+                help="Recover only runs of this recovery identity, CLASS or CLASS/OWNER (PostgreSQL stores).",
+            ),
+        ] = None,
         grace: Annotated[
             float, typer.Option("--grace", help="On SIGTERM, seconds workers get to stop before they are killed.")
         ] = 30.0,
@@ -267,6 +274,7 @@ def register(app: typer.Typer, out: Out) -> None:
                 pass_env=tuple(pass_env or ()),
                 concurrency=concurrency,
                 reap_after_s=reap_after,
+                tenant=tenant,
             )
         finally:
             sp.close()

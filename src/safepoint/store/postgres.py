@@ -47,8 +47,9 @@ from safepoint.store.framing import check_line, check_one_line, frame, read_reco
 from safepoint.store.liveness import store_clock
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
-from safepoint.store.postgres_pool import check_if_idle, close_pool, one_statement, used
+from safepoint.store.postgres_pool import check_if_idle, close_pool, listen, one_statement, used
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
+from safepoint.store.postgres_tenant import Tenant, check_tenant, own_runs
 
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
 # A control post is looked at by passes for this long after its time: a post whose transaction committed after a
@@ -103,6 +104,7 @@ class PostgresStore(FencedStore[Connection]):
         self._closer: weakref.finalize[Any, Any] | None = None
         self._opening = threading.Lock()
         self._listener: Connection | None = None  # a supervisor's LISTEN connection (wait_for_work)
+        self.tenant: Tenant | None = None  # restrict(): recover only runs of this recovery identity
 
     # connections ------------------------------------------------------------------------------------------
     def _open_pool(self) -> ConnectionPool:
@@ -315,6 +317,7 @@ class PostgresStore(FencedStore[Connection]):
         reopen: bool = False,
     ) -> Claim:
         check_run_id(run_id)
+        self._check_tenant(run_id, identity)
         try:
             return super().claim(run_id, holder, takeover=takeover, identity=identity, reopen=reopen)
         except pg_errors.LockNotAvailable:
@@ -326,11 +329,23 @@ class PostgresStore(FencedStore[Connection]):
                 f"run in {self.shown}; each agent has its own recovery owner"
             ) from None
 
+    def restrict(self, tenant: Tenant) -> None:
+        """Recover only runs of this recovery identity (``safepoint.store.postgres_tenant``)."""
+        self.tenant = tenant
+
+    def _check_tenant(self, run_id: str, identity: RecoveryIdentity | None) -> None:
+        if self.tenant is not None:  # the identity never changes after the first claim: read before the lock
+            check_tenant(self.tenant, run_id, self.owner(run_id), identity)
+
+    def _own_runs(self, conn: Connection, run_ids: list[str]) -> list[str]:
+        return run_ids if self.tenant is None else own_runs(conn, self.tenant, run_ids)
+
     def try_claim(self, run_id: str, holder: str) -> Claim | None:
         """A claim that never waits: ``FOR UPDATE SKIP LOCKED`` in the transaction that raises the generation, so
         supervisors racing for one run do not queue on its row: the one that locks it decides, the others move
         on (None), as they do when a live owner holds it."""
         check_run_id(run_id)
+        self._check_tenant(run_id, None)
         try:
             with self._owner_section(run_id, claiming=True, skip_locked=True) as (conn, current):
                 state = next_owner(run_id, current, holder, takeover=False)
@@ -462,7 +477,7 @@ class PostgresStore(FencedStore[Connection]):
                 f"SELECT c.agent_id FROM {SCHEMA}.runtime_restart_checkpoints c "
                 f"JOIN {SCHEMA}.runs r ON r.run_id = c.agent_id ORDER BY r.created_at, r.run_id"
             ).fetchall()
-        return [str(row[0]) for row in rows]
+            return self._own_runs(conn, [str(row[0]) for row in rows])
 
     # terminal events --------------------------------------------------------------------------------------
     def _add_terminal_event_txn(self, handle: Connection, run_id: str, event: RecoveryOwnerTerminalEvent) -> bool:
@@ -535,25 +550,9 @@ class PostgresStore(FencedStore[Connection]):
         return _int(row[0])
 
     def wait_for_work(self, timeout: float) -> bool:
-        """LISTEN on the work channel (a connection of its own, outside the pool): a post or a schedule wakes the
-        supervisor at once. A NOTIFY sent while nobody listens is lost, so this is a hint on top of the passes, never
-        their replacement: a lost listening connection is said by returning True (look now) and opened again."""
-        conn = self._listener
-        if conn is None:
-            try:
-                conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-                conn.execute(f"LISTEN {WORK_CHANNEL}")
-            except psycopg.Error:
-                time.sleep(timeout)
-                return False
-            self._listener = conn
-        try:
-            return any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
-        except psycopg.Error:
-            self._listener = None
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-            return True
+        """LISTEN on the work channel, on a connection of its own (``postgres_pool.listen``)."""
+        self._listener, woken = listen(self.url, self._listener, WORK_CHANNEL, timeout)
+        return woken
 
     def pass_runs(self, since: datetime | None) -> list[str]:
         """Held owners (not released, not closed: live, hung or crashed work) and runs posted to since ``since``
@@ -561,7 +560,7 @@ class PostgresStore(FencedStore[Connection]):
         many runs are finished. ``since`` None (a daemon's first pass): every run ever posted to, too."""
         with self._tx() as conn:
             rows = conn.execute(PASS_RUNS, (since, POST_MARGIN_S)).fetchall()
-        return sorted(str(row[0]) for row in rows)
+            return self._own_runs(conn, sorted(str(row[0]) for row in rows))
 
     def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
         """The job's latest occurrence run: ids ``JOB<separator><digits>`` in byte order (occurrence times have 13

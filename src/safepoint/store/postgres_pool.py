@@ -83,3 +83,22 @@ def close_pool(pool: ConnectionPool) -> None:
         threading.Thread(target=pool.close, name="pool-closer", daemon=True).start()
     else:
         pool.close()
+
+
+def listen(url: str, conn: Connection | None, channel: str, timeout: float) -> tuple[Connection | None, bool]:
+    """Wait up to ``timeout`` for a NOTIFY on ``channel`` on ``conn`` (opened and LISTENing when None); returns the
+    connection to keep and whether to look now. A NOTIFY sent while nobody listens is lost, so this is a hint on top
+    of the passes, never their replacement: a lost connection says "look now" and is opened again next time."""
+    if conn is None:
+        try:
+            conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+            conn.execute(f"LISTEN {channel}")
+        except psycopg.Error:
+            time.sleep(timeout)
+            return None, False
+    try:
+        return conn, any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
+    except psycopg.Error:
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+        return None, True
