@@ -11,7 +11,9 @@ killed writer never blocks a takeover. The row is made with the run (as ``('root
 there is always one to lock; the first claim gives it the run's recovery identity. ``generation`` and the other
 seed columns are the truth (the seed's own SQL, e.g. §5.1's close, works on them); ``holder_state`` adds only who
 holds the run now. ``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file
-store's rule (same host: pid and start time; elsewhere: a heartbeat younger than the lease).
+store's rule (same machine: pid and start time; elsewhere: a heartbeat younger than the lease), judged on the
+database's clock. The hot paths are leaner than the section: an append and a heartbeat are one statement each
+(``postgres_writes``), a claim is two pipelined round trips; connections are ``postgres_pool``'s.
 """
 
 from __future__ import annotations

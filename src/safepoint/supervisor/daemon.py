@@ -8,17 +8,23 @@ parent is resumed). A run stopped on purpose that waits for a person (``waiting_
 
 Then, every ``poll`` seconds:
 
-(a) crashed owners and the reaper. A run whose owner on this host died without releasing it (a crash) is recovered
-    as at startup. A run whose owner is alive, or on another host, but whose heartbeat is older than ``lease`` is
-    hung: the reaper judges it with ``reaping`` (``ReplayForbidden(runtime_work_reap)``), takes it over (the
-    generation goes up, which fences the hung process off: its next write is refused and it exits with
-    StaleGenerationError) and closes it with a ``runtime_work_reap`` terminal event. The reaper only fences; it
-    never kills the hung process, which may be on another host or hold state only it can clean up.
-    A worker of this daemon that is alive is reaped only past ``max(lease, 3 x its heartbeat interval)``.
+(a) crashed and stalled owners. A run whose owner on this machine died without releasing it (a crash) is recovered
+    as at startup. A run whose owner is alive, or elsewhere, but whose heartbeat is older than ``lease`` (on the
+    store's clock: the database's) has stalled: restart recovery takes it over (a claim under a new generation,
+    which fences the stalled process off: its next write is refused and it exits with StaleGenerationError) and
+    resumes it in a worker. Only work recovery cannot resume, or silent past ``--reap-after``, is closed by the
+    reaper with a ``runtime_work_reap`` terminal event whose detail says which. Neither ever kills the stalled
+    process, which may be on another host or hold state only it can clean up (this daemon's own hung worker
+    excepted: it is ended and its run resumed by a new one). A worker of this daemon that is alive is judged
+    stalled only past ``max(lease, 3 x its heartbeat interval)``.
 (b) queued input: a run nobody owns with submissions it has not taken is resumed in a worker.
 (c) schedules: an occurrence that is due (``schedule.due``) is fired in a worker (``safepoint schedule fire``).
 
-Workers are separate processes, one per run at most; they die with the daemon (``PR_SET_PDEATHSIG``) and leave
+Workers are separate processes, one per run at most and ``concurrency`` at most (startup recovery waits in a backlog
+for a free slot); each is handed its run by a claim this daemon makes first (``try_claim``: a row another daemon is
+claiming is skipped, not waited for), so daemons on many hosts share one store without starting a run twice. A pass
+reads only open work (``Store.pass_runs``); on PostgreSQL a control post or a schedule change wakes the daemon at once
+(LISTEN/NOTIFY) and ``poll`` is the safety net. Workers die with the daemon (``PR_SET_PDEATHSIG``) and leave
 their runs to the next startup. On SIGTERM (or SIGINT) the daemon starts nothing more, forwards SIGTERM to its
 workers (each stops at its next safe point and keeps its restart checkpoint), waits up to ``grace`` seconds, kills
 what is left and exits 0.
