@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from typing import NamedTuple
 
-from safepoint.errors import StoreError
+from safepoint.errors import RunLockedError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 
@@ -301,6 +303,35 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         """The highest log seq a record kept beside the log says was durable (0: nothing says). A log that ends
         before it lost records at its end: recovery then treats the calls it no longer accounts for as uncertain."""
         return 0
+
+    def try_claim(self, run_id: str, holder: str) -> Claim | None:
+        """``claim``, or None when a live owner holds the run or another claim is in the middle of taking it (a
+        database skips a locked row rather than wait for it): how supervisors share work."""
+        try:
+            return self.claim(run_id, holder)
+        except RunLockedError:
+            return None
+
+    def pass_runs(self, since: datetime | None) -> list[str]:
+        """The runs a supervisor pass looks at: every run whose owner is held, crashed or never claimed, and every
+        run posted to since ``since`` (the store's clock at the previous pass; None: ever). A backend that can
+        answer from indexes returns only those; this default returns every run."""
+        return self.list_runs()
+
+    def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
+        """Run ids among which a scheduled job's latest occurrence is (default: every run)."""
+        return self.list_runs()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for news of work (a control post, a schedule): True when some came. A
+        database wakes its supervisors (LISTEN/NOTIFY); this default only sleeps (a pass finds the work)."""
+        time.sleep(timeout)
+        return False
+
+    def clock(self) -> datetime:
+        """The time leases and heartbeats are judged on: a shared store's own (a database's), so hosts' clocks
+        never meet; this host's for a store only this host writes."""
+        return datetime.now(UTC)
 
     def close(self) -> None:  # optional hook; most backends hold nothing
         """Release connections or handles."""
