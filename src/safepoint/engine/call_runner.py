@@ -31,6 +31,7 @@ checkpoint writer); it never sees the session that composes them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import typing
@@ -298,6 +299,12 @@ def run_tool_sync(invocation: Invocation) -> Outcome:
         return _failure(exc)
 
 
+def _running(invocation: Invocation) -> contextlib.AbstractContextManager[None]:
+    """Count the tool as running while it runs: a control record written meanwhile is not a person's. A tool that
+    hosts a nested agent is not counted itself; its nested calls are, one by one."""
+    return contextlib.nullcontext() if invocation.tool.hosts_calls else TOOLS.running()
+
+
 async def run_tool_async(invocation: Invocation) -> Outcome:
     if not invocation.tool.is_async:
         return await asyncio.to_thread(run_tool_sync, invocation)  # a blocking tool must not stall the loop
@@ -373,7 +380,7 @@ class CallRunner:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(self._wait(request))
                 else:
-                    with TOOLS.running():  # a control record written meanwhile is not a person's
+                    with _running(request):
                         outcome = run_tool_sync(request)
                     request = driver.send(outcome)
         except StopIteration as done:
@@ -399,7 +406,7 @@ class CallRunner:
                 if isinstance(request, AwaitApproval):
                     request = driver.send(await asyncio.to_thread(self._wait, request))
                 else:
-                    with TOOLS.running():  # a control record written meanwhile is not a person's
+                    with _running(request):
                         outcome = await run_tool_async(request)
                     request = driver.send(outcome)
         except StopIteration as done:

@@ -23,10 +23,9 @@ import hashlib
 import os
 import shutil
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -41,8 +40,7 @@ from safepoint.errors import (
     RunNotFoundError,
     StoreError,
 )
-from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
-from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity
 from safepoint.store import postgres_writes
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
@@ -52,8 +50,12 @@ from safepoint.store.names import check_job_id, check_run_id, mask_passwords, sa
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
 from safepoint.store.postgres_blobs import PostgresBlobs
 from safepoint.store.postgres_pool import check_if_idle, close_pool, listen, one_statement, used
+from safepoint.store.postgres_restart import PostgresRestartCheckpoints
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 from safepoint.store.postgres_tenant import Tenant, check_tenant, own_runs
+from safepoint.store.postgres_values import as_bytes as _bytes
+from safepoint.store.postgres_values import as_int as _int
+from safepoint.store.postgres_values import as_iso as _iso
 
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
 # A control post is looked at by passes for this long after its time: a post whose transaction committed after a
@@ -66,15 +68,7 @@ PASS_RUNS = (
     "AND control_at > coalesce(%s::timestamptz - make_interval(secs => %s), '-infinity')"
 )  # a pooled connection idle longer than this is checked before use (not one used just now)
 _record_encoder = msgspec.json.Encoder()
-_checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
 _SEED_OWNER = "recovery_class, owner_id, generation, agent_id, message_id, active_at, terminal_at, terminal_status"
-_SEED_CHECKPOINT = (
-    "mode, payload_json, created_at, updated_at, recovery_class, recovery_owner_id, execution_config_json"
-)
-_UPSERT_CHECKPOINT = ", ".join(
-    f"{column} = EXCLUDED.{column}" for column in (*_SEED_CHECKPOINT.split(", "), "descriptor", "checksum")
-)
-_SEED_EVENT = "recovery_class, owner_id, generation, event_type, created_at, payload_json"
 
 
 def _one_line(exc: BaseException, url: str) -> str:
@@ -96,7 +90,7 @@ def migrate(url: str, *, to: int = LATEST) -> SchemaChange:
         raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc, url)}") from None
 
 
-class PostgresStore(PostgresBlobs, FencedStore[Connection]):
+class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Connection]):
     def __init__(self, url: str, *, pool_size: int = 4, migrate: bool = False) -> None:
         """``migrate``: upgrade a database at an older schema version when opening it (a fresh one is always set
         up; see ``safepoint.store.postgres_schema`` for why an upgrade is not automatic)."""
@@ -495,83 +489,6 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         payload = check_line(_bytes(row[1]).removesuffix(b"\n"))
         return None if payload is None else (_int(row[0]), payload)
 
-    # the restart checkpoint -------------------------------------------------------------------------------
-    def _put_restart_checkpoint_txn(self, handle: Connection, run_id: str, data: bytes) -> None:
-        handle.execute(
-            f"INSERT INTO {SCHEMA}.runtime_restart_checkpoints "
-            f"(agent_id, {_SEED_CHECKPOINT}, descriptor, checksum) VALUES ({', '.join(['%s'] * 10)}) "
-            f"ON CONFLICT (agent_id) DO UPDATE SET {_UPSERT_CHECKPOINT}",
-            (run_id, *_checkpoint_columns(data), data, hashlib.sha256(data).hexdigest()),
-        )
-
-    def read_restart_checkpoint(self, run_id: str) -> StoredDescriptor | None:
-        with self._tx() as conn:
-            self._require_run(conn, run_id)
-            row = conn.execute(
-                f"SELECT {_SEED_CHECKPOINT}, descriptor, checksum FROM {SCHEMA}.runtime_restart_checkpoints "
-                "WHERE agent_id = %s",
-                (run_id,),
-            ).fetchone()
-        if row is None:
-            return None
-        data = _bytes(row[7])
-        if hashlib.sha256(data).hexdigest() != row[8]:
-            return StoredDescriptor(data=data, intact=False, detail="checksum does not match")
-        # The seed's columns are written from the descriptor; a row whose columns say otherwise was changed
-        # after it was written (by hand, or half an update), so neither side can be trusted.
-        if tuple(row[:7]) != _checkpoint_columns(data, updated_at=row[3]):
-            return StoredDescriptor(data=data, intact=False, detail="the row's columns disagree with its descriptor")
-        return StoredDescriptor(data=data, intact=True)
-
-    def _delete_restart_checkpoint_txn(self, handle: Connection, run_id: str) -> None:
-        handle.execute(f"DELETE FROM {SCHEMA}.runtime_restart_checkpoints WHERE agent_id = %s", (run_id,))
-
-    def list_restart_checkpoints(self) -> list[str]:
-        with self._tx() as conn:
-            rows = conn.execute(
-                f"SELECT c.agent_id FROM {SCHEMA}.runtime_restart_checkpoints c "
-                f"JOIN {SCHEMA}.runs r ON r.run_id = c.agent_id ORDER BY r.created_at, r.run_id"
-            ).fetchall()
-            return self._own_runs(conn, [str(row[0]) for row in rows])
-
-    # terminal events --------------------------------------------------------------------------------------
-    def _add_terminal_event_txn(self, handle: Connection, run_id: str, event: RecoveryOwnerTerminalEvent) -> bool:
-        recorded = handle.execute(
-            f"INSERT INTO {SCHEMA}.recovery_owner_terminal_events ({_SEED_EVENT}) "
-            "VALUES (%s, %s, %s, %s, %s::timestamptz, %s) ON CONFLICT DO NOTHING RETURNING 1",
-            (
-                event.recovery_class,
-                event.owner_id,
-                event.generation,
-                event.event_type,
-                event.created_at,
-                event.payload_json,
-            ),
-        ).fetchone()
-        return recorded is not None
-
-    def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
-        with self._tx() as conn:
-            self._require_run(conn, run_id)
-            rows = conn.execute(
-                f"SELECT e.recovery_class, e.owner_id, e.generation, e.event_type, e.created_at, e.payload_json "
-                f"FROM {SCHEMA}.recovery_owner_terminal_events e JOIN {SCHEMA}.recovery_owners o "
-                "ON o.recovery_class = e.recovery_class AND o.owner_id = e.owner_id WHERE o.agent_id = %s "
-                "ORDER BY e.created_at, e.generation, e.event_type",
-                (run_id,),
-            ).fetchall()
-        return [
-            RecoveryOwnerTerminalEvent(
-                recovery_class=str(recovery_class),
-                owner_id=str(owner_id),
-                generation=_int(generation),
-                event_type=str(event_type),
-                created_at=_iso(created_at),
-                payload_json=None if payload_json is None else str(payload_json),
-            )
-            for recovery_class, owner_id, generation, event_type, created_at, payload_json in rows
-        ]
-
     # the control channel ----------------------------------------------------------------------------------
     def post_control(self, run_id: str, data: bytes) -> int:
         check_one_line("a control record", data)
@@ -778,13 +695,6 @@ class _Busy(Exception):
     """The owner row is locked by another transaction (a claim or a write in progress): skipped, not waited for."""
 
 
-def _iso(value: object) -> str:
-    """A timestamptz as ``ownership.now()`` writes it (UTC, microseconds), so it reads back as it was stored."""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat(timespec="microseconds")
-    raise StoreError(f"expected a timestamp from the database, got {type(value).__name__}")
-
-
 def _owner_state(row: tuple[object, ...]) -> OwnerState | None:
     """The owner a ``recovery_owners`` row records: the seed's columns over the holder fields, or None before the
     first claim."""
@@ -806,37 +716,3 @@ def _owner_state(row: tuple[object, ...]) -> OwnerState | None:
         return msgspec.convert(fields, OwnerState)
     except msgspec.ValidationError as exc:
         raise CorruptRecordError(f"recovery owner of run {agent_id!r} cannot be read: {exc}") from None
-
-
-def _checkpoint_columns(data: bytes, *, updated_at: object = None) -> tuple[object, ...]:
-    """The seed's columns for a descriptor. One that does not decode is still stored byte for byte (judging it is
-    recovery's job: invalid_recovery_descriptor); its NOT NULL columns then say only that: mode '' and the time
-    it was written (``updated_at``, when reading one back)."""
-    try:
-        checkpoint = _checkpoint_decoder.decode(data)
-    except msgspec.DecodeError:
-        written = updated_at if updated_at is not None else int(time.time() * 1000)
-        return ("", None, written, written, None, None, None)
-    return (
-        checkpoint.mode,
-        checkpoint.payload_json,
-        checkpoint.created_at,
-        checkpoint.updated_at,
-        checkpoint.recovery_class,
-        checkpoint.recovery_owner_id,
-        checkpoint.execution_config_json,
-    )
-
-
-def _bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise StoreError(f"expected bytes from the database, got {type(value).__name__}")
-
-
-def _int(value: object) -> int:
-    if isinstance(value, int):
-        return value
-    raise StoreError(f"expected an integer from the database, got {type(value).__name__}")
