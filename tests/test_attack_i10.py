@@ -213,3 +213,53 @@ def test_a_lone_surrogate_from_a_model_is_kept_or_refused_in_one_line(tm):
         run.finish("completed")
     [said] = [m.content for m in tm.history("r").current if m.role == "assistant"]
     assert said in ("cut \ud83d here " * 30, "cut \ufffd here " * 30)
+
+
+def test_a_version_gc_freed_that_comes_back_in_a_conflict_survives_the_next_gc(tm, workspace):
+    """The user puts the file back as it was before the run (`git checkout big.txt`), after a gc freed that
+    version; a rollback to a labelled checkpoint then keeps the user's file as a conflict, whose side is that very
+    version (stored again). A second gc must not free it: the conflict's three-way view and its resolution read
+    it. (gc subtracts the digests an earlier gc recorded as pruned from what the run needs.)"""
+    original = _text(60)
+    (workspace / "big.txt").write_text(original)
+    after = _finished_run(tm, "r", [_text(seed) for seed in range(61, 66)])
+    label(tm.store, "r", after[-2], "keep")
+    first = gc(tm.store, keep=1)
+    assert tm.store.blob_name(content_hash(original.encode())) not in tm.store.list_blobs(), first
+    (workspace / "big.txt").write_text(original)  # the user's own undo
+    plan = tm.rollback_files("r", after[-2])
+    assert [c.path for c in tm.conflicts("r")] == ["big.txt"], plan
+    gc(tm.store, keep=1)
+    gc(tm.store, keep=1)
+    [view] = tm.conflicts("r")
+    assert view is not None
+    tm.resolve("r", "big.txt", "manual_merge")
+    assert fsck(tm.store, None, repair=False).clean
+
+
+NOTIFY = {"tool": "send_notification", "args": {"to": "#ops", "message": "deploy"}}
+
+
+@pytest.mark.xfail(
+    strict=True, reason="forget of an unfinished parent's subagent run lets the parent's resume send its effect again"
+)
+def test_forgetting_a_crashed_subagent_does_not_let_its_parent_repeat_its_effects(tmp_path):
+    """A parent spawned a subagent that sent a notification, and both were killed. The user tidies up with
+    `safepoint forget` on the subagent's run (no live process owns it, so forget agrees). Resuming the parent
+    then spawns the subagent afresh and the notification goes out twice: forget must refuse a run an unfinished
+    parent still answers for (or the parent's resume must not run it again)."""
+    import json
+    import signal
+
+    from .test_protocol import Cli
+
+    cli = Cli(tmp_path)
+    child = {"task": "notify", "turns": [{"tool_calls": [NOTIFY]}, {"text": "sent"}]}
+    spawn = {"tool": "spawn_subagent", "args": {"task": "notify", "scenario": child}}
+    sc = tmp_path / "sc.json"
+    sc.write_text(json.dumps({"task": "t", "turns": [{"tool_calls": [spawn]}, {"text": "done"}]}))
+    crashed = cli("run", str(sc), "--run-id", "p", SAFEPOINT_FAILPOINT="after_tool:send_notification")
+    assert crashed.returncode == -signal.SIGKILL and cli.sent() == 1
+    forgotten = cli("forget", "p.call_1")
+    resumed = cli("resume", "p")
+    assert cli.sent() == 1, (forgotten.stdout, forgotten.stderr, resumed.stdout, resumed.stderr)
