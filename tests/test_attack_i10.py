@@ -263,3 +263,41 @@ def test_forgetting_a_crashed_subagent_does_not_let_its_parent_repeat_its_effect
     forgotten = cli("forget", "p.call_1")
     resumed = cli("resume", "p")
     assert cli.sent() == 1, (forgotten.stdout, forgotten.stderr, resumed.stdout, resumed.stderr)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="gc between rollback's reachability check and its claim frees what the rollback then reads"
+)
+def test_gc_racing_a_rollback_to_an_old_checkpoint_never_half_restores(tm, workspace, monkeypatch):
+    """`safepoint rollback r CKPT` checks that gc kept CKPT before it claims the run; a `safepoint gc` from another
+    terminal in between sees a finished run nobody owns and frees CKPT's versions. The rollback must then be
+    refused in one line with the files untouched (or gc must see the run as busy), never fail half-way or write
+    other content."""
+    import safepoint.lifecycle as lifecycle
+
+    (workspace / "a.txt").write_text(_text(70))
+    (workspace / "b.txt").write_text(_text(71))
+    after = []
+    with tm.start("t", run_id="r") as run:
+        for number in range(4):
+            run.step()
+            run.call("write_file", {"path": "a.txt", "content": _text(72 + number)}, call_id=f"a{number}")
+            run.call("write_file", {"path": "b.txt", "content": _text(80 + number)}, call_id=f"b{number}")
+            after.append(run.checkpoint())
+        run.finish("completed")
+    real = lifecycle.check_reachable
+
+    def then_gc(store, run_id, checkpoint_id):
+        real(store, run_id, checkpoint_id)
+        gc(store, keep=1)  # another terminal, at the worst moment
+
+    monkeypatch.setattr(lifecycle, "check_reachable", then_gc)
+    calls = len(tm.ledger("r"))
+    try:
+        tm.rollback_files("r", after[0])
+    except SafepointError as refused:
+        assert (workspace / "a.txt").read_text() == _text(75) and (workspace / "b.txt").read_text() == _text(83)
+        assert "not kept by `safepoint gc`" in str(refused)
+        assert len(tm.ledger("r")) == calls  # refused before anything was recorded, as the README promises
+        return
+    assert (workspace / "a.txt").read_text() == _text(72) and (workspace / "b.txt").read_text() == _text(80)
