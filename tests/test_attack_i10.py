@@ -3,6 +3,7 @@ did not look. A test marked xfail(strict) pins a broken promise until a fix land
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 
@@ -301,3 +302,49 @@ def test_gc_racing_a_rollback_to_an_old_checkpoint_never_half_restores(tm, works
         assert len(tm.ledger("r")) == calls  # refused before anything was recorded, as the README promises
         return
     assert (workspace / "a.txt").read_text() == _text(72) and (workspace / "b.txt").read_text() == _text(80)
+
+
+def test_label_and_forget_refuse_what_does_not_exist_in_one_line(tm, workspace, tmp_path):
+    """`label` of a run or a checkpoint that does not exist, a label that is a control sequence, `forget` of an
+    unknown run: one line naming the thing, a documented exit code, never a traceback; a hostile label name is
+    shown inert (held)."""
+    from .conftest import safepoint_in_process
+
+    (workspace / "big.txt").write_text(_text(90))
+    _finished_run(tm, "r", [_text(91)])
+    where = ["--store", str(tmp_path / "store"), "-w", str(workspace)]
+    for args in (("label", "nope", "step:1", "x"), ("label", "r", "step:99", "x"), ("label", "r", "ckpt_zz", "x")):
+        done = safepoint_in_process(*args, *where)
+        assert done.returncode not in (0, 1) and "Traceback" not in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    hostile = safepoint_in_process("label", "r", "step:1", "\x1b]0;pwned\x07\x1b[2Jred\r", *where)
+    assert hostile.returncode == 0, hostile.stderr
+    assert "\x1b" not in hostile.stdout and "\x07" not in hostile.stdout and "\r" not in hostile.stdout
+
+
+def test_a_wrong_key_frees_nothing(tmp_path, workspace):
+    """gc opened with another key than the store's: every blob name it computes differs from the stored ones, so
+    every blob looks unreferenced. It must refuse (or free nothing), never empty the store (held)."""
+    key = bytes(range(32))
+    opened = safepoint.open(str(tmp_path / "sealed"), workspace=str(workspace), key=key)
+    try:
+        (workspace / "big.txt").write_text(_text(92))
+        _finished_run(opened, "r", [_text(93), _text(94)])
+        before = opened.store.list_blobs()
+    finally:
+        opened.close()
+    assert before
+    try:
+        wrong = safepoint.open(str(tmp_path / "sealed"), workspace=str(workspace), key=bytes(32))
+    except SafepointError:
+        return
+    try:
+        with contextlib.suppress(SafepointError):
+            gc(wrong.store, keep=0)
+    finally:
+        wrong.close()
+    right = safepoint.open(str(tmp_path / "sealed"), workspace=str(workspace), key=key)
+    try:
+        assert right.store.list_blobs().keys() == before.keys()
+    finally:
+        right.close()
