@@ -381,3 +381,23 @@ def test_a_damaged_blob_row_is_rewritten_by_the_next_writer_on_postgres(fresh_ur
         assert (workspace / "big.txt").read_text() == before
     finally:
         tm.close()
+
+
+def test_after_gc_every_call_and_message_of_a_finished_run_still_reads(tm, workspace):
+    """gc frees file versions only: an early call's large recorded output and argument, the history and
+    `explain` of a finished run read as before gc (held)."""
+    (workspace / "big.txt").write_text(_text(110))
+    (workspace / "data.txt").write_text(_text(111))
+    with tm.start("t", run_id="r") as run:
+        run.step()
+        read = run.call("read_file", {"path": "data.txt"}, call_id="read")
+        run.add_message("assistant", _text(112))
+        for number in range(4):
+            run.step()
+            run.call("write_file", {"path": "big.txt", "content": _text(113 + number)}, call_id=f"c{number}")
+            run.checkpoint()
+        run.finish("completed")
+    before = (tm.explain("r", probe_workspace=False), tm.history("r"), tm.ledger("r"))
+    assert gc(tm.store, keep=0).freed_blobs > 0
+    assert (tm.explain("r", probe_workspace=False), tm.history("r"), tm.ledger("r")) == before
+    assert _text(111) in str(read) and fsck(tm.store, None, repair=False).clean
