@@ -401,3 +401,24 @@ def test_after_gc_every_call_and_message_of_a_finished_run_still_reads(tm, works
     assert gc(tm.store, keep=0).freed_blobs > 0
     assert (tm.explain("r", probe_workspace=False), tm.history("r"), tm.ledger("r")) == before
     assert _text(111) in str(read) and fsck(tm.store, None, repair=False).clean
+
+
+def test_a_second_gc_with_nothing_to_free_reads_no_blob_and_each_log_once(tm, workspace, monkeypatch):
+    """Cost, counted: gc reads each run's log once and, when an earlier gc left nothing to free, no blob at all
+    (rebuilding whole versions again would read every patch chain of every run on every gc) (held)."""
+    from safepoint.engine import session
+
+    (workspace / "big.txt").write_text(_text(120))
+    for number in range(3):
+        _finished_run(tm, f"r{number}", [_text(121 + 10 * number + seed) for seed in range(4)])
+    assert gc(tm.store, keep=1).freed_blobs > 0
+    loaded: list[str] = []
+    real_load = session.load_view
+    monkeypatch.setattr(
+        session, "load_view", lambda store, run_id, *a, **k: loaded.append(run_id) or real_load(store, run_id, *a, **k)
+    )
+    reads: list[str] = []
+    real_get = type(tm.store).get_blob
+    monkeypatch.setattr(type(tm.store), "get_blob", lambda self, name: reads.append(name) or real_get(self, name))
+    assert gc(tm.store, keep=1).freed_blobs == 0
+    assert sorted(loaded) == ["r0", "r1", "r2"] and reads == []
