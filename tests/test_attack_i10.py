@@ -422,3 +422,21 @@ def test_a_second_gc_with_nothing_to_free_reads_no_blob_and_each_log_once(tm, wo
     monkeypatch.setattr(type(tm.store), "get_blob", lambda self, name: reads.append(name) or real_get(self, name))
     assert gc(tm.store, keep=1).freed_blobs == 0
     assert sorted(loaded) == ["r0", "r1", "r2"] and reads == []
+
+
+def test_safepoint_history_is_what_the_resumed_run_gets(tm, workspace):
+    """`safepoint history RUN` promises the conversation exactly as a resume restores it: compressed messages
+    past the first dictionary, odd texts and a tool call's output included, compared with what the resumed run
+    holds (held)."""
+    (workspace / "data.txt").write_text(_text(130))
+    _chatty_run(tm, "r", ODD[:5], finish=False)
+    with tm.resume("r") as run:
+        run.step()
+        run.call("read_file", {"path": "data.txt"}, call_id="late")
+        run.add_message("assistant", "after the resume " * 20)
+    shown = [h.message for h in tm.restored_history("r").messages]
+    with tm.resume("r") as run:
+        got = run.history[:-1]  # this resume's own recovery note is new
+    assert [(m.role, m.name, m.content, m.tool_calls) for m in shown] == [
+        (m.role, m.name, m.content, m.tool_calls) for m in got
+    ]
