@@ -269,7 +269,8 @@ def test_forgetting_a_crashed_subagent_does_not_let_its_parent_repeat_its_effect
 @pytest.mark.xfail(
     strict=True, reason="gc between rollback's reachability check and its claim frees what the rollback then reads"
 )
-def test_gc_racing_a_rollback_to_an_old_checkpoint_never_half_restores(tm, workspace, monkeypatch):
+@pytest.mark.parametrize("action", ["rollback_files", "restore_session"])
+def test_gc_racing_a_rollback_to_an_old_checkpoint_never_half_restores(action, tm, workspace, monkeypatch):
     """`safepoint rollback r CKPT` checks that gc kept CKPT before it claims the run; a `safepoint gc` from another
     terminal in between sees a finished run nobody owns and frees CKPT's versions. The rollback must then be
     refused in one line with the files untouched (or gc must see the run as busy), never fail half-way or write
@@ -295,7 +296,10 @@ def test_gc_racing_a_rollback_to_an_old_checkpoint_never_half_restores(tm, works
     monkeypatch.setattr(lifecycle, "check_reachable", then_gc)
     calls = len(tm.ledger("r"))
     try:
-        tm.rollback_files("r", after[0])
+        if action == "rollback_files":
+            tm.rollback_files("r", after[0])
+        else:
+            tm.restore_session("r", after[0], with_files=True)
     except SafepointError as refused:
         assert (workspace / "a.txt").read_text() == _text(75) and (workspace / "b.txt").read_text() == _text(83)
         assert "not kept by `safepoint gc`" in str(refused)
