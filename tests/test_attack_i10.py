@@ -450,3 +450,26 @@ def test_safepoint_history_is_what_the_resumed_run_gets(tm, workspace):
     assert [(m.role, m.name, m.content, m.tool_calls) for m in shown] == [
         (m.role, m.name, m.content, m.tool_calls) for m in got
     ]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "removed"])
+def test_a_torn_or_missing_blob_is_rewritten_by_the_next_writer_of_its_content(damage, tm, workspace):
+    """A blob cut short (a torn write by hand or a full disk elsewhere) or removed: the next run storing the same
+    content writes it whole again, so its own reference reads (held)."""
+    before = _text(140)
+    (workspace / "big.txt").write_text(before)
+    _finished_run(tm, "a", [_text(141)])
+    name = tm.store.blob_name(content_hash(before.encode()))
+    path = tm.store._blob_path(name)
+    if damage == "truncated":
+        os.truncate(path, os.path.getsize(path) // 2)
+    else:
+        os.unlink(path)
+    (workspace / "big.txt").write_text(before)
+    with tm.start("t", run_id="b") as run:
+        start = run.checkpoint()
+        run.step()
+        run.call("write_file", {"path": "big.txt", "content": _text(142)}, call_id="c1")
+        run.finish("completed")
+    tm.rollback_files("b", start)
+    assert (workspace / "big.txt").read_text() == before
