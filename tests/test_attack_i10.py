@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from datetime import UTC
 
 import pytest
 
@@ -495,3 +496,28 @@ def test_a_tool_calls_arguments_read_back_as_the_model_wrote_them(tm):
         run.finish("completed")
     [said] = [m for m in tm.history("r").current if m.role == "assistant"]
     assert said.tool_calls[0].args == {"limit": float("inf"), "path": "."}
+
+
+@pytest.mark.xfail(
+    strict=True, reason="forget of a scheduled occurrence's run makes the daemon fire that occurrence again"
+)
+def test_forgetting_an_occurrence_does_not_make_it_due_again(tm):
+    """The daemon knows which occurrences fired from the runs in the store (`schedule.last_fired` over run ids).
+    A user forgets the hourly job's run of 10:00 at 10:05 (tidying, which is what forget is for); the daemon's
+    next tick finds no run for 10:00, still inside its execution window, and fires it again: the job's effects
+    (a deploy, a notification) happen twice. Forgetting a run must not un-fire its occurrence."""
+    from datetime import datetime
+
+    from safepoint.supervisor import schedule
+
+    ten = int(datetime(2026, 12, 1, 10, 0, tzinfo=UTC).timestamp() * 1000)
+    job = schedule.ScheduledJob(
+        job_id="hourly", cron="0 * * * *", workspace=".", created_at_ms=ten - 86_400_000, updated_at_ms=ten
+    )
+    with tm.start("t", run_id=schedule.occurrence_run_id("hourly", ten)) as run:
+        run.step()
+        run.finish("completed")
+    at = ten + 5 * 60_000
+    assert schedule.due(job, schedule.last_fired("hourly", tm.list_runs()), at) == []
+    forget(tm.store, schedule.occurrence_run_id("hourly", ten))
+    assert schedule.due(job, schedule.last_fired("hourly", tm.list_runs()), at) == []
