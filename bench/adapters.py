@@ -1,7 +1,7 @@
 """The adapters' figures (issue 12, Performance): a LangGraph graph of 3,000 steps, each adding ~1 KB to a message
 list, on ``SafepointSaver`` against LangGraph's ``SqliteSaver`` and ``InMemorySaver`` (the floor), in one run.
 
-Per saver: the wall time of a step at steps 1, 1,000 and 3,000 (the median of the 5 steps ending there: the disk and
+Per saver: the wall time of a step at steps 1, 1,000 and 3,000 (the median of the 25 steps ending there: the disk and
 the 2 cores are shared), the bytes a step adds there (averaged over the 10 steps ending there: a database grows by
 pages), and the store's size at the end. ``durability="sync"``: every step is durable before the next.
 
@@ -85,7 +85,7 @@ def measure(saver: Any, size: Callable[[], int], steps: int, marks: list[int]) -
     return {
         "steps": len(times),
         "seconds": round(time.perf_counter() - started, 2),
-        "ms_at_step": {m: round(statistics.median(times[max(0, m - 5) : m]) * 1000, 3) for m in reached},
+        "ms_at_step": {m: round(statistics.median(times[max(0, m - 25) : m]) * 1000, 3) for m in reached},
         "bytes_per_step_at": {m: (sizes[m] - sizes[max(0, m - 10)]) // min(m, 10) for m in reached},
         "total_bytes": sizes[max(sizes)],
         "_sizes": sizes,
@@ -114,14 +114,16 @@ def extrapolate(result: dict[str, Any], steps: int, marks: list[int]) -> dict[st
     total = sizes[measured_steps] + sum(a + b * k for k in range(measured_steps + 1, steps + 1))
     times = result["_times"]
     ta, tb = line([(k + 1, t) for k, t in enumerate(times) if k >= len(times) // 4])
+    fitted = sizes[known[0]] + sum(a + b * k for k in range(known[0] + 1, measured_steps + 1))
     out: dict[str, Any] = {
         "measured_steps": measured_steps,
+        "fit_check_total_at_measured_steps": {"measured": sizes[measured_steps], "fitted": round(fitted)},
         "bytes_per_step_line": {"intercept": round(a), "per_step": round(b, 2)},
         "total_bytes_at_steps": round(total),
         "ms_at_step": {m: round((ta + tb * m) * 1000, 3) for m in marks if m > measured_steps},
         "bytes_per_step_at": {m: round(a + b * m) for m in marks if m > measured_steps},
         "how": "least-squares lines of bytes per step and seconds per step against the step, fitted to the last "
-        "three quarters of the measured steps; SqliteSaver stores the whole list every step",
+        "three quarters of the measured steps (the saver stores the whole list every step)",
     }
     return out
 
@@ -216,6 +218,9 @@ def main() -> None:
             "ms_over_sqlite_at_step": {m: round(ours["ms_at_step"][m] / sqlite_ms[m], 3) for m in marks},
             "ms_over_memory_at_step": {m: round(ours["ms_at_step"][m] / memory_ms[m], 2) for m in marks},
             "ms_last_over_first": round(ours["ms_at_step"][steps] / ours["ms_at_step"][1], 2),
+            "ms_last_over_step_1000": round(ours["ms_at_step"][steps] / ours["ms_at_step"][marks[-2]], 2)
+            if len(marks) > 2
+            else None,
             "sqlite_figures_at_steps": "extrapolated" if extra else "measured",
             "memory_figures_at_steps": "extrapolated" if "extrapolated" in results["memory"] else "measured",
         }
