@@ -88,6 +88,13 @@ def measure(saver: Any, size: Callable[[], int], steps: int, marks: list[int]) -
         "ms_at_step": {m: round(statistics.median(times[max(0, m - 25) : m]) * 1000, 3) for m in reached},
         "bytes_per_step_at": {m: (sizes[m] - sizes[max(0, m - 10)]) // min(m, 10) for m in reached},
         "total_bytes": sizes[max(sizes)],
+        # flatness at a glance: the median step of each tenth of the run
+        "ms_median_by_tenth": [
+            round(statistics.median(times[i * len(times) // 10 : (i + 1) * len(times) // 10]) * 1000, 2)
+            for i in range(10)
+        ]
+        if len(times) >= 10
+        else [],
         "_sizes": sizes,
         "_times": times,
     }
@@ -144,6 +151,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--sqlite-budget", type=float, default=2e9, help="bytes SqliteSaver's database may reach")
     parser.add_argument("--postgres", default=None, help="an empty PostgreSQL database's URL (optional)")
+    parser.add_argument("--only-safepoint", action="store_true", help="skip SqliteSaver and InMemorySaver (no ratios)")
     args = parser.parse_args()
     steps: int = args.steps
     marks = sorted({1, 1000, steps} & set(range(1, steps + 1)))
@@ -172,6 +180,13 @@ def main() -> None:
                 base = pg_bytes()
                 results["safepoint_postgres"] = measure(saver, lambda: pg_bytes() - base, steps, marks)
 
+        if args.only_safepoint:
+            for result in results.values():
+                if isinstance(result, dict):
+                    result.pop("_sizes", None)
+                    result.pop("_times", None)
+            print(json.dumps(results, indent=2))
+            return
         database = folder / "sqlite.db"
         connection = sqlite3.connect(database, check_same_thread=False)
         sqlite_saver = SqliteSaver(connection)

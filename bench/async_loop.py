@@ -5,7 +5,8 @@ on the same loop: ``acall`` of ``write_file`` (a new 4,000-line file, then a one
 on a 4,000-line file, ``run_command``, a Python tool (blocking and async), ``astep`` and ``acheckpoint``. The
 baseline, measured in the same run: the same operation done synchronously on the loop (``run.call``, ``step``,
 ``checkpoint``), which stalls the loop for as long as it takes. Per operation: the stall off the loop, the stall on
-it, their ratio, and the operation's own time. Each figure is the median of ``--repeat`` rounds (the machine is
+it, their ratio, and the operation's own time; ``idle_floor`` is the ticker's longest gap with nothing else running
+(the machine's own scheduling noise). Each figure is the median of ``--repeat`` rounds (the machine is
 shared).
 
 Run: ``python bench/async_loop.py [--repeat 5] [--postgres URL]`` (a URL of an empty database adds the
@@ -118,6 +119,7 @@ def operations(run: safepoint.Run, workspace: Path, n: int) -> dict[str, tuple[C
             lambda: run.acall_result("async_tool", {"n": n}, call_id=f"async-{n}-a"),
             lambda: asyncio.sleep(0),  # an async tool cannot be called synchronously on a running loop
         ),
+        "idle_floor": (lambda: asyncio.sleep(0.02), lambda: asyncio.sleep(0.02)),  # the ticker alone: the floor
         "step": (astep, step),
         "checkpoint": (acheckpoint, checkpoint),
     }
@@ -144,7 +146,9 @@ def measure(url: str, workspace: Path, repeat: int) -> dict[str, Any]:
             "stall_ms": round(stall * 1000, 2),
             "call_ms": round(took * 1000, 2),
             "stall_ms_on_the_loop": round(sync_stall * 1000, 2),
-            "stall_over_on_the_loop": round(stall / sync_stall, 3) if name != "python_tool_async" else None,
+            "stall_over_on_the_loop": round(stall / sync_stall, 3)
+            if name not in ("python_tool_async", "idle_floor")
+            else None,
         }
     return out
 
