@@ -3,7 +3,9 @@ list, on ``SafepointSaver`` against LangGraph's ``SqliteSaver`` and ``InMemorySa
 
 Per saver: the wall time of a step at steps 1, 1,000 and 3,000 (the median of the 25 steps ending there: the disk and
 the 2 cores are shared), the bytes a step adds there (averaged over the 10 steps ending there: a database grows by
-pages), and the store's size at the end. ``durability="sync"``: every step is durable before the next.
+pages), and the store's size at the end; the median wall and CPU time of a step in each tenth of the run (the CPU time
+of this process does not count what the rest of a shared machine runs). ``durability="sync"``: every step is
+durable before the next.
 
 ``SqliteSaver`` stores the whole message list at every step, so its database grows with the square of the steps
 (~5 GB at 3,000). It is measured up to the step count whose projected size fits ``--sqlite-budget`` (default 2 GB,
@@ -72,13 +74,15 @@ def measure(saver: Any, size: Callable[[], int], steps: int, marks: list[int]) -
     cfg = {"configurable": {"thread_id": "bench"}, "recursion_limit": steps + 10}
     sizes = {0: size()}
     times: list[float] = []
+    cpu: list[float] = []  # this process's CPU time per step: what the code costs, whatever else the machine runs
     stream = graph(saver, steps).stream({"messages": [HumanMessage("go")], "steps": 0}, cfg, durability="sync")
     started = time.perf_counter()
     while True:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         if next(stream, None) is None:
             break
-        times.append(time.perf_counter() - start)  # the step, its put and its writes (the size is not timed)
+        times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)  # the step, its put and its writes (the size is not timed)
         if len(times) in sampled:
             sizes[len(times)] = size()
     reached = [m for m in marks if m <= len(times)]
@@ -94,6 +98,11 @@ def measure(saver: Any, size: Callable[[], int], steps: int, marks: list[int]) -
             for i in range(10)
         ]
         if len(times) >= 10
+        else [],
+        "cpu_ms_median_by_tenth": [
+            round(statistics.median(cpu[i * len(cpu) // 10 : (i + 1) * len(cpu) // 10]) * 1000, 2) for i in range(10)
+        ]
+        if len(cpu) >= 10
         else [],
         "_sizes": sizes,
         "_times": times,

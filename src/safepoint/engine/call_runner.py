@@ -5,7 +5,9 @@ The walk of one ``run.call("send_email", {...}, call_id="c1")``, top to bottom:
 1. ``run.Run.call`` -> ``Run.call_result`` -> ``CallRunner.execute`` (``aexecute`` for ``Run.acall``).
 2. ``CallRunner.execute`` starts the generator ``CallRunner.drive`` and serves what it yields: an ``Invocation``
    (run the tool now: ``run_tool_sync``; ``run_tool_async`` in ``aexecute``) or an ``AwaitApproval`` (wait for a
-   person: the injected ``ApprovalWaiter``). Only these two differ between sync and async.
+   person: the injected ``ApprovalWaiter``). Only these two differ between sync and async; the driver's own pieces
+   (everything below) run on the caller's thread in ``execute`` and on the run's bookkeeping thread in
+   ``aexecute`` (``engine.offloop``), so an event loop never waits on a hash, a patch or an fsync.
 3. ``drive``, a call the ledger does not know yet:
    - ``FileChanges.before``: the before-state of every path the tool will write (staged);
    - ``LedgerMachine.plan``: the ``planned`` entry (staged; a large content argument is logged as a patch);
