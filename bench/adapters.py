@@ -1,11 +1,11 @@
 """The adapters' figures (issue 12, Performance): a LangGraph graph of 3,000 steps, each adding ~1 KB to a message
 list, on ``SafepointSaver`` against LangGraph's ``SqliteSaver`` and ``InMemorySaver`` (the floor), in one run.
 
-Per saver: the wall time of a step at steps 1, 1,000 and 3,000 (the median of the 25 steps ending there: the disk and
-the 2 cores are shared), the bytes a step adds there (averaged over the 10 steps ending there: a database grows by
-pages), and the store's size at the end; the median wall and CPU time of a step in each tenth of the run (the CPU time
-of this process does not count what the rest of a shared machine runs). ``durability="sync"``: every step is
-durable before the next.
+The same graph with no checkpointer (``no_saver``) is LangGraph's own cost per step. Per saver: the wall time of
+a step at steps 1, 1,000 and 3,000 (the median of the 25 steps ending there: the disk and the 2 cores are shared),
+the bytes a step adds there (averaged over the 10 steps ending there: a database grows by pages), and the store's
+size at the end; the median wall and CPU time of a step in each tenth of the run (the CPU time of this process does
+not count what the rest of a shared machine runs). ``durability="sync"``: every step is durable before the next.
 
 ``SqliteSaver`` stores the whole message list at every step, so its database grows with the square of the steps
 (~5 GB at 3,000). It is measured up to the step count whose projected size fits ``--sqlite-budget`` (default 2 GB,
@@ -75,7 +75,8 @@ def measure(saver: Any, size: Callable[[], int], steps: int, marks: list[int]) -
     sizes = {0: size()}
     times: list[float] = []
     cpu: list[float] = []  # this process's CPU time per step: what the code costs, whatever else the machine runs
-    stream = graph(saver, steps).stream({"messages": [HumanMessage("go")], "steps": 0}, cfg, durability="sync")
+    durability = {"durability": "sync"} if saver is not None else {}
+    stream = graph(saver, steps).stream({"messages": [HumanMessage("go")], "steps": 0}, cfg, **durability)
     started = time.perf_counter()
     while True:
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -224,6 +225,8 @@ def main() -> None:
             )
             return values + checkpoints
 
+        # The graph with no checkpointer: LangGraph's own cost per step (its reducer walks the whole list).
+        results["no_saver"] = measure(None, lambda: 0, steps, marks)
         results["memory"] = measure(memory, memory_bytes, memory_steps, marks)
         if memory_steps < steps:
             results["memory"]["extrapolated"] = extrapolate(results["memory"], steps, marks)
@@ -241,6 +244,12 @@ def main() -> None:
             "sqlite_total_bytes_over_ours": round(sqlite_total / max(1, ours["total_bytes"]), 1),
             "ms_over_sqlite_at_step": {m: round(ours["ms_at_step"][m] / sqlite_ms[m], 3) for m in marks},
             "ms_over_memory_at_step": {m: round(ours["ms_at_step"][m] / memory_ms[m], 2) for m in marks},
+            "cpu_ms_last_tenth_over_first": round(
+                ours["cpu_ms_median_by_tenth"][-1] / ours["cpu_ms_median_by_tenth"][0], 2
+            ),
+            "no_saver_cpu_ms_last_tenth_over_first": round(
+                results["no_saver"]["cpu_ms_median_by_tenth"][-1] / results["no_saver"]["cpu_ms_median_by_tenth"][0], 2
+            ),
             "ms_last_over_first": round(ours["ms_at_step"][steps] / ours["ms_at_step"][1], 2),
             "ms_last_over_step_1000": round(ours["ms_at_step"][steps] / ours["ms_at_step"][marks[-2]], 2)
             if len(marks) > 2
