@@ -342,3 +342,33 @@ def test_astep_and_acheckpoint_are_durable_on_return(workspace, tmp_path):
 
     asyncio.run(scenario())
     assert load_view(tm.store, "r").status == "completed"
+
+
+def test_cancelled_while_waiting_for_approval_stays_planned_and_asks_again(workspace, tmp_path):
+    """Cancelled while a person has not answered yet: the call never started (the ledger keeps it `planned`,
+    durably), and the approval a person gives afterwards lets the next session run it, once."""
+    ran: list[str] = []
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high", needs_approval=True)
+    async def deploy(ctx: ToolContext, env: str) -> str:
+        ran.append(env)
+        return "deployed"
+
+    tm = safepoint.open(f"file:{tmp_path}/store", workspace=str(workspace))
+    with tm.start("t", tools=[deploy], run_id="r", approval_timeout_s=1) as run:
+
+        async def scenario() -> None:
+            task = asyncio.create_task(run.acall("deploy", {"env": "prod"}, call_id="d1"))
+            while _status(tm, "d1") is None:  # the planned entry is durable before the wait begins
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(scenario())
+        assert _status(tm, "d1") == "planned"
+    assert ran == []
+    tm.approve("r", "d1")  # a person answers the question the cancelled wait asked; the next session acts on it
+    with tm.resume("r", tools=[deploy]) as resumed:
+        result = asyncio.run(resumed.acall_result("deploy", {"env": "prod"}, call_id="d1"))
+    assert result.status == "succeeded" and ran == ["prod"]  # run once, after the approval
