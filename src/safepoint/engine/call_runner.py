@@ -430,14 +430,23 @@ class CallRunner:
                 # A blocking tool on a thread runs to its end whatever happens to the task: its outcome is kept.
                 answer, cancelled = await through(asyncio.to_thread(_counted_sync, request))
             else:
+                # Counted as running from a worker thread: the count's listeners read the control channel (a store
+                # read that must not run on the loop), and a cancellation never leaves the count raised.
+                counted = _running(request)
+                _, cancelled = await through(asyncio.to_thread(counted.__enter__))
                 try:
-                    with _running(request):
-                        answer = await run_tool_async(request)
-                except asyncio.CancelledError:
-                    # Cancelled while it ran: its effect may be half done. The ledger says so durably now, so this
-                    # process and any resume treat it as the crash it resembles (promise 2), never as not run.
-                    await self.bookkeeper.arun(self._cancelled_while_running, driver, call)
-                    raise
+                    if cancelled:
+                        answer = Outcome(False, CANCELLED_BEFORE_RUN)
+                    else:
+                        try:
+                            answer = await run_tool_async(request)
+                        except asyncio.CancelledError:
+                            # Cancelled while it ran: its effect may be half done. The ledger says so durably now,
+                            # so this process and any resume treat it as the crash it resembles (promise 2).
+                            await self.bookkeeper.arun(self._cancelled_while_running, driver, call)
+                            raise
+                finally:
+                    await through(asyncio.to_thread(counted.__exit__, None, None, None))
             (request, result), stopped = await self.bookkeeper.arun(_advance, driver, answer)
             cancelled = cancelled or stopped
         self._told(call, step_id, result)
