@@ -10,6 +10,7 @@ import time
 from safepoint.supervisor import schedule
 from tests.conftest import cli_env, safepoint_in_process
 from tests.openai_server import FakeOpenAI
+from tests.store_text import every_store_byte
 
 TOKEN = "ghp_" + "Pp1Qq2Rr3Ss4Tt5Uu6Vv7Ww8Xx9Yy0Zz1Aa2Bb"
 PASSWORD = "Url-Pa55word-" + "61xq"
@@ -18,8 +19,7 @@ URL_VAR = "SAFEPOINT_JOB_NIGHTLY_1_PASSWORD"
 
 
 def _store_bytes(workspace) -> bytes:
-    root = workspace / ".agent-runtime"
-    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+    return every_store_byte(workspace / ".agent-runtime")  # compressed history expanded
 
 
 def _add(workspace, base_url: str, task: str = f"deploy with {TOKEN} then report", cron: str = "0 3 * * *"):

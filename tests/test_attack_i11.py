@@ -15,13 +15,13 @@ import pytest
 import safepoint
 from tests.attacks import run_in_a_fresh_process, tree
 from tests.conftest import cli_env, safepoint_in_process
+from tests.store_text import every_store_byte
 
 PLANTED = "Zq81-" + "planted-credential-value"  # a credential only in safepoint's environment
 
 
 def _store_bytes(workspace) -> bytes:
-    root = workspace / ".agent-runtime"
-    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+    return every_store_byte(workspace / ".agent-runtime")  # compressed history expanded
 
 
 def _records(workspace) -> bytes:

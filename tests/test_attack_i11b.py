@@ -11,14 +11,14 @@ import subprocess
 import pytest
 
 import safepoint
+from tests.store_text import every_store_byte
 
 # A deploy token in a credential-named variable: 64 hex digits, the shape of many service tokens (no known prefix).
 TOKEN = "5f0e3c9a7b2d4e6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d2f4a6c8e0b1d3f"
 
 
 def _store_bytes(workspace) -> bytes:
-    root = workspace / ".agent-runtime"
-    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+    return every_store_byte(workspace / ".agent-runtime")  # compressed history expanded
 
 
 def _run_commands(workspace, commands, **start):

@@ -176,7 +176,7 @@ def test_the_cli_calls_only_the_library_api() -> None:
         "safepoint.standins",
         "safepoint.providers",
     }
-    allowed = public | {"safepoint.cli"} | SHARED
+    allowed = public | {"safepoint.cli", "safepoint.ui"} | SHARED
     wrong = {
         f"{name} -> {target}"
         for name, targets in GRAPH.items()
@@ -187,8 +187,30 @@ def test_the_cli_calls_only_the_library_api() -> None:
     assert wrong == set()
 
 
+def test_the_review_page_calls_only_the_library_api() -> None:
+    allowed = {"safepoint.api", "safepoint.results", "safepoint.review", "safepoint.timeline", "safepoint.ui"} | SHARED
+    wrong = {
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        if _package(name) == "safepoint.ui"
+        for target in targets
+        if _package(target) not in allowed
+    }
+    assert wrong == set()
+    assert not any(
+        _package(t) == "safepoint.cli" for n, ts in GRAPH.items() if _package(n) == "safepoint.ui" for t in ts
+    )
+
+
 def test_nothing_below_the_api_imports_it() -> None:
-    above = {"safepoint", "safepoint.api", "safepoint.supervision", "safepoint.cli", "safepoint.__main__"}
+    above = {
+        "safepoint",
+        "safepoint.api",
+        "safepoint.supervision",
+        "safepoint.cli",
+        "safepoint.ui",
+        "safepoint.__main__",
+    }
     wrong = {name for name, targets in GRAPH.items() if "safepoint.api" in targets and _package(name) not in above}
     assert wrong == set()
 

@@ -58,6 +58,7 @@ WRITES: dict[str, Callable[[Store, Claim], Any]] = {
     "delete_restart_checkpoint": lambda s, c: s.delete_restart_checkpoint(c),
     "record_terminal_event": lambda s, c: s.record_terminal_event(c, _event(c)),
     "put_artifact": lambda s, c: s.put_artifact(c, "late.txt", b"late"),
+    "delete_run": lambda s, c: s.delete_run("r", claim=c),
 }
 NOT_FENCED = {"release"}  # a stale holder's release is a no-op by contract (how a fenced-off process ends)
 

@@ -17,12 +17,13 @@ import pytest
 
 import safepoint
 from safepoint import supervision
-from safepoint.core.blobs import open_blob
+from safepoint.core.blobs import open_blob, unpack
 from safepoint.engine.tools import ToolContext
 from safepoint.records import Blob
 from safepoint.restart.judge import tell_parent
 from safepoint.standins.scenario import parse_scenario
 from safepoint.store.base import Store
+from tests.store_text import every_store_byte
 
 from .test_protocol import NOTIFY, Cli, scenario
 from .test_secrets import _dump
@@ -40,7 +41,7 @@ TEXT = (
 )
 WRITES = (
     "create_run", "append", "claim", "close_owner", "upsert_restart_checkpoint", "record_terminal_event",
-    "post_control", "put_schedule", "put_artifact", "trace",
+    "post_control", "put_schedule", "put_artifact", "trace", "put_blobs",
 )  # fmt: skip
 
 
@@ -69,6 +70,10 @@ class Spy:
 def _bytes(value: Any) -> Iterator[bytes]:
     if isinstance(value, bytes):
         yield value
+        if value.startswith(b"spb1 "):  # a store blob (core.blobs): what it holds, unpacked
+            head, _, payload = value.partition(b"\n")
+            _, codec, size = head.split(b" ")
+            yield unpack(codec.decode(), payload, int(size))
     elif isinstance(value, str):
         yield value.encode()
     elif isinstance(value, list | tuple):
@@ -79,7 +84,9 @@ def _bytes(value: Any) -> Iterator[bytes]:
             body = bytes(value.body)  # type: ignore[attr-defined]  # a LogRecord's body is Raw JSON
             yield body
             if value.kind == "blob":  # type: ignore[attr-defined]
-                yield open_blob(msgspec.json.decode(body, type=Blob))
+                blob = msgspec.json.decode(body, type=Blob)
+                if not blob.stored:  # a reference's content is written by put_blobs, spied too
+                    yield open_blob(blob)
         else:
             yield msgspec.json.encode(value)
 
@@ -93,9 +100,7 @@ def _held(url: str | None, ws: Path) -> str:
     """Every byte the store holds: its files, or every row of every table."""
     if url is not None:
         return _dump(url)
-    return b"".join(p.read_bytes() for p in sorted((ws / ".agent-runtime").rglob("*")) if p.is_file()).decode(
-        errors="replace"
-    )
+    return every_store_byte(ws / ".agent-runtime").decode(errors="replace")  # compressed history expanded
 
 
 @pytest.fixture

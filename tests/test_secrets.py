@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import cli_env, safepoint_in_process
+from tests.store_text import every_store_byte, expanded_log
 
 PY = sys.executable
 TIMEOUT = 120
@@ -69,7 +70,7 @@ def _write(tmp_path: Path, scenario: dict[str, Any]) -> tuple[Path, Path]:
 
 
 def _every_store_byte(ws: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted((ws / ".agent-runtime").rglob("*")) if p.is_file())
+    return every_store_byte(ws / ".agent-runtime")  # compressed history expanded
 
 
 def test_planted_secrets_never_reach_the_file_store_nor_reports(tmp_path):
@@ -175,6 +176,11 @@ def _dump(url: str) -> str:
         for schema, table in tables:
             for row in conn.execute(f'SELECT * FROM "{schema}"."{table}"'):
                 text.append(repr(row))
+            if table == "log":  # the history's compressed text, expanded
+                lines = [
+                    bytes(row[0]) for row in conn.execute(f'SELECT line FROM "{schema}"."log" ORDER BY run_id, seq')
+                ]
+                text.append(expanded_log(b"\n".join(lines)).decode(errors="replace"))
     return "\n".join(text)
 
 

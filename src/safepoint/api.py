@@ -28,6 +28,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from safepoint.errors import ConfigError, DecisionNeeded, ResumeError
+from safepoint.lifecycle import forget as forget  # re-exported: the store's lifecycle (gc, label, forget)
+from safepoint.lifecycle import gc as gc
+from safepoint.lifecycle import label as label
+from safepoint.lifecycle import labels as labels
 from safepoint.records import (
     CompensateExternalAction,
     ConflictResolution,
@@ -72,12 +76,14 @@ if TYPE_CHECKING:
     from safepoint.core.trace_events import TraceEvent
     from safepoint.engine.session import RunSession
     from safepoint.engine.tools import Tool, ToolRegistry
+    from safepoint.history import RestoredHistory
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
     from safepoint.review import CallSettled, Follower, PendingApproval, RunDiff
     from safepoint.review import FileDiff as FileDiff  # re-exported: diff's parts
     from safepoint.standins.scenario import Scenario
     from safepoint.store.base import Store
+    from safepoint.timeline import ConflictSides, RunRow, Timeline
 
 
 class Safepoint:
@@ -327,6 +333,12 @@ class Safepoint:
             current=list(view.history), abandoned=[m for m in view.message_records.values() if id(m) not in current]
         )
 
+    def restored_history(self, run_id: str, *, limit: int | None = None, abandoned: bool = False) -> RestoredHistory:
+        """The conversation exactly as a resume would restore it (``safepoint.history``); ``limit``: its latest."""
+        from safepoint.history import restored_history
+
+        return restored_history(self.store, run_id, limit=limit, abandoned=abandoned)
+
     def trace(self, run_id: str, *, call_id: str | None = None, since: str | None = None) -> list[TraceEvent]:
         """The run's trace events, oldest first (what was written: a process killed with SIGKILL loses its last
         unwritten batch, never a record). ``call_id``: only the events about that call; ``since``: from an ISO
@@ -376,6 +388,32 @@ class Safepoint:
         from safepoint.review import Follower
 
         return Follower(self.store, run_id)
+
+    def runs_overview(self) -> list[RunRow]:
+        """Every run for the review page: status, step, last activity, what waits for a person (latest first)."""
+        from safepoint import timeline
+
+        return timeline.run_rows(self.store, self.status(), self.approvals())
+
+    def timeline(self, run_id: str, *, page: int = 1, per_page: int | None = None) -> Timeline:
+        """One page of the run's timeline (``safepoint.timeline``): messages and calls with their ledger states,
+        explain's verdict, outputs and diffs, and the recovery note."""
+        from safepoint import review, timeline
+
+        explanation = self.explain(run_id)  # an unknown run is said here
+        approvals = review.pending_approvals(self.store, [run_id])
+        with self._session(run_id, read_only=True) as session:
+            return timeline.build_timeline(
+                session, explanation, approvals, page=page, per_page=per_page or timeline.PER_PAGE
+            )
+
+    def conflict_sides(self, run_id: str) -> list[ConflictSides]:
+        """Every pending conflict with its three versions: before the agent, the agent's version, the file now."""
+        from safepoint import timeline
+
+        views = self.conflicts(run_id)
+        with self._session(run_id, read_only=True) as session:
+            return timeline.conflict_sides(session, views)
 
     def restart_checkpoint(self, run_id: str) -> RuntimeRestartCheckpoint | None:
         """The run's restart checkpoint (seed 003 §1.2) when one is stored and intact: the work in flight."""
@@ -488,7 +526,9 @@ class Safepoint:
         Changes made while a command ran whose author is uncertain are listed (``plan.uncertain``) and reverted
         only with ``include_uncertain``."""
         from safepoint.engine import actions
+        from safepoint.lifecycle import check_reachable
 
+        check_reachable(self.store, run_id, checkpoint_id)
         with self._session(run_id, read_only=dry_run, takeover=takeover) as session:
             return actions.rollback_files(session, checkpoint_id, dry_run=dry_run, include_uncertain=include_uncertain)
 
@@ -506,7 +546,9 @@ class Safepoint:
         it does not undo: effects outside the workspace after the checkpoint, and the compensations ``tools``
         declare for them."""
         from safepoint.engine import actions
+        from safepoint.lifecycle import check_reachable
 
+        check_reachable(self.store, run_id, checkpoint_id)
         with self._session(run_id, tools, takeover=takeover) as session:
             return actions.restore_session(
                 session, checkpoint_id, with_files=with_files, include_uncertain=include_uncertain

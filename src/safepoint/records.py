@@ -303,10 +303,21 @@ class CallDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 
 
 class Blob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
-    """Content stored in the log itself, addressed by ``content_hash`` of the uncompressed bytes."""
+    """Content addressed by ``content_hash`` of the uncompressed bytes: in the log itself (``data``), or, when
+    ``stored``, a reference to the store-wide blob of that hash (``core.blobs``), made durable before this record."""
 
     hash: str
     codec: Literal["raw", "zstd"]
+    size: int
+    data: bytes = b""
+    stored: bool = False
+
+
+class MessageDictionary(msgspec.Struct, frozen=True, kw_only=True):
+    """A zstd dictionary trained on the run's earlier (redacted) messages; later message records are compressed
+    against it and name it by its log sequence number (``core.history_codec``). ``data``: the dictionary, itself
+    zstd-compressed; ``size``: its size uncompressed."""
+
     data: bytes
     size: int
 
@@ -332,6 +343,7 @@ RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "blob": Blob,
     "decision": CallDecision,
     "rewind": Rewind,
+    "message_dict": MessageDictionary,
     "conflict": CheckpointConflict,
     "file_before": FileBeforeState,
     "workspace": WorkspaceState,
@@ -389,7 +401,8 @@ FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
         "patches_len git_head",
         "model_config",
     ),
-    Blob: _rule("hash codec data size"),
+    Blob: _rule("hash codec data size stored"),
+    MessageDictionary: _rule("data size"),  # trained on messages already redacted
     CallDecision: _rule("call_id decision at attempt", "by"),
     Rewind: _rule("history_len checkpoint_id at abandoned", "reason"),
     CheckpointConflict: _rule("path expected_hash actual_hash agent_patch_ref resolution"),

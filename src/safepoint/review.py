@@ -67,15 +67,20 @@ class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
 def run_diff(session: RunSession, call_id: str | None) -> RunDiff:
     """The net change per path: from the before-state of the first change in scope to the after-state of the
     last (``call_id``: that call's changes only). Linear in the changes recorded."""
-    from safepoint.core.patches import unified_diff
-    from safepoint.core.rollback import ABSENT
-
     run_id = session.info.run_id
     patches = [p for p in session.files.patches if p.after_hash or p.op == "delete"]  # else: never finished
     if call_id is not None:
         if call_id not in session.ledger and not any(p.tool_call_id == call_id for p in patches):
             raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
         patches = [p for p in patches if p.tool_call_id == call_id]
+    return RunDiff(run_id=run_id, call_id=call_id, files=file_diffs(session, patches))
+
+
+def file_diffs(session: RunSession, patches: list[FilePatchEntry]) -> list[FileDiff]:
+    """The net change per path of these finished patches (in log order): one diff per path, linear in them."""
+    from safepoint.core.patches import unified_diff
+    from safepoint.core.rollback import ABSENT
+
     first: dict[str, FilePatchEntry] = {}
     last: dict[str, FilePatchEntry] = {}
     calls: dict[str, list[str]] = {}
@@ -121,7 +126,7 @@ def run_diff(session: RunSession, call_id: str | None) -> RunDiff:
                 elif line.startswith("-"):
                     removed += 1
         files.append(FileDiff(path=path, op=op, kind=kind, added=added, removed=removed, diff=text, calls=calls[path]))
-    return RunDiff(run_id=run_id, call_id=call_id, files=files)
+    return files
 
 
 def _net_op(start: FilePatchEntry, end: FilePatchEntry) -> str:

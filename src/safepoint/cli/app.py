@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from safepoint.cli import db, mcp, protocol, review, supervise
+from safepoint.cli import db, history, lifecycle, mcp, protocol, review, supervise, ui
 from safepoint.cli.common import (
     JsonOpt,
     KeyFileOpt,
@@ -523,25 +523,6 @@ def commit(
 
 
 @app.command()
-def history(
-    run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
-    all_branches: Annotated[bool, typer.Option("--all", help="Include abandoned branches.")] = False,
-    workspace: WorkspaceOpt = ".",
-    store: StoreOpt = None,
-    key_file: KeyFileOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """The conversation of a run (its current branch)."""
-    from safepoint.cli.plain import history_table
-
-    found = _open(store, workspace, key_file).history(run_id)
-    rows = [plain(m) | {"branch": "current"} for m in found.current]
-    if all_branches:
-        rows += [plain(m) | {"branch": "abandoned"} for m in found.abandoned]
-    _emit_plain(rows, as_json, history_table)
-
-
-@app.command()
 def trace(
     run_id: Annotated[str, typer.Argument(help="The run (see `safepoint status`).")],
     call: Annotated[str | None, typer.Option("--call", help="Only the events about this call.")] = None,
@@ -645,6 +626,9 @@ supervise.register(app, out)
 db.register(app, out)
 review.register(app, out)
 mcp.register(app, out)
+ui.register(app, out)
+lifecycle.register(app, out)
+history.register(app, out)
 
 
 def _json_error(message: str, code: int) -> None:

@@ -71,6 +71,15 @@ def _window_log(size: int) -> int:
     return max(10, size.bit_length() + 1)
 
 
+def _hash_log(window: int) -> int:
+    """The match finder's table, sized to the old content: level 3's own (2^17 entries) indexes too few positions
+    of a large dictionary, so a 10 MB file with 60 scattered edits made a 2.3 MB patch and 60 changed bytes of a
+    1 MB binary file a 415 KB one (measured: 1.2 KB and 420 bytes with this, a 1 MB patch in about 25-35 ms on a
+    busy 2-core machine; a table four times larger cost half again as much time for the same sizes). Capped at
+    2^22 entries (16 MB)."""
+    return min(max(window - 4, 17), 22)
+
+
 def _dictionary(old: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(old, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
@@ -84,7 +93,9 @@ def make_patch(before: bytes, after: bytes) -> bytes:
     if len(new) > 32:
         window = _window_log(len(old) + len(new))
         if len(old) >= _MIN_DICT and window <= _MAX_WINDOW_LOG:
-            params = zstandard.ZstdCompressionParameters.from_level(_LEVEL, window_log=window)
+            params = zstandard.ZstdCompressionParameters.from_level(
+                _LEVEL, window_log=window, hash_log=_hash_log(window)
+            )
             packed = zstandard.ZstdCompressor(dict_data=_dictionary(old), compression_params=params).compress(new)
             codec_try = ZSTD_DICT
         else:

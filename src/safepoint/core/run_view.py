@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
+from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
 from safepoint.core.ledger import apply_change, fold
+from safepoint.errors import CorruptRecordError
 from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
 from safepoint.records import (
     RECORD_TYPES,
@@ -20,6 +23,7 @@ from safepoint.records import (
     LogProblem,
     LogRead,
     Message,
+    MessageDictionary,
     Rewind,
     RunEvent,
     RunInfo,
@@ -28,7 +32,10 @@ from safepoint.records import (
     WorkspaceState,
 )
 
-_decoders = {kind: msgspec.json.Decoder(kind_type) for kind, kind_type in RECORD_TYPES.items()}
+_decoders: dict[str, msgspec.json.Decoder[Any]] = {
+    kind: msgspec.json.Decoder(kind_type) for kind, kind_type in RECORD_TYPES.items()
+}
+_decoders["message"] = STORED_MESSAGE  # plain or compressed (``core.history_codec``), made a Message below
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
     expected = 1
     branch: list[Message] = []
     current: dict[str, ToolLedgerEntry] = {}  # call id -> its latest state (what a LedgerChange applies to)
+    history = HistoryDecoder()
     for record in log.records:
         if record.seq != expected:
             if record.seq > expected:
@@ -132,7 +140,12 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             continue
         try:
             body = decoder.decode(record.body)
-        except msgspec.DecodeError as exc:
+            if isinstance(body, StoredMessage):
+                body = history.message(body)
+            elif isinstance(body, MessageDictionary):
+                history.add_dictionary(record.seq, body)
+                continue
+        except (msgspec.DecodeError, CorruptRecordError) as exc:
             view.problems.append(LogProblem(kind="corrupt", position=record.seq, detail=f"{record.kind}: {exc}"))
             view.lost_seqs.append((record.seq, record.seq))
             continue

@@ -30,6 +30,18 @@ PROTOCOL_POINTS = (
     "closing",  # a live run's close is in its log; owner, terminal event and checkpoint are not settled
 )
 
+# Blobs out of the log (``core.blobs``): reached by a commit whose group references blobs it stored.
+STORAGE_POINTS = (
+    "blob_written",  # the group's blobs are durable in the store; the log group that references them is not
+    "log_group_durable",  # the log group that references them is durable too
+)
+
+# gc's moments (``safepoint.lifecycle``).
+GC_POINTS = (
+    "gc_rebased",  # a run's whole versions and their references are durable; nothing is removed yet
+    "gc_recorded",  # what gc frees is recorded on the runs' control channels; the blobs are still there
+)
+
 _hits: dict[str, int] = {}
 
 

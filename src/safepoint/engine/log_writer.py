@@ -22,6 +22,10 @@ Ordering rules (promise 1 and 6 rest on them):
   (``core.trace_events``): a name or a field it does not hold is refused (``ValueError``), so producers cannot
   drift; each line carries the writer's generation.
 
+Blobs (``core.blobs``): content too big to sit in a record is staged beside the group (``stage_blob``) and made
+durable in the store (``Store.put_blobs``) before the group is appended; the group's ``Blob`` records are only
+references to it.
+
 Redaction (promise: secrets stay out): every record but a ``Blob`` goes through the run's ``Redactor`` here, the
 one place records become bytes, so model text, tool arguments and results, decisions and trace events are
 redacted whoever staged them (rejected: redacting in each caller, which the next caller forgets). Blobs stay exact:
@@ -48,10 +52,12 @@ import msgspec
 
 from safepoint.core import trace_events
 from safepoint.core.environment import credential_values
+from safepoint.core.history_codec import HistoryEncoder
 from safepoint.core.redact import Redactor
 from safepoint.core.run_summary import SummaryFold, summary_encoder
+from safepoint.engine import failpoints
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
-from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, RunInfo
+from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, Message, MessageDictionary, RunInfo
 from safepoint.store.base import Store
 from safepoint.store.sealed import store_key
 
@@ -137,6 +143,7 @@ class LogWriter:
         self.run_id = claim.run_id
         self.seq = last_seq  # the sequence number of the last record staged (durable once committed)
         self._buffer: list[LogRecord] = []
+        self._blobs: dict[str, bytes] = {}  # store-wide blobs the staged records reference, by name
         self._trace: list[bytes] = []
         self._traced_durable = 0  # the staged trace lines up to here were staged before the last commit
         self.refused = False  # a write was refused: a newer owner took the run over
@@ -145,26 +152,38 @@ class LogWriter:
         # The run's summary, folded from every record staged and written with each group (``core.run_summary``);
         # None: this writer keeps none (a reader's, a restart's), and readers of the run read its log.
         self.summary: SummaryFold | None = None
+        self._history = HistoryEncoder()  # messages compressed after redaction (``core.history_codec``)
 
     def add(self, body: msgspec.Struct) -> int:
         """Stage a record; it becomes durable with the next ``commit``. Returns its sequence number."""
+        encoded = self._encode(body)  # first: a message may stage its history's new dictionary ahead of it
         self.seq += 1
         if self.summary is not None:
             self.summary.observe(body)
         self._buffer.append(
-            LogRecord(
-                kind=RECORD_KINDS[type(body)],
-                body=msgspec.Raw(self._encode(body)),
-                seq=self.seq,
-                gen=self.claim.generation,
-            )
+            LogRecord(kind=RECORD_KINDS[type(body)], body=msgspec.Raw(encoded), seq=self.seq, gen=self.claim.generation)
         )
         return self.seq
 
     def _encode(self, body: msgspec.Struct) -> bytes:
         if isinstance(body, Blob):
             return _encoder.encode(body)
+        if isinstance(body, Message):  # redacted first: the compressed bytes never hide a secret
+            return self._history.encode(self.redactor.record(body), self._stage_dictionary)
         return _encoder.encode(self.redactor.record(body))
+
+    def _stage_dictionary(self, dictionary: MessageDictionary) -> int:
+        """Stage the history's new dictionary ahead of the message compressed against it (same group)."""
+        self.seq += 1
+        self._buffer.append(
+            LogRecord(
+                kind="message_dict",
+                body=msgspec.Raw(_encoder.encode(dictionary)),
+                seq=self.seq,
+                gen=self.claim.generation,
+            )
+        )
+        return self.seq
 
     def redact_bytes(self, data: bytes) -> bytes:
         """An artifact (a command's long output) as it may be kept: redacted; bytes that are not UTF-8 are kept as
@@ -173,17 +192,38 @@ class LogWriter:
         redacted = self.redactor.text(text)
         return data if redacted == text else redacted.encode()
 
+    def stage_blob(self, name: str, data: bytes) -> None:
+        """Stage a store-wide blob (``core.blobs``) that a record staged with it references: it is made durable
+        before the group is appended, by the same ``commit``."""
+        self._blobs[name] = data
+
+    def staged_blob(self, name: str) -> bytes | None:
+        """A blob staged and not yet committed (it is the store's to give once committed)."""
+        return self._blobs.get(name)
+
     def commit(self) -> None:
-        """Write every staged record in one append: one fsync."""
+        """Write the staged blobs, then every staged record in one append: one fsync each. The blobs first, and
+        the append only once they are durable: a record never references a blob a crash can lose (a blob a crash
+        leaves unreferenced costs only space, which ``gc`` frees)."""
         if not self._buffer:
             return
         records, self._buffer = self._buffer, []
+        blobs, self._blobs = list(self._blobs.items()), {}
         try:
-            self.store.append(self.claim, records, summary=self._summary(records[-1].seq))
+            if blobs:
+                # Held from the put to the append: gc cannot remove a blob whose reference is on its way in.
+                with self.store.blobs_shared():
+                    self.store.put_blobs(blobs)
+                    failpoints.hit("blob_written")
+                    self.store.append(self.claim, records, summary=self._summary(records[-1].seq))
+                failpoints.hit("log_group_durable")
+            else:
+                self.store.append(self.claim, records, summary=self._summary(records[-1].seq))
         except StoreError as exc:
             if self.summary is not None:
                 self.summary.enabled = False  # it folded records the store refused: no longer the log's summary
             self.seq -= len(records)
+            self._history.forget(self.seq)  # a dictionary staged in the refused group was never stored
             del self._trace[self._traced_durable :]  # what they said of the refused records never happened
             if isinstance(exc, StaleGenerationError):
                 self.fenced("append")

@@ -115,7 +115,15 @@ class RunSession:
         )
         self.log.summary = SummaryFold.from_view(view)
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
-        self.contents = Content(view.info.run_id, dict(view.blobs), dict(view.message_records), self.log.add)
+        self.contents = Content(
+            view.info.run_id,
+            dict(view.blobs),
+            dict(view.message_records),
+            self.log.add,
+            store,
+            self.log.stage_blob,
+            self.log.staged_blob,
+        )
         self.calls = LedgerMachine(
             view.info.run_id, dict(view.ledger), attempts(view.ledger_entries), dict(view.decisions), self.log.add
         )

@@ -21,7 +21,9 @@ a stale one with ``StaleGenerationError`` before anything is written (DESIGN pro
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from safepoint.errors import StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
@@ -71,6 +73,14 @@ class RunLog(abc.ABC):
         damaged, or the log changed since. A cache: the caller then reads the log, the truth. Raises
         ``RunNotFoundError``. (A backend that keeps no summaries keeps this default: every reader reads the log.)"""
         return None
+
+    @abc.abstractmethod
+    def delete_run(self, run_id: str, *, claim: Claim | None = None, force: bool = False) -> None:
+        """Remove the run and everything it owns (log, owner, restart checkpoint, terminal events, control,
+        artifacts, trace), durably and all at once: a reader sees the whole run or none of it, and a crash half-way
+        leaves no half-run under its id. Fenced by ``claim`` (its generation must be current), or ``force``: the
+        caller judged that nobody acts for the run (it is never done by default). Content-addressed blobs are
+        store-wide and stay (``safepoint gc`` removes those no run references). Raises ``RunNotFoundError``."""
 
 
 class Ownership(abc.ABC):
@@ -210,10 +220,71 @@ class Artifacts(abc.ABC):
         """The trace events that pass their checksum."""
 
 
-PARTS: tuple[type[abc.ABC], ...] = (RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Artifacts)
+class BlobStat(NamedTuple):
+    size: int  # stored bytes
+    written: float  # when it was written or last stored again, on the store's ``blob_clock``
 
 
-class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Artifacts):
+class Blobs(abc.ABC):
+    """Content-addressed blobs, store-wide: file versions and large payloads of every run, each kept once however
+    many runs reference it (``safepoint.core.blobs`` packs and checks them; a run's log holds only references).
+
+    Durability: ``put_blobs`` returns once every blob it was given is durable (fsync'd file and folder, or a
+    committed transaction), so a log group appended after it never references a blob a crash can lose. A blob
+    already stored is kept, never rewritten (its name is its content's). Fencing: none (a blob belongs to no run;
+    one a stale writer adds is referenced by nothing and ``gc`` removes it). Instead, ``gc`` and writers exclude
+    each other: a writer holds ``blobs_shared`` from its ``put_blobs`` to the append of the group that references
+    them, and ``gc`` removes blobs only inside ``blobs_exclusive``, so it never removes a blob whose reference is
+    on its way into a log. The bytes are opaque here: checking them against their hash is the reader's
+    (``core.blobs.open_stored``); a backend only reports what it cannot read (``CorruptRecordError``).
+    """
+
+    def blob_name(self, digest: str) -> str:
+        """The name the blob of content ``digest`` is kept under (an encrypted store's is keyed: see ``sealed``)."""
+        return digest
+
+    @abc.abstractmethod
+    def put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        """Store ``(name, bytes)`` pairs durably; a name already there is kept as it is, its time of writing set
+        to now (a reference to it is on its way: see ``blob_clock``). Returns the bytes written."""
+
+    @abc.abstractmethod
+    def get_blob(self, name: str) -> bytes | None:
+        """The stored bytes of a blob, or None when the store does not hold it."""
+
+    @abc.abstractmethod
+    def list_blobs(self) -> dict[str, BlobStat]:
+        """Every stored blob's name, stored size and time of writing (on ``blob_clock``)."""
+
+    @abc.abstractmethod
+    def blob_clock(self) -> float:
+        """Now, on the clock ``list_blobs`` reports times of writing on. Taken by gc inside ``blobs_exclusive``: a
+        blob written or stored again later shows this time or a later one, so gc leaves it (its reference may not
+        have been in the logs gc read)."""
+
+    @abc.abstractmethod
+    def delete_blobs(self, names: Sequence[str]) -> int:
+        """Remove blobs durably (a name not there is skipped); returns the stored bytes freed. Call it only inside
+        ``blobs_exclusive``."""
+
+    @abc.abstractmethod
+    def blobs_shared(self) -> contextlib.AbstractContextManager[None]:
+        """Held by a writer from ``put_blobs`` to the append that references them (milliseconds)."""
+
+    @abc.abstractmethod
+    def blobs_exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """Held by ``gc`` while it removes blobs: no writer is between a ``put_blobs`` and its append meanwhile."""
+
+    def quarantine_blob(self, name: str) -> bool:
+        """Move a damaged blob out of the way, kept for a person (never deleted); whether there was one to move.
+        A backend without a place for it keeps it where it is."""
+        return False
+
+
+PARTS: tuple[type[abc.ABC], ...] = (RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Artifacts, Blobs)
+
+
+class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Artifacts, Blobs):
     """Every part, on one backend. Methods that write take the writer's ``Claim`` and check its generation."""
 
     url: str

@@ -81,6 +81,13 @@ class FencedStore(Store, Generic[Handle]):
         """Store the artifact durably under ``filename`` unless it is there already."""
 
     @abc.abstractmethod
+    def _delete_run_txn(self, handle: Handle, run_id: str) -> None:
+        """Remove the run's records durably, at once (the section's lock is held)."""
+
+    def _after_delete(self, run_id: str) -> None:
+        """Work left once the removal is durable (files renamed aside are removed here; their loss is harmless)."""
+
+    @abc.abstractmethod
     def _artifact_bytes(self, run_id: str, filename: str) -> bytes | None:
         """The stored bytes of an artifact, or None. Raises ``RunNotFoundError``."""
 
@@ -163,6 +170,19 @@ class FencedStore(Store, Generic[Handle]):
         with self._fenced(claim) as (handle, _):
             self._put_artifact_txn(handle, claim.run_id, filename, digest, data)
         return artifact_ref(filename, digest)
+
+    def delete_run(self, run_id: str, *, claim: Claim | None = None, force: bool = False) -> None:
+        if claim is None and not force:
+            raise StoreError(
+                f"run {run_id!r}: deleting a run takes its current claim or an explicit force (nobody acts for it)"
+            )
+        if claim is not None and claim.run_id != run_id:
+            raise StoreError(f"run {run_id!r}: the claim given is for run {claim.run_id!r}")
+        with self._owner_section(run_id, claiming=True) as (handle, current):
+            if claim is not None:
+                check_current(claim, current)
+            self._delete_run_txn(handle, run_id)
+        self._after_delete(run_id)
 
     def get_artifact(self, run_id: str, ref: str) -> bytes:
         filename, digest = parse_artifact_ref(ref)

@@ -17,6 +17,7 @@
     │   ├── artifacts/               large tool outputs and blobs, one file each (atomic write)
     │   ├── tmp/                     the run's workspace writes in flight (swept when the run is claimed)
     │   └── trace.jsonl              trace events (not fsync'd: recovery never reads them)
+    ├── blobs/                       content-addressed blobs, store-wide (``safepoint.store.file_blobs``)
     ├── schedules/<job_id>.json      scheduled jobs, store-wide (atomic write, framed)
     └── encryption.json              only in an encrypted store: its cipher and key id (never the key), written
                                      once, before anything else (see ``safepoint.store.sealed``)
@@ -71,10 +72,12 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
 from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
+from safepoint.store.file_blobs import FileBlobs
 from safepoint.store.file_encryption import EncryptionRecordFile
+from safepoint.store.file_schedules import FileSchedules, read_descriptor
 from safepoint.store.file_summary import SummaryFile, last_intact_seq
 from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
-from safepoint.store.names import check_job_id, check_run_id
+from safepoint.store.names import check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
 from safepoint.store.private_root import check_store_root
 
@@ -86,18 +89,9 @@ LOG = "ledger.jsonl"
 RESTART_CHECKPOINT = "restart_checkpoint.json"
 TERMINAL_EVENTS = "terminal_events.jsonl"
 CONTROL = "control.jsonl"
+DELETED_PREFIX = ".deleted-"  # a deleted run's folder, renamed aside until it is removed
 _INDEXED_KINDS = frozenset({"checkpoint"})
 APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
-
-
-def read_descriptor(raw: bytes) -> StoredDescriptor:
-    """A whole-file framed record as read: intact, or damaged with why (never raised, never trusted)."""
-    if not raw.endswith(b"\n"):
-        return StoredDescriptor(data=raw[9:], intact=False, detail=f"cut short: {len(raw)} bytes and no end")
-    payload = check_line(raw.removesuffix(b"\n"))
-    if payload is None:
-        return StoredDescriptor(data=raw[9:-1], intact=False, detail="checksum does not match")
-    return StoredDescriptor(data=payload, intact=True)
 
 
 def flock_within(fd: int, mode: int, timeout: float | None, stuck: Callable[[], StoreError]) -> None:
@@ -132,7 +126,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(EncryptionRecordFile, SummaryFile, FencedStore[None]):
+class FileStore(FileBlobs, EncryptionRecordFile, SummaryFile, FileSchedules, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
@@ -322,6 +316,8 @@ class FileStore(EncryptionRecordFile, SummaryFile, FencedStore[None]):
             self._check_root()
             self._existing_run_dir(run_id)
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT if claiming else None):
+            if claiming:
+                self._existing_run_dir(run_id)  # deleted while this process waited for the lock
             yield None, self._current_owner(run_id)
 
     def _removed(self, run_id: str) -> StoreError | None:
@@ -331,6 +327,29 @@ class FileStore(EncryptionRecordFile, SummaryFile, FencedStore[None]):
             f"run {run_id!r}: its store {self.run_dir(run_id)} was removed while the run was open (a command deleted "
             "it); the run stopped and nothing more is recorded: start a new run, and keep commands away from the store"
         )
+
+    def _delete_run_txn(self, handle: None, run_id: str) -> None:
+        """One rename takes the whole run out of sight (``list_runs`` skips dot-names) and frees its id; the
+        folder is removed after the lock is let go, and a crash before that leaves a ``.deleted-*`` folder that the
+        next delete or ``gc`` sweeps. Rejected: removing file by file in place, which a crash would leave half-done
+        under the run's id (a run without its header, or a log without its owner)."""
+        aside = tempfile.mkdtemp(dir=self._runs, prefix=f"{DELETED_PREFIX}{run_id}-")
+        os.rename(self.run_dir(run_id), os.path.join(aside, run_id))
+        fsync_dir(self._runs)
+
+    def _after_delete(self, run_id: str) -> None:
+        self._drop_handles(run_id)
+        self.sweep_deleted()
+
+    def sweep_deleted(self) -> int:
+        """Remove what deleted runs left renamed aside; how many folders went."""
+        swept = 0
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self._runs):
+                if name.startswith(DELETED_PREFIX):
+                    shutil.rmtree(os.path.join(self._runs, name), ignore_errors=True)
+                    swept += 1
+        return swept
 
     def _write_owner_txn(self, handle: None, run_id: str, state: OwnerState) -> None:
         atomic_write(self._path(run_id, "owner.json"), frame(_record_encoder.encode(state)))
@@ -632,41 +651,6 @@ class FileStore(EncryptionRecordFile, SummaryFile, FencedStore[None]):
                 return _control_records(handle.read())
         except FileNotFoundError:
             return []
-
-    # schedules --------------------------------------------------------------------------------------------
-    def put_schedule(self, job_id: str, data: bytes | None) -> None:
-        path = os.path.join(self._schedules, f"{check_job_id(job_id)}.json")
-        if data is None:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                return
-            fsync_dir(self._schedules)
-            return
-        if not os.path.isdir(self._schedules):
-            self._make_root()
-            make_private_dirs(self._schedules)
-            fsync_dir(self.root)
-        atomic_write(path, frame(data))
-
-    def list_schedules(self) -> dict[str, bytes]:
-        try:
-            names = sorted(os.listdir(self._schedules))
-        except FileNotFoundError:
-            return {}
-        found = {}
-        for name in names:
-            if name.startswith(".") or not name.endswith(".json"):
-                continue  # a write in flight (.tmp-*.part), or not ours
-            path = os.path.join(self._schedules, name)
-            with contextlib.suppress(FileNotFoundError), open(path, "rb") as handle:
-                stored = read_descriptor(handle.read())
-                if not stored.intact:
-                    raise CorruptRecordError(
-                        f"schedule {name[:-5]!r} ({path}) is damaged ({stored.detail}); write it again or delete it"
-                    )
-                found[name[:-5]] = stored.data
-        return found
 
     # artifacts and trace ----------------------------------------------------------------------------------
     def _put_artifact_txn(self, handle: None, run_id: str, filename: str, digest: str, data: bytes) -> None:

@@ -4,9 +4,11 @@ without guessing.
 What is checked, per run: the header, every framed line of the log (checksum, record, blob content against its
 SHA-256), the order of sequence numbers (a duplicated line, swapped records, a hole), the checkpoint index against
 the log, the owner record, the restart checkpoint, the terminal events and control lines, and every artifact
-against the digest its name holds. In an encrypted store (``safepoint.store.sealed``) the checksums are of the
-sealed bytes and are checked as before, key or not; with the key, every sealed record must also authenticate in
-its place (run, kind, seq), and one that does not is reported and, with ``--repair``, quarantined like a corrupt one.
+against the digest its name holds; and the store's blobs (``safepoint.store.fsck_blobs``): each one a log
+references is there and whole, each stored one whole. In an encrypted store (``safepoint.store.sealed``) the
+checksums are of the sealed bytes and are checked as before, key or not; with the key, every sealed record must
+also authenticate in its place (run, kind, seq), and one that does not is reported and, with ``--repair``,
+quarantined like a corrupt one.
 
 What ``--repair`` does, under the run's lock and only while no live process owns the run:
 
@@ -47,8 +49,10 @@ from safepoint.records import Blob, LogProblem, LogRecord, OwnerState, RunInfo, 
 from safepoint.results import FsckProblem, FsckResult
 from safepoint.store.base import Store
 from safepoint.store.crypt import Cipher, is_sealed
-from safepoint.store.file_store import CONTROL, LOG, RESTART_CHECKPOINT, TERMINAL_EVENTS, FileStore, read_descriptor
+from safepoint.store.file_schedules import read_descriptor
+from safepoint.store.file_store import CONTROL, LOG, RESTART_CHECKPOINT, TERMINAL_EVENTS, FileStore
 from safepoint.store.framing import check_line, frame, unframe_all
+from safepoint.store.fsck_blobs import check_blobs
 from safepoint.store.liveness import owner_alive
 from safepoint.store.mend import one_bit_candidates
 from safepoint.store.names import safe_url
@@ -135,7 +139,9 @@ def _proven(payload: bytes, open_body: Callable[[LogRecord], LogRecord | None] |
         if content is None:
             return None
         if content.kind == "blob" and not bytes(content.body).startswith(b'"sp1:'):
-            open_blob(_blob_decoder.decode(content.body))
+            blob = _blob_decoder.decode(content.body)
+            if not blob.stored:  # a reference to a store blob: checked with the store's blobs (fsck_blobs)
+                open_blob(blob)
     except (msgspec.DecodeError, msgspec.ValidationError, CorruptRecordError, ValueError, zstandard.ZstdError):
         return None
     return record
@@ -703,6 +709,8 @@ def fsck(store: Store, run_id: str | None, *, repair: bool) -> FsckResult:
                 )
             found = check_through_the_store(store, name)
         problems += found
+    if cipher is not None or not store.sealed:
+        problems += check_blobs(store, runs, repair=repair, whole_store=run_id is None)
     return FsckResult(store=safe_url(store.url), runs=runs, problems=problems, repaired=repair, quarantine=quarantine)
 
 

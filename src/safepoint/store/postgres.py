@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import threading
 import time
 import weakref
@@ -44,6 +45,7 @@ from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
+from safepoint.store.postgres_blobs import PostgresBlobs
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
@@ -78,7 +80,7 @@ def migrate(url: str, *, to: int = LATEST) -> SchemaChange:
         raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc, url)}") from None
 
 
-class PostgresStore(FencedStore[Connection]):
+class PostgresStore(PostgresBlobs, FencedStore[Connection]):
     def __init__(self, url: str, *, pool_size: int = 4, migrate: bool = False) -> None:
         """``migrate``: upgrade a database at an older schema version when opening it (a fresh one is always set
         up; see ``safepoint.store.postgres_schema`` for why an upgrade is not automatic)."""
@@ -137,6 +139,16 @@ class PostgresStore(FencedStore[Connection]):
                 yield conn
         except pg_errors.LockNotAvailable:
             raise  # a lock_timeout the caller set, and turns into its own message (a stuck owner, a stuck sender)
+        except (pg_errors.OperationalError, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
+
+    @contextlib.contextmanager
+    def _pool_connection(self) -> Iterator[Connection]:
+        """A connection of the pool outside any transaction (a session-level lock is held on it)."""
+        pool = self._pool or self._open_pool()
+        try:
+            with pool.connection() as conn:
+                yield conn
         except (pg_errors.OperationalError, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
 
@@ -261,6 +273,21 @@ class PostgresStore(FencedStore[Connection]):
                 f"run {run_id!r}: recovery owner {kept.recovery_class}/{kept.owner_id} already answers for another "
                 f"run in {self.shown}; each agent has its own recovery owner"
             ) from None
+
+    def _delete_run_txn(self, handle: Connection, run_id: str) -> None:
+        # One transaction: the terminal events (keyed by the recovery owner, not the run), then the run's row,
+        # whose foreign keys take its log, owner, restart checkpoint, control, artifacts and trace with it.
+        handle.execute(
+            f"DELETE FROM {SCHEMA}.recovery_owner_terminal_events e USING {SCHEMA}.recovery_owners o "
+            "WHERE o.agent_id = %s AND e.recovery_class = o.recovery_class AND e.owner_id = o.owner_id",
+            (run_id,),
+        )
+        handle.execute(f"DELETE FROM {SCHEMA}.runs WHERE run_id = %s", (run_id,))
+
+    def _after_delete(self, run_id: str) -> None:
+        scratch = self.scratch_dir(run_id)
+        if scratch is not None:  # this host's folder of the run's writes in flight
+            shutil.rmtree(os.path.dirname(scratch), ignore_errors=True)
 
     # the log ----------------------------------------------------------------------------------------------
     def _log_end_txn(self, handle: Connection, claim: Claim) -> int:

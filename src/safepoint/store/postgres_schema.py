@@ -15,6 +15,8 @@ Schema ``safepoint``::
     schedules                       job_id pk, line (framed)
     artifacts                       (run_id, name) pk, sha256, data
     trace                           id bigserial, run_id, line (framed)
+    blobs                           name pk, data (stored as written: already compressed, so EXTERNAL storage,
+                                    not TOAST's second compression), quarantined (fsck set it aside), created_at
     settings                        name pk, value (framed): the store's own facts; 'encryption' in an encrypted
                                     store (its cipher and key id, never the key)
     run_summaries                   run_id pk, log_seq, line (framed): what ``status`` shows, as of log_seq (a
@@ -141,6 +143,19 @@ CREATE INDEX IF NOT EXISTS trace_run_id ON {SCHEMA}.trace (run_id, id);
     ),
     Migration(
         4,
+        "content-addressed blobs, store-wide (file versions and large payloads out of the runs' logs)",
+        f"""
+CREATE TABLE IF NOT EXISTS {SCHEMA}.blobs (
+    name text PRIMARY KEY,
+    data bytea NOT NULL,
+    quarantined boolean NOT NULL DEFAULT false,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE {SCHEMA}.blobs ALTER COLUMN data SET STORAGE EXTERNAL;
+""",
+    ),
+    Migration(
+        5,
         "a summary per run (what status shows), written with the log group it describes and stamped with its seq",
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.run_summaries (run_id text PRIMARY KEY REFERENCES {SCHEMA}.runs "
         "ON DELETE CASCADE, log_seq bigint NOT NULL, line bytea NOT NULL);",

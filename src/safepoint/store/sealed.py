@@ -14,6 +14,9 @@ authenticated data: a sealed value copied to another run, record or slot fails a
     schedule                   job id
     artifact                   run id, artifact name       (content-derived nonce: the same artifact stored twice
                                                             is the same bytes, so it keeps its one name)
+    blob                       its name                    (store-wide, shared by runs: bound to its name, which
+                                                            is an HMAC of the content's hash: see ``blob_name``;
+                                                            kept in binary, ``sp1b`` + nonce and ciphertext)
     trace line                 run id
 
 What stays in clear, because the store itself reads it to work: run ids and job ids (names of folders and rows),
@@ -36,6 +39,9 @@ encrypted would be worse than either); a store that has the record and no key is
 
 from __future__ import annotations
 
+import binascii
+import contextlib
+import hmac
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -45,8 +51,9 @@ import msgspec
 from safepoint.errors import CorruptRecordError, TamperedRecordError
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
-from safepoint.store.base import Store
+from safepoint.store.base import BlobStat, Store
 from safepoint.store.crypt import (
+    PREFIX,
     Cipher,
     StoreKey,
     check_key,
@@ -184,6 +191,10 @@ class SealedStore(Store):
             lost = False
             records.append(opened)
         return LogRead(records=records, problems=problems)
+
+    def delete_run(self, run_id: str, *, claim: Claim | None = None, force: bool = False) -> None:
+        self._ready()
+        self.inner.delete_run(run_id, claim=claim, force=force)
 
     # ownership: in clear (the store reads it to fence writers), checked for the key like every call --------------
     def claim(
@@ -332,6 +343,50 @@ class SealedStore(Store):
             if line is not None:  # as a damaged trace line is: skipped (recovery never depends on the trace)
                 yield line
 
+    # blobs: sealed whole, under names keyed by the store's key --------------------------------------------------------
+    def blob_name(self, digest: str) -> str:
+        """An HMAC of the content's hash under a key derived from the store's, not the hash itself: the plain
+        SHA-256 of a file would let anyone holding the store confirm a guess of its content (a known config file,
+        a password list) without the key. Rejected: the hash of the sealed bytes, which differs at every sealing
+        (random nonces), so a blob two runs share would be stored twice."""
+        cipher = self._ready()
+        return "keyed:" + hmac.new(cipher.key.derived(b"safepoint blob name v1"), digest.encode(), "sha256").hexdigest()
+
+    def put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        cipher = self._ready(writing=True)
+        sealed = [(name, _binary(cipher.seal(data, place("", "blob", name)))) for name, data in blobs]
+        return self.inner.put_blobs(sealed)
+
+    def get_blob(self, name: str) -> bytes | None:
+        cipher = self._ready()
+        sealed = self.inner.get_blob(name)
+        if sealed is None:
+            return None
+        data = open_blob_bytes(cipher, name, sealed)
+        if data is None:
+            raise TamperedRecordError(f"blob {name} in store {self.shown} fails authentication ({_MOVED})")
+        return data
+
+    def list_blobs(self) -> dict[str, BlobStat]:
+        self._ready()
+        return self.inner.list_blobs()
+
+    def blob_clock(self) -> float:
+        return self.inner.blob_clock()
+
+    def delete_blobs(self, names: Sequence[str]) -> int:
+        self._ready()
+        return self.inner.delete_blobs(names)
+
+    def quarantine_blob(self, name: str) -> bool:
+        return self.inner.quarantine_blob(name)
+
+    def blobs_shared(self) -> contextlib.AbstractContextManager[None]:
+        return self.inner.blobs_shared()
+
+    def blobs_exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return self.inner.blobs_exclusive()
+
     # the rest is the backend's ------------------------------------------------------------------------------------
     def local_dir(self) -> str | None:
         return self.inner.local_dir()
@@ -392,6 +447,20 @@ def open_event_payload(cipher: Cipher, run_id: str, event: RecoveryOwnerTerminal
 
 def open_control(cipher: Cipher, run_id: str, sealed: bytes) -> bytes | None:
     return cipher.open(sealed, place(run_id, "control"))
+
+
+_BLOB_PREFIX = b"sp1b"  # a sealed value in binary: a blob may be megabytes, and base64 would add a third
+
+
+def _binary(sealed: bytes) -> bytes:
+    return _BLOB_PREFIX + binascii.a2b_base64(sealed[len(PREFIX) :])
+
+
+def open_blob_bytes(cipher: Cipher, name: str, stored: bytes) -> bytes | None:
+    if not stored.startswith(_BLOB_PREFIX):
+        return None
+    sealed = PREFIX + binascii.b2a_base64(stored[len(_BLOB_PREFIX) :], newline=False)
+    return cipher.open(sealed, place("", "blob", name))
 
 
 def open_artifact(cipher: Cipher, run_id: str, filename: str, sealed: bytes) -> bytes | None:

@@ -28,13 +28,14 @@ import msgspec
 
 from safepoint.store.base import (
     Artifacts,
+    Blobs,
     ControlChannel,
     Ownership,
     RestartCheckpoints,
     RunLog,
     Schedules,
 )
-from safepoint.store.conformance import artifacts, control, ownership, restart_checkpoints, run_log, schedules
+from safepoint.store.conformance import artifacts, blobs, control, ownership, restart_checkpoints, run_log, schedules
 from safepoint.store.conformance.support import Check, StoreFactory, restart_checkpoint, terminal_event
 
 __all__ = [
@@ -67,13 +68,14 @@ PARTS: tuple[Part, ...] = (
     Part(
         "run_log",
         RunLog,
-        (Ownership,),
+        (Ownership, ControlChannel, RestartCheckpoints, Artifacts),
         (
             run_log.check_create_and_list,
             run_log.check_append_and_read_in_order,
             run_log.check_append_refuses_a_fork,
             run_log.check_a_new_run_reads_empty_and_an_unknown_one_is_not_found,
             run_log.check_summary_follows_the_log,
+            run_log.check_delete_run_removes_everything_the_run_owns,
         ),
     ),
     Part(
@@ -108,6 +110,12 @@ PARTS: tuple[Part, ...] = (
             artifacts.check_trace,
             artifacts.check_a_stale_artifact_is_refused_and_never_stored,
         ),
+    ),
+    Part(
+        "blobs",
+        Blobs,
+        (RunLog,),
+        (blobs.check_blobs_put_get_list_delete, blobs.check_gc_and_writers_exclude_each_other),
     ),
 )
 CONFORMANCE_CHECKS: tuple[Check, ...] = tuple(check for part in PARTS for check in part.checks)

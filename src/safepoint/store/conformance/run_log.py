@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import msgspec
 
-from safepoint.errors import RunExistsError, RunNotFoundError, StoreError
-from safepoint.store.conformance.support import StoreFactory, fail, record, refused
+from safepoint.errors import CorruptRecordError, RunExistsError, RunNotFoundError, StoreError
+from safepoint.store.conformance.support import (
+    StoreFactory,
+    fail,
+    record,
+    refused,
+    restart_checkpoint,
+    terminal_event,
+)
 
 
 def check_create_and_list(make_store: StoreFactory) -> None:
@@ -91,3 +100,50 @@ def check_summary_follows_the_log(make_store: StoreFactory) -> None:
     other.append(newer, [record(5)], summary=b'{"n":5}')
     if store.read_summary("r") != (5, b'{"n":5}'):
         fail(f"the new owner's summary read back as {store.read_summary('r')}")
+
+
+def check_delete_run_removes_everything_the_run_owns(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.create_run("r", b'{"run_id":"r"}')
+    store.create_run("kept", b'{"run_id":"kept"}')
+    old = store.claim("r", "first")
+    other = make_store(store)
+    claim = other.claim("r", "second", takeover=True)
+    other.append(claim, [record(1, "a"), record(2, "b", kind="checkpoint")])
+    other.post_control("r", b'{"type":"cancel"}')
+    ref = other.put_artifact(claim, "out.txt", b"out" * 100)
+    other.upsert_restart_checkpoint(claim, restart_checkpoint("r"))
+    other.record_terminal_event(claim, terminal_event(claim, other))
+    other.trace("r", [b'{"event":"a"}'])
+    refused("deleting a run with neither a claim nor force", lambda: other.delete_run("r"), StoreError)
+    refused("a stale delete_run", lambda: store.delete_run("r", claim=old))
+    if other.read_log("r").records == [] or "r" not in other.list_runs():
+        fail("a refused delete_run must leave the run as it was")
+    other.delete_run("r", claim=claim)
+    for handle in (other, make_store(store)):
+        if handle.list_runs() != ["kept"]:
+            fail(f"a deleted run is still listed: {handle.list_runs()}")
+        refused("reading a deleted run's header", functools.partial(handle.run_header, "r"), RunNotFoundError)
+        refused("reading a deleted run's log", functools.partial(handle.read_log, "r"), RunNotFoundError)
+        refused("claiming a deleted run", functools.partial(handle.claim, "r", "third"), RunNotFoundError)
+    if "r" in store.list_restart_checkpoints():
+        fail("a deleted run's restart checkpoint is still listed")
+    refused("deleting a run that is not there", lambda: store.delete_run("r", force=True), RunNotFoundError)
+    # Its id is free, and a run made under it starts with nothing of the old one.
+    store.create_run("r", b'{"run_id":"r"}')
+    fresh = store.claim("r", "again")
+    leftovers = {
+        "log": store.read_log("r").records,
+        "control": store.read_control("r"),
+        "restart checkpoint": store.read_restart_checkpoint("r"),
+        "terminal events": store.terminal_events("r"),
+        "trace": list(store.read_trace("r")),
+    }
+    if any(leftovers.values()):
+        fail(f"a run made again under a deleted run's id holds the old one's records: {leftovers}")
+    refused("reading a deleted run's artifact", lambda: store.get_artifact("r", ref), CorruptRecordError)
+    store.append(fresh, [record(1, "new")])
+    # Forced: nobody holds a claim (the run is left to a person), and the other run is untouched.
+    store.delete_run("r", force=True)
+    if store.list_runs() != ["kept"] or store.run_header("kept") != b'{"run_id":"kept"}':
+        fail("a forced delete_run must remove that run and only that run")

@@ -1,0 +1,263 @@
+"""One LangGraph thread as the store keeps it: its records, and the index a saver folds them into.
+
+A thread is one run of the store, ``lg-<SHA-256 of the thread id>`` (any thread id, ``../``, NUL, 10 KB or
+unicode, becomes a fixed-size name; the id itself is in the run's header, checked on every load so a collision or
+a renamed run is an error, never another thread's state). Its log holds ``Blob`` records only, each the msgpack of
+one of the records below (rejected: new record kinds, which every reader of the store, ``status`` and ``fsck``
+among them, would report as unknown; a ``Blob`` is what the log already keeps exactly and checksums):
+
+- ``ValueRecord``: one channel's value at one version, stored once (``new_versions`` names what changed; a version
+  stored already is not stored again). A list channel (a growing ``messages``) whose previous value is a prefix of
+  the new one is stored as that base version plus the new items: a step that adds one message stores one message,
+  not the whole list (the per-step storage promise; ``SqliteSaver`` stores every value on every step).
+- ``CheckpointRecord``: the checkpoint without its values (they are named by ``channel_versions``), its metadata
+  and its parent.
+- ``WritesRecord``: a task's pending writes for one checkpoint (a regular write given twice is kept once; the
+  special ones, ``__error__``, ``__interrupt__``..., are replaced, as in LangGraph's own savers).
+- ``DropRecord``: checkpoints (and their writes) removed by ``prune``/``delete_for_runs``, or the whole thread.
+  The log only grows, so a drop hides; the space comes back when the thread is deleted (``Store.delete_run``).
+
+Values are what the graph's serializer (``serde.dumps_typed``) makes of them, after the run's redactor has walked
+them: strings in dicts, lists and tuples, and a LangChain message's content, tool-call arguments and extra fields
+(model text, what tools returned, what the user typed). Other objects are stored as the serializer makes them.
+A redacted secret comes back as ``[REDACTED:...]`` after a restart, as everywhere in safepoint; in the process that
+wrote it the graph goes on with its own state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+from safepoint.core.blobs import make_blob, open_blob
+from safepoint.core.redact import Redactor
+from safepoint.errors import CorruptRecordError
+from safepoint.records import Blob, LogRecord, RunInfo
+
+Version = int | float | str
+Typed = tuple[str, bytes]  # what ``SerializerProtocol.dumps_typed`` returns
+LIST = "safepoint.list"  # a list value stored item by item (``items``), after the items of ``base``
+EMPTY = "empty"  # a version named in ``new_versions`` with no value (LangGraph's own marker)
+PREFIX = "lg-"
+
+
+class ValueRecord(msgspec.Struct, tag_field="record", tag="value", frozen=True, kw_only=True, omit_defaults=True):
+    ns: str
+    channel: str
+    version: Version
+    type: str
+    data: bytes = b""
+    base: Version | None = None  # LIST: the version whose items come first
+    items: list[Typed] = msgspec.field(default_factory=list)
+
+
+class CheckpointRecord(
+    msgspec.Struct, tag_field="record", tag="checkpoint", frozen=True, kw_only=True, omit_defaults=True
+):
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint: Typed  # the checkpoint without ``channel_values``
+    metadata: Typed
+
+
+class WritesRecord(msgspec.Struct, tag_field="record", tag="writes", frozen=True, kw_only=True):
+    ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    writes: list[tuple[int, str, str, bytes]]  # (idx, channel, type, data)
+
+
+class DropRecord(msgspec.Struct, tag_field="record", tag="drop", frozen=True, kw_only=True, omit_defaults=True):
+    everything: bool = False
+    checkpoints: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (ns, checkpoint id)
+
+
+ThreadRecord = ValueRecord | CheckpointRecord | WritesRecord | DropRecord
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(ThreadRecord)
+_blob_decoder = msgspec.json.Decoder(Blob)
+_header_decoder = msgspec.json.Decoder(RunInfo)
+
+
+def thread_run_id(thread_id: str) -> str:
+    """The store's run for a thread: a fixed-size name whatever the thread id holds."""
+    return PREFIX + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def thread_of(header: bytes) -> str | None:
+    """The thread id a run's header names, or None: the run is not a LangGraph thread."""
+    try:
+        info = _header_decoder.decode(header)
+    except msgspec.DecodeError:
+        return None
+    thread = info.model_config.get("langgraph_thread_id") if info.model == "langgraph" else None
+    return thread if isinstance(thread, str) else None
+
+
+def encode(record: ThreadRecord) -> Blob:
+    return make_blob(_encoder.encode(record))
+
+
+def decode(record: LogRecord) -> ThreadRecord:
+    if record.kind != "blob":
+        raise CorruptRecordError(f"record {record.seq} is a {record.kind!r}, not one of a LangGraph thread")
+    return _decoder.decode(open_blob(_blob_decoder.decode(record.body)))
+
+
+# Redaction by structure ------------------------------------------------------------------------------------------
+def redact(redactor: Redactor, value: Any) -> Any:
+    """``value`` with its text redacted (see the module docstring); the very object when nothing changed, so a
+    value without secrets costs no copy."""
+    if isinstance(value, str):
+        return redactor.text(value)
+    if isinstance(value, dict):
+        pairs = [(redact(redactor, k), redact(redactor, v)) for k, v in value.items()]
+        changed = any(k is not k0 or v is not v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True))
+        return dict(pairs) if changed else value
+    if isinstance(value, list | tuple):
+        items = [redact(redactor, item) for item in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items) if isinstance(value, tuple) and not hasattr(value, "_fields") else items
+    return _redact_message(redactor, value)
+
+
+def _redact_message(redactor: Redactor, value: Any) -> Any:
+    from langchain_core.messages import BaseMessage
+
+    if not isinstance(value, BaseMessage):
+        return value
+    update: dict[str, Any] = {}
+    for name in ("content", "additional_kwargs", "tool_calls", "invalid_tool_calls", "artifact"):
+        if hasattr(value, name):
+            current = getattr(value, name)
+            redacted = redact(redactor, current)
+            if redacted is not current:
+                update[name] = redacted
+    return value.model_copy(update=update) if update else value
+
+
+# The index a saver keeps of one thread ---------------------------------------------------------------------------
+@dataclass
+class Saved:
+    record: CheckpointRecord
+    metadata: dict[str, Any]  # decoded once: ``list(filter=...)`` compares against it
+
+
+@dataclass
+class ThreadIndex:
+    """Everything one thread's log says, folded; ``apply`` is the one way a record changes it (loading a log and
+    writing a new record go through it alike, so what a saver serves is what a reload would serve)."""
+
+    thread_id: str
+    run_id: str
+    checkpoints: dict[str, dict[str, Saved]] = field(default_factory=dict)  # ns -> checkpoint id -> saved
+    values: dict[tuple[str, str, Version], ValueRecord] = field(default_factory=dict)  # (ns, channel, version)
+    writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, str, str, bytes, str]]] = field(
+        default_factory=dict
+    )  # (ns, checkpoint id) -> (task id, idx) -> (task id, channel, type, data, task path)
+    # (ns, channel) -> (version, the items of its latest list value, serialized): what the next list is compared to
+    lists: dict[tuple[str, str], tuple[Version, list[Any], list[Typed]]] = field(default_factory=dict)
+    last_seq: int = 0
+
+    def apply(self, record: ThreadRecord, load_metadata: Any) -> None:
+        if isinstance(record, ValueRecord):
+            self.values.setdefault((record.ns, record.channel, record.version), record)
+        elif isinstance(record, CheckpointRecord):
+            metadata = load_metadata(record.metadata)
+            self.checkpoints.setdefault(record.ns, {})[record.checkpoint_id] = Saved(record, metadata)
+        elif isinstance(record, WritesRecord):
+            kept = self.writes.setdefault((record.ns, record.checkpoint_id), {})
+            for idx, channel, kind, data in record.writes:
+                key = (record.task_id, idx)
+                if idx >= 0 and key in kept:
+                    continue  # a regular write given again (a retried put_writes) is kept once
+                kept[key] = (record.task_id, channel, kind, data, record.task_path)
+        elif record.everything:
+            self.checkpoints.clear()
+            self.values.clear()
+            self.writes.clear()
+            self.lists.clear()
+        else:
+            for ns, checkpoint_id in record.checkpoints:
+                self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
+                self.writes.pop((ns, checkpoint_id), None)
+
+    def items_of(self, ns: str, channel: str, version: Version) -> list[Typed]:
+        """The serialized items of a LIST value, its bases' first (walked without recursion)."""
+        parts: list[list[Typed]] = []
+        key: tuple[str, str, Version] | None = (ns, channel, version)
+        while key is not None:
+            record = self.values.get(key)
+            if record is None or record.type != LIST:
+                raise CorruptRecordError(
+                    f"LangGraph thread {self.thread_id!r}: the value of {channel!r} at version {key[2]!r} is "
+                    f"missing from run {self.run_id}; check the store with `safepoint fsck {self.run_id}`"
+                )
+            parts.append(record.items)
+            key = None if record.base is None else (ns, channel, record.base)
+        return [item for part in reversed(parts) for item in part]
+
+    def new_writes(
+        self, ns: str, checkpoint_id: str, task_id: str, writes: Iterable[tuple[str, Any]]
+    ) -> Iterator[tuple[int, str, Any]]:
+        """The writes of a ``put_writes`` not kept already: (idx, channel, value)."""
+        kept = self.writes.get((ns, checkpoint_id), {})
+        for position, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, position)
+            if idx >= 0 and (task_id, idx) in kept:
+                continue
+            yield idx, channel, value
+
+    def runs_of(self, run_ids: set[str]) -> list[tuple[str, str]]:
+        """The checkpoints (ns, id) whose metadata names one of ``run_ids``."""
+        return [
+            (ns, checkpoint_id)
+            for ns, saved in self.checkpoints.items()
+            for checkpoint_id, one in saved.items()
+            if one.metadata.get("run_id") in run_ids
+        ]
+
+    def all_but_latest(self) -> list[tuple[str, str]]:
+        """What ``prune(keep_latest)`` drops: in each namespace, all but the latest checkpoint and the ancestors a
+        ``DeltaChannel`` needs to rebuild its value (back to the nearest one its metadata says holds a snapshot of
+        every delta channel: no ``counters_since_delta_snapshot``). Rejected: keeping the latest alone, which left
+        a delta channel empty without a word (LangGraph's ``prune`` docstring warns of it)."""
+        dropped: list[tuple[str, str]] = []
+        for ns, saved in self.checkpoints.items():
+            kept: set[str] = set()
+            at: str | None = max(saved)  # uuid6 ids sort by time
+            while at is not None and at in saved and at not in kept:
+                kept.add(at)
+                if not saved[at].metadata.get("counters_since_delta_snapshot"):
+                    break
+                at = saved[at].record.parent_id
+            dropped.extend((ns, checkpoint_id) for checkpoint_id in saved if checkpoint_id not in kept)
+        return dropped
+
+    def copy_records(self) -> list[ThreadRecord]:
+        """What the thread holds now, as records another thread can take (values first: every version a kept
+        checkpoint names, and the bases of list values, so no delta chain is cut)."""
+        records: list[ThreadRecord] = list(self.values.values())
+        for saved in self.checkpoints.values():
+            records.extend(one.record for one in sorted(saved.values(), key=lambda s: s.record.checkpoint_id))
+        for (ns, checkpoint_id), kept in self.writes.items():
+            if checkpoint_id not in self.checkpoints.get(ns, {}):
+                continue
+            by_task: dict[tuple[str, str], list[tuple[int, str, str, bytes]]] = {}
+            for (task_id, idx), (_, channel, kind, data, task_path) in kept.items():
+                by_task.setdefault((task_id, task_path), []).append((idx, channel, kind, data))
+            for (task_id, task_path), writes in by_task.items():
+                records.append(
+                    WritesRecord(
+                        ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=writes
+                    )
+                )
+        return records

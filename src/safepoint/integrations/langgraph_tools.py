@@ -1,0 +1,481 @@
+"""``durable_tool``: calls made inside LangGraph nodes, through safepoint's tool ledger.
+
+A node runs again from its top whenever LangGraph resumes it: after a crash, after an ``interrupt()`` is answered
+(LangGraph #7780: an interrupt in a loop re-ran the API calls before it on every answer), after a retry. A call
+wrapped by ``durable_tool`` (or made by a ``ToolNode`` given ``ToolNodeLedger``) goes through ``Run.call``, the
+engine's ledger machine: ``started`` is durable before the function runs, its value is recorded when it returns,
+and the same call made again returns the recorded value without running. A call a crash left without an outcome
+is ``uncertain``: one that may not be repeated (``non_idempotent``, ``replay_policy`` ``ask``) is never re-run on its
+own: opening the thread's ledger raises ``DecisionNeeded`` naming it (or, with ``on_uncertain="interrupt"``,
+LangGraph's ``interrupt()`` with the call in its value), and ``SafepointSaver.settle(thread, replay=[...])`` /
+``skip=[...]`` (or ``Command(resume="replay"|"skip")``) settles it.
+
+**The key of a call**: the thread (its ledger is a run of its own, ``lgt-<hash of the thread id>``, claimed like
+the thread), the checkpoint the task started from and its namespace (``checkpoint_map``, ``checkpoint_ns``), the
+task id (LangGraph derives it from the checkpoint and the node, so it is the same when the node runs again), the
+tool, and the call's order within this run of the node (a counter per attempt: LangGraph gives each attempt its
+own scratchpad). A ``ToolNode`` runs a message's tool calls at once, in threads: there the model's tool call id
+takes the place of the order. The call id is ``lg-<tool>-<digest of the rest>-<order or tool call id>``.
+
+What is recorded is the value as JSON (a tuple comes back as a list, a message or object as its JSON form); a
+``ToolNode`` call records its message's content, status and artifact and hands back a ``ToolMessage`` made from
+them. A call that failed raises again: its own exception in the process that ran it, ``ToolFailure`` with the
+recorded error after a restart. A skipped call raises ``ToolFailure`` (its value is not known).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import inspect
+import re
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import msgspec
+
+from safepoint.errors import ConfigError, DecisionNeeded, ToolFailure
+from safepoint.records import Idempotency, ReplayPolicy, RiskLevel, RunInfo
+
+if TYPE_CHECKING:
+    from langchain_core.messages import ToolMessage
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.types import Command
+
+    from safepoint.run import Run
+    from safepoint.store.base import Store
+
+OnUncertain = Literal["raise", "interrupt"]
+F = TypeVar("F", bound=Callable[..., Any])
+TOOLS_PREFIX = "lgt-"
+DECISION = "safepoint_decision"  # the key of an interrupt's value that asks for a decision
+# Where in a task a decision was asked through ``interrupt()``: LangGraph answers a node's interrupts by their order
+# in it, so every later run of that task calls ``interrupt()`` at the same place again (it returns the answer at
+# once) and the node's own interrupts keep their answers (rejected: asking only while the call waits, which shifted
+# every later answer of the node by one).
+ASKED = "[langgraph] decision asked at "
+_WAITING = re.compile(r"\((lg-[^()\s]+)\)")
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+@dataclass(frozen=True)
+class DurableCall:
+    """How a call may be repeated (§8.7); the defaults are safepoint's cautious ones."""
+
+    idempotency: Idempotency = "non_idempotent"
+    replay_policy: ReplayPolicy = "ask"
+    risk_level: RiskLevel = "medium"
+    on_uncertain: OnUncertain | None = None  # None: the saver's (a decision holds the whole thread's ledger)
+
+
+def tools_run_id(thread_id: str) -> str:
+    return TOOLS_PREFIX + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+class ToolRuns:
+    """The ledger runs of a saver's threads, opened when a thread's first durable call is made, kept open (and
+    claimed) until the saver is closed."""
+
+    def __init__(self, store: Store, workspace: str, holder: str, on_uncertain: OnUncertain = "raise") -> None:
+        self.store = store
+        self.on_uncertain = on_uncertain
+        self.workspace = workspace
+        self.holder = holder
+        # One call at a time per saver (a session is one writer). A plain lock: an async call takes it in a worker
+        # thread and gives it back on the event loop's (an RLock must be released by the thread that took it).
+        self.lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self._handlers: dict[str, Callable[[], Any]] = {}  # call id -> the live call's body
+        self._failures: dict[str, BaseException] = {}
+        self._asked: dict[str, set[str]] = {}  # thread -> the places (``ASKED``) a decision was asked at
+        # Attempts of tasks -> their call counter. The scratchpad is kept alive with its counter, so its id is never
+        # reused while it is here (rejected: a weak reference, which LangGraph's slotted dataclass refuses).
+        self._attempts: dict[int, tuple[object, list[int]]] = {}
+        self._order_lock = threading.Lock()  # calls of one task may come from several threads
+        self._sweep_at = 256
+
+    def open(self, thread_id: str, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> Run:
+        from safepoint.agent.loop import resume_session
+        from safepoint.engine.session import RunSession
+        from safepoint.engine.tools import ToolRegistry
+        from safepoint.errors import RunLockedError, RunNotFoundError
+        from safepoint.run import Run
+        from safepoint.workspace.files import Workspace
+
+        run = self._runs.get(thread_id)
+        if run is not None:
+            if replay or skip:
+                raise ConfigError(f"LangGraph thread {thread_id!r}: its calls are open already; nothing waits")
+            return run
+        run_id = tools_run_id(thread_id)
+        workspace = Workspace(self.workspace)
+        try:
+            self.store.run_header(run_id)
+        except RunNotFoundError:
+            info = RunInfo(
+                run_id=run_id,
+                task="durable tool calls of a LangGraph thread",
+                model="langgraph-tools",
+                created_at=_now(),
+                workspace=workspace.root,
+                model_config={"langgraph_thread_id": thread_id},
+            )
+            session = RunSession.create(self.store, info, workspace, ToolRegistry(), holder=self.holder)
+            session.add_message("user", info.task)
+            session.commit()
+            run = Run(session)
+        else:
+            try:
+                session, recovery = resume_session(
+                    self.store, run_id, workspace, ToolRegistry(), replay=replay, skip=skip
+                )
+            except RunLockedError:
+                raise RunLockedError(
+                    f"LangGraph thread {thread_id!r}: its durable calls (run {run_id}) are made by another saver; "
+                    "one writer per thread: close that saver or wait for its process to end"
+                ) from None
+            except DecisionNeeded as exc:
+                calls = _WAITING.findall(str(exc))
+                what = str(exc).partition("waits for a decision on ")[2].partition(": ")[0]
+                secret = (
+                    " (its arguments held a secret, redacted when stored: skip only)"
+                    if "only --skip" in str(exc)
+                    else ""
+                )
+                raise DecisionNeeded(
+                    f"LangGraph thread {thread_id!r} waits for a decision on {what}: it may have taken effect; "
+                    f"saver.settle({thread_id!r}, replay={calls!r}) runs it again, skip={calls!r} leaves it{secret} "
+                    "(or SafepointSaver(on_uncertain='interrupt') and Command(resume='replay'|'skip'))"
+                ) from None
+            run = Run(session, recovery)
+        self._runs[thread_id] = run
+        return run
+
+    def release(self, thread_id: str) -> None:
+        with self.lock:
+            run = self._runs.pop(thread_id, None)
+            if run is not None:
+                run.close()
+            self._asked.pop(thread_id, None)
+
+    def delete(self, thread_id: str) -> None:
+        """Remove the thread's ledger run, fenced by a claim on it (refused while another process holds it)."""
+        from safepoint.errors import RunLockedError, RunNotFoundError
+
+        with self.lock:
+            run = self._runs.pop(thread_id, None)
+            if run is not None:
+                run.close()
+            self._asked.pop(thread_id, None)
+            run_id = tools_run_id(thread_id)
+            try:
+                claim = self.store.claim(run_id, self.holder)
+            except RunNotFoundError:
+                return
+            except RunLockedError:
+                raise RunLockedError(
+                    f"LangGraph thread {thread_id!r}: its durable calls (run {run_id}) are held by another process; "
+                    "delete the thread once it has ended"
+                ) from None
+            self.store.delete_run(run_id, claim=claim)
+
+    def close(self) -> None:
+        with self.lock:
+            for run in self._runs.values():
+                run.close()
+            self._runs.clear()
+
+    # one call --------------------------------------------------------------------------------------------------
+    def order(self, scratchpad: object) -> int:
+        """The next call's position in this attempt of the task (0, 1, ...)."""
+        with self._order_lock:
+            key = id(scratchpad)
+            found = self._attempts.get(key)
+            if found is None or found[0] is not scratchpad:
+                if len(self._attempts) >= self._sweep_at:
+                    self._sweep()
+                found = self._attempts[key] = (scratchpad, [0])
+            n = found[1][0]
+            found[1][0] += 1
+            return n
+
+    def _sweep(self) -> None:
+        """Forget the attempts LangGraph is done with: nothing but this table holds their scratchpad (rejected: a
+        bound on the table, which would forget an attempt still running and give its next call the number of its
+        first, and so its recorded value)."""
+        for key, (scratchpad, _) in list(self._attempts.items()):
+            if sys.getrefcount(scratchpad) <= 3:  # the table's tuple, this loop's name, getrefcount's argument
+                del self._attempts[key]
+        self._sweep_at = max(256, 2 * len(self._attempts))
+
+    def run_for(self, thread_id: str, where: str, policy: DurableCall) -> Run:
+        """The thread's ledger, open; a call waiting for a decision raises ``DecisionNeeded`` or, by the policy,
+        interrupts the graph with the call named and settles it with the answer (``where``: this call's place in
+        its task, see ``ASKED``)."""
+        from langgraph.types import interrupt
+
+        run = self._runs.get(thread_id)
+        if run is not None:
+            if where in self._asked.get(thread_id, ()):
+                interrupt({DECISION: {"thread_id": thread_id, "answered": True}})  # LangGraph hands back the answer
+            return run
+        try:
+            run = self.open(thread_id)
+        except DecisionNeeded as exc:
+            if (policy.on_uncertain or self.on_uncertain) != "interrupt":
+                raise
+            waiting = _WAITING.findall(str(exc))
+            answer = interrupt({DECISION: {"thread_id": thread_id, "calls": waiting, "choices": ["replay", "skip"]}})
+            if answer not in ("replay", "skip"):
+                raise ConfigError(
+                    f"LangGraph thread {thread_id!r}: answer the decision on {', '.join(waiting)} with "
+                    f"Command(resume='replay') or Command(resume='skip'), not {answer!r}"
+                ) from None
+            chosen = tuple(waiting)
+            run = self.open(
+                thread_id, replay=chosen if answer == "replay" else (), skip=chosen if answer == "skip" else ()
+            )
+            run.add_message("system", ASKED + where)  # durable with the call's `started`
+        self._asked[thread_id] = {m.content[len(ASKED) :] for m in run.history if m.content.startswith(ASKED)}
+        return run
+
+    def register(self, run: Run, name: str, policy: DurableCall, is_async: bool) -> None:
+        from safepoint.engine.tools import ToolContext, tool
+
+        def body(ctx: ToolContext, /, **arguments: Any) -> Any:
+            try:
+                return self._handlers[ctx.call_id]()
+            except Exception as exc:
+                self._failures[ctx.call_id] = exc
+                raise
+
+        async def abody(ctx: ToolContext, /, **arguments: Any) -> Any:
+            try:
+                return await self._handlers[ctx.call_id]()
+            except Exception as exc:
+                self._failures[ctx.call_id] = exc
+                raise
+
+        made = tool(
+            name=name,
+            idempotency=policy.idempotency,
+            replay_policy=policy.replay_policy,
+            risk_level=policy.risk_level,
+            side_effects=("langgraph",),
+        )(abody if is_async else body)
+        registry = run.session.registry
+        if name not in registry or registry.get(name).definition != made.definition:
+            registry.put(made)
+
+    def outcome(self, call_id: str, result: Any) -> Any:
+        failure = self._failures.pop(call_id, None)
+        if result.status == "succeeded":
+            return result.value
+        if failure is not None:
+            raise failure  # this process's own failure, as the function raised it
+        raise ToolFailure(f"{call_id}: {result.observation}")
+
+    def call(
+        self,
+        thread_id: str,
+        call_id: str,
+        where: str,
+        name: str,
+        args: dict[str, Any],
+        policy: DurableCall,
+        handler: Callable[[], Any],
+    ) -> Any:
+        with self.lock:
+            run = self.run_for(thread_id, where, policy)
+            self.register(run, name, policy, is_async=False)
+            self._handlers[call_id] = handler
+            try:
+                result = run.call_result(name, args, call_id=call_id)
+            finally:
+                self._handlers.pop(call_id, None)
+            return self.outcome(call_id, result)
+
+    async def acall(
+        self,
+        thread_id: str,
+        call_id: str,
+        where: str,
+        name: str,
+        args: dict[str, Any],
+        policy: DurableCall,
+        handler: Callable[[], Any],
+    ) -> Any:
+        await asyncio.to_thread(self.lock.acquire)
+        try:
+            run = self.run_for(thread_id, where, policy)
+            self.register(run, name, policy, is_async=True)
+            self._handlers[call_id] = handler
+            try:
+                result = await run.acall_result(name, args, call_id=call_id)
+            finally:
+                self._handlers.pop(call_id, None)
+            return self.outcome(call_id, result)
+        finally:
+            self.lock.release()
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _context(what: str) -> tuple[ToolRuns, dict[str, Any]]:
+    """The running graph's ledger runs and configuration (a call outside a graph, or in one compiled without a
+    ``SafepointSaver``, is refused in one line)."""
+    from langgraph.config import get_config
+
+    try:
+        config = get_config()
+    except RuntimeError:
+        raise ConfigError(f"{what} was called outside a LangGraph node; call it from a node of a graph") from None
+    configurable = config.get("configurable", {})
+    runs = getattr(configurable.get("__pregel_checkpointer"), "tools", None)
+    if not isinstance(runs, ToolRuns):
+        raise ConfigError(
+            f"{what}: the graph has no SafepointSaver; compile it with checkpointer=SafepointSaver(store_url)"
+        )
+    return runs, configurable
+
+
+def _attempt_digest(configurable: dict[str, Any]) -> str:
+    where = {
+        "ns": configurable.get("checkpoint_ns", ""),
+        "map": configurable.get("checkpoint_map", {}),
+        "task": configurable.get("__pregel_task_id", ""),
+    }
+    return hashlib.sha256(_encoder.encode(where)).hexdigest()[:16]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value))
+    except (TypeError, msgspec.EncodeError):
+        from langchain_core.load import dumpd
+
+        return msgspec.json.decode(msgspec.json.encode(dumpd(value)))
+
+
+def durable_tool(
+    fn: F | None = None,
+    *,
+    idempotency: Idempotency = "non_idempotent",
+    replay_policy: ReplayPolicy = "ask",
+    risk_level: RiskLevel = "medium",
+    on_uncertain: OnUncertain | None = None,
+    name: str | None = None,
+) -> Any:
+    """Ledger each call of ``fn`` made inside a node of a graph compiled with a ``SafepointSaver`` (see the module
+    docstring). ``@durable_tool`` or ``@durable_tool(idempotency=..., replay_policy=..., on_uncertain=...)``."""
+    policy = DurableCall(idempotency, replay_policy, risk_level, on_uncertain)
+
+    def wrap(fn: F) -> F:
+        tool_name = name or fn.__name__
+        signature = inspect.signature(fn)
+
+        def key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[ToolRuns, str, str, str, dict[str, Any]]:
+            runs, configurable = _context(f"durable tool {tool_name}")
+            bound = signature.bind(*args, **kwargs)
+            order = runs.order(configurable.get("__pregel_scratchpad"))
+            where = f"{_attempt_digest(configurable)}-{order}"
+            return (
+                runs,
+                str(configurable["thread_id"]),
+                f"lg-{tool_name}-{where}",
+                where,
+                _jsonable(dict(bound.arguments)),
+            )
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def acalled(*args: Any, **kwargs: Any) -> Any:
+                runs, thread_id, call_id, where, recorded = key(args, kwargs)
+                return await runs.acall(
+                    thread_id, call_id, where, tool_name, recorded, policy, lambda: fn(*args, **kwargs)
+                )
+
+            return acalled  # type: ignore[return-value]  # same signature as fn, async
+
+        @functools.wraps(fn)
+        def called(*args: Any, **kwargs: Any) -> Any:
+            runs, thread_id, call_id, where, recorded = key(args, kwargs)
+            return runs.call(thread_id, call_id, where, tool_name, recorded, policy, lambda: fn(*args, **kwargs))
+
+        return called  # type: ignore[return-value]  # same signature as fn
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolNodeLedger:
+    """``ToolNode(tools, wrap_tool_call=ledger, awrap_tool_call=ledger.acall)``: every tool call of the node goes
+    through the ledger under the model's tool call id. ``tools`` gives a tool's policy by name, ``default`` the
+    rest's; a tool given ``None`` is not ledgered (one that calls ``interrupt()``: the interrupt would be recorded
+    as its failure, and the answer never reach it)."""
+
+    def __init__(self, tools: dict[str, DurableCall | None] | None = None, default: DurableCall | None = None) -> None:
+        self.policies = dict(tools or {})
+        self.default = default or DurableCall()
+
+    def _key(self, request: ToolCallRequest) -> tuple[ToolRuns, str, str, str, str, dict[str, Any], DurableCall]:
+        call = request.tool_call
+        runs, configurable = _context(f"tool {call['name']}")
+        where = f"{_attempt_digest(configurable)}-{call['id']}"
+        policy = self.policies.get(call["name"], self.default)
+        assert policy is not None
+        thread_id, call_id = str(configurable["thread_id"]), f"lg-{call['name']}-{where}"
+        return runs, thread_id, call_id, where, call["name"], _jsonable(call["args"]), policy
+
+    def _ledgered(self, request: ToolCallRequest) -> bool:
+        name = request.tool_call["name"]
+        return name not in self.policies or self.policies[name] is not None
+
+    @staticmethod
+    def _record(result: ToolMessage | Command[Any]) -> dict[str, Any]:
+        from langchain_core.messages import ToolMessage
+
+        if not isinstance(result, ToolMessage):
+            raise ConfigError(
+                "ToolNodeLedger: a tool returned a Command, which the ledger cannot record; "
+                "return a value or a ToolMessage"
+            )
+        return {"content": _jsonable(result.content), "status": result.status, "artifact": _jsonable(result.artifact)}
+
+    @staticmethod
+    def _message(request: ToolCallRequest, recorded: dict[str, Any]) -> ToolMessage:
+        from langchain_core.messages import ToolMessage
+
+        return ToolMessage(
+            content=recorded["content"],
+            status=recorded["status"],
+            artifact=recorded.get("artifact"),
+            tool_call_id=request.tool_call["id"],
+            name=request.tool_call["name"],
+        )
+
+    def __call__(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
+        if not self._ledgered(request):
+            return execute(request)
+        runs, thread_id, call_id, where, name, args, policy = self._key(request)
+        recorded = runs.call(thread_id, call_id, where, name, args, policy, lambda: self._record(execute(request)))
+        return self._message(request, recorded)
+
+    async def acall(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
+        if not self._ledgered(request):
+            return await execute(request)
+        runs, thread_id, call_id, where, name, args, policy = self._key(request)
+
+        async def run() -> dict[str, Any]:
+            return self._record(await execute(request))
+
+        recorded = await runs.acall(thread_id, call_id, where, name, args, policy, run)
+        return self._message(request, recorded)

@@ -1,0 +1,366 @@
+"""The OpenAI Agents SDK on safepoint's store (extra ``openai-agents``): a ``Session``, ledgered tools, durable
+``RunState``.
+
+::
+
+    sp = safepoint.open(store_url, workspace=".")
+    session = SafepointSession.open(sp, "user-42")            # claims the session: a second writer is refused
+    agent = Agent(name="a", model=durable_model(session, model), tools=durable_tools(session, [pay, lookup]))
+    result = await Runner.run(agent, "book it", session=session)
+    if result.interruptions:                                  # a tool waits for approval: keep the run durably
+        await session.save_state(result)
+    ...                                                       # another process, later:
+    session = SafepointSession.open(sp, "user-42")
+    state = await session.load_state(agent)                   # the interrupted run, from the store
+    state.approve(state.get_interruptions()[0])
+    result = await Runner.run(agent, state, session=session)
+
+**One session is one safepoint run** (run id ``oa_s_<id>``, or ``oa_h_<sha256>`` for an id that is not a safe
+name: ``../``, NUL, unicode, upper case or 65+ characters; both forms are injective and never collide). Its items,
+the model turns, the saved ``RunState`` and the tool ledger all live in that run's log, so they share its
+guarantees: each record checksummed, made durable (fsync'd or committed) before the method returns, redacted by
+the run's redactor before it is written, sealed on an encrypted store, and fenced by the run's claim. Opening a
+session claims the run: a second process (or a second ``open`` in one process) is refused with
+``RunLockedError`` while the first holds it, and a writer whose claim was taken over is refused with
+``StaleGenerationError`` on its next write; one session is never forked. Rejected: a table of its own beside the
+runs (a second fencing scheme, a second redaction and sealing path to keep in step).
+
+**Items** are kept as the run's history messages (one record per ``add_items`` call, one per ``pop_item`` and
+``clear_session``), read back from every message the log holds (``RunSession.lifetime_messages``), not from the
+conversation a resume rewinds, so a restart never loses an item that was acknowledged. The live items are kept in
+memory from the one read of the log that ``open`` does: ``get_items(limit)`` costs ``limit``, whatever the
+session's length, and a write costs one record and one fsync. What is written is redacted; the live process keeps
+the items it was given, as the engine does with its own records (a resume reads the redacted text).
+
+The SDK awaits these methods on its event loop; the writes run there too (one fsync each), as the tool ledger's
+own records do, so one writer orders all of the run's records (rejected: a worker thread per write, which would
+race the ledger's records on the same log writer).
+
+Tools and model turns: ``safepoint.integrations.openai_agents_tools``. Resuming a run that a crash stopped:
+``SafepointSession.open`` (with ``skip``/``replay`` when a call waits for a decision), then
+``Runner.run(agent, [], session=session)``: the session holds the input and every turn the SDK saved, so the model
+is asked exactly what it was asked when the process died, and ``durable_model`` answers from the record.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol
+
+from agents import Agent, RunResult, RunState
+from agents.memory.session_settings import SessionSettings
+
+from safepoint.engine.log_writer import REDACTED_MARK
+from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError
+from safepoint.records import Message
+from safepoint.run import Run
+from safepoint.store.base import Store
+
+
+class Safepoint(Protocol):
+    """What ``open`` needs of ``safepoint.api.Safepoint`` (named here: nothing below the API imports it)."""
+
+    store: Store
+
+    def start(self, task: str, *, builtins: bool = ..., run_id: str | None = ..., model: str = ...) -> Run: ...
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        builtins: bool = ...,
+        replay: Iterable[str] = ...,
+        skip: Iterable[str] = ...,
+        takeover: bool = ...,
+    ) -> Run: ...
+
+
+ITEMS = "openai-agents-items"  # a message holding the JSON list of items one add_items call added
+POP = "openai-agents-pop"  # the last item was removed
+CLEAR = "openai-agents-clear"  # every item was removed
+TURN = "openai-agents-turn"  # a recorded model response (openai_agents_tools.DurableModel)
+STATE = "openai-agents-state"  # a saved RunState ("" once the run it held went on)
+ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was asked to approve, as shown
+USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
+NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED)
+
+_SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def run_id_for(session_id: str) -> str:
+    """The run that holds a session: readable when the id is a safe name, else named by its SHA-256.
+
+    Lower case only in the readable form, so two ids never share a folder on a case-insensitive file system; the
+    prefixes ``s_``/``h_`` keep the two forms apart (a readable id that looks like a digest stays readable)."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("a session id is a non-empty string")
+    if _SAFE_ID.match(session_id):
+        return f"oa_s_{session_id}"
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:48]
+    return f"oa_h_{digest}"
+
+
+def canonical(value: Any) -> str:
+    """JSON with sorted keys and no spaces: the form items are stored in and model inputs are hashed in. Text
+    stays as it is, except where it holds a lone surrogate (no UTF-8 for it): then all of it is escaped.
+    Raises ``ValueError`` for a value nested too deep to encode (hostile model output), not a RecursionError."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable)
+    except RecursionError:
+        raise ValueError("a session item is nested too deep to be stored") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_jsonable)
+    return text
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", exclude_unset=True)
+    raise TypeError(f"a session item holds a {type(value).__name__}, which is not JSON")
+
+
+@dataclass
+class _Folded:
+    """What the session's records say, folded in log order."""
+
+    items: list[Any] = field(default_factory=list)
+    version: int = 0  # how many times the items changed: a recorded model turn is for one version only
+    turns: dict[str, str] = field(default_factory=dict)  # turn key -> the recorded response, this version's only
+    state: str = ""  # the saved RunState (JSON), "" when none
+    asked: dict[str, str] = field(default_factory=dict)  # call id -> digest of the arguments shown for approval
+    used: dict[str, str] = field(default_factory=dict)  # call id -> digest it ran under
+
+    def bump(self) -> None:
+        """The items changed: no turn recorded before can answer a request again, so none is kept in memory."""
+        self.version += 1
+        self.turns.clear()
+
+
+def _fold(messages: Iterable[Message]) -> _Folded:
+    folded = _Folded()
+    for message in messages:
+        name = message.name
+        if name == ITEMS:
+            folded.items.extend(json.loads(message.content))
+            folded.bump()
+        elif name == POP:
+            if folded.items:
+                folded.items.pop()
+            folded.bump()
+        elif name == CLEAR:
+            folded.items.clear()
+            folded.bump()
+        elif name == TURN:
+            key, _, response = message.content.partition(" ")
+            folded.turns[key] = response
+        elif name == STATE:
+            folded.state = message.content
+        elif name in (ASKED, USED):
+            call_id, _, digest = message.content.rpartition(" ")
+            (folded.asked if name == ASKED else folded.used).setdefault(call_id, digest)
+    return folded
+
+
+class SafepointSession:
+    """An OpenAI Agents SDK ``Session`` kept in a safepoint run (see the module docstring).
+
+    Build it with ``SafepointSession.open(sp, session_id)``, or around a run you opened yourself with
+    ``SafepointSession(run, session_id)``. Close it (or use ``with``) to give the run up for the next process.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(self, run: Run, session_id: str, *, session_settings: SessionSettings | None = None) -> None:
+        self.run = run
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self._folded = _fold(m for m in run.session.lifetime_messages if m.name in NAMES)
+
+    @classmethod
+    def open(
+        cls,
+        sp: Safepoint,
+        session_id: str,
+        *,
+        replay: Iterable[str] = (),
+        skip: Iterable[str] = (),
+        takeover: bool = False,
+        accept_damage: bool = False,
+        session_settings: SessionSettings | None = None,
+    ) -> SafepointSession:
+        """Claim the session's run: create it, or resume it (a restart, or after a crash).
+
+        Raises ``RunLockedError`` while another process holds the session (``takeover=True`` takes it from one
+        that died without its lease running out: the old holder's next write is then refused), and
+        ``DecisionNeeded`` when a tool call was started and never finished and its policy asks a person: open
+        again with ``skip=[call_id]`` (do not run it again: the model is told it may have happened) or
+        ``replay=[call_id]`` (run it again). Raises ``DamagedLogError`` (exit code 12) when records of the
+        session's log fail their checksum or are missing: they may have held items, so the session is not opened
+        on its word unless ``accept_damage=True`` (go on with the items that remain).
+        """
+        run_id = run_id_for(session_id)
+        try:
+            sp.store.run_header(run_id)
+        except RunNotFoundError:
+            try:
+                shown = repr(session_id)
+                task = f"openai-agents session {shown if len(shown) <= 200 else shown[:200] + '...'}"
+                run = sp.start(task, builtins=False, run_id=run_id, model="openai-agents")
+            except RunExistsError:  # another process created it a moment ago: open it as any existing one
+                pass
+            else:
+                return cls(run, session_id, session_settings=session_settings)
+        try:
+            run = sp.resume(run_id, builtins=False, replay=tuple(replay), skip=tuple(skip), takeover=takeover)
+        except DecisionNeeded as exc:
+            # Said in this API's words: `safepoint resume` cannot settle it (the run is this program's own loop).
+            said = str(exc).replace("resume with --replay CALL_ID", "open it with replay=[CALL_ID]")
+            said = said.replace("or --skip CALL_ID", "or skip=[CALL_ID]").replace("only --skip", "only skip")
+            raise DecisionNeeded(f"session {session_id!r}: {said}") from exc
+        damage = [problem for problem in run.session.view.problems if problem.kind != "torn"]  # torn: never acked
+        if damage and not accept_damage:
+            run.close()
+            raise DamagedLogError(
+                f"session {session_id!r}: {len(damage)} record(s) of run {run_id}'s log are damaged or missing "
+                f"({damage[0].detail}) and may have held its items; `safepoint fsck {run_id}` shows them; "
+                "open it with accept_damage=True to go on with the items that remain"
+            )
+        return cls(run, session_id, session_settings=session_settings)
+
+    # the Session protocol ---------------------------------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The latest ``limit`` items (all when None), oldest first; from memory, so flat in the session's length."""
+        items = self._folded.items
+        chosen = items if limit is None else items[-limit:] if limit > 0 else []
+        return copy.deepcopy(chosen)  # the caller may change what it gets (the SDK does); the session stays as kept
+
+    async def add_items(self, items: list[Any]) -> None:
+        if not items:
+            return
+        plain = json.loads(canonical(list(items)))  # JSON now: the SDK hands in pydantic models at times
+        self._write(ITEMS, canonical(plain))
+        self._folded.items.extend(plain)
+        self._folded.bump()
+
+    async def pop_item(self) -> Any | None:
+        if not self._folded.items:
+            return None
+        self._write(POP, "")
+        item = self._folded.items.pop()
+        self._folded.bump()
+        return item
+
+    async def clear_session(self) -> None:
+        self._write(CLEAR, "")
+        self._folded.items.clear()
+        self._folded.bump()
+
+    # interrupted runs -------------------------------------------------------------------------------------------
+    async def save_state(self, result: RunResult | RunState[Any, Any] | None) -> None:
+        """Keep an interrupted run (a ``RunResult`` with interruptions, or its ``RunState``) durably, replacing the
+        one kept before; ``None`` forgets it (the run went on). The state is redacted like every record: a call
+        whose arguments lost a secret to it is never run from them (see ``durable_tools``)."""
+        if result is None:
+            if self._folded.state:
+                self._write(STATE, "")
+                self._folded.state = ""
+            return
+        state = result.to_state() if isinstance(result, RunResult) else result
+        text = canonical(state.to_json())
+        self._write(STATE, text)
+        self._folded.state = text
+
+    async def load_state(self, agent: Agent[Any], **options: Any) -> RunState[Any, Any] | None:
+        """The kept interrupted run, rebuilt for ``agent`` (``options``: ``RunState.from_json``'s, such as
+        ``context_deserializer``), or None when none is kept."""
+        if not self._folded.state:
+            return None
+        data = json.loads(self._folded.state)
+        _unbind_redacted_calls(data)
+        state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
+        return state
+
+    @property
+    def has_state(self) -> bool:
+        return bool(self._folded.state)
+
+    # what the tools and the model wrapper keep here ---------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self._folded.version
+
+    def recorded_turn(self, key: str) -> str | None:
+        return self._folded.turns.get(key)
+
+    def record_turn(self, key: str, response: str) -> None:
+        self._write(TURN, f"{key} {response}")
+        self._folded.turns[key] = response
+
+    def asked(self, call_id: str) -> str | None:
+        return self._folded.asked.get(call_id)
+
+    def record_asked(self, call_id: str, digest: str) -> None:
+        if call_id not in self._folded.asked:
+            self._write(ASKED, f"{call_id} {digest}")
+            self._folded.asked[call_id] = digest
+
+    def used(self, call_id: str) -> str | None:
+        return self._folded.used.get(call_id)
+
+    def stage_used(self, call_id: str, digest: str) -> None:
+        """Staged, not committed: durable with the call's own ``started``, so a used approval and the call that
+        used it are in the log together or not at all."""
+        if call_id not in self._folded.used:
+            self.run.session.add_message("system", f"{call_id} {digest}", name=USED)
+            self._folded.used[call_id] = digest
+
+    def redacted(self, text: str) -> str:
+        """``text`` as the run's log keeps it."""
+        return str(self.run.session.log.redactor.text(text))
+
+    def _write(self, name: str, content: str) -> None:
+        self.run.session.add_message("system" if name != ITEMS else "user", content, name=name)
+        self.run.session.commit()  # durable (and fenced: a writer that lost the session is refused) on return
+
+    # lifetime ----------------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.run.close()
+
+    def __enter__(self) -> SafepointSession:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.run.__exit__(kind, exc, tb)
+
+
+def _unbind_redacted_calls(state: dict[str, Any]) -> None:
+    """Drop the SDK's own record (a fingerprint of the real arguments) of every tool call whose arguments the
+    redactor changed before the state was stored: kept, it no longer matches the call and the SDK refuses the
+    whole state ("completed tool invocation does not match"). Unbound, a finished call comes back from the
+    ledger (never run again) and a waiting one is refused by ``durable_tools`` rather than run with
+    ``[REDACTED:...]`` where the secret was."""
+    redacted: set[str] = set()
+    stack: list[Any] = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            arguments = item.get("arguments")
+            if isinstance(arguments, str) and REDACTED_MARK in arguments and isinstance(item.get("call_id"), str):
+                redacted.add(item["call_id"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    context = state.get("context")
+    invocations = context.get("tool_invocations") if isinstance(context, dict) else None
+    if isinstance(invocations, dict):
+        for call_id in redacted:
+            invocations.pop(call_id, None)

@@ -1,0 +1,224 @@
+"""The file store's blobs (``store.base.Blobs``): one file per blob, store-wide, named by its content.
+
+::
+
+    .agent-runtime/blobs/
+    ├── sha256/ab/<64 hex>     a blob (``keyed/`` in an encrypted store: names that say nothing of the content)
+    ├── quarantine/<name>      a damaged blob ``fsck --repair`` moved aside (kept for a person, never deleted)
+    └── lock                   flock'd shared by a writer from its put to its log append, exclusively by gc
+
+A blob is written to a temporary file in its folder, fsync'd, renamed into place, and the folder fsync'd (each
+folder once per ``put_blobs``, however many blobs it gained): after a crash a blob is whole or absent, and a
+temporary file left behind (a dot-name) is never listed and is removed by ``gc``. Two hex digits of fan-out keep
+a folder to a few thousand entries at a million blobs. Rejected: a pack file of blobs (fewer inodes), whose
+removal by gc means rewriting it; one file per blob is removed by an unlink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+
+from safepoint.core.blobs import check_name
+from safepoint.durable import PRIVATE_FILE, fsync_dir, make_private_dirs, write_all
+from safepoint.errors import DiskFullError, StoreError, is_disk_full
+from safepoint.store.base import BlobStat
+from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
+
+BLOBS = "blobs"
+QUARANTINE = "quarantine"
+
+
+def flock_waiting(fd: int, mode: int, timeout: float, stuck: StoreError) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise stuck from None
+            time.sleep(0.005)
+
+
+class FileBlobs:
+    """The ``Blobs`` part over a folder; the file store mixes it in (``root``: the store's folder)."""
+
+    root: str
+    shown: str
+
+    def _blob_root(self) -> str:
+        return os.path.join(self.root, BLOBS)
+
+    def _blob_path(self, name: str) -> str:
+        scheme, _, digest = check_name(name).partition(":")
+        return os.path.join(self.root, BLOBS, scheme, digest[:2], digest)
+
+    def put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        try:
+            return self._put_blobs(blobs)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            raise DiskFullError(
+                f"no space left on the disk of store {self.shown} (writing blobs); nothing half-written was kept and "
+                "nothing references what was: free space, then resume the run"
+            ) from None
+
+    def _put_blobs(self, blobs: Sequence[tuple[str, bytes]]) -> int:
+        written = 0
+        folders: set[str] = set()
+        for name, data in blobs:
+            path = self._blob_path(name)
+            try:
+                if os.stat(path).st_size == len(data):  # its name is its content: the bytes there are these
+                    os.utime(path)  # stored again: a reference to it is on its way (see blob_clock)
+                    continue
+                # Another length: cut short by hand or by damage (a crash leaves no partial blob under its name):
+                # written again over it, so the new reference is to whole bytes.
+            except FileNotFoundError:
+                pass
+            folder = os.path.dirname(path)
+            if not os.path.isdir(folder):
+                make_private_dirs(folder)
+                folders.update((os.path.dirname(folder), os.path.dirname(os.path.dirname(folder)), self.root))
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")  # 0600
+            try:
+                write_all(fd, data)
+                os.fdatasync(fd)
+            except BaseException:
+                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            os.close(fd)
+            os.rename(tmp, path)
+            folders.add(folder)
+            written += len(data)
+        for folder in sorted(folders, key=len, reverse=True):  # deepest first: a name before the folder holding it
+            fsync_dir(folder)
+        return written
+
+    def get_blob(self, name: str) -> bytes | None:
+        try:
+            with open(self._blob_path(name), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def blob_clock(self) -> float:
+        """The file system's own clock, read from a file touched now (the clock blob times are set by is the
+        kernel's coarse one, which may lag ``time.time()`` by a tick)."""
+        top = self._blob_root()
+        make_private_dirs(top)
+        path = os.path.join(top, "clock")
+        with open(path, "ab"):
+            pass
+        os.utime(path)
+        return os.stat(path).st_mtime
+
+    def list_blobs(self) -> dict[str, BlobStat]:
+        found: dict[str, BlobStat] = {}
+        top = self._blob_root()
+        for scheme in _names(top):
+            if scheme in (QUARANTINE, "lock", "clock"):
+                continue
+            for shard in _names(os.path.join(top, scheme)):
+                folder = os.path.join(top, scheme, shard)
+                for entry in _entries(folder):
+                    if not entry.name.startswith("."):
+                        with contextlib.suppress(FileNotFoundError):
+                            stat = entry.stat()
+                            found[f"{scheme}:{entry.name}"] = BlobStat(stat.st_size, stat.st_mtime)
+        return found
+
+    def delete_blobs(self, names: Sequence[str]) -> int:
+        freed = 0
+        folders: set[str] = set()
+        for name in names:
+            path = self._blob_path(name)
+            try:
+                size = os.stat(path).st_size
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            freed += size
+            folders.add(os.path.dirname(path))
+        for folder in folders:
+            fsync_dir(folder)
+        return freed
+
+    def sweep_blob_temporaries(self) -> int:
+        """Remove temporary files of blob writes a crash cut short; only inside ``blobs_exclusive``."""
+        swept = 0
+        top = self._blob_root()
+        for scheme in _names(top):
+            for shard in _names(os.path.join(top, scheme)):
+                for entry in _entries(os.path.join(top, scheme, shard)):
+                    if entry.name.startswith(".tmp-"):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(entry.path)
+                            swept += 1
+        return swept
+
+    def quarantine_blob(self, name: str) -> bool:
+        path = self._blob_path(name)
+        if not os.path.exists(path):
+            return False
+        aside = os.path.join(self._blob_root(), QUARANTINE)
+        make_private_dirs(aside)
+        os.rename(path, os.path.join(aside, name.replace(":", "-")))
+        fsync_dir(aside)
+        fsync_dir(os.path.dirname(path))
+        return True
+
+    @contextlib.contextmanager
+    def _blob_lock(self, mode: int, stuck: StoreError) -> Iterator[None]:
+        top = self._blob_root()
+        if not os.path.isdir(top):
+            make_private_dirs(top)
+        # A descriptor of its own per holder: flock excludes open files, so two threads of this process exclude
+        # each other as two processes do.
+        fd = os.open(os.path.join(top, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+        try:
+            flock_waiting(fd, mode, CLAIM_LOCK_TIMEOUT, stuck)
+            yield
+        finally:
+            os.close(fd)  # lets the lock go
+
+    def blobs_shared(self) -> contextlib.AbstractContextManager[None]:
+        return self._blob_lock(
+            fcntl.LOCK_SH,
+            StoreError(
+                f"store {self.shown}: `safepoint gc` holds the blobs' lock and does not let go (stopped?); "
+                "end it, then resume the run"
+            ),
+        )
+
+    def blobs_exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return self._blob_lock(
+            fcntl.LOCK_EX,
+            StoreError(
+                f"store {self.shown}: a writer holds the blobs' lock between storing a blob and its log record and "
+                "does not let go (stopped with SIGSTOP?); end it or try gc again later"
+            ),
+        )
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return sorted(name for name in os.listdir(folder) if not name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _entries(folder: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as found:
+            return list(found)
+    except (FileNotFoundError, NotADirectoryError):
+        return []

@@ -1,0 +1,68 @@
+"""Every byte a file store holds, with the history's compressed frames expanded: a grep of the store for a planted
+secret must see what compression would hide (message text is zstd-compressed after redaction, against dictionaries
+trained on the run's messages; ``safepoint.core.history_codec``). Written apart from the library's own decoder, so a
+bug there cannot hide a secret from the tests that use this."""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from pathlib import Path
+
+import zstandard
+
+
+def expanded_log(data: bytes) -> bytes:
+    """The plain text of every compressed message and every dictionary in a log's bytes (framed JSON lines)."""
+    dictionaries: dict[int, zstandard.ZstdCompressionDict] = {}
+    out: list[bytes] = []
+    for line in data.splitlines():
+        payload = line[9:]
+        if len(line) < 10 or zlib.crc32(payload) != int(line[:8], 16):
+            continue
+        try:
+            record = json.loads(payload)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("body"), dict):
+            continue  # a sealed store's body is a string: ciphertext
+        body = record["body"]
+        if record.get("kind") == "message_dict":
+            raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(body["data"]), max_output_size=body["size"])
+            dictionaries[record["seq"]] = zstandard.ZstdCompressionDict(raw)
+            out.append(raw)
+        elif record.get("kind") == "message" and "z" in body:
+            found = dictionaries.get(body.get("d", 0))
+            reader = zstandard.ZstdDecompressor(dict_data=found) if found else zstandard.ZstdDecompressor()
+            out.append(reader.decompress(base64.b64decode(body["z"]), max_output_size=1 << 30))
+    return b"\n".join(out)
+
+
+def every_store_byte(root: Path) -> bytes:
+    """The bytes of every file under ``root`` (a store), then the expanded text of every log among them."""
+    files = [p for p in sorted(root.rglob("*")) if p.is_file()]
+    raw = [p.read_bytes() for p in files]
+    expanded = [expanded_log(data) for p, data in zip(files, raw, strict=True) if p.suffix == ".jsonl"]
+    return b"".join(raw) + b"\n" + b"\n".join(expanded)
+
+
+def expanded_messages(data: bytes) -> list[dict[str, object]]:
+    """Every message record's body of a log, with ``content`` and ``tool_calls`` expanded from ``z``."""
+    dictionaries: dict[int, zstandard.ZstdCompressionDict] = {}
+    found: list[dict[str, object]] = []
+    for line in data.splitlines():
+        record = json.loads(line[9:])
+        body = record["body"]
+        if record["kind"] == "message_dict":
+            raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(body["data"]), max_output_size=body["size"])
+            dictionaries[record["seq"]] = zstandard.ZstdCompressionDict(raw)
+        elif record["kind"] == "message":
+            body = dict(body)
+            if "z" in body:
+                known = dictionaries.get(body.pop("d", 0))
+                reader = zstandard.ZstdDecompressor(dict_data=known) if known else zstandard.ZstdDecompressor()
+                content, calls = json.loads(reader.decompress(base64.b64decode(body.pop("z")), max_output_size=1 << 30))
+                body["content"], body["tool_calls"] = content, calls
+            found.append(body)
+    return found
