@@ -88,16 +88,29 @@ class Content:
         """A call's recorded observation (or what became of it)."""
         if ref and ref.startswith("blob:") and ref[5:] in self.blobs:
             return self.get(ref[5:]).decode(errors="replace")
+        if (large := self._large(ref)) is not None:
+            return large
         return load_result(self.message_records, ref)
 
     def recorded(self, ref: str | None) -> str | None:
         """A call's recorded observation, None when damage lost it."""
         if ref and ref.startswith("blob:"):
             return self.get(ref[5:]).decode(errors="replace") if ref[5:] in self.blobs else None
+        if (large := self._large(ref)) is not None:
+            return large
         message = (
             self.message_records.get(int(ref[4:])) if ref and ref.startswith("log:") and ref[4:].isdigit() else None
         )
         return None if message is None else message.content
+
+    def _large(self, ref: str | None) -> str | None:
+        """The content of the tool message ``ref`` names when the log kept it as a blob (``core.large_values``)."""
+        message = (
+            self.message_records.get(int(ref[4:])) if ref and ref.startswith("log:") and ref[4:].isdigit() else None
+        )
+        if message is None or message.content_ref is None:
+            return None
+        return self.get(message.content_ref.removeprefix("blob:")).decode(errors="replace")
 
 
 def load_result(message_records: dict[int, Message], ref: str | None) -> str:
