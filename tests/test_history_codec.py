@@ -182,11 +182,11 @@ class RefusingStore:
         self.store = store
         self.refuse_kind = refuse_kind
 
-    def append(self, claim: Claim, records: list[LogRecord]) -> None:
+    def append(self, claim: Claim, records: list[LogRecord], **options) -> None:
         if self.refuse_kind and any(r.kind == self.refuse_kind for r in records):
             self.refuse_kind = ""
             raise DiskFullError("no space left on the store's disk")
-        self.store.append(claim, records)
+        self.store.append(claim, records, **options)
 
     def __getattr__(self, name: str):
         return getattr(self.store, name)

@@ -215,10 +215,10 @@ def test_gc_keeps_what_inputs_and_messages_reference_for_as_long_as_the_run_is_k
     assert done.freed_blobs > 0  # old file versions went
     assert fsck(tm.store, None, repair=False).clean
     assert read_back(tm, "s", "w0")["content"] == big(20, 50_000)  # the input, still shown whole
-    assert read_back(tm, "r", [c for c in load_view(tm.store, "r").ledger][0])["content"] == content
+    assert read_back(tm, "r", next(iter(load_view(tm.store, "r").ledger)))["content"] == content
     rows = [row.message for row in tm.restored_history("r").messages]
     assert any(m.role == "tool" and m.content == big(8) for m in rows)
-    assert [c.args for m in rows for c in m.tool_calls][0]["content"] == content
+    assert next(c.args for m in rows for c in m.tool_calls)["content"] == content
 
 
 def test_the_rule_round_trips_nested_values_and_leaves_small_ones_untouched():
