@@ -158,6 +158,23 @@ def test_the_agent_loop_keeps_large_arguments_and_results_out_and_a_resume_sends
     assert any(m.role == "tool" and m.content == big(8) for m in sent)
     assert said(conversation) == said([m for m in sent if m.seq < len(conversation)])[: len(conversation)]
     assert (workspace / "big.txt").read_text() == content
+    # The history the resume restored is the one the run had (read back on both sides): no rewind to it logged.
+    rewinds = [r for r in tm.store.read_log("r").records if r.kind == "rewind"]
+    assert rewinds == []
+    # The library's history: as said, long texts and arguments included.
+    current = tm.history("r").current
+    assert [c.args for m in current for c in m.tool_calls][0]["content"] == content
+    assert any(m.role == "tool" and m.content == big(8) for m in current)
+
+
+def test_a_long_final_answer_reads_back_whole(tm):
+    answer = big(13, 20_000)
+    played = parse_scenario(json.dumps({"task": "answer at length", "turns": [{"text": answer}]}).encode())
+    run = tm.start(played.task, run_id="r", model=played.model)
+    with run:
+        assert tm.run_agent(run, Scripted(played)) == "completed"
+    assert log_bytes(tm, "r") < SMALL_LOG
+    assert [m.content for m in tm.history("r").current if m.role == "assistant"] == [answer]
 
 
 def test_a_secret_in_a_large_argument_is_redacted_in_its_blob_and_the_call_is_known_to_have_lost_it(tm):

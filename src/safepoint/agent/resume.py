@@ -136,7 +136,7 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     if at is None:
         session.start_over()
     else:
-        if session.history != at.history:
+        if session.history != large_values.resolve_messages(list(at.history), session.contents):  # both read back
             session.rewind(at.checkpoint.history_len, at.checkpoint.checkpoint_id, "resume from checkpoint")
         session.return_to(at)
     session.event("running", f"resumed: {plan.why}")
