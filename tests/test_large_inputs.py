@@ -163,7 +163,7 @@ def test_the_agent_loop_keeps_large_arguments_and_results_out_and_a_resume_sends
     assert rewinds == []
     # The library's history: as said, long texts and arguments included.
     current = tm.history("r").current
-    assert [c.args for m in current for c in m.tool_calls][0]["content"] == content
+    assert next(c.args for m in current for c in m.tool_calls)["content"] == content
     assert any(m.role == "tool" and m.content == big(8) for m in current)
 
 
