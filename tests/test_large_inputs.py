@@ -238,6 +238,15 @@ def test_gc_keeps_what_inputs_and_messages_reference_for_as_long_as_the_run_is_k
     assert next(c.args for m in rows for c in m.tool_calls)["content"] == content
 
 
+def test_a_call_whose_only_argument_is_large_is_shown_by_its_size():
+    from safepoint.core.progress import main_argument
+
+    text = big(14, 9000)
+    shown = main_argument(rule.externalize({"text": text}, lambda t: ("sha256:" + "1" * 64, t)))
+    assert shown == f"({len(text.encode()):,} bytes)"  # UTF-8 bytes, as the reference counts them
+    assert main_argument({"path": "a.txt", "content": {"$large": "blob:sha256:" + "1" * 64, "size": 5}}) == "a.txt"
+
+
 def test_the_rule_round_trips_nested_values_and_leaves_small_ones_untouched():
     stored: dict[str, str] = {}
 
