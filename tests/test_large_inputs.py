@@ -262,3 +262,38 @@ def test_the_rule_round_trips_nested_values_and_leaves_small_ones_untouched():
     assert len(stored) == 2 and len(json.dumps(out)) < 400
     assert rule.resolve(out, stored.__getitem__) == value
     assert sorted(rule.references(out)) == sorted(stored)
+
+
+def test_in_an_encrypted_store_a_large_input_and_result_are_sealed_blobs(tmp_path, workspace):
+    marker = "plain-marker-" + "Zq9" * 20
+    text = big(15, 60_000) + marker
+    tm = safepoint.open(str(tmp_path / "sealed"), workspace=str(workspace), key="a1" * 32)
+    try:
+        with tm.start("t", run_id="r", tools=[keep_note, long_report]) as run:
+            run.call("keep_note", {"text": text, "tags": []}, call_id="c1")
+            run.call("long_report", {"seed": 16}, call_id="c2")
+        assert tm.store.list_blobs()
+        assert read_back(tm, "r", "c1")["text"] == text
+    finally:
+        tm.close()
+    found = b"".join(p.read_bytes() for p in (tmp_path / "sealed").rglob("*") if p.is_file())
+    assert marker.encode() not in found and big(16)[:200].encode() not in found
+
+
+def test_on_postgresql_every_tool_kinds_megabyte_stays_out_of_the_log(fresh_url, workspace):
+    tm = safepoint.open(fresh_url, workspace=str(workspace))
+    try:
+        given = {}
+        with tm.start("t", run_id="r", tools=[keep_note, long_report]) as run:
+            for number, (tool, make) in enumerate(CASES.values()):
+                given[f"c{number}"] = make()
+                run.call(tool, given[f"c{number}"], call_id=f"c{number}")
+            run.call("long_report", {"seed": 17}, call_id="r1")
+        log = sum(len(record.body) for record in tm.store.read_log("r").records)
+        assert log < 4 * SMALL_LOG, log  # five megabyte-sized values went through
+        for call_id, args in given.items():
+            assert read_back(tm, "r", call_id) == args
+        with tm.resume("r", tools=[long_report]) as run:
+            assert run.call("long_report", {"seed": 17}, call_id="r1") == big(17)
+    finally:
+        tm.close()
