@@ -55,11 +55,11 @@ def agent(run: safepoint.Run) -> None:
 
 async def agent_async(run: safepoint.Run) -> None:
     for call_id, tool_name, args in PLAN[run.completed_steps :]:
-        run.step()
+        await run.astep()  # the a* forms write (and fsync) off the event loop
         observation = (await run.acall_result(tool_name, args, call_id=call_id)).observation
         print(f"{call_id} {tool_name}: {observation.splitlines()[0]}")
-        run.checkpoint()
-    run.finish()
+        await run.acheckpoint()
+    await run.afinish()
 
 
 def main(argv: list[str]) -> int:

@@ -32,6 +32,8 @@ def expanded_log(data: bytes) -> bytes:
             raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(body["data"]), max_output_size=body["size"])
             dictionaries[record["seq"]] = zstandard.ZstdCompressionDict(raw)
             out.append(raw)
+        elif record.get("kind") == "blob" and body.get("codec") == "zstd" and body.get("data"):
+            out.append(zstandard.ZstdDecompressor().decompress(base64.b64decode(body["data"]), max_output_size=1 << 30))
         elif record.get("kind") == "message" and "z" in body:
             found = dictionaries.get(body.get("d", 0))
             reader = zstandard.ZstdDecompressor(dict_data=found) if found else zstandard.ZstdDecompressor()
@@ -44,7 +46,14 @@ def every_store_byte(root: Path) -> bytes:
     files = [p for p in sorted(root.rglob("*")) if p.is_file()]
     raw = [p.read_bytes() for p in files]
     expanded = [expanded_log(data) for p, data in zip(files, raw, strict=True) if p.suffix == ".jsonl"]
+    expanded += [expanded_blob(data) for data in raw if data.startswith(b"spb1 zstd ")]
     return b"".join(raw) + b"\n" + b"\n".join(expanded)
+
+
+def expanded_blob(data: bytes) -> bytes:
+    """A store-wide blob file's plain bytes (``spb1 <codec> <size>\\n<payload>``): large content, compressed."""
+    header, _, payload = data.partition(b"\n")
+    return zstandard.ZstdDecompressor().decompress(payload, max_output_size=int(header.split()[2]))
 
 
 def expanded_messages(data: bytes) -> list[dict[str, object]]:

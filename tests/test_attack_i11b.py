@@ -254,7 +254,6 @@ def test_the_stores_key_read_from_its_key_file_never_reaches_the_record(tmp_path
     assert key not in done.stdout, "the store's own key is in its records"
 
 
-@pytest.mark.xfail(strict=True, reason="tmp/capture-state.msgpack keeps the workspace's file names in clear")
 def test_an_encrypted_store_keeps_no_file_name_in_clear(workspace):
     """README, what stays in clear: ids, kinds, seqs, the owner record, positions, artifact names, checksums,
     times, sizes; "files a running tool writes pass through the run's tmp/ folder". Not listed: the workspace's
@@ -277,30 +276,28 @@ def test_the_held_command_a_person_is_shown_is_the_one_they_approve(workspace):
     the command is `rm -rf .git; ...` (the \\r is shown as a space; ESC is not). `--json` escapes them (\\u001b).
     The same holds for `watch`, `ledger`-like tables and progress lines wherever model text is printed."""
     import sys
-    import threading
-    import time
 
+    from safepoint.core.progress import ApprovalWait
     from tests.conftest import cli_env
 
     shown = {}
 
-    def look():
-        time.sleep(0.8)
-        done = subprocess.run(
-            [sys.executable, "-m", "safepoint", "approvals", "-w", str(workspace)],
-            capture_output=True,
-            env=cli_env(),
-            timeout=60,
-            check=False,
-        )
-        shown["out"] = done.stdout
+    def look(event):
+        # Asked the moment the call waits (the run's own event), not after a sleep: no race with the wait's timeout.
+        if isinstance(event, ApprovalWait) and "out" not in shown:
+            done = subprocess.run(
+                [sys.executable, "-m", "safepoint", "approvals", "-w", str(workspace)],
+                capture_output=True,
+                env=cli_env(),
+                timeout=60,
+                check=False,
+            )
+            shown["out"] = done.stdout
 
-    watcher = threading.Thread(target=look)
-    watcher.start()
     tm = safepoint.open(workspace=str(workspace))
-    with tm.start("t", run_id="r", approval_timeout_s=2.5) as run:  # held (.git), nobody answers: refused
+    with tm.start("t", run_id="r", approval_timeout_s=0.5) as run:  # held (.git), nobody answers: refused
+        run.on_event(look)
         run.call_result("run_command", {"command": "rm -rf .git; echo '\x1b[2K\r\x1b[1Als -la'"}, call_id="c1")
-    watcher.join()
     assert b"c1" in shown["out"], shown
     assert b"\x1b" not in shown["out"], "a terminal escape of the model's is printed to the person deciding"
 
@@ -358,7 +355,6 @@ def test_a_command_of_a_daemons_worker_cannot_read_the_daemons_environment(tmp_p
 # ------------------------------------------------------------------------------ rollback: the user's work
 
 
-@pytest.mark.xfail(strict=True, reason="the agent makes the user's files ignored, then deletes them unkept")
 def test_the_agent_cannot_make_the_users_files_ignored_then_delete_them_for_good(workspace):
     """The known limit: "An ignored file a command removes without naming it is said, not kept". Here the files
     were the user's, not ignored, when the run began: the agent writes `.gitignore` = `*` (its own file: allowed),
@@ -381,10 +377,6 @@ def test_the_agent_cannot_make_the_users_files_ignored_then_delete_them_for_good
 # ------------------------------------------------------------------------------ mcp-proxy
 
 
-@pytest.mark.xfail(
-    strict=False,  # the forgery wins a race with the wait's own poll: under load it sometimes loses (then passes)
-    reason="an MCP tool writing the run's control channel is not held nor tampering",
-)
 def test_an_mcp_client_cannot_approve_its_own_held_call_through_a_file_tool(tmp_path):
     """`mcp-proxy --approval high`: a destructive call waits for `safepoint approve`. The client (the model) sends
     a second call meanwhile (calls run concurrently): `set_value` (idempotent, not destructive, closed world: not

@@ -303,7 +303,8 @@ def test_a_hung_owner_is_reaped_fenced_and_stops_without_writing_when_it_wakes(t
             return (datetime.now(UTC) - datetime.fromisoformat(owner.heartbeat_at)).total_seconds() > 2.5
 
         wait_until(stale, "the owner's heartbeat going stale")
-        events = daemon_once(workspace, "--lease", "2", env=env)
+        # Past --reap-after its work is closed, not resumed (without it, a stall costs a takeover: test_pg_takeover).
+        events = daemon_once(workspace, "--lease", "2", "--reap-after", "2", env=env)
         assert of(events, "skipped", "r")  # startup: a live process holds it, so it is not recovered
         (reaped,) = of(events, "reaped", "r")
         assert reaped["fenced_generation"] == before.generation and reaped["pid"] == owner_proc.pid

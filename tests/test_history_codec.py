@@ -182,7 +182,7 @@ class RefusingStore:
         self.store = store
         self.refuse_kind = refuse_kind
 
-    def append(self, claim: Claim, records: list[LogRecord], **options) -> None:
+    def append(self, claim: Claim, records: list[LogRecord], **options: object) -> None:
         if self.refuse_kind and any(r.kind == self.refuse_kind for r in records):
             self.refuse_kind = ""
             raise DiskFullError("no space left on the store's disk")

@@ -38,6 +38,7 @@ from safepoint.integrations.openai_agents_tools import (
     durable_tools,
     run_durably,
 )
+from tests.store_text import every_store_byte
 
 set_tracing_disabled(True)
 HERE = Path(__file__).resolve().parent
@@ -71,7 +72,7 @@ def store_bytes(sp: safepoint.Safepoint) -> bytes:
     """Every byte the store keeps (it must hold some: a check of nothing would pass whatever was written)."""
     folder = sp.store.local_dir()
     assert folder is not None
-    data = b"".join(p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file())
+    data = every_store_byte(Path(folder))  # compressed history and blobs expanded: a grep must see what they hide
     assert len(data) > 1000
     return data
 

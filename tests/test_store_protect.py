@@ -180,11 +180,13 @@ def test_an_approved_command_runs(workspace):
 
 
 def test_a_store_deleted_anyway_stops_the_run_in_one_line(tmp_path, workspace):
-    """A path the classifier cannot see (`rm -rf $D`) runs; the run finds its store gone and stops with one
-    line and exit 1, never a traceback or "taken over"."""
+    """A path the classifier cannot see (read from a file at run time: `rm -rf "$(cat d.txt)"`; a name the line
+    itself spells, `D=.agent-runtime; rm -rf $D`, is held now) runs; the run finds its store gone and stops with
+    one line and exit 1, never a traceback or "taken over"."""
     script = tmp_path / "s.json"
+    (workspace / "d.txt").write_text(".agent-runtime\n")
     turns = [
-        {"tool_calls": [{"tool": "run_command", "args": {"command": "D=.agent-runtime; rm -rf $D"}}]},
+        {"tool_calls": [{"tool": "run_command", "args": {"command": 'rm -rf "$(cat d.txt)"'}}]},
         {"tool_calls": [{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}]},
         {"text": "done"},
     ]
@@ -197,7 +199,7 @@ def test_a_store_deleted_anyway_stops_the_run_in_one_line(tmp_path, workspace):
 
     tm = safepoint.open(workspace=str(workspace))
     with pytest.raises(StoreError, match="was removed while the run was open"), tm.start("t", run_id="r2") as run:
-        run.call_result("run_command", {"command": "D=.agent-runtime; rm -rf $D"}, call_id="c1")
+        run.call_result("run_command", {"command": 'rm -rf "$(cat d.txt)"'}, call_id="c1")
 
 
 # ------------------------------------------------------------------------------ private files

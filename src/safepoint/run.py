@@ -5,12 +5,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from safepoint.errors import Interrupted, ToolFailure, ToolRegistrationError
 from safepoint.records import Idempotency, Message, ReplayPolicy, RiskLevel, RunStatus, ToolCall
@@ -19,10 +20,13 @@ if TYPE_CHECKING:
     from safepoint.agent.loop import Recovery
     from safepoint.core.progress import ProgressEvent
     from safepoint.engine.call_runner import CallResult
+    from safepoint.engine.offloop import Bookkeeper
     from safepoint.engine.session import RunSession
     from safepoint.engine.tools import ToolContext
 
 __all__ = ["Run", "new_run_id"]
+
+T = TypeVar("T")
 
 
 def new_run_id() -> str:
@@ -105,6 +109,11 @@ class Run:
     async def acall_result(
         self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None
     ) -> CallResult:
+        """``call_result`` for asyncio: the loop never waits on the call's bookkeeping (hashing, patches, the
+        capture, the fsync or the PostgreSQL round-trip run on the run's bookkeeping thread, see
+        ``safepoint.engine.offloop``). A task cancelled during the call leaves the ledger saying what happened:
+        failed if the tool had not run, ``uncertain`` if it was cancelled while it ran, its outcome if it ran on
+        a thread (which cannot be stopped); then ``CancelledError`` is raised."""
         return await self.session.runner.aexecute(self._call(tool, args, call_id), f"step_{self.session.step}")
 
     async def acall(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str | None = None) -> Any:
@@ -168,34 +177,88 @@ class Run:
 
         return call
 
-    def add_message(self, role: Any, content: str, *, tool_calls: Iterable[ToolCall] = ()) -> Message:
+    # The run's own steps. Each takes the bookkeeping lock (a call's piece on the bookkeeping thread never runs in
+    # the middle of one); the ``a*`` forms run on that thread, so an async loop never waits on their fsync.
+    def add_message(self, role: Any, content: str, *, tool_calls: Iterable[ToolCall] = (), **fields: Any) -> Message:
         """Append to the history (an assistant message may carry the tool calls the model asked for)."""
-        return self.session.add_message(role, content, tool_calls=tuple(tool_calls))
+        with self._bookkeeping.lock:
+            return self.session.add_message(role, content, tool_calls=tuple(tool_calls), **fields)
 
     def step(self) -> int:
         """Start the next step (a model turn); takes the before-step checkpoint."""
-        self._auto_ids = 0
-        return self.session.next_step()
+        with self._bookkeeping.lock:
+            self._auto_ids = 0
+            return self.session.next_step()
 
     def checkpoint(self) -> str:
         """An after-step checkpoint, durable on return."""
-        checkpoint = self.session.checkpoint("after_step")
-        self.session.commit()
-        return checkpoint.checkpoint_id
+        with self._bookkeeping.lock:
+            checkpoint = self.session.checkpoint("after_step")
+            self.session.commit()
+            return checkpoint.checkpoint_id
 
     def finish(self, status: RunStatus = "completed", detail: str = "") -> None:
-        self.session.event(status, detail)
+        with self._bookkeeping.lock:
+            self.session.event(status, detail)
 
     def close(self) -> None:
-        self.session.close()
+        with self._bookkeeping.lock:
+            self.session.close()
+        self._bookkeeping.close()
+
+    async def aadd_message(
+        self, role: Any, content: str, *, tool_calls: Iterable[ToolCall] = (), **fields: Any
+    ) -> Message:
+        return await self._off_loop(lambda: self.add_message(role, content, tool_calls=tool_calls, **fields))
+
+    async def astep(self) -> int:
+        """``step`` for asyncio: the before-step checkpoint is written off the loop."""
+        return await self._off_loop(self.step)
+
+    async def acheckpoint(self) -> str:
+        """``checkpoint`` for asyncio: durable on return, written off the loop."""
+        return await self._off_loop(self.checkpoint)
+
+    async def afinish(self, status: RunStatus = "completed", detail: str = "") -> None:
+        await self._off_loop(lambda: self.finish(status, detail))
+
+    async def aclose(self) -> None:
+        """``close`` for asyncio: the last commit and the release run off the loop."""
+        await self._off_loop(lambda: self._commit_and_close(commit=False))
+        self._bookkeeping.close()
+
+    async def _off_loop(self, fn: Callable[[], T]) -> T:
+        """On the bookkeeping thread; a cancellation waits for it to be done (so it is whole), then is raised."""
+        value, cancelled = await self._bookkeeping.arun(fn)
+        if cancelled:
+            raise asyncio.CancelledError
+        return value
+
+    def _commit_and_close(self, *, commit: bool) -> None:
+        with self._bookkeeping.lock:
+            if commit and not self.session.closed:
+                self.session.commit()
+            self.session.close()
+
+    @property
+    def _bookkeeping(self) -> Bookkeeper:
+        return self.session.runner.bookkeeper
 
     def __enter__(self) -> Run:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc is None and not self.session.closed:
-            self.session.commit()
-        self.close()
+        self._commit_and_close(commit=exc is None)
+        self._bookkeeping.close()
+
+    async def __aenter__(self) -> Run:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._off_loop(lambda: self._commit_and_close(commit=exc is None))
+        self._bookkeeping.close()
 
 
 def _value_of(result: CallResult) -> Any:

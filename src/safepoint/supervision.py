@@ -158,13 +158,28 @@ def run_daemon(
     once: bool = False,
     tools: Iterable[str] = (),
     pass_env: Iterable[str] = (),
+    concurrency: int | None = None,
+    reap_after_s: float | None = None,
+    tenant: str | None = None,
 ) -> ExitCode:
     """Supervise the store in the foreground until SIGTERM (or, with ``once``, one pass): restart recovery at
-    startup, then reap hung runs, resume runs with queued input and fire due schedules. ``emit`` gets each action."""
+    startup, then take over stalled runs, resume runs with queued input and fire due schedules. ``emit`` gets each
+    action. ``concurrency``: at most this many workers at once (default: the number of cores); ``reap_after_s``:
+    work without a heartbeat this long is closed (``runtime_work_reap``) instead of resumed. ``tenant``
+    (``CLASS[/OWNER]``, PostgreSQL): recover only runs of that recovery identity."""
     from safepoint.supervisor.daemon import Daemon, DaemonOptions
 
     if poll_s <= 0 or lease_s <= 0 or grace_s < 0:
         raise ConfigError("--poll and --lease must be positive, --grace not negative")
+    if (concurrency is not None and concurrency < 1) or (reap_after_s is not None and reap_after_s <= 0):
+        raise ConfigError("--concurrency must be at least 1 and --reap-after positive")
+    if tenant is not None:
+        from safepoint.store.postgres_tenant import parse_tenant
+
+        restrict = getattr(sp.store, "restrict", None)  # a PostgreSQL store's, through an encrypting layer too
+        if restrict is None:
+            raise ConfigError("--tenant needs a PostgreSQL store (--store postgresql://...)")
+        restrict(parse_tenant(tenant))
     specs = tuple(tools)
     schedule.load_tools(specs)  # a bad --tools is refused here, not by every worker
     supervisor = Daemon(
@@ -177,6 +192,8 @@ def run_daemon(
             once=once,
             tools=specs,
             pass_env=tuple(pass_env),
+            concurrency=concurrency or os.cpu_count() or 1,
+            reap_after_s=reap_after_s,
         ),
         emit,
     )

@@ -12,6 +12,7 @@ The parent records ``SubagentSpawned`` durably before the child exists, so the c
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import time
@@ -178,7 +179,8 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory, children:
         child.commit()
         return finish(child, provider, system)
 
-    return spawn_subagent
+    # The child's own calls count as running one by one (engine.tool_activity), not the whole subagent as one.
+    return dataclasses.replace(spawn_subagent, hosts_calls=True)
 
 
 def child_run_id(parent_run_id: str, call_id: str) -> str:

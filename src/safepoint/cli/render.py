@@ -204,6 +204,8 @@ def recovery_panel(run_id: str, recovery: dict[str, Any]) -> Panel:
     for report in recovery["recoveries"]:
         disposition = report.get("disposition") or {}
         verdict = report.get("failed") or disposition.get("reason") or disposition.get("disposition", "")
+        if verdict == "runtime_work_reap" and report.get("detail"):  # which: unresumable, or past --reap-after
+            verdict += f": {report['detail']}"
         lines.append(f"{report['at']}: generation {report['generation']} {report['action']} ({verdict})")
     for event in recovery["terminal_events"]:
         lines.append(f"terminal event {event['event_type']} (generation {event['generation']})")

@@ -208,8 +208,28 @@ def register(app: typer.Typer, out: Out) -> None:
         key_file: KeyFileOpt = None,
         poll: Annotated[float, typer.Option("--poll", help="Seconds between passes.")] = 1.0,
         lease: Annotated[
-            float, typer.Option("--lease", help="Seconds without a heartbeat after which a run's work is reaped.")
+            float,
+            typer.Option("--lease", help="Seconds without a heartbeat after which a run is taken over and resumed."),
         ] = DEFAULT_LEASE_S,
+        concurrency: Annotated[
+            int | None,
+            typer.Option("--concurrency", help="At most this many workers at once (default: the number of cores)."),
+        ] = None,
+        reap_after: Annotated[
+            float | None,
+            typer.Option(
+                "--reap-after",
+                help="Seconds without a heartbeat after which a run's work is closed (runtime_work_reap), "
+                "not resumed (default: never; only work recovery cannot resume is closed).",
+            ),
+        ] = None,
+        tenant: Annotated[
+            str | None,
+            typer.Option(
+                "--tenant",
+                help="Recover only runs of this recovery identity, CLASS or CLASS/OWNER (PostgreSQL stores).",
+            ),
+        ] = None,
         grace: Annotated[
             float, typer.Option("--grace", help="On SIGTERM, seconds workers get to stop before they are killed.")
         ] = 30.0,
@@ -227,7 +247,8 @@ def register(app: typer.Typer, out: Out) -> None:
         ] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Supervise a store: restart recovery at startup, then reap hung runs, run queued input and schedules."""
+        """Supervise a store: restart recovery at startup, then take over stalled runs, run queued input and
+        schedules, with at most --concurrency workers; any number of daemons may share a store."""
         from safepoint import supervision
 
         if poll <= 0 or lease <= 0 or grace < 0:
@@ -251,6 +272,9 @@ def register(app: typer.Typer, out: Out) -> None:
                 once=once,
                 tools=tuple(tools or ()),
                 pass_env=tuple(pass_env or ()),
+                concurrency=concurrency,
+                reap_after_s=reap_after,
+                tenant=tenant,
             )
         finally:
             sp.close()

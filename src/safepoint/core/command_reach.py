@@ -27,7 +27,14 @@ import posixpath
 from dataclasses import dataclass
 
 from safepoint.core.command_findings import PROTECTED_EFFECT, finding
-from safepoint.core.command_reach_walk import ANCESTOR, CONFIGURATION, DOT_ENTRIES, GIT_CONFIGURATION, reach_beyond
+from safepoint.core.command_reach_walk import (
+    ANCESTOR,
+    CONFIGURATION,
+    DOT_ENTRIES,
+    DYNAMIC,
+    GIT_CONFIGURATION,
+    reach_beyond,
+)
 from safepoint.core.command_rules import IDEMPOTENCY_RANK, POLICY_RANK, RISK_RANK
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules, CommandVerdict, classify_command
@@ -38,6 +45,7 @@ __all__ = [
     "PROTECTED_EFFECT",
     "Protected",
     "classify_with_reach",
+    "held_for",
     "protected_for",
     "reached",
 ]
@@ -50,6 +58,7 @@ _REACHED = {
     ANCESTOR: "the workspace itself or a folder above it (the store and .git with it)",
     DOT_ENTRIES: "every entry a glob or brace expansion makes, .git and the store among them",
     GIT_CONFIGURATION: "git's configuration outside the repository (it chooses programs git runs)",
+    DYNAMIC: "a path built when it runs, from words that could spell .git or the store",
 }
 
 
@@ -118,11 +127,16 @@ def classify_with_reach(
         elif _in_folder(target, protected) is not None:
             found.add("store")
     # the other spellings (globs, braces, target folders, ancestors, git's own configuration): command_reach_walk
-    found |= {name if name in _REACHED else "store" for name in reach_beyond(command, rules, names)}
+    found |= {name if name in _REACHED else "store" for name in reach_beyond(command, rules, names, protected.cwd)}
     if not found:
         return verdict
     what = " and ".join(_REACHED.get(name, "safepoint's store") for name in sorted(found))
-    held = finding("mutation", (PROTECTED_EFFECT,), f"the command writes into {what}; a person decides", "high")
+    return held_for(verdict, f"the command writes into {what}")
+
+
+def held_for(verdict: CommandVerdict, why: str) -> CommandVerdict:
+    """``verdict`` made high risk and marked ``PROTECTED_EFFECT``: held for a person, saying ``why``."""
+    held = finding("mutation", (PROTECTED_EFFECT,), f"{why}; a person decides", "high")
     return CommandVerdict(
         idempotency=max(verdict.idempotency, held.idempotency, key=IDEMPOTENCY_RANK.__getitem__),
         replay_policy=max(verdict.replay_policy, held.replay_policy, key=POLICY_RANK.__getitem__),

@@ -25,10 +25,20 @@ every path a program's spec says it writes is seen here at once) that notes what
   ``$XDG_CONFIG_HOME/git/…``, ``/etc/gitconfig``, or a ``GIT_CONFIG_*`` variable set (it chooses the files and
   settings later git commands read: hooks, filters, fsmonitor).
 
-Not seen (documented, not held): a path built at run time (``rm -rf "$D"``, ``cat list | xargs rm``, a link
-made by a script), an absolute path to the workspace
-(a pure rule does not know where it is), an archive extracted into the command's own folder whose members are
-named ``.git/…`` (``tar -xf x.tar`` with no ``-C``: holding every extraction was rejected as too broad).
+- a path built at run time (``D=.git; rm -rf "$D"``, ``rm -rf "$(echo .g)it"``, ``${D:-.git}``, an array, a
+  ``bash -c "$CMD"`` or ``eval "$X"``) whose reach cannot be known: ``DYNAMIC`` when a writing program, a
+  redirection or a shell is given a word that is not literal and the line could spell a protected name: once
+  every character but a name's is dropped the line holds one (``.gi""t``, ``.g)it``), a word of it is the start
+  of one (``for d in .g; do rm -rf ${d}it``), or it decodes text (``\\x2e``, ``$'...'``, ``base64 -d``,
+  ``xxd -r``, ``rev``, ``chr(``), or it lists the folder or names the workspace (``rm -rf $(ls -A)``,
+  ``for f in .*``, ``find . | xargs rm``, ``"$PWD"``). One pass over the line's characters, whatever its length
+  (rejected: expanding every assignment, 15 times slower on long scripts, and still blind to ``$(...)``);
+- the workspace itself, or a folder above it, by its absolute path (``rm -rf /home/u/ws``) when the folder
+  commands run in is known (``cwd``).
+
+Not seen (documented, not held): a path built at run time from nothing on the line (read from a file, the
+environment, the network: ``cat list | xargs rm``, ``rm -rf "$(cat f)"``), a link made by a script; an archive
+or patch whose members are named ``.git/...`` is looked into by the engine (``engine/archive_reach.py``).
 """
 
 from __future__ import annotations
@@ -45,13 +55,23 @@ from safepoint.core.command_git import short_flags
 from safepoint.core.command_judge import Judged, judge
 from safepoint.core.command_parse import ASSIGNMENT
 from safepoint.core.command_rules import SHELLS, WRAPPERS, canonical
-from safepoint.core.command_spec import names
+from safepoint.core.command_spec import is_literal, names
 from safepoint.core.command_targets import TargetWalker
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 
-__all__ = ["ANCESTOR", "CONFIGURATION", "DOT_ENTRIES", "GIT_CONFIGURATION", "reach_beyond"]
+__all__ = [
+    "ANCESTOR",
+    "CONFIGURATION",
+    "DOT_ENTRIES",
+    "DYNAMIC",
+    "GIT_CONFIGURATION",
+    "could_spell",
+    "find_removals",
+    "reach_beyond",
+]
 
 ANCESTOR = "ancestor"
+DYNAMIC = "dynamic"
 DOT_ENTRIES = "dot-entries"
 GIT_CONFIGURATION = "git-configuration"
 CONFIGURATION = ".safepoint"
@@ -124,6 +144,18 @@ _AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
 _RUBY_LIKE = frozenset({"ruby"})  # `ruby -i -pe …`: in place, like `perl -i` (which the specs see)
 # A word given to a program through xargs from elsewhere on the line (`echo .git | xargs rm -rf`, `<<< .git`).
 _LINE_WORD = re.compile(r"""[^\s'"|;&<>()`]+""")
+# What a path built at run time is built from: the line with every character but a name's dropped (`.gi""t`,
+# `$(echo .g)it`, `${D:-.git}` all hold `.git` then), its words (`.g` starts `.git`), and text decoders.
+_NOT_NAME = re.compile(r"[^a-z0-9._-]+")
+# Words that list the folder (its dot-entries among them) or name the workspace itself: a built path fed by them
+# (`rm -rf $(ls -A)`, `for f in .*; do rm -rf "$f"`, `find . | xargs rm`, `rm -rf "$PWD"`) reaches .git and the store.
+_LISTS = re.compile(
+    r"\bls\b[^|;&)`]*\s(?:-[a-zA-Z]*[aA]|--all|--almost-all)\b|(?:^|[\s\"'(=/])\.[*?\[]"
+    r"|\$\{?(?:OLD)?PWD\b|\bpwd\b|~[+-]"
+)
+_DECODES = re.compile(
+    r"\\x[0-9a-fA-F]|\\[0-7]{3}|\\u00|\$'|\b(?:base64|base32|basenc|xxd|rev|iconv|openssl)\b|chr\(|fromCharCode|pack\("
+)
 
 
 def _bash_class(pattern: str) -> str:
@@ -154,6 +186,10 @@ class _ReachWalker(TargetWalker):
         self.dotglob = False  # the line changed globbing: any glob may match a dot-entry
         self.overflow = False  # a word of the current command had more brace expansions than the bound
         self.fed = False  # a writing program ran under xargs: words from elsewhere on the line are its operands
+        self.dynamic = False  # a writer, a redirection or a shell was given a word that is not literal
+        self.root: str | None = None  # the folder commands run in (absolute), when known
+        self.removals: list[str] = []  # what a `find` that deletes may remove, as hints (``find_removals``)
+        self.listing = False  # a `find` that may print paths inside .git or the store (not one narrow extension)
 
     # ---- what one path reaches ---------------------------------------------------------------------------
 
@@ -178,8 +214,15 @@ class _ReachWalker(TargetWalker):
             name = self.named(path)
             if name is not None:
                 self.found.add(name)
-            elif ancestors and _ancestor(path, here=here):
+            elif ancestors and (_ancestor(path, here=here) or self.above_root(path)):
                 self.found.add(ANCESTOR)
+
+    def above_root(self, path: str) -> bool:
+        """An absolute path that is the workspace (the folder commands run in) or a folder above it."""
+        if self.root is None or not path.startswith("/"):
+            return False
+        folder = posixpath.normpath(path).rstrip("/") or "/"
+        return self.root == folder or self.root.startswith(folder.rstrip("/") + "/")
 
     def place(self, path: str) -> str | None:
         """A folder operand placed under the walk's working directory, as ``emit`` places targets."""
@@ -214,6 +257,8 @@ class _ReachWalker(TargetWalker):
     def emit(self, paths: Any) -> None:
         """Every written path (a redirection's too): by name, and outside the repository git's configuration."""
         paths = list(paths)
+        if any(path and not is_literal(path) for path in paths):
+            self.dynamic = True
         for path in paths:
             if _GIT_CONFIG_PATH.search(str(path)):
                 self.found.add(GIT_CONFIGURATION)
@@ -228,14 +273,20 @@ class _ReachWalker(TargetWalker):
                 self.assignment(word)
         if name == "shopt" and "-s" in argv[1:] and {"dotglob", "extglob", "globstar"} & set(argv[1:]):
             self.dotglob = True
+        if (name in SHELLS or name == "eval") and any(not is_literal(word) for word in argv[1:]):
+            self.dynamic = True  # `bash -c "$CMD"`, `eval "$X"`: a script built at run time
         if name in SHELLS or name in {"eval", "cd", "pushd", "popd"}:
             super().judge(argv, depth, stdin)
             return
+        if name == "find" and not _narrow(_find_parts(argv[1:])[1]):
+            self.listing = True  # `rm $(find . -name index)`, `find . | xargs rm`: its output may be built into paths
         judged = judge(self.tree, argv, self, depth)
         targets = self.drop_placeholders(argv, judged.targets)
         placed = self.capture(lambda: self.emit(targets))  # noted by name there
         self.targets.extend(placed)
         if judged.findings is None:  # no spec knows the program: every word it is given may be a path it writes
+            if any(word and not is_literal(word) for word in argv[1:]):
+                self.dynamic = True
             words = [w.partition("=")[2] if w.startswith("-") else w for w in argv[1:]]
             self.note([w for w in words if w], ancestors=False, here=False)
             return
@@ -244,6 +295,8 @@ class _ReachWalker(TargetWalker):
             self.note(operands, ancestors=False, here=False)  # writes land in what the operands name
         if not _writes(judged.findings):
             return
+        if any(word and not is_literal(word) for word in argv[1:]):
+            self.dynamic = True  # `mv $x /tmp`, `tar -x -C "$D"`: an operand built at run time
         if any(posixpath.basename(word) == "xargs" for word in self.before(argv)):
             self.fed = True  # its words come from elsewhere on the line: the line's words are checked
         if self.overflow:
@@ -315,14 +368,7 @@ class _ReachWalker(TargetWalker):
     def find(self, args: list[str]) -> None:
         """``find ROOTS… EXPRESSION``: the roots, when the expression deletes or runs a writing command, unless it
         only ever acts on files of one extension that neither .git nor the store holds."""
-        i = 0
-        while i < len(args) and args[i] in {"-H", "-L", "-P", *_FIND_OPTIONS_WITH_VALUE}:
-            i += 2 if args[i] in _FIND_OPTIONS_WITH_VALUE else 1
-        roots: list[str] = []
-        while i < len(args) and not (args[i].startswith("-") or args[i] in {"!", "(", ")", ","}):
-            roots.append(args[i])
-            i += 1
-        expression = args[i:]
+        roots, expression = _find_parts(args)
         writes = "-delete" in expression
         for j, word in enumerate(expression):
             if word in _FIND_ACTIONS - {"-delete"}:
@@ -331,9 +377,13 @@ class _ReachWalker(TargetWalker):
                     end += 1
                 command = [w for w in expression[j + 1 : end] if w != "{}"]
                 writes = writes or not command or self.nested_writes(command)
-        if not writes or _narrow(expression):
+        if not writes:
             return
-        self.note([p for p in map(self.place, roots or ["."]) if p], ancestors=True, here=True)
+        placed = [p for p in map(self.place, roots or ["."]) if p]
+        self.removals.extend(_removal_hints(placed, expression))
+        if _narrow(expression):
+            return
+        self.note(placed, ancestors=True, here=True)
 
     def nested_writes(self, command: list[str]) -> bool:
         """Whether the command ``find -exec`` runs may write (a shell or wrapper: assumed so)."""
@@ -379,6 +429,59 @@ def _writes(findings: Sequence[Finding]) -> bool:
     return any(f.replay_policy != "auto" for f in findings)
 
 
+def _find_parts(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``find``'s start folders and its expression."""
+    i = 0
+    while i < len(args) and args[i] in {"-H", "-L", "-P", *_FIND_OPTIONS_WITH_VALUE}:
+        i += 2 if args[i] in _FIND_OPTIONS_WITH_VALUE else 1
+    roots: list[str] = []
+    while i < len(args) and not (args[i].startswith("-") or args[i] in {"!", "(", ")", ","}):
+        roots.append(args[i])
+        i += 1
+    return roots, list(args[i:])
+
+
+def _removal_hints(roots: Sequence[str], expression: Sequence[str]) -> list[str]:
+    """What a deleting ``find`` may remove under each root, as capture hints: ``ROOT/**/PATTERN`` for each
+    ``-name`` pattern when the expression only ever selects by those names (no ``!``/``-not``, no ``-path``,
+    ``-regex``, ``-iname``, ``-prune``: any of them lets other names through), else the root itself (every file
+    under it)."""
+    patterns: list[str] = []
+    broad = False
+    for j, word in enumerate(expression):
+        if word in {"!", "-not", "-path", "-wholename", "-ipath", "-regex", "-iregex", "-iname", "-prune", "-lname"}:
+            broad = True
+        elif word == "-name" and j + 1 < len(expression):
+            patterns.append(expression[j + 1])
+    hints: list[str] = []
+    for root in roots:
+        base = posixpath.normpath(root)
+        if broad or not patterns or any("/" in pattern for pattern in patterns):
+            hints.append(f"{base}/**")
+        else:
+            hints.extend(f"{base}/**/{pattern}" for pattern in patterns)
+    return hints
+
+
+def find_removals(command: str, rules: CommandRules = DEFAULT_COMMAND_RULES) -> tuple[str, ...]:
+    """What the ``find … -delete`` (or ``-exec rm``) commands of a line may remove, as hints for the workspace
+    capture to keep ahead (``ROOT/**/PATTERN``, ``ROOT/**``): the files they select are named by the line as
+    surely as ``rm``'s operands, only by a pattern. Never raises."""
+    if "find" not in command:
+        return ()
+    try:
+        return _find_removals_cached(command, rules)
+    except Exception:  # a bug here must not stop the command; nothing more is kept ahead
+        return ()
+
+
+@functools.lru_cache(maxsize=1024)
+def _find_removals_cached(command: str, rules: CommandRules) -> tuple[str, ...]:
+    walker = _ReachWalker(rules, ())
+    walker.text(command, depth=0)
+    return tuple(walker.removals)
+
+
 def _narrow(expression: Sequence[str]) -> bool:
     """Every file the expression acts on has one extension none of .git's or the store's files has, or is a
     well-known cache folder or a dot-name of none of theirs: a `-name '*.EXT'` (`-name __pycache__`, `-name
@@ -400,21 +503,44 @@ def _narrow(expression: Sequence[str]) -> bool:
     return False
 
 
+def could_spell(command: str, names: Sequence[str]) -> bool:
+    """Whether a path the line builds at run time could be one of ``names`` (case-folded): see the module's
+    ``DYNAMIC``. Linear in the line."""
+    folded = command.casefold()
+    squeezed = _NOT_NAME.sub("", folded)
+    if any(name in squeezed for name in names):
+        return True
+    for word in _NOT_NAME.split(folded):
+        if len(word) >= 2 and word.startswith(".") and any(n.startswith(word) for n in names):
+            return True  # `.g`, `.agent`: the start of one, finished at run time
+    return _DECODES.search(command) is not None
+
+
 def reach_beyond(
-    command: str, rules: CommandRules = DEFAULT_COMMAND_RULES, protected: tuple[str, ...] = (".git",)
+    command: str,
+    rules: CommandRules = DEFAULT_COMMAND_RULES,
+    protected: tuple[str, ...] = (".git",),
+    cwd: str | None = None,
 ) -> frozenset[str]:
     """What ``command`` reaches beyond the paths it names: protected names (``protected`` and safepoint's
-    configuration), ``ANCESTOR``, ``DOT_ENTRIES``, ``GIT_CONFIGURATION``. Never raises (a failure holds)."""
+    configuration), ``ANCESTOR``, ``DOT_ENTRIES``, ``GIT_CONFIGURATION``, ``DYNAMIC`` (a path built at run time
+    that could spell one). ``cwd``: the absolute folder commands run in, if known. Never raises (a failure
+    holds)."""
     try:
-        return _reach_cached(command, rules, tuple(sorted({*protected, *_CONFIGURATION_NAMES})))
+        return _reach_cached(command, rules, tuple(sorted({*protected, *_CONFIGURATION_NAMES})), cwd)
     except Exception:  # a bug here must not let the line through unheld, nor crash the runtime
         return frozenset({DOT_ENTRIES})
 
 
 @functools.lru_cache(maxsize=4096)
-def _reach_cached(command: str, rules: CommandRules, protected: tuple[str, ...]) -> frozenset[str]:
+def _reach_cached(command: str, rules: CommandRules, protected: tuple[str, ...], cwd: str | None) -> frozenset[str]:
     walker = _ReachWalker(rules, protected)
+    walker.root = posixpath.normpath(cwd) if cwd and cwd.startswith("/") else None
     walker.text(command, depth=0)
     if walker.fed:  # `echo .git | xargs rm -rf`: any word on the line may be one xargs hands to the writer
         walker.note(_LINE_WORD.findall(command), ancestors=False, here=False)
+    if (walker.dynamic and could_spell(command, protected)) or (
+        (walker.dynamic or walker.fed) and (walker.listing or _LISTS.search(command) is not None)
+    ):
+        walker.found.add(DYNAMIC)
     return frozenset(CONFIGURATION if name in _CONFIGURATION_NAMES else name for name in walker.found)

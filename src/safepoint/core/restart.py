@@ -75,6 +75,7 @@ class RestartFacts:
     successor: SuccessorAccepted | None = None
     resuming_model: str | None = None  # the model the restart would continue with
     reaping: bool = False  # the reaper judges work whose heartbeat outlived its lease
+    reap_detail: str = ""  # why the reaper closes it (recovery cannot resume it, or it outlived --reap-after)
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,8 @@ def replay_disposition(
     """§4: whether the interrupted work may continue. The first reason that applies wins; the order puts what the
     user or the supervisor decided before what the run's own state implies."""
     if facts.reaping:
-        return _forbidden("runtime_work_reap", "no heartbeat within the lease; the reaper closed the work")
+        why = facts.reap_detail or "no heartbeat within the lease"
+        return _forbidden("runtime_work_reap", f"{why}; the reaper closed the work")
     if facts.closed:
         return _forbidden("agent_closed", "the agent was closed")
     if facts.cancel is not None:

@@ -122,8 +122,8 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
     damaged_at: int | None = None  # the last good seq before a hole, while the current branch is tainted by it
     expected = 1
     branch: list[Message] = []
-    current: dict[str, ToolLedgerEntry] = {}  # call id -> its latest state (what a LedgerChange applies to)
     history = HistoryDecoder()
+    current: dict[str, ToolLedgerEntry] = {}  # call id -> its latest state (what a LedgerChange applies to)
     for record in log.records:
         if record.seq != expected:
             if record.seq > expected:

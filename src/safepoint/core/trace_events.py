@@ -96,6 +96,7 @@ EVENTS: Mapping[str, EventSpec] = {
     "call_outcome_taken": EventSpec("call", ("call_id", "status"), ("tool_name", "why")),
     "call_uncertain": EventSpec("call", ("call_id", "action"), ("tool_name", "why")),
     "call_refused": EventSpec("call", _CALL, ("why",)),
+    "call_cancelled": EventSpec("call", _CALL),  # an asyncio task cancelled while its tool ran: now uncertain
     "approval_answered": EventSpec("call", ("call_id", "decision")),
     "approval_ignored": EventSpec("call", ("call_id", "reason")),
     "file_patch": EventSpec("call", ("call_id", "path", "op")),

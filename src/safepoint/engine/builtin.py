@@ -14,12 +14,14 @@ import regex
 
 from safepoint.core.classify import Classification
 from safepoint.core.command_reach import DEFAULT_PROTECTED, Protected, classify_with_reach
+from safepoint.core.command_reach_walk import find_removals
 from safepoint.core.command_targets import write_targets
 from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 from safepoint.core.environment import command_environment
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
 from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
+from safepoint.engine.archive_reach import hold_unpacked
 from safepoint.engine.launcher import LAUNCHER, collect
 from safepoint.engine.processes import kill_tree
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
@@ -311,7 +313,9 @@ def _classify_command(
 ) -> Classification:
     """``rules``: the workspace's own (``.safepoint/commands.toml``); ``protected``: where the run's store really
     is (``core.command_reach.protected_for``); both bound by ``Safepoint.registry``."""
-    verdict = classify_with_reach(str(args.get("command", "")), rules, protected)  # the store or a .git: held
+    command = str(args.get("command", ""))
+    verdict = classify_with_reach(command, rules, protected)  # the store or a .git: held
+    verdict = hold_unpacked(verdict, command, protected)  # an archive or patch whose members land there: held
     return Classification(
         idempotency=verdict.idempotency,
         replay_policy=verdict.replay_policy,
@@ -322,8 +326,10 @@ def _classify_command(
 
 
 def _command_targets(args: dict[str, Any], rules: CommandRules = DEFAULT_COMMAND_RULES) -> list[str]:
-    """Files the command line names as written or removed (redirections, sed -i, rm, mv...): kept ahead."""
-    return list(write_targets(str(args.get("command", "")), rules))
+    """Files the command line names as written or removed (redirections, sed -i, rm, mv..., what a deleting
+    `find` selects): kept ahead."""
+    command = str(args.get("command", ""))
+    return [*write_targets(command, rules), *find_removals(command, rules)]
 
 
 @tool(

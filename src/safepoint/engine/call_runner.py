@@ -5,7 +5,9 @@ The walk of one ``run.call("send_email", {...}, call_id="c1")``, top to bottom:
 1. ``run.Run.call`` -> ``Run.call_result`` -> ``CallRunner.execute`` (``aexecute`` for ``Run.acall``).
 2. ``CallRunner.execute`` starts the generator ``CallRunner.drive`` and serves what it yields: an ``Invocation``
    (run the tool now: ``run_tool_sync``; ``run_tool_async`` in ``aexecute``) or an ``AwaitApproval`` (wait for a
-   person: the injected ``ApprovalWaiter``). Only these two differ between sync and async.
+   person: the injected ``ApprovalWaiter``). Only these two differ between sync and async; the driver's own pieces
+   (everything below) run on the caller's thread in ``execute`` and on the run's bookkeeping thread in
+   ``aexecute`` (``engine.offloop``), so an event loop never waits on a hash, a patch or an fsync.
 3. ``drive``, a call the ledger does not know yet:
    - ``FileChanges.before``: the before-state of every path the tool will write (staged);
    - ``LedgerMachine.plan``: the ``planned`` entry (staged; a large content argument is logged as a patch);
@@ -31,6 +33,7 @@ checkpoint writer); it never sees the session that composes them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import typing
@@ -54,7 +57,9 @@ from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, LogWriter, now, redacted_arguments
+from safepoint.engine.offloop import Bookkeeper, through
 from safepoint.engine.progress import Progress
+from safepoint.engine.tool_activity import TOOLS
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
 from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, StoreError, ToolFailure
 from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
@@ -107,7 +112,9 @@ class ApprovalOutcome:
 
 
 ApprovalWaiter = Callable[[AwaitApproval], ApprovalOutcome]  # injected by the restart layer (restart.approvals)
-CallDriver = Generator[Invocation | AwaitApproval, Outcome | ApprovalOutcome, "CallResult"]
+Request = Invocation | AwaitApproval
+CallDriver = Generator[Request, Outcome | ApprovalOutcome, "CallResult"]
+CANCELLED_BEFORE_RUN = "cancelled before it ran (the task running the call was cancelled); it did not run"
 
 
 class CallResult(msgspec.Struct, frozen=True):
@@ -298,6 +305,17 @@ def run_tool_sync(invocation: Invocation) -> Outcome:
         return _failure(exc)
 
 
+def _running(invocation: Invocation) -> contextlib.AbstractContextManager[None]:
+    """Count the tool as running while it runs: a control record written meanwhile is not a person's. A tool that
+    hosts a nested agent is not counted itself; its nested calls are, one by one."""
+    return contextlib.nullcontext() if invocation.tool.hosts_calls else TOOLS.running()
+
+
+def _counted_sync(invocation: Invocation) -> Outcome:
+    with _running(invocation):
+        return run_tool_sync(invocation)
+
+
 async def run_tool_async(invocation: Invocation) -> Outcome:
     if not invocation.tool.is_async:
         return await asyncio.to_thread(run_tool_sync, invocation)  # a blocking tool must not stall the loop
@@ -362,6 +380,7 @@ class CallRunner:
         self.capture = capture
         self.approval_mode = approval_mode
         self.approvals: ApprovalWaiter | None = None  # set by the layer that can wait (restart.approvals.attach)
+        self.bookkeeper = Bookkeeper()  # where the bookkeeping runs: the caller's thread, or off the loop
         self._capture_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -371,17 +390,13 @@ class CallRunner:
         if call.tool in self.registry and self.registry.get(call.tool).is_async and _loop_running():
             raise SafepointError(f"{call.tool} is an async tool and an event loop runs: use `await run.acall(...)`")
         driver = self.drive(call, step_id)
-        try:
-            request = next(driver)
-            while True:
-                if isinstance(request, AwaitApproval):
-                    request = driver.send(self._wait(request))
-                else:
-                    request = driver.send(run_tool_sync(request))
-        except StopIteration as done:
-            result: CallResult = done.value
-            self._told(call, step_id, result)
-            return result
+        request, result = self.bookkeeper.run(_advance, driver, None)
+        while result is None:
+            assert request is not None
+            answer = self._wait(request) if isinstance(request, AwaitApproval) else _counted_sync(request)
+            request, result = self.bookkeeper.run(_advance, driver, answer)
+        self._told(call, step_id, result)
+        return result
 
     async def aexecute(self, call: ToolCall, step_id: str) -> CallResult:
         tool = self.registry.get(call.tool) if call.tool in self.registry else None
@@ -394,18 +409,54 @@ class CallRunner:
         return await self._aexecute(call, step_id)
 
     async def _aexecute(self, call: ToolCall, step_id: str) -> CallResult:
+        """The driver served from a loop: its pieces run on the bookkeeping thread (``engine.offloop``), the tool
+        and the approval wait as ``aexecute``'s own. A cancellation leaves the ledger saying what happened: a call
+        that had not run is recorded failed (it did not run), one whose tool was cancelled while it ran is
+        ``uncertain``, a blocking tool (on a thread, which cannot be stopped) is waited for and its outcome kept;
+        then the cancellation is raised."""
         driver = self.drive(call, step_id)
-        try:
-            request = next(driver)
-            while True:
-                if isinstance(request, AwaitApproval):
-                    request = driver.send(await asyncio.to_thread(self._wait, request))
-                else:
-                    request = driver.send(await run_tool_async(request))
-        except StopIteration as done:
-            result: CallResult = done.value
-            self._told(call, step_id, result)
-            return result
+        (request, result), cancelled = await self.bookkeeper.arun(_advance, driver, None)
+        while result is None:
+            assert request is not None
+            answer: Outcome | ApprovalOutcome
+            if cancelled and isinstance(request, AwaitApproval):
+                driver.close()  # planned (and durable), never started: a resume asks again
+                raise asyncio.CancelledError
+            if cancelled:
+                assert isinstance(request, Invocation)
+                answer = Outcome(False, CANCELLED_BEFORE_RUN)  # `started` is durable, the tool never ran: it failed
+            elif isinstance(request, AwaitApproval):
+                try:
+                    answer = await asyncio.to_thread(self._wait, request)
+                except asyncio.CancelledError:
+                    driver.close()  # planned, never started; the wait's thread ends with the person's answer
+                    raise
+            elif not request.tool.is_async:
+                # A blocking tool on a thread runs to its end whatever happens to the task: its outcome is kept.
+                answer, cancelled = await through(asyncio.to_thread(_counted_sync, request))
+            else:
+                try:
+                    with _running(request):
+                        answer = await run_tool_async(request)
+                except asyncio.CancelledError:
+                    # Cancelled while it ran: its effect may be half done. The ledger says so durably now, so this
+                    # process and any resume treat it as the crash it resembles (promise 2), never as not run.
+                    await self.bookkeeper.arun(self._cancelled_while_running, driver, call)
+                    raise
+            (request, result), stopped = await self.bookkeeper.arun(_advance, driver, answer)
+            cancelled = cancelled or stopped
+        self._told(call, step_id, result)
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
+
+    def _cancelled_while_running(self, driver: CallDriver, call: ToolCall) -> None:
+        driver.close()
+        entry = self.ledger.get(call.call_id)
+        if entry is not None and entry.status == "started":
+            self.ledger.settle(entry, "uncertain")
+            self.log.trace("call_cancelled", call_id=call.call_id, tool_name=call.tool)
+            self.log.commit()
 
     def _told(self, call: ToolCall, step_id: str, result: CallResult) -> None:
         if self.progress is not None:
@@ -689,6 +740,15 @@ class CallRunner:
             self.ledger.finish(entry, "failed", ref, error=why)
             self.log.trace("call_refused", call_id=call.call_id, tool_name=call.tool, why=why)
         return CallResult(call.call_id, "failed", None, message.content)
+
+
+def _advance(driver: CallDriver, answer: Outcome | ApprovalOutcome | None) -> tuple[Request | None, CallResult | None]:
+    """One piece of the driver: up to its next request, or its result (a StopIteration cannot cross a thread's
+    future, so the end is returned as a value)."""
+    try:
+        return (next(driver) if answer is None else driver.send(answer)), None
+    except StopIteration as done:
+        return None, done.value
 
 
 def _loop_running() -> bool:

@@ -26,6 +26,7 @@ Paths are in recorded form (``workspace/names.py``): any byte string survives a 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob
 import hashlib
 import os
@@ -34,11 +35,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import msgspec
-
 from safepoint.core.hashing import content_hash
 from safepoint.core.rollback import UNKNOWN
-from safepoint.durable import PRIVATE_FILE, atomic_write, fsync_dir, write_all
+from safepoint.engine.capture_state import CaptureStateFiles, Journal, Known, SavedState, ScratchSeal
 from safepoint.engine.file_changes import FileBefore, FileChanges, Records
 from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.log_writer import now as timestamp
@@ -46,7 +45,7 @@ from safepoint.errors import ToolFailure
 from safepoint.records import FilePatchEntry, WorkspaceState
 from safepoint.workspace.git import GitState, git_state, head_blob_ids
 from safepoint.workspace.head import find_git_dir, read_head
-from safepoint.workspace.ignore import IgnoreRules
+from safepoint.workspace.ignore import IgnoreRules, Pins
 from safepoint.workspace.names import quote_path, real_path
 from safepoint.workspace.scan import ChangeWatcher, FileStat, scan
 from safepoint.workspace.scan import recorded_stat as _stat
@@ -54,35 +53,10 @@ from safepoint.workspace.scan import safepointignore as _safepointignore
 from safepoint.workspace.writers import WriterWatch
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
-STATE_FILE = "capture-state.msgpack"
-JOURNAL_FILE = "capture-command.msgpack"  # what a command in flight started from (for a crash while it runs)
 HINT_LIMIT = 10_000  # paths a command line may name for saving ahead (a glob over a huge tree stops here)
 HINT_BYTES = 64 * 1024 * 1024  # content of ignored files a command line names, kept ahead at most per command
 WINDOW_SLACK_NS = 50_000_000  # file times come from a coarse clock: only clearly older changes predate a command
 SAVE_SECONDS = 10.0  # a crashed session loses at most this much of what its capture learnt (it is re-learnt)
-
-_Known = tuple[str, int | None]
-
-
-class _SavedState(msgspec.Struct):
-    stats: dict[str, FileStat]
-    known: dict[str, _Known]
-
-
-class _Journal(msgspec.Struct):
-    """Written (durably) before a command's ``started``: the capture's state then, as a delta on the saved state
-    (O(what changed since the last save)), and the ignored files its command line named."""
-
-    call_id: str
-    stats: dict[str, FileStat | None]
-    known: dict[str, _Known | None]
-    named: dict[str, FileStat | None]
-    head: str | None = None  # git's HEAD then: a clean tracked file's content before is HEAD's, if HEAD stayed
-
-
-_state_encoder = msgspec.msgpack.Encoder()
-_state_decoder = msgspec.msgpack.Decoder(_SavedState)
-_journal_decoder = msgspec.msgpack.Decoder(_Journal)
 
 
 class CommandCapture:
@@ -103,6 +77,7 @@ class CommandCapture:
         in_flight: Callable[[str], bool] = lambda call_id: False,
         attribute: bool = True,
         background: bool = False,
+        seal: ScratchSeal | None = None,
     ) -> None:
         self.files = files
         self.records = records
@@ -110,10 +85,11 @@ class CommandCapture:
         root = files.workspace.root
         self._extra = (*_safepointignore(root), *exclude)
         self._store_dir = os.path.realpath(store_dir) if store_dir else None  # the root is a realpath too
-        self.rules = IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra)
+        self.pins = Pins()  # watched once, watched for good: the run may edit ignore files (``Pins``)
+        self.rules = IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra, pins=self.pins)
         self._attribute = attribute
         self._in_flight = in_flight
-        self.known: dict[str, _Known] = {}  # path -> (content hash, mode) last seen
+        self.known: dict[str, Known] = {}  # path -> (content hash, mode) last seen
         self.warnings: list[str] = []
         self._touched: set[str] = set()  # paths whose stat or content changed since the last save
         self._named: dict[str, FileStat | None] = {}  # ignored files the command line names -> their stat before
@@ -133,8 +109,8 @@ class CommandCapture:
         self._head_blobs: dict[str, str] = {}
         self.git_clean: dict[str, str] = {}
         self._git_dir: str | None = None
-        self._state_path: str | None = None
-        self._journal_path: str | None = None
+        self._state = CaptureStateFiles(state_dir, seal) if state_dir is not None else None
+        self._saved: SavedState | None = None  # what the last session saved (read before the baseline scan)
         self._saved_once = True  # nothing to save for a reader
         self._saved_at = time.monotonic()
         self._window_start = self._since = time.time_ns()
@@ -152,16 +128,26 @@ class CommandCapture:
         """What the workspace holds, with no record written (so it may run on a thread): the watches, then the
         baseline scan (watching first: no change falls between the two), git's view, what was saved before."""
         root = self.workspace.root
+        # What was watched before (the last session's state) and what git tracks stay watched, whatever the ignore
+        # files say now (a previous session of the run may have rewritten them): pinned before anything looks.
+        self._head_blobs = head_blob_ids(root)
+        self.pins.update(self._head_blobs)
+        if self._state is not None:
+            self._saved = self._state.read_saved()
+            if self._saved is not None:
+                self.pins.update(self._saved.stats)
         self.watcher = ChangeWatcher.start(root, self.rules)  # before the baseline scan: no change falls between
         self.writers = WriterWatch.start(
-            root, IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra)
+            root, IgnoreRules.for_workspace(root, store_dir=self._store_dir, extra=self._extra, pins=self.pins)
         )
         if not self._attribute and self.writers is not None:
             self.writers.close()
             self.writers = None
         self.stats = scan(root, self.rules)
+        self.pins.update(self.stats)
         self._git = git_state(root)
-        self._head_blobs = head_blob_ids(root) if self._git.is_repo else {}
+        if not self._git.is_repo:
+            self._head_blobs = {}
 
     def _observe_quietly(self) -> None:
         try:
@@ -210,10 +196,8 @@ class CommandCapture:
             for path in dirty:
                 if path in self.stats and path not in self.known:
                     self._learn(path)
-        if self._state_dir is not None:
-            self._state_path = os.path.join(self._state_dir, STATE_FILE)
-            self._journal_path = os.path.join(self._state_dir, JOURNAL_FILE)
-            self._saved_once = os.path.exists(self._state_path)
+        if self._state is not None:
+            self._saved_once = self._state.saved_exists()
             self._catch_up()
         # Changed after the start, before the scan saw it: what a watch set at once would have reported (ctime moves
         # with every change, no tool sets it back). A change in the first clock tick may be stamped a little early
@@ -228,10 +212,7 @@ class CommandCapture:
     @staticmethod
     def has_journal(state_dir: str | None) -> bool:
         """Whether a command may have been running when the run's last owner stopped (see ``_catch_up``)."""
-        try:
-            return state_dir is not None and os.path.getsize(os.path.join(state_dir, JOURNAL_FILE)) > 0
-        except FileNotFoundError:
-            return False
+        return CaptureStateFiles.has_journal(state_dir)
 
     def _catch_up(self) -> None:
         """Learn what changed while no capture of this run was watching (between sessions, after a crash): those
@@ -239,18 +220,9 @@ class CommandCapture:
         running when the last owner died (its journal names a call still ``started``): then every change since the
         command started is recorded as that call's, of uncertain author (nothing tells the command's changes from
         the user's in a window nobody watched), so ``rollback`` can put it back."""
-        assert self._state_path is not None and self._journal_path is not None
-        try:
-            with open(self._state_path, "rb") as handle:
-                saved = _state_decoder.decode(handle.read())
-        except (FileNotFoundError, msgspec.DecodeError):
-            saved = None  # the first capture of the run: what is there is the baseline
-        journal = None
-        try:
-            with open(self._journal_path, "rb") as handle:
-                journal = _journal_decoder.decode(handle.read())
-        except (FileNotFoundError, msgspec.DecodeError):
-            pass
+        assert self._state is not None
+        saved, self._saved = self._saved, None  # None: the first capture of the run: what is there is the baseline
+        journal = self._state.read_journal()
         if journal is not None and (
             saved is None
             or not self._in_flight(journal.call_id)
@@ -305,36 +277,13 @@ class CommandCapture:
         """Keep the stat cache and what is known of each file for the next session. Not while
         a command runs: its changes are recorded with its outcome, and a saved state must not run ahead of that."""
         self._ready()
-        if self._state_path is None or self._command is not None:
+        if self._state is None or self._command is not None:
             return
-        data = _state_encoder.encode(_SavedState(stats=self.stats, known=self.known))
-        # Durable: a crash while a command runs is recovered from it and the journal (a few fsyncs a minute).
-        atomic_write(self._state_path, data, durable=True)
+        self._state.save(SavedState(stats=self.stats, known=self.known))
         self._saved_at = time.monotonic()
         self._saved_once = True
         self._touched.clear()
-        self._clear_journal()
-
-    def _write_journal(self, data: bytes) -> None:
-        """Durable before `started` (recovery relies on it; the blobs it names are in `started`'s group): written
-        in place and flushed with one fdatasync (the file stays: only its first creation costs a folder fsync). A
-        journal torn by a crash does not decode, and counts as none."""
-        assert self._journal_path is not None
-        created = not os.path.exists(self._journal_path)
-        fd = os.open(self._journal_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
-        try:
-            write_all(fd, data)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            fsync_dir(os.path.dirname(self._journal_path))
-
-    def _clear_journal(self) -> None:
-        """The journal is spent (emptied, not removed: see ``_write_journal``)."""
-        if self._journal_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.truncate(self._journal_path, 0)
+        self._state.clear_journal()
 
     def poll(self) -> None:
         """Settle a start in the background if its thread is done (never waits; a failed start is left for the
@@ -388,6 +337,7 @@ class CommandCapture:
                 # command would be taken for one moved in; rare beside folder moves, which this catches.
                 self._arrived = self._folders_arrived(scanned, current)
             self.stats = current
+            self.pins.update(p for p, old in scanned.items() if old is None)
             self._touched.update(scanned)
             return scanned
         candidates: set[str] = set()
@@ -411,6 +361,8 @@ class CommandCapture:
                     del self.stats[path]
                 else:
                     self.stats[path] = now
+                    if old is None:
+                        self.pins.add(path)
         self._touched.update(changed)
         return changed
 
@@ -487,15 +439,15 @@ class CommandCapture:
                 continue
             budget -= info.size
             self._learn(path)
-        if call_id is not None and self._journal_path is not None:
-            journal = _Journal(
+        if call_id is not None and self._state is not None:
+            journal = Journal(
                 call_id=call_id,
                 stats={p: self.stats.get(p) for p in self._touched},
                 known={p: self.known.get(p) for p in self._touched | self._named.keys()},
                 named=self._named,
                 head=read_head(self._git_dir) if self._git_dir else None,
             )
-            self._write_journal(_state_encoder.encode(journal))
+            self._state.write_journal(journal)
         self._command = call_id
         if self.writers is not None:
             self.writers.begin()
@@ -510,7 +462,10 @@ class CommandCapture:
         ignored: list[str] = []
         for hint in hints:
             pattern = hint if os.path.isabs(hint) else os.path.join(root, hint)
-            matches = glob.glob(pattern)[:HINT_LIMIT] if glob.has_magic(hint) else [pattern]
+            if "/**" in pattern:  # what a deleting `find` selects: ROOT/**/NAME, ROOT/** (core.command_reach_walk)
+                matches = self._selected(*pattern.split("/**", 1))
+            else:
+                matches = glob.glob(pattern)[:HINT_LIMIT] if glob.has_magic(hint) else [pattern]
             for match in matches:
                 folder = os.path.realpath(os.path.dirname(match))
                 if folder != root and not folder.startswith(root + os.sep):
@@ -528,6 +483,25 @@ class CommandCapture:
                 tracked.extend(inside)
                 ignored.extend(self._ignored_below(rel, set(inside)))
         return tracked[:HINT_LIMIT], ignored[:HINT_LIMIT]
+
+    def _selected(self, top: str, name: str) -> list[str]:
+        """Entries below ``top`` whose name matches ``name`` (``/PATTERN``; empty: every file), as ``find`` walks:
+        links not followed, ``.git`` and the store never entered; at most ``HINT_LIMIT``."""
+        pattern = name.lstrip("/")
+        found: list[str] = []
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = [
+                d
+                for d in dirs
+                if d != ".git"
+                and not (self._store_dir and os.path.realpath(os.path.join(folder, d)) == self._store_dir)
+            ]
+            for entry in (*dirs, *files) if pattern else files:
+                if not pattern or fnmatch.fnmatchcase(entry, pattern):
+                    found.append(os.path.join(folder, entry))
+            if len(found) >= HINT_LIMIT:
+                break
+        return found[:HINT_LIMIT]
 
     def _ignored_below(self, rel: str, seen: set[str]) -> list[str]:
         """``rel`` and the files below it that no scan looks at (never following a link, never into .git or the
@@ -707,7 +681,8 @@ class CommandCapture:
         command writes its own, holding everything since the last save)."""
         self._ready()
         self._command = None
-        self._clear_journal()
+        if self._state is not None:
+            self._state.clear_journal()
         if time.monotonic() - self._saved_at > SAVE_SECONDS:
             self.save()
 

@@ -1,10 +1,12 @@
-"""The run's control channel, watched across each of its commands: what appears there while one runs is not taken
+"""The run's control channel, watched across each of its tool calls: what appears there while one runs is not taken
 as a person's word.
 
-A command runs as the same user as safepoint and can append a framed record to its own run's control channel as
-well as ``safepoint submit`` can. So the channel's end is read before a command starts and after it ended (its
-processes dead: its supervisor kills what it left, ``Launcher.sweep`` what escaped its supervisor); what lies in
-between is judged:
+A tool runs as the same user as safepoint and can append a framed record to its own run's control channel as well
+as ``safepoint submit`` can: a command, a Python tool, an MCP server answering a call. So the channel's end is read
+before a command starts and after it ended (its processes dead: its supervisor kills what it left,
+``Launcher.sweep`` what escaped its supervisor), and likewise around every stretch of time in which any tool call of
+this process runs (``engine/tool_activity.py`` says when the first starts and the last ends); what lies in between
+is judged:
 
 - a submission (user input, with its overrides), an approval, a subtask's stop note (a prompt for the model) and
   anything else that would put words in the model's context or let work go: **tampering**. Not applied: the run's
@@ -13,8 +15,9 @@ between is judged:
 - a stop (a cancel, a context reset, a successor): obeyed as ever, only traced as written while a command ran.
   A stop grants nothing, and a person must be able to stop an agent that runs command after command.
 
-``quiet_from`` is the channel's end once nothing of this session's commands was alive: a decision posted after
-it is a person's (``restart.approvals`` starts a wait's line there).
+``quiet_from`` is the channel's end once no tool call and nothing of this session's commands was alive: a decision
+posted after it is a person's (``restart.approvals`` starts a wait's line there, and moves it past whatever is
+posted while a tool call runs during the wait).
 
 Rejected: the records' own ``at`` times (the writer sets them) and the file's size or mtime (one backend's, and
 ``touch`` sets an mtime).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -31,12 +35,16 @@ import msgspec
 
 from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.processes import ProcessNotes, running_groups
+from safepoint.engine.tool_activity import TOOLS
 from safepoint.protocol import CancelRequest, ContextResetRequest, ControlRecord, ControlSeen, SuccessorAccepted
 from safepoint.store.base import Store
+from safepoint.store.liveness import process_is_alive, process_start_time
 from safepoint.store.ownership import now
 
 _NOTE = "ctl-"  # beside the command's proc- note: the channel's end when it started (a crash leaves it)
+TOOLS_NOTE = f"{_NOTE}tools"  # the channel's end when the running tool calls began, and their process
 _decoder = msgspec.json.Decoder(ControlRecord)
+_HANDOVER_SECONDS = 2.0  # at most, for a supervisor whose output ended to be gone (normally at once)
 STOPS = (CancelRequest, ContextResetRequest, SuccessorAccepted)
 
 
@@ -45,6 +53,7 @@ class WatchHost(Protocol):
 
     store: Store
     control_seen: dict[int, ControlSeen]
+    closed: bool
 
     def add_record(self, body: msgspec.Struct) -> int: ...
 
@@ -84,6 +93,7 @@ class ControlWatch(ProcessNotes):
         self.in_flight = in_flight  # the calls running now (their ids name the command in the trace)
         self.sweep = sweep
         self._open: dict[int, int] = {}  # command (its supervisor's pid) -> the channel's end when it started
+        self._starts: dict[int, str] = {}  # command -> its supervisor's start time
         found = host.store.read_control(run_id)
         # A previous owner died while commands ran (they were killed just before this session started): what was
         # written from the first one's start on may be theirs.
@@ -94,6 +104,35 @@ class ControlWatch(ProcessNotes):
             self._drop_notes()
         self.quiet_from = max((position for position, _ in found), default=0)
         self.launches_at_quiet = LAUNCHER.launches
+        self.quiet_end = self.quiet_from  # the channel's end when the last tool call ended (``restart.approvals``)
+        self._busy_from: int | None = None
+        if TOOLS.listen(self):  # calls of another session of this process run: judged from here when they end
+            self._busy_from = self.quiet_from
+
+    # any tool call: called by ``TOOLS`` under its lock, when the first call starts and when the last one ends ----
+    def busy(self) -> None:
+        if self.host.closed:
+            return
+        self._busy_from = control_end(self.host.store, self.run_id)  # before the call starts: nothing runs yet
+        if self.scratch is not None:
+            # A crash mid-call leaves it; its owner (pid, start time) tells `safepoint approve` to wait for the end.
+            owner = f"{os.getpid()} {process_start_time(os.getpid())}"
+            with open(os.path.join(self.scratch, TOOLS_NOTE), "w") as handle:
+                handle.write(f"{self._busy_from} {owner}")
+
+    def quiet(self) -> None:
+        before, self._busy_from = self._busy_from, None
+        if before is None or self.host.closed:
+            return
+        found = self.host.store.read_control(self.run_id)
+        self.quiet_end = max((position for position, _ in found), default=0)
+        self._judge(found, before, "a tool call ran")
+        if self.scratch is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.scratch, TOOLS_NOTE))
+        if not self._open and not running_groups():
+            self.quiet_from = max((position for position, _ in found), default=0)
+            self.launches_at_quiet = LAUNCHER.launches
 
     def _crashed_notes(self) -> list[int]:
         if self.scratch is None:
@@ -101,10 +140,10 @@ class ControlWatch(ProcessNotes):
         ends = []
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self.scratch):
-                if name.startswith(_NOTE):
+                if name.startswith(_NOTE):  # a command's, or the tool calls' (any tool may write the channel)
                     path = os.path.join(self.scratch, name)
                     with contextlib.suppress(OSError, ValueError), open(path) as handle:
-                        ends.append(int(handle.read().strip() or 0))
+                        ends.append(int((handle.read().split() or ["0"])[0]))
         return ends
 
     def _drop_notes(self) -> None:
@@ -117,6 +156,7 @@ class ControlWatch(ProcessNotes):
     def started(self, pid: int) -> None:
         before = control_end(self.host.store, self.run_id)  # before the gate opens: nothing runs yet
         self._open[pid] = before
+        self._starts[pid] = process_start_time(pid)
         if self.scratch is not None:
             with open(os.path.join(self.scratch, f"{_NOTE}{pid}"), "w") as handle:
                 handle.write(str(before))
@@ -125,8 +165,15 @@ class ControlWatch(ProcessNotes):
     def ended(self, pid: int) -> None:
         super().ended(pid)
         before = self._open.pop(pid, None)
+        start = self._starts.pop(pid, "")
         if before is None:
             return
+        # Its output ends when the supervisor closes its files, a moment before the kernel hands what the command
+        # left to the reaper server (a supervisor killed by its own command: `... & kill -9 $PPID`): swept before
+        # that, a leftover would live on until the next sweep. Wait for it to be gone (a zombie: handed over).
+        deadline = time.monotonic() + _HANDOVER_SECONDS
+        while start and process_is_alive(pid, start) and time.monotonic() < deadline:
+            time.sleep(0.001)
         killed = self.sweep()  # what escaped the command's supervisor dies before the window closes
         if killed:
             self.host.trace("leftovers_killed", pids=killed)

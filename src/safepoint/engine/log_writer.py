@@ -149,10 +149,10 @@ class LogWriter:
         self.refused = False  # a write was refused: a newer owner took the run over
         self._trace_redactor = TraceRedactor(self.redactor)
         self.durable_seq = last_seq
+        self._history = HistoryEncoder()  # messages compressed after redaction (``core.history_codec``)
         # The run's summary, folded from every record staged and written with each group (``core.run_summary``);
         # None: this writer keeps none (a reader's, a restart's), and readers of the run read its log.
         self.summary: SummaryFold | None = None
-        self._history = HistoryEncoder()  # messages compressed after redaction (``core.history_codec``)
 
     def add(self, body: msgspec.Struct) -> int:
         """Stage a record; it becomes durable with the next ``commit``. Returns its sequence number."""
@@ -210,15 +210,16 @@ class LogWriter:
         records, self._buffer = self._buffer, []
         blobs, self._blobs = list(self._blobs.items()), {}
         try:
+            summary = self._summary(records[-1].seq)
             if blobs:
                 # Held from the put to the append: gc cannot remove a blob whose reference is on its way in.
                 with self.store.blobs_shared():
                     self.store.put_blobs(blobs)
                     failpoints.hit("blob_written")
-                    self.store.append(self.claim, records, summary=self._summary(records[-1].seq))
+                    self.store.append(self.claim, records, summary=summary)
                 failpoints.hit("log_group_durable")
             else:
-                self.store.append(self.claim, records, summary=self._summary(records[-1].seq))
+                self.store.append(self.claim, records, summary=summary)
         except StoreError as exc:
             if self.summary is not None:
                 self.summary.enabled = False  # it folded records the store refused: no longer the log's summary

@@ -34,6 +34,7 @@ from safepoint.core.run_view import CheckpointAt, RunView, build_view
 from safepoint.core.trace_events import recovery_events
 from safepoint.engine import large_values
 from safepoint.engine.call_runner import CallRunner
+from safepoint.engine.capture_state import ScratchSeal
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
 from safepoint.engine.control_watch import ControlWatch
@@ -264,6 +265,7 @@ class RunSession:
                 exclude=self.base_workspace.exclude,
                 in_flight=self._in_flight,
                 background=background,
+                seal=ScratchSeal.of(self.store, self.info.run_id),
             )
         return self._capture
 

@@ -75,6 +75,10 @@ class Tool:
     internal: bool = False
     # The call waits for a person (`safepoint approve`) before it runs, whatever the run's approval setting.
     needs_approval: bool = False
+    # The call runs a nested agent (spawn_subagent) whose own calls are ledgered and counted as running one by one
+    # (``engine.tool_activity``): the call itself is not, or a person's answer to a nested call would be taken for
+    # a tool's while the whole subagent runs.
+    hosts_calls: bool = False
 
     def __post_init__(self) -> None:
         check_definition(self.definition)

@@ -271,7 +271,7 @@ class Proxy:
             self.forwarded.pop(call_id, None)
             self.client_calls.pop(key, None)
         if self.to_client(_encoder.encode({"jsonrpc": "2.0", "id": request_id, **answer(result)})):
-            self.run.session.add_message("system", ANSWERED + call_id)  # durable with the next commit
+            self.run.add_message("system", ANSWERED + call_id)  # durable with the next commit
 
     async def register(self, name: str, params: dict[str, Any]) -> None:
         """The run's tool for ``name``, classified by its annotations (listed first when the proxy has not seen
@@ -348,7 +348,8 @@ class Proxy:
 
     def commit(self) -> None:
         if self.run is not None:
-            self.run.session.commit()
+            with self.run.session.runner.bookkeeper.lock:  # never inside a call's piece on the bookkeeping thread
+                self.run.session.commit()
 
     # the session -------------------------------------------------------------------------------------------------
     async def pump_server(self) -> None:
@@ -420,7 +421,7 @@ class Proxy:
         while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
         if self.run is not None and not self.cut_short:
-            self.run.checkpoint()  # this session's step is complete: the next one on the run is a new step
+            await self.run.acheckpoint()  # this session's step is complete: the next one on the run is a new step
         if self.child.stdin is not None and not self.child.stdin.is_closing():
             self.child.stdin.close()
         try:

@@ -100,11 +100,11 @@ class SafepointCapability(AbstractCapability[Any]):
             # A turn is a step of the run: its before-step checkpoint covers what came before (the last turn's tool
             # results), its after-step checkpoint the response, so a resume keeps it in the history it restores
             # (rejected: a bare commit, which a resume rewinds past) and it is durable before its tools run.
-            self.run.step()
+            await self.run.astep()  # off the loop, as the checkpoint below (their fsyncs)
             response = await handler(request_context)
             data = ModelMessagesTypeAdapter.dump_json([response]).decode()
-            self.run.session.add_message("assistant", data, name=TURN)
-            self.run.checkpoint()
+            await self.run.aadd_message("assistant", data, name=TURN)
+            await self.run.acheckpoint()
             self.recorded.append(data)
         for part in response.parts:
             if isinstance(part, ToolCallPart):

@@ -12,6 +12,11 @@ Who decides: a command runs as the same user as safepoint, so it can write the c
 - while a run waits, none of its commands' processes is alive: every command's processes die with it (its
   supervisor is a subreaper), what a command left by killing its supervisor is killed here (``Launcher.sweep``)
   before the wait begins, and a command started meanwhile by this process moves the line past what it could write;
+- any tool call of this process that runs during the wait (an MCP client's second call, a Python tool, a
+  subagent's) moves the line past what was written while it ran, without timing: the count of tool calls started
+  and ended (``engine/tool_activity.py``) is sampled before and after each read of the channel, and a record new
+  at a read counts only if that count stayed the same, with nothing running, from before the previous read to
+  after this one (the whole span in which it can have been written);
 - a decision found before the line is tampering: not counted, marked in the run's log (``ControlSeen`` of type
   ``tampered``), traced and said in the call's result, and kept in the channel as evidence;
 - when a command killed the reaper server itself, what it left is out of reach: no decision is taken in this
@@ -36,6 +41,7 @@ from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.processes import running_groups
 from safepoint.engine.restart_writer import RestartWriter, now_ms
 from safepoint.engine.session import RunSession
+from safepoint.engine.tool_activity import TOOLS
 from safepoint.errors import Interrupted
 from safepoint.protocol import Approval, ControlRecord, ControlSeen, RuntimeRestartToolApprovalWait
 from safepoint.records import Claim, RunInfo, RunStatus
@@ -78,7 +84,9 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
     swept = LAUNCHER.sweep()  # what a command left by killing its supervisor: dead before anything is decided
     if swept:
         session.trace("leftovers_killed", call_id=call.call_id, pids=swept)
+    before = TOOLS.sample()
     found = controls(session.store, session.info.run_id)
+    after = TOOLS.sample()
     end = max((position for position, _ in found), default=0)
     # The line: the channel's end once none of the session's commands was alive (a decision posted between the
     # call being planned and this wait is a person's: `safepoint approve` takes a planned call); the end now if a
@@ -87,6 +95,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
     quiet = watch.quiet_from if isinstance(watch, ControlWatch) else end
     if LAUNCHER.launches != getattr(watch, "launches_at_quiet", LAUNCHER.launches) or running_groups():
         quiet = end
+    if before != after or after.active:
+        quiet = end  # a tool call ran while the channel was read: what it holds may be the call's
     prior = session.restart.current
     if (
         isinstance(prior, RuntimeRestartToolApprovalWait)
@@ -121,13 +131,25 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
     forged: list[str] = []
     marked = 0
     launches = LAUNCHER.launches
+    previous = before  # sampled before the previous read of the channel
     while True:
+        before = TOOLS.sample()
         found = controls(session.store, session.info.run_id)
-        if LAUNCHER.launches != launches or running_groups():
-            # A command of this process ran during the wait (another thread's run): whatever was posted meanwhile
-            # may be its. The line moves past it.
+        after = TOOLS.sample()
+        ran = after.changes != previous.changes or previous.active or after.active
+        previous = before
+        moved = line
+        if LAUNCHER.launches != launches or running_groups() or (ran and (after.active or watch is None)):
+            # A command or any other tool call of this process runs or ran during the wait (another thread's run,
+            # an MCP client's concurrent call): whatever was posted meanwhile may be its. The line moves past it.
             launches = LAUNCHER.launches
-            line = max(line, *(position for position, _ in found), 0)
+            moved = max(line, *(position for position, _ in found), 0)
+        elif ran and isinstance(watch, ControlWatch):
+            # Every call that ran meanwhile has ended: what they wrote lies at or before the channel's end read
+            # when the last one ended; a person's decision posted after that still counts.
+            moved = max(line, watch.quiet_end)
+        if moved != line:
+            line = moved
             wait = msgspec.structs.replace(wait, control_position=line)
             session.restart.write(wait)  # a restart keeps the moved line
         stops.raise_if_stopped(session, found)  # a cancel, a reset or a successor ends the wait: nothing is sent
@@ -198,7 +220,8 @@ def tampered(position: int, record: ControlRecord, what: str) -> ControlSeen:
 
 
 def _tampered(session: ApprovalHost, position: int, record: Approval, call_id: str) -> str:
-    what = f"{'approval' if record.approved else 'denial'} of call {call_id} written before its wait began"
+    kind = "approval" if record.approved else "denial"
+    what = f"{kind} of call {call_id} written before its wait began or while a tool call ran"
     session.add_record(tampered(position, record, what))
     session.trace("control_tampered", call_id=call_id, position=position, type="approval", detail=what)
     return _shown(position, record)
@@ -212,6 +235,6 @@ def _said(forged: list[str]) -> str:
     if not forged:
         return ""
     return (
-        f"; not counted: {', '.join(forged)}, written before the wait for this call began or while a command ran (a "
-        "command of the run could have: tampering, kept in the run's control channel as evidence)"
+        f"; not counted: {', '.join(forged)}, written before the wait for this call began or while a tool call ran "
+        "(a tool of the run could have: tampering, kept in the run's control channel as evidence)"
     )

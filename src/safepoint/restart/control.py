@@ -6,8 +6,8 @@ request and closes the work with its reason), so nothing waits for a process tha
 
 A command of the run can write the channel too (same user): what it writes while it runs is not applied
 (``engine/control_watch.py``), and a decision counts only after its wait's line (``restart/approvals.py``). So a
-submission or a reset first waits for the run's running command to end (``between_commands``): posted while one
-runs, it would be taken for the command's own.
+submission, a reset or a decision first waits for the run's running command or tool call to end
+(``between_commands``): posted while one runs, it would be taken for the tool's own.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 
+from safepoint.engine.control_watch import TOOLS_NOTE
 from safepoint.engine.log_writer import trace_now
 from safepoint.engine.session import holder_id, load_view
 from safepoint.errors import ResumeError, RunLockedError, UnknownReferenceError
@@ -48,6 +49,7 @@ def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str =
             f"call {call_id!r} of run {run_id!r} is {entry.status}: it does not wait for approval, so there is "
             "nothing to approve or deny"
         )
+    between_commands(store, run_id, "decision")
     for position, record in controls(store, run_id):
         seen = view.control_seen.get(position)
         if seen is not None and seen.type == "tampered":
@@ -95,7 +97,8 @@ def submit(
 
 
 def running_commands(store: Store, run_id: str) -> list[int]:
-    """The run's commands running now on this host (their supervisors' pids, from the owner's notes)."""
+    """The run's commands running now on this host (their supervisors' pids, from the owner's notes), and the
+    owner's pid while any other tool call of it runs (a Python tool, an MCP call: any can write the channel)."""
     scratch = store.scratch_dir(run_id)
     found = []
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
@@ -104,6 +107,11 @@ def running_commands(store: Store, run_id: str) -> list[int]:
                 with contextlib.suppress(OSError), open(os.path.join(scratch or "", name)) as handle:
                     if process_is_alive(int(name[5:]), handle.read().strip()):
                         found.append(int(name[5:]))
+            elif name == TOOLS_NOTE:
+                with contextlib.suppress(OSError, ValueError), open(os.path.join(scratch or "", name)) as handle:
+                    _end, pid, start = handle.read().split(maxsplit=2)
+                    if process_is_alive(int(pid), start.strip()):
+                        found.append(int(pid))
     return found
 
 
@@ -115,8 +123,8 @@ def between_commands(store: Store, run_id: str, what: str, *, patience: float = 
     while running := running_commands(store, run_id):
         if time.monotonic() >= deadline:
             raise ResumeError(
-                f"run {run_id!r} is running a command (pid {running[0]}); a {what} written while one runs is not "
-                "taken (the command could have written it): send it again when the command ends"
+                f"run {run_id!r} is running a command or tool call (pid {running[0]}); a {what} written while one "
+                "runs is not taken (the tool could have written it): send it again when it ends"
             )
         time.sleep(0.1)
 

@@ -144,6 +144,7 @@ def judge(
     *,
     resuming_model: str | None = None,
     reaping: bool = False,
+    reap_detail: str = "",
     at_ms: int | None = None,
     view: RunView | None = None,
 ) -> Judged:
@@ -178,6 +179,7 @@ def judge(
         successor=next((r for _, r in reversed(pending) if isinstance(r, SuccessorAccepted)), None),
         resuming_model=resuming_model,
         reaping=reaping,
+        reap_detail=reap_detail,
     )
     return Judged(facts, check_recovery(facts), view)
 

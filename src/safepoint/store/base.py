@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from typing import NamedTuple
 
-from safepoint.errors import StoreError
+from safepoint.errors import RunLockedError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 
@@ -67,13 +69,6 @@ class RunLog(abc.ABC):
     def read_log(self, run_id: str) -> LogRead:
         """Every record that passes its checksum, in order, and a report of every one that does not."""
 
-    def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
-        """``(seq, summary)``: the summary the last append gave, while the log still ends at ``seq`` as it did
-        then (checked, cheaply, against the log itself: its checksum, its end); None when there is none, it is
-        damaged, or the log changed since. A cache: the caller then reads the log, the truth. Raises
-        ``RunNotFoundError``. (A backend that keeps no summaries keeps this default: every reader reads the log.)"""
-        return None
-
     @abc.abstractmethod
     def delete_run(self, run_id: str, *, claim: Claim | None = None, force: bool = False) -> None:
         """Remove the run and everything it owns (log, owner, restart checkpoint, terminal events, control,
@@ -81,6 +76,13 @@ class RunLog(abc.ABC):
         leaves no half-run under its id. Fenced by ``claim`` (its generation must be current), or ``force``: the
         caller judged that nobody acts for the run (it is never done by default). Content-addressed blobs are
         store-wide and stay (``safepoint gc`` removes those no run references). Raises ``RunNotFoundError``."""
+
+    def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
+        """``(seq, summary)``: the summary the last append gave, while the log still ends at ``seq`` as it did
+        then (checked, cheaply, against the log itself: its checksum, its end); None when there is none, it is
+        damaged, or the log changed since. A cache: the caller then reads the log, the truth. Raises
+        ``RunNotFoundError``. (A backend that keeps no summaries keeps this default: every reader reads the log.)"""
+        return None
 
 
 class Ownership(abc.ABC):
@@ -301,6 +303,35 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         """The highest log seq a record kept beside the log says was durable (0: nothing says). A log that ends
         before it lost records at its end: recovery then treats the calls it no longer accounts for as uncertain."""
         return 0
+
+    def try_claim(self, run_id: str, holder: str) -> Claim | None:
+        """``claim``, or None when a live owner holds the run or another claim is in the middle of taking it (a
+        database skips a locked row rather than wait for it): how supervisors share work."""
+        try:
+            return self.claim(run_id, holder)
+        except RunLockedError:
+            return None
+
+    def pass_runs(self, since: datetime | None) -> list[str]:
+        """The runs a supervisor pass looks at: every run whose owner is held, crashed or never claimed, and every
+        run posted to since ``since`` (the store's clock at the previous pass; None: ever). A backend that can
+        answer from indexes returns only those; this default returns every run."""
+        return self.list_runs()
+
+    def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
+        """Run ids among which a scheduled job's latest occurrence is (default: every run)."""
+        return self.list_runs()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for news of work (a control post, a schedule): True when some came. A
+        database wakes its supervisors (LISTEN/NOTIFY); this default only sleeps (a pass finds the work)."""
+        time.sleep(timeout)
+        return False
+
+    def clock(self) -> datetime:
+        """The time leases and heartbeats are judged on: a shared store's own (a database's), so hosts' clocks
+        never meet; this host's for a store only this host writes."""
+        return datetime.now(UTC)
 
     def close(self) -> None:  # optional hook; most backends hold nothing
         """Release connections or handles."""

@@ -1,37 +1,24 @@
-"""The file store's schedules (``schedules/<job_id>.json``, one framed record each) and the reader of whole-file
-framed records the store and ``fsck`` share. Kept apart from ``file_store`` so that module stays one concern."""
+"""The file store's scheduled jobs: one framed file per job under ``schedules/``, written whole and atomically
+(temp file + fsync + rename + folder fsync), read back checked. A mixin of ``FileStore`` (store-wide, no run's)."""
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import os
+from collections.abc import Callable
 
 from safepoint.durable import atomic_write, fsync_dir, make_private_dirs
 from safepoint.errors import CorruptRecordError
-from safepoint.records import StoredDescriptor
-from safepoint.store.framing import check_line, frame
+from safepoint.store.framing import frame, read_descriptor
 from safepoint.store.names import check_job_id
 
 
-def read_descriptor(raw: bytes) -> StoredDescriptor:
-    """A whole-file framed record as read: intact, or damaged with why (never raised, never trusted)."""
-    if not raw.endswith(b"\n"):
-        return StoredDescriptor(data=raw[9:], intact=False, detail=f"cut short: {len(raw)} bytes and no end")
-    payload = check_line(raw.removesuffix(b"\n"))
-    if payload is None:
-        return StoredDescriptor(data=raw[9:-1], intact=False, detail="checksum does not match")
-    return StoredDescriptor(data=payload, intact=True)
-
-
-class FileSchedules(abc.ABC):
+class FileSchedules:
     root: str
     _schedules: str
 
-    @abc.abstractmethod
-    def _make_root(self) -> None: ...
+    _make_root: Callable[[], None]  # FileStore's: creates the store's root folder, private
 
-    # schedules --------------------------------------------------------------------------------------------
     def put_schedule(self, job_id: str, data: bytes | None) -> None:
         path = os.path.join(self._schedules, f"{check_job_id(job_id)}.json")
         if data is None:

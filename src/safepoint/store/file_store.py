@@ -74,9 +74,9 @@ from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
 from safepoint.store.file_blobs import FileBlobs
 from safepoint.store.file_encryption import EncryptionRecordFile
-from safepoint.store.file_schedules import FileSchedules, read_descriptor
+from safepoint.store.file_schedules import FileSchedules
 from safepoint.store.file_summary import SummaryFile, last_intact_seq
-from safepoint.store.framing import check_line, check_one_line, frame, read_records, unframe_all
+from safepoint.store.framing import check_line, check_one_line, frame, read_descriptor, read_records, unframe_all
 from safepoint.store.names import check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
 from safepoint.store.private_root import check_store_root
@@ -126,7 +126,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(FileBlobs, EncryptionRecordFile, SummaryFile, FileSchedules, FencedStore[None]):
+class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from safepoint.errors import StoreError
-from safepoint.records import LogProblem, LogRead, LogRecord
+from safepoint.records import LogProblem, LogRead, LogRecord, StoredDescriptor
 
 _record_decoder = msgspec.json.Decoder(LogRecord)
 
@@ -90,3 +90,13 @@ def read_records(lines: Iterable[tuple[int, bytes | LogProblem]], *, row_seqs: b
         expected = record.seq + 1
         records.append(record)
     return LogRead(records=records, problems=problems)
+
+
+def read_descriptor(raw: bytes) -> StoredDescriptor:
+    """A whole-file framed record as read: intact, or damaged with why (never raised, never trusted)."""
+    if not raw.endswith(b"\n"):
+        return StoredDescriptor(data=raw[9:], intact=False, detail=f"cut short: {len(raw)} bytes and no end")
+    payload = check_line(raw.removesuffix(b"\n"))
+    if payload is None:
+        return StoredDescriptor(data=raw[9:-1], intact=False, detail="checksum does not match")
+    return StoredDescriptor(data=payload, intact=True)

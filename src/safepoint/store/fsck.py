@@ -49,9 +49,8 @@ from safepoint.records import Blob, LogProblem, LogRecord, OwnerState, RunInfo, 
 from safepoint.results import FsckProblem, FsckResult
 from safepoint.store.base import Store
 from safepoint.store.crypt import Cipher, is_sealed
-from safepoint.store.file_schedules import read_descriptor
 from safepoint.store.file_store import CONTROL, LOG, RESTART_CHECKPOINT, TERMINAL_EVENTS, FileStore
-from safepoint.store.framing import check_line, frame, unframe_all
+from safepoint.store.framing import check_line, frame, read_descriptor, unframe_all
 from safepoint.store.fsck_blobs import check_blobs
 from safepoint.store.liveness import owner_alive
 from safepoint.store.mend import one_bit_candidates

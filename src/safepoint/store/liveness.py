@@ -1,9 +1,21 @@
-"""Is the process that owns a run still alive? pid plus start time, so a recycled pid is not mistaken for it."""
+"""Is the process that owns a run still alive? On this machine: its pid and start time (a recycled pid is not
+mistaken for it). Elsewhere: a heartbeat younger than the lease, on the store's clock.
+
+"This machine" is not a hostname, which containers and cloned VMs share: the host an owner records is
+``hostname@machine#start`` where ``machine`` digests the kernel's boot id and the pid namespace, so two containers
+called ``worker`` never judge each other's pids (rejected: the hostname alone, under which a container could find
+the other's pid "dead" and take a live run over, or "alive" and never recover a dead one).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import hashlib
 import os
 import socket
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -11,6 +23,42 @@ if TYPE_CHECKING:
     from safepoint.records import OwnerState
 
 OWNER_LEASE_SECONDS = 30.0  # an owner on another host is presumed alive this long after its heartbeat
+# The store's time while a store judges an owner (a database sets it to its own clock for the claim it checks).
+STORE_CLOCK: contextvars.ContextVar[datetime | None] = contextvars.ContextVar("store_clock", default=None)
+
+
+@contextlib.contextmanager
+def store_clock(at: datetime | None) -> Iterator[None]:
+    token = STORE_CLOCK.set(at)
+    try:
+        yield
+    finally:
+        STORE_CLOCK.reset(token)
+
+
+@functools.cache
+def machine_id() -> str:
+    """A short digest of this kernel's boot and this pid namespace: what makes pids comparable."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id",):
+        with contextlib.suppress(OSError), open(path) as handle:
+            parts.append(handle.read().strip())
+    with contextlib.suppress(OSError):
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12] if parts else ""
+
+
+def this_host() -> str:
+    """The host part an owner record carries (before ``#start``)."""
+    ident = machine_id()
+    return f"{socket.gethostname()}@{ident}" if ident else socket.gethostname()
+
+
+def on_this_host(state: OwnerState) -> bool:
+    """Whether the owner's pid is one this process can judge: same hostname, same boot, same pid namespace. A
+    record written before the machine was recorded (a bare hostname) is judged by its hostname, as it was."""
+    host = state.host.rpartition("#")[0]
+    return host == this_host() if "@" in host else host == socket.gethostname()
 
 
 def process_start_time(pid: int) -> str:
@@ -51,10 +99,11 @@ def _is_zombie(pid: int) -> bool:
     return state in (b"Z", b"X")
 
 
-def owner_alive(state: OwnerState) -> bool:
-    """Same host: the recorded process still runs (pid and start time match). Elsewhere: a fresh heartbeat."""
-    host, _, start = state.host.rpartition("#")
-    if host == socket.gethostname():
-        return process_is_alive(state.pid, start)
+def owner_alive(state: OwnerState, at: datetime | None = None) -> bool:
+    """Same machine: the recorded process still runs (pid and start time match). Elsewhere: a heartbeat younger
+    than the lease, judged at ``at`` (default: the store's clock when one is set, else this host's)."""
+    if on_this_host(state):
+        return process_is_alive(state.pid, state.host.rpartition("#")[2])
     heartbeat = datetime.fromisoformat(state.heartbeat_at)
-    return (datetime.now(UTC) - heartbeat).total_seconds() < OWNER_LEASE_SECONDS
+    now = at or STORE_CLOCK.get() or datetime.now(UTC)
+    return (now - heartbeat).total_seconds() < OWNER_LEASE_SECONDS

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from datetime import UTC, datetime
 
 import msgspec
@@ -11,11 +10,13 @@ import msgspec
 from safepoint.errors import RunLockedError, StaleGenerationError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, OwnerState, RecoveryIdentity
-from safepoint.store.liveness import owner_alive, process_start_time
+from safepoint.store.liveness import owner_alive, process_start_time, this_host
 
 # A claim waits this long for a write in progress to let go of the run's lock (a flock, a row lock); a writer
 # stopped mid-write (SIGSTOP) would hold it forever, so past this the claim says so instead of hanging.
 CLAIM_LOCK_TIMEOUT = 10.0
+# Set by a supervisor for its worker: "RUN<TAB>HOLDER<TAB>GENERATION", the claim the worker takes the run from.
+HANDOFF_ENV = "SAFEPOINT_HANDOFF"
 
 
 def now() -> str:
@@ -34,6 +35,8 @@ def next_owner(
     """The owner record a claim writes: the next generation, held by this process. A live holder is refused
     unless the claim is a takeover. The recovery identity is the first claim's and never changes; the terminal
     state is kept unless the claim reopens the run."""
+    if takeover and not handed_over(run_id, current):
+        takeover = False  # the claim this process was handed is gone: someone took the run since; never steal it
     if current and not current.released and not takeover and owner_alive(current):
         raise RunLockedError(
             f"run {run_id!r} is owned by live process {current.pid} on {current.host} "
@@ -69,11 +72,23 @@ def next_owner(
         terminal_status=current.terminal_status if terminal and current else None,
         holder=holder,
         pid=os.getpid(),
-        host=f"{socket.gethostname()}#{process_start_time(os.getpid())}",
+        host=f"{this_host()}#{process_start_time(os.getpid())}",
         claimed_at=claimed,
         heartbeat_at=claimed,
         lease_ms=current.lease_ms if current else 30_000,
     )
+
+
+def handed_over(run_id: str, current: OwnerState | None) -> bool:
+    """Whether a takeover of ``run_id`` may go ahead in this process. A supervisor's worker is handed a run by
+    the supervisor's claim (``HANDOFF_ENV``: run id, holder, generation) and takes over that claim only: a worker
+    that stalled before its claim, and woke after another supervisor took the run, must not take it back."""
+    handoff = os.environ.get(HANDOFF_ENV, "")
+    handed_run, _, rest = handoff.partition("\t")
+    if handed_run != run_id:
+        return True  # not a hand-off (a person's --takeover), or another run's
+    holder, _, generation = rest.partition("\t")
+    return current is not None and current.holder == holder and str(current.generation) == generation
 
 
 def closed_owner(current: OwnerState, terminal_status: str) -> OwnerState:

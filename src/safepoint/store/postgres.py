@@ -11,7 +11,9 @@ killed writer never blocks a takeover. The row is made with the run (as ``('root
 there is always one to lock; the first claim gives it the run's recovery identity. ``generation`` and the other
 seed columns are the truth (the seed's own SQL, e.g. §5.1's close, works on them); ``holder_state`` adds only who
 holds the run now. ``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file
-store's rule (same host: pid and start time; elsewhere: a heartbeat younger than the lease).
+store's rule (same machine: pid and start time; elsewhere: a heartbeat younger than the lease), judged on the
+database's clock. The hot paths are leaner than the section: an append and a heartbeat are one statement each
+(``postgres_writes``), a claim is two pipelined round trips; connections are ``postgres_pool``'s.
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ import hashlib
 import os
 import shutil
 import threading
-import time
 import weakref
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
@@ -35,30 +36,39 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from safepoint.errors import (
     CorruptRecordError,
     RunExistsError,
+    RunLockedError,
     RunNotFoundError,
     StoreError,
 )
-from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
-from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity
+from safepoint.store import postgres_writes
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
+from safepoint.store.liveness import store_clock
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
-from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, stuck_lock
+from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
 from safepoint.store.postgres_blobs import PostgresBlobs
+from safepoint.store.postgres_pool import check_if_idle, close_pool, listen, one_statement, used
+from safepoint.store.postgres_restart import PostgresRestartCheckpoints
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
+from safepoint.store.postgres_tenant import Tenant, check_tenant, own_runs
+from safepoint.store.postgres_values import as_bytes as _bytes
+from safepoint.store.postgres_values import as_int as _int
+from safepoint.store.postgres_values import as_iso as _iso
 
 CONNECT_TIMEOUT = 10  # seconds to reach the server before giving up with a one-line error
+# A control post is looked at by passes for this long after its time: a post whose transaction committed after a
+# pass began (it waited on a lock, up to CLAIM_LOCK_TIMEOUT) is still seen by the next one.
+POST_MARGIN_S = 60.0
+# What a supervisor pass reads: both halves are partial-index scans (tests/test_pg_pass.py reads their plan).
+PASS_RUNS = (
+    f"SELECT agent_id FROM {SCHEMA}.recovery_owners WHERE NOT released AND terminal_at IS NULL "
+    f"UNION SELECT run_id FROM {SCHEMA}.runs WHERE control_at IS NOT NULL "
+    "AND control_at > coalesce(%s::timestamptz - make_interval(secs => %s), '-infinity')"
+)  # a pooled connection idle longer than this is checked before use (not one used just now)
 _record_encoder = msgspec.json.Encoder()
-_checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
 _SEED_OWNER = "recovery_class, owner_id, generation, agent_id, message_id, active_at, terminal_at, terminal_status"
-_SEED_CHECKPOINT = (
-    "mode, payload_json, created_at, updated_at, recovery_class, recovery_owner_id, execution_config_json"
-)
-_UPSERT_CHECKPOINT = ", ".join(
-    f"{column} = EXCLUDED.{column}" for column in (*_SEED_CHECKPOINT.split(", "), "descriptor", "checksum")
-)
-_SEED_EVENT = "recovery_class, owner_id, generation, event_type, created_at, payload_json"
 
 
 def _one_line(exc: BaseException, url: str) -> str:
@@ -80,7 +90,7 @@ def migrate(url: str, *, to: int = LATEST) -> SchemaChange:
         raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc, url)}") from None
 
 
-class PostgresStore(PostgresBlobs, FencedStore[Connection]):
+class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Connection]):
     def __init__(self, url: str, *, pool_size: int = 4, migrate: bool = False) -> None:
         """``migrate``: upgrade a database at an older schema version when opening it (a fresh one is always set
         up; see ``safepoint.store.postgres_schema`` for why an upgrade is not automatic)."""
@@ -91,6 +101,8 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         self._pool: ConnectionPool | None = None
         self._closer: weakref.finalize[Any, Any] | None = None
         self._opening = threading.Lock()
+        self._listener: Connection | None = None  # a supervisor's LISTEN connection (wait_for_work)
+        self.tenant: Tenant | None = None  # restrict(): recover only runs of this recovery identity
 
     # connections ------------------------------------------------------------------------------------------
     def _open_pool(self) -> ConnectionPool:
@@ -118,14 +130,16 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
                 max_size=self._pool_size,
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
                 timeout=CONNECT_TIMEOUT * 3,
-                # A connection the server dropped (a restart) is replaced, not handed out to fail.
-                check=ConnectionPool.check_connection,
+                # A connection the server dropped (a restart) is replaced, not handed out to fail; one used a moment
+                # ago is not checked (rejected: a check on every checkout, one more round trip per write). The
+                # one-statement writes retry a connection lost anyway (``_one_statement``).
+                check=check_if_idle,
                 name=POOL_NAME,
                 open=True,
             )
             # A store dropped without ``close()`` (a session's reference cycles keep it until the collector runs)
             # still closes its pool; the finalizer holds the pool, so the pool is never garbage itself.
-            self._closer = weakref.finalize(self, _close_pool, self._pool)
+            self._closer = weakref.finalize(self, close_pool, self._pool)
             return self._pool
 
     @contextlib.contextmanager
@@ -133,7 +147,7 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         """A connection inside one transaction; database failures become one-line ``StoreError``s."""
         pool = self._pool or self._open_pool()
         try:
-            with pool.connection() as conn, conn.transaction():
+            with pool.connection() as conn, used(conn), conn.transaction():
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
                 yield conn
@@ -198,25 +212,49 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         return [str(row[0]) for row in rows]
 
     # ownership --------------------------------------------------------------------------------------------
-    def _lock_owner(self, conn: Connection, run_id: str) -> OwnerState | None:
-        """Lock the run's owner row for this transaction and return the owner it records."""
+    def _lock_owner(
+        self, conn: Connection, run_id: str, *, skip_locked: bool = False
+    ) -> tuple[OwnerState | None, datetime]:
+        """Lock the run's owner row for this transaction; the owner it records and the database's time.
+        ``skip_locked``: a row another transaction holds is not waited for (``_Busy``)."""
         row = conn.execute(
-            f"SELECT {_SEED_OWNER}, holder_state FROM {SCHEMA}.recovery_owners WHERE agent_id = %s FOR UPDATE",
+            f"SELECT {_SEED_OWNER}, holder_state, clock_timestamp() FROM {SCHEMA}.recovery_owners "
+            f"WHERE agent_id = %s FOR UPDATE{' SKIP LOCKED' if skip_locked else ''}",
             (run_id,),
+            prepare=True,
         ).fetchone()
+        if row is None and skip_locked:
+            self._require_run(conn, run_id)
+            if conn.execute(f"SELECT 1 FROM {SCHEMA}.recovery_owners WHERE agent_id = %s", (run_id,)).fetchone():
+                raise _Busy(run_id)
         if row is None:
             self._require_run(conn, run_id)
             raise StoreError(
                 f"run {run_id!r} in {self.shown} has no recovery owner row: the run was made by an older safepoint "
                 "(its schema had an owners table) or the store was edited by hand"
             )
-        return _owner_state(row)
+        at = row[-1]
+        if not isinstance(at, datetime):
+            raise StoreError(f"expected a timestamp from the database, got {type(at).__name__}")
+        return _owner_state(row[:-1]), at
+
+    def clock(self) -> datetime:
+        """The database's time: every host judges leases on it."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+        if row is None or not isinstance(row[0], datetime):
+            raise StoreError(f"PostgreSQL store {self.shown} did not say its time")
+        return row[0]
 
     def _write_owner(self, conn: Connection, run_id: str, state: OwnerState) -> None:
+        # The heartbeat and the lease are the database's time, whichever host writes (one clock).
         conn.execute(
             f"UPDATE {SCHEMA}.recovery_owners SET recovery_class = %s, owner_id = %s, generation = %s, "
             "message_id = %s, active_at = %s::timestamptz, terminal_at = %s::timestamptz, terminal_status = %s, "
-            "holder_state = %s WHERE agent_id = %s",
+            "holder_state = convert_to(jsonb_set(convert_from(%s, 'UTF8')::jsonb, '{heartbeat_at}', "
+            f"to_jsonb({postgres_writes.DB_NOW_ISO}))::text, 'UTF8'), released = %s, "
+            "lease_until = CASE WHEN %s THEN NULL ELSE clock_timestamp() + make_interval(secs => %s) END "
+            "WHERE agent_id = %s",
             (
                 state.recovery_class,
                 state.owner_id,
@@ -226,8 +264,12 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
                 state.terminal_at,
                 state.terminal_status,
                 _record_encoder.encode(state),
+                state.released,
+                state.released,
+                state.lease_ms / 1000,
                 run_id,
             ),
+            prepare=True,
         )
 
     def owner(self, run_id: str) -> OwnerState | None:
@@ -240,15 +282,35 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
     # the critical section FencedStore builds on ---------------------------------------------------------------
     @contextlib.contextmanager
     def _owner_section(
-        self, run_id: str, *, claiming: bool = False, durable: bool = True
+        self, run_id: str, *, claiming: bool = False, durable: bool = True, skip_locked: bool = False
     ) -> Iterator[tuple[Connection, OwnerState | None]]:
-        with self._tx(durable=durable) as conn:
-            if claiming:
-                self._require_run(conn, run_id)
-                # An append in progress holds the row for milliseconds; one stopped mid-transaction holds it
-                # until its connection dies: wait a while, then say so (the file store's CLAIM_LOCK_TIMEOUT).
-                conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
-            yield conn, self._lock_owner(conn, run_id)
+        pool = self._pool or self._open_pool()
+        try:
+            with pool.connection() as conn, used(conn):
+                # Pipelined: BEGIN, the settings and the locking read in one round trip; the body's writes and
+                # the COMMIT in one more (rejected: ``conn.transaction()``, a round trip for BEGIN on its own).
+                try:
+                    with conn.pipeline():
+                        conn.execute("BEGIN")
+                        if not durable:
+                            conn.execute("SET LOCAL synchronous_commit = off")
+                        if claiming:
+                            # An append in progress holds the row for milliseconds; one stopped mid-transaction
+                            # holds it until its connection dies: wait a while, then say so (the file store's
+                            # CLAIM_LOCK_TIMEOUT).
+                            conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
+                        current, at = self._lock_owner(conn, run_id, skip_locked=skip_locked)
+                        with store_clock(at):  # a claim judges the owner's heartbeat on the database's time
+                            yield conn, current
+                        conn.execute("COMMIT")
+                except BaseException:
+                    if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        conn.rollback()
+                    raise
+        except pg_errors.LockNotAvailable:
+            raise
+        except (pg_errors.OperationalError, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}") from None
 
     def _write_owner_txn(self, handle: Connection, run_id: str, state: OwnerState) -> None:
         self._write_owner(handle, run_id, state)
@@ -263,6 +325,7 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         reopen: bool = False,
     ) -> Claim:
         check_run_id(run_id)
+        self._check_tenant(run_id, identity)
         try:
             return super().claim(run_id, holder, takeover=takeover, identity=identity, reopen=reopen)
         except pg_errors.LockNotAvailable:
@@ -289,7 +352,87 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         if scratch is not None:  # this host's folder of the run's writes in flight
             shutil.rmtree(os.path.dirname(scratch), ignore_errors=True)
 
+    def restrict(self, tenant: Tenant) -> None:
+        """Recover only runs of this recovery identity (``safepoint.store.postgres_tenant``)."""
+        self.tenant = tenant
+
+    def _check_tenant(self, run_id: str, identity: RecoveryIdentity | None) -> None:
+        if self.tenant is not None:  # the identity never changes after the first claim: read before the lock
+            check_tenant(self.tenant, run_id, self.owner(run_id), identity)
+
+    def _own_runs(self, conn: Connection, run_ids: list[str]) -> list[str]:
+        return run_ids if self.tenant is None else own_runs(conn, self.tenant, run_ids)
+
+    def try_claim(self, run_id: str, holder: str) -> Claim | None:
+        """A claim that never waits: ``FOR UPDATE SKIP LOCKED`` in the transaction that raises the generation, so
+        supervisors racing for one run do not queue on its row: the one that locks it decides, the others move
+        on (None), as they do when a live owner holds it."""
+        check_run_id(run_id)
+        self._check_tenant(run_id, None)
+        try:
+            with self._owner_section(run_id, claiming=True, skip_locked=True) as (conn, current):
+                state = next_owner(run_id, current, holder, takeover=False)
+                self._write_owner_txn(conn, run_id, state)
+        except (_Busy, RunLockedError):
+            return None
+        return claim_of(run_id, state)
+
     # the log ----------------------------------------------------------------------------------------------
+    def append(
+        self, claim: Claim, records: Sequence[LogRecord], *, durable: bool = True, summary: bytes | None = None
+    ) -> None:
+        """One statement in the common case (``postgres_writes.append``); the explicit section only when it
+        inserted nothing, to say why or to find the records already written by a try whose reply was lost."""
+        if not records:
+            return
+        first = records[0].seq
+        lines = [frame(_record_encoder.encode(record)) for record in records]
+        if any(record.seq != first + i for i, record in enumerate(records)):
+            raise fork_error(claim.run_id, first, None)
+        tries: list[int] = []
+        framed = None if summary is None else frame(summary)
+
+        def one(conn: Connection) -> bool:
+            tries.append(1)
+            return postgres_writes.append(conn, claim, first, lines, durable=durable, summary=framed)
+
+        try:
+            done = self._one_statement(one)
+        except pg_errors.UniqueViolation:  # the owner row's end was behind the log (edited by hand)
+            done = False
+        if done:
+            return
+        with self._fenced(claim, durable=durable) as (conn, _):
+            last = self._log_end_txn(conn, claim)
+            if first != last + 1:
+                # Only after a lost reply: this very append may have committed. Otherwise the same records twice
+                # are a second writer of this generation, refused like any fork.
+                if len(tries) > 1 and self._written_txn(conn, claim.run_id, first, lines):
+                    return
+                raise fork_error(claim.run_id, first, last)
+            self._append_txn(conn, claim, records, durable=durable)
+            if summary is not None:
+                self._put_summary_txn(conn, claim, records[-1].seq, summary)
+
+    def _written_txn(self, conn: Connection, run_id: str, first: int, lines: Sequence[bytes]) -> bool:
+        """Whether the log holds exactly ``lines`` from ``first`` on (each names its seq and generation)."""
+        rows = conn.execute(
+            f"SELECT line FROM {SCHEMA}.log WHERE run_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
+            (run_id, first, first + len(lines) - 1),
+        ).fetchall()
+        return [_bytes(row[0]) for row in rows] == list(lines)
+
+    def heartbeat(self, claim: Claim) -> None:
+        if self._one_statement(lambda conn: postgres_writes.heartbeat(conn, claim)):
+            return
+        super().heartbeat(claim)  # the explicit section says why (stale, released, gone)
+
+    def _one_statement(self, action: Callable[[Connection], _T]) -> _T:
+        return one_statement(self._pool or self._open_pool(), action, lambda exc: self._error(exc))
+
+    def _error(self, exc: BaseException) -> StoreError:
+        return StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}")
+
     def _log_end_txn(self, handle: Connection, claim: Claim) -> int:
         row = handle.execute(f"SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log WHERE run_id = %s", (claim.run_id,))
         found = row.fetchone()
@@ -303,6 +446,11 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
                     f"INSERT INTO {SCHEMA}.log (run_id, seq, line) VALUES (%s, %s, %s)",
                     [(claim.run_id, record.seq, frame(_record_encoder.encode(record))) for record in records],
                 )
+            # The end the one-statement append checks against (it was behind, or this is the first append).
+            handle.execute(
+                f"UPDATE {SCHEMA}.recovery_owners SET last_seq = %s WHERE agent_id = %s",
+                (records[-1].seq, claim.run_id),
+            )
         except pg_errors.UniqueViolation:  # two writers of one generation raced past the check
             raise fork_error(claim.run_id, records[0].seq, None) from None
 
@@ -341,83 +489,6 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         payload = check_line(_bytes(row[1]).removesuffix(b"\n"))
         return None if payload is None else (_int(row[0]), payload)
 
-    # the restart checkpoint -------------------------------------------------------------------------------
-    def _put_restart_checkpoint_txn(self, handle: Connection, run_id: str, data: bytes) -> None:
-        handle.execute(
-            f"INSERT INTO {SCHEMA}.runtime_restart_checkpoints "
-            f"(agent_id, {_SEED_CHECKPOINT}, descriptor, checksum) VALUES ({', '.join(['%s'] * 10)}) "
-            f"ON CONFLICT (agent_id) DO UPDATE SET {_UPSERT_CHECKPOINT}",
-            (run_id, *_checkpoint_columns(data), data, hashlib.sha256(data).hexdigest()),
-        )
-
-    def read_restart_checkpoint(self, run_id: str) -> StoredDescriptor | None:
-        with self._tx() as conn:
-            self._require_run(conn, run_id)
-            row = conn.execute(
-                f"SELECT {_SEED_CHECKPOINT}, descriptor, checksum FROM {SCHEMA}.runtime_restart_checkpoints "
-                "WHERE agent_id = %s",
-                (run_id,),
-            ).fetchone()
-        if row is None:
-            return None
-        data = _bytes(row[7])
-        if hashlib.sha256(data).hexdigest() != row[8]:
-            return StoredDescriptor(data=data, intact=False, detail="checksum does not match")
-        # The seed's columns are written from the descriptor; a row whose columns say otherwise was changed
-        # after it was written (by hand, or half an update), so neither side can be trusted.
-        if tuple(row[:7]) != _checkpoint_columns(data, updated_at=row[3]):
-            return StoredDescriptor(data=data, intact=False, detail="the row's columns disagree with its descriptor")
-        return StoredDescriptor(data=data, intact=True)
-
-    def _delete_restart_checkpoint_txn(self, handle: Connection, run_id: str) -> None:
-        handle.execute(f"DELETE FROM {SCHEMA}.runtime_restart_checkpoints WHERE agent_id = %s", (run_id,))
-
-    def list_restart_checkpoints(self) -> list[str]:
-        with self._tx() as conn:
-            rows = conn.execute(
-                f"SELECT c.agent_id FROM {SCHEMA}.runtime_restart_checkpoints c "
-                f"JOIN {SCHEMA}.runs r ON r.run_id = c.agent_id ORDER BY r.created_at, r.run_id"
-            ).fetchall()
-        return [str(row[0]) for row in rows]
-
-    # terminal events --------------------------------------------------------------------------------------
-    def _add_terminal_event_txn(self, handle: Connection, run_id: str, event: RecoveryOwnerTerminalEvent) -> bool:
-        recorded = handle.execute(
-            f"INSERT INTO {SCHEMA}.recovery_owner_terminal_events ({_SEED_EVENT}) "
-            "VALUES (%s, %s, %s, %s, %s::timestamptz, %s) ON CONFLICT DO NOTHING RETURNING 1",
-            (
-                event.recovery_class,
-                event.owner_id,
-                event.generation,
-                event.event_type,
-                event.created_at,
-                event.payload_json,
-            ),
-        ).fetchone()
-        return recorded is not None
-
-    def terminal_events(self, run_id: str) -> list[RecoveryOwnerTerminalEvent]:
-        with self._tx() as conn:
-            self._require_run(conn, run_id)
-            rows = conn.execute(
-                f"SELECT e.recovery_class, e.owner_id, e.generation, e.event_type, e.created_at, e.payload_json "
-                f"FROM {SCHEMA}.recovery_owner_terminal_events e JOIN {SCHEMA}.recovery_owners o "
-                "ON o.recovery_class = e.recovery_class AND o.owner_id = e.owner_id WHERE o.agent_id = %s "
-                "ORDER BY e.created_at, e.generation, e.event_type",
-                (run_id,),
-            ).fetchall()
-        return [
-            RecoveryOwnerTerminalEvent(
-                recovery_class=str(recovery_class),
-                owner_id=str(owner_id),
-                generation=_int(generation),
-                event_type=str(event_type),
-                created_at=_iso(created_at),
-                payload_json=None if payload_json is None else str(payload_json),
-            )
-            for recovery_class, owner_id, generation, event_type, created_at, payload_json in rows
-        ]
-
     # the control channel ----------------------------------------------------------------------------------
     def post_control(self, run_id: str, data: bytes) -> int:
         check_one_line("a control record", data)
@@ -426,8 +497,13 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
                 # The run's row orders the posts (NO KEY UPDATE: the log's inserts, which share-lock it for their
                 # foreign key, go on meanwhile); not the owner row, so a sender never waits for the owner.
                 conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
+                # The UPDATE takes that very lock (no key changes) and says when input last came: a supervisor pass
+                # reads the runs posted to lately, not every run.
+                # The NOTIFY is delivered at COMMIT, with the post (never before it is there to read).
                 locked = conn.execute(
-                    f"SELECT 1 FROM {SCHEMA}.runs WHERE run_id = %s FOR NO KEY UPDATE", (run_id,)
+                    f"UPDATE {SCHEMA}.runs SET control_at = clock_timestamp() WHERE run_id = %s "
+                    f"RETURNING pg_notify('{WORK_CHANNEL}', run_id)",
+                    (run_id,),
                 ).fetchone()
                 if locked is None:
                     raise self._not_found(run_id)
@@ -444,6 +520,32 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         if row is None:
             raise StoreError(f"run {run_id!r}: the control post returned no position")
         return _int(row[0])
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """LISTEN on the work channel, on a connection of its own (``postgres_pool.listen``)."""
+        self._listener, woken = listen(self.url, self._listener, WORK_CHANNEL, timeout)
+        return woken
+
+    def pass_runs(self, since: datetime | None) -> list[str]:
+        """Held owners (not released, not closed: live, hung or crashed work) and runs posted to since ``since``
+        (less a margin for a post committed late), through partial indexes: a pass costs what is open, however
+        many runs are finished. ``since`` None (a daemon's first pass): every run ever posted to, too."""
+        with self._tx() as conn:
+            rows = conn.execute(PASS_RUNS, (since, POST_MARGIN_S)).fetchall()
+            return self._own_runs(conn, sorted(str(row[0]) for row in rows))
+
+    def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
+        """The job's latest occurrence run: ids ``JOB<separator><digits>`` in byte order (occurrence times have 13
+        digits until 2286, so the last in bytes is the latest), through an index, not over every run."""
+        low = f"{job_id}{separator}0"
+        high = f"{job_id}{separator}:"  # ':' follows '9'
+        with self._tx() as conn:
+            row = conn.execute(
+                f'SELECT run_id FROM {SCHEMA}.runs WHERE run_id COLLATE "C" >= %s AND run_id COLLATE "C" < %s '
+                f"AND substr(run_id, %s) ~ '^[0-9]+$' ORDER BY run_id COLLATE \"C\" DESC LIMIT 1",
+                (low, high, len(low)),
+            ).fetchone()
+        return [] if row is None else [str(row[0])]
 
     def read_control(self, run_id: str) -> list[tuple[int, bytes]]:
         with self._tx() as conn:
@@ -470,6 +572,7 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
                     "ON CONFLICT (job_id) DO UPDATE SET line = EXCLUDED.line",
                     (job_id, frame(data)),
                 )
+                conn.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, f"schedule:{job_id}"))
 
     def list_schedules(self) -> dict[str, bytes]:
         with self._tx() as conn:
@@ -574,30 +677,22 @@ class PostgresStore(PostgresBlobs, FencedStore[Connection]):
         return os.path.join(state, "safepoint", store, check_run_id(run_id), "tmp")
 
     def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(psycopg.Error):
+                listener.close()
         self._pool = None
         if self._closer is not None:
             self._closer()  # closes the pool once, now (a finalizer runs at most once)
 
 
+WORK_CHANNEL = "safepoint_work"  # NOTIFY'd with a run id on a control post, "schedule:JOB" on a schedule's change
 POOL_NAME = "safepoint"  # its threads are named "safepoint-worker-N" and "safepoint-scheduler"
+_T = TypeVar("_T")
 
 
-def _close_pool(pool: ConnectionPool) -> None:
-    """Close a pool whose store is closed or gone. The collector may run this in one of the pool's own threads
-    (any thread that allocates runs it), which cannot join itself: the close is then handed to a thread of its
-    own. Rejected: leaving the pool to its ``__del__``, which the collector or the last reference dropped by a
-    worker's task runs in that worker ("cannot join current thread", on stderr, and the pool's threads left)."""
-    if threading.current_thread().name.startswith(f"{pool.name}-"):
-        threading.Thread(target=pool.close, name="pool-closer", daemon=True).start()
-    else:
-        pool.close()
-
-
-def _iso(value: object) -> str:
-    """A timestamptz as ``ownership.now()`` writes it (UTC, microseconds), so it reads back as it was stored."""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat(timespec="microseconds")
-    raise StoreError(f"expected a timestamp from the database, got {type(value).__name__}")
+class _Busy(Exception):
+    """The owner row is locked by another transaction (a claim or a write in progress): skipped, not waited for."""
 
 
 def _owner_state(row: tuple[object, ...]) -> OwnerState | None:
@@ -621,37 +716,3 @@ def _owner_state(row: tuple[object, ...]) -> OwnerState | None:
         return msgspec.convert(fields, OwnerState)
     except msgspec.ValidationError as exc:
         raise CorruptRecordError(f"recovery owner of run {agent_id!r} cannot be read: {exc}") from None
-
-
-def _checkpoint_columns(data: bytes, *, updated_at: object = None) -> tuple[object, ...]:
-    """The seed's columns for a descriptor. One that does not decode is still stored byte for byte (judging it is
-    recovery's job: invalid_recovery_descriptor); its NOT NULL columns then say only that: mode '' and the time
-    it was written (``updated_at``, when reading one back)."""
-    try:
-        checkpoint = _checkpoint_decoder.decode(data)
-    except msgspec.DecodeError:
-        written = updated_at if updated_at is not None else int(time.time() * 1000)
-        return ("", None, written, written, None, None, None)
-    return (
-        checkpoint.mode,
-        checkpoint.payload_json,
-        checkpoint.created_at,
-        checkpoint.updated_at,
-        checkpoint.recovery_class,
-        checkpoint.recovery_owner_id,
-        checkpoint.execution_config_json,
-    )
-
-
-def _bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise StoreError(f"expected bytes from the database, got {type(value).__name__}")
-
-
-def _int(value: object) -> int:
-    if isinstance(value, int):
-        return value
-    raise StoreError(f"expected an integer from the database, got {type(value).__name__}")

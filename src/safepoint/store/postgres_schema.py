@@ -4,9 +4,14 @@ rule for opening a database at another version.
 Schema ``safepoint``::
 
     schema_migrations               version pk, description, applied_at: one row per migration applied
-    runs                            run_id pk, header (framed line), created_at
+    runs                            run_id pk, header (framed line), created_at, control_at (the database's
+                                    time of its last control post: what a supervisor pass looks at besides
+                                    held owners); indexed by run_id in byte order (a job's occurrences)
     recovery_owners                 seed 003 §1.1's columns, pk (recovery_class, owner_id), unique agent_id (the
-                                    run), + holder_state (the encoded OwnerState; NULL until the first claim)
+                                    run), + holder_state (the encoded OwnerState; NULL until the first claim),
+                                    last_seq (the log's end: an append checks and moves it in the statement that
+                                    inserts), released, lease_until (heartbeat + lease, on the database's clock);
+                                    a partial index on the held rows (not released, not closed) for passes
     runtime_restart_checkpoints     seed 003 §1.2's columns, pk agent_id, + descriptor (the bytes as written) and
                                     checksum (sha256 of them)
     recovery_owner_terminal_events  seed 003 §1.3's columns, pk (recovery_class, owner_id, generation, event_type)
@@ -159,6 +164,31 @@ ALTER TABLE {SCHEMA}.blobs ALTER COLUMN data SET STORAGE EXTERNAL;
         "a summary per run (what status shows), written with the log group it describes and stamped with its seq",
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.run_summaries (run_id text PRIMARY KEY REFERENCES {SCHEMA}.runs "
         "ON DELETE CASCADE, log_seq bigint NOT NULL, line bytea NOT NULL);",
+    ),
+    Migration(
+        6,
+        "the owner row keeps the log's end, whether it is released and its lease on the database's clock (a write "
+        "is one fenced statement); a run keeps its last control post's time; partial indexes on open work",
+        f"""
+ALTER TABLE {SCHEMA}.recovery_owners
+    ADD COLUMN IF NOT EXISTS last_seq bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS released boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS lease_until timestamptz;
+UPDATE {SCHEMA}.recovery_owners o
+   SET last_seq = coalesce((SELECT max(seq) FROM {SCHEMA}.log l WHERE l.run_id = o.agent_id), 0),
+       released = coalesce((convert_from(holder_state, 'UTF8')::jsonb ->> 'released')::boolean, false),
+       lease_until = CASE WHEN holder_state IS NULL THEN NULL ELSE
+           ((convert_from(holder_state, 'UTF8')::jsonb ->> 'heartbeat_at')::timestamptz
+            + make_interval(secs => coalesce((convert_from(holder_state, 'UTF8')::jsonb ->> 'lease_ms')::bigint,
+                                             30000) / 1000.0)) END;
+CREATE INDEX IF NOT EXISTS recovery_owners_held ON {SCHEMA}.recovery_owners (agent_id)
+    WHERE NOT released AND terminal_at IS NULL;
+ALTER TABLE {SCHEMA}.runs ADD COLUMN IF NOT EXISTS control_at timestamptz;
+UPDATE {SCHEMA}.runs r SET control_at = clock_timestamp()
+ WHERE EXISTS (SELECT 1 FROM {SCHEMA}.control c WHERE c.run_id = r.run_id);
+CREATE INDEX IF NOT EXISTS runs_control_at ON {SCHEMA}.runs (control_at) WHERE control_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_run_id_c ON {SCHEMA}.runs (run_id COLLATE "C");
+""",
     ),
 )
 LATEST = MIGRATIONS[-1].version

@@ -44,6 +44,7 @@ import contextlib
 import hmac
 import threading
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -220,6 +221,22 @@ class SealedStore(Store):
     def release(self, claim: Claim) -> None:
         self._ready()
         self.inner.release(claim)
+
+    def clock(self) -> datetime:
+        return self.inner.clock()  # the backend's (a database's) time, not this host's
+
+    def try_claim(self, run_id: str, holder: str) -> Claim | None:
+        self._ready()
+        return self.inner.try_claim(run_id, holder)
+
+    def wait_for_work(self, timeout: float) -> bool:
+        return self.inner.wait_for_work(timeout)
+
+    def pass_runs(self, since: datetime | None) -> list[str]:
+        return self.inner.pass_runs(since)  # run ids are not sealed: the backend's indexes answer
+
+    def occurrence_runs(self, job_id: str, separator: str) -> list[str]:
+        return self.inner.occurrence_runs(job_id, separator)
 
     def heartbeat(self, claim: Claim) -> None:
         self._ready()

@@ -8,17 +8,23 @@ parent is resumed). A run stopped on purpose that waits for a person (``waiting_
 
 Then, every ``poll`` seconds:
 
-(a) crashed owners and the reaper. A run whose owner on this host died without releasing it (a crash) is recovered
-    as at startup. A run whose owner is alive, or on another host, but whose heartbeat is older than ``lease`` is
-    hung: the reaper judges it with ``reaping`` (``ReplayForbidden(runtime_work_reap)``), takes it over (the
-    generation goes up, which fences the hung process off: its next write is refused and it exits with
-    StaleGenerationError) and closes it with a ``runtime_work_reap`` terminal event. The reaper only fences; it
-    never kills the hung process, which may be on another host or hold state only it can clean up.
-    A worker of this daemon that is alive is reaped only past ``max(lease, 3 x its heartbeat interval)``.
+(a) crashed and stalled owners. A run whose owner on this machine died without releasing it (a crash) is recovered
+    as at startup. A run whose owner is alive, or elsewhere, but whose heartbeat is older than ``lease`` (on the
+    store's clock: the database's) has stalled: restart recovery takes it over (a claim under a new generation,
+    which fences the stalled process off: its next write is refused and it exits with StaleGenerationError) and
+    resumes it in a worker. Only work recovery cannot resume, or silent past ``--reap-after``, is closed by the
+    reaper with a ``runtime_work_reap`` terminal event whose detail says which. Neither ever kills the stalled
+    process, which may be on another host or hold state only it can clean up (this daemon's own hung worker
+    excepted: it is ended and its run resumed by a new one). A worker of this daemon that is alive is judged
+    stalled only past ``max(lease, 3 x its heartbeat interval)``.
 (b) queued input: a run nobody owns with submissions it has not taken is resumed in a worker.
 (c) schedules: an occurrence that is due (``schedule.due``) is fired in a worker (``safepoint schedule fire``).
 
-Workers are separate processes, one per run at most; they die with the daemon (``PR_SET_PDEATHSIG``) and leave
+Workers are separate processes, one per run at most and ``concurrency`` at most (startup recovery waits in a backlog
+for a free slot); each is handed its run by a claim this daemon makes first (``try_claim``: a row another daemon is
+claiming is skipped, not waited for), so daemons on many hosts share one store without starting a run twice. A pass
+reads only open work (``Store.pass_runs``); on PostgreSQL a control post or a schedule change wakes the daemon at once
+(LISTEN/NOTIFY) and ``poll`` is the safety net. Workers die with the daemon (``PR_SET_PDEATHSIG``) and leave
 their runs to the next startup. On SIGTERM (or SIGINT) the daemon starts nothing more, forwards SIGTERM to its
 workers (each stops at its next safe point and keeps its restart checkpoint), waits up to ``grace`` seconds, kills
 what is left and exits 0.
@@ -35,7 +41,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,14 +55,14 @@ from safepoint.engine.procenv import hide_from_commands
 from safepoint.engine.processes import kill_leftovers
 from safepoint.engine.session import HEARTBEAT_SECONDS, holder_id, load_view
 from safepoint.errors import ExitCode, RunLockedError, SafepointError, StoreError
-from safepoint.records import OwnerState
+from safepoint.records import Claim, OwnerState
 from safepoint.restart.inbox import pending_submissions
 from safepoint.restart.judge import REAPED_EVENT, close_after_restart, judge
 from safepoint.store.base import Store
 from safepoint.store.crypt import key_environment
-from safepoint.store.liveness import OWNER_LEASE_SECONDS, owner_alive
+from safepoint.store.liveness import OWNER_LEASE_SECONDS, on_this_host, owner_alive
 from safepoint.store.names import mask_passwords, safe_url
-from safepoint.store.ownership import now
+from safepoint.store.ownership import HANDOFF_ENV, now
 from safepoint.store.sealed import store_key
 from safepoint.supervisor import handoff, schedule
 
@@ -75,6 +80,7 @@ SETTLED_EXITS = frozenset(
         ExitCode.CLOSED,
         ExitCode.CANCELLED,
         ExitCode.INTERRUPTED,
+        ExitCode.LOCKED,  # someone else holds the run (its hand-off was overtaken): not this worker's to run
     }
 )
 FINISHED = frozenset({"completed", "closed", "cancelled"})
@@ -92,6 +98,8 @@ class DaemonOptions:
     tools: tuple[str, ...] = ()  # extra tools (MODULE:ATTR) every worker loads
     pass_env: tuple[str, ...] = ()  # credential variables every worker's commands get (`--pass-env`)
     python: str = sys.executable
+    concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)  # at most this many workers at once
+    reap_after_s: float | None = None  # past this without a heartbeat, work is closed (runtime_work_reap), not resumed
 
 
 @dataclass
@@ -104,6 +112,7 @@ class Worker:
     stderr: IO[bytes]
     started: float = field(default_factory=time.monotonic)
     terminated: bool = False
+    claim: Claim | None = None  # the daemon's claim the worker takes the run from (released if it never did)
 
 
 def _die_with_parent(parent: int) -> Callable[[], None]:
@@ -120,16 +129,14 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return setup
 
 
-def _heartbeat_age_s(owner: OwnerState) -> float:
+def _heartbeat_age_s(owner: OwnerState, at: datetime | None = None) -> float:
+    """Seconds since the owner's heartbeat, on ``at`` (the store's clock: the database's, whose time the heartbeat
+    was written in, so hosts' clocks never meet)."""
     try:
         beat = datetime.fromisoformat(owner.heartbeat_at)
     except ValueError:
         return float("inf")
-    return (datetime.now(UTC) - beat).total_seconds()
-
-
-def _on_this_host(owner: OwnerState) -> bool:
-    return owner.host.rpartition("#")[0] == socket.gethostname()
+    return ((at or datetime.now(UTC)) - beat).total_seconds()
 
 
 def _tail(handle: IO[bytes], limit: int = 4000) -> str:
@@ -148,6 +155,11 @@ class Daemon:
         self.handled: dict[str, tuple[object, ...]] = {}  # run id -> the state it was last looked at in, unchanged
         self.said: set[str] = set()  # one-time notices already given
         self.stop_requested = False
+        # Startup recovery waiting for a free worker slot (judged only when one is free: judging costs too).
+        self.backlog: dict[str, tuple[str, OwnerState | None]] = {}  # run -> why, the stalled owner to fence
+        self.clock: datetime | None = None  # the store's time at the start of this pass
+        self.last_pass: datetime | None = None  # the store's time at the start of the last full pass
+        self.revisit: set[str] = set()  # runs whose worker waited for a slot: in every pass until one starts
 
     # output -------------------------------------------------------------------------------------------------------
     def emit(self, event: str, run_id: str | None = None, **data: Any) -> None:
@@ -189,22 +201,30 @@ class Daemon:
             self._store_guard("tick", self.tick)
         while not self.stop_requested:
             if options.once:
-                if not self.workers:
+                if not self.workers and not self.backlog:
                     break
                 self.sleep(options.poll_s)
                 self.reap_workers()
+                self._store_guard("backlog", self.drain_backlog)  # once: every run waiting for a slot, too
                 continue
-            self.sleep(options.poll_s)
+            self.sleep(options.poll_s, wake=True)
             if not self.stop_requested:
                 self._store_guard("tick", self.tick)
         self.stop_workers()
         self.emit("daemon_stopped", reason="signal" if self.stop_requested else "once")
         return ExitCode.OK
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float, *, wake: bool = False) -> None:
+        """Sleep between passes, looking at the workers every slice; ``wake``: a store's news of work (a post, a
+        schedule: LISTEN/NOTIFY on PostgreSQL) ends the sleep at once, and the poll is only the safety net."""
         deadline = time.monotonic() + seconds
         while not self.stop_requested and time.monotonic() < deadline:
-            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
+            slice_s = min(SLICE_S, max(0.0, deadline - time.monotonic()))
+            if wake:
+                if self.store.wait_for_work(slice_s):
+                    return
+            else:
+                time.sleep(slice_s)
             if self.workers:
                 self.reap_workers()
 
@@ -231,27 +251,46 @@ class Daemon:
 
     # startup: §6 over every restart checkpoint ---------------------------------------------------------------------
     def startup(self) -> None:
+        self.clock = self.store.clock()
         checkpoints = self.store.list_restart_checkpoints()
-        self.emit("startup_recovery", checkpoints=len(checkpoints))
-        for run_id in checkpoints:
-            if self.stop_requested:
-                return
-            owner = self.store.owner(run_id)
-            state = ("crashed", owner.generation if owner is not None else 0)
-            self._guard(
-                run_id,
-                functools.partial(
-                    self._once_per_state, run_id, state, functools.partial(self.recover, run_id, "startup")
-                ),
-            )
+        self.emit("startup_recovery", checkpoints=len(checkpoints), concurrency=self.options.concurrency)
+        self.backlog.update((run_id, ("startup", None)) for run_id in checkpoints if run_id not in self.workers)
+        self.drain_backlog()
 
-    def recover(self, run_id: str, why: str) -> None:
-        """Restart recovery for one run with no live owner: close it, resume it in a worker, or leave it."""
+    def full(self) -> bool:
+        return len(self.workers) >= self.options.concurrency
+
+    def drain_backlog(self) -> None:
+        """Startup recovery, as many runs as there are free worker slots: 200 interrupted runs on 2 cores are
+        judged and resumed two at a time, not all at once (rejected: a worker per run at startup, which exhausted
+        memory). A run that needs no worker (closed, skipped, left) frees its turn at once."""
+        while self.backlog and not self.full() and not self.stop_requested:
+            run_id, (why, stalled) = next(iter(self.backlog.items()))
+            del self.backlog[run_id]
+            self._guard(run_id, functools.partial(self._recover_once, run_id, why, stalled))
+
+    def _recover_once(self, run_id: str, why: str, stalled: OwnerState | None) -> None:
+        if stalled is not None:  # its lease ran out while every slot was busy: fence it now
+            self.recover(run_id, why, stalled=stalled)
+            return
+        owner = self.store.owner(run_id)
+        state = ("crashed", owner.generation if owner is not None else 0)
+        self._once_per_state(run_id, state, functools.partial(self.recover, run_id, why))
+
+    def recover(self, run_id: str, why: str, *, stalled: OwnerState | None = None) -> None:
+        """Restart recovery for one run with no live owner: close it, resume it in a worker, or leave it.
+        ``stalled``: its owner's lease ran out (hung, or on a host that is gone): a live-looking owner is taken
+        over, not waited for."""
         if run_id in self.workers:
+            return
+        if self.full():
+            self.handled.pop(run_id, None)  # not looked at yet: the backlog brings it back when a slot is free
+            self.backlog.setdefault(run_id, (why, stalled))
             return
         judged = judge(self.store, run_id)
         owner = judged.facts.owner
-        if owner is not None and not owner.released and owner_alive(owner):
+        fenced_off = stalled is not None and owner is not None and owner.generation == stalled.generation
+        if owner is not None and not owner.released and not fenced_off and owner_alive(owner, self.clock):
             self.handled.pop(run_id, None)  # someone runs it; if that process dies, its run is looked at again
             self.emit("skipped", run_id, why=why, detail=f"owned by live process {owner.pid} on {owner.host}")
             return
@@ -260,7 +299,7 @@ class Daemon:
         verdict = judged.verdict
         if not verdict.resumable:
             try:
-                claim = self.store.claim(run_id, self.holder)
+                claim = self.store.claim(run_id, self.holder, takeover=stalled is not None)
             except RunLockedError as exc:
                 self.emit("skipped", run_id, why=why, detail=" ".join(str(exc).split()))
                 return
@@ -300,18 +339,43 @@ class Daemon:
         if (lost := lost_beginning(view)) is not None:  # a worker would refuse it (exit 12): say it once instead
             self._once(f"damaged:{run_id}", "skipped", run_id, why=why, detail=lost)
             return
-        self.start_resume(run_id, why, info.workspace, info.job_id)
+        handed: Claim | None = None
+        if stalled is not None:
+            # Fence the stalled owner off now (a new generation: its next write is refused when it wakes), then
+            # hand the run to a worker, which takes it from this claim.
+            try:
+                handed = self.store.claim(run_id, self.holder, takeover=True)
+            except RunLockedError as exc:
+                self.emit("skipped", run_id, why=why, detail=" ".join(str(exc).split()))
+                return
+            self.emit(
+                "taken_over",
+                run_id,
+                fenced_generation=stalled.generation,
+                generation=handed.generation,
+                pid=stalled.pid,
+                host=stalled.host.rpartition("#")[0],
+                heartbeat_age_s=round(_heartbeat_age_s(stalled, self.clock), 1),
+                detail="no heartbeat within the lease: fenced off and resumed by restart recovery",
+            )
+        self.start_resume(run_id, why, info.workspace, info.job_id, claim=handed)
 
     # the loop ----------------------------------------------------------------------------------------------------
     def tick(self) -> None:
         self.reap_workers()
-        runs = self.store.list_runs()
+        clock = self.store.clock()
+        self.clock = clock
+        self.drain_backlog()
+        # Only what is open (held owners, runs posted to lately), through the store's indexes: a pass over a store
+        # of 100,000 finished runs costs what its open ones cost. Rejected: every run's owner and control channel.
+        runs = sorted({*self.store.pass_runs(self.last_pass), *self.revisit})
         for run_id in runs:
             if self.stop_requested:
                 return
             self._guard(run_id, functools.partial(self.check_run, run_id))
         if not self.stop_requested:
-            self._guard("schedules", lambda: self.check_schedules(runs))
+            self._guard("schedules", self.check_schedules)
+        self.last_pass = clock
 
     def check_run(self, run_id: str) -> None:
         owner = self.store.owner(run_id)
@@ -323,17 +387,17 @@ class Daemon:
                 live
                 and owner is not None
                 and owner.pid == worker.proc.pid
-                and _on_this_host(owner)
-                and _heartbeat_age_s(owner) > max(self.options.lease_s, OWN_WORKER_LEASE_S)
+                and on_this_host(owner)
+                and _heartbeat_age_s(owner, self.clock) > max(self.options.lease_s, OWN_WORKER_LEASE_S)
             ):
-                self.reap(run_id, owner)
+                self.stalled(run_id, owner)
             return
         if live and owner is not None:
-            if _on_this_host(owner) and not owner_alive(owner):
+            if on_this_host(owner) and not owner_alive(owner):
                 self._once_per_state(run_id, ("crashed", owner.generation), lambda: self.recover(run_id, "crashed"))
-            elif _heartbeat_age_s(owner) > self.options.lease_s:
+            elif _heartbeat_age_s(owner, self.clock) > self.options.lease_s:
                 self._once_per_state(
-                    run_id, ("reap", owner.generation, owner.heartbeat_at), lambda: self.reap(run_id, owner)
+                    run_id, ("stalled", owner.generation, owner.heartbeat_at), lambda: self.stalled(run_id, owner)
                 )
             return
         if owner is not None and owner.terminal_at is not None:
@@ -347,9 +411,32 @@ class Daemon:
         self.handled[run_id] = state
         action()
 
-    def reap(self, run_id: str, owner: OwnerState) -> None:
+    def stalled(self, run_id: str, owner: OwnerState) -> None:
+        """An owner whose lease ran out (hung, stopped, or on a host that is gone) costs a takeover, not its run:
+        restart recovery claims it under a new generation and resumes it when it may. The reaper's close is for
+        work recovery cannot resume, or that outlived ``--reap-after``. The stalled process is never killed (it
+        may be on another host); when it wakes, its next write is refused."""
+        age = _heartbeat_age_s(owner, self.clock)
+        reap_after = self.options.reap_after_s
+        if reap_after is not None and age > reap_after:
+            self.reap(run_id, owner, f"no heartbeat for {age:.0f} s, past --reap-after {reap_after:g} s")
+            return
+        judged = judge(self.store, run_id)
+        if judged.verdict.resumable:
+            worker = self.workers.get(run_id)
+            if worker is not None:  # our own worker, hung: it is ours to end (its run is resumed by a new one)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(worker.proc.pid, signal.SIGKILL)
+                worker.proc.wait()
+                worker.terminated = True
+                self.reap_workers()
+            self.recover(run_id, "stalled", stalled=owner)
+            return
+        self.reap(run_id, owner, f"restart recovery cannot resume it: {judged.verdict.summary}")
+
+    def reap(self, run_id: str, owner: OwnerState, why: str = "") -> None:
         """runtime_work_reap: fence the hung owner off (a takeover) and close its work; never kill it."""
-        judged = judge(self.store, run_id, reaping=True)
+        judged = judge(self.store, run_id, reaping=True, reap_detail=why)
         if judged.view is not None and judged.view.status in FINISHED:
             return  # its work is over; only the release is missing, and that closes nothing
         current = self.store.owner(run_id)
@@ -372,8 +459,9 @@ class Daemon:
             generation=claim.generation,
             pid=owner.pid,
             host=owner.host.rpartition("#")[0],
-            heartbeat_age_s=round(_heartbeat_age_s(owner), 1),
+            heartbeat_age_s=round(_heartbeat_age_s(owner, self.clock), 1),
             verdict=judged.verdict.summary,
+            why=why,
             detail=report.detail,
         )
 
@@ -401,17 +489,20 @@ class Daemon:
 
         self._once_per_state(run_id, state, look)
 
-    def check_schedules(self, runs: list[str]) -> None:
+    def check_schedules(self) -> None:
         jobs, broken = schedule.load_jobs(self.store)
         for job_id, why in broken.items():
             self._once(f"broken-job:{job_id}", "error", None, job_id=job_id, error=f"unreadable scheduled job: {why}")
-        existing = set(runs)
         at = schedule.now_ms()
         for job in jobs.values():
             if self.stop_requested:
                 return
             if self._foreign(job.job_id, job.workspace, "scheduled job"):
                 continue
+            if self.full():
+                return  # due occurrences stay due: the next pass fires them
+            runs = self.store.occurrence_runs(job.job_id, schedule.RUN_ID_SEPARATOR)
+            existing = set(runs)
             for scheduled_for in schedule.due(job, schedule.last_fired(job.job_id, runs), at):
                 run_id = schedule.occurrence_run_id(job.job_id, scheduled_for)
                 if run_id in existing or run_id in self.workers or self._gave_up(run_id):
@@ -447,14 +538,39 @@ class Daemon:
         )
         return True
 
-    def start_resume(self, run_id: str, why: str, workspace: str, job_id: str | None) -> None:
-        if run_id in self.workers or self._gave_up(run_id) or self._foreign(run_id, workspace, "run"):
+    def start_resume(
+        self, run_id: str, why: str, workspace: str, job_id: str | None, *, claim: Claim | None = None
+    ) -> None:
+        """A worker resumes the run, handed over by a claim: this daemon claims it first (skipping it when another
+        supervisor's claim or a live owner holds it, ``try_claim``) and the worker takes it from that claim
+        (``--takeover`` of this daemon's own generation). Two daemons that see the same work start one worker
+        between them, not two that race (rejected: starting the worker unclaimed, whose own claim then fails in
+        every daemon but one, after a Python process was started for nothing)."""
+        if claim is None and (
+            run_id in self.workers or self._gave_up(run_id) or self._foreign(run_id, workspace, "run")
+        ):
             return
+        if self.full():
+            self.handled.pop(run_id, None)  # looked at again at the next pass, when a slot may be free
+            self.revisit.add(run_id)
+            if claim is not None:
+                self.store.release(claim)  # fenced already; recovered from the backlog like any crashed run
+                self.backlog.setdefault(run_id, (why, None))
+            return
+        if claim is None:
+            claim = self.store.try_claim(run_id, self.holder)
+            if claim is None:
+                self.emit("skipped", run_id, why=why, detail="another supervisor or a live process holds it")
+                return
         tools: tuple[str, ...] = ()
         if job_id is not None:
             with contextlib.suppress(SafepointError):
                 tools = schedule.get_job(self.store, job_id).tools
-        self.start_worker(run_id, "resume", why, ["resume", run_id], workspace, tools)
+        started = self.start_worker(
+            run_id, "resume", why, ["resume", run_id, "--takeover"], workspace, tools, claim=claim
+        )
+        if not started:
+            self.store.release(claim)
 
     def start_worker(
         self,
@@ -464,9 +580,11 @@ class Daemon:
         args: list[str],
         workspace: str,
         tools: tuple[str, ...],
-    ) -> None:
-        if self.stop_requested or key in self.workers:
-            return
+        *,
+        claim: Claim | None = None,
+    ) -> bool:
+        if self.stop_requested or key in self.workers or self.full():
+            return False
         command = [self.options.python, "-m", "safepoint", *args]
         command += ["--workspace", workspace or self.options.workspace, "--json"]
         for spec in dict.fromkeys((*tools, *self.options.tools)):
@@ -481,6 +599,8 @@ class Daemon:
         # nor its command line, which its commands (and `ps`) could read for the worker's whole life.
         # The store's key (however the daemon was given it) joins them: SAFEPOINT_KEY, by the pipe like the rest.
         env, secret = handoff.split_environment(key_environment(store_key(self.store), os.environ), self.store.url)
+        if claim is not None:
+            env[HANDOFF_ENV] = f"{claim.run_id}\t{claim.holder}\t{claim.generation}"
         pipe_read, pipe_write = os.pipe()
         env[handoff.HANDOFF_FD] = str(pipe_read)
         try:
@@ -501,11 +621,13 @@ class Daemon:
             stderr.close()
             self.failures[key] = self.failures.get(key, 0) + 1
             self.emit("error", key, error=f"cannot start a worker: {exc}", kind="OSError")
-            return
+            return False
         os.close(pipe_read)
         handoff.send(pipe_write, secret)  # a URL and a few keys: within the pipe's buffer
-        self.workers[key] = Worker(key=key, kind=kind, why=why, proc=proc, stdout=stdout, stderr=stderr)
+        self.workers[key] = Worker(key=key, kind=kind, why=why, proc=proc, stdout=stdout, stderr=stderr, claim=claim)
+        self.revisit.discard(key)
         self.emit("worker_started", key, kind=kind, why=why, pid=proc.pid)
+        return True
 
     def reap_workers(self) -> None:
         for key, worker in list(self.workers.items()):
@@ -513,6 +635,9 @@ class Daemon:
             if code is None:
                 continue
             del self.workers[key]
+            if worker.claim is not None:  # a no-op once the worker took the run over (the generation moved on)
+                with contextlib.suppress(SafepointError):
+                    self.store.release(worker.claim)
             out, err = _tail(worker.stdout, 1 << 20), _tail(worker.stderr)
             worker.stdout.close()
             worker.stderr.close()

@@ -12,7 +12,9 @@ import re
 import stat
 from collections.abc import Iterable, Sequence
 
-__all__ = ["IgnoreRules"]
+from safepoint.workspace.names import real_path
+
+__all__ = ["IgnoreRules", "Pins"]
 
 
 # --- gitignore patterns ---------------------------------------------------------------------------------------------
@@ -260,13 +262,50 @@ def _gitignore_key(st: os.stat_result | None) -> _GitignoreKey | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+class Pins:
+    """Paths a capture has watched (recorded form in, real names kept): never excluded again, whatever the ignore
+    rules say now. The run itself can edit ``.gitignore`` (its own file, written by a tool), nested ones,
+    ``.safepointignore`` or ``.git/info/exclude``: rules read afresh must not make the user's files unwatched, so
+    that a command deleting them next finds them kept (rather than "an ignored file ... not kept"). Rejected:
+    freezing the rules read at the run's start (a folder the run makes with its own ``.gitignore``, like
+    ``cargo new``'s ``/target``, would have its build output captured). Only grows (a session's worth of paths:
+    O(files)), and its folders with it, so a walk enters them."""
+
+    __slots__ = ("dirs", "files")
+
+    def __init__(self) -> None:
+        self.files: set[str] = set()
+        self.dirs: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
+    def add(self, recorded: str) -> None:
+        rel = real_path(recorded) if '"' in recorded else recorded
+        if rel in self.files:
+            return
+        self.files.add(rel)
+        end = rel.rfind("/")
+        while end > 0:
+            folder = rel[:end]
+            if folder in self.dirs:
+                break  # its ancestors are in already
+            self.dirs.add(folder)
+            end = rel.rfind("/", 0, end)
+
+    def update(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            self.add(path)
+
+
 class IgnoreRules:
     """What a capture never looks at: ``.git`` (file or folder, at any depth: worktrees and submodules have a ``.git``
     file), the store folder, what ``.gitignore`` files at any depth and ``.git/info/exclude`` ignore (git's semantics:
     a nested .gitignore applies relative to its folder and overrides its parents, the last matching pattern of a file
     wins, negation works, nothing inside an excluded folder can be re-included), and the user's extra patterns
     (gitignore syntax, relative to the root; they take precedence over every gitignore file, as git's command-line
-    excludes do).
+    excludes do). ``pins``: paths watched before, never excluded again (``Pins``); inside a pinned folder that the
+    rules exclude now, only pinned paths are watched (git never looks inside an excluded folder).
 
     ``.gitignore`` files are read when a walk (``scan``, the watcher) first meets their folder and re-read by ``scan``
     when their stat changes; ``.git/info/exclude`` is read once, here. Ignore files outside the root (a parent
@@ -280,8 +319,11 @@ class IgnoreRules:
         extra: _PatternList | None,
         info_exclude: _PatternList | None,
         use_gitignore: bool,
+        pins: Pins | None = None,
     ) -> None:
         self.root = root
+        self._pins = pins
+        self._forced: dict[str, bool] = {}  # pinned folder -> whether the rules exclude it now
         self._store_rel = store_rel
         self._extra = extra
         self._info = info_exclude
@@ -297,6 +339,7 @@ class IgnoreRules:
         store_dir: str | None = None,
         extra: Sequence[str] = (),
         use_gitignore: bool = True,
+        pins: Pins | None = None,
     ) -> IgnoreRules:
         """``store_dir`` (absolute, or relative to the current folder) is excluded when it lies inside ``root``;
         paths are compared as given (``abspath``), not resolved through symlinks."""
@@ -310,7 +353,14 @@ class IgnoreRules:
         if use_gitignore and os.path.isdir(os.path.join(root, ".git")):
             info = _read_patterns(os.path.join(root, ".git", "info", "exclude"))
         extra_list = _PatternList(extra) if extra else None
-        return cls(root, store_rel=store_rel, extra=extra_list or None, info_exclude=info, use_gitignore=use_gitignore)
+        return cls(
+            root,
+            store_rel=store_rel,
+            extra=extra_list or None,
+            info_exclude=info,
+            use_gitignore=use_gitignore,
+            pins=pins,
+        )
 
     def excluded(self, rel: str, *, is_dir: bool) -> bool:
         """Whether ``rel`` ('/'-separated, relative to the root) is excluded, itself or through an ancestor."""
@@ -335,6 +385,28 @@ class IgnoreRules:
         """Excluded, given that no ancestor of ``rel`` is; ``chain`` is the gitignore chain of its folder."""
         if name == ".git" or rel == self._store_rel:
             return True
+        pins = self._pins
+        if pins:
+            if rel in pins.files or rel in pins.dirs:
+                return False
+            parent = rel.rpartition("/")[0]
+            if parent in pins.dirs and self._forced_dir(parent):
+                return True  # not pinned, in a folder the rules exclude now: as git, nothing inside it
+        return self._ruled(chain, rel, name, is_dir)
+
+    def _forced_dir(self, rel_dir: str) -> bool:
+        """Whether the rules exclude the pinned folder ``rel_dir`` now (itself or through an ancestor)."""
+        verdict = self._forced.get(rel_dir)
+        if verdict is None:
+            parent, _, name = rel_dir.rpartition("/")
+            verdict = (bool(parent) and self._forced_dir(parent)) or self._ruled(
+                self._chain_for(parent), rel_dir, name, True
+            )
+            self._forced[rel_dir] = verdict
+        return verdict
+
+    def _ruled(self, chain: _Chain, rel: str, name: str, is_dir: bool) -> bool:
+        """The rules' verdict alone, given that no ancestor of ``rel`` is excluded."""
         if self._extra is not None:
             verdict = self._extra.match(rel, name, is_dir)
             if verdict is not None:
@@ -356,6 +428,7 @@ class IgnoreRules:
             plist = _read_patterns(os.path.join(self.root, rel_dir, ".gitignore"))
         if cached is not None:
             self._chains.clear()  # the folder's rules changed: every chain below it is stale
+            self._forced.clear()
         self._lists[rel_dir] = (key, plist)
         return plist
 
@@ -380,6 +453,7 @@ class IgnoreRules:
         """Re-read ``rel_dir``'s .gitignore the next time it is needed."""
         if self._lists.pop(rel_dir, None) is not None:
             self._chains.clear()
+            self._forced.clear()
 
     def _chain_for(self, rel_dir: str, parent_chain: _Chain | None = None) -> _Chain:
         chain = self._chains.get(rel_dir)

@@ -74,8 +74,8 @@ PARTS: tuple[Part, ...] = (
             run_log.check_append_and_read_in_order,
             run_log.check_append_refuses_a_fork,
             run_log.check_a_new_run_reads_empty_and_an_unknown_one_is_not_found,
-            run_log.check_summary_follows_the_log,
             run_log.check_delete_run_removes_everything_the_run_owns,
+            run_log.check_summary_follows_the_log,
         ),
     ),
     Part(

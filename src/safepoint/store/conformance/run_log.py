@@ -73,35 +73,6 @@ def check_a_new_run_reads_empty_and_an_unknown_one_is_not_found(make_store: Stor
     refused("reading the log of an unknown run", lambda: store.read_log("nope"), RunNotFoundError)
 
 
-def check_summary_follows_the_log(make_store: StoreFactory) -> None:
-    """The summary given with an append is read back (by another handle) while the log ends where it did; a group
-    appended without one leaves none to read (it would describe an older log); a stale writer's summary is refused
-    with its group."""
-    store = make_store()
-    store.create_run("r", b"{}")
-    refused("reading the summary of an unknown run", lambda: store.read_summary("nope"), RunNotFoundError)
-    if store.read_summary("r") is not None:
-        fail("a new run must have no summary")
-    claim = store.claim("r", "me")
-    store.append(claim, [record(1), record(2)], summary=b'{"n":2}')
-    other = make_store(store)
-    if other.read_summary("r") != (2, b'{"n":2}'):
-        fail(f"the summary written with seq 2 read back as {other.read_summary('r')}")
-    store.append(claim, [record(3)], summary=b'{"n":3}')
-    if other.read_summary("r") != (3, b'{"n":3}'):
-        fail(f"the summary written with seq 3 read back as {other.read_summary('r')}")
-    store.append(claim, [record(4)])
-    if other.read_summary("r") is not None:
-        fail("a summary older than the log's end must not be read back")
-    newer = other.claim("r", "them", takeover=True)
-    refused("a stale writer's append with a summary", lambda: store.append(claim, [record(5)], summary=b"{}"))
-    if other.read_summary("r") is not None or len(other.read_log("r").records) != 4:
-        fail("a refused append must leave neither its records nor its summary")
-    other.append(newer, [record(5)], summary=b'{"n":5}')
-    if store.read_summary("r") != (5, b'{"n":5}'):
-        fail(f"the new owner's summary read back as {store.read_summary('r')}")
-
-
 def check_delete_run_removes_everything_the_run_owns(make_store: StoreFactory) -> None:
     store = make_store()
     store.create_run("r", b'{"run_id":"r"}')
@@ -147,3 +118,32 @@ def check_delete_run_removes_everything_the_run_owns(make_store: StoreFactory) -
     store.delete_run("r", force=True)
     if store.list_runs() != ["kept"] or store.run_header("kept") != b'{"run_id":"kept"}':
         fail("a forced delete_run must remove that run and only that run")
+
+
+def check_summary_follows_the_log(make_store: StoreFactory) -> None:
+    """The summary given with an append is read back (by another handle) while the log ends where it did; a group
+    appended without one leaves none to read (it would describe an older log); a stale writer's summary is refused
+    with its group."""
+    store = make_store()
+    store.create_run("r", b"{}")
+    refused("reading the summary of an unknown run", lambda: store.read_summary("nope"), RunNotFoundError)
+    if store.read_summary("r") is not None:
+        fail("a new run must have no summary")
+    claim = store.claim("r", "me")
+    store.append(claim, [record(1), record(2)], summary=b'{"n":2}')
+    other = make_store(store)
+    if other.read_summary("r") != (2, b'{"n":2}'):
+        fail(f"the summary written with seq 2 read back as {other.read_summary('r')}")
+    store.append(claim, [record(3)], summary=b'{"n":3}')
+    if other.read_summary("r") != (3, b'{"n":3}'):
+        fail(f"the summary written with seq 3 read back as {other.read_summary('r')}")
+    store.append(claim, [record(4)])
+    if other.read_summary("r") is not None:
+        fail("a summary older than the log's end must not be read back")
+    newer = other.claim("r", "them", takeover=True)
+    refused("a stale writer's append with a summary", lambda: store.append(claim, [record(5)], summary=b"{}"))
+    if other.read_summary("r") is not None or len(other.read_log("r").records) != 4:
+        fail("a refused append must leave neither its records nor its summary")
+    other.append(newer, [record(5)], summary=b'{"n":5}')
+    if store.read_summary("r") != (5, b'{"n":5}'):
+        fail(f"the new owner's summary read back as {store.read_summary('r')}")

@@ -1,0 +1,198 @@
+"""The PostgreSQL store's lean write path (issue 14 §5): a fenced append and a heartbeat are one round trip, a claim
+two; the fencing is in the statement; a reply lost after the commit is retried without refusing its own write; the
+log's end kept on the owner row survives a hand edit and a migration from the version before it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import msgspec
+import psycopg
+import pytest
+from psycopg import errors as pg_errors
+
+from safepoint.errors import StaleGenerationError, StoreError
+from safepoint.records import LogRecord
+from safepoint.store import postgres_writes
+from safepoint.store.postgres import PostgresStore, migrate
+from safepoint.store.postgres_schema import LATEST
+
+from .conftest import database_names
+
+
+def rec(seq: int, text: str = "x", gen: int = 1) -> LogRecord:
+    return LogRecord(kind="event", body=msgspec.Raw(msgspec.json.encode({"text": text})), seq=seq, gen=gen)
+
+
+def texts(store: PostgresStore, run_id: str) -> list[str]:
+    read = store.read_log(run_id)
+    assert not read.problems
+    return [msgspec.json.decode(r.body)["text"] for r in read.records]
+
+
+def sql(url: str, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]] | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+@pytest.fixture
+def store(pg_server):
+    made = PostgresStore(pg_server.create_database(f"t{next(database_names)}"), pool_size=1)
+    yield made
+    made.close()
+
+
+def round_trips(store: PostgresStore, action) -> int:
+    """How many times the client waited for the server during ``action`` (a Sync, a Flush or a simple Query sent),
+    read from libpq's protocol trace of the store's only pooled connection."""
+    pool = store._pool
+    assert pool is not None
+    with tempfile.TemporaryFile("w+") as trace:
+        with pool.connection() as conn:
+            conn.pgconn.trace(trace.fileno())
+        action()
+        with pool.connection() as conn:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        sent = [fields[3].split()[0] for fields in (line.split("\t") for line in trace) if fields[1:2] == ["F"]]
+    # A Flush right after a Sync asks for nothing new (psycopg's pipeline exit sends both): one wait, not two.
+    return sum(
+        1
+        for i, kind in enumerate(sent)
+        if kind in ("Sync", "Query") or (kind == "Flush" and (i == 0 or sent[i - 1] != "Sync"))
+    )
+
+
+def test_an_append_and_a_heartbeat_are_one_round_trip_and_a_claim_two(store):
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    for seq in range(1, 12, 2):  # past psycopg's prepare threshold, and the idle check's window is not reached
+        store.append(claim, [rec(seq), rec(seq + 1)])
+    store.heartbeat(claim)
+    assert round_trips(store, lambda: store.append(claim, [rec(13), rec(14)])) == 1
+    assert round_trips(store, lambda: store.append(claim, [rec(15)], durable=False)) == 1
+    assert round_trips(store, lambda: store.heartbeat(claim)) == 1
+    store.create_run("s", b"{}")
+    assert round_trips(store, lambda: store.claim("s", "me")) == 2
+    assert texts(store, "r")[-1] == "x" and len(texts(store, "r")) == 15
+
+
+def test_the_fencing_is_in_the_statement_a_stale_or_released_writer_inserts_nothing(store):
+    store.create_run("r", b"{}")
+    old = store.claim("r", "me")
+    store.append(old, [rec(1, "a")])
+    new = store.claim("r", "other", takeover=True)
+    with pytest.raises(StaleGenerationError):
+        store.append(old, [rec(2, "stale", gen=old.generation)])
+    # the statement alone, as a stale writer runs it: nothing inserted, the log's end unchanged
+    with store._pool.connection() as conn:  # type: ignore[union-attr]
+        assert not postgres_writes.append(conn, old, 2, [b"stale"], durable=True)
+    store.append(new, [rec(2, "b", gen=new.generation)])
+    store.release(new)
+    with pytest.raises(StaleGenerationError):
+        store.append(new, [rec(3, "after release", gen=new.generation)])
+    with pytest.raises(StaleGenerationError):
+        store.heartbeat(old)
+    assert texts(store, "r") == ["a", "b"]
+
+
+def test_a_reply_lost_after_the_commit_is_retried_and_its_own_write_is_not_a_fork(store, monkeypatch):
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [rec(1, "a")])
+    real = postgres_writes.append
+    calls = []
+
+    def commit_then_lose_the_reply(conn, *args, **kwargs):
+        calls.append(1)
+        done = real(conn, *args, **kwargs)
+        if len(calls) == 1:  # the server committed; the client never heard (a restart, a failover)
+            raise pg_errors.AdminShutdown("terminating connection due to administrator command")
+        return done
+
+    monkeypatch.setattr(postgres_writes, "append", commit_then_lose_the_reply)
+    store.append(claim, [rec(2, "b"), rec(3, "c")])
+    assert len(calls) == 2
+    assert texts(store, "r") == ["a", "b", "c"]
+    # Without a lost reply, the same records twice are a second writer of this generation: refused.
+    monkeypatch.setattr(postgres_writes, "append", real)
+    with pytest.raises(StoreError, match="another writer slipped in"):
+        store.append(claim, [rec(2, "b"), rec(3, "c")])
+
+
+def test_a_log_end_edited_behind_or_ahead_of_the_log_is_corrected_by_the_next_append(store):
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [rec(1, "a"), rec(2, "b")])
+    for wrong in (0, 1, 99):
+        sql(store.url, "UPDATE safepoint.recovery_owners SET last_seq = %s WHERE agent_id = 'r'", (wrong,))
+        seq = len(texts(store, "r")) + 1
+        store.append(claim, [rec(seq, f"after {wrong}")])
+        assert sql(store.url, "SELECT last_seq FROM safepoint.recovery_owners WHERE agent_id = 'r'") == [(seq,)]
+    assert texts(store, "r") == ["a", "b", "after 0", "after 1", "after 99"]
+    with pytest.raises(StoreError, match="another writer slipped in"):  # a gap is still refused
+        store.append(claim, [rec(9, "gap")])
+
+
+def test_migration_4_fills_the_log_end_and_released_from_what_is_stored(fresh_url):
+    store = PostgresStore(fresh_url)
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [rec(1, "a"), rec(2, "b")])
+    store.create_run("q", b"{}")
+    store.release(store.claim("q", "me"))
+    store.close()
+    # What the version-3 code leaves: no such columns, no index, no version 4.
+    sql(
+        fresh_url,
+        "ALTER TABLE safepoint.recovery_owners DROP COLUMN last_seq, DROP COLUMN released, DROP COLUMN lease_until",
+    )
+    sql(fresh_url, "DELETE FROM safepoint.schema_migrations WHERE version >= 4")
+    assert migrate(fresh_url).after == LATEST
+    rows = sql(
+        fresh_url,
+        "SELECT agent_id, last_seq, released, lease_until IS NOT NULL FROM safepoint.recovery_owners ORDER BY 1",
+    )
+    assert rows == [("q", 0, True, True), ("r", 2, False, True)]
+    store = PostgresStore(fresh_url, pool_size=1)
+    try:
+        store.append(claim, [rec(3, "c")])
+        assert texts(store, "r") == ["a", "b", "c"]
+    finally:
+        store.close()
+
+
+def restart_server(server) -> None:
+    """Stop the throwaway server (fast: its connections are cut) and start it again on the same port."""
+    for args in (["stop", "-m", "fast"], ["-l", os.path.join(server.base, "server.log"), "-t", "30", "start"]):
+        done = subprocess.run(
+            [*server._as_user, "pg_ctl", "-D", server.data, "-w", *args],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def test_a_server_restart_is_ridden_out_by_the_next_append(tmp_path):
+    from . import pgserver
+
+    try:
+        server = pgserver.start()
+    except pgserver.Unavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        store = PostgresStore(server.create_database("restart"), pool_size=1)
+        store.create_run("r", b"{}")
+        claim = store.claim("r", "me")
+        store.append(claim, [rec(1, "a")])
+        restart_server(server)
+        store.append(claim, [rec(2, "b")])  # the pooled connection died with the server: retried, not failed
+        store.heartbeat(claim)
+        assert texts(store, "r") == ["a", "b"]
+        store.close()
+    finally:
+        server.stop()
