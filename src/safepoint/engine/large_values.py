@@ -22,15 +22,16 @@ def externalize(value: Any, content: Content, redact: Callable[[bytes], bytes]) 
     ``redact``, the log's redaction of the field; the blob never holds what the record would not)."""
 
     def put(text: str) -> tuple[str, str]:
-        kept = redact(text.encode())
-        return content.put(kept), kept.decode()
+        # surrogatepass: a lone surrogate (a model's broken escape) round-trips instead of failing the call here
+        kept = redact(text.encode(errors="surrogatepass"))
+        return content.put(kept), kept.decode(errors="surrogatepass")
 
     return large_values.externalize(value, put)
 
 
 def resolve(value: Any, content: Content) -> Any:
     """``value`` with its large strings read back (``value`` itself when it has none: an old log's inline ones)."""
-    return large_values.resolve(value, lambda digest: content.get(digest).decode())
+    return large_values.resolve(value, lambda digest: content.get(digest).decode(errors="surrogatepass"))
 
 
 def externalize_message(message: Message, content: Content, redact: Callable[[bytes], bytes]) -> Message:
