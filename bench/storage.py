@@ -11,6 +11,11 @@ Sections (``--only`` picks some, comma-separated; default all but ``reports``, w
   ``--repeat`` rounds over all cases (one call of each a round: a busy machine's load falls on all alike); median.
   ``ratio_to_2kb``: each median over the median of the 2 KB writes; the target is at most 10x up to 1 MB.
   ``log_bytes``: what one call adds to the store.
+* ``inputs``: ``write_file`` of a new file (its content is the call's input: there is no before-state to patch
+  against) at 2 KB, 100 KB, 1 MB and 10 MB (``--input-sizes``), each call a new path: the log bytes one call adds
+  (``ledger.jsonl``), the store bytes and the median time, with large values kept as blobs (``after``) and with
+  every value inline in the log as before (``before``: ``core.large_values.LARGE_BYTES`` raised past any size),
+  in ``--repeat`` rounds that go round both modes and every size.
 * ``history``: ``--history-steps`` (3,000) agent steps, each about 1 KB of model text (real prose and code of the
   standard library, never the same slice twice) with one ``list_files`` call, driven through the library by a
   provider that is not the scripted one (whose scenario would sit in the run's header). Reports the raw bytes of
@@ -173,6 +178,58 @@ def writes(parent: str, sizes: list[int], repeat: int) -> dict[str, Any]:
     limit = [f"{s // KB}KB" for s in sizes if s <= 1024 * KB]
     worst = max(found[shape][key]["ratio_to_2kb"] for shape in found for key in limit)
     return {"cases": found, "baseline_2kb_ms": base, "worst_ratio_up_to_1mb": worst, "target_at_most_10x": worst <= 10}
+
+
+# inputs ------------------------------------------------------------------------------------------------------------
+def inputs(parent: str, sizes: list[int], repeat: int) -> dict[str, Any]:
+    from safepoint.core import large_values
+
+    modes = {"before": 10**15, "after": large_values.LARGE_BYTES}
+    opened: dict[tuple[str, int], tuple[Any, Any, str]] = {}
+    for mode in modes:
+        for size in sizes:
+            root = tempfile.mkdtemp(prefix="i-", dir=parent)
+            tm = safepoint.open(workspace=root)
+            opened[mode, size] = (tm, tm.start(f"new files {mode} {size}"), os.path.join(root, ".agent-runtime"))
+    samples: dict[tuple[str, int], list[tuple[int, int, int]]] = {key: [] for key in opened}
+    try:
+        for index in range(repeat):
+            log(f"new files round {index + 1} of {repeat}")
+            for (mode, size), (_, run, store) in opened.items():
+                content = random_text(size, seed=index * 7 + size)  # made before the clock starts
+                ledger = os.path.join(store, "runs", run.run_id, "ledger.jsonl")
+                log_before, store_before = os.path.getsize(ledger), store_bytes(store)
+                large_values.LARGE_BYTES = modes[mode]
+                start = time.perf_counter_ns()
+                run.call("write_file", {"path": f"new-{index}.txt", "content": content})
+                took = time.perf_counter_ns() - start
+                samples[mode, size].append(
+                    (took, os.path.getsize(ledger) - log_before, store_bytes(store) - store_before)
+                )
+    finally:
+        large_values.LARGE_BYTES = modes["after"]
+        for tm, run, store in opened.values():
+            run.close()
+            tm.close()
+            shutil.rmtree(os.path.dirname(store), ignore_errors=True)
+    found: dict[str, Any] = {}
+    for (mode, size), rows in samples.items():
+        found.setdefault(f"{size // KB}KB", {})[mode] = {
+            "median_ms": round(statistics.median(r[0] for r in rows) / 1e6, 3),
+            "log_bytes_per_call": int(statistics.median(r[1] for r in rows)),
+            "store_bytes_per_call": int(statistics.median(r[2] for r in rows)),
+        }
+    for case in found.values():
+        before, after = case["before"], case["after"]
+        case["log_after_over_before"] = round(after["log_bytes_per_call"] / before["log_bytes_per_call"], 4)
+        case["time_after_over_before"] = round(after["median_ms"] / before["median_ms"], 2)
+    return found
+
+
+def random_text(size: int, seed: int) -> str:
+    """Text that compresses like source or data does not (hex), ``size`` bytes."""
+    rng = random.Random(seed)
+    return "".join(f"{i} {rng.getrandbits(128):032x}\n" for i in range(size // 38 + 1))[:size]
 
 
 # history -----------------------------------------------------------------------------------------------------------
@@ -484,11 +541,12 @@ def rollback(parent: str, files: int, changed: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="writes,history,steps,rollback", help="sections, comma-separated")
+    parser.add_argument("--only", default="writes,inputs,history,steps,rollback", help="sections, comma-separated")
     parser.add_argument("--reports", action="store_true", help="add the reports section (status, explain, resume)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a look, not the figures")
     parser.add_argument("--sizes", default="2,64,1024,10240", help="write_file sizes in KB")
     parser.add_argument("--repeat", type=int, default=15, help="timed writes of each case")
+    parser.add_argument("--input-sizes", default="2,100,1024,10240", help="new files' sizes in KB (inputs)")
     parser.add_argument("--history-steps", type=int, default=3000)
     parser.add_argument("--langgraph-steps", type=int, default=600, help="quadratic: 3,000 take an hour and 5 GB")
     parser.add_argument("--cli-steps", type=int, default=5025)
@@ -505,6 +563,8 @@ def main() -> None:
     try:
         if "writes" in sections:
             report["writes"] = writes(parent, [int(s) * KB for s in args.sizes.split(",")], args.repeat)
+        if "inputs" in sections:
+            report["inputs"] = inputs(parent, [int(s) * KB for s in args.input_sizes.split(",")], args.repeat)
         if "history" in sections:
             report["history"] = history(parent, args.history_steps, args.langgraph_steps)
         if "steps" in sections:

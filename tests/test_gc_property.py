@@ -12,19 +12,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import safepoint
+from safepoint.core.hashing import input_hash
 from safepoint.core.retention import lifecycle_records, retention
+from safepoint.engine import large_values
 from safepoint.engine.session import load_view
 from safepoint.lifecycle import gc
 from safepoint.store.fsck import fsck
 
 FILES = ("a.txt", "b.txt")
-OPS = st.tuples(st.sampled_from(["write", "command"]), st.integers(0, 1), st.integers(0, 4))
+OPS = st.tuples(st.sampled_from(["write", "command", "note"]), st.integers(0, 1), st.integers(0, 4))
 MOMENTS = st.sampled_from(["nothing", "gc", "user_edit", "rollback"])
 
 
 def _text(seed: int) -> str:
     rng = random.Random(seed)
     return "".join(f"{seed}.{i} {rng.getrandbits(48):x}\n" for i in range(1500))  # packed, more than INLINE_MAX
+
+
+@safepoint.tool(idempotency="idempotent", replay_policy="auto", risk_level="low")
+def keep_note(ctx, text: str) -> str:
+    """A Python tool with a large argument (kept as a blob the ledger entry references: ``core.large_values``)."""
+    return f"kept {len(text)}"
 
 
 class World:
@@ -38,7 +46,8 @@ class World:
         self.calls = 0
 
     def session(self, run_id: str, first: bool, ops: list[tuple[str, int, int]], finish: bool) -> None:
-        run = self.tm.start("t", run_id=run_id) if first else self.tm.resume(run_id)
+        tools = [keep_note]
+        run = self.tm.start("t", run_id=run_id, tools=tools) if first else self.tm.resume(run_id, tools=tools)
         with run:
             for op, file, version in ops:
                 run.step()
@@ -47,6 +56,8 @@ class World:
                 if op == "write":
                     args = {"path": path, "content": _text(version * 10 + file)}
                     run.call("write_file", args, call_id=f"c{self.calls}")
+                elif op == "note":
+                    run.call("keep_note", {"text": _text(version * 7 + file + 500)}, call_id=f"c{self.calls}")
                 else:
                     command = f"printf 'command {version}\\n' >> {path}"
                     run.call("run_command", {"command": command}, call_id=f"c{self.calls}")
@@ -58,6 +69,17 @@ class World:
         view = load_view(self.tm.store, run_id)
         marks, _ = lifecycle_records(self.tm.store.read_control(run_id))
         return [c for c in retention(view, keep=keep, labels=frozenset(marks)).kept_checkpoints]
+
+    def inputs(self, run_id: str) -> dict[str, object]:
+        """Every call's input as explain and a re-run read it back (large values from their blobs)."""
+        view = load_view(self.tm.store, run_id)
+        content = large_values.reader(self.tm.store, view)
+        found = {}
+        for call_id, entry in view.ledger.items():
+            found[call_id] = large_values.resolve(entry.input, content)
+            if entry.tool_name == "keep_note":
+                assert input_hash(found[call_id]) == entry.input_hash
+        return found
 
     def files(self) -> dict[str, str | None]:
         return {name: (self.ws / name).read_text() if (self.ws / name).exists() else None for name in FILES}
@@ -139,5 +161,6 @@ def test_gc_at_random_moments_changes_nothing_a_kept_checkpoint_resume_or_rollba
         ]
         assert sorted(c.path for c in plans[0].conflicts) == sorted(c.path for c in plans[1].conflicts)
         assert worlds[0].files() == worlds[1].files()
+        assert worlds[0].inputs(run_id) == worlds[1].inputs(run_id)  # gc kept every large input
     for world in worlds:
         world.tm.close()

@@ -325,12 +325,16 @@ class Safepoint:
 
     def history(self, run_id: str) -> History:
         """The current branch of the conversation, and messages of abandoned branches."""
+        from safepoint.engine import large_values
         from safepoint.engine.session import load_view
 
         view = load_view(self.store, run_id)
         current = {id(message) for message in view.history}
+        content = large_values.reader(self.store, view)  # a long text or argument kept as a blob, read back
+        abandoned = [m for m in view.message_records.values() if id(m) not in current]
         return History(
-            current=list(view.history), abandoned=[m for m in view.message_records.values() if id(m) not in current]
+            current=large_values.resolve_messages(list(view.history), content),
+            abandoned=large_values.resolve_messages(abandoned, content),
         )
 
     def restored_history(self, run_id: str, *, limit: int | None = None, abandoned: bool = False) -> RestoredHistory:

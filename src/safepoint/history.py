@@ -18,6 +18,7 @@ import msgspec
 
 from safepoint.agent.context import RECOVERY_NOTE
 from safepoint.core.resume import pending_calls, plan_resume
+from safepoint.engine import large_values
 from safepoint.engine.content import load_result
 from safepoint.protocol import SELF_HEALING
 from safepoint.records import Message
@@ -82,6 +83,12 @@ def restored_history(
     if abandoned:
         current = {id(m) for m in view.history}
         left = [m for m in view.message_records.values() if id(m) not in current]
+    # What the log kept as blobs (``core.large_values``), read back for the messages shown only.
+    content = large_values.reader(store, view)
+    messages = [
+        msgspec.structs.replace(row, message=large_values.resolve_message(row.message, content)) for row in messages
+    ]
+    left = large_values.resolve_messages(left, content)
     return RestoredHistory(
         run_id=run_id,
         status=view.status,
@@ -124,7 +131,15 @@ def _restored(view: RunView) -> tuple[list[HistoryMessage], list[PendingCall], s
         ):
             # What ``CallRunner._take_outcome`` adds: the recorded observation, or the words saying damage lost it.
             content = load_result(view.message_records, ref)
-            message = Message(seq=len(rows), role="tool", content=content, tool_call_id=call.call_id, name=call.tool)
+            told = view.message_records.get(int(ref[4:])) if ref[4:].isdigit() else None
+            message = Message(
+                seq=len(rows),
+                role="tool",
+                content=content,
+                tool_call_id=call.call_id,
+                name=call.tool,
+                content_ref=told.content_ref if told is not None else None,  # read back with the rows shown
+            )
             rows.append(_row(message, "ledger"))
             continue
         action = report.decision.action if report else "run"

@@ -205,6 +205,9 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=
     tool_call_id: str | None = None
     name: str | None = None
     turn: int | None = None
+    # ``blob:sha256:...``: the content, too large for the log, kept as a blob of its redacted text (``content``
+    # is then empty; ``core.large_values``). Readers that show or send it read it back (``engine.large_values``).
+    content_ref: str | None = None
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -378,7 +381,7 @@ def _rule(exact: str, redacted: str = "", journal: str = "") -> FieldRedaction:
 FIELD_REDACTION: dict[type[msgspec.Struct], FieldRedaction] = {
     # the log's records
     RunEvent: _rule("status at generation", "detail"),
-    Message: _rule("seq role tool_call_id name turn", "content tool_calls"),
+    Message: _rule("seq role tool_call_id name turn content_ref", "content tool_calls"),
     ToolCall: _rule("call_id tool", "args"),
     ToolLedgerEntry: _rule(
         "call_id step_id tool_name input_hash status risk_level idempotency replay_policy side_effects started_at "

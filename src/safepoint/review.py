@@ -273,6 +273,7 @@ class Follower:
 
     def _news(self) -> list[ProgressEvent]:
         from safepoint.core.progress import CallFinished, CallStarted, ModelTurn, StatusChanged, main_argument
+        from safepoint.engine import large_values
 
         view, run_id = self.view, self.run_id
         step_of = {f"step_{m.turn + 1}": m.turn + 1 for m in view.history if m.turn is not None}
@@ -282,6 +283,8 @@ class Follower:
                 continue
             self._messages.add(seq)
             if message.role == "assistant" and not self.first:
+                if message.content_ref is not None:  # a long text kept as a blob (``core.large_values``)
+                    message = large_values.resolve_message(message, large_values.reader(self.store, view))
                 step = (message.turn or 0) + 1
                 turn = ModelTurn(
                     run_id=run_id, step=step, text=message.content, streamed=False, calls=len(message.tool_calls)

@@ -19,6 +19,7 @@ from safepoint.core.resume import (
     plan_resume,
     recent_calls,
 )
+from safepoint.engine import large_values
 from safepoint.engine.session import RunSession
 from safepoint.errors import ToolFailure
 from safepoint.records import ToolLedgerEntry
@@ -60,6 +61,7 @@ def mark_doubt(session: RunSession, doubt: Doubt) -> None:
         if entry is None:
             if call.tool not in session.registry:
                 continue
+            call = large_values.resolve_call(call, session.contents)  # as the model asked (its message's blobs)
             entry = session.calls.plan(session.registry.get(call.tool), call, step_id, call.args)
             marked.append(entry)
         if entry.status in NEVER_RAN and not is_internal(entry):
@@ -134,7 +136,7 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     if at is None:
         session.start_over()
     else:
-        if session.history != at.history:
+        if session.history != large_values.resolve_messages(list(at.history), session.contents):  # both read back
             session.rewind(at.checkpoint.history_len, at.checkpoint.checkpoint_id, "resume from checkpoint")
         session.return_to(at)
     session.event("running", f"resumed: {plan.why}")

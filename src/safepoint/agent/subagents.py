@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from safepoint.engine import large_values
 from safepoint.engine.session import RunSession, load_view, now
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry, tool
 from safepoint.errors import DecisionNeeded, Interrupted, RecoveryClosedError, RunNotFoundError, ToolFailure
@@ -108,8 +109,10 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory, children:
 
     def resume_child(child_id: str) -> str:
         view = load_view(parent.store, child_id)
-        if view.status == "completed":
-            return _answer_of(view.history)
+        if view.status == "completed":  # its answer as it said it (a long one is a blob: ``core.large_values``)
+            return _answer_of(
+                large_values.resolve_messages(list(view.history), large_values.reader(parent.store, view))
+            )
         provider, system = child_provider(view.info)
         try:
             child = children.resume(

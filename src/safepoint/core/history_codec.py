@@ -63,6 +63,7 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     tool_call_id: str | None = None
     name: str | None = None
     turn: int | None = None
+    content_ref: str | None = None  # the content kept as a blob (``core.large_values``)
     z: bytes | None = None
     d: int = 0
 
@@ -157,6 +158,7 @@ class HistoryDecoder:
             tool_call_id=stored.tool_call_id,
             name=stored.name,
             turn=stored.turn,
+            content_ref=stored.content_ref,
         )
 
     def decode(self, body: bytes) -> Message:

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from safepoint.core.large_values import is_reference
 from safepoint.core.redact import Redactor
 
 TARGET_CHARS = 80  # a main argument longer than this is cut: the line is for people, the ledger has it whole
@@ -91,7 +92,9 @@ def main_argument(args: Mapping[str, Any]) -> str:
     """The argument that says what a call is about (the path, the command...), on one line and cut to fit."""
     value: Any = next((args[k] for k in MAIN_ARGUMENTS if isinstance(args.get(k), str | int | float)), None)
     if value is None:
-        value = next((v for v in args.values() if isinstance(v, str)), "")
+        value = next((v for v in args.values() if isinstance(v, str)), None)
+    if value is None:  # only a large value, kept as a blob (``core.large_values``): its size, not a blob read
+        value = next((f"({v['size']:,} bytes)" for v in args.values() if is_reference(v)), "")
     text = " ".join(str(value).split())
     return text if len(text) <= TARGET_CHARS else text[: TARGET_CHARS - 1] + "…"
 

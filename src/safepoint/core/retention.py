@@ -11,7 +11,8 @@ most of them serve only a rollback to an old checkpoint; gc frees those, and kee
   the reader rebuilds it (walking back along the patches to the first version the run stored: ``FileChanges.
   _version``), and the agent's versions a conflict would offer;
 - everything a conflict, the ledger (a call's recorded result, a content argument kept as a patch, a rollback's
-  or resolution's journal) or a before-state of a call without a patch (an uncertain call) names.
+  or resolution's journal) or a before-state of a call without a patch (an uncertain call) names; a large value
+  of a call's input or of a message (``core.large_values``) as long as the run is kept, whatever its checkpoints.
 
 An unfinished run (not completed, failed, cancelled or closed) keeps everything: its resume, its uncertain calls
 and its conflicts may need any of it, and it is not gc's to judge. So does a run another process owns right now.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from safepoint.core.large_values import references
 from safepoint.core.rollback import ABSENT, UNKNOWN
 from safepoint.core.run_view import CheckpointAt, RunView
 from safepoint.records import FilePatchEntry
@@ -169,10 +171,18 @@ def _named_elsewhere(view: RunView, since: int) -> set[str]:
         if entry.call_id in old and entry.call_id in settled:
             if entry.result_ref:
                 found.update(match.decode() for match in _REF.findall(entry.result_ref.encode()))
+            # A large value of its input (``core.large_values``) is the input itself, not a file's history: kept
+            # as long as the entry is, for explain, the ui and a compensation to read.
+            found.update(references(entry.input))
             continue
         found.update(match.decode() for match in _REF.findall(_encoder.encode(entry)))
     for conflict in view.conflicts.values():
         found.update(match.decode() for match in _REF.findall(_encoder.encode(conflict)))
+    for message in view.message_records.values():  # the history a resume restores and `history` shows
+        if message.content_ref:
+            found.add(message.content_ref.removeprefix("blob:"))
+        for call in message.tool_calls:
+            found.update(references(call.args))
     patched = {patch.tool_call_id for patch in view.patches}
     for call_id, states in view.befores.items():
         if call_id not in patched:

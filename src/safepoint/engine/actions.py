@@ -298,7 +298,8 @@ def finish_interrupted(session: RunSession) -> list[str]:
         if entry.status in ("started", "uncertain", "planned"):
             tool = rollback_tool(session) if entry.tool_name == ROLLBACK_TOOL else resolve_tool(session)
             session.registry.put(tool)
-            session.runner.execute(ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input), entry.step_id)
+            args = expand_input(entry, session.files, session.contents)  # its large values read back
+            session.runner.execute(ToolCall(call_id=call_id, tool=entry.tool_name, args=args), entry.step_id)
             finished.append(call_id)
     return finished
 
@@ -501,7 +502,7 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
         )
     at = now()
     who = f"a person ({by}, {at})"
-    call = ToolCall(call_id=call_id, tool=entry.tool_name, args=entry.input)
+    call = ToolCall(call_id=call_id, tool=entry.tool_name, args=expand_input(entry, session.files, session.contents))
     if not happened and entry.replay_policy != "never":
         reason = f"{who} checked that it did not happen: run it again"
         if entry.status == "started":

@@ -50,7 +50,8 @@ from safepoint.core.hashing import input_hash
 from safepoint.core.nesting import arguments_problem
 from safepoint.core.patches import apply_patch
 from safepoint.core.replay import ProbeResult, ReplayDecision
-from safepoint.engine import failpoints
+from safepoint.core.resume import INTERNAL_PREFIX, INTERNAL_TOOLS
+from safepoint.engine import failpoints, large_values
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
@@ -337,9 +338,13 @@ def needs_approval(entry: ToolLedgerEntry, tool_needs: bool, approval_mode: str)
     return tool_needs or held or (approval_mode == "high" and entry.risk_level == "high")
 
 
+def _exact(data: bytes) -> bytes:
+    return data
+
+
 def expand_input(entry: ToolLedgerEntry, files: FileChanges, content: Content) -> dict[str, Any]:
     """A call's input as it was given (a compacted content argument is rebuilt from its patch)."""
-    expanded = dict(entry.input)
+    expanded: dict[str, Any] = dict(large_values.resolve(entry.input, content))
     for key, value in entry.input.items():
         if isinstance(value, dict) and set(value) == {"$patch", "base"}:
             base = files.version(key, str(value["base"]))
@@ -496,7 +501,7 @@ class CallRunner:
             if tool is None:
                 return self._refuse_unrun(call, step_id, str(self.registry.unknown(call.tool)))
             befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
-            planned = ledger.plan(tool, call, step_id, self._logged_input(tool, call.args, befores))
+            planned = ledger.plan(tool, call, step_id, self._logged_input(tool, call, befores))
         else:
             if (
                 existing.tool_name == call.tool
@@ -602,17 +607,22 @@ class CallRunner:
         failpoints.hit("after_outcome", call.tool)
         return CallResult(call.call_id, status, outcome.value if outcome.ok else None, message.content)
 
-    def _logged_input(self, tool: Tool, args: dict[str, Any], befores: list[FileBefore]) -> dict[str, Any]:
+    def _logged_input(self, tool: Tool, call: ToolCall, befores: list[FileBefore]) -> dict[str, Any]:
         """A file writer's new content is logged as a patch against the file's before-state, so 100 one-line edits
         of a large file cost 100 small patches here too (the file patch recorded after it is the same bytes)."""
+        args = call.args
         value = args.get(tool.content_arg) if tool.content_arg else None
-        if not isinstance(value, str) or len(value) < COMPACT_BYTES or len(befores) != 1:
-            return args
-        before = befores[0]
-        if before.content is None:
-            return args
-        patch = self.files.patch(before, value.encode())
-        return {**args, tool.content_arg: {"$patch": f"blob:{patch}", "base": before.hash}}  # type: ignore[dict-item]  # the key is a str here (content_arg is set)
+        if isinstance(value, str) and len(value) >= COMPACT_BYTES and len(befores) == 1:
+            before = befores[0]
+            if before.content is not None:
+                patch = self.files.patch(before, value.encode())
+                args = {**args, tool.content_arg: {"$patch": f"blob:{patch}", "base": before.hash}}  # type: ignore[dict-item]  # the key is a str here (content_arg is set)
+        # Any other large value (a new file's content, a patch, a Python tool's argument) is kept as a blob of its
+        # redacted text: the log holds a reference (``core.large_values``), not a megabyte per call.
+        # Safepoint's own calls keep their input exact, as the log does (``records.FIELD_REDACTION``'s journal).
+        own = call.tool in INTERNAL_TOOLS and call.call_id.startswith(INTERNAL_PREFIX)
+        logged: dict[str, Any] = large_values.externalize(args, self.content, _exact if own else self.log.redact_bytes)
+        return logged
 
     def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
         """The observation, and the ref the ledger keeps as ``result_ref``: the result is stored once, here. An

@@ -38,6 +38,7 @@ class Content:
         self._store = store  # where stored blobs are (None: every new blob stays in the log, as it used to)
         self._stage_blob = stage_blob  # the log writer's ``stage_blob``: durable before that group
         self._staged_blob = staged_blob  # a blob staged and not yet committed (the log writer holds it until then)
+        self._stored_here: set[str] = set()  # the store blobs this session staged
 
     def __contains__(self, digest: str) -> bool:
         return digest in self.blobs
@@ -46,7 +47,10 @@ class Content:
         digest = digest or content_hash(data)
         known = self.blobs.get(digest)
         if known is not None:
-            if known.stored and self._store is not None and self._stage_blob is not None:
+            # Stored by this session already (a large input's value, then the file it wrote): its reference is
+            # durable or on its way, and gc keeps what a log references, so it is not written a second time.
+            fresh = digest in self._stored_here
+            if known.stored and not fresh and self._store is not None and self._stage_blob is not None:
                 # Staged again (the store keeps one copy): a blob gc freed since, or fsck quarantined, comes back
                 # before a new record references it, and gc sees it as just written.
                 self._stage_blob(self._store.blob_name(digest), stored_form(data, digest)[1])
@@ -57,6 +61,7 @@ class Content:
             reference, stored = stored_form(data, digest)
             if len(stored) > INLINE_MAX:
                 self._stage_blob(self._store.blob_name(digest), stored)
+                self._stored_here.add(digest)
                 blob = reference
             else:  # a reference would cost as much as the bytes: they stay in the log
                 blob = Blob(hash=digest, codec=reference.codec, size=reference.size, data=stored.partition(b"\n")[2])
@@ -88,16 +93,29 @@ class Content:
         """A call's recorded observation (or what became of it)."""
         if ref and ref.startswith("blob:") and ref[5:] in self.blobs:
             return self.get(ref[5:]).decode(errors="replace")
+        if (large := self._large(ref)) is not None:
+            return large
         return load_result(self.message_records, ref)
 
     def recorded(self, ref: str | None) -> str | None:
         """A call's recorded observation, None when damage lost it."""
         if ref and ref.startswith("blob:"):
             return self.get(ref[5:]).decode(errors="replace") if ref[5:] in self.blobs else None
+        if (large := self._large(ref)) is not None:
+            return large
         message = (
             self.message_records.get(int(ref[4:])) if ref and ref.startswith("log:") and ref[4:].isdigit() else None
         )
         return None if message is None else message.content
+
+    def _large(self, ref: str | None) -> str | None:
+        """The content of the tool message ``ref`` names when the log kept it as a blob (``core.large_values``)."""
+        message = (
+            self.message_records.get(int(ref[4:])) if ref and ref.startswith("log:") and ref[4:].isdigit() else None
+        )
+        if message is None or message.content_ref is None:
+            return None
+        return self.get(message.content_ref.removeprefix("blob:")).decode(errors="replace")
 
 
 def load_result(message_records: dict[int, Message], ref: str | None) -> str:

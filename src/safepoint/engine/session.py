@@ -32,6 +32,7 @@ from safepoint.core.resume import pending_calls
 from safepoint.core.run_summary import SummaryFold
 from safepoint.core.run_view import CheckpointAt, RunView, build_view
 from safepoint.core.trace_events import recovery_events
+from safepoint.engine import large_values
 from safepoint.engine.call_runner import CallRunner
 from safepoint.engine.capture_state import ScratchSeal
 from safepoint.engine.command_capture import CommandCapture
@@ -125,6 +126,9 @@ class RunSession:
             self.log.stage_blob,
             self.log.staged_blob,
         )
+        # What the log kept of large values as blobs, read back: the model is sent the conversation as it was.
+        self.history = large_values.resolve_messages(self.history, self.contents)
+        self.pending = [large_values.resolve_call(call, self.contents) for call in self.pending]
         self.calls = LedgerMachine(
             view.info.run_id, dict(view.ledger), attempts(view.ledger_entries), dict(view.decisions), self.log.add
         )
@@ -352,7 +356,8 @@ class RunSession:
     def add_message(self, role: Role, content: str, **fields: Any) -> Message:
         message = Message(seq=len(self.history), role=role, content=content, **fields)
         self.history.append(message)
-        seq = self.log.add(message)
+        # The log keeps a large content or argument as a blob (``core.large_values``); the session keeps it whole.
+        seq = self.log.add(large_values.externalize_message(message, self.contents, self.log.redact_bytes))
         self._history_seqs.append(seq)
         self.contents.message_records[seq] = message
         return message
@@ -400,10 +405,13 @@ class RunSession:
     def return_to(self, at: CheckpointAt) -> None:
         """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch)."""
         checkpoint = at.checkpoint
-        self.history = list(at.history)
+        self.history = large_values.resolve_messages(list(at.history), self.contents)
         self._history_seqs = [0] * len(self.history)  # as the log held it when the run was opened
         self.step, self.next_turn = checkpoint.step, checkpoint.next_turn
-        self.pending = pending_calls(at.history, checkpoint.pending_tool_calls)
+        self.pending = [
+            large_values.resolve_call(call, self.contents)
+            for call in pending_calls(at.history, checkpoint.pending_tool_calls)
+        ]
         if len(self.pending) != len(checkpoint.pending_tool_calls):
             raise ResumeError(
                 f"checkpoint {checkpoint.checkpoint_id} names pending calls its history lacks; the run's log is damaged"

@@ -13,6 +13,7 @@ import dataclasses
 import msgspec
 
 from safepoint.core.doubt import Doubt, Witnesses, find_doubt
+from safepoint.core.large_values import references
 from safepoint.core.run_view import RunView
 from safepoint.protocol import (
     Approval,
@@ -107,6 +108,7 @@ def lost_content(view: RunView) -> list[str]:
         f"the arguments of {entry.tool_name}({entry.call_id})"
         for entry in view.ledger.values()
         if any(isinstance(v, dict) and set(v) == {"$patch", "base"} and gone(v["$patch"]) for v in entry.input.values())
+        or any(gone(f"blob:{digest}") for digest in references(entry.input))
     ]
     return list(dict.fromkeys(found))
 
