@@ -120,7 +120,7 @@ def file_diffs(session: RunSession, patches: list[FilePatchEntry]) -> list[FileD
             kind = "too_large"
         added = removed = 0
         if kind == "text":
-            for line in text.splitlines()[2:]:
+            for line in text.split("\n")[2:]:  # a diff's lines end at "\n" only (splitlines forged "-" lines)
                 if line.startswith("+"):
                     added += 1
                 elif line.startswith("-"):

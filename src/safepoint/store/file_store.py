@@ -91,6 +91,18 @@ _INDEXED_KINDS = frozenset({"checkpoint"})
 APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
 
 
+def _unreadable(run_id: str, exc: OSError) -> Exception:
+    """A read that failed for another reason than a full disk (EISDIR, EACCES: a run written under sudo, a failing
+    disk) is one ``StoreError`` naming the run and the fix, so a listing shows that run ``unreadable`` and the others
+    (rejected: letting the OSError through, which took down every page and command listing the store)."""
+    if is_disk_full(exc):
+        return exc
+    where = f" ({exc.filename})" if exc.filename else ""
+    return StoreError(
+        f"run {run_id!r} cannot be read: {exc.strerror or exc}{where}; fix its permissions, or see `safepoint fsck`"
+    )
+
+
 def read_descriptor(raw: bytes) -> StoredDescriptor:
     """A whole-file framed record as read: intact, or damaged with why (never raised, never trusted)."""
     if not raw.endswith(b"\n"):
@@ -436,6 +448,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
             handle = open(path, "rb")  # noqa: SIM115 - kept open across the lock below
         except FileNotFoundError:
             return LogRead(records=[], problems=[])
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         with handle:
             data = handle.read()
             if data and not data.endswith(b"\n"):
@@ -587,7 +601,7 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
         return events
 
     # the control channel ----------------------------------------------------------------------------------
-    def post_control(self, run_id: str, data: bytes) -> int:
+    def post_control(self, run_id: str, data: bytes, *, after: int | None = None) -> int:
         """Under ``control.lock``, not the run's lock: a sender must get through while the owner is stopped (a
         cancel is wanted most then), and control posts need ordering only among themselves.
 
@@ -603,6 +617,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT, name="control.lock", stuck=stuck):
             lines = self._complete_lines(run_id, CONTROL)
             last = max((position for position, _ in _control_records(lines)), default=0)
+            if after is not None and last != after:
+                return 0  # a record came since the caller read: nothing posted (see Store.post_control)
             position = max(last, lines.count(b"\n")) + 1  # the count covers a damaged last line
             self._append_line(run_id, CONTROL, b"%d %s" % (position, data))
         return position
@@ -614,6 +630,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
                 return _control_records(handle.read())
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
 
     # schedules --------------------------------------------------------------------------------------------
     def put_schedule(self, job_id: str, data: bytes | None) -> None:
