@@ -18,8 +18,9 @@ among them, would report as unknown; a ``Blob`` is what the log already keeps ex
   The log only grows, so a drop hides; the space comes back when the thread is deleted (``Store.delete_run``).
 
 Values are what the graph's serializer (``serde.dumps_typed``) makes of them, after the run's redactor has walked
-them: strings in dicts, lists and tuples, and a LangChain message's content, tool-call arguments and extra fields
-(model text, what tools returned, what the user typed). Other objects are stored as the serializer makes them.
+them: strings and bytes in dicts, lists, tuples and sets, a LangChain message's content, tool-call arguments and
+extra fields (model text, what tools returned, what the user typed), the fields of pydantic models (a ``Document``)
+and dataclasses. Other objects are stored as the serializer makes them.
 A redacted secret comes back as ``[REDACTED:...]`` after a restart, as everywhere in safepoint; in the process that
 wrote it the graph goes on with its own state.
 """
@@ -114,34 +115,76 @@ def decode(record: LogRecord) -> ThreadRecord:
 # Redaction by structure ------------------------------------------------------------------------------------------
 def redact(redactor: Redactor, value: Any) -> Any:
     """``value`` with its text redacted (see the module docstring); the very object when nothing changed, so a
-    value without secrets costs no copy."""
+    value without secrets costs no copy. Walked: str, bytes, dict, list, tuple, set, a LangChain message, any
+    pydantic model (a ``Document``, the user's own), a dataclass (rejected: str, dict, list and messages only, which
+    kept a key held in a model, a retrieved ``Document``, a set, raw bytes or a dataclass in clear)."""
+    return _redact(redactor, value, set())
+
+
+def _redact(redactor: Redactor, value: Any, path: set[int]) -> Any:
     if isinstance(value, str):
         return redactor.text(value)
+    if isinstance(value, bytes | bytearray):
+        text = bytes(value).decode("utf-8", "surrogateescape")
+        redacted = redactor.text(text)
+        return value if redacted == text else type(value)(redacted.encode("utf-8", "surrogateescape"))
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    if id(value) in path:  # a cycle (a model that holds itself): walked once
+        return value
+    path.add(id(value))
+    try:
+        return _redact_container(redactor, value, path)
+    finally:
+        path.discard(id(value))
+
+
+def _redact_container(redactor: Redactor, value: Any, path: set[int]) -> Any:
     if isinstance(value, dict):
-        pairs = [(redact(redactor, k), redact(redactor, v)) for k, v in value.items()]
+        pairs = [(_redact(redactor, k, path), _redact(redactor, v, path)) for k, v in value.items()]
         changed = any(k is not k0 or v is not v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True))
         return dict(pairs) if changed else value
-    if isinstance(value, list | tuple):
-        items = [redact(redactor, item) for item in value]
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [_redact(redactor, item, path) for item in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
+        if isinstance(value, set | frozenset):
+            return type(value)(items)
         return type(value)(items) if isinstance(value, tuple) and not hasattr(value, "_fields") else items
-    return _redact_message(redactor, value)
+    return _redact_object(redactor, value, path)
 
 
-def _redact_message(redactor: Redactor, value: Any) -> Any:
+def _redact_object(redactor: Redactor, value: Any, path: set[int]) -> Any:
+    import dataclasses
+
     from langchain_core.messages import BaseMessage
+    from pydantic import BaseModel
 
-    if not isinstance(value, BaseMessage):
-        return value
+    if isinstance(value, BaseMessage):
+        names: Iterable[str] = ("content", "additional_kwargs", "tool_calls", "invalid_tool_calls", "artifact")
+    elif isinstance(value, BaseModel):
+        names = type(value).model_fields
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)]
+    else:
+        return value  # stored as the serializer makes it
     update: dict[str, Any] = {}
-    for name in ("content", "additional_kwargs", "tool_calls", "invalid_tool_calls", "artifact"):
+    for name in names:
         if hasattr(value, name):
             current = getattr(value, name)
-            redacted = redact(redactor, current)
+            redacted = _redact(redactor, current, path)
             if redacted is not current:
                 update[name] = redacted
-    return value.model_copy(update=update) if update else value
+    if not update:
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_copy(update=update)
+    import copy
+
+    copied = copy.copy(value)  # not dataclasses.replace: it refuses init=False fields
+    for name, redacted in update.items():
+        object.__setattr__(copied, name, redacted)  # a frozen dataclass too
+    return copied
 
 
 # The index a saver keeps of one thread ---------------------------------------------------------------------------
