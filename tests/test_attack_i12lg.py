@@ -282,11 +282,6 @@ def counting_graph(saver: Any) -> Any:
     return graph.compile(checkpointer=saver)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="list(filter=...) compares the filter with the stored, redacted metadata: a metadata value the "
-    "redactor takes for a secret (a JWT session) never matches, where InMemorySaver finds the checkpoints",
-)
 def test_a_metadata_filter_finds_what_the_reference_saver_finds(tmp_path: Path) -> None:
     """A service tags each run with its caller's session (``metadata={"session": <a JWT>}``) and looks its
     checkpoints up by it: ``InMemorySaver`` finds 3, ``SafepointSaver`` none, so the service believes the session
@@ -405,11 +400,6 @@ class Booking(TypedDict):
     done: bool
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ToolNodeLedger refuses a tool's Command after the tool ran (_record): the effect happened, the ledger "
-    "records a failure, and every later run of the thread fails on it",
-)
 def test_a_tool_returning_a_command_is_refused_before_it_runs_or_recorded(tmp_path: Path) -> None:
     """LangGraph's own docs have tools return ``Command(update=...)`` (handoffs, state updates). Wrapped in a
     ``ToolNodeLedger``, the tool books the hotel, then the ledger says it "cannot record a Command": the graph

@@ -28,7 +28,8 @@ wrote it the graph goes on with its own state.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+import hmac
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ Typed = tuple[str, bytes]  # what ``SerializerProtocol.dumps_typed`` returns
 LIST = "safepoint.list"  # a list value stored item by item (``items``), after the items of ``base``
 EMPTY = "empty"  # a version named in ``new_versions`` with no value (LangGraph's own marker)
 PREFIX = "lg-"
+MATCH_KEY = "langgraph_match_key"  # the header's key of the thread's HMAC key for metadata filters
 
 
 class ValueRecord(msgspec.Struct, tag_field="record", tag="value", frozen=True, kw_only=True, omit_defaults=True):
@@ -65,6 +67,9 @@ class CheckpointRecord(
     parent_id: str | None
     checkpoint: Typed  # the checkpoint without ``channel_values``
     metadata: Typed
+    # key -> HMAC (the thread's MATCH_KEY) of a metadata value the redactor changed: ``list(filter=...)`` matches
+    # the caller's value against it, never against "[REDACTED:...]" (the same for every secret) nor a kept plain text
+    matches: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class WritesRecord(msgspec.Struct, tag_field="record", tag="writes", frozen=True, kw_only=True):
@@ -100,6 +105,15 @@ def thread_of(header: bytes) -> str | None:
         return None
     thread = info.model_config.get("langgraph_thread_id") if info.model == "langgraph" else None
     return thread if isinstance(thread, str) else None
+
+
+def match_key_of(header: bytes) -> bytes:
+    """The thread's key for ``CheckpointRecord.matches``, kept in its run's header (sealed on an encrypted store)."""
+    try:
+        info = _header_decoder.decode(header)
+        return bytes.fromhex(str(info.model_config.get(MATCH_KEY, "")))
+    except (msgspec.DecodeError, ValueError):
+        return b""
 
 
 def encode(record: ThreadRecord) -> Blob:
@@ -209,6 +223,35 @@ class ThreadIndex:
     # (ns, channel) -> (version, the items of its latest list value, serialized): what the next list is compared to
     lists: dict[tuple[str, str], tuple[Version, list[Any], list[Typed]]] = field(default_factory=dict)
     last_seq: int = 0
+    match_key: bytes = b""  # the thread's key for ``matches`` (empty: a thread made before it; plain compare only)
+
+    def _digest(self, value: Any) -> str | None:
+        try:
+            encoded = msgspec.json.encode(value, order="sorted")
+        except (TypeError, msgspec.EncodeError):
+            return None  # a value JSON cannot hold is matched as it is stored, as before
+        return hmac.new(self.match_key, encoded, hashlib.sha256).hexdigest()
+
+    def matches_of(self, plain: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, str]:
+        """The keyed hashes of the metadata values redaction changed (see ``CheckpointRecord.matches``)."""
+        if not self.match_key:
+            return {}
+        found = {}
+        for key, value in plain.items():
+            if stored.get(key) is not value and (digest := self._digest(value)) is not None:
+                found[key] = digest
+        return found
+
+    def matches(self, saved: Saved, wanted: dict[str, Any]) -> bool:
+        """Does a checkpoint's metadata hold every ``wanted`` value (as ``InMemorySaver`` compares)?"""
+        for key, value in wanted.items():
+            digest = saved.record.matches.get(key)
+            if digest is not None and self.match_key:
+                if not hmac.compare_digest(digest, self._digest(value) or ""):
+                    return False
+            elif saved.metadata.get(key) != value:
+                return False
+        return True
 
     def apply(self, record: ThreadRecord, load_metadata: Any) -> None:
         if isinstance(record, ValueRecord):

@@ -18,7 +18,8 @@ own scratchpad). A ``ToolNode`` runs a message's tool calls at once, in threads:
 takes the place of the order (with the call's position in its message when the id is empty or repeated). The
 saver's lock is held around the ledger's records only, never while a tool runs: parallel calls run at once and a
 durable tool may call another. A tool that asks through ``interrupt()`` is recorded as asked, not failed; made
-again with the answer it runs afresh (``ToolRuns._link``). The call id is ``lg-<tool>-<digest of the rest>-<order or tool call id>``.
+again with the answer it runs afresh (``ToolRuns._link``). The call id is
+``lg-<tool>-<digest of the rest>-<order or tool call id>``.
 
 What is recorded is the value as JSON (a tuple comes back as a list, a message or object as its JSON form); a
 ``ToolNode`` call records its message's content, status and artifact and hands back a ``ToolMessage`` made from
@@ -576,20 +577,42 @@ class ToolNodeLedger:
         return name not in self.policies or self.policies[name] is not None
 
     @staticmethod
-    def _record(result: ToolMessage | Command[Any]) -> dict[str, Any]:
+    def _record(runs: ToolRuns, thread_id: str, result: ToolMessage | Command[Any]) -> dict[str, Any]:
+        """What the ledger keeps of a tool's answer: a message's content, status and artifact; a ``Command``
+        (LangGraph's handoffs and state updates) as the graph's serializer makes it, after the thread's redactor
+        walked it (rejected: refusing a Command after the tool ran, which recorded the booking as failed)."""
+        import base64
+
         from langchain_core.messages import ToolMessage
 
-        if not isinstance(result, ToolMessage):
-            raise ConfigError(
-                "ToolNodeLedger: a tool returned a Command, which the ledger cannot record; "
-                "return a value or a ToolMessage"
-            )
-        return {"content": _jsonable(result.content), "status": result.status, "artifact": _jsonable(result.artifact)}
+        if isinstance(result, ToolMessage):
+            return {
+                "content": _jsonable(result.content),
+                "status": result.status,
+                "artifact": _jsonable(result.artifact),
+            }
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        from safepoint.integrations.langgraph_thread import redact
+
+        redactor = runs.open(thread_id).session.log.redactor
+        kind, data = JsonPlusSerializer().dumps_typed(redact(redactor, result))
+        return {"command": [kind, base64.b64encode(data).decode()]}
 
     @staticmethod
-    def _message(request: ToolCallRequest, recorded: dict[str, Any]) -> ToolMessage:
+    def _answer(request: ToolCallRequest, recorded: dict[str, Any], live: list[Any]) -> Any:
+        """The tool's answer from what was recorded (in the process that ran it, the very Command it returned)."""
+        import base64
+
         from langchain_core.messages import ToolMessage
 
+        if "command" in recorded:
+            if live:
+                return live[0]
+            from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+            kind, data = recorded["command"]
+            return JsonPlusSerializer().loads_typed((kind, base64.b64decode(data)))
         return ToolMessage(
             content=recorded["content"],
             status=recorded["status"],
@@ -602,16 +625,26 @@ class ToolNodeLedger:
         if not self._ledgered(request):
             return execute(request)
         runs, thread_id, call_id, where, name, args, policy = self._key(request)
-        recorded = runs.call(thread_id, call_id, where, name, args, policy, lambda: self._record(execute(request)))
-        return self._message(request, recorded)
+        live: list[Any] = []
+
+        def run() -> dict[str, Any]:
+            result = execute(request)
+            live.append(result)
+            return self._record(runs, thread_id, result)
+
+        recorded = runs.call(thread_id, call_id, where, name, args, policy, run)
+        return self._answer(request, recorded, live)
 
     async def acall(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
         if not self._ledgered(request):
             return await execute(request)
         runs, thread_id, call_id, where, name, args, policy = self._key(request)
+        live: list[Any] = []
 
         async def run() -> dict[str, Any]:
-            return self._record(await execute(request))
+            result = await execute(request)
+            live.append(result)
+            return self._record(runs, thread_id, result)
 
         recorded = await runs.acall(thread_id, call_id, where, name, args, policy, run)
-        return self._message(request, recorded)
+        return self._answer(request, recorded, live)
