@@ -250,11 +250,6 @@ def test_parallel_send_branches_run_each_durable_call_once_when_one_branch_fails
 
 
 # copy_thread of a thread a crash left uncertain ---------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="copy_thread copies the checkpoints but not the durable calls' ledger: the copy runs again a "
-    "non-idempotent call whose effect the crash left uncertain, without asking",
-)
 def test_a_copied_thread_does_not_run_an_uncertain_call_again(tmp_path: Path) -> None:
     """A process was killed inside ``charge_card`` (the card was charged). The user copies the thread to try
     something on the side (``copy_thread``, LangGraph's fork) and runs the copy: it charges the card a second

@@ -523,3 +523,38 @@ def test_the_refusal_of_changed_arguments_is_one_line_naming_the_tool(tmp_path: 
     assert "\n" not in message and "'refund'" in message and "'t-9'" in message
     assert "same arguments on every attempt" in message
     assert os.sep + "tmp" not in message
+
+
+# 11. copy_thread copies the durable calls -----------------------------------------------------------------------
+@pytest.mark.parametrize("key", [None, bytes(range(32))], ids=["plain", "encrypted"])
+def test_a_copy_takes_a_charge_its_source_made_after_its_last_checkpoint(tmp_path: Path, key: bytes | None):
+    """The node charged, then failed: the charge is in the ledger, not in a checkpoint. The copy (and then the
+    source) each run the node again and take the recorded charge: one charge in all, on an encrypted store too."""
+    charged: list[int] = []
+    failing = {"on": True}
+
+    @durable_tool(idempotency="non_idempotent", replay_policy="never")
+    def charge(amount: int) -> str:
+        charged.append(amount)
+        return f"charged {amount}"
+
+    def pay(state: Order) -> dict[str, Any]:
+        receipt = charge(10)
+        if failing["on"]:
+            raise ConnectionError("the shipping API timed out")
+        return {"status": receipt}
+
+    graph = StateGraph(Order)
+    graph.add_node("pay", pay)
+    graph.add_edge(START, "pay")
+    graph.add_edge("pay", END)
+    with SafepointSaver(f"file:{tmp_path}/store", key=key, workspace=str(tmp_path)) as saver:
+        app = graph.compile(checkpointer=saver)
+        with pytest.raises(ConnectionError):
+            app.invoke({"status": "new"}, config("src"), durability="sync")
+        saver.copy_thread("src", "dst")
+        saver.copy_thread("src", "dst")  # again, over the copy: replaced, not doubled
+        failing["on"] = False
+        assert app.invoke(None, config("dst"), durability="sync") == {"status": "charged 10"}
+        assert app.invoke(None, config("src"), durability="sync") == {"status": "charged 10"}
+    assert charged == [10]

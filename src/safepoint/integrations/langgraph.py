@@ -489,6 +489,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             if records:
                 self._claim(target, index.match_key or None)
                 self._commit(target, [DropRecord(everything=True), *records])
+            self.tools.copy(source, target)  # and its durable calls: the copy never repeats one
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):

@@ -188,6 +188,40 @@ class ToolRuns:
                 ) from None
             self.store.delete_run(run_id, claim=claim)
 
+    def copy(self, source: str, target: str) -> None:
+        """``copy_thread``'s part: the target's durable calls' ledger becomes a copy of the source's, so the copy
+        takes the recorded results and stops at an uncertain call as the source does (rejected: refusing the copy
+        while a call is uncertain, which still let the copy run again a call that had succeeded after its last
+        checkpoint, and left a forked thread without its history of effects). Records are copied as they are (a
+        durable call's result is in its log record), re-fenced by the copy's own claim."""
+        from safepoint.errors import CorruptRecordError, RunNotFoundError
+
+        source_run, target_run = tools_run_id(source), tools_run_id(target)
+        try:
+            header = self.store.run_header(source_run)
+        except RunNotFoundError:
+            header = None
+        log = self.store.read_log(source_run) if header is not None else None
+        if log is not None and (damaged := [p for p in log.problems if p.kind != "torn"]):
+            raise CorruptRecordError(
+                f"LangGraph thread {source!r}: its durable calls (run {source_run}) have a damaged record at "
+                f"{damaged[0].position}; check them with `safepoint fsck {source_run}` before copying the thread"
+            )
+        self.delete(target)  # a copy over a thread replaces its calls too, as its checkpoints
+        if header is None or log is None:
+            return
+        info = msgspec.json.decode(header, type=RunInfo)
+        copied = msgspec.structs.replace(
+            info, run_id=target_run, model_config={**info.model_config, "langgraph_thread_id": target}
+        )
+        self.store.create_run(target_run, msgspec.json.encode(copied))
+        claim = self.store.claim(target_run, self.holder)
+        try:
+            records = [msgspec.structs.replace(r, gen=claim.generation) for r in log.records]
+            self.store.append(claim, records)
+        finally:
+            self.store.release(claim)
+
     def close(self) -> None:
         with self.lock:
             for run in self._runs.values():
