@@ -199,8 +199,9 @@ def not_captured(tool: str, side_effects: Iterable[str]) -> str | None:
     return None
 
 
-def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanation:
-    """Why a resume would continue where it would, and what it would do with every recorded call."""
+def explain(store: Store, run_id: str, workspace: str | None = None, *, view: RunView | None = None) -> Explanation:
+    """Why a resume would continue where it would, and what it would do with every recorded call. ``view``: the
+    run as a caller read it already (the review page's timeline: one read of the log, not two)."""
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
     from safepoint.core.resume import expected_files, plan_resume
     from safepoint.core.rollback import UNKNOWN
@@ -210,7 +211,7 @@ def explain(store: Store, run_id: str, workspace: str | None = None) -> Explanat
     from safepoint.restart.doubt import doubt_of
     from safepoint.workspace.files import Workspace
 
-    view = load_view(store, run_id)
+    view = load_view(store, run_id) if view is None else view
     hashes = None
     probes: dict[str, ProbeResult] = {}
     if workspace is not None:
