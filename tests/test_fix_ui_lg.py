@@ -558,3 +558,36 @@ def test_a_copy_takes_a_charge_its_source_made_after_its_last_checkpoint(tmp_pat
         assert app.invoke(None, config("dst"), durability="sync") == {"status": "charged 10"}
         assert app.invoke(None, config("src"), durability="sync") == {"status": "charged 10"}
     assert charged == [10]
+
+
+def test_a_tool_node_tool_that_asks_through_interrupt_gets_the_answer(tmp_path: Path):
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import ToolNode
+    from langgraph.types import interrupt
+
+    from safepoint.integrations.langgraph import DurableCall, ToolNodeLedger
+
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email, once a person said yes."""
+        if interrupt(f"send to {to}?") != "yes":
+            return "not sent"
+        sent.append(to)
+        return f"sent to {to}"
+
+    calls = [{"name": "send_email", "args": {"to": "a@x"}, "id": "call_1"}]
+    ledger = ToolNodeLedger(default=DurableCall(replay_policy="never"))
+    graph = StateGraph(Chat)
+    graph.add_node("think", lambda state: {"messages": [AIMessage(content="", tool_calls=calls)]})
+    graph.add_node("tools", ToolNode([send_email], wrap_tool_call=ledger, awrap_tool_call=ledger.acall))
+    graph.add_edge(START, "think")
+    graph.add_edge("think", "tools")
+    graph.add_edge("tools", END)
+    with SafepointSaver(f"file:{tmp_path}/store", workspace=str(tmp_path)) as saver:
+        app = graph.compile(checkpointer=saver)
+        asked = app.invoke({"messages": [HumanMessage("mail")]}, config(), durability="sync")
+        assert asked["__interrupt__"][0].value == "send to a@x?"
+        out = app.invoke(Command(resume="yes"), config(), durability="sync")
+    assert sent == ["a@x"] and out["messages"][-1].content == "sent to a@x"

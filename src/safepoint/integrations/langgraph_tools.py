@@ -590,8 +590,9 @@ def _call_key(request: ToolCallRequest) -> str:
 class ToolNodeLedger:
     """``ToolNode(tools, wrap_tool_call=ledger, awrap_tool_call=ledger.acall)``: every tool call of the node goes
     through the ledger under the model's tool call id. ``tools`` gives a tool's policy by name, ``default`` the
-    rest's; a tool given ``None`` is not ledgered (one that calls ``interrupt()``: the interrupt would be recorded
-    as its failure, and the answer never reach it)."""
+    rest's; a tool given ``None`` is not ledgered. A tool that asks through ``interrupt()`` is ledgered as any
+    other: recorded as asked, it runs afresh with the answer (``ToolRuns._link``). A tool returning a ``Command``
+    has it recorded (``_record``). Ids a model leaves empty or repeats are told apart by position (``_call_key``)."""
 
     def __init__(self, tools: dict[str, DurableCall | None] | None = None, default: DurableCall | None = None) -> None:
         self.policies = dict(tools or {})
