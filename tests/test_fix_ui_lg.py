@@ -92,6 +92,21 @@ def test_a_separator_inside_a_line_never_makes_a_line_anywhere(sp, separator):
     assert diff is not None and separator not in page and '<span class="del">' not in diff.group(0)
 
 
+@pytest.mark.parametrize("separator", ["\r", "\u2028", "\x0c"])
+def test_the_cli_conflicts_view_shows_a_separator_inside_a_line_as_an_escape(separator):
+    from rich.console import Console
+
+    from safepoint.cli.render import conflicts_view
+
+    change = f"+ok = 1{separator}- check(request)\n"
+    conflict = {"path": "a.py", "why": "w", "expected_hash": "e", "actual_hash": "a", "resolution": "pending"}
+    console = Console(record=True, width=200, force_terminal=False)
+    console.print(conflicts_view([{**conflict, "agent_change": change, "changed_since": change}]))
+    text = console.export_text()
+    assert separator not in text and text.count("check(request)") == 2
+    assert not any(line.lstrip("│ ").startswith("- check") for line in text.splitlines())
+
+
 def test_a_capped_diff_counts_lines_at_newlines_only():
     from safepoint.timeline import DIFF_CAP_LINES, _cap_lines
 
