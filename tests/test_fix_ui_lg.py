@@ -195,6 +195,30 @@ def test_recorded_forms_are_said_as_what_they_are():
 
 
 # 6. one unreadable run -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["owner.json", "run.json", "restart_checkpoint.json"])
+def test_any_unreadable_file_of_a_run_leaves_the_others_listed(tmp_path, name):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sp = safepoint.open(workspace=str(ws))
+    try:
+        for run_id in ("good", "broken"):
+            with sp.start("t", run_id=run_id) as run:
+                run.checkpoint()
+    finally:
+        sp.close()
+    part = ws / ".agent-runtime" / "runs" / "broken" / name
+    part.unlink(missing_ok=True)
+    part.mkdir()
+    sp = safepoint.open(workspace=str(ws))
+    try:
+        rows = {row.summary.run_id: row.summary.status for row in sp.runs_overview()}
+        assert rows["good"] != "unreadable" and "broken" in rows
+        listed = client_of(sp).get("/api/runs")
+        assert listed.status_code == 200 and "good" in listed.text
+    finally:
+        sp.close()
+
+
 def test_an_unreadable_control_channel_is_one_line_and_the_run_is_listed_unreadable(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from safepoint.errors import SafepointError, UnknownReferenceError
+from safepoint.errors import SafepointError, StoreError, UnknownReferenceError
 
 if TYPE_CHECKING:
     from safepoint.core.progress import ProgressEvent
@@ -162,7 +162,10 @@ def pending_approvals(store: Store, run_ids: list[str]) -> list[PendingApproval]
 
     found: list[PendingApproval] = []
     for run_id in run_ids:
-        stored = store.read_restart_checkpoint(run_id)
+        try:
+            stored = store.read_restart_checkpoint(run_id)
+        except StoreError:
+            continue  # one run that cannot be read (listed "unreadable") never hides the others' waits
         if stored is None or not stored.intact:
             continue
         checkpoint = msgspec.json.decode(stored.data, type=RuntimeRestartCheckpoint)

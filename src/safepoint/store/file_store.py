@@ -77,6 +77,7 @@ from safepoint.store.framing import check_line, check_one_line, frame, read_reco
 from safepoint.store.names import check_job_id, check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
 from safepoint.store.private_root import check_store_root
+from safepoint.store.read_errors import unreadable as _unreadable
 
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(LogRecord)
@@ -89,18 +90,6 @@ CONTROL = "control.jsonl"
 DELETED_PREFIX = ".deleted-"  # a deleted run's folder, renamed aside until it is removed
 _INDEXED_KINDS = frozenset({"checkpoint"})
 APPEND_WAIT_TIMEOUT = CLAIM_LOCK_TIMEOUT  # a reader waits this long for an append in flight to finish
-
-
-def _unreadable(run_id: str, exc: OSError) -> Exception:
-    """A read that failed for another reason than a full disk (EISDIR, EACCES: a run written under sudo, a failing
-    disk) is one ``StoreError`` naming the run and the fix, so a listing shows that run ``unreadable`` and the others
-    (rejected: letting the OSError through, which took down every page and command listing the store)."""
-    if is_disk_full(exc):
-        return exc
-    where = f" ({exc.filename})" if exc.filename else ""
-    return StoreError(
-        f"run {run_id!r} cannot be read: {exc.strerror or exc}{where}; fix its permissions, or see `safepoint fsck`"
-    )
 
 
 def read_descriptor(raw: bytes) -> StoredDescriptor:
@@ -224,8 +213,13 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
 
     def run_header(self, run_id: str) -> bytes:
         path = os.path.join(self._existing_run_dir(run_id), "run.json")
-        with open(path, "rb") as handle:
-            payload = check_line(handle.read().rstrip(b"\n"))
+        try:
+            with open(path, "rb") as handle:
+                payload = check_line(handle.read().rstrip(b"\n"))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         if payload is None:
             raise CorruptRecordError(f"header of run {run_id!r} ({path}) fails its checksum; the run cannot be read")
         return payload
@@ -278,6 +272,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
                 raw = handle.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         payload = check_line(raw.rstrip(b"\n"))
         if payload is None:
             raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
@@ -552,6 +548,8 @@ class FileStore(FileBlobs, EncryptionRecordFile, FencedStore[None]):
                 raw = handle.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         return read_descriptor(raw)
 
     def _delete_restart_checkpoint_txn(self, handle: None, run_id: str) -> None:
