@@ -62,11 +62,6 @@ KINDS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="langgraph_thread.redact walks only str, dict, list, tuple and BaseMessage: a secret in a pydantic "
-    "model, a Document, a set, bytes or a dataclass in the state is stored in clear",
-)
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_secret_in_any_state_value_is_redacted_in_the_store(tmp_path: Path, kind: str) -> None:
     """A node puts the user's credentials in the state as a pydantic model (or retrieved ``Document``s, a set of
@@ -122,11 +117,6 @@ def test_a_retry_with_other_arguments_never_gets_the_old_result(tmp_path: Path) 
     assert charged == [10]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the refusal of a durable call whose arguments changed says 'give every distinct tool call its own "
-    "call id', which a durable_tool user cannot do (the ids are made by the adapter), and names no thread",
-)
 def test_the_refusal_of_changed_arguments_says_what_a_graph_author_can_do(tmp_path: Path) -> None:
     """The user reads advice to set call ids, but ``durable_tool`` makes them; the message should name the thread
     and the tool and say that a node must call a durable tool with the same arguments on every attempt."""
@@ -157,11 +147,6 @@ class PaymentsClient:
         self.base = "https://pay.example"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durable_tool records an argument it cannot encode as dumpd's repr, '<PaymentsClient object at 0x...>': "
-    "the same call made again (a retry, a resume in a new process) has another address and is refused",
-)
 def test_a_client_object_argument_is_the_same_call_on_a_retry(tmp_path: Path) -> None:
     """``charge(client, 10)`` with a client the node builds: the node's retry (or its resume after a crash, in a
     new process) calls it the same way, yet is refused as "charge with other input" and the graph dies, so the
@@ -194,11 +179,6 @@ class Chat(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ToolNodeLedger keys a call by the model's tool call id alone (within the task): two calls of one "
-    "message with the same id ('' or a reused 'call_0', as some local model servers send) collide",
-)
 @pytest.mark.parametrize("same_id", ["", "call_0"])
 def test_two_calls_of_one_message_with_one_id_each_run_once(tmp_path: Path, same_id: str) -> None:
     """The model asks for two emails in one turn and its server gives both calls the same id: the first email is
@@ -270,11 +250,6 @@ def test_parallel_send_branches_run_each_durable_call_once_when_one_branch_fails
 
 
 # copy_thread of a thread a crash left uncertain ---------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="copy_thread copies the checkpoints but not the durable calls' ledger: the copy runs again a "
-    "non-idempotent call whose effect the crash left uncertain, without asking",
-)
 def test_a_copied_thread_does_not_run_an_uncertain_call_again(tmp_path: Path) -> None:
     """A process was killed inside ``charge_card`` (the card was charged). The user copies the thread to try
     something on the side (``copy_thread``, LangGraph's fork) and runs the copy: it charges the card a second
@@ -302,11 +277,6 @@ def counting_graph(saver: Any) -> Any:
     return graph.compile(checkpointer=saver)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="list(filter=...) compares the filter with the stored, redacted metadata: a metadata value the "
-    "redactor takes for a secret (a JWT session) never matches, where InMemorySaver finds the checkpoints",
-)
 def test_a_metadata_filter_finds_what_the_reference_saver_finds(tmp_path: Path) -> None:
     """A service tags each run with its caller's session (``metadata={"session": <a JWT>}``) and looks its
     checkpoints up by it: ``InMemorySaver`` finds 3, ``SafepointSaver`` none, so the service believes the session
@@ -425,11 +395,6 @@ class Booking(TypedDict):
     done: bool
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ToolNodeLedger refuses a tool's Command after the tool ran (_record): the effect happened, the ledger "
-    "records a failure, and every later run of the thread fails on it",
-)
 def test_a_tool_returning_a_command_is_refused_before_it_runs_or_recorded(tmp_path: Path) -> None:
     """LangGraph's own docs have tools return ``Command(update=...)`` (handoffs, state updates). Wrapped in a
     ``ToolNodeLedger``, the tool books the hotel, then the ledger says it "cannot record a Command": the graph
@@ -503,12 +468,6 @@ class DeadlockDetectingLock:
         self.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SelfDeadlock,
-    reason="ToolRuns.call holds the saver's plain threading.Lock while the tool body runs: a durable tool that "
-    "calls another durable tool waits on itself and the graph hangs for ever",
-)
 def test_a_durable_tool_may_call_another_durable_tool(tmp_path: Path) -> None:
     """``checkout`` (non-idempotent) is built from a durable ``price`` lookup: the graph never returns, no error,
     no timeout, and Ctrl-C is the only way out (the same lock also makes parallel ``Send`` branches run their
@@ -537,11 +496,6 @@ def test_a_durable_tool_may_call_another_durable_tool(tmp_path: Path) -> None:
 
 
 # A durable tool that asks a person -------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="durable_tool records LangGraph's GraphInterrupt (control flow, not an error) as the call's failure: "
-    "the person's answer never reaches the tool and every later run of the thread fails on the recorded failure",
-)
 def test_a_durable_tool_that_asks_through_interrupt_gets_the_answer(tmp_path: Path) -> None:
     """LangGraph's docs put ``interrupt()`` inside tools ("confirm before charging"). Made durable, the tool's
     question is shown once; the answer ``Command(resume="yes")`` then fails with ``ToolFailure: ...

@@ -35,11 +35,6 @@ def sp(tmp_path):
 
 
 # The JSON API: masking passwords over the serialized text ------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="GET /api/runs/RUN masks `password='...'` over the serialized JSON: a quote opened in one message and "
-    "closed in a later one swallows the items between (the page shows them)",
-)
 def test_the_api_tells_every_message_the_page_shows(sp):
     """A model that writes ``password='`` in one turn and an apostrophe in a later one (any English text: "it's")
     makes ``/api/runs/RUN`` drop every timeline item in between: the regex of ``mask_passwords`` runs over the JSON
@@ -64,11 +59,6 @@ def test_the_api_tells_every_message_the_page_shows(sp):
 
 
 # The page: a diff line is a line of the diff, not of Python's splitlines ---------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="the page splits a diff with str.splitlines, which also breaks at U+2028, \\r, \\x0c, \\x1c-\\x1e and "
-    "\\x85: text the agent wrote shows as forged '-' (deleted) lines of the diff",
-)
 @pytest.mark.parametrize("separator", ["\u2028", "\r", "\x0c", "\x1e", "\x85"])
 def test_an_added_line_never_shows_as_a_deleted_one(sp, separator):
     """The agent only adds a file; its one line carries a line separator Python's ``splitlines`` honours but a
@@ -88,11 +78,6 @@ def test_an_added_line_never_shows_as_a_deleted_one(sp, separator):
 
 
 # The guard: Host forms ---------------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="on port 80 a browser sends `Host: 127.0.0.1` (no default port) and the guard, which knows only "
-    "NAME:PORT, refuses every request",
-)
 def test_a_page_served_on_port_80_answers_the_browsers_host(sp):
     """``safepoint ui --port 80`` (a container, a root shell): the printed link opens a page saying the host
     '127.0.0.1' is refused, because browsers leave the default port out of ``Host`` and ``Origin``."""
@@ -154,11 +139,6 @@ def test_a_wrong_token_in_the_link_sets_no_cookie_and_is_not_echoed(sp):
 
 
 # Two people answering at once ------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="control.answer checks 'answered already' then posts, unfenced: an approve from the page and a deny "
-    "from the CLI at the same moment are both accepted and both told they decided",
-)
 def test_an_approve_and_a_deny_at_once_are_not_both_accepted(tmp_path, monkeypatch):
     """A reviewer clicks Approve on the page while a colleague runs ``safepoint deny`` on the same call. Both are
     told their answer was recorded (the denier reads "tells the model it was denied"), and the control log holds an
@@ -213,11 +193,6 @@ def test_an_approve_and_a_deny_at_once_are_not_both_accepted(tmp_path, monkeypat
 
 
 # The conflicts page: what the file now is ------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="timeline._as_text shows a symlink's recorded form (SYMLINK_MARK + target) as 'the file now is binary "
-    "(N bytes)'",
-)
 def test_a_file_the_user_replaced_by_a_symlink_is_said_to_be_a_symlink(tmp_path):
     """The user replaced the agent's ``f.txt`` with a link to a config file; the conflicts page says "the file now
     is binary (32 bytes): not shown", so the reviewer picks keep_user or apply_agent believing a binary blob sits
@@ -244,11 +219,6 @@ def test_a_file_the_user_replaced_by_a_symlink_is_said_to_be_a_symlink(tmp_path)
 
 
 # One unreadable run -----------------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="an OSError other than a full disk reading one run's log (EISDIR here; EACCES for a run another user "
-    "wrote) escapes FileStore.read_log, and ui/app._disk_full re-raises it: the whole runs page is a bare 500",
-)
 def test_one_unreadable_run_does_not_take_the_runs_page_down(tmp_path):
     """One run of the store cannot be read (its log is a folder here; in life a run written under sudo, or a
     file on a failing disk). The runs page and ``GET /api/runs`` answer "Internal Server Error" with nothing else,

@@ -402,11 +402,12 @@ class Safepoint:
     def timeline(self, run_id: str, *, page: int = 1, per_page: int | None = None) -> Timeline:
         """One page of the run's timeline (``safepoint.timeline``): messages and calls with their ledger states,
         explain's verdict, outputs and diffs, and the recovery note."""
-        from safepoint import review, timeline
+        from safepoint import report, review, timeline
 
-        explanation = self.explain(run_id)  # an unknown run is said here
-        approvals = review.pending_approvals(self.store, [run_id])
-        with self._session(run_id, read_only=True) as session:
+        with self._session(run_id, read_only=True) as session:  # an unknown run is said here
+            # explain reads the run as the session did (rejected: explain's own read, a second one of the whole log)
+            explanation = report.explain(self.store, run_id, self.workspace.root, view=session.view)
+            approvals = review.pending_approvals(self.store, [run_id])
             return timeline.build_timeline(
                 session, explanation, approvals, page=page, per_page=per_page or timeline.PER_PAGE
             )

@@ -258,10 +258,17 @@ def not_captured(tool: str, side_effects: Iterable[str]) -> str | None:
 
 
 def explain(
-    store: Store, run_id: str, workspace: str | None = None, *, limit: int | None = None, offset: int = 0
+    store: Store,
+    run_id: str,
+    workspace: str | None = None,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    view: RunView | None = None,
 ) -> Explanation:
     """Why a resume would continue where it would, and what it would do with every recorded call (``offset`` and
-    ``limit``: a page of them, in ledger order; the plan itself always covers every call)."""
+    ``limit``: a page of them, in ledger order; the plan itself always covers every call). ``view``: the run as a
+    caller read it already (the review page's timeline: one read of the log, not two)."""
     if offset < 0 or (limit is not None and limit < 0):
         raise ConfigError(f"explain {run_id}: --offset and --limit are counts of calls, 0 or more")
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
@@ -273,7 +280,7 @@ def explain(
     from safepoint.restart.doubt import doubt_of
     from safepoint.workspace.files import Workspace
 
-    view = load_view(store, run_id)
+    view = load_view(store, run_id) if view is None else view
     hashes = None
     probes: dict[str, ProbeResult] = {}
     if workspace is not None:

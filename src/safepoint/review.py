@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from safepoint.errors import SafepointError, UnknownReferenceError
+from safepoint.errors import SafepointError, StoreError, UnknownReferenceError
 
 if TYPE_CHECKING:
     from safepoint.core.progress import ProgressEvent
@@ -120,7 +120,7 @@ def file_diffs(session: RunSession, patches: list[FilePatchEntry]) -> list[FileD
             kind = "too_large"
         added = removed = 0
         if kind == "text":
-            for line in text.splitlines()[2:]:
+            for line in text.split("\n")[2:]:  # a diff's lines end at "\n" only (splitlines forged "-" lines)
                 if line.startswith("+"):
                     added += 1
                 elif line.startswith("-"):
@@ -162,7 +162,10 @@ def pending_approvals(store: Store, run_ids: list[str]) -> list[PendingApproval]
 
     found: list[PendingApproval] = []
     for run_id in run_ids:
-        stored = store.read_restart_checkpoint(run_id)
+        try:
+            stored = store.read_restart_checkpoint(run_id)
+        except StoreError:
+            continue  # one run that cannot be read (listed "unreadable") never hides the others' waits
         if stored is None or not stored.intact:
             continue
         checkpoint = msgspec.json.decode(stored.data, type=RuntimeRestartCheckpoint)

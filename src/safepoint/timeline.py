@@ -134,7 +134,11 @@ def _cap(text: str, cap: int = TEXT_CAP) -> str:
 def _cap_lines(text: str, shows_all: str) -> str:
     """A diff cut at ``DIFF_CAP_LINES`` lines (and 100,000 characters), saying how many more and which command
     shows them."""
-    lines = text.splitlines(keepends=True)
+    lines = [line + "\n" for line in text.split("\n")]  # a diff's lines end at "\n" only (not splitlines)
+    if lines[-1] == "\n":
+        lines.pop()
+    else:
+        lines[-1] = lines[-1][:-1]
     if len(lines) <= DIFF_CAP_LINES and len(text) <= TEXT_CAP * 5:
         return text
     kept = "".join(lines[:DIFF_CAP_LINES])[: TEXT_CAP * 5]
@@ -305,9 +309,16 @@ def conflict_sides(session: RunSession, views: list[ConflictView]) -> list[Confl
 
 def _as_text(content: bytes | None, name: str, notes: list[str]) -> str | None:
     from safepoint.core.patches import is_text
+    from safepoint.workspace.files import FILE_MARK, SYMLINK_MARK
 
     if content is None:
         return None
+    if content.startswith(SYMLINK_MARK):  # a symlink's recorded form: its target, said as such (never "binary")
+        target = content[len(SYMLINK_MARK) :].decode("utf-8", errors="replace")
+        notes.append(f"{name} is a symlink to {target[:500]!r}")
+        return f"symlink -> {target[:500]}"
+    if content.startswith(FILE_MARK):  # a regular file whose content starts like a mark: the mark is not its text
+        content = content[len(FILE_MARK) :]
     if not is_text(content):
         notes.append(f"{name} is binary ({len(content)} bytes): not shown")
         return None

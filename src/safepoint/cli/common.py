@@ -102,9 +102,24 @@ def emit(data: Any, as_json: bool) -> None:
     if as_json:
         import json
 
-        from safepoint.api import mask_passwords  # --json shows no password, whatever field quotes one
+        sys.stdout.write(json.dumps(masked(plain(data)), indent=2) + "\n")
 
-        sys.stdout.write(mask_passwords(json.dumps(plain(data), indent=2, default=str)) + "\n")
+
+def masked(value: Any) -> Any:
+    """Plain data with the passwords of each string masked (``--json`` shows none, whatever field quotes one).
+    Each string on its own: masking the encoded JSON text let a quote opened in one string close in a later one
+    and swallow every item between (rejected: the regex over ``json.dumps``'s output)."""
+    from safepoint.api import mask_passwords
+
+    if isinstance(value, str):
+        return mask_passwords(value)
+    if isinstance(value, dict):
+        return {masked(str(key)): masked(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [masked(item) for item in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return mask_passwords(str(value))  # what json.dumps(default=str) printed, masked too
 
 
 def write_through(chunk: str) -> None:

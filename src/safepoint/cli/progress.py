@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from safepoint.cli.common import plain
+from safepoint.cli.common import masked, plain
 from safepoint.cli.plain import visible
 
 if TYPE_CHECKING:
@@ -36,9 +36,7 @@ class Printer:
     def __call__(self, event: ProgressEvent) -> None:
         data: dict[str, Any] = plain(event)
         if self.as_json:
-            from safepoint.api import mask_passwords
-
-            self._write(mask_passwords(json.dumps(data)) + "\n")
+            self._write(json.dumps(masked(data)) + "\n")
             return
         shown = getattr(self, "_" + data["event"], None)
         if shown is not None:  # the model's text and command lines as they are, never as terminal commands

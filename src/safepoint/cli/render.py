@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from safepoint.cli.plain import STATUS_COLOUR
+from safepoint.cli.plain import STATUS_COLOUR, visible
 
 
 def _styled(value: str) -> Text:
@@ -165,6 +165,12 @@ def restore_view(run_id: str, data: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
+def _shown_diff(text: str) -> str:
+    """A diff as the terminal shows it: lines end at "\\n" only; a "\\r", a form feed or U+2028 inside a line is
+    shown as an escape, never obeyed (a "\\r" would overwrite the line with a forged "-" one)."""
+    return visible(text).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
 def conflicts_view(found: list[dict[str, Any]]) -> Group:
     if not found:
         return Group(Text("no pending conflicts", style="green"))
@@ -175,9 +181,9 @@ def conflicts_view(found: list[dict[str, Any]]) -> Group:
         body.append(f"expected (the agent's version) {conflict['expected_hash']}\n")
         body.append(f"actual (the file now)          {conflict['actual_hash']}\n\n")
         body.append("what the agent changed (before the agent -> the agent's version):\n", style="bold")
-        body.append(conflict["agent_change"] or "(no textual change)\n")
+        body.append(_shown_diff(conflict["agent_change"]) or "(no textual change)\n")
         body.append("\nwhat changed since (the agent's version -> the file now):\n", style="bold")
-        body.append(conflict["changed_since"] or "(no textual change)\n")
+        body.append(_shown_diff(conflict["changed_since"]) or "(no textual change)\n")
         parts.append(Panel(body, title=f"conflict: {conflict['path']} ({conflict['resolution']})", style="yellow"))
     return Group(*parts)
 

@@ -31,12 +31,16 @@ _DIFF_COLOURS = {"+": "32", "-": "31", "@": "36"}
 
 
 def _coloured(text: str, on: bool) -> str:
-    if not on:
-        return text
+    # A diff's lines end at "\n" only, and what a line holds is shown, never obeyed (rejected: splitlines and raw
+    # text, where a "\r" or U+2028 the agent wrote showed as a forged "-" line).
     out = []
-    for line in text.splitlines(keepends=True):
+    parts = text.split("\n")
+    for number, raw in enumerate(parts):
+        if number == len(parts) - 1 and not raw:
+            break
+        line = visible(raw).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
         code = "1" if line.startswith(("+++", "---")) else _DIFF_COLOURS.get(line[:1])
-        out.append(f"\x1b[{code}m{line.rstrip(chr(10))}\x1b[0m\n" if code else line)
+        out.append(f"\x1b[{code}m{line}\x1b[0m\n" if code and on else line + "\n")
     return "".join(out)
 
 

@@ -46,6 +46,7 @@ import builtins
 import contextlib
 import os
 import random
+import secrets
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
@@ -78,6 +79,7 @@ from safepoint.errors import (
 from safepoint.integrations.langgraph_thread import (
     EMPTY,
     LIST,
+    MATCH_KEY,
     PREFIX,
     CheckpointRecord,
     DropRecord,
@@ -89,6 +91,7 @@ from safepoint.integrations.langgraph_thread import (
     WritesRecord,
     decode,
     encode,
+    match_key_of,
     redact,
     thread_of,
     thread_run_id,
@@ -161,7 +164,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                 f"LangGraph thread {thread_id!r}: run {run_id} has a damaged record at {damaged[0].position} "
                 f"({damaged[0].detail}); check it with `safepoint fsck {run_id}`"
             )
-        index = ThreadIndex(thread_id=thread_id, run_id=run_id)
+        index = ThreadIndex(thread_id=thread_id, run_id=run_id, match_key=match_key_of(header))
         for record in log.records:
             index.apply(decode(record), self.serde.loads_typed)
             index.last_seq = record.seq
@@ -171,7 +174,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
         owned = self._owned.get(thread_id)
         return owned.index if owned is not None else self._load(thread_id)
 
-    def _claim(self, thread_id: str) -> _Owned:
+    def _claim(self, thread_id: str, match_key: bytes | None = None) -> _Owned:
         owned = self._owned.get(thread_id)
         if owned is not None:
             return owned
@@ -182,7 +185,8 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             model="langgraph",
             created_at=datetime.now(UTC).isoformat(timespec="microseconds"),
             workspace=self.workspace,
-            model_config={"langgraph_thread_id": thread_id},
+            # a copy keeps its source's key: the filter hashes it copies match there too
+            model_config={"langgraph_thread_id": thread_id, MATCH_KEY: (match_key or secrets.token_bytes(32)).hex()},
         )
         with contextlib.suppress(RunExistsError):  # made earlier, or by the saver whose claim comes first
             self.store.create_run(run_id, _header_encoder.encode(info))
@@ -371,8 +375,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                             continue
                         if before_id and checkpoint_id >= before_id:
                             continue
-                        metadata = saved[checkpoint_id].metadata
-                        if filter and not all(metadata.get(k) == v for k, v in filter.items()):
+                        if filter and not index.matches(saved[checkpoint_id], filter):
                             continue
                         if limit is not None and len(found) >= limit:
                             return iter(found)
@@ -411,7 +414,8 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                     records.append(self._store_value(index, ns, channel, version, values[channel], lists))
                 else:
                     records.append(ValueRecord(ns=ns, channel=channel, version=version, type=EMPTY))
-            meta = redact(self._redactor, get_checkpoint_metadata(config, metadata))
+            plain = get_checkpoint_metadata(config, metadata)
+            meta = redact(self._redactor, plain)
             records.append(
                 CheckpointRecord(
                     ns=ns,
@@ -419,6 +423,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                     parent_id=configurable.get("checkpoint_id"),
                     checkpoint=self.serde.dumps_typed(stripped),
                     metadata=self.serde.dumps_typed(meta),
+                    matches=index.matches_of(plain, meta),
                 )
             )
             self._commit(thread_id, records)
@@ -482,7 +487,9 @@ class SafepointSaver(BaseCheckpointSaver[str]):
                 return
             records = index.copy_records()
             if records:
+                self._claim(target, index.match_key or None)
                 self._commit(target, [DropRecord(everything=True), *records])
+            self.tools.copy(source, target)  # and its durable calls: the copy never repeats one
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):

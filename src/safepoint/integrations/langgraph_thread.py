@@ -18,8 +18,9 @@ among them, would report as unknown; a ``Blob`` is what the log already keeps ex
   The log only grows, so a drop hides; the space comes back when the thread is deleted (``Store.delete_run``).
 
 Values are what the graph's serializer (``serde.dumps_typed``) makes of them, after the run's redactor has walked
-them: strings in dicts, lists and tuples, and a LangChain message's content, tool-call arguments and extra fields
-(model text, what tools returned, what the user typed). Other objects are stored as the serializer makes them.
+them: strings and bytes in dicts, lists, tuples and sets, a LangChain message's content, tool-call arguments and
+extra fields (model text, what tools returned, what the user typed), the fields of pydantic models (a ``Document``)
+and dataclasses. Other objects are stored as the serializer makes them.
 A redacted secret comes back as ``[REDACTED:...]`` after a restart, as everywhere in safepoint; in the process that
 wrote it the graph goes on with its own state.
 """
@@ -27,7 +28,8 @@ wrote it the graph goes on with its own state.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+import hmac
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +46,7 @@ Typed = tuple[str, bytes]  # what ``SerializerProtocol.dumps_typed`` returns
 LIST = "safepoint.list"  # a list value stored item by item (``items``), after the items of ``base``
 EMPTY = "empty"  # a version named in ``new_versions`` with no value (LangGraph's own marker)
 PREFIX = "lg-"
+MATCH_KEY = "langgraph_match_key"  # the header's key of the thread's HMAC key for metadata filters
 
 
 class ValueRecord(msgspec.Struct, tag_field="record", tag="value", frozen=True, kw_only=True, omit_defaults=True):
@@ -64,6 +67,9 @@ class CheckpointRecord(
     parent_id: str | None
     checkpoint: Typed  # the checkpoint without ``channel_values``
     metadata: Typed
+    # key -> HMAC (the thread's MATCH_KEY) of a metadata value the redactor changed: ``list(filter=...)`` matches
+    # the caller's value against it, never against "[REDACTED:...]" (the same for every secret) nor a kept plain text
+    matches: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class WritesRecord(msgspec.Struct, tag_field="record", tag="writes", frozen=True, kw_only=True):
@@ -101,6 +107,15 @@ def thread_of(header: bytes) -> str | None:
     return thread if isinstance(thread, str) else None
 
 
+def match_key_of(header: bytes) -> bytes:
+    """The thread's key for ``CheckpointRecord.matches``, kept in its run's header (sealed on an encrypted store)."""
+    try:
+        info = _header_decoder.decode(header)
+        return bytes.fromhex(str(info.model_config.get(MATCH_KEY, "")))
+    except (msgspec.DecodeError, ValueError):
+        return b""
+
+
 def encode(record: ThreadRecord) -> Blob:
     return make_blob(_encoder.encode(record))
 
@@ -114,34 +129,76 @@ def decode(record: LogRecord) -> ThreadRecord:
 # Redaction by structure ------------------------------------------------------------------------------------------
 def redact(redactor: Redactor, value: Any) -> Any:
     """``value`` with its text redacted (see the module docstring); the very object when nothing changed, so a
-    value without secrets costs no copy."""
+    value without secrets costs no copy. Walked: str, bytes, dict, list, tuple, set, a LangChain message, any
+    pydantic model (a ``Document``, the user's own), a dataclass (rejected: str, dict, list and messages only, which
+    kept a key held in a model, a retrieved ``Document``, a set, raw bytes or a dataclass in clear)."""
+    return _redact(redactor, value, set())
+
+
+def _redact(redactor: Redactor, value: Any, path: set[int]) -> Any:
     if isinstance(value, str):
         return redactor.text(value)
+    if isinstance(value, bytes | bytearray):
+        text = bytes(value).decode("utf-8", "surrogateescape")
+        redacted = redactor.text(text)
+        return value if redacted == text else type(value)(redacted.encode("utf-8", "surrogateescape"))
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    if id(value) in path:  # a cycle (a model that holds itself): walked once
+        return value
+    path.add(id(value))
+    try:
+        return _redact_container(redactor, value, path)
+    finally:
+        path.discard(id(value))
+
+
+def _redact_container(redactor: Redactor, value: Any, path: set[int]) -> Any:
     if isinstance(value, dict):
-        pairs = [(redact(redactor, k), redact(redactor, v)) for k, v in value.items()]
+        pairs = [(_redact(redactor, k, path), _redact(redactor, v, path)) for k, v in value.items()]
         changed = any(k is not k0 or v is not v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True))
         return dict(pairs) if changed else value
-    if isinstance(value, list | tuple):
-        items = [redact(redactor, item) for item in value]
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [_redact(redactor, item, path) for item in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
+        if isinstance(value, set | frozenset):
+            return type(value)(items)
         return type(value)(items) if isinstance(value, tuple) and not hasattr(value, "_fields") else items
-    return _redact_message(redactor, value)
+    return _redact_object(redactor, value, path)
 
 
-def _redact_message(redactor: Redactor, value: Any) -> Any:
+def _redact_object(redactor: Redactor, value: Any, path: set[int]) -> Any:
+    import dataclasses
+
     from langchain_core.messages import BaseMessage
+    from pydantic import BaseModel
 
-    if not isinstance(value, BaseMessage):
-        return value
+    if isinstance(value, BaseMessage):
+        names: Iterable[str] = ("content", "additional_kwargs", "tool_calls", "invalid_tool_calls", "artifact")
+    elif isinstance(value, BaseModel):
+        names = type(value).model_fields
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)]
+    else:
+        return value  # stored as the serializer makes it
     update: dict[str, Any] = {}
-    for name in ("content", "additional_kwargs", "tool_calls", "invalid_tool_calls", "artifact"):
+    for name in names:
         if hasattr(value, name):
             current = getattr(value, name)
-            redacted = redact(redactor, current)
+            redacted = _redact(redactor, current, path)
             if redacted is not current:
                 update[name] = redacted
-    return value.model_copy(update=update) if update else value
+    if not update:
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_copy(update=update)
+    import copy
+
+    copied = copy.copy(value)  # not dataclasses.replace: it refuses init=False fields
+    for name, redacted in update.items():
+        object.__setattr__(copied, name, redacted)  # a frozen dataclass too
+    return copied
 
 
 # The index a saver keeps of one thread ---------------------------------------------------------------------------
@@ -166,6 +223,35 @@ class ThreadIndex:
     # (ns, channel) -> (version, the items of its latest list value, serialized): what the next list is compared to
     lists: dict[tuple[str, str], tuple[Version, list[Any], list[Typed]]] = field(default_factory=dict)
     last_seq: int = 0
+    match_key: bytes = b""  # the thread's key for ``matches`` (empty: a thread made before it; plain compare only)
+
+    def _digest(self, value: Any) -> str | None:
+        try:
+            encoded = msgspec.json.encode(value, order="sorted")
+        except (TypeError, msgspec.EncodeError):
+            return None  # a value JSON cannot hold is matched as it is stored, as before
+        return hmac.new(self.match_key, encoded, hashlib.sha256).hexdigest()
+
+    def matches_of(self, plain: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, str]:
+        """The keyed hashes of the metadata values redaction changed (see ``CheckpointRecord.matches``)."""
+        if not self.match_key:
+            return {}
+        found = {}
+        for key, value in plain.items():
+            if stored.get(key) is not value and (digest := self._digest(value)) is not None:
+                found[key] = digest
+        return found
+
+    def matches(self, saved: Saved, wanted: dict[str, Any]) -> bool:
+        """Does a checkpoint's metadata hold every ``wanted`` value (as ``InMemorySaver`` compares)?"""
+        for key, value in wanted.items():
+            digest = saved.record.matches.get(key)
+            if digest is not None and self.match_key:
+                if not hmac.compare_digest(digest, self._digest(value) or ""):
+                    return False
+            elif saved.metadata.get(key) != value:
+                return False
+        return True
 
     def apply(self, record: ThreadRecord, load_metadata: Any) -> None:
         if isinstance(record, ValueRecord):

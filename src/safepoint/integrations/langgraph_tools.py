@@ -15,7 +15,11 @@ the thread), the checkpoint the task started from and its namespace (``checkpoin
 task id (LangGraph derives it from the checkpoint and the node, so it is the same when the node runs again), the
 tool, and the call's order within this run of the node (a counter per attempt: LangGraph gives each attempt its
 own scratchpad). A ``ToolNode`` runs a message's tool calls at once, in threads: there the model's tool call id
-takes the place of the order. The call id is ``lg-<tool>-<digest of the rest>-<order or tool call id>``.
+takes the place of the order (with the call's position in its message when the id is empty or repeated). The
+saver's lock is held around the ledger's records only, never while a tool runs: parallel calls run at once and a
+durable tool may call another. A tool that asks through ``interrupt()`` is recorded as asked, not failed; made
+again with the answer it runs afresh (``ToolRuns._link``). The call id is
+``lg-<tool>-<digest of the rest>-<order or tool call id>``.
 
 What is recorded is the value as JSON (a tuple comes back as a list, a message or object as its JSON form); a
 ``ToolNode`` call records its message's content, status and artifact and hands back a ``ToolMessage`` made from
@@ -38,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
-from safepoint.errors import ConfigError, DecisionNeeded, ToolFailure
+from safepoint.errors import ConfigError, DecisionNeeded, ResumeError, ToolFailure
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel, RunInfo
 
 if TYPE_CHECKING:
@@ -58,6 +62,7 @@ DECISION = "safepoint_decision"  # the key of an interrupt's value that asks for
 # once) and the node's own interrupts keep their answers (rejected: asking only while the call waits, which shifted
 # every later answer of the node by one).
 ASKED = "[langgraph] decision asked at "
+INTERRUPTED = "[langgraph] interrupted:"  # the recorded error of a call that stopped at interrupt() (``_failed``)
 _WAITING = re.compile(r"\((lg-[^()\s]+)\)")
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -183,6 +188,40 @@ class ToolRuns:
                 ) from None
             self.store.delete_run(run_id, claim=claim)
 
+    def copy(self, source: str, target: str) -> None:
+        """``copy_thread``'s part: the target's durable calls' ledger becomes a copy of the source's, so the copy
+        takes the recorded results and stops at an uncertain call as the source does (rejected: refusing the copy
+        while a call is uncertain, which still let the copy run again a call that had succeeded after its last
+        checkpoint, and left a forked thread without its history of effects). Records are copied as they are (a
+        durable call's result is in its log record), re-fenced by the copy's own claim."""
+        from safepoint.errors import CorruptRecordError, RunNotFoundError
+
+        source_run, target_run = tools_run_id(source), tools_run_id(target)
+        try:
+            header = self.store.run_header(source_run)
+        except RunNotFoundError:
+            header = None
+        log = self.store.read_log(source_run) if header is not None else None
+        if log is not None and (damaged := [p for p in log.problems if p.kind != "torn"]):
+            raise CorruptRecordError(
+                f"LangGraph thread {source!r}: its durable calls (run {source_run}) have a damaged record at "
+                f"{damaged[0].position}; check them with `safepoint fsck {source_run}` before copying the thread"
+            )
+        self.delete(target)  # a copy over a thread replaces its calls too, as its checkpoints
+        if header is None or log is None:
+            return
+        info = msgspec.json.decode(header, type=RunInfo)
+        copied = msgspec.structs.replace(
+            info, run_id=target_run, model_config={**info.model_config, "langgraph_thread_id": target}
+        )
+        self.store.create_run(target_run, msgspec.json.encode(copied))
+        claim = self.store.claim(target_run, self.holder)
+        try:
+            records = [msgspec.structs.replace(r, gen=claim.generation) for r in log.records]
+            self.store.append(claim, records)
+        finally:
+            self.store.release(claim)
+
     def close(self) -> None:
         with self.lock:
             for run in self._runs.values():
@@ -250,15 +289,13 @@ class ToolRuns:
             try:
                 return self._handlers[ctx.call_id]()
             except Exception as exc:
-                self._failures[ctx.call_id] = exc
-                raise
+                raise self._failed(ctx.call_id, name, exc) from None
 
         async def abody(ctx: ToolContext, /, **arguments: Any) -> Any:
             try:
                 return await self._handlers[ctx.call_id]()
             except Exception as exc:
-                self._failures[ctx.call_id] = exc
-                raise
+                raise self._failed(ctx.call_id, name, exc) from None
 
         made = tool(
             name=name,
@@ -271,13 +308,50 @@ class ToolRuns:
         if name not in registry or registry.get(name).definition != made.definition:
             registry.put(made)
 
+    def _failed(self, call_id: str, name: str, exc: Exception) -> Exception:
+        """What the ledger records of a tool that raised. ``interrupt()`` (LangGraph's ``GraphInterrupt``) is not a
+        failure: the tool asked a person; it is recorded as asked (``INTERRUPTED``), and the call made again (the
+        node re-run with the answer) runs afresh as the next link of its call id (``_link``)."""
+        from langgraph.errors import GraphBubbleUp
+
+        self._failures[call_id] = exc
+        if isinstance(exc, GraphBubbleUp):
+            return ToolFailure(f"{INTERRUPTED} {name} asked through interrupt(); it runs again with the answer")
+        return exc
+
+    @staticmethod
+    def _link(run: Run, call_id: str) -> str:
+        """The call id this call runs under: ``call_id``, or past every link of it that stopped at an
+        ``interrupt()`` (``-i1``, ``-i2``, ...). Deterministic from the ledger, so a crash after the answered run
+        finds that run's record (rejected: counting answers in the key, which also changed the key of a call made
+        before a node's own interrupt, so the answer ran that call again)."""
+        ledger = run.session.ledger
+        link, n = call_id, 0
+        while (
+            (entry := ledger.get(link)) is not None and entry.status == "failed" and INTERRUPTED in (entry.error or "")
+        ):
+            n += 1
+            link = f"{call_id}-i{n}"
+        return link
+
     def outcome(self, call_id: str, result: Any) -> Any:
         failure = self._failures.pop(call_id, None)
         if result.status == "succeeded":
             return result.value
         if failure is not None:
-            raise failure  # this process's own failure, as the function raised it
+            raise failure  # this process's own failure (an interrupt too), as the function raised it
         raise ToolFailure(f"{call_id}: {result.observation}")
+
+    def _refused(self, thread_id: str, name: str, exc: ResumeError) -> ResumeError:
+        """The engine's refusal of a call id recorded for other input, said for a graph author: the ids are the
+        adapter's, so the fix is in the node (rejected: the engine's "give every call its own call id")."""
+        if "recorded for another call" not in str(exc):
+            return exc
+        return ResumeError(
+            f"LangGraph thread {thread_id!r}: durable tool {name!r} was called at the same place of its node with "
+            "other input than on an earlier attempt; a node must pass the same arguments on every attempt (a retry "
+            "or a resume runs it again): compute them from the state, not from the clock, randomness or a count"
+        )
 
     def call(
         self,
@@ -289,15 +363,43 @@ class ToolRuns:
         policy: DurableCall,
         handler: Callable[[], Any],
     ) -> Any:
+        """One call. The lock is held around the ledger's records only, never while the tool runs: a durable tool
+        may call another, and parallel ``Send`` branches and a ``ToolNode``'s calls run at once (rejected: the lock
+        around the whole call, under which a nested call waited on itself for ever)."""
+        from safepoint.engine.call_runner import AwaitApproval, run_tool_counted
+
         with self.lock:
             run = self.run_for(thread_id, where, policy)
             self.register(run, name, policy, is_async=False)
-            self._handlers[call_id] = handler
-            try:
-                result = run.call_result(name, args, call_id=call_id)
-            finally:
-                self._handlers.pop(call_id, None)
-            return self.outcome(call_id, result)
+            link = self._link(run, call_id)
+            self._handlers[link] = handler
+            runner = run.session.runner
+            call = run._call(name, args, link)
+            driver = runner.drive(call, f"step_{run.session.step}")
+        try:
+            with self.lock:
+                done, request = self._next(driver, None, thread_id, name)
+            while not done:
+                if isinstance(request, AwaitApproval):
+                    answer: Any = runner._wait(request)
+                else:
+                    answer = run_tool_counted(request)
+                with self.lock:
+                    done, request = self._next(driver, answer, thread_id, name)
+            return self.outcome(link, request)
+        finally:
+            self._handlers.pop(link, None)
+
+    def _next(self, driver: Any, answer: Any, thread_id: str, name: str) -> tuple[bool, Any]:
+        """The engine's call driver (``CallRunner.drive``) one step on, under the lock: ``(True, its CallResult)``
+        when the call is decided, else ``(False, what it asks for)``: the tool to run, or an approval to wait for.
+        (Driven here rather than by ``Run.call_result``, which would run the tool inside the lock.)"""
+        try:
+            return False, (next(driver) if answer is None else driver.send(answer))
+        except StopIteration as finished:
+            return True, finished.value
+        except ResumeError as exc:
+            raise self._refused(thread_id, name, exc) from None
 
     async def acall(
         self,
@@ -309,18 +411,38 @@ class ToolRuns:
         policy: DurableCall,
         handler: Callable[[], Any],
     ) -> Any:
-        await asyncio.to_thread(self.lock.acquire)
-        try:
+        from safepoint.engine.call_runner import AwaitApproval, arun_tool_counted
+
+        async def locked(step: Callable[[], Any]) -> Any:
+            await asyncio.to_thread(self.lock.acquire)
+            try:
+                return step()
+            finally:
+                self.lock.release()
+
+        def begin() -> tuple[Run, str, Any]:
             run = self.run_for(thread_id, where, policy)
             self.register(run, name, policy, is_async=True)
-            self._handlers[call_id] = handler
-            try:
-                result = await run.acall_result(name, args, call_id=call_id)
-            finally:
-                self._handlers.pop(call_id, None)
-            return self.outcome(call_id, result)
+            link = self._link(run, call_id)
+            self._handlers[link] = handler
+            return run, link, run.session.runner.drive(run._call(name, args, link), f"step_{run.session.step}")
+
+        run, link, driver = await locked(begin)
+        try:
+            done, request = await locked(lambda: self._next(driver, None, thread_id, name))
+            while not done:
+                if isinstance(request, AwaitApproval):
+                    answer: Any = await asyncio.to_thread(run.session.runner._wait, request)
+                else:
+                    answer = await arun_tool_counted(request)
+                done, request = await locked(functools.partial(self._next, driver, answer, thread_id, name))
+            return self.outcome(link, request)
         finally:
-            self.lock.release()
+            self._handlers.pop(link, None)
+
+
+def _asked(status: str, error: str | None) -> bool:
+    return status == "failed" and INTERRUPTED in (error or "")
 
 
 def _now() -> str:
@@ -357,12 +479,35 @@ def _attempt_digest(configurable: dict[str, Any]) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    try:
-        return msgspec.json.decode(msgspec.json.encode(value))
-    except (TypeError, msgspec.EncodeError):
-        from langchain_core.load import dumpd
+    """``value`` as the JSON the ledger records (and hashes, to know a call made again). An object JSON cannot hold
+    is recorded by its type only (``{"object": "module.Class"}``): a client or session a node makes afresh on each
+    attempt is the same call on a retry or in a new process (rejected: ``dumpd``'s repr, ``<... object at 0x...>``,
+    whose address differed on every attempt, so the retry was refused, and which put the address in the store).
+    Pydantic models are recorded by their fields, LangChain objects as ``dumpd`` makes them (its repr dropped)."""
+    return msgspec.json.decode(msgspec.json.encode(value, enc_hook=_by_type))
 
-        return msgspec.json.decode(msgspec.json.encode(dumpd(value)))
+
+def _by_type(obj: Any) -> Any:
+    from langchain_core.load import dumpd
+    from langchain_core.load.serializable import Serializable
+    from pydantic import BaseModel
+
+    if isinstance(obj, Serializable) and obj.is_lc_serializable():
+        return _no_repr(dumpd(obj))
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    return {"object": f"{type(obj).__module__}.{type(obj).__qualname__}"}
+
+
+def _no_repr(value: Any) -> Any:
+    """``dumpd``'s output without the repr of what it could not serialize (a memory address, a secret's text)."""
+    if isinstance(value, dict):
+        return {
+            k: _no_repr(v) for k, v in value.items() if not (k == "repr" and value.get("type") == "not_implemented")
+        }
+    if isinstance(value, list):
+        return [_no_repr(item) for item in value]
+    return value
 
 
 def durable_tool(
@@ -416,11 +561,38 @@ def durable_tool(
     return wrap(fn) if fn is not None else wrap
 
 
+def _call_key(request: ToolCallRequest) -> str:
+    """The model's tool call id, or, when it is empty or repeated within its message (some local model servers
+    send '' or one id for every call), the call's position in that message with it: two calls never share a key
+    (rejected: the id alone, under which the second email was refused as "recorded for another call", or handed
+    the first one's result). An id that is unique keeps its key as before."""
+    call = request.tool_call
+    ident = str(call.get("id") or "")
+    state = request.state
+    messages = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", state)
+    for message in reversed(messages if isinstance(messages, list) else []):
+        calls = getattr(message, "tool_calls", None)
+        if not calls:
+            continue
+        positions = [n for n, one in enumerate(calls) if one is call]
+        if not positions:
+            continue
+        if ident and sum(1 for one in calls if one.get("id") == ident) == 1:
+            return ident
+        return f"{ident}#{positions[0]}"
+    if not ident:
+        raise ConfigError(
+            f"tool {call['name']}: its tool call has no id and is not in the state's messages; give it an id"
+        )
+    return ident
+
+
 class ToolNodeLedger:
     """``ToolNode(tools, wrap_tool_call=ledger, awrap_tool_call=ledger.acall)``: every tool call of the node goes
     through the ledger under the model's tool call id. ``tools`` gives a tool's policy by name, ``default`` the
-    rest's; a tool given ``None`` is not ledgered (one that calls ``interrupt()``: the interrupt would be recorded
-    as its failure, and the answer never reach it)."""
+    rest's; a tool given ``None`` is not ledgered. A tool that asks through ``interrupt()`` is ledgered as any
+    other: recorded as asked, it runs afresh with the answer (``ToolRuns._link``). A tool returning a ``Command``
+    has it recorded (``_record``). Ids a model leaves empty or repeats are told apart by position (``_call_key``)."""
 
     def __init__(self, tools: dict[str, DurableCall | None] | None = None, default: DurableCall | None = None) -> None:
         self.policies = dict(tools or {})
@@ -429,7 +601,7 @@ class ToolNodeLedger:
     def _key(self, request: ToolCallRequest) -> tuple[ToolRuns, str, str, str, str, dict[str, Any], DurableCall]:
         call = request.tool_call
         runs, configurable = _context(f"tool {call['name']}")
-        where = f"{_attempt_digest(configurable)}-{call['id']}"
+        where = f"{_attempt_digest(configurable)}-{_call_key(request)}"
         policy = self.policies.get(call["name"], self.default)
         assert policy is not None
         thread_id, call_id = str(configurable["thread_id"]), f"lg-{call['name']}-{where}"
@@ -440,20 +612,42 @@ class ToolNodeLedger:
         return name not in self.policies or self.policies[name] is not None
 
     @staticmethod
-    def _record(result: ToolMessage | Command[Any]) -> dict[str, Any]:
+    def _record(runs: ToolRuns, thread_id: str, result: ToolMessage | Command[Any]) -> dict[str, Any]:
+        """What the ledger keeps of a tool's answer: a message's content, status and artifact; a ``Command``
+        (LangGraph's handoffs and state updates) as the graph's serializer makes it, after the thread's redactor
+        walked it (rejected: refusing a Command after the tool ran, which recorded the booking as failed)."""
+        import base64
+
         from langchain_core.messages import ToolMessage
 
-        if not isinstance(result, ToolMessage):
-            raise ConfigError(
-                "ToolNodeLedger: a tool returned a Command, which the ledger cannot record; "
-                "return a value or a ToolMessage"
-            )
-        return {"content": _jsonable(result.content), "status": result.status, "artifact": _jsonable(result.artifact)}
+        if isinstance(result, ToolMessage):
+            return {
+                "content": _jsonable(result.content),
+                "status": result.status,
+                "artifact": _jsonable(result.artifact),
+            }
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        from safepoint.integrations.langgraph_thread import redact
+
+        redactor = runs.open(thread_id).session.log.redactor
+        kind, data = JsonPlusSerializer().dumps_typed(redact(redactor, result))
+        return {"command": [kind, base64.b64encode(data).decode()]}
 
     @staticmethod
-    def _message(request: ToolCallRequest, recorded: dict[str, Any]) -> ToolMessage:
+    def _answer(request: ToolCallRequest, recorded: dict[str, Any], live: list[Any]) -> Any:
+        """The tool's answer from what was recorded (in the process that ran it, the very Command it returned)."""
+        import base64
+
         from langchain_core.messages import ToolMessage
 
+        if "command" in recorded:
+            if live:
+                return live[0]
+            from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+            kind, data = recorded["command"]
+            return JsonPlusSerializer().loads_typed((kind, base64.b64decode(data)))
         return ToolMessage(
             content=recorded["content"],
             status=recorded["status"],
@@ -466,16 +660,26 @@ class ToolNodeLedger:
         if not self._ledgered(request):
             return execute(request)
         runs, thread_id, call_id, where, name, args, policy = self._key(request)
-        recorded = runs.call(thread_id, call_id, where, name, args, policy, lambda: self._record(execute(request)))
-        return self._message(request, recorded)
+        live: list[Any] = []
+
+        def run() -> dict[str, Any]:
+            result = execute(request)
+            live.append(result)
+            return self._record(runs, thread_id, result)
+
+        recorded = runs.call(thread_id, call_id, where, name, args, policy, run)
+        return self._answer(request, recorded, live)
 
     async def acall(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
         if not self._ledgered(request):
             return await execute(request)
         runs, thread_id, call_id, where, name, args, policy = self._key(request)
+        live: list[Any] = []
 
         async def run() -> dict[str, Any]:
-            return self._record(await execute(request))
+            result = await execute(request)
+            live.append(result)
+            return self._record(runs, thread_id, result)
 
         recorded = await runs.acall(thread_id, call_id, where, name, args, policy, run)
-        return self._message(request, recorded)
+        return self._answer(request, recorded, live)

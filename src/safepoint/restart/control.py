@@ -17,6 +17,8 @@ import os
 import time
 import uuid
 
+import msgspec
+
 from safepoint.engine.control_watch import TOOLS_NOTE
 from safepoint.engine.log_writer import trace_now
 from safepoint.engine.session import holder_id, load_view
@@ -26,6 +28,8 @@ from safepoint.restart.judge import close_after_restart, controls, judge, redact
 from safepoint.store.base import Store
 from safepoint.store.liveness import owner_alive, process_is_alive
 from safepoint.store.ownership import now
+
+_control_decoder = msgspec.json.Decoder(ControlRecord)
 
 COMMAND_PATIENCE = 30.0  # seconds a submission or reset waits for the run's running command to end
 
@@ -37,7 +41,13 @@ def post(store: Store, run_id: str, record: ControlRecord) -> int:
 
 
 def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str = "user", reason: str = "") -> int:
-    """Approve or deny a waiting call. The answer is bound to the call's input as the ledger recorded it."""
+    """Approve or deny a waiting call. The answer is bound to the call's input as the ledger recorded it.
+
+    Two people answering at once (the page and ``safepoint deny``): the answer is posted only if no control record
+    came since this one read the channel (``Store.post_control(after=...)``, atomic among posts on every store);
+    else what came is read, and an answer to the same call there makes this one the loser, told who answered
+    (rejected: check then post, which accepted both and told both they decided; post then re-read, which left two
+    answers of one call in the log)."""
     view = load_view(store, run_id)
     if view.status in ("closed", "cancelled"):
         raise ResumeError(f"run {run_id!r} is {view.status}: nothing in it waits for approval any more")
@@ -50,18 +60,37 @@ def answer(store: Store, run_id: str, call_id: str, *, approved: bool, by: str =
             "nothing to approve or deny"
         )
     between_commands(store, run_id, "decision")
+    last = max((position for position, _ in store.read_control(run_id)), default=0)  # read before the check
     for position, record in controls(store, run_id):
         seen = view.control_seen.get(position)
         if seen is not None and seen.type == "tampered":
             continue  # written by a command of the run, not counted: it answers nothing
-        if isinstance(record, Approval) and record.call_id == call_id and record.input_hash == entry.input_hash:
-            verb = "approved" if record.approved else "denied"
-            raise ResumeError(f"call {call_id!r} of run {run_id!r} was {verb} already by {record.by} at {record.at}")
-    return post(
-        store,
-        run_id,
+        _refuse_answered(run_id, call_id, entry.input_hash, record)
+    data = redacted(
+        redactor_of(store, run_id),
         Approval(call_id=call_id, input_hash=entry.input_hash, approved=approved, at=now(), by=by, reason=reason),
     )
+    for _ in range(ANSWER_ATTEMPTS):
+        posted = store.post_control(run_id, data, after=last)
+        if posted:
+            return posted
+        came = [(p, raw) for p, raw in store.read_control(run_id) if p > last]
+        for _, raw in came:
+            with contextlib.suppress(msgspec.DecodeError):
+                _refuse_answered(run_id, call_id, entry.input_hash, _control_decoder.decode(raw))
+        last = max((p for p, _ in came), default=last)
+    raise ResumeError(
+        f"run {run_id!r}: its control channel kept changing while answering call {call_id!r}; answer again"
+    )
+
+
+ANSWER_ATTEMPTS = 8  # other posts (a submission, a cancel) coming between the read and the post, each retried
+
+
+def _refuse_answered(run_id: str, call_id: str, input_hash: str, record: ControlRecord) -> None:
+    if isinstance(record, Approval) and record.call_id == call_id and record.input_hash == input_hash:
+        verb = "approved" if record.approved else "denied"
+        raise ResumeError(f"call {call_id!r} of run {run_id!r} was {verb} already by {record.by} at {record.at}")
 
 
 def submit(

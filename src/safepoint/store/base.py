@@ -171,9 +171,11 @@ class ControlChannel(abc.ABC):
     """
 
     @abc.abstractmethod
-    def post_control(self, run_id: str, data: bytes) -> int:
+    def post_control(self, run_id: str, data: bytes, *, after: int | None = None) -> int:
         """Append a control record durably (fsync'd, checksummed); returns its position (1, 2, ...).
-        Not fenced: the sender holds no claim. Raises ``RunNotFoundError``."""
+        Not fenced: the sender holds no claim. Raises ``RunNotFoundError``. With ``after`` (the last position the
+        caller read), posted only if no record came since, atomically among posts; else nothing is posted and 0
+        is returned (so a check then post, as an answer to an approval, cannot race another)."""
 
     @abc.abstractmethod
     def read_control(self, run_id: str) -> list[tuple[int, bytes]]:

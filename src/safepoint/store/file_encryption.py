@@ -91,7 +91,7 @@ class EncryptionRecordFile:
                 if name.startswith("."):
                     continue
                 with (
-                    contextlib.suppress(FileNotFoundError),
+                    contextlib.suppress(OSError),  # gone, or unreadable (a folder, EACCES): another run tells
                     open(os.path.join(self._runs, name, "run.json"), "rb") as f,
                 ):
                     payload = check_line(f.read().rstrip(b"\n"))

@@ -80,6 +80,7 @@ from safepoint.store.framing import check_line, check_one_line, frame, read_desc
 from safepoint.store.names import check_run_id
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, event_key, now, stuck_lock
 from safepoint.store.private_root import check_store_root
+from safepoint.store.read_errors import unreadable as _unreadable
 
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(LogRecord)
@@ -207,8 +208,13 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
 
     def run_header(self, run_id: str) -> bytes:
         path = os.path.join(self._existing_run_dir(run_id), "run.json")
-        with open(path, "rb") as handle:
-            payload = check_line(handle.read().rstrip(b"\n"))
+        try:
+            with open(path, "rb") as handle:
+                payload = check_line(handle.read().rstrip(b"\n"))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         if payload is None:
             raise CorruptRecordError(f"header of run {run_id!r} ({path}) fails its checksum; the run cannot be read")
         return payload
@@ -259,6 +265,8 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
                 raw = handle.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         payload = check_line(raw.rstrip(b"\n"))
         if payload is None:
             raise CorruptRecordError(f"owner record of run {run_id!r} ({path}) fails its checksum")
@@ -473,6 +481,8 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
             handle = open(path, "rb")  # noqa: SIM115 - kept open across the lock below
         except FileNotFoundError:
             return LogRead(records=[], problems=[])
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         with handle:
             data = handle.read()
             if data and not data.endswith(b"\n"):
@@ -575,6 +585,8 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
                 raw = handle.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
         return read_descriptor(raw)
 
     def _delete_restart_checkpoint_txn(self, handle: None, run_id: str) -> None:
@@ -624,7 +636,7 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
         return events
 
     # the control channel ----------------------------------------------------------------------------------
-    def post_control(self, run_id: str, data: bytes) -> int:
+    def post_control(self, run_id: str, data: bytes, *, after: int | None = None) -> int:
         """Under ``control.lock``, not the run's lock: a sender must get through while the owner is stopped (a
         cancel is wanted most then), and control posts need ordering only among themselves.
 
@@ -640,6 +652,8 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
         with self._locked(run_id, timeout=CLAIM_LOCK_TIMEOUT, name="control.lock", stuck=stuck):
             lines = self._complete_lines(run_id, CONTROL)
             last = max((position for position, _ in _control_records(lines)), default=0)
+            if after is not None and last != after:
+                return 0  # a record came since the caller read: nothing posted (see Store.post_control)
             position = max(last, lines.count(b"\n")) + 1  # the count covers a damaged last line
             self._append_line(run_id, CONTROL, b"%d %s" % (position, data))
         return position
@@ -651,6 +665,8 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
                 return _control_records(handle.read())
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise _unreadable(run_id, exc) from None
 
     # artifacts and trace ----------------------------------------------------------------------------------
     def _put_artifact_txn(self, handle: None, run_id: str, filename: str, digest: str, data: bytes) -> None:

@@ -490,7 +490,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         return None if payload is None else (_int(row[0]), payload)
 
     # the control channel ----------------------------------------------------------------------------------
-    def post_control(self, run_id: str, data: bytes) -> int:
+    def post_control(self, run_id: str, data: bytes, *, after: int | None = None) -> int:
         check_one_line("a control record", data)
         try:
             with self._tx() as conn:
@@ -507,6 +507,12 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
                 ).fetchone()
                 if locked is None:
                     raise self._not_found(run_id)
+                if after is not None:  # under the row lock above: no post comes between this and the insert
+                    last = conn.execute(
+                        f"SELECT coalesce(max(position), 0) FROM {SCHEMA}.control WHERE run_id = %s", (run_id,)
+                    ).fetchone()
+                    if last is None or _int(last[0]) != after:
+                        return 0
                 row = conn.execute(
                     f"INSERT INTO {SCHEMA}.control (run_id, position, line) SELECT %s, coalesce(max(position), 0) + 1, "
                     f"%s FROM {SCHEMA}.control WHERE run_id = %s RETURNING position",

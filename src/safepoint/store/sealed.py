@@ -297,10 +297,10 @@ class SealedStore(Store):
         return events
 
     # control and schedules ------------------------------------------------------------------------------------------
-    def post_control(self, run_id: str, data: bytes) -> int:
+    def post_control(self, run_id: str, data: bytes, *, after: int | None = None) -> int:
         check_one_line("a control record", data)  # what every backend refuses, refused before it is sealed
         cipher = self._ready(writing=True)
-        return self.inner.post_control(run_id, cipher.seal(data, place(run_id, "control")))
+        return self.inner.post_control(run_id, cipher.seal(data, place(run_id, "control")), after=after)
 
     def read_control(self, run_id: str) -> list[tuple[int, bytes]]:
         cipher = self._ready()

@@ -45,6 +45,8 @@ _INVISIBLE = {
         *range(0x2066, 0x206A),
         0x200E,
         0x200F,
+        0x2028,  # line and paragraph separators: a diff line is a line of the diff, these are its content
+        0x2029,
     )
 }
 
@@ -86,6 +88,7 @@ def _templates() -> jinja2.Environment:
     env.filters["shown"] = shown
     env.filters["seg"] = lambda value: quote(str(value), safe="")  # one path segment of a link
     env.filters["line_class"] = _line_class
+    env.filters["diff_lines"] = diff_lines
     env.filters["when"] = _when
     return env
 
@@ -100,6 +103,16 @@ def _when(iso: str | None) -> str:
         return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except ValueError:
         return shown(iso)
+
+
+def diff_lines(text: str) -> list[str]:
+    """A diff's lines: split at "\\n" only, as a diff is (rejected: ``str.splitlines``, which also breaks at
+    "\\r", U+2028, "\\x0c", "\\x1c"-"\\x1e" and "\\x85" and so showed a line the agent added, holding one, as a
+    forged "-" line). What those characters are is shown by ``shown``."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def _line_class(line: str) -> str:
@@ -143,9 +156,7 @@ def create_app(sp: Safepoint, *, token: str, hosts: frozenset[str] | set[str]) -
         return run
 
     def api_json(value: Any, status: int = 200) -> Response:
-        from safepoint.api import mask_passwords  # as --json: no password shown, whatever field quotes one
-
-        return Response(mask_passwords(json.dumps(to_plain(value))), status_code=status, media_type="application/json")
+        return Response(json.dumps(_masked(to_plain(value))), status_code=status, media_type="application/json")
 
     def page_number(request: Request) -> int:
         from safepoint.errors import ConfigError
@@ -326,14 +337,29 @@ def _text(body: dict[str, Any], key: str) -> str:
     return value
 
 
+def _masked(value: Any) -> Any:
+    """Plain data with the passwords of each string masked, as ``--json`` does (no password shown, whatever field
+    quotes one). Each string on its own: masking the encoded JSON let a quote opened in one message close in a
+    later one and swallow the items between (rejected: the regex over ``json.dumps``'s text)."""
+    from safepoint.api import mask_passwords
+
+    if isinstance(value, str):
+        return mask_passwords(value)
+    if isinstance(value, dict):
+        return {mask_passwords(str(key)): _masked(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(item) for item in value]
+    return value
+
+
 def _disk_full(exc: OSError) -> SafepointError:
     """A full disk outside the store (the workspace, where a resolve writes) is said as the CLI says it; any other
-    OSError is a bug to see whole."""
+    OSError (a file of the workspace the page cannot read) is one line too, never a bare 500."""
     from safepoint.errors import DiskFullError, is_disk_full
 
-    if not is_disk_full(exc):
-        raise exc
     where = f" ({exc.filename})" if exc.filename else ""
+    if not is_disk_full(exc):
+        return StoreError(f"cannot read or write{where}: {exc.strerror or exc}; fix its permissions, then try again")
     return DiskFullError(f"no space left on the disk{where}; free space, then try again")
 
 

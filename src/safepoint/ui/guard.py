@@ -48,8 +48,11 @@ SECURITY_HEADERS = [
 
 
 def loopback_hosts(port: int) -> frozenset[str]:
-    """The Host headers this server answers to."""
-    return frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]"))
+    """The Host headers this server answers to. On port 80 a browser leaves the default port out of ``Host`` and
+    ``Origin``, so the bare names are this server's too (only there: on another port a bare name is port 80's)."""
+    names = ("127.0.0.1", "localhost", "[::1]")
+    bare = frozenset(names) if port == 80 else frozenset()
+    return frozenset(f"{name}:{port}" for name in names) | bare
 
 
 def same(given: str | None, token: str) -> bool:

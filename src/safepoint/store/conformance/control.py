@@ -25,3 +25,8 @@ def check_control_channel(make_store: StoreFactory) -> None:
     refused("posting to an unknown run", lambda: store.post_control("nope", b"{}"), RunNotFoundError)
     refused("reading control of an unknown run", lambda: store.read_control("nope"), RunNotFoundError)
     refused("a control record holding a newline", lambda: store.post_control("r", b"{\n}"), StoreError)
+    # A conditional post (``after``): posted only while the last position is the one the caller read.
+    if store.post_control("s", b'{"n":"stale"}', after=0) != 0 or len(store.read_control("s")) != 1:
+        fail("a post after position 0 must be refused (return 0, post nothing) once position 1 exists")
+    if other.post_control("s", b'{"n":"current"}', after=1) != 2:
+        fail("a post after the last position must be posted at the next one")
