@@ -109,6 +109,12 @@ def label(store: Store, run_id: str, checkpoint_id: str, name: str, *, by: str =
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not in run {run_id!r}; see `safepoint checkpoints {run_id}`"
         )
+    _, _, unreachable = lifecycle_state(store.read_control(run_id))
+    if checkpoint_id in unreachable:  # a label keeps nothing gc already freed: said, never taken as kept
+        raise UnknownReferenceError(
+            f"checkpoint {checkpoint_id!r} of run {run_id!r} was not kept by an earlier `safepoint gc` (what it "
+            f"needs was freed), so a label cannot keep it; label one of `safepoint checkpoints {run_id}` still kept"
+        )
     if not name.strip() or "\n" in name:
         raise UnknownReferenceError(f"a label is one line of text, not {name!r}")
     redact = stored_run_redactor(store, run_id)
@@ -142,7 +148,10 @@ def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
     unless ``force`` (which fences that process off: its next write is refused)."""
     from safepoint.engine.session import holder_id, load_view
 
-    references = {store.blob_name(digest) for digest, blob in load_view(store, run_id).blobs.items() if blob.stored}
+    view = load_view(store, run_id)
+    if not force:
+        _refuse_answered_for(store, view)
+    references = {store.blob_name(digest) for digest, blob in view.blobs.items() if blob.stored}
     try:
         claim = store.claim(run_id, holder_id(), takeover=force)
     except RunLockedError:
@@ -154,6 +163,31 @@ def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
     store.delete_run(run_id, claim=claim)
     done = _collect(store, keep=None, dry_run=False, progress=None, only=references)
     return Forgotten(run_id=run_id, freed_blobs=done.freed_blobs, freed_bytes=done.freed_bytes)
+
+
+UNFINISHED = frozenset({"running", "waiting_decision", "waiting_approval", "interrupted"})
+
+
+def _refuse_answered_for(store: Store, view: RunView) -> None:
+    """A subagent's run its unfinished parent answers for is its parent's evidence: forgotten, the parent's resume
+    could not know what the child did. Refused (``--force`` forgets it anyway: the parent's resume then settles
+    its spawn call as uncertain, never spawns it afresh; ``agent.subagents``)."""
+    from safepoint.engine.session import load_view
+
+    parent_id = view.info.parent_run_id
+    if not parent_id:
+        return
+    try:
+        parent = load_view(store, parent_id)
+    except StoreError:  # the parent was forgotten first: nobody answers for this run any more
+        return
+    spawned = parent.spawned.get(view.info.parent_call_id or "")
+    if parent.status in UNFINISHED and spawned is not None and spawned.child_run_id == view.info.run_id:
+        raise RunLockedError(
+            f"run {view.info.run_id!r} is a subagent its unfinished parent {parent_id!r} answers for (call "
+            f"{spawned.call_id!r}); resume or close {parent_id!r} first, or forget it anyway with --force (the "
+            "parent's resume then takes what the subagent did as unknown)"
+        )
 
 
 def _collect(
