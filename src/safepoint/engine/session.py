@@ -351,8 +351,8 @@ class RunSession:
     # the conversation (what the call runner needs of it: ``call_runner.Conversation``) ---------------------------
     def add_message(self, role: Role, content: str, **fields: Any) -> Message:
         message = Message(seq=len(self.history), role=role, content=content, **fields)
+        seq = self.log.add(message)  # first: a message the log refuses (history_codec) is not in the history
         self.history.append(message)
-        seq = self.log.add(message)
         self._history_seqs.append(seq)
         self.contents.message_records[seq] = message
         return message
