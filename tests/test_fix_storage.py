@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+from datetime import UTC
 
+import msgspec
 import pytest
 
 import safepoint
@@ -157,3 +159,39 @@ def test_a_short_message_with_a_lone_surrogate_is_refused_too(tm):
             run.add_message("assistant", "\ud83d")
         run.finish("completed")
     assert tm.history("r").current == [] or all(m.content != "\ud83d" for m in tm.history("r").current)
+
+
+def test_a_forgotten_occurrence_stays_fired_for_the_daemon_and_fire_and_a_replaced_job(tm, workspace):
+    """Fired, then its run forgotten: the job's definition keeps the occurrence as fired, so `due` (what the
+    daemon asks, with the runs left in the store) finds nothing due, a `schedule fire` of it is refused as fired,
+    and `schedule add --replace` of the job keeps it fired."""
+    from datetime import datetime
+
+    from safepoint.errors import RunExistsError
+    from safepoint.supervisor import schedule
+
+    ten = int(datetime(2026, 12, 1, 10, 0, tzinfo=UTC).timestamp() * 1000)
+    job = schedule.put_job(
+        tm.store,
+        schedule.ScheduledJob(
+            job_id="hourly",
+            cron="0 * * * *",
+            workspace=str(workspace),
+            created_at_ms=ten - 86_400_000,
+            updated_at_ms=ten,
+            scenario={"task": "t", "turns": [{"text": "done"}]},
+        ),
+    )
+    run_id, status = schedule.fire(tm.store, tm.workspace, tm.registry(), job, ten)
+    assert status == "completed"
+    at = ten + 5 * 60_000
+    forget(tm.store, run_id)
+    assert run_id not in tm.list_runs()
+    kept = schedule.get_job(tm.store, "hourly")
+    assert kept.fired_through_ms == ten
+    assert schedule.due(kept, schedule.last_fired("hourly", tm.list_runs()), at) == []
+    with pytest.raises(RunExistsError):
+        schedule.fire(tm.store, tm.workspace, tm.registry(), kept, ten)
+    replaced = schedule.put_job(tm.store, msgspec.structs.replace(job, cron="0 * * * *"), replace=True)
+    assert schedule.due(replaced, None, at) == []
+    assert schedule.due(replaced, None, ten + 3_600_000) == [ten + 3_600_000]  # the next one is due as ever

@@ -160,6 +160,10 @@ def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
         raise RunLockedError(
             f"run {run_id!r} is owned by {where}; stop it first, or forget it anyway with --force"
         ) from None
+    if view.info.scheduled is not None and view.info.job_id:  # its occurrence stays fired (rejected: refusing to
+        from safepoint.supervisor.schedule import keep_fired  # forget it: tidying old occurrences is forget's use)
+
+        keep_fired(store, view.info.job_id, view.info.scheduled.scheduled_for_ms)
     store.delete_run(run_id, claim=claim)
     done = _collect(store, keep=None, dry_run=False, progress=None, only=references)
     return Forgotten(run_id=run_id, freed_blobs=done.freed_blobs, freed_bytes=done.freed_bytes)
