@@ -195,3 +195,35 @@ def test_a_forgotten_occurrence_stays_fired_for_the_daemon_and_fire_and_a_replac
     replaced = schedule.put_job(tm.store, msgspec.structs.replace(job, cron="0 * * * *"), replace=True)
     assert schedule.due(replaced, None, at) == []
     assert schedule.due(replaced, None, ten + 3_600_000) == [ten + 3_600_000]  # the next one is due as ever
+
+
+def test_gc_keeps_what_it_meant_to_free_of_a_run_claimed_after_it_read_it(tm, workspace, monkeypatch):
+    """The other order of the rollback race: gc reads the finished run (nobody owns it), a rollback claims it and
+    finds its checkpoint kept (gc's record is not posted yet), then gc posts its record and removes. gc checks the
+    owners again under the blobs' lock: a run claimed since keeps its versions, and the rollback reads them whole."""
+    from safepoint.engine import failpoints
+    from safepoint.engine.session import holder_id
+
+    (workspace / "big.txt").write_text(_text(70))
+    after = []
+    with tm.start("t", run_id="r") as run:
+        for number in range(4):
+            run.step()
+            run.call("write_file", {"path": "big.txt", "content": _text(71 + number)}, call_id=f"c{number}")
+            after.append(run.checkpoint())
+        run.finish("completed")
+    claimed = []
+    real = failpoints.hit
+
+    def claim_meanwhile(name, *args, **kwargs):
+        if name == "gc_recorded" and not claimed:
+            claimed.append(tm.store.claim("r", holder_id()))  # the rollback's claim, at the worst moment
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(failpoints, "hit", claim_meanwhile)
+    before = set(tm.store.list_blobs())
+    done = gc(tm.store, keep=1)
+    assert claimed and done.freed_blobs == 0 and set(tm.store.list_blobs()) == before
+    tm.store.release(claimed[0])
+    monkeypatch.setattr(failpoints, "hit", real)
+    assert gc(tm.store, keep=1).freed_blobs > 0  # unowned again: freed by the next gc

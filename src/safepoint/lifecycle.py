@@ -277,7 +277,14 @@ def _collect(
         failpoints.hit("gc_recorded")
         with store.blobs_exclusive():
             still = store.list_blobs()  # one stored again since (a reference on its way) shows a later time
-            gone = sorted(name for name in candidates if name in still and still[name].written < clock)
+            # A run claimed since gc read it (a rollback or restore that checked its checkpoint before gc's record
+            # was posted) keeps what gc meant to free of it: it may be reading those versions now.
+            busy = {
+                store.blob_name(digest) for run_id in prune if _owned_live(store, run_id) for digest in prune[run_id][0]
+            }
+            gone = sorted(
+                name for name in candidates if name in still and still[name].written < clock and name not in busy
+            )
             freed_bytes = store.delete_blobs(gone)
             backend = unwrap(store)[0]
             if isinstance(backend, FileStore):
@@ -298,6 +305,14 @@ def _collect(
         swept=swept,
         refused=refused,
     )
+
+
+def _owned_live(store: Store, run_id: str) -> bool:
+    try:
+        owner = store.owner(run_id)
+    except StoreError:
+        return False
+    return owner is not None and not owner.released and owner_alive(owner)
 
 
 def _rebased(
