@@ -144,8 +144,9 @@ def gc(store: Store, *, keep: int = DEFAULT_KEEP, dry_run: bool = False, progres
 
 
 def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
-    """Delete a run and the blobs no other run references. A run another process owns right now is refused
-    unless ``force`` (which fences that process off: its next write is refused)."""
+    """Delete a run and the blobs no other run references. A run another process owns right now, or a subagent's
+    run its unfinished parent answers for, is refused unless ``force`` (which fences that process off: its next
+    write is refused). A scheduled occurrence's run leaves its occurrence fired in its job's definition."""
     from safepoint.engine.session import holder_id, load_view
 
     view = load_view(store, run_id)
