@@ -42,7 +42,6 @@ def tm(tmp_path, workspace):
     opened.close()
 
 
-@pytest.mark.xfail(strict=True, reason="label accepts a checkpoint gc already made unreachable; rollback then refuses")
 def test_labelling_a_checkpoint_gc_already_freed_is_refused(tm, workspace):
     """A user labels an old checkpoint after a gc freed what it needs: `safepoint label` says "labelled", the user
     believes it is kept, and the rollback they labelled it for is refused. The label must be refused in one line
@@ -105,10 +104,6 @@ def test_dry_run_says_what_the_real_gc_leaves(tm, workspace):
     assert (dry.kept_blobs, dry.kept_bytes) == (len(left), sum(stat.size for stat in left.values()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a damaged blob of the same length is trusted by the next put; its new reference is to bad bytes",
-)
 @pytest.mark.parametrize("sealed", [False, True])
 def test_a_damaged_blob_is_rewritten_by_the_next_writer_of_its_content(sealed, tmp_path, workspace, request):
     """Bit rot (or a torn page) in a blob of run A: run B writes the same content later and has the good bytes in
@@ -141,10 +136,6 @@ def test_a_damaged_blob_is_rewritten_by_the_next_writer_of_its_content(sealed, t
     assert (workspace / "big.txt").read_text() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a blob stored again is not fsync'd: one its writer died before syncing can vanish under a durable log",
-)
 def test_a_blob_stored_again_is_made_durable_before_its_new_reference(tmp_path, monkeypatch):
     """Writer 1 renames a blob into place and dies before its folder's fsync (the name is in the page cache only).
     Writer 2 stores the same content: `put_blobs` sees the file, touches it and returns without any fsync, then
@@ -206,9 +197,6 @@ def test_odd_messages_read_back_exactly_after_the_dictionary(tm):
     assert restored == ODD
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a lone surrogate in a message crashes the step with UnicodeEncodeError from the history codec"
-)
 def test_a_lone_surrogate_from_a_model_is_kept_or_refused_in_one_line(tm):
     """A provider's JSON may decode to a lone surrogate (`"\\ud83d"` cut mid-emoji). The message is kept (as it
     reads back) or refused with a safepoint error, never a traceback that kills the run mid-step."""
@@ -248,9 +236,6 @@ def test_a_version_gc_freed_that_comes_back_in_a_conflict_survives_the_next_gc(t
 NOTIFY = {"tool": "send_notification", "args": {"to": "#ops", "message": "deploy"}}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="forget of an unfinished parent's subagent run lets the parent's resume send its effect again"
-)
 def test_forgetting_a_crashed_subagent_does_not_let_its_parent_repeat_its_effects(tmp_path):
     """A parent spawned a subagent that sent a notification, and both were killed. The user tidies up with
     `safepoint forget` on the subagent's run (no live process owns it, so forget agrees). Resuming the parent
@@ -273,9 +258,6 @@ def test_forgetting_a_crashed_subagent_does_not_let_its_parent_repeat_its_effect
     assert cli.sent() == 1, (forgotten.stdout, forgotten.stderr, resumed.stdout, resumed.stderr)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="gc between rollback's reachability check and its claim frees what the rollback then reads"
-)
 @pytest.mark.parametrize("action", ["rollback_files", "restore_session"])
 def test_gc_racing_a_rollback_to_an_old_checkpoint_never_half_restores(action, tm, workspace, monkeypatch):
     """`safepoint rollback r CKPT` checks that gc kept CKPT before it claims the run; a `safepoint gc` from another
@@ -361,10 +343,6 @@ def test_a_wrong_key_frees_nothing(tmp_path, workspace):
         right.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL keeps a damaged blob row on a later put of the same content (ON CONFLICT only touches its time)",
-)
 def test_a_damaged_blob_row_is_rewritten_by_the_next_writer_on_postgres(fresh_url, workspace):
     """The PostgreSQL family of the file store's length check: `put_blobs` is `INSERT ... ON CONFLICT DO UPDATE SET
     created_at = now()`, so a row whose bytes went bad stays bad when a run stores the same content again, and
@@ -476,10 +454,6 @@ def test_a_torn_or_missing_blob_is_rewritten_by_the_next_writer_of_its_content(d
     assert (workspace / "big.txt").read_text() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a tool call's non-finite argument (Infinity, NaN) is stored as null: the history reads back other args",
-)
 def test_a_tool_calls_arguments_read_back_as_the_model_wrote_them(tm):
     """Python's `json.loads` reads `Infinity` and `NaN` in a provider's tool-call arguments; the message is
     stored with them as `null`, so `safepoint history` and a resumed model see other arguments than were asked

@@ -533,8 +533,10 @@ class Safepoint:
         from safepoint.engine import actions
         from safepoint.lifecycle import check_reachable
 
-        check_reachable(self.store, run_id, checkpoint_id)
         with self._session(run_id, read_only=dry_run, takeover=takeover) as session:
+            # Checked once the run is claimed (gc keeps an owned run whole), not before: a gc between would free
+            # what the rollback then reads.
+            check_reachable(self.store, run_id, checkpoint_id)
             return actions.rollback_files(session, checkpoint_id, dry_run=dry_run, include_uncertain=include_uncertain)
 
     def restore_session(
@@ -553,8 +555,8 @@ class Safepoint:
         from safepoint.engine import actions
         from safepoint.lifecycle import check_reachable
 
-        check_reachable(self.store, run_id, checkpoint_id)
         with self._session(run_id, tools, takeover=takeover) as session:
+            check_reachable(self.store, run_id, checkpoint_id)  # once claimed, as rollback_files does
             return actions.restore_session(
                 session, checkpoint_id, with_files=with_files, include_uncertain=include_uncertain
             )

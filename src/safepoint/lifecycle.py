@@ -109,6 +109,12 @@ def label(store: Store, run_id: str, checkpoint_id: str, name: str, *, by: str =
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not in run {run_id!r}; see `safepoint checkpoints {run_id}`"
         )
+    _, _, unreachable = lifecycle_state(store.read_control(run_id))
+    if checkpoint_id in unreachable:  # a label keeps nothing gc already freed: said, never taken as kept
+        raise UnknownReferenceError(
+            f"checkpoint {checkpoint_id!r} of run {run_id!r} was not kept by an earlier `safepoint gc` (what it "
+            f"needs was freed), so a label cannot keep it; label one of `safepoint checkpoints {run_id}` still kept"
+        )
     if not name.strip() or "\n" in name:
         raise UnknownReferenceError(f"a label is one line of text, not {name!r}")
     redact = stored_run_redactor(store, run_id)
@@ -138,11 +144,15 @@ def gc(store: Store, *, keep: int = DEFAULT_KEEP, dry_run: bool = False, progres
 
 
 def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
-    """Delete a run and the blobs no other run references. A run another process owns right now is refused
-    unless ``force`` (which fences that process off: its next write is refused)."""
+    """Delete a run and the blobs no other run references. A run another process owns right now, or a subagent's
+    run its unfinished parent answers for, is refused unless ``force`` (which fences that process off: its next
+    write is refused). A scheduled occurrence's run leaves its occurrence fired in its job's definition."""
     from safepoint.engine.session import holder_id, load_view
 
-    references = {store.blob_name(digest) for digest, blob in load_view(store, run_id).blobs.items() if blob.stored}
+    view = load_view(store, run_id)
+    if not force:
+        _refuse_answered_for(store, view)
+    references = {store.blob_name(digest) for digest, blob in view.blobs.items() if blob.stored}
     try:
         claim = store.claim(run_id, holder_id(), takeover=force)
     except RunLockedError:
@@ -151,9 +161,38 @@ def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
         raise RunLockedError(
             f"run {run_id!r} is owned by {where}; stop it first, or forget it anyway with --force"
         ) from None
+    if view.info.scheduled is not None and view.info.job_id:  # its occurrence stays fired (rejected: refusing to
+        from safepoint.supervisor.schedule import keep_fired  # forget it: tidying old occurrences is forget's use)
+
+        keep_fired(store, view.info.job_id, view.info.scheduled.scheduled_for_ms)
     store.delete_run(run_id, claim=claim)
     done = _collect(store, keep=None, dry_run=False, progress=None, only=references)
     return Forgotten(run_id=run_id, freed_blobs=done.freed_blobs, freed_bytes=done.freed_bytes)
+
+
+UNFINISHED = frozenset({"running", "waiting_decision", "waiting_approval", "interrupted"})
+
+
+def _refuse_answered_for(store: Store, view: RunView) -> None:
+    """A subagent's run its unfinished parent answers for is its parent's evidence: forgotten, the parent's resume
+    could not know what the child did. Refused (``--force`` forgets it anyway: the parent's resume then settles
+    its spawn call as uncertain, never spawns it afresh; ``agent.subagents``)."""
+    from safepoint.engine.session import load_view
+
+    parent_id = view.info.parent_run_id
+    if not parent_id:
+        return
+    try:
+        parent = load_view(store, parent_id)
+    except StoreError:  # the parent was forgotten first: nobody answers for this run any more
+        return
+    spawned = parent.spawned.get(view.info.parent_call_id or "")
+    if parent.status in UNFINISHED and spawned is not None and spawned.child_run_id == view.info.run_id:
+        raise RunLockedError(
+            f"run {view.info.run_id!r} is a subagent its unfinished parent {parent_id!r} answers for (call "
+            f"{spawned.call_id!r}); resume or close {parent_id!r} first, or forget it anyway with --force (the "
+            "parent's resume then takes what the subagent did as unknown)"
+        )
 
 
 def _collect(
@@ -239,7 +278,14 @@ def _collect(
         failpoints.hit("gc_recorded")
         with store.blobs_exclusive():
             still = store.list_blobs()  # one stored again since (a reference on its way) shows a later time
-            gone = sorted(name for name in candidates if name in still and still[name].written < clock)
+            # A run claimed since gc read it (a rollback or restore that checked its checkpoint before gc's record
+            # was posted) keeps what gc meant to free of it: it may be reading those versions now.
+            busy = {
+                store.blob_name(digest) for run_id in prune if _owned_live(store, run_id) for digest in prune[run_id][0]
+            }
+            gone = sorted(
+                name for name in candidates if name in still and still[name].written < clock and name not in busy
+            )
             freed_bytes = store.delete_blobs(gone)
             backend = unwrap(store)[0]
             if isinstance(backend, FileStore):
@@ -260,6 +306,14 @@ def _collect(
         swept=swept,
         refused=refused,
     )
+
+
+def _owned_live(store: Store, run_id: str) -> bool:
+    try:
+        owner = store.owner(run_id)
+    except StoreError:
+        return False
+    return owner is not None and not owner.released and owner_alive(owner)
 
 
 def _rebased(

@@ -143,7 +143,10 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory, children:
         try:
             parent.store.run_header(child_id)
         except RunNotFoundError:
-            pass
+            if ctx.call_id in parent.view.spawned:  # spawned before a crash, then forgotten (`forget --force`)
+                raise _stopped(
+                    child_id, "its run was forgotten before it finished: what it did is unknown, check before redoing"
+                ) from None
         else:
             return resume_child(child_id)
         granted = _granted(parent, tools)

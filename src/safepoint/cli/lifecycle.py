@@ -96,7 +96,12 @@ def register(app: typer.Typer, out: Out) -> None:
     def forget(
         run_id: Annotated[str, typer.Argument(help="The run to delete (see `safepoint status`).")],
         force: Annotated[
-            bool, typer.Option("--force", help="Even while a live process owns it (that process is fenced off).")
+            bool,
+            typer.Option(
+                "--force",
+                help="Even while a live process owns it (that process is fenced off), or an unfinished parent "
+                "answers for it (the parent's resume then takes what it did as unknown).",
+            ),
         ] = False,
         workspace: WorkspaceOpt = ".",
         store: StoreOpt = None,

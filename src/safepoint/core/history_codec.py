@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 import zstandard
 
-from safepoint.errors import CorruptRecordError
+from safepoint.errors import CorruptRecordError, ExitCode, SafepointError
 from safepoint.records import Message, MessageDictionary, Role, ToolCall
 
 MIN_PACK = 96  # bytes of plain JSON below which a frame's header and base64 eat the gain
@@ -51,6 +51,42 @@ _payload_encoder = msgspec.json.Encoder()
 _payload_decoder = msgspec.json.Decoder(tuple[str, tuple[ToolCall, ...]])
 _plain = zstandard.ZstdCompressor(level=LEVEL, write_checksum=False)
 _plain_reader = zstandard.ZstdDecompressor()
+
+
+class UnrecordableMessage(SafepointError):
+    """A message the log cannot hold as written: refused when it is recorded, before anything is staged."""
+
+    exit_code = ExitCode.USAGE
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_non_finite(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_non_finite(item) for item in value)
+    return False
+
+
+def _check_recordable(content: str, calls: list[Any]) -> bytes:
+    """The JSON ``[content, tool_calls]``, or a one-line refusal naming what cannot be kept as written. Rejected:
+    replacing a lone surrogate with U+FFFD, or a non-finite number with ``null`` (JSON has neither), silently: a
+    history that reads back other text or other arguments than the model sent, and a call matched by its
+    arguments that no longer matches."""
+    for call in calls:
+        if isinstance(call, dict) and _non_finite(call.get("args")):
+            raise UnrecordableMessage(
+                f"tool call {str(call.get('call_id', ''))!r} ({str(call.get('tool', ''))!r}) has a non-finite number "
+                "(Infinity or NaN) in its arguments, which JSON cannot keep: send finite numbers (or strings)"
+            )
+    try:
+        return _payload_encoder.encode([content, calls])
+    except UnicodeEncodeError:
+        raise UnrecordableMessage(
+            "a message holds a lone surrogate (text cut mid-character, e.g. a provider's \\ud83d), which UTF-8 "
+            "cannot keep: decode the provider's text with errors='replace' before recording it"
+        ) from None
 
 
 class StoredMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -87,7 +123,7 @@ class HistoryEncoder:
         ``stage`` stages a dictionary record ahead of it (in the same group) and returns its sequence number."""
         content = plain.pop("content", "")
         calls = plain.pop("tool_calls", [])
-        payload = _payload_encoder.encode([content, calls])
+        payload = _check_recordable(content, calls)  # first: a refused message stages nothing
         self._seen += 1
         self._samples.append(payload[:SAMPLE_BYTES])
         if self._seen >= self._next_training:

@@ -355,9 +355,10 @@ class RunSession:
     # the conversation (what the call runner needs of it: ``call_runner.Conversation``) ---------------------------
     def add_message(self, role: Role, content: str, **fields: Any) -> Message:
         message = Message(seq=len(self.history), role=role, content=content, **fields)
-        self.history.append(message)
         # The log keeps a large content or argument as a blob (``core.large_values``); the session keeps it whole.
+        # Logged first: a message the log refuses (``core.history_codec``) is not in the history.
         seq = self.log.add(large_values.externalize_message(message, self.contents, self.log.redact_bytes))
+        self.history.append(message)
         self._history_seqs.append(seq)
         self.contents.message_records[seq] = message
         return message

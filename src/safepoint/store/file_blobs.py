@@ -8,7 +8,8 @@
     └── lock                   flock'd shared by a writer from its put to its log append, exclusively by gc
 
 A blob is written to a temporary file in its folder, fsync'd, renamed into place, and the folder fsync'd (each
-folder once per ``put_blobs``, however many blobs it gained): after a crash a blob is whole or absent, and a
+folder once per ``put_blobs``, however many blobs it gained or was given again: a blob stored again may be one
+whose writer died before its folder's fsync): after a crash a blob is whole or absent, and a
 temporary file left behind (a dot-name) is never listed and is removed by ``gc``. Two hex digits of fan-out keep
 a folder to a few thousand entries at a million blobs. Rejected: a pack file of blobs (fewer inodes), whose
 removal by gc means rewriting it; one file per blob is removed by an unlink.
@@ -74,14 +75,16 @@ class FileBlobs:
         folders: set[str] = set()
         for name, data in blobs:
             path = self._blob_path(name)
-            try:
-                if os.stat(path).st_size == len(data):  # its name is its content: the bytes there are these
-                    os.utime(path)  # stored again: a reference to it is on its way (see blob_clock)
-                    continue
-                # Another length: cut short by hand or by damage (a crash leaves no partial blob under its name):
-                # written again over it, so the new reference is to whole bytes.
-            except FileNotFoundError:
-                pass
+            if _holds(path, data):
+                # Its name is its content and the bytes there are these (compared, not only their length: a
+                # damaged blob of the same length would be trusted, and the good copy in hand thrown away).
+                os.utime(path)  # stored again: a reference to it is on its way (see blob_clock)
+                # Its writer may have died between the rename and the folder's fsync: the name is made durable
+                # before the reference on its way is.
+                folders.add(os.path.dirname(path))
+                continue
+            # Absent, cut short or damaged (a crash leaves no partial blob under its name): written again over it,
+            # atomically, so the new reference is to whole bytes.
             folder = os.path.dirname(path)
             if not os.path.isdir(folder):
                 make_private_dirs(folder)
@@ -207,6 +210,17 @@ class FileBlobs:
                 "does not let go (stopped with SIGSTOP?); end it or try gc again later"
             ),
         )
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the file at ``path`` holds exactly ``data`` (read only when its length matches)."""
+    try:
+        if os.stat(path).st_size != len(data):
+            return False
+        with open(path, "rb") as handle:
+            return handle.read() == data
+    except FileNotFoundError:
+        return False
 
 
 def _names(folder: str) -> list[str]:

@@ -1,11 +1,11 @@
 """The PostgreSQL store's blobs (``store.base.Blobs``): one table, store-wide, a row per blob named by its content.
 
-A ``put_blobs`` is one transaction (``INSERT ... ON CONFLICT DO NOTHING``): committed, every blob it was given is
-durable, and a blob another run stored first is kept as it is. Writers and gc exclude each other with a session
-advisory lock (shared for a writer from its put to its log append, exclusive for gc's removal), held on a
-connection of its own for the span: a transaction-scoped lock would end with the put's transaction, before the
-append it must cover. A killed holder's session ends and its lock with it. A damaged blob ``fsck`` sets aside is
-flagged ``quarantined`` (kept for a person, never deleted, no longer served).
+A ``put_blobs`` is one transaction (``INSERT ... ON CONFLICT DO UPDATE``): committed, every blob it was given is
+durable, and a blob another run stored first is kept as it is (its bytes replaced when they went bad). Writers
+and gc exclude each other with a session advisory lock (shared for a writer from its put to its log append,
+exclusive for gc's removal), held on a connection of its own for the span: a transaction-scoped lock would end
+with the put's transaction, before the append it must cover. A killed holder's session ends and its lock with it.
+A damaged blob ``fsck`` sets aside is flagged ``quarantined`` (kept for a person, never deleted, no longer served).
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ class PostgresBlobs:
         with self._tx() as conn, conn.cursor() as cursor:
             written = 0
             for name, data in blobs:
-                # Stored again: its time of writing moves to now, as a reference to it is on its way (blob_clock).
+                # Stored again: its time of writing moves to now, as a reference to it is on its way (blob_clock);
+                # a row whose bytes went bad takes the good ones in hand (kept as is when equal: no rewrite).
                 cursor.execute(
                     f"INSERT INTO {SCHEMA}.blobs (name, data) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE SET "
-                    "created_at = now() RETURNING (xmax = 0)",
+                    "created_at = now(), data = CASE WHEN blobs.data = EXCLUDED.data THEN blobs.data "
+                    "ELSE EXCLUDED.data END RETURNING (xmax = 0)",
                     (check_name(name), data),
                 )
                 row = cursor.fetchone()

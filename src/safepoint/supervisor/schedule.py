@@ -24,7 +24,7 @@ import msgspec
 from croniter import croniter
 
 from safepoint.engine.tools import Tool, ToolRegistry
-from safepoint.errors import ConfigError, RunNotFoundError, ScenarioError
+from safepoint.errors import ConfigError, RunExistsError, RunNotFoundError, ScenarioError
 from safepoint.protocol import RuntimeRestartScheduledWorkContext, ScheduledWorkContext
 from safepoint.records import RunInfo, RunStatus
 from safepoint.supervisor import job_secrets
@@ -61,6 +61,9 @@ class ScheduledJob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     approval: Literal["none", "high"] = "none"
     approval_timeout_s: float = 600.0
     secret_env: tuple[str, ...] = ()  # what the job takes from the environment when it fires (job_secrets.py)
+    # Fired occurrences are known from their runs (``last_fired``); a run forgotten (``safepoint forget``) takes
+    # that evidence with it, so its occurrence is kept here, durable with the job: never due again.
+    fired_through_ms: int = 0
 
     @property
     def cron_exec_timeout_ms(self) -> int:
@@ -135,7 +138,8 @@ def due(job: ScheduledJob, last_fired_ms: int | None, at_ms: int) -> list[int]:
     missed occurrence would burst the job's work after an outage and break its cycle, which is exactly what
     ``cron_exec_timeout`` forbids a restart to do (§4.1); the latest occurrence stands for the ones it supersedes.
     So the answer is an empty list or a list of one."""
-    after = max(job.created_at_ms, last_fired_ms if last_fired_ms is not None else job.created_at_ms)
+    fired = max(job.fired_through_ms, last_fired_ms if last_fired_ms is not None else 0)
+    after = max(job.created_at_ms, fired)
     if at_ms <= after:
         return []
     latest = latest_occurrence(job.cron, at_ms)
@@ -221,11 +225,30 @@ def put_job(store: Store, job: ScheduledJob, *, replace: bool = False) -> Schedu
             raise ConfigError(f"scheduled job {job.job_id!r} exists; pass --replace to change it")
         try:
             old = decode_job(existing)
-            job = msgspec.structs.replace(job, version=old.version + 1, created_at_ms=old.created_at_ms)
+            job = msgspec.structs.replace(
+                job,
+                version=old.version + 1,
+                created_at_ms=old.created_at_ms,
+                fired_through_ms=max(job.fired_through_ms, old.fired_through_ms),  # forgotten runs stay fired
+            )
         except msgspec.DecodeError:
             job = msgspec.structs.replace(job, version=1)
     store.put_schedule(job.job_id, encode_job(job))
     return job
+
+
+def keep_fired(store: Store, job_id: str, scheduled_for_ms: int) -> None:
+    """Before an occurrence's run is forgotten: its occurrence is kept as fired in its job's definition (when the
+    job is still there and reads), so neither the daemon nor ``due`` takes it as due again."""
+    data = store.list_schedules().get(job_id)
+    if data is None:
+        return
+    try:
+        job = decode_job(data)
+    except msgspec.DecodeError:
+        return  # nobody can run it (``schedule add`` anew), so nothing fires it again either
+    if scheduled_for_ms > job.fired_through_ms:
+        store.put_schedule(job_id, encode_job(msgspec.structs.replace(job, fired_through_ms=scheduled_for_ms)))
 
 
 def refuse_secrets(job: ScheduledJob) -> None:
@@ -330,6 +353,10 @@ def fire(
         raise ConfigError(
             f"{iso(scheduled_for_ms)} ({scheduled_for_ms}) is not an occurrence of job {job.job_id!r} "
             f"({job.cron!r}, UTC)"
+        )
+    if scheduled_for_ms <= job.fired_through_ms:  # fired, and its run forgotten since (``keep_fired``)
+        raise RunExistsError(
+            f"occurrence {iso(scheduled_for_ms)} of job {job.job_id!r} was fired already (its run was forgotten)"
         )
     if job.secret_env:  # what the job does not keep, from this process's environment (one line if missing)
         task, config = job_secrets.job_with_secrets(job.job_id, job.task, job.provider, job.secret_env, os.environ)
