@@ -165,6 +165,12 @@ def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
         from safepoint.supervisor.schedule import keep_fired  # forget it: tidying old occurrences is forget's use)
 
         keep_fired(store, view.info.job_id, view.info.scheduled.scheduled_for_ms)
+    else:  # a run named as a job's occurrence counts as fired for the daemon (``schedule.last_fired``: run ids)
+        from safepoint.supervisor.schedule import keep_fired, occurrence_of
+
+        for job_id in store.list_schedules():
+            if (at := occurrence_of(job_id, run_id)) is not None:
+                keep_fired(store, job_id, at)
     store.delete_run(run_id, claim=claim)
     done = _collect(store, keep=None, dry_run=False, progress=None, only=references)
     return Forgotten(run_id=run_id, freed_blobs=done.freed_blobs, freed_bytes=done.freed_bytes)
