@@ -278,11 +278,13 @@ class FileChanges:
                 break
             if digest in self.content:
                 base = self.content.get(digest)
+                self._remember(digest, base)  # a batched rollback reads each version twice: stage, then check
                 break
             if ref is not None and ref.startswith("git:"):
                 data = self.git_blob(ref[4:])
                 if data is not None and content_hash(data) == digest:
                     base = data
+                    self._remember(digest, base)
                     break
             index = self._producer(digest, before_index)
             if index is None:
