@@ -29,6 +29,8 @@ PATH_MAX = 4096
 CONFIGURATION = frozenset({".safepoint", ".safepointignore"})
 _SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
 
+# A replaced file held open by a batch (``StagedWrites.hold``): a path descriptor, which reads nothing.
+_HOLD_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: new files get the mode the user's umask gives, not mkstemp's 0600
 
@@ -153,7 +155,10 @@ class Workspace:
                 except ToolFailure:
                     return None  # a link there now: the batch wrote nothing through it
 
-            fsync_folders(self.root, staged.touched, opener)
+            try:
+                fsync_folders(self.root, staged.touched, opener)
+            finally:
+                staged.release()
 
     def stage(self, staged: StagedWrites, rel: str, data: bytes, mode: int) -> None:
         """Write ``rel``'s recorded content to a temp file of the batch, with its mode; not yet durable, not yet in
@@ -183,6 +188,8 @@ class Workspace:
         """Rename a staged (durable) content into place, atomically; the folder's fsync is left to the batch."""
         scratch = os.open(staged.scratch, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
         try:
+            with contextlib.suppress(OSError):  # nothing there (or not a file): nothing to hold
+                staged.hold(os.open(parts[-1], _HOLD_FLAGS, dir_fd=parent))
             try:
                 self._replace(tmp, scratch, parts[-1], parent, rel)
             except OSError as exc:
