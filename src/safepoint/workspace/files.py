@@ -238,9 +238,9 @@ class Workspace:
                 else:
                     os.fsync(parent)
                 return
-            tmp = self._staged.take(rel) if self._staged is not None and mode is not None else None
-            if tmp is not None and self._staged is not None:
-                self._place(self._staged, tmp, parent, parts, rel)  # the batch staged these bytes, durable
+            staged = self._staged.take(rel) if self._staged is not None and mode is not None else None
+            if staged is not None and self._staged is not None:
+                self._place(self._staged, staged, parent, parts, rel)  # the batch staged these bytes, durable
                 return
             self._write_at(
                 parent, name, rel, data.removeprefix(FILE_MARK) if data.startswith(FILE_MARK) else data, mode
