@@ -46,6 +46,7 @@ from safepoint.errors import NoCompensatorError, ResumeError, ResumeOptionError,
 from safepoint.records import ConflictResolution, FileBeforeState, ToolCall, ToolDefinition, ToolLedgerEntry
 from safepoint.results import ExternalEffect, Restored
 from safepoint.workspace.files import Workspace
+from safepoint.workspace.staged import StagedWrites
 
 COMPENSATE_PREFIX = "compensate_"  # the compensating tool's name: compensate_<tool>
 _actions_decoder = msgspec.json.Decoder(list[FileAction])
@@ -111,32 +112,12 @@ def rollback_tool(session: RunSession) -> Tool:
         since: int | None = None,
         conflicts: list[dict[str, Any]] | None = None,  # what the planned conflicts cover: journaled, not acted on
     ) -> str:
-        done: list[str] = []
-        met: list[str] = []
         planned = _actions_decoder.decode(json.dumps(actions))
-        # Removals first, deepest first, then writes, shallowest first: a folder is emptied before a file or
-        # link takes its place, and comes back before the files in it.
-        for action in sorted(planned, key=lambda a: (a.target_hash != ABSENT, _depth(a.path, a.target_hash))):
-            now = current(action.path)
-            step = action_step(action, now)
-            if step == "apply" and now.folder and not ctx.workspace.remove_empty_folder(action.path):
-                step = "conflict"  # a folder with files in it: never replaced
-            if step == "conflict":
-                record_conflict(session, conflict_of_action(session, action, now))
-                met.append(action.path)
-                session.trace("rollback_action", call_id=ctx.call_id, path=action.path, action="conflict")
-                continue
-            if step == "apply" and action.target_hash == ABSENT and _is_link(ctx.workspace, action.path):
-                _remove_link(session, ctx, action.path)
-            elif step == "apply":
-                data = None
-                if action.target_hash != ABSENT:
-                    data = session.files.version(action.path, action.target_hash, action.target_ref)
-                ctx.workspace.restore(action.path, data, action.target_mode)
-            done.append(action.path)
-            what = ("removed" if action.target_hash == ABSENT else "restored") if step == "apply" else "already_done"
-            session.trace("rollback_action", call_id=ctx.call_id, path=action.path, action=what, undoes=action.undoes)
-        return json.dumps({"checkpoint_id": checkpoint_id, "reverted": done, "conflicts": met})
+        # Ending the batch makes every rename durable, before the engine can record the call as done.
+        with ctx.workspace.staged_writes() as staged:
+            if staged is not None:
+                _stage(session, ctx.workspace, staged, planned)
+            return _carry_out(session, ctx, checkpoint_id, planned, current)
 
     return Tool(
         definition=ToolDefinition(
@@ -155,6 +136,51 @@ def rollback_tool(session: RunSession) -> Tool:
         ],
         internal=True,
     )
+
+
+def _stage(session: RunSession, workspace: Workspace, staged: StagedWrites, planned: list[FileAction]) -> None:
+    """The contents the actions write, staged and durable before the first file changes (``workspace.staged``):
+    one parallel fsync pass instead of one per file. An action found done or in conflict later leaves its staged
+    copy unused (removed when the batch ends)."""
+    for action in planned:
+        if action.target_hash != ABSENT and action.target_mode is not None:
+            data = session.files.version(action.path, action.target_hash, action.target_ref)
+            workspace.stage(staged, action.path, data, action.target_mode)
+    workspace.sync_staged(staged)
+
+
+def _carry_out(
+    session: RunSession,
+    ctx: ToolContext,
+    checkpoint_id: str,
+    planned: list[FileAction],
+    current: Callable[[str], FileState],
+) -> str:
+    done: list[str] = []
+    met: list[str] = []
+    # Removals first, deepest first, then writes, shallowest first: a folder is emptied before a file or
+    # link takes its place, and comes back before the files in it.
+    for action in sorted(planned, key=lambda a: (a.target_hash != ABSENT, _depth(a.path, a.target_hash))):
+        now = current(action.path)
+        step = action_step(action, now)
+        if step == "apply" and now.folder and not ctx.workspace.remove_empty_folder(action.path):
+            step = "conflict"  # a folder with files in it: never replaced
+        if step == "conflict":
+            record_conflict(session, conflict_of_action(session, action, now))
+            met.append(action.path)
+            session.trace("rollback_action", call_id=ctx.call_id, path=action.path, action="conflict")
+            continue
+        if step == "apply" and action.target_hash == ABSENT and _is_link(ctx.workspace, action.path):
+            _remove_link(session, ctx, action.path)
+        elif step == "apply":
+            data = None
+            if action.target_hash != ABSENT:
+                data = session.files.version(action.path, action.target_hash, action.target_ref)
+            ctx.workspace.restore(action.path, data, action.target_mode)
+        done.append(action.path)
+        what = ("removed" if action.target_hash == ABSENT else "restored") if step == "apply" else "already_done"
+        session.trace("rollback_action", call_id=ctx.call_id, path=action.path, action=what, undoes=action.undoes)
+    return json.dumps({"checkpoint_id": checkpoint_id, "reverted": done, "conflicts": met})
 
 
 def _depth(path: str, target: str) -> int:

@@ -82,6 +82,7 @@ class FileChanges:
         self._cache: dict[str, bytes] = {}
         self._patches: dict[tuple[str, str], str] = {}  # (before, after) hashes -> stored patch
         self._cache_bytes = 0
+        self._last_digest: tuple[bytes, str] | None = None  # the last content hashed, and its hash (``_digest``)
         for index, patch in enumerate(patches):
             self._producers.setdefault(patch.after_hash, []).append(index)
         for patch in patches:
@@ -154,7 +155,7 @@ class FileChanges:
         """The before-state of ``rel`` holding ``data``; stores the content unless the run can reproduce it."""
         if data is None:
             return FileBefore(rel, ABSENT, None)
-        digest = content_hash(data)
+        digest = self._digest(data)  # often the content the run's last write left: compared, not hashed again
         if ref is None and digest not in self._reproducible:
             self.content.put(data, digest)
             self._reproducible.add(digest)
@@ -179,7 +180,7 @@ class FileChanges:
         author_uncertain: bool = False,
     ) -> FilePatchEntry | None:
         """Append the patch from ``before`` to the given after-state (nothing when nothing changed)."""
-        after_hash = ABSENT if data is None else content_hash(data)
+        after_hash = ABSENT if data is None else self._digest(data)
         if after_hash == before.hash and mode == before.mode:
             return None
         patch_ref = "blob:" + self.patch(before, data or b"", after_hash)
@@ -193,13 +194,24 @@ class FileChanges:
     def patch(self, before: FileBefore, data: bytes, after_hash: str | None = None) -> str:
         """The stored patch from ``before`` to ``data`` (computed once per pair: a writer's logged input and its
         file patch are the same diff)."""
-        key = (before.hash, after_hash or content_hash(data))
+        key = (before.hash, after_hash or self._digest(data))
         digest = self._patches.get(key)
         if digest is None:
             digest = self.content.put(make_patch(before.content or b"", data))
             if len(self._patches) > 1024:  # only the pair of one call matters: keep the memo small
                 self._patches.clear()
             self._patches[key] = digest
+        return digest
+
+    def _digest(self, data: bytes) -> str:
+        """``content_hash(data)``, hashed once per content: a writer's new content is hashed when its input is
+        logged as a patch, and the same bytes read back from the file after the write are compared (``==`` is a
+        memcmp, several times faster than SHA-256), not hashed again. Only the last content is kept."""
+        last = self._last_digest
+        if last is not None and len(last[0]) == len(data) and last[0] == data:
+            return last[1]
+        digest = content_hash(data)
+        self._last_digest = (data, digest)
         return digest
 
     def record_large(
@@ -278,11 +290,13 @@ class FileChanges:
                 break
             if digest in self.content:
                 base = self.content.get(digest)
+                self._remember(digest, base)  # a batched rollback reads each version twice: stage, then check
                 break
             if ref is not None and ref.startswith("git:"):
                 data = self.git_blob(ref[4:])
                 if data is not None and content_hash(data) == digest:
                     base = data
+                    self._remember(digest, base)
                     break
             index = self._producer(digest, before_index)
             if index is None:
