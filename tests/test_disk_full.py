@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-import safepoint.engine.command_capture as command_capture
+import safepoint.engine.capture_state as capture_state
+import safepoint.store.file_blobs as file_blobs
 import safepoint.store.file_store as file_store
 from safepoint.errors import ExitCode
 from tests.conftest import cli_env, safepoint_in_process
@@ -75,9 +76,11 @@ class _Full:
     def __init__(self, monkeypatch, fail_at):
         self.count = 0
         self.fail_at = fail_at
-        for module in (file_store, command_capture):
-            monkeypatch.setattr(module, "write_all", self._wrap(module.write_all, partial=True))
-            monkeypatch.setattr(module, "atomic_write", self._wrap(module.atomic_write, partial=False))
+        # Every module that makes the store's or the capture's writes durable (the store's parts live in several).
+        for module in (file_store, file_blobs, capture_state):
+            for name, partial in (("write_all", True), ("atomic_write", False)):
+                if hasattr(module, name):
+                    monkeypatch.setattr(module, name, self._wrap(getattr(module, name), partial=partial))
 
     def _wrap(self, real, *, partial):
         def failing(target, data, *args, **kwargs):

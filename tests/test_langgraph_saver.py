@@ -395,11 +395,11 @@ class FailingStore(CountingStore):
 
     fail_next = False
 
-    def append(self, claim: Any, records: Any, *, durable: bool = True) -> None:
+    def append(self, claim: Any, records: Any, **options: Any) -> None:
         if self.fail_next:
             self.fail_next = False
             raise DiskFullError("no space left on the device (test)")
-        self.inner.append(claim, records, durable=durable)
+        self.inner.append(claim, records, **options)
 
 
 def test_a_failed_write_leaves_no_list_built_on_what_it_did_not_store(tmp_path: Path) -> None:

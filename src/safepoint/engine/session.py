@@ -305,6 +305,7 @@ class RunSession:
                     self.log.trace("run_released")
                 self.log.flush_trace()
                 self.store.release(self.claim)
+        self.runner.bookkeeper.close()  # its worker thread (async calls' bookkeeping) ends with the session
 
     # records ------------------------------------------------------------------------------------------------
     @property
