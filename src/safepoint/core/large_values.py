@@ -109,16 +109,7 @@ def references(value: Any) -> list[str]:
 
 def has_references(value: Any) -> bool:
     """Whether ``value`` holds anything ``resolve`` changes (a reference, or a literal kept as it was)."""
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        if _looks_kept(item):
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return False
+    return _any(value, _looks_kept)
 
 
 def _looks_kept(item: object) -> bool:
@@ -126,15 +117,25 @@ def _looks_kept(item: object) -> bool:
 
 
 def _needs_change(value: Any) -> bool:
+    return _any(value, lambda item: _looks_kept(item) or _is_large(item))
+
+
+def _is_large(item: object) -> bool:
+    # The length bounds the encoded size from below (at most 4 bytes a character): most strings skip the encode.
+    return (
+        isinstance(item, str) and len(item) * 4 > LARGE_BYTES and len(item.encode(errors="surrogatepass")) > LARGE_BYTES
+    )
+
+
+def _any(value: Any, found: Callable[[object], bool]) -> bool:
+    """Whether ``found`` holds for ``value`` or anything nested in it (dicts' values, lists, tuples), without
+    recursion (a hostile argument may nest deeper than Python's stack)."""
     stack: list[Any] = [value]
     while stack:
         item = stack.pop()
-        if _looks_kept(item):
+        if found(item):
             return True
-        if isinstance(item, str):
-            if len(item) * 4 > LARGE_BYTES and len(item.encode(errors="surrogatepass")) > LARGE_BYTES:
-                return True
-        elif isinstance(item, dict):
+        if isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
