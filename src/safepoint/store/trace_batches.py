@@ -29,7 +29,7 @@ _MAX_BATCH = 64 << 20  # a batch decompresses to at most this: a damaged length 
 # events (1.2 KB as lines) take about 255 bytes, not 445 compressed alone (64-event batches: 104, not 141).
 # Never change these bytes: the batches written
 # under the marker need them to decode (a new dictionary takes a new marker, and the old one stays readable).
-_DICTIONARY = (
+DICTIONARY = (
     b'{"event":"run_claimed","at":"2026-01-01T00:00:00.000000+00:00","run_id":"run_","generation":1,'
     b'"data":{"takeover":false,"holder":"pid1-"}}\n'
     b'{"event":"run_running","at":"2026-01-01T00:00:00.000000+00:00","run_id":"run_","generation":1,'
@@ -57,7 +57,7 @@ _DICTIONARY = (
     b'{"event":"checkpoint","at":"2026-01-01T00:00:00.000000+00:00","run_id":"run_","generation":1,'
     b'"data":{"checkpoint_id":"ckpt_000001","kind":"before_step","step":1}}\n'
 )
-_dictionary = zstandard.ZstdCompressionDict(_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_dictionary = zstandard.ZstdCompressionDict(DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 _dictionary.precompute_compress(level=_LEVEL)
 _local = threading.local()  # zstandard's (de)compressors are not thread-safe: the heartbeat and tool threads trace
 
