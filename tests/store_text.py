@@ -12,14 +12,40 @@ from pathlib import Path
 
 import zstandard
 
+TRACE_MARKER = b"z1:"  # a trace batch: base64 of zstd against the trace dictionary (``store.trace_batches``)
+
+
+def expanded_trace_batch(payload: bytes) -> bytes:
+    """The trace lines a packed batch holds (decoded here, not by the library's ``unpack``)."""
+    from safepoint.store.trace_batches import DICTIONARY
+
+    dictionary = zstandard.ZstdCompressionDict(DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    packed = base64.b64decode(payload[len(TRACE_MARKER) :])
+    return zstandard.ZstdDecompressor(dict_data=dictionary).decompress(packed, max_output_size=1 << 30)
+
+
+def trace_lines(data: bytes) -> list[bytes]:
+    """Every trace event line a run's ``trace.jsonl`` holds, packed batches expanded."""
+    lines: list[bytes] = []
+    for line in data.splitlines():
+        payload = line[9:]
+        if len(line) < 10 or zlib.crc32(payload) != int(line[:8], 16):
+            continue
+        lines.extend(expanded_trace_batch(payload).split(b"\n") if payload.startswith(TRACE_MARKER) else [payload])
+    return lines
+
 
 def expanded_log(data: bytes) -> bytes:
-    """The plain text of every compressed message and every dictionary in a log's bytes (framed JSON lines)."""
+    """The plain text of every compressed message and every dictionary in a log's bytes (framed JSON lines), and of
+    every packed trace batch."""
     dictionaries: dict[int, zstandard.ZstdCompressionDict] = {}
     out: list[bytes] = []
     for line in data.splitlines():
         payload = line[9:]
         if len(line) < 10 or zlib.crc32(payload) != int(line[:8], 16):
+            continue
+        if payload.startswith(TRACE_MARKER):
+            out.append(expanded_trace_batch(payload))
             continue
         try:
             record = json.loads(payload)

@@ -15,7 +15,7 @@ from safepoint.core.hashing import input_hash
 from safepoint.engine.launcher import LAUNCHER
 from tests.attacks import run_in_a_fresh_process
 from tests.conftest import cli_env
-from tests.store_text import expanded_messages
+from tests.store_text import expanded_messages, trace_lines
 
 HELD = {"command": "rm -rf .git"}
 
@@ -56,10 +56,10 @@ def log_records(workspace, kind: str, run_id: str = "r") -> list[dict]:
 def trace_events(workspace, name: str, run_id: str = "r") -> list[dict]:
     path = workspace / ".agent-runtime" / "runs" / run_id / "trace.jsonl"
     events = []
-    for line in path.read_bytes().splitlines():
+    for line in trace_lines(path.read_bytes()):  # packed batches expanded
         try:
-            event = json.loads(line.split(b" ", 1)[1])
-        except (ValueError, IndexError):
+            event = json.loads(line)
+        except ValueError:
             continue
         if name in json.dumps(event):
             events.append(event)

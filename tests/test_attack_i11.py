@@ -15,7 +15,7 @@ import pytest
 import safepoint
 from tests.attacks import run_in_a_fresh_process, tree
 from tests.conftest import cli_env, safepoint_in_process
-from tests.store_text import every_store_byte
+from tests.store_text import every_store_byte, trace_lines
 
 PLANTED = "Zq81-" + "planted-credential-value"  # a credential only in safepoint's environment
 
@@ -27,7 +27,8 @@ def _store_bytes(workspace) -> bytes:
 def _records(workspace) -> bytes:
     """Every line of the run's log but file versions (kept exact, by design), and the trace."""
     run = workspace / ".agent-runtime" / "runs" / "r"
-    lines = (run / "ledger.jsonl").read_bytes().splitlines() + (run / "trace.jsonl").read_bytes().splitlines()
+    trace = (run / "trace.jsonl").read_bytes()
+    lines = (run / "ledger.jsonl").read_bytes().splitlines() + trace.splitlines() + trace_lines(trace)
     return b"\n".join(line for line in lines if b'{"kind":"blob"' not in line)
 
 

@@ -37,6 +37,7 @@ from safepoint.errors import DiskFullError, RunLockedError, StaleGenerationError
 from safepoint.integrations.langgraph import SafepointSaver
 from safepoint.integrations.langgraph_thread import thread_run_id
 from safepoint.store.url import open_store
+from tests.store_text import trace_lines
 
 KEY = bytes(range(32))
 HERE = Path(__file__).resolve().parent
@@ -281,6 +282,8 @@ def readable(folder: Path) -> Iterator[bytes]:
         if path.is_file():
             data = path.read_bytes()
             yield data
+            if path.name == "trace.jsonl":  # packed batches: zstd against the trace dictionary
+                yield from trace_lines(data)
             for run in re.findall(rb"[A-Za-z0-9+/]{16,}={0,2}", data):
                 with contextlib.suppress(ValueError, zstandard.ZstdError):
                     decoded = base64.b64decode(run + b"=" * (-len(run) % 4))

@@ -18,6 +18,7 @@ from safepoint import ToolContext
 from safepoint.core.restart import CHECKED_ORDER
 from safepoint.errors import StaleGenerationError
 from tests.conftest import cli_env, safepoint_in_process
+from tests.store_text import trace_lines
 
 SECRET_KEY = "sk-proj-" + "Q7vX2mB9kLp4Rt8Wz1Yc6Hn3Jd5Fg0As"
 SECRET_GH = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
@@ -336,7 +337,8 @@ def test_planted_secrets_never_reach_trace_json(tmp_path, workspace, outbox):
     plain = safepoint_in_process("trace", "r", "-w", workspace, env=env).stdout
     for secret in (SECRET_KEY, SECRET_GH, SECRET_ENV):
         assert secret not in text and secret not in plain
-        assert secret not in (workspace / ".agent-runtime" / "runs" / "r" / "trace.jsonl").read_text()
+        stored = (workspace / ".agent-runtime" / "runs" / "r" / "trace.jsonl").read_bytes()
+        assert secret.encode() not in stored + b"\n".join(trace_lines(stored))  # batches expanded
     assert "[REDACTED:github_token].txt" in text  # the path is still there, without the token
     assert "[REDACTED:openai_key]" in text and "[REDACTED:credential_value]" in text
 

@@ -213,13 +213,14 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Run state at a fixed point (§8.3). It references the history by length, never copies it."""
 
-    checkpoint_id: str
-    run_id: str
+    # Empty on disk where the record's place says them (``core.checkpoint_codec``); always set once read.
+    checkpoint_id: str = ""
+    run_id: str = ""
     step: int
     kind: CheckpointKind
     created_at: str
     history_len: int
-    ledger_seq: int
+    ledger_seq: int = 0
     model: str
     model_config: dict[str, JSONValue] = msgspec.field(default_factory=dict)
     # Call ids only: the calls themselves are in the assistant message the history points to, so a checkpoint

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from safepoint.core.checkpoint_codec import expand as expand_checkpoint
 from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
 from safepoint.core.ledger import apply_change, fold
 from safepoint.errors import CorruptRecordError
@@ -178,6 +179,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
         elif isinstance(body, FilePatchEntry):
             view.patches.append(body)
         elif isinstance(body, Checkpoint):
+            body = expand_checkpoint(body, info.run_id, record.seq)  # the compact form on disk, whole again
             complete, why = True, ""
             if damaged_at is not None:
                 complete, why = False, f"a damaged record precedes it (after seq {damaged_at})"

@@ -73,6 +73,9 @@ EVENTS: Mapping[str, EventSpec] = {
     "control_during_command": EventSpec("control", ("position", "type", "detail")),
     "control_tampered": EventSpec("control", ("position", "type", "detail"), ("call_id",)),
     # checkpoints (seed 000 §8.3; the restart checkpoint of seed 003 §1.2)
+    # A checkpoint not written again because the previous one holds the same state (a step's before_step right
+    # after the last step's after_step, a call's tool_start right after the last call's tool_end) is still said,
+    # with that previous checkpoint's id: the trace still marks every step's start and every call's.
     "checkpoint": EventSpec("checkpoint", ("checkpoint_id", "kind", "step")),
     "restart_checkpoint": EventSpec("checkpoint", ("mode",)),
     "restart_checkpoint_deleted": EventSpec("checkpoint", ()),

@@ -50,14 +50,14 @@ from typing import Any
 
 import msgspec
 
-from safepoint.core import trace_events
+from safepoint.core import checkpoint_codec, trace_events
 from safepoint.core.environment import credential_values
 from safepoint.core.history_codec import HistoryEncoder
 from safepoint.core.redact import Redactor
 from safepoint.core.run_summary import SummaryFold, summary_encoder
 from safepoint.engine import failpoints
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
-from safepoint.records import RECORD_KINDS, Blob, Claim, LogRecord, Message, MessageDictionary, RunInfo
+from safepoint.records import RECORD_KINDS, Blob, Checkpoint, Claim, LogRecord, Message, MessageDictionary, RunInfo
 from safepoint.store.base import Store
 from safepoint.store.sealed import store_key
 
@@ -168,6 +168,8 @@ class LogWriter:
     def _encode(self, body: msgspec.Struct) -> bytes:
         if isinstance(body, Blob):
             return _encoder.encode(body)
+        if isinstance(body, Checkpoint):  # without what its place in the log says (``core.checkpoint_codec``)
+            body = checkpoint_codec.compact(body, self.run_id, self.seq + 1)
         if isinstance(body, Message):  # redacted first: the compressed bytes never hide a secret
             return self._history.encode(self.redactor.record(body), self._stage_dictionary)
         return _encoder.encode(self.redactor.record(body))

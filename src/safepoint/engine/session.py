@@ -103,6 +103,9 @@ class RunSession:
         self.checkpoints: dict[str, Checkpoint] = {
             at.checkpoint.checkpoint_id: at.checkpoint for at in view.checkpoints
         }
+        # The last checkpoint this session wrote, while nothing rewound the history since: a checkpoint that would
+        # say the same again is not written (``checkpoint``). None at open: a resumed run's first one is written.
+        self._last_checkpoint: Checkpoint | None = None
         self.conflicts: dict[str, CheckpointConflict] = dict(view.conflicts)
         self.abandoned: dict[str, int] = dict(view.abandoned)
         self.restores = len(view.restores)
@@ -394,6 +397,7 @@ class RunSession:
         return self.store.put_artifact(self.claim, name, self.log.redact_bytes(data))
 
     def rewind(self, history_len: int, checkpoint_id: str, reason: str, abandoned: tuple[str, ...] = ()) -> None:
+        self._last_checkpoint = None  # the branch changes: the next checkpoint is always written
         self.history = self.history[:history_len]
         self._history_seqs = self._history_seqs[:history_len]
         self.log.add(
@@ -450,6 +454,20 @@ class RunSession:
         return self.step
 
     def checkpoint(self, kind: CheckpointKind) -> Checkpoint:
+        """Stage a checkpoint of the run's state; returns it. A ``before_step`` right after the previous step's
+        ``after_step``, or a ``tool_start`` right after the previous call's ``tool_end`` (or any checkpoint right
+        after one of its own kind), that would record the same state is not written: the one before restores
+        exactly what it would (history, pending calls, files, model, git HEAD, next turn), so a step of one call
+        writes three checkpoint records, not four, and each further call of a step one, not two (issue 10 §5).
+        The returned checkpoint is then that earlier one. Rejected: dropping the ``tool_end`` checkpoint (the
+        ``checkpoints`` listing names it, a user rolls back to it) or the ``tool_start`` one (a restart would ask
+        the model again for a turn whose calls already started)."""
+        git_head = read_head(self.git_dir) if self.git_dir else None
+        last = self._last_checkpoint
+        if last is not None and self._says_again(last, kind, git_head):
+            # Still said in the trace, naming the checkpoint that holds this state (a step's span starts here).
+            self.log.trace("checkpoint", checkpoint_id=last.checkpoint_id, kind=kind, step=self.step)
+            return last
         checkpoint = Checkpoint(
             # Named by its place in the log: unique even when damaged checkpoints could not be counted.
             checkpoint_id=f"ckpt_{self.log.seq + 1:06d}",
@@ -464,12 +482,34 @@ class RunSession:
             pending_tool_calls=tuple(call.call_id for call in self.pending),
             next_turn=self.next_turn,
             patches_len=len(self.files.patches),
-            git_head=read_head(self.git_dir) if self.git_dir else None,
+            git_head=git_head,
         )
         self.log.add(checkpoint)
+        self._last_checkpoint = checkpoint
         self.checkpoints[checkpoint.checkpoint_id] = checkpoint
         self.log.trace("checkpoint", checkpoint_id=checkpoint.checkpoint_id, kind=kind, step=self.step)
         return checkpoint
+
+    def _says_again(self, last: Checkpoint, kind: CheckpointKind, git_head: str | None) -> bool:
+        """Whether a ``kind`` checkpoint now would restore exactly what ``last`` restores."""
+        if kind == "after_step":  # `step:N` names the after_step checkpoint: each is written
+            return False
+        if last.kind == kind:
+            same_step = last.step == self.step
+        elif (last.kind, kind) in _FOLLOWS:
+            same_step = last.step + (kind == "before_step") == self.step  # a before_step opens the next step
+        else:
+            return False
+        return (
+            same_step
+            and last.history_len == len(self.history)
+            and last.pending_tool_calls == tuple(call.call_id for call in self.pending)
+            and last.next_turn == self.next_turn
+            and last.patches_len == len(self.files.patches)
+            and last.model == self.model
+            and last.model_config == self.model_config
+            and last.git_head == git_head
+        )
 
     def execution_config(self) -> ExecutionConfig:
         info = self.info
@@ -483,6 +523,10 @@ class RunSession:
             tools_allowed=info.tools_allowed,
             grant_expires_at_ms=info.grant_expires_at_ms,
         )
+
+
+# (previous kind, kind) pairs whose second says nothing the first did not when the state is unchanged
+_FOLLOWS = frozenset({("after_step", "before_step"), ("tool_end", "tool_start")})
 
 
 def load_view(store: Store, run_id: str) -> RunView:

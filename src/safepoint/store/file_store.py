@@ -70,6 +70,7 @@ from safepoint.errors import (
 )
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, StoredDescriptor
+from safepoint.store import trace_batches
 from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
 from safepoint.store.file_blobs import FileBlobs
@@ -683,7 +684,8 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
             return None
 
     def trace(self, run_id: str, lines: Sequence[bytes]) -> None:
-        write_all(self._fd(self._trace_fds, run_id, "trace.jsonl"), b"".join(frame(line) for line in lines))
+        stored = trace_batches.pack(lines)  # a batch as one compressed line
+        write_all(self._fd(self._trace_fds, run_id, "trace.jsonl"), b"".join(frame(line) for line in stored))
 
     def read_trace(self, run_id: str) -> Iterator[bytes]:
         path = os.path.join(self._existing_run_dir(run_id), "trace.jsonl")
@@ -694,7 +696,7 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
             return
         for _, item in unframe_all(data):
             if not isinstance(item, LogProblem):
-                yield item
+                yield from trace_batches.unpack(item)
 
     # handles ----------------------------------------------------------------------------------------------
     def _drop_handles(self, run_id: str) -> None:

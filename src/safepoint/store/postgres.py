@@ -41,7 +41,7 @@ from safepoint.errors import (
     StoreError,
 )
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity
-from safepoint.store import postgres_writes
+from safepoint.store import postgres_writes, trace_batches
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
@@ -616,7 +616,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
             with self._tx(durable=False) as conn, conn.cursor() as cursor:
                 cursor.executemany(
                     f"INSERT INTO {SCHEMA}.trace (run_id, line) VALUES (%s, %s)",
-                    [(run_id, frame(line)) for line in lines],
+                    [(run_id, frame(line)) for line in trace_batches.pack(lines)],  # a batch: one compressed line
                 )
         except pg_errors.ForeignKeyViolation:
             raise RunNotFoundError(
@@ -630,7 +630,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         for (line,) in rows:
             payload = check_line(_bytes(line).removesuffix(b"\n"))
             if payload is not None:
-                yield payload
+                yield from trace_batches.unpack(payload)
 
     # encryption at rest: the record of it (the sealing is safepoint.store.sealed's) ---------------------------
     def _encryption_txn(self, conn: Connection) -> bytes | None:

@@ -52,6 +52,7 @@ import msgspec
 from safepoint.errors import CorruptRecordError, TamperedRecordError
 from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpoint
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store import trace_batches
 from safepoint.store.base import BlobStat, Store
 from safepoint.store.crypt import (
     PREFIX,
@@ -351,14 +352,15 @@ class SealedStore(Store):
 
     def trace(self, run_id: str, lines: Sequence[bytes]) -> None:
         cipher = self._ready(writing=True)
-        self.inner.trace(run_id, [cipher.seal(line, place(run_id, "trace")) for line in lines])
+        # Packed before sealing: sealed bytes do not compress (the inner store keeps the sealed line as it is).
+        self.inner.trace(run_id, [cipher.seal(line, place(run_id, "trace")) for line in trace_batches.pack(lines)])
 
     def read_trace(self, run_id: str) -> Iterator[bytes]:
         cipher = self._ready()
         for sealed in self.inner.read_trace(run_id):
             line = cipher.open(sealed, place(run_id, "trace"))
             if line is not None:  # as a damaged trace line is: skipped (recovery never depends on the trace)
-                yield line
+                yield from trace_batches.unpack(line)
 
     # blobs: sealed whole, under names keyed by the store's key --------------------------------------------------------
     def blob_name(self, digest: str) -> str:
