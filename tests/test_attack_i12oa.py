@@ -81,7 +81,6 @@ def approval_steps(call_id: str = "t1", amount: int = 10) -> list[Any]:
 
 
 # approvals: used once, for the arguments shown ---------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="an approved RunState replayed on another session runs the effect again")
 def test_an_approval_given_in_one_session_does_not_pay_again_in_another(tmp_path: Path) -> None:
     """A worker that picks up an approved ``RunState`` and runs it against the wrong session (or a session id that
     was reused) sends the money a second time: the other session's ledger has never heard of call ``t1`` and no
@@ -479,7 +478,6 @@ def test_hostile_call_ids_and_secrets_in_tool_errors_are_kept_safe(tmp_path: Pat
     again.close()
 
 
-@pytest.mark.xfail(strict=True, reason="a call id a provider reuses in a later turn returns the old output, not run")
 def test_a_call_id_a_provider_reuses_in_a_later_request_still_runs_the_new_call(tmp_path: Path) -> None:
     """Several OpenAI-compatible servers number tool calls per response (``call_0`` every time); Pydantic AI's
     adapter keys calls by turn for this very reason (``pai-<turn>-<id>``). Here the ledger is keyed by the SDK's call
@@ -626,7 +624,6 @@ def test_a_run_waiting_for_approval_costs_the_same_in_a_long_session(tmp_path: P
     assert long < 3 * short, (short, long)  # what one pause writes does not grow with the session
 
 
-@pytest.mark.xfail(strict=True, reason="tool arguments with a duplicate key are shown with one value and run another")
 def test_arguments_with_a_duplicate_key_are_not_approved_as_shown(tmp_path: Path) -> None:
     """A model steered by a prompt injection writes ``{"amount": 10, "amount": 9999}``. The person approves what the
     SDK shows (``ToolApprovalItem.raw_item.arguments``, the raw text, where 10 comes first and is what a reader
@@ -698,7 +695,6 @@ def test_clearing_a_session_forgets_the_run_waiting_in_it(tmp_path: Path) -> Non
     assert not pending
 
 
-@pytest.mark.xfail(strict=True, reason="a rejection is not kept: a stale copy of the state approved later still runs")
 def test_a_call_a_person_rejected_never_runs_from_a_stale_copy_of_its_state(tmp_path: Path) -> None:
     """The person rejects ``transfer(10)``; the run goes on and ends ("not paid"). A second approver's screen still
     holds the ``RunState`` as it was saved while waiting (or the app's cache does) and approves it in another

@@ -48,7 +48,7 @@ import copy
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
@@ -88,7 +88,8 @@ TURN = "openai-agents-turn"  # a recorded model response (openai_agents_tools.Du
 STATE = "openai-agents-state"  # a saved RunState ("" once the run it held went on)
 ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was asked to approve, as shown
 USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
-NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED)
+REJECTED = "openai-agents-rejected"  # "<call id>": a person rejected the call; no later approval runs it
+NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED)
 
 _SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -138,6 +139,29 @@ class _Folded:
     state: str = ""  # the saved RunState (JSON), "" when none
     asked: dict[str, str] = field(default_factory=dict)  # call id -> digest of the arguments shown for approval
     used: dict[str, str] = field(default_factory=dict)  # call id -> digest it ran under
+    rejected: set[str] = field(default_factory=set)  # ledger call ids a person rejected
+    calls: dict[str, str] = field(default_factory=dict)  # the SDK's call id -> ledger call id of its latest turn
+    assigned: set[str] = field(default_factory=set)  # every ledger call id a recorded turn was given
+
+    def bind_calls(self, response: str) -> None:
+        """Give each tool call of a recorded turn its ledger call id: the SDK's id the first time it is seen, then
+        ``<id>~<n>`` (the first ``n`` not taken), because providers number calls per response (``call_0`` in every
+        turn) and a new call must never meet an old call's ledger entry. Decided in log order, so every process
+        gives the same ids; injective, as a model's own ``x~1`` is then taken as any other id."""
+        try:
+            output = json.loads(response).get("output", [])
+        except (ValueError, AttributeError):
+            return
+        for item in output if isinstance(output, list) else []:
+            call_id = item.get("call_id") if isinstance(item, dict) else None
+            if not isinstance(call_id, str):
+                continue
+            chosen, n = call_id, 0
+            while chosen in self.assigned:
+                n += 1
+                chosen = f"{call_id}~{n}"
+            self.assigned.add(chosen)
+            self.calls[call_id] = chosen
 
     def bump(self) -> None:
         """The items changed: no turn recorded before can answer a request again, so none is kept in memory."""
@@ -162,11 +186,14 @@ def _fold(messages: Iterable[Message]) -> _Folded:
         elif name == TURN:
             key, _, response = message.content.partition(" ")
             folded.turns[key] = response
+            folded.bind_calls(response)
         elif name == STATE:
             folded.state = message.content
         elif name in (ASKED, USED):
             call_id, _, digest = message.content.rpartition(" ")
             (folded.asked if name == ASKED else folded.used).setdefault(call_id, digest)
+        elif name == REJECTED:
+            folded.rejected.add(message.content)
     return folded
 
 
@@ -184,6 +211,11 @@ class SafepointSession:
         self.session_id = session_id
         self.session_settings = session_settings
         self._folded = _fold(m for m in run.session.lifetime_messages if m.name in NAMES)
+        # The live tool calls' handlers and failures, by ledger call id: on the session, not on each
+        # ``durable_tools`` wrapping, because the run's registry keeps one ledger tool per name, and a second
+        # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
+        self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
+        self.failures: dict[str, Exception] = {}
 
     @classmethod
     def open(
@@ -304,6 +336,21 @@ class SafepointSession:
     def record_turn(self, key: str, response: str) -> None:
         self._write(TURN, f"{key} {response}")
         self._folded.turns[key] = response
+        self._folded.bind_calls(response)
+
+    def ledger_id(self, call_id: str) -> str:
+        """The ledger's call id for the SDK's ``call_id``: the one its latest recorded turn was given (see
+        ``_Folded.bind_calls``), or the id itself for a call no recorded turn asked for."""
+        return self._folded.calls.get(call_id, call_id)
+
+    def rejected(self, call_id: str) -> bool:
+        return call_id in self._folded.rejected
+
+    def record_rejected(self, call_id: str) -> None:
+        """A person said no to the call: durable, so a stale copy of its state approved later never runs it."""
+        if call_id not in self._folded.rejected:
+            self._write(REJECTED, call_id)
+            self._folded.rejected.add(call_id)
 
     def asked(self, call_id: str) -> str | None:
         return self._folded.asked.get(call_id)
