@@ -249,7 +249,6 @@ def pai_waiting(tmp_path: Path) -> tuple[safepoint.Safepoint, bytes, list[int], 
     return sp, history, sent, paid
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: approving after a restart replays turn 0, asking again forever")
 def test_pai_an_approval_given_after_a_restart_finishes_the_run(tmp_path: Path) -> None:
     """The human-in-the-loop flow of the README: the run stops at ``DeferredToolRequests``, the process goes away,
     a person approves later and a new process (resumed run, new capability) goes on with the kept history. The
@@ -269,7 +268,6 @@ def test_pai_an_approval_given_after_a_restart_finishes_the_run(tmp_path: Path) 
     assert result.output == "ok" and len(paid) == 2  # the model is asked what comes after the transfer, once
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: after a restart an approval runs arguments nobody was shown")
 def test_pai_an_approval_after_a_restart_counts_for_the_arguments_shown_only(tmp_path: Path) -> None:
     """The person saw ``transfer(amount=10)`` in ``DeferredToolRequests`` and approved ``t1``. The history the app
     kept is then changed (a bug, a stale copy of another conversation, a hostile edit) to 9,999. In the process
@@ -288,7 +286,6 @@ def test_pai_an_approval_after_a_restart_counts_for_the_arguments_shown_only(tmp
     assert 9999 not in sent
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a resumed run asked another question gets a recorded answer")
 def test_pai_a_resumed_run_is_never_answered_from_the_record_of_another_question(tmp_path: Path) -> None:
     """A chat app keeps one safepoint run per conversation and resumes it for the next question. Model turns are
     found by position, not by what was asked, so the new question ("capital of France?") gets the recorded answer
@@ -494,7 +491,6 @@ def test_a_call_id_a_provider_reuses_in_a_later_request_still_runs_the_new_call(
     assert notes.read_text() == "milk\nmilk\n"
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a resumed run runs a recorded call with [REDACTED] arguments")
 def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp_path: Path) -> None:
     """The model asks for ``note("x")`` and ``save_token(<the user's token>)``; the process dies in ``note``. On
     resume the recorded turn comes back as the log keeps it, redacted, and ``save_token`` (never started, so not in
@@ -547,7 +543,6 @@ def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp
     assert all("REDACTED" not in token for token in saved)
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a second call with a repeated tool call id can never be approved")
 def test_pai_a_new_call_under_a_repeated_tool_call_id_can_be_approved(tmp_path: Path) -> None:
     """The README: "models such as ``TestModel`` repeat tool call ids". The model asks ``transfer(10)`` as ``t1``
     (approved, sent), then ``transfer(20)``, again as ``t1``. The person approves the 20, as shown, and is asked
@@ -720,7 +715,6 @@ def test_a_call_a_person_rejected_never_runs_from_a_stale_copy_of_its_state(tmp_
     assert not sent.exists()  # rejected once is rejected
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a denied call runs when the same history is approved later")
 def test_pai_a_denied_call_never_runs_when_the_same_history_is_approved_later(tmp_path: Path) -> None:
     """The person denies ``transfer(10)`` (``ToolDenied``); the run goes on. A second approver (or a retry of the
     request with a stale form) sends the same message history with ``t1: True``: the transfer is sent. Nothing

@@ -121,3 +121,139 @@ def test_a_whole_tool_approval_is_still_honoured_in_the_session_that_asked(tmp_p
     assert run(run_durably(agent, state, session=session)).final_output == "paid"
     session.close()
     assert sent.read_text() == "10\n"
+
+
+# Pydantic AI ----------------------------------------------------------------------------------------------------------
+def pai_repeating_agent(run_: safepoint.Run, sent: list[int], amounts: list[int]) -> Any:
+    """Asks ``transfer(amounts[n])`` as ``t1`` in turn ``n`` (the id repeated, as ``TestModel`` does), then "ok"."""
+    from pydantic_ai import Agent as PaiAgent
+    from pydantic_ai import DeferredToolRequests
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from safepoint.integrations.pydantic_ai import SafepointCapability
+    from safepoint.integrations.pydantic_ai import ToolPolicy as PaiPolicy
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = sum(1 for m in messages if m.kind == "response")
+        if turn < len(amounts):
+            return ModelResponse(parts=[ToolCallPart("transfer", {"amount": amounts[turn]}, tool_call_id="t1")])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    capability = SafepointCapability(run_, tools={"transfer": PaiPolicy(replay_policy="never")})
+    agent: Any = PaiAgent(FunctionModel(script), capabilities=[capability], output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def transfer(amount: int) -> str:
+        sent.append(amount)
+        return f"sent {amount}"
+
+    return agent
+
+
+def test_pai_the_same_arguments_twice_under_one_id_run_when_each_call_is_approved(tmp_path: Path) -> None:
+    """Two transfers of 10, both asked as ``t1``: an approval passed back with the metadata of the request
+    (its call id) is for that very call and runs; the first call's used approval never counts for the second."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    sp = opened(tmp_path)
+    run_ = sp.start("pay twice", builtins=False)
+    sent: list[int] = []
+    agent = pai_repeating_agent(run_, sent, [10, 10])
+    result = agent.run_sync("pay twice")
+    for _ in range(3):
+        if not isinstance(result.output, DeferredToolRequests):
+            break
+        requests = result.output
+        results = DeferredToolResults(approvals={"t1": True}, metadata=dict(requests.metadata))
+        result = agent.run_sync(message_history=result.all_messages(), deferred_tool_results=results)
+    assert sent == [10, 10] and result.output == "ok"
+    run_.close()
+
+
+def test_pai_a_stale_approval_of_the_same_arguments_asks_again(tmp_path: Path) -> None:
+    """The first ``t1`` (10) approved and sent; the second request (10 again, as ``t1``) answered with the first
+    approval as it was (no metadata naming the new call): asked again, never a second transfer on one approval."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    sp = opened(tmp_path)
+    run_ = sp.start("pay", builtins=False)
+    sent: list[int] = []
+    agent = pai_repeating_agent(run_, sent, [10, 10])
+    first = agent.run_sync("pay")
+    approval = DeferredToolResults(approvals={"t1": True})
+    second = agent.run_sync(message_history=first.all_messages(), deferred_tool_results=approval)
+    assert sent == [10] and isinstance(second.output, DeferredToolRequests)
+    third = agent.run_sync(message_history=second.all_messages(), deferred_tool_results=approval)
+    run_.close()
+    assert sent == [10] and isinstance(third.output, DeferredToolRequests)
+
+
+def test_pai_a_denial_is_kept_across_processes(tmp_path: Path) -> None:
+    """Denied in one process; the same history approved in a later process (the run resumed, a new capability):
+    the durable denial refuses it."""
+    from pydantic_ai import DeferredToolResults, ToolDenied
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    sp = opened(tmp_path)
+    run_ = sp.start("pay", builtins=False, run_id="deny2")
+    sent: list[int] = []
+    agent = pai_repeating_agent(run_, sent, [10])
+    history = ModelMessagesTypeAdapter.dump_json(agent.run_sync("pay").all_messages())
+    denied = DeferredToolResults(approvals={"t1": ToolDenied("no")})
+    agent.run_sync(message_history=ModelMessagesTypeAdapter.validate_json(history), deferred_tool_results=denied)
+    run_.close()
+    run_ = sp.resume("deny2", builtins=False)
+    approved = DeferredToolResults(approvals={"t1": True})
+    again = pai_repeating_agent(run_, sent, [10])
+    again.run_sync(message_history=ModelMessagesTypeAdapter.validate_json(history), deferred_tool_results=approved)
+    run_.close()
+    assert sent == []
+
+
+def test_pai_a_crashed_run_resumed_with_the_same_prompt_is_answered_from_the_record(tmp_path: Path) -> None:
+    """The digest key still finds the turn a crash interrupted: the same prompt after a restart replays it (the
+    model is not paid again) and the finished call comes from the ledger."""
+    from pydantic_ai import Agent as PaiAgent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from safepoint.integrations.pydantic_ai import SafepointCapability
+    from safepoint.integrations.pydantic_ai import ToolPolicy as PaiPolicy
+
+    paid: list[int] = []
+    noted: list[str] = []
+
+    def agent(run_: safepoint.Run, die: bool) -> Any:
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            paid.append(len(messages))
+            if not any(m.kind == "response" for m in messages):
+                return ModelResponse(parts=[ToolCallPart("note", {"text": "x"}, "n1")])
+            return ModelResponse(parts=[TextPart("ok")])
+
+        made: Any = PaiAgent(
+            FunctionModel(script),
+            capabilities=[
+                SafepointCapability(run_, tools={"note": PaiPolicy(idempotency="idempotent", replay_policy="auto")})
+            ],
+        )
+
+        @made.tool_plain
+        def note(text: str) -> str:
+            noted.append(text)
+            if die:
+                raise KeyboardInterrupt  # the process stops after the effect, before the outcome is recorded
+            return "noted"
+
+        return made
+
+    sp = opened(tmp_path)
+    run_ = sp.start("note", builtins=False, run_id="again")
+    with pytest.raises(KeyboardInterrupt):
+        agent(run_, True).run_sync("note x")
+    run_.close()
+    run_ = sp.resume("again", builtins=False)
+    assert agent(run_, False).run_sync("note x").output == "ok"
+    run_.close()
+    assert len(paid) == 2  # turn 0 once (replayed after the restart), then the answer
+    assert noted == ["x", "x"]  # the interrupted idempotent call run again, as its policy allows
