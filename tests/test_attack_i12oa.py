@@ -153,9 +153,6 @@ def test_a_session_id_is_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
 
 
 # one session, many writers -------------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True, reason="two threads adding items to one session: refused as a foreign writer, or the log damaged"
-)
 def test_two_threads_adding_items_to_one_session_lose_nothing(tmp_path: Path) -> None:
     """A web server shares one session object between its worker threads (the SDK's own ``SQLiteSession`` takes a
     lock for this). Here two threads calling ``add_items`` interleave records on the run's one log writer: one is
@@ -642,7 +639,6 @@ def test_arguments_with_a_duplicate_key_are_not_approved_as_shown(tmp_path: Path
     assert not sent.exists() or sent.read_text() == "10\n"
 
 
-@pytest.mark.xfail(strict=True, reason="save_state of a streamed run waiting for approval: AttributeError traceback")
 def test_a_streamed_run_waiting_for_approval_is_kept_durably(tmp_path: Path) -> None:
     """A chat UI streams its runs (``Runner.run_streamed``). When one stops for an approval, ``save_state(result)``
     (documented for "a ``RunResult`` with interruptions") dies with ``AttributeError: 'RunResultStreaming' object
@@ -669,9 +665,6 @@ def test_a_streamed_run_waiting_for_approval_is_kept_durably(tmp_path: Path) -> 
     assert state is not None and [i.raw_item.call_id for i in state.get_interruptions()] == ["t1"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="clear_session keeps the saved RunState: a cleared conversation's call still runs"
-)
 def test_clearing_a_session_forgets_the_run_waiting_in_it(tmp_path: Path) -> None:
     """The user clicks "new chat" (``clear_session``) while a transfer waits for approval. The items go, the saved
     ``RunState`` stays (``has_state`` is still true), so the app's "pending approvals" screen, reading the store as

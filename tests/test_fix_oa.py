@@ -257,3 +257,21 @@ def test_pai_a_crashed_run_resumed_with_the_same_prompt_is_answered_from_the_rec
     run_.close()
     assert len(paid) == 2  # turn 0 once (replayed after the restart), then the answer
     assert noted == ["x", "x"]  # the interrupted idempotent call run again, as its policy allows
+
+
+def test_a_call_waiting_in_a_cleared_session_never_runs_from_a_kept_copy(tmp_path: Path) -> None:
+    """ "New chat" while a transfer waits: the app's own copy of the state, approved later, runs nothing."""
+    sent = tmp_path / "sent.txt"
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "cleared")
+    agent = transfer_agent(session, sent, approval_steps())
+    kept = run(run_durably(agent, "pay", session=session)).to_state().to_json()
+    run(session.clear_session())
+    session.close()
+    again = SafepointSession.open(sp, "cleared")
+    other = transfer_agent(again, sent, [[assistant_message("paid")]])
+    copy = run(RunState.from_json(other, kept))
+    copy.approve(copy.get_interruptions()[0])
+    run(run_durably(other, copy, session=again))
+    again.close()
+    assert not sent.exists()

@@ -48,12 +48,13 @@ import copy
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from agents import Agent, RunResult, RunState
+from agents import Agent, RunResult, RunResultStreaming, RunState
 from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
@@ -216,6 +217,10 @@ class SafepointSession:
         # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
         self.failures: dict[str, Exception] = {}
+        # One writer at a time: a web server shares a session between worker threads (the SDK's SQLiteSession
+        # locks too), and the run's one log writer must see each record and its commit together (two threads
+        # interleaving them was refused as a foreign writer, or left a hole that lost acknowledged items).
+        self._lock = threading.RLock()
 
     @classmethod
     def open(
@@ -271,34 +276,47 @@ class SafepointSession:
     # the Session protocol ---------------------------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The latest ``limit`` items (all when None), oldest first; from memory, so flat in the session's length."""
-        items = self._folded.items
-        chosen = items if limit is None else items[-limit:] if limit > 0 else []
-        return copy.deepcopy(chosen)  # the caller may change what it gets (the SDK does); the session stays as kept
+        with self._lock:
+            items = self._folded.items
+            chosen = items if limit is None else items[-limit:] if limit > 0 else []
+            return copy.deepcopy(chosen)  # the caller may change what it gets (the SDK does); the session stays as kept
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
             return
         plain = json.loads(canonical(list(items)))  # JSON now: the SDK hands in pydantic models at times
-        self._write(ITEMS, canonical(plain))
-        self._folded.items.extend(plain)
-        self._folded.bump()
+        with self._lock:
+            self._write(ITEMS, canonical(plain))
+            self._folded.items.extend(plain)
+            self._folded.bump()
 
     async def pop_item(self) -> Any | None:
-        if not self._folded.items:
-            return None
-        self._write(POP, "")
-        item = self._folded.items.pop()
-        self._folded.bump()
-        return item
+        with self._lock:
+            if not self._folded.items:
+                return None
+            self._write(POP, "")
+            item = self._folded.items.pop()
+            self._folded.bump()
+            return item
 
     async def clear_session(self) -> None:
-        self._write(CLEAR, "")
-        self._folded.items.clear()
-        self._folded.bump()
+        """Forget every item, and the run that waited for an approval in them: its saved ``RunState`` goes, and
+        each call a person was asked about and that never ran is refused from now on (a copy of the state an app
+        kept elsewhere, approved later, would run the call of a conversation that no longer exists)."""
+        with self._lock:
+            for call_id in [c for c in self._folded.asked if c not in self._folded.used]:
+                self.record_rejected(call_id)
+            if self._folded.state:
+                self._write(STATE, "")
+                self._folded.state = ""
+            self._write(CLEAR, "")
+            self._folded.items.clear()
+            self._folded.bump()
 
     # interrupted runs -------------------------------------------------------------------------------------------
-    async def save_state(self, result: RunResult | RunState[Any, Any] | None) -> None:
-        """Keep an interrupted run (a ``RunResult`` with interruptions, or its ``RunState``) durably, replacing the
+    async def save_state(self, result: RunResult | RunResultStreaming | RunState[Any, Any] | None) -> None:
+        """Keep an interrupted run (a ``RunResult`` or a streamed ``RunResultStreaming`` with interruptions, or its
+        ``RunState``) durably, replacing the
         one kept before; ``None`` forgets it (the run went on). The state is redacted like every record: a call
         whose arguments lost a secret to it is never run from them (see ``durable_tools``)."""
         if result is None:
@@ -306,7 +324,7 @@ class SafepointSession:
                 self._write(STATE, "")
                 self._folded.state = ""
             return
-        state = result.to_state() if isinstance(result, RunResult) else result
+        state = result.to_state() if isinstance(result, RunResult | RunResultStreaming) else result
         text = canonical(state.to_json())
         self._write(STATE, text)
         self._folded.state = text
@@ -366,17 +384,19 @@ class SafepointSession:
     def stage_used(self, call_id: str, digest: str) -> None:
         """Staged, not committed: durable with the call's own ``started``, so a used approval and the call that
         used it are in the log together or not at all."""
-        if call_id not in self._folded.used:
-            self.run.session.add_message("system", f"{call_id} {digest}", name=USED)
-            self._folded.used[call_id] = digest
+        with self._lock:
+            if call_id not in self._folded.used:
+                self.run.session.add_message("system", f"{call_id} {digest}", name=USED)
+                self._folded.used[call_id] = digest
 
     def redacted(self, text: str) -> str:
         """``text`` as the run's log keeps it."""
         return str(self.run.session.log.redactor.text(text))
 
     def _write(self, name: str, content: str) -> None:
-        self.run.session.add_message("system" if name != ITEMS else "user", content, name=name)
-        self.run.session.commit()  # durable (and fenced: a writer that lost the session is refused) on return
+        with self._lock:  # reentrant: the callers above hold it across their read-modify-write
+            self.run.session.add_message("system" if name != ITEMS else "user", content, name=name)
+            self.run.session.commit()  # durable (and fenced: a writer that lost the session is refused) on return
 
     # lifetime ----------------------------------------------------------------------------------------------------
     def close(self) -> None:
