@@ -135,7 +135,6 @@ def test_a_secret_in_a_session_id_never_reaches_the_store(tmp_path: Path) -> Non
     assert TOKEN.encode() not in store_bytes(sp)
 
 
-@pytest.mark.xfail(strict=True, reason="an encrypted store keeps the session id in plain text")
 def test_a_session_id_is_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
     """On an encrypted store the items are sealed, but the session id (``oa_s_<id>`` as the run's folder, and the
     run's task ``openai-agents session '<id>'``) is written in plain text: anyone with the disk reads who talked to

@@ -275,3 +275,29 @@ def test_a_call_waiting_in_a_cleared_session_never_runs_from_a_kept_copy(tmp_pat
     run(run_durably(other, copy, session=again))
     again.close()
     assert not sent.exists()
+
+
+def test_a_sealed_session_id_is_found_again_and_differs_under_another_key(tmp_path: Path) -> None:
+    """The keyed run id is stable under one key (the session reopens with its items) and reveals nothing a
+    guess could confirm without the key: another store's key gives another id for the same session id."""
+    from safepoint.integrations.openai_agents import sealed_run_id_for
+    from safepoint.store.sealed import SealedStore
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sp = safepoint.open(None, workspace=str(ws), key="c3" * 32)
+    OPENED.append(sp)
+    session = SafepointSession.open(sp, "Patient 4411")
+    run(session.add_items([{"role": "user", "content": "hello"}]))
+    first = session.run.run_id
+    session.close()
+    again = SafepointSession.open(sp, "Patient 4411")
+    assert again.run.run_id == first and first.startswith("oa_k_")
+    assert [i["content"] for i in run(again.get_items())] == ["hello"]
+    again.close()
+    other_ws = tmp_path / "other"
+    other_ws.mkdir()
+    other = safepoint.open(None, workspace=str(other_ws), key="d4" * 32)
+    OPENED.append(other)
+    assert isinstance(other.store, SealedStore)
+    assert sealed_run_id_for("Patient 4411", other.store) != first

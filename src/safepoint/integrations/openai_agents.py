@@ -16,7 +16,8 @@
     result = await Runner.run(agent, state, session=session)
 
 **One session is one safepoint run** (run id ``oa_s_<id>``, or ``oa_h_<sha256>`` for an id that is not a safe
-name: ``../``, NUL, unicode, upper case or 65+ characters; both forms are injective and never collide). Its items,
+name: ``../``, NUL, unicode, upper case or 65+ characters; both forms are injective and never collide; on an
+encrypted store ``oa_k_<hmac>`` under the store's key, and the run's task does not quote the id). Its items,
 the model turns, the saved ``RunState`` and the tool ledger all live in that run's log, so they share its
 guarantees: each record checksummed, made durable (fsync'd or committed) before the method returns, redacted by
 the run's redactor before it is written, sealed on an encrypted store, and fenced by the run's claim. Opening a
@@ -62,6 +63,7 @@ from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, Ru
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
+from safepoint.store.sealed import SealedStore
 
 
 class Safepoint(Protocol):
@@ -106,6 +108,17 @@ def run_id_for(session_id: str) -> str:
         return f"oa_s_{session_id}"
     digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:48]
     return f"oa_h_{digest}"
+
+
+def sealed_run_id_for(session_id: str, store: SealedStore) -> str:
+    """The run that holds a session on an encrypted store: an HMAC of the id under a key derived from the store's
+    (its keyed blob naming, given a name of its own domain), so neither the folder nor anything unsealed names the
+    session ("patient-4411-hiv-results") and nobody without the key can confirm a guess of it. Rejected: the
+    plain SHA-256 of ``run_id_for``, which anyone can compute for a guessed id."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("a session id is a non-empty string")
+    keyed = store.blob_name("openai-agents session id:" + session_id.encode("utf-8", "surrogatepass").hex())
+    return "oa_k_" + keyed.rpartition(":")[2][:48]
 
 
 def canonical(value: Any) -> str:
@@ -245,11 +258,16 @@ class SafepointSession:
         on its word unless ``accept_damage=True`` (go on with the items that remain).
         """
         run_id = run_id_for(session_id)
+        sealed = isinstance(sp.store, SealedStore)
+        if isinstance(sp.store, SealedStore):
+            legacy, run_id = run_id, sealed_run_id_for(session_id, sp.store)
+            if not _exists(sp.store, run_id) and _exists(sp.store, legacy):
+                run_id = legacy  # a session created before ids were keyed here: kept where it is
         try:
             sp.store.run_header(run_id)
         except RunNotFoundError:
             try:
-                shown = repr(session_id)
+                shown = "(id sealed)" if sealed else repr(session_id)
                 task = f"openai-agents session {shown if len(shown) <= 200 else shown[:200] + '...'}"
                 run = sp.start(task, builtins=False, run_id=run_id, model="openai-agents")
             except RunExistsError:  # another process created it a moment ago: open it as any existing one
@@ -407,6 +425,14 @@ class SafepointSession:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.run.__exit__(kind, exc, tb)
+
+
+def _exists(store: Store, run_id: str) -> bool:
+    try:
+        store.run_header(run_id)
+    except RunNotFoundError:
+        return False
+    return True
 
 
 def _unbind_redacted_calls(state: dict[str, Any]) -> None:
