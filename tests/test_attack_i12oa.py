@@ -591,7 +591,6 @@ def bytes_kept(sp: safepoint.Safepoint) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
-@pytest.mark.xfail(strict=True, reason="every approval pause writes the whole session again (RunState holds it)")
 def test_a_run_waiting_for_approval_costs_the_same_in_a_long_session(tmp_path: Path) -> None:
     """Counted in bytes written, not timed: a run that stops for an approval (``run_durably`` saving its
     ``RunState``) writes ~17 KB in a session of 10 items and ~530 KB in one of 500 items of 1 KB: the SDK's

@@ -301,3 +301,57 @@ def test_a_sealed_session_id_is_found_again_and_differs_under_another_key(tmp_pa
     OPENED.append(other)
     assert isinstance(other.store, SealedStore)
     assert sealed_run_id_for("Patient 4411", other.store) != first
+
+
+def test_a_pause_in_a_long_session_writes_no_more_than_in_a_short_one(tmp_path: Path) -> None:
+    """As the attack's cost test, with items that do not compress (the store compresses records, which hid the
+    repeated history of a session of "xxx..."), and the approval then given in a new process: the state rebuilt
+    from the reference runs the transfer once."""
+    import hashlib
+
+    sent = tmp_path / "sent.txt"
+
+    def kept(sp: safepoint.Safepoint) -> int:
+        folder = sp.store.local_dir()
+        assert folder is not None
+        return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+    def pause_bytes(items: int) -> int:
+        (tmp_path / f"s{items}").mkdir()
+        sp = opened(tmp_path / f"s{items}")
+        session = SafepointSession.open(sp, "long")
+        noise = [
+            "".join(hashlib.sha256(f"{items}-{i}-{k}".encode()).hexdigest() for k in range(16)) for i in range(items)
+        ]
+        run(session.add_items([{"role": "user", "content": text} for text in noise]))
+        before = kept(sp)
+        assert run(run_durably(transfer_agent(session, sent, approval_steps()), "pay", session=session)).interruptions
+        session.close()
+        written = kept(sp) - before
+        again = SafepointSession.open(sp, "long")
+        agent = transfer_agent(again, sent, [[assistant_message("paid")]])
+        state = run(again.load_state(agent))
+        assert state is not None and state._original_input[:1] == [{"role": "user", "content": noise[0]}]
+        state.approve(state.get_interruptions()[0])
+        assert run(run_durably(agent, state, session=again)).final_output == "paid"
+        again.close()
+        return written
+
+    short, long = pause_bytes(10), pause_bytes(200)
+    assert long < 2 * short, (short, long)
+    assert sent.read_text() == "10\n10\n"
+
+
+def test_a_state_whose_items_were_popped_is_refused_in_one_line(tmp_path: Path) -> None:
+    from safepoint.integrations.openai_agents import SessionStateError
+
+    sent = tmp_path / "sent.txt"
+    session = SafepointSession.open(opened(tmp_path), "popped")
+    agent = transfer_agent(session, sent, approval_steps())
+    assert run(run_durably(agent, "pay", session=session)).interruptions
+    while run(session.pop_item()) is not None:
+        pass
+    with pytest.raises(SessionStateError, match="changed since") as raised:
+        run(session.load_state(agent))
+    assert "\n" not in str(raised.value)
+    session.close()

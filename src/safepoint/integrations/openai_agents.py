@@ -59,7 +59,7 @@ from agents import Agent, RunResult, RunResultStreaming, RunState
 from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
-from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError
+from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError, SafepointError
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -93,6 +93,8 @@ ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was 
 USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
 REJECTED = "openai-agents-rejected"  # "<call id>": a person rejected the call; no later approval runs it
 NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED)
+
+SESSION_ITEMS = "safepoint_session_items"  # a saved RunState's input, kept as a reference to the session's items
 
 _SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -209,6 +211,10 @@ def _fold(messages: Iterable[Message]) -> _Folded:
         elif name == REJECTED:
             folded.rejected.add(message.content)
     return folded
+
+
+class SessionStateError(SafepointError):
+    """The saved ``RunState`` no longer fits the session's items (they were popped after it was saved)."""
 
 
 class SafepointSession:
@@ -343,9 +349,26 @@ class SafepointSession:
                 self._folded.state = ""
             return
         state = result.to_state() if isinstance(result, RunResult | RunResultStreaming) else result
-        text = canonical(state.to_json())
-        self._write(STATE, text)
-        self._folded.state = text
+        data = state.to_json()
+        with self._lock:
+            self._refer_to_items(data)
+            text = canonical(data)
+            self._write(STATE, text)
+            self._folded.state = text
+
+    def _refer_to_items(self, data: dict[str, Any]) -> None:
+        """The state's input is the session's history (the SDK puts it there whole): when it is the session's first
+        items, it is kept as a reference to them (how many, and their digest), not written again at every pause,
+        which made a long session's every approval cost its whole length (rejected: storing it whole, quadratic in
+        the session's life). Anything else (a plain prompt, other items) is kept as it is."""
+        given = data.get("original_input")
+        items = self._folded.items
+        if not isinstance(given, list) or not given or len(given) > len(items):
+            return
+        prefix = [canonical(item) for item in items[: len(given)]]
+        if prefix != [canonical(item) for item in given]:
+            return
+        data["original_input"] = {SESSION_ITEMS: len(given), "digest": _items_digest(prefix)}
 
     async def load_state(self, agent: Agent[Any], **options: Any) -> RunState[Any, Any] | None:
         """The kept interrupted run, rebuilt for ``agent`` (``options``: ``RunState.from_json``'s, such as
@@ -353,6 +376,16 @@ class SafepointSession:
         if not self._folded.state:
             return None
         data = json.loads(self._folded.state)
+        given = data.get("original_input")
+        if isinstance(given, dict) and SESSION_ITEMS in given:
+            count = int(given[SESSION_ITEMS])
+            prefix = self._folded.items[:count]
+            if len(prefix) != count or _items_digest([canonical(i) for i in prefix]) != given.get("digest"):
+                raise SessionStateError(
+                    f"session {self.session_id!r}: the saved run's input was the session's first {count} items, "
+                    "and they changed since (pop_item); start the run again from the session"
+                )
+            data["original_input"] = copy.deepcopy(prefix)
         _unbind_redacted_calls(data)
         state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
         return state
@@ -425,6 +458,10 @@ class SafepointSession:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.run.__exit__(kind, exc, tb)
+
+
+def _items_digest(texts: list[str]) -> str:
+    return hashlib.sha256("\n".join(texts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _exists(store: Store, run_id: str) -> bool:
