@@ -3,7 +3,9 @@
 
 - ``durable_tools(session, [tool, ...], policies={"pay": ToolPolicy(replay_policy="never")})`` wraps each
   ``FunctionTool`` so every call goes through the run's ledger (``Run.acall_result``: the engine's ledger machine,
-  not a second ledger) under **the SDK's tool call id** as its call id. ``started`` is durable before the tool
+  not a second ledger) under **the SDK's tool call id** as its call id; the same id in a later recorded turn (a
+  provider numbering calls per response, ``call_0`` every time) is a new call, ``<id>~<n>`` (``SafepointSession.
+  ledger_id``), so it is run, not answered with the old call's output. ``started`` is durable before the tool
   runs; a call the ledger finished returns its recorded output and never runs again; a call a crash left
   ``started`` is never run again on its own: reopening the session raises ``DecisionNeeded`` naming it (the
   policy's ``replay_policy="ask"``, the default for a non-idempotent tool), and ``SafepointSession.open(...,
@@ -20,7 +22,10 @@
   the tool, no arguments shown) is honoured for a tool whose approval the SDK asks for, and refused for one with
   ``ToolPolicy(needs_approval=True)``, which wants each call approved. The SDK keeps its own fingerprint in the
   ``RunState``; this one is in the store, so an approval survives a restart and a ``RunState`` edited or replayed
-  by hand cannot run other arguments, or run twice (a replayed call id returns the recorded output).
+  by hand cannot run other arguments, or run twice (a replayed call id returns the recorded output). A per-call
+  approval this session never asked for (a state run against another session) is refused; arguments that repeat a
+  key are refused (the person reads the first value, the call would run the last); a rejection seen by
+  ``run_durably`` is recorded durably, so a stale copy of the state approved later never runs the call.
 - ``durable_model(session, model)`` records each model response (durable before any of its tool calls runs)
   under the digest of what the model was asked and the session's version, and hands it back when the same
   request comes again: a run resumed after a crash with ``Runner.run(agent, [], session=session)`` asks the model
