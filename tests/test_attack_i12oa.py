@@ -81,7 +81,6 @@ def approval_steps(call_id: str = "t1", amount: int = 10) -> list[Any]:
 
 
 # approvals: used once, for the arguments shown ---------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="an approved RunState replayed on another session runs the effect again")
 def test_an_approval_given_in_one_session_does_not_pay_again_in_another(tmp_path: Path) -> None:
     """A worker that picks up an approved ``RunState`` and runs it against the wrong session (or a session id that
     was reused) sends the money a second time: the other session's ledger has never heard of call ``t1`` and no
@@ -136,7 +135,6 @@ def test_a_secret_in_a_session_id_never_reaches_the_store(tmp_path: Path) -> Non
     assert TOKEN.encode() not in store_bytes(sp)
 
 
-@pytest.mark.xfail(strict=True, reason="an encrypted store keeps the session id in plain text")
 def test_a_session_id_is_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
     """On an encrypted store the items are sealed, but the session id (``oa_s_<id>`` as the run's folder, and the
     run's task ``openai-agents session '<id>'``) is written in plain text: anyone with the disk reads who talked to
@@ -154,9 +152,6 @@ def test_a_session_id_is_sealed_on_an_encrypted_store(tmp_path: Path) -> None:
 
 
 # one session, many writers -------------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True, reason="two threads adding items to one session: refused as a foreign writer, or the log damaged"
-)
 def test_two_threads_adding_items_to_one_session_lose_nothing(tmp_path: Path) -> None:
     """A web server shares one session object between its worker threads (the SDK's own ``SQLiteSession`` takes a
     lock for this). Here two threads calling ``add_items`` interleave records on the run's one log writer: one is
@@ -250,7 +245,6 @@ def pai_waiting(tmp_path: Path) -> tuple[safepoint.Safepoint, bytes, list[int], 
     return sp, history, sent, paid
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: approving after a restart replays turn 0, asking again forever")
 def test_pai_an_approval_given_after_a_restart_finishes_the_run(tmp_path: Path) -> None:
     """The human-in-the-loop flow of the README: the run stops at ``DeferredToolRequests``, the process goes away,
     a person approves later and a new process (resumed run, new capability) goes on with the kept history. The
@@ -270,7 +264,6 @@ def test_pai_an_approval_given_after_a_restart_finishes_the_run(tmp_path: Path) 
     assert result.output == "ok" and len(paid) == 2  # the model is asked what comes after the transfer, once
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: after a restart an approval runs arguments nobody was shown")
 def test_pai_an_approval_after_a_restart_counts_for_the_arguments_shown_only(tmp_path: Path) -> None:
     """The person saw ``transfer(amount=10)`` in ``DeferredToolRequests`` and approved ``t1``. The history the app
     kept is then changed (a bug, a stale copy of another conversation, a hostile edit) to 9,999. In the process
@@ -289,7 +282,6 @@ def test_pai_an_approval_after_a_restart_counts_for_the_arguments_shown_only(tmp
     assert 9999 not in sent
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a resumed run asked another question gets a recorded answer")
 def test_pai_a_resumed_run_is_never_answered_from_the_record_of_another_question(tmp_path: Path) -> None:
     """A chat app keeps one safepoint run per conversation and resumes it for the next question. Model turns are
     found by position, not by what was asked, so the new question ("capital of France?") gets the recorded answer
@@ -479,7 +471,6 @@ def test_hostile_call_ids_and_secrets_in_tool_errors_are_kept_safe(tmp_path: Pat
     again.close()
 
 
-@pytest.mark.xfail(strict=True, reason="a call id a provider reuses in a later turn returns the old output, not run")
 def test_a_call_id_a_provider_reuses_in_a_later_request_still_runs_the_new_call(tmp_path: Path) -> None:
     """Several OpenAI-compatible servers number tool calls per response (``call_0`` every time); Pydantic AI's
     adapter keys calls by turn for this very reason (``pai-<turn>-<id>``). Here the ledger is keyed by the SDK's call
@@ -496,7 +487,6 @@ def test_a_call_id_a_provider_reuses_in_a_later_request_still_runs_the_new_call(
     assert notes.read_text() == "milk\nmilk\n"
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a resumed run runs a recorded call with [REDACTED] arguments")
 def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp_path: Path) -> None:
     """The model asks for ``note("x")`` and ``save_token(<the user's token>)``; the process dies in ``note``. On
     resume the recorded turn comes back as the log keeps it, redacted, and ``save_token`` (never started, so not in
@@ -549,7 +539,6 @@ def test_pai_a_recorded_turn_never_runs_a_call_whose_arguments_lost_a_secret(tmp
     assert all("REDACTED" not in token for token in saved)
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a second call with a repeated tool call id can never be approved")
 def test_pai_a_new_call_under_a_repeated_tool_call_id_can_be_approved(tmp_path: Path) -> None:
     """The README: "models such as ``TestModel`` repeat tool call ids". The model asks ``transfer(10)`` as ``t1``
     (approved, sent), then ``transfer(20)``, again as ``t1``. The person approves the 20, as shown, and is asked
@@ -602,7 +591,6 @@ def bytes_kept(sp: safepoint.Safepoint) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
-@pytest.mark.xfail(strict=True, reason="every approval pause writes the whole session again (RunState holds it)")
 def test_a_run_waiting_for_approval_costs_the_same_in_a_long_session(tmp_path: Path) -> None:
     """Counted in bytes written, not timed: a run that stops for an approval (``run_durably`` saving its
     ``RunState``) writes ~17 KB in a session of 10 items and ~530 KB in one of 500 items of 1 KB: the SDK's
@@ -626,7 +614,6 @@ def test_a_run_waiting_for_approval_costs_the_same_in_a_long_session(tmp_path: P
     assert long < 3 * short, (short, long)  # what one pause writes does not grow with the session
 
 
-@pytest.mark.xfail(strict=True, reason="tool arguments with a duplicate key are shown with one value and run another")
 def test_arguments_with_a_duplicate_key_are_not_approved_as_shown(tmp_path: Path) -> None:
     """A model steered by a prompt injection writes ``{"amount": 10, "amount": 9999}``. The person approves what the
     SDK shows (``ToolApprovalItem.raw_item.arguments``, the raw text, where 10 comes first and is what a reader
@@ -650,7 +637,6 @@ def test_arguments_with_a_duplicate_key_are_not_approved_as_shown(tmp_path: Path
     assert not sent.exists() or sent.read_text() == "10\n"
 
 
-@pytest.mark.xfail(strict=True, reason="save_state of a streamed run waiting for approval: AttributeError traceback")
 def test_a_streamed_run_waiting_for_approval_is_kept_durably(tmp_path: Path) -> None:
     """A chat UI streams its runs (``Runner.run_streamed``). When one stops for an approval, ``save_state(result)``
     (documented for "a ``RunResult`` with interruptions") dies with ``AttributeError: 'RunResultStreaming' object
@@ -677,9 +663,6 @@ def test_a_streamed_run_waiting_for_approval_is_kept_durably(tmp_path: Path) -> 
     assert state is not None and [i.raw_item.call_id for i in state.get_interruptions()] == ["t1"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="clear_session keeps the saved RunState: a cleared conversation's call still runs"
-)
 def test_clearing_a_session_forgets_the_run_waiting_in_it(tmp_path: Path) -> None:
     """The user clicks "new chat" (``clear_session``) while a transfer waits for approval. The items go, the saved
     ``RunState`` stays (``has_state`` is still true), so the app's "pending approvals" screen, reading the store as
@@ -698,7 +681,6 @@ def test_clearing_a_session_forgets_the_run_waiting_in_it(tmp_path: Path) -> Non
     assert not pending
 
 
-@pytest.mark.xfail(strict=True, reason="a rejection is not kept: a stale copy of the state approved later still runs")
 def test_a_call_a_person_rejected_never_runs_from_a_stale_copy_of_its_state(tmp_path: Path) -> None:
     """The person rejects ``transfer(10)``; the run goes on and ends ("not paid"). A second approver's screen still
     holds the ``RunState`` as it was saved while waiting (or the app's cache does) and approves it in another
@@ -724,7 +706,6 @@ def test_a_call_a_person_rejected_never_runs_from_a_stale_copy_of_its_state(tmp_
     assert not sent.exists()  # rejected once is rejected
 
 
-@pytest.mark.xfail(strict=True, reason="Pydantic AI: a denied call runs when the same history is approved later")
 def test_pai_a_denied_call_never_runs_when_the_same_history_is_approved_later(tmp_path: Path) -> None:
     """The person denies ``transfer(10)`` (``ToolDenied``); the run goes on. A second approver (or a retry of the
     request with a stale form) sends the same message history with ``t1: True``: the transfer is sent. Nothing

@@ -298,9 +298,11 @@ def test_calls_are_ledgered_under_the_sdk_call_id(tmp_path: Path) -> None:
         ("call_a", "succeeded"),
         ("call_b", "succeeded"),
     ]
-    # The same call ids again (a replayed state, a model repeating itself): the recorded outputs, no second effect.
+    # The same call ids in a new request (providers number calls per response): new calls, each run once under
+    # its own ledger id (a replayed turn, the same request answered from the record, keeps the first ids).
     again = run(Runner.run(agent_for(session, script(), [append_tool(notes)]), "write", session=session))
-    assert again.final_output == "done" and notes.read_text() == "a\nb\n"
+    assert again.final_output == "done" and notes.read_text() == "a\nb\na\nb\n"
+    assert [e.call_id for e in sp.ledger(session.run.run_id)] == ["call_a", "call_b", "call_a~1", "call_b~1"]
     session.close()
 
 
@@ -375,7 +377,9 @@ def test_parallel_calls_of_one_turn_are_ledgered_each_under_its_id(tmp_path: Pat
     assert sorted(notes.read_text().split()) == ["x", "y", "z"]
     assert sorted(e.call_id for e in sp.ledger(session.run.run_id)) == ["p_x", "p_y", "p_z"]
     again = run(Runner.run(agent_for(session, steps, [append_tool(notes)]), "go", session=session))
-    assert again.final_output == "done" and sorted(notes.read_text().split()) == ["x", "y", "z"]
+    assert again.final_output == "done" and sorted(notes.read_text().split()) == ["x", "x", "y", "y", "z", "z"]
+    ids = sorted(e.call_id for e in sp.ledger(session.run.run_id))
+    assert ids == ["p_x", "p_x~1", "p_y", "p_y~1", "p_z", "p_z~1"]
     session.close()
 
 
@@ -395,6 +399,8 @@ def test_a_finished_call_is_taken_from_the_ledger_after_a_crash(tmp_path: Path) 
 
 
 def test_a_call_id_reused_for_other_arguments_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    """A call id a new recorded turn repeats is a new call (providers number calls per response: issue 12's
+    attack #4); the same call id with other arguments and no recorded turn to tell them apart is refused."""
     from safepoint.errors import ExitCode
     from safepoint.integrations.openai_agents_tools import SafepointToolError
 
@@ -404,10 +410,17 @@ def test_a_call_id_reused_for_other_arguments_stops_the_run_in_one_line(tmp_path
     first = [[function_call("append_line", {"text": "a"}, call_id="same")], [assistant_message("done")]]
     run(Runner.run(agent_for(session, first, [append_tool(notes)]), "one", session=session))
     other = [[function_call("append_line", {"text": "zzz"}, call_id="same")], [assistant_message("done")]]
-    with pytest.raises(SafepointToolError, match="call id 'same' is recorded for another call") as raised:
-        run(Runner.run(agent_for(session, other, [append_tool(notes)]), "two", session=session))
+    run(Runner.run(agent_for(session, other, [append_tool(notes)]), "two", session=session))
+    assert notes.read_text() == "a\nzzz\n"  # the new turn's call ran, once, under its own ledger id
+    assert {e.call_id: e.status for e in sp.ledger(session.run.run_id)} == {"same": "succeeded", "same~1": "succeeded"}
+    unrecorded = Agent(name="w", model=ScriptedModel(other), tools=durable_tools(session, [append_tool(notes)]))
+    session.handlers.clear()
+    with pytest.raises(SafepointToolError, match="call id 'same~1' is recorded for another call") as raised:
+        hand = [[function_call("append_line", {"text": "yyy"}, call_id="same")], [assistant_message("done")]]
+        unrecorded.model = ScriptedModel(hand)
+        run(Runner.run(unrecorded, "three", session=session))
     assert raised.value.exit_code == ExitCode.FAILED and "\n" not in str(raised.value)
-    assert notes.read_text() == "a\n"  # neither the old output handed back for new arguments, nor a second run
+    assert notes.read_text() == "a\nzzz\n"  # neither the old output handed back for new arguments, nor a second run
     session.close()
 
 
@@ -534,13 +547,18 @@ def test_an_approval_counts_for_the_arguments_shown_only(tmp_path: Path) -> None
 
     assert problem(True, 10) == "its policy asks a person for each call, and only the whole tool was approved"
     session.record_asked("t1", args_digest({"amount": 10}))
-    assert problem(None, 10) == "it was not approved" and problem(False, 10) == "it was not approved"
+    assert problem(None, 10) == "it was not approved"
     assert problem(True, 999) == "it was approved for other arguments"
     assert problem(True, 10) is None
     session.run.checkpoint()  # in a real call its `started` makes the staged use durable at once
+    session.record_asked("t2", args_digest({"amount": 5}))
+    no = ledgered.approval_problem(stand_in("t2", False), "t2", {"amount": 5}, per_call=True)
+    assert no == "a person rejected it"
     session.close()
-    again = SafepointSession.open(sp, "digest")  # asked and used are durable
+    again = SafepointSession.open(sp, "digest")  # asked, used and rejected are durable
     assert again.asked("t1") == args_digest({"amount": 10}) == again.used("t1")
+    later = _Ledgered(again).approval_problem(stand_in("t2", True), "t2", {"amount": 5}, per_call=True)
+    assert later == "a person rejected it"  # a later approval of a rejected call (a stale state) runs nothing
     again.close()
 
 

@@ -16,7 +16,8 @@
     result = await Runner.run(agent, state, session=session)
 
 **One session is one safepoint run** (run id ``oa_s_<id>``, or ``oa_h_<sha256>`` for an id that is not a safe
-name: ``../``, NUL, unicode, upper case or 65+ characters; both forms are injective and never collide). Its items,
+name: ``../``, NUL, unicode, upper case or 65+ characters; both forms are injective and never collide; on an
+encrypted store ``oa_k_<hmac>`` under the store's key, and the run's task does not quote the id). Its items,
 the model turns, the saved ``RunState`` and the tool ledger all live in that run's log, so they share its
 guarantees: each record checksummed, made durable (fsync'd or committed) before the method returns, redacted by
 the run's redactor before it is written, sealed on an encrypted store, and fenced by the run's claim. Opening a
@@ -48,19 +49,21 @@ import copy
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from agents import Agent, RunResult, RunState
+from agents import Agent, RunResult, RunResultStreaming, RunState
 from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
-from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError
+from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError, SafepointError
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
+from safepoint.store.sealed import SealedStore
 
 
 class Safepoint(Protocol):
@@ -88,7 +91,10 @@ TURN = "openai-agents-turn"  # a recorded model response (openai_agents_tools.Du
 STATE = "openai-agents-state"  # a saved RunState ("" once the run it held went on)
 ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was asked to approve, as shown
 USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
-NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED)
+REJECTED = "openai-agents-rejected"  # "<call id>": a person rejected the call; no later approval runs it
+NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED)
+
+SESSION_ITEMS = "safepoint_session_items"  # a saved RunState's input, kept as a reference to the session's items
 
 _SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -104,6 +110,17 @@ def run_id_for(session_id: str) -> str:
         return f"oa_s_{session_id}"
     digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:48]
     return f"oa_h_{digest}"
+
+
+def sealed_run_id_for(session_id: str, store: SealedStore) -> str:
+    """The run that holds a session on an encrypted store: an HMAC of the id under a key derived from the store's
+    (its keyed blob naming, given a name of its own domain), so neither the folder nor anything unsealed names the
+    session ("patient-4411-hiv-results") and nobody without the key can confirm a guess of it. Rejected: the
+    plain SHA-256 of ``run_id_for``, which anyone can compute for a guessed id."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("a session id is a non-empty string")
+    keyed = store.blob_name("openai-agents session id:" + session_id.encode("utf-8", "surrogatepass").hex())
+    return "oa_k_" + keyed.rpartition(":")[2][:48]
 
 
 def canonical(value: Any) -> str:
@@ -138,6 +155,29 @@ class _Folded:
     state: str = ""  # the saved RunState (JSON), "" when none
     asked: dict[str, str] = field(default_factory=dict)  # call id -> digest of the arguments shown for approval
     used: dict[str, str] = field(default_factory=dict)  # call id -> digest it ran under
+    rejected: set[str] = field(default_factory=set)  # ledger call ids a person rejected
+    calls: dict[str, str] = field(default_factory=dict)  # the SDK's call id -> ledger call id of its latest turn
+    assigned: set[str] = field(default_factory=set)  # every ledger call id a recorded turn was given
+
+    def bind_calls(self, response: str) -> None:
+        """Give each tool call of a recorded turn its ledger call id: the SDK's id the first time it is seen, then
+        ``<id>~<n>`` (the first ``n`` not taken), because providers number calls per response (``call_0`` in every
+        turn) and a new call must never meet an old call's ledger entry. Decided in log order, so every process
+        gives the same ids; injective, as a model's own ``x~1`` is then taken as any other id."""
+        try:
+            output = json.loads(response).get("output", [])
+        except (ValueError, AttributeError):
+            return
+        for item in output if isinstance(output, list) else []:
+            call_id = item.get("call_id") if isinstance(item, dict) else None
+            if not isinstance(call_id, str):
+                continue
+            chosen, n = call_id, 0
+            while chosen in self.assigned:
+                n += 1
+                chosen = f"{call_id}~{n}"
+            self.assigned.add(chosen)
+            self.calls[call_id] = chosen
 
     def bump(self) -> None:
         """The items changed: no turn recorded before can answer a request again, so none is kept in memory."""
@@ -162,12 +202,19 @@ def _fold(messages: Iterable[Message]) -> _Folded:
         elif name == TURN:
             key, _, response = message.content.partition(" ")
             folded.turns[key] = response
+            folded.bind_calls(response)
         elif name == STATE:
             folded.state = message.content
         elif name in (ASKED, USED):
             call_id, _, digest = message.content.rpartition(" ")
             (folded.asked if name == ASKED else folded.used).setdefault(call_id, digest)
+        elif name == REJECTED:
+            folded.rejected.add(message.content)
     return folded
+
+
+class SessionStateError(SafepointError):
+    """The saved ``RunState`` no longer fits the session's items (they were popped after it was saved)."""
 
 
 class SafepointSession:
@@ -184,6 +231,15 @@ class SafepointSession:
         self.session_id = session_id
         self.session_settings = session_settings
         self._folded = _fold(m for m in run.session.lifetime_messages if m.name in NAMES)
+        # The live tool calls' handlers and failures, by ledger call id: on the session, not on each
+        # ``durable_tools`` wrapping, because the run's registry keeps one ledger tool per name, and a second
+        # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
+        self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
+        self.failures: dict[str, Exception] = {}
+        # One writer at a time: a web server shares a session between worker threads (the SDK's SQLiteSession
+        # locks too), and the run's one log writer must see each record and its commit together (two threads
+        # interleaving them was refused as a foreign writer, or left a hole that lost acknowledged items).
+        self._lock = threading.RLock()
 
     @classmethod
     def open(
@@ -208,11 +264,16 @@ class SafepointSession:
         on its word unless ``accept_damage=True`` (go on with the items that remain).
         """
         run_id = run_id_for(session_id)
+        sealed = isinstance(sp.store, SealedStore)
+        if isinstance(sp.store, SealedStore):
+            legacy, run_id = run_id, sealed_run_id_for(session_id, sp.store)
+            if not _exists(sp.store, run_id) and _exists(sp.store, legacy):
+                run_id = legacy  # a session created before ids were keyed here: kept where it is
         try:
             sp.store.run_header(run_id)
         except RunNotFoundError:
             try:
-                shown = repr(session_id)
+                shown = "(id sealed)" if sealed else repr(session_id)
                 task = f"openai-agents session {shown if len(shown) <= 200 else shown[:200] + '...'}"
                 run = sp.start(task, builtins=False, run_id=run_id, model="openai-agents")
             except RunExistsError:  # another process created it a moment ago: open it as any existing one
@@ -239,34 +300,47 @@ class SafepointSession:
     # the Session protocol ---------------------------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The latest ``limit`` items (all when None), oldest first; from memory, so flat in the session's length."""
-        items = self._folded.items
-        chosen = items if limit is None else items[-limit:] if limit > 0 else []
-        return copy.deepcopy(chosen)  # the caller may change what it gets (the SDK does); the session stays as kept
+        with self._lock:
+            items = self._folded.items
+            chosen = items if limit is None else items[-limit:] if limit > 0 else []
+            return copy.deepcopy(chosen)  # the caller may change what it gets (the SDK does); the session stays as kept
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
             return
         plain = json.loads(canonical(list(items)))  # JSON now: the SDK hands in pydantic models at times
-        self._write(ITEMS, canonical(plain))
-        self._folded.items.extend(plain)
-        self._folded.bump()
+        with self._lock:
+            self._write(ITEMS, canonical(plain))
+            self._folded.items.extend(plain)
+            self._folded.bump()
 
     async def pop_item(self) -> Any | None:
-        if not self._folded.items:
-            return None
-        self._write(POP, "")
-        item = self._folded.items.pop()
-        self._folded.bump()
-        return item
+        with self._lock:
+            if not self._folded.items:
+                return None
+            self._write(POP, "")
+            item = self._folded.items.pop()
+            self._folded.bump()
+            return item
 
     async def clear_session(self) -> None:
-        self._write(CLEAR, "")
-        self._folded.items.clear()
-        self._folded.bump()
+        """Forget every item, and the run that waited for an approval in them: its saved ``RunState`` goes, and
+        each call a person was asked about and that never ran is refused from now on (a copy of the state an app
+        kept elsewhere, approved later, would run the call of a conversation that no longer exists)."""
+        with self._lock:
+            for call_id in [c for c in self._folded.asked if c not in self._folded.used]:
+                self.record_rejected(call_id)
+            if self._folded.state:
+                self._write(STATE, "")
+                self._folded.state = ""
+            self._write(CLEAR, "")
+            self._folded.items.clear()
+            self._folded.bump()
 
     # interrupted runs -------------------------------------------------------------------------------------------
-    async def save_state(self, result: RunResult | RunState[Any, Any] | None) -> None:
-        """Keep an interrupted run (a ``RunResult`` with interruptions, or its ``RunState``) durably, replacing the
+    async def save_state(self, result: RunResult | RunResultStreaming | RunState[Any, Any] | None) -> None:
+        """Keep an interrupted run (a ``RunResult`` or a streamed ``RunResultStreaming`` with interruptions, or its
+        ``RunState``) durably, replacing the
         one kept before; ``None`` forgets it (the run went on). The state is redacted like every record: a call
         whose arguments lost a secret to it is never run from them (see ``durable_tools``)."""
         if result is None:
@@ -274,10 +348,27 @@ class SafepointSession:
                 self._write(STATE, "")
                 self._folded.state = ""
             return
-        state = result.to_state() if isinstance(result, RunResult) else result
-        text = canonical(state.to_json())
-        self._write(STATE, text)
-        self._folded.state = text
+        state = result.to_state() if isinstance(result, RunResult | RunResultStreaming) else result
+        data = state.to_json()
+        with self._lock:
+            self._refer_to_items(data)
+            text = canonical(data)
+            self._write(STATE, text)
+            self._folded.state = text
+
+    def _refer_to_items(self, data: dict[str, Any]) -> None:
+        """The state's input is the session's history (the SDK puts it there whole): when it is the session's first
+        items, it is kept as a reference to them (how many, and their digest), not written again at every pause,
+        which made a long session's every approval cost its whole length (rejected: storing it whole, quadratic in
+        the session's life). Anything else (a plain prompt, other items) is kept as it is."""
+        given = data.get("original_input")
+        items = self._folded.items
+        if not isinstance(given, list) or not given or len(given) > len(items):
+            return
+        prefix = [canonical(item) for item in items[: len(given)]]
+        if prefix != [canonical(item) for item in given]:
+            return
+        data["original_input"] = {SESSION_ITEMS: len(given), "digest": _items_digest(prefix)}
 
     async def load_state(self, agent: Agent[Any], **options: Any) -> RunState[Any, Any] | None:
         """The kept interrupted run, rebuilt for ``agent`` (``options``: ``RunState.from_json``'s, such as
@@ -285,6 +376,16 @@ class SafepointSession:
         if not self._folded.state:
             return None
         data = json.loads(self._folded.state)
+        given = data.get("original_input")
+        if isinstance(given, dict) and SESSION_ITEMS in given:
+            count = int(given[SESSION_ITEMS])
+            prefix = self._folded.items[:count]
+            if len(prefix) != count or _items_digest([canonical(i) for i in prefix]) != given.get("digest"):
+                raise SessionStateError(
+                    f"session {self.session_id!r}: the saved run's input was the session's first {count} items, "
+                    "and they changed since (pop_item); start the run again from the session"
+                )
+            data["original_input"] = copy.deepcopy(prefix)
         _unbind_redacted_calls(data)
         state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
         return state
@@ -304,6 +405,21 @@ class SafepointSession:
     def record_turn(self, key: str, response: str) -> None:
         self._write(TURN, f"{key} {response}")
         self._folded.turns[key] = response
+        self._folded.bind_calls(response)
+
+    def ledger_id(self, call_id: str) -> str:
+        """The ledger's call id for the SDK's ``call_id``: the one its latest recorded turn was given (see
+        ``_Folded.bind_calls``), or the id itself for a call no recorded turn asked for."""
+        return self._folded.calls.get(call_id, call_id)
+
+    def rejected(self, call_id: str) -> bool:
+        return call_id in self._folded.rejected
+
+    def record_rejected(self, call_id: str) -> None:
+        """A person said no to the call: durable, so a stale copy of its state approved later never runs it."""
+        if call_id not in self._folded.rejected:
+            self._write(REJECTED, call_id)
+            self._folded.rejected.add(call_id)
 
     def asked(self, call_id: str) -> str | None:
         return self._folded.asked.get(call_id)
@@ -319,17 +435,19 @@ class SafepointSession:
     def stage_used(self, call_id: str, digest: str) -> None:
         """Staged, not committed: durable with the call's own ``started``, so a used approval and the call that
         used it are in the log together or not at all."""
-        if call_id not in self._folded.used:
-            self.run.session.add_message("system", f"{call_id} {digest}", name=USED)
-            self._folded.used[call_id] = digest
+        with self._lock:
+            if call_id not in self._folded.used:
+                self.run.session.add_message("system", f"{call_id} {digest}", name=USED)
+                self._folded.used[call_id] = digest
 
     def redacted(self, text: str) -> str:
         """``text`` as the run's log keeps it."""
         return str(self.run.session.log.redactor.text(text))
 
     def _write(self, name: str, content: str) -> None:
-        self.run.session.add_message("system" if name != ITEMS else "user", content, name=name)
-        self.run.session.commit()  # durable (and fenced: a writer that lost the session is refused) on return
+        with self._lock:  # reentrant: the callers above hold it across their read-modify-write
+            self.run.session.add_message("system" if name != ITEMS else "user", content, name=name)
+            self.run.session.commit()  # durable (and fenced: a writer that lost the session is refused) on return
 
     # lifetime ----------------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -340,6 +458,18 @@ class SafepointSession:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.run.__exit__(kind, exc, tb)
+
+
+def _items_digest(texts: list[str]) -> str:
+    return hashlib.sha256("\n".join(texts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _exists(store: Store, run_id: str) -> bool:
+    try:
+        store.run_header(run_id)
+    except RunNotFoundError:
+        return False
+    return True
 
 
 def _unbind_redacted_calls(state: dict[str, Any]) -> None:

@@ -3,7 +3,9 @@
 
 - ``durable_tools(session, [tool, ...], policies={"pay": ToolPolicy(replay_policy="never")})`` wraps each
   ``FunctionTool`` so every call goes through the run's ledger (``Run.acall_result``: the engine's ledger machine,
-  not a second ledger) under **the SDK's tool call id** as its call id. ``started`` is durable before the tool
+  not a second ledger) under **the SDK's tool call id** as its call id; the same id in a later recorded turn (a
+  provider numbering calls per response, ``call_0`` every time) is a new call, ``<id>~<n>`` (``SafepointSession.
+  ledger_id``), so it is run, not answered with the old call's output. ``started`` is durable before the tool
   runs; a call the ledger finished returns its recorded output and never runs again; a call a crash left
   ``started`` is never run again on its own: reopening the session raises ``DecisionNeeded`` naming it (the
   policy's ``replay_policy="ask"``, the default for a non-idempotent tool), and ``SafepointSession.open(...,
@@ -20,7 +22,10 @@
   the tool, no arguments shown) is honoured for a tool whose approval the SDK asks for, and refused for one with
   ``ToolPolicy(needs_approval=True)``, which wants each call approved. The SDK keeps its own fingerprint in the
   ``RunState``; this one is in the store, so an approval survives a restart and a ``RunState`` edited or replayed
-  by hand cannot run other arguments, or run twice (a replayed call id returns the recorded output).
+  by hand cannot run other arguments, or run twice (a replayed call id returns the recorded output). A per-call
+  approval this session never asked for (a state run against another session) is refused; arguments that repeat a
+  key are refused (the person reads the first value, the call would run the last); a rejection seen by
+  ``run_durably`` is recorded durably, so a stale copy of the state approved later never runs the call.
 - ``durable_model(session, model)`` records each model response (durable before any of its tool calls runs)
   under the digest of what the model was asked and the session's version, and hands it back when the same
   request comes again: a run resumed after a crash with ``Runner.run(agent, [], session=session)`` asks the model
@@ -35,12 +40,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from agents import Agent, FunctionTool, ModelResponse, Runner, RunResult, Usage
+from agents import Agent, FunctionTool, ModelResponse, Runner, RunResult, RunState, Usage
 from agents.exceptions import AgentsException
 from agents.models.interface import Model
 from agents.run_context import RunContextWrapper
@@ -91,6 +96,32 @@ def args_digest(args: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical(args).encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _approved_per_call(ctx: ToolContext[Any], call_id: str) -> bool:
+    """Whether the SDK's approval names this very call (``state.approve(item)``), not the whole tool. Read from
+    the SDK's approval records (no public accessor tells the two apart)."""
+    records = getattr(ctx, "_approvals", None)
+    if not isinstance(records, dict):
+        return True  # cannot tell: taken as the narrower, per-call approval, which this session must have asked
+    return any(isinstance(getattr(r, "approved", None), list) and call_id in r.approved for r in records.values())
+
+
+def _repeats_a_key(args_json: str) -> bool:
+    """Whether the JSON text has an object with a key twice (``{"a": 1, "a": 2}``: readers disagree on its value)."""
+    seen_twice = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal seen_twice
+        keys = [key for key, _ in items]
+        seen_twice = seen_twice or len(set(keys)) != len(keys)
+        return dict(items)
+
+    try:
+        json.loads(args_json, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return False  # not JSON: kept as text by _arguments, and no approval is bound to a parsed value
+    return seen_twice
+
+
 def _arguments(args_json: str) -> dict[str, Any]:
     """The call's arguments as the ledger keeps them. Text that is not a JSON object (a model's broken or hostile
     output) is kept as it came, under ``arguments_json``: the call is still ledgered, and the SDK's own tool
@@ -107,8 +138,8 @@ class _Ledgered:
 
     def __init__(self, session: SafepointSession) -> None:
         self.session = session
-        self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
-        self.failures: dict[str, Exception] = {}  # call id -> what the tool raised, to raise it again as it was
+        self.handlers = session.handlers  # ledger call id -> the live call's handler
+        self.failures = session.failures  # ledger call id -> what the tool raised, to raise it again as it was
 
     def register(self, name: str, policy: ToolPolicy) -> None:
         async def invoke(ctx: LedgerContext, /, **arguments: Any) -> Any:
@@ -132,17 +163,27 @@ class _Ledgered:
     def approval_problem(
         self, ctx: ToolContext[Any], call_id: str, args: dict[str, Any], *, per_call: bool
     ) -> str | None:
-        """Why this call may not run under the approval it has, or None (then its use is staged)."""
-        if ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is not True:
+        """Why this call (``call_id``: its ledger id) may not run under the approval it has, or None (then its use
+        is staged)."""
+        if self.session.rejected(call_id):
+            return "a person rejected it"
+        decided = ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id)
+        if decided is False:
+            self.session.record_rejected(call_id)
+            return "a person rejected it"
+        if decided is not True:
             return "it was not approved"
         shown = self.session.asked(call_id)
         digest = args_digest(args)
         if shown is None:
-            # Approved without being asked: the SDK's "approve every call of this tool" (always_approve), which
-            # binds no arguments. Honoured for the SDK's own needs_approval (the person chose it there); never for
-            # ToolPolicy(needs_approval=True), which asks for each call and its arguments.
+            # Approved without being asked here. The SDK's "approve every call of this tool" (always_approve),
+            # which binds no arguments, is honoured for the SDK's own needs_approval (the person chose it there);
+            # never for ToolPolicy(needs_approval=True), which asks for each call and its arguments. An approval of
+            # this one call that this session never asked for came from another session or a hand-made state.
             if per_call:
                 return "its policy asks a person for each call, and only the whole tool was approved"
+            if _approved_per_call(ctx, ctx.tool_call_id):
+                return "this session never asked a person about it"
         elif shown != digest:
             return "it was approved for other arguments"
         used = self.session.used(call_id)
@@ -157,7 +198,7 @@ class _Ledgered:
         approval = policy.needs_approval or original.needs_approval is not False
 
         async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
-            call_id = ctx.tool_call_id
+            call_id = self.session.ledger_id(ctx.tool_call_id)
             args = _arguments(args_json)
             run = self.session.run
             known = model_call_id(call_id) in run.session.ledger  # the id as the ledger keys it
@@ -165,6 +206,11 @@ class _Ledgered:
                 # A saved RunState came back through redaction: running it would send "[REDACTED:...]" where the
                 # person's value was. Refused, as a resume refuses to re-run such a call.
                 return NOT_APPROVED.format(tool=name, call_id=call_id, why="its arguments lost a secret to redaction")
+            if approval and not known and _repeats_a_key(args_json):
+                # The person is shown the raw text (where the first value reads as the value); the call would run
+                # the last. Ambiguous arguments are never run under an approval.
+                why = "its arguments repeat a key, so what was shown is not what would run"
+                return NOT_APPROVED.format(tool=name, call_id=call_id, why=why)
             if approval and not known:
                 problem = self.approval_problem(ctx, call_id, args, per_call=policy.needs_approval)
                 if problem is not None:
@@ -196,7 +242,9 @@ class _Ledgered:
                 if callable(original.needs_approval):
                     asked = await original.needs_approval(ctx, params, call_id)
                 if asked or policy.needs_approval:
-                    self.session.record_asked(call_id, args_digest(params))  # durable before the person sees it
+                    self.session.record_asked(
+                        self.session.ledger_id(call_id), args_digest(params)
+                    )  # durable before the person sees it
                     return True
                 return False
 
@@ -374,6 +422,21 @@ async def run_durably(agent: Agent[Any], input: Any, *, session: SafepointSessio
     it waits for an approval (so a process that dies then loses nothing: ``session.load_state(agent)`` in the next
     one) and forgetting it once a run goes on. ``input``: a prompt, items, ``[]`` to continue the session after a
     crash, or the ``RunState`` loaded and decided."""
+    if isinstance(input, RunState):
+        _keep_rejections(session, input)
     result = await Runner.run(agent, input, session=session, **options)
     await session.save_state(result if result.interruptions else None)
     return result
+
+
+def _keep_rejections(session: SafepointSession, state: RunState[Any, Any]) -> None:
+    """Record durably each waiting call the person rejected in ``state``: the SDK never hands a rejected call to
+    its tool, so without this nothing durable says no, and a stale copy of the state approved later would run it."""
+    context = getattr(state, "_context", None)
+    if context is None:
+        return
+    for item in state.get_interruptions():
+        call_id = getattr(item.raw_item, "call_id", None)
+        name = getattr(item, "tool_name", None) or getattr(item.raw_item, "name", None)
+        if isinstance(call_id, str) and isinstance(name, str) and context.is_tool_approved(name, call_id) is False:
+            session.record_rejected(session.ledger_id(call_id))

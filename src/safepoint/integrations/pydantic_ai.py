@@ -11,9 +11,12 @@
 One capability does three things:
 
 - **Model turns are recorded.** Each model response is durable in the run's history (before any of its tool calls
-  runs) and, when the agent is run again after a crash, the recorded responses are handed back in order instead of
-  asking the model: a resumed run does not pay for them twice. The turn is recognised by its position, so the
-  resumed run must start as the interrupted one did (same prompt, same message history).
+  runs) under the digest of what the model was asked (each message's parts as the log keeps them, redacted;
+  timestamps and other metadata left out), with the digests of the arguments of the calls it asked for. When the
+  same request comes again (the agent run again after a crash), the recorded response is handed back instead of
+  asking the model: a resumed run does not pay for it twice. A request that differs (another question, the turn
+  after an approval given in a later process) is asked of the model (rejected: finding turns by position, which
+  answered a new question with an old record and replayed the approval request forever).
 - **Every tool call goes through the ledger** (``Run.acall``), under the call id ``pai-<turn>-<tool_call_id>``: the
   model's tool call id, with the turn that asked for it, because models such as ``TestModel`` repeat their ids
   from one response to the next. A finished call returns its recorded value; an interrupted one is re-run only as
@@ -33,24 +36,29 @@ Rejected: a ``WrapperToolset`` (it sees tool calls but not model turns, and it m
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from pydantic_ai import ApprovalRequired, ModelMessagesTypeAdapter, ModelRetry, RunContext
+from pydantic_ai import ApprovalRequired, CallToolsNode, ModelMessagesTypeAdapter, ModelRetry, RunContext, ToolDenied
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_jsonable_python
 
+from safepoint.core.resume import model_call_id
+from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.engine.tools import ToolContext, tool
 from safepoint.errors import ToolFailure
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 from safepoint.run import Run
 
-TURN = "pydantic-ai-turn"  # the name on the history message that holds one recorded model response
+TURN = "pydantic-ai-turn"  # a recorded model response: JSON {"key", "asked": {tool_call_id: digest}, "response"}
+DENIED = "pydantic-ai-denied"  # "<call id>": a person denied the call; no later approval runs it
 APPROVAL_USED = "[pydantic-ai] approval used "  # "<tool_call_id> <digest> <call id>"
+NOT_RUN = "[safepoint] {tool}({call_id}) did not run: {why}."
 _encoder = msgspec.json.Encoder(order="sorted")
 
 
@@ -78,23 +86,78 @@ class SafepointCapability(AbstractCapability[Any]):
         self.run = run
         self.policies = dict(tools or {})
         self.default = default or ToolPolicy()
-        self.recorded = [m.content for m in run.history if m.role == "assistant" and m.name == TURN]
-        self.turn = 0  # the next model turn's position in this run
+        self.recorded: dict[str, tuple[int, str, dict[str, str]]] = {}  # request key -> (turn, response, asked)
+        self.count = 0  # turns recorded in this run: the next one's number
         self.turn_of: dict[str, int] = {}  # tool call id -> the turn whose response asked for it (the latest)
         self.asked: dict[str, str] = {}  # tool call id -> the digest of the arguments the model asked with
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}  # call id -> the live call's handler
         self.failures: dict[str, BaseException] = {}  # call id -> what the tool raised, to raise it again
-        self.used: dict[str, tuple[str, str]] = {}  # tool call id -> (approved digest, the call id that used it)
-        for message in run.history:
-            if message.role == "system" and message.content.startswith(APPROVAL_USED):
+        self.used: dict[str, dict[str, str]] = {}  # tool call id -> {ledger call id: the approved digest it ran under}
+        self.denied: set[str] = set()  # ledger call ids a person denied
+        self._digests: dict[bytes, str] = {}  # digest of a message's parts -> digest of their redacted text
+        # Every message the log holds, not the conversation a resume rewinds to: a record is durable once written.
+        for message in run.session.lifetime_messages:
+            if message.name == TURN:
+                self._learn(message.content)
+            elif message.name == DENIED:
+                self.denied.add(message.content)
+            elif message.role == "system" and message.content.startswith(APPROVAL_USED):
                 tool_call_id, digest, call_id = message.content[len(APPROVAL_USED) :].split(" ")
-                self.used[tool_call_id] = (digest, call_id)
+                self.used.setdefault(tool_call_id, {}).setdefault(call_id, digest)
+
+    def _learn(self, content: str) -> tuple[int, str, dict[str, str]] | None:
+        """A recorded turn read back: known by its request, and its calls by their ids (the latest turn wins)."""
+        try:
+            data = json.loads(content)
+            key, response, asked = data["key"], data["response"], data["asked"]
+        except (ValueError, KeyError, TypeError):
+            return None  # a record of the positional format before it: matched by no request, so never replayed
+        entry = (self.count, str(response), {str(k): str(v) for k, v in dict(asked).items()})
+        self.recorded.setdefault(str(key), entry)
+        for tool_call_id, digest in entry[2].items():
+            self.turn_of[tool_call_id] = self.count
+            self.asked[tool_call_id] = digest
+        self.count += 1
+        return entry
 
     # model turns -------------------------------------------------------------------------------------------------
+    def request_key(self, messages: list[ModelMessage]) -> str:
+        """What identifies a request: each message's kind, instructions and parts (kind, content, tool name, call
+        id, arguments), as the log keeps them (redacted: a replayed response holds redacted arguments, and the
+        next request carries it). Timestamps, run ids and usage are left out: they differ in every process.
+        Each message is redacted once and remembered by its digest (a turn redacts only the messages it adds)."""
+        parts = []
+        for message in messages:
+            plain = {
+                "kind": message.kind,
+                "instructions": getattr(message, "instructions", None),
+                "parts": [
+                    [
+                        part.part_kind,
+                        getattr(part, "tool_name", None),
+                        getattr(part, "tool_call_id", None),
+                        to_jsonable_python(getattr(part, "content", None), fallback=repr),
+                        to_jsonable_python(getattr(part, "args", None), fallback=repr),
+                    ]
+                    for part in message.parts
+                ],
+            }
+            raw = _encoder.encode(plain)
+            digest = hashlib.sha256(raw).digest()
+            known = self._digests.get(digest)
+            if known is None:
+                text = str(self.run.session.log.redactor.text(raw.decode("utf-8", "surrogatepass")))
+                known = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+                self._digests[digest] = known
+            parts.append(known)
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
     async def wrap_model_request(self, ctx: RunContext[Any], *, request_context: Any, handler: Any) -> ModelResponse:
-        turn, self.turn = self.turn, self.turn + 1
-        if turn < len(self.recorded):
-            response = ModelMessagesTypeAdapter.validate_json(self.recorded[turn])[0]
+        key = self.request_key(list(request_context.messages))
+        entry = self.recorded.get(key)
+        if entry is not None:
+            turn, data, asked = entry
+            response = ModelMessagesTypeAdapter.validate_json(data)[0]
             assert isinstance(response, ModelResponse)
         else:
             # A turn is a step of the run: its before-step checkpoint covers what came before (the last turn's tool
@@ -103,14 +166,35 @@ class SafepointCapability(AbstractCapability[Any]):
             await self.run.astep()  # off the loop, as the checkpoint below (their fsyncs)
             response = await handler(request_context)
             data = ModelMessagesTypeAdapter.dump_json([response]).decode()
-            await self.run.aadd_message("assistant", data, name=TURN)
+            asked = {
+                p.tool_call_id: args_digest(p.args_as_dict()) for p in response.parts if isinstance(p, ToolCallPart)
+            }
+            record = json.dumps({"key": key, "asked": asked, "response": data}, separators=(",", ":"))
+            await self.run.aadd_message("assistant", record, name=TURN)
             await self.run.acheckpoint()
-            self.recorded.append(data)
+            turn = self.count
+            self.recorded.setdefault(key, (turn, data, asked))
+            self.count += 1
         for part in response.parts:
             if isinstance(part, ToolCallPart):
                 self.turn_of[part.tool_call_id] = turn
-                self.asked[part.tool_call_id] = args_digest(part.args_as_dict())
+                # The digest of the arguments as the model asked (recorded before redaction, so a replayed turn
+                # whose arguments lost a secret still binds its approval to the real ones).
+                self.asked[part.tool_call_id] = asked.get(part.tool_call_id) or args_digest(part.args_as_dict())
         return response
+
+    async def before_node_run(self, ctx: RunContext[Any], *, node: Any) -> Any:
+        """A person's ``ToolDenied`` is kept durably before the graph goes on: Pydantic AI never hands a denied
+        call to the tool, so without this a stale copy of the history approved later would run it."""
+        if isinstance(node, CallToolsNode) and node.tool_call_results:
+            calls = {p.tool_call_id: p for p in node.model_response.parts if isinstance(p, ToolCallPart)}
+            for tool_call_id, decided in node.tool_call_results.items():
+                call = calls.get(tool_call_id)
+                if isinstance(decided, ToolDenied) and call is not None and self.call_id(call) not in self.denied:
+                    self.denied.add(self.call_id(call))
+                    await self.run.aadd_message("system", self.call_id(call), name=DENIED)
+                    await self.run.acheckpoint()
+        return node
 
     # tool calls --------------------------------------------------------------------------------------------------
     def call_id(self, call: ToolCallPart) -> str:
@@ -139,13 +223,20 @@ class SafepointCapability(AbstractCapability[Any]):
                     "why": "approved for other arguments; approve these",
                 }
             )
-        earlier = self.used.get(call.tool_call_id)
-        if earlier is not None and earlier[1] != call_id:
-            raise ApprovalRequired(
-                metadata={"safepoint_args_digest": digest, "call_id": call_id, "why": f"approval used by {earlier[1]}"}
-            )
+        uses = self.used.setdefault(call.tool_call_id, {})
+        earlier = uses.get(call_id)
+        if earlier is not None and earlier != digest:
+            why = "its approval was used by other arguments; approve these"
+            raise ApprovalRequired(metadata={"safepoint_args_digest": digest, "call_id": call_id, "why": why})
+        # The same approval (tool call id, arguments) already used by another call: a stale approval presented
+        # again (pydantic-ai #5536), asked again, unless the person approved this very call (its call id passed
+        # back in the metadata the request carried). New arguments under a repeated id were shown and approved.
+        other = next((c for c, d in uses.items() if c != call_id and d == digest), None)
+        if earlier is None and other is not None and metadata.get("call_id") != call_id:
+            why = f"approval used by {other}; approve this call"
+            raise ApprovalRequired(metadata={"safepoint_args_digest": digest, "call_id": call_id, "why": why})
         if earlier is None:
-            self.used[call.tool_call_id] = (digest, call_id)
+            uses[call_id] = digest
             # Staged: durable with the call's `started`, so a used approval and the call that used it go together.
             self.run.add_message("system", f"{APPROVAL_USED}{call.tool_call_id} {digest} {call_id}")
 
@@ -181,6 +272,13 @@ class SafepointCapability(AbstractCapability[Any]):
     ) -> Any:
         name = tool_def.name
         call_id = self.call_id(call)
+        if call_id in self.denied:
+            return NOT_RUN.format(tool=name, call_id=call.tool_call_id, why="a person denied it")
+        known = model_call_id(call_id) in self.run.session.ledger  # the id as the ledger keys it
+        if not known and REDACTED_MARK in _encoder.encode(to_jsonable_python(args)).decode("utf-8", "replace"):
+            # A recorded turn came back redacted: running it would send "[REDACTED:...]" where the value was.
+            why = "its recorded arguments lost a secret to redaction; ask for it again with the value"
+            return NOT_RUN.format(tool=name, call_id=call.tool_call_id, why=why)
         if self.policy(name).needs_approval or tool_def.kind == "unapproved":
             self.check_approval(ctx, call, call_id, args)
         self.register(name)
