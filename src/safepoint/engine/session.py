@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import os
 import uuid
-from collections.abc import ValuesView
+from collections.abc import Iterator, ValuesView
 from typing import Any
 
 import msgspec
@@ -352,6 +352,10 @@ class RunSession:
     def lifetime_messages(self) -> ValuesView[Message]:
         """Every message the run's log holds, over every branch it had, oldest first (a view: no copy per turn)."""
         return self.contents.message_records.values()
+
+    def lifetime_said(self) -> Iterator[Message]:
+        """``lifetime_messages`` as they were said: a content or argument the log keeps as a blob read back."""
+        return (large_values.resolve_message(m, self.contents) for m in self.contents.message_records.values())
 
     def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
         return self.calls.probe(entry, self.runner.probe)

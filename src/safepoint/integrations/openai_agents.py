@@ -27,7 +27,7 @@ session claims the run: a second process (or a second ``open`` in one process) i
 runs (a second fencing scheme, a second redaction and sealing path to keep in step).
 
 **Items** are kept as the run's history messages (one record per ``add_items`` call, one per ``pop_item`` and
-``clear_session``), read back from every message the log holds (``RunSession.lifetime_messages``), not from the
+``clear_session``), read back from every message the log holds (``RunSession.lifetime_said``), not from the
 conversation a resume rewinds, so a restart never loses an item that was acknowledged. The live items are kept in
 memory from the one read of the log that ``open`` does: ``get_items(limit)`` costs ``limit``, whatever the
 session's length, and a write costs one record and one fsync. What is written is redacted; the live process keeps
@@ -230,7 +230,7 @@ class SafepointSession:
         self.run = run
         self.session_id = session_id
         self.session_settings = session_settings
-        self._folded = _fold(m for m in run.session.lifetime_messages if m.name in NAMES)
+        self._folded = _fold(m for m in run.session.lifetime_said() if m.name in NAMES)
         # The live tool calls' handlers and failures, by ledger call id: on the session, not on each
         # ``durable_tools`` wrapping, because the run's registry keeps one ledger tool per name, and a second
         # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.

@@ -96,7 +96,7 @@ class SafepointCapability(AbstractCapability[Any]):
         self.denied: set[str] = set()  # ledger call ids a person denied
         self._digests: dict[bytes, str] = {}  # digest of a message's parts -> digest of their redacted text
         # Every message the log holds, not the conversation a resume rewinds to: a record is durable once written.
-        for message in run.session.lifetime_messages:
+        for message in run.session.lifetime_said():
             if message.name == TURN:
                 self._learn(message.content)
             elif message.name == DENIED:
