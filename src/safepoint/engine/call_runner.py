@@ -352,10 +352,6 @@ def needs_approval(entry: ToolLedgerEntry, tool_needs: bool, approval_mode: str)
     return tool_needs or held or (approval_mode == "high" and entry.risk_level == "high")
 
 
-def _exact(data: bytes) -> bytes:
-    return data
-
-
 def expand_input(entry: ToolLedgerEntry, files: FileChanges, content: Content) -> dict[str, Any]:
     """A call's input as it was given (a compacted content argument is rebuilt from its patch)."""
     expanded: dict[str, Any] = dict(large_values.resolve(entry.input, content))
@@ -633,9 +629,11 @@ class CallRunner:
                 args = {**args, tool.content_arg: {"$patch": f"blob:{patch}", "base": before.hash}}  # type: ignore[dict-item]  # the key is a str here (content_arg is set)
         # Any other large value (a new file's content, a patch, a Python tool's argument) is kept as a blob of its
         # redacted text: the log holds a reference (``core.large_values``), not a megabyte per call.
-        # Safepoint's own calls keep their input exact, as the log does (``records.FIELD_REDACTION``'s journal).
-        own = call.tool in INTERNAL_TOOLS and call.call_id.startswith(INTERNAL_PREFIX)
-        logged: dict[str, Any] = large_values.externalize(args, self.content, _exact if own else self.log.redact_bytes)
+        # Safepoint's own calls keep their input exact and inline, as the log did: it is their journal (rollback
+        # actions, conflicts covered), read back from the ledger entry by ``engine.conflicts`` and the resolvers.
+        if call.tool in INTERNAL_TOOLS and call.call_id.startswith(INTERNAL_PREFIX):
+            return args
+        logged: dict[str, Any] = large_values.externalize(args, self.content, self.log.redact_bytes)
         return logged
 
     def _tool_message(self, call: ToolCall, text: str) -> tuple[Message, str]:
