@@ -8,15 +8,15 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/safepoint demo
 
 # pytest exits 5 when it collects no test: that is a failure here, never a silent pass.
-# One worker per core (at most 4: each starts its own throwaway PostgreSQL); worksteal evens out the long crash tests.
+# Four workers whatever the cores (each starts its own throwaway PostgreSQL): many tests wait on a child process or
+# a server, so two cores keep four busy (-n auto gave two workers: 385 s against 307 s); worksteal evens them out.
 # The review page's browser tests drive Debian's chromium through its chromedriver (in CI they fail without it):
 # installed here when missing, as root or with sudo when either is at hand (else the tests say what is missing).
 # A fresh install took 108 s with recommends (the apt log); --no-install-recommends leaves out cups, samba, perl.
@@ -33,7 +33,7 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 --dist worksteal; code=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist worksteal; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$code
 
 lint: $(STAMP)

@@ -316,20 +316,6 @@ def _counted_sync(invocation: Invocation) -> Outcome:
         return run_tool_sync(invocation)
 
 
-run_tool_counted = _counted_sync  # for adapters that drive ``CallRunner.drive`` themselves (LangGraph's)
-
-
-async def arun_tool_counted(invocation: Invocation) -> Outcome:
-    """``run_tool_async``, counted as running (``engine.tool_activity``) from a worker thread: the count's listeners
-    read the control channel, which the event loop must not wait on."""
-    counted = _running(invocation)
-    await asyncio.to_thread(counted.__enter__)
-    try:
-        return await run_tool_async(invocation)
-    finally:
-        await asyncio.to_thread(counted.__exit__, None, None, None)
-
-
 async def run_tool_async(invocation: Invocation) -> Outcome:
     if not invocation.tool.is_async:
         return await asyncio.to_thread(run_tool_sync, invocation)  # a blocking tool must not stall the loop

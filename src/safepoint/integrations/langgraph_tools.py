@@ -366,7 +366,7 @@ class ToolRuns:
         """One call. The lock is held around the ledger's records only, never while the tool runs: a durable tool
         may call another, and parallel ``Send`` branches and a ``ToolNode``'s calls run at once (rejected: the lock
         around the whole call, under which a nested call waited on itself for ever)."""
-        from safepoint.engine.call_runner import AwaitApproval, run_tool_counted
+        from safepoint.engine.call_runner import AwaitApproval, run_tool_sync
 
         with self.lock:
             run = self.run_for(thread_id, where, policy)
@@ -383,7 +383,7 @@ class ToolRuns:
                 if isinstance(request, AwaitApproval):
                     answer: Any = runner._wait(request)
                 else:
-                    answer = run_tool_counted(request)
+                    answer = run_tool_sync(request)
                 with self.lock:
                     done, request = self._next(driver, answer, thread_id, name)
             return self.outcome(link, request)
@@ -411,7 +411,7 @@ class ToolRuns:
         policy: DurableCall,
         handler: Callable[[], Any],
     ) -> Any:
-        from safepoint.engine.call_runner import AwaitApproval, arun_tool_counted
+        from safepoint.engine.call_runner import AwaitApproval, run_tool_async
 
         async def locked(step: Callable[[], Any]) -> Any:
             await asyncio.to_thread(self.lock.acquire)
@@ -434,7 +434,7 @@ class ToolRuns:
                 if isinstance(request, AwaitApproval):
                     answer: Any = await asyncio.to_thread(run.session.runner._wait, request)
                 else:
-                    answer = await arun_tool_counted(request)
+                    answer = await run_tool_async(request)
                 done, request = await locked(functools.partial(self._next, driver, answer, thread_id, name))
             return self.outcome(link, request)
         finally:
