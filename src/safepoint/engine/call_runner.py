@@ -535,7 +535,8 @@ class CallRunner:
                 else:
                     ledger.settle(existing, "uncertain")
             planned = ledger.entries[call.call_id]
-            befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
+            ran = existing.status in ("started", "uncertain")  # an attempt may have written before it died
+            befores = self.files.before(call.call_id, tool.writes(call.args), ran=ran) if tool.writes else []
         if needs_approval(planned, tool.needs_approval, self.approval_mode):
             self.conversation.checkpoint("tool_start")  # a restart resumes this call's wait, not the model's turn
             self.log.commit()  # `safepoint approve` reads the call's input hash from the ledger
@@ -661,10 +662,10 @@ class CallRunner:
     def _take_outcome(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> CallResult:
         if entry.status not in ("succeeded", "failed"):
             # Settled by its probe: the effect is in place, so the call counts as done; its file changes are
-            # recorded against the before-state kept when it started.
+            # recorded against the before-state kept when it started (the probe vouches for their author).
             if entry.status == "started":
                 entry = self.ledger.settle(entry, "uncertain")
-            self.files.after(call.call_id, self.files.before(call.call_id, ()))
+            self.files.settle(call.call_id, certain=True)
             text = f"[safepoint] this call was interrupted, but its effect is in place ({decision.why})."
             message, ref = self._tool_message(call, text)
             entry = self.ledger.finish(entry, "succeeded", ref, decision="probe", reason=decision.why)
@@ -692,6 +693,9 @@ class CallRunner:
         if entry.status == "started":
             action: Literal["skip", "report_uncertain"] = "skip" if decision.action == "skip" else "report_uncertain"
             entry = self.ledger.settle(entry, "uncertain", action, decision.why)
+        # Not run again, its effect unknown: whatever it may have changed is recorded as its change, its author
+        # uncertain, so a rollback asks about it instead of never seeing it.
+        self.files.settle(call.call_id, certain=False)
         if decision.action == "skip":
             reason = "a person chose not to run it again"
         elif decision.why == SECRET_ARGUMENTS:
