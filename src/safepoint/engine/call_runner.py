@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
+import threading
 import typing
 import weakref
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -95,12 +97,44 @@ class Outcome:
     encoding: ResultEncoding | None = None  # how ``value`` is rebuilt from ``text`` after a crash
 
 
+class WaitAbandoned(Exception):
+    """The wait was stopped (its task was cancelled) before it took a decision: it took none."""
+
+
+class WaitStop:
+    """Stops an approval wait whose task was cancelled. The wait runs on a thread nothing can stop from outside;
+    it checks ``stopped`` before every read of the channel and takes a decision only inside ``deciding``, under
+    the lock ``stop`` takes too: once ``stop`` returns, the wait takes no decision, so an approval a person posts
+    afterwards is left for the next session (rejected: letting the thread run on to its timeout, which marked a
+    later approval seen for a call nobody would run, and the next session never saw it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        with self._lock:  # waits for a decision being taken: it is then the caller's to settle
+            self._stopped = True
+
+    @contextlib.contextmanager
+    def deciding(self) -> Iterator[None]:
+        with self._lock:
+            if self._stopped:
+                raise WaitAbandoned
+            yield
+
+
 @dataclass(frozen=True)
 class AwaitApproval:
     """A request, from the call driver, to wait for a person's decision on ``entry`` before it runs."""
 
     call: ToolCall
     entry: ToolLedgerEntry
+    stop: WaitStop = field(default_factory=WaitStop, compare=False)
 
 
 @dataclass(frozen=True)
@@ -416,16 +450,21 @@ class CallRunner:
             assert request is not None
             answer: Outcome | ApprovalOutcome
             if cancelled and isinstance(request, AwaitApproval):
-                driver.close()  # planned (and durable), never started: a resume asks again
+                # Planned (and durable), never started: a resume asks again. The wait is begun all the same, and
+                # stopped at once: its line (what a person posts after it counts) is durable, so an approval
+                # posted before the resume is a person's, not taken for tampering by a wait that starts later.
+                request.stop.stop()
+                await self._abandon_wait(driver, call, request, self._begin_wait(request))
                 raise asyncio.CancelledError
             if cancelled:
                 assert isinstance(request, Invocation)
                 answer = Outcome(False, CANCELLED_BEFORE_RUN)  # `started` is durable, the tool never ran: it failed
             elif isinstance(request, AwaitApproval):
+                waiting = self._begin_wait(request)
                 try:
-                    answer = await asyncio.to_thread(self._wait, request)
+                    answer = await asyncio.shield(waiting)
                 except asyncio.CancelledError:
-                    driver.close()  # planned, never started; the wait's thread ends with the person's answer
+                    await self._abandon_wait(driver, call, request, waiting)
                     raise
             elif not request.tool.is_async:
                 # A blocking tool on a thread runs to its end whatever happens to the task: its outcome is kept.
@@ -454,6 +493,36 @@ class CallRunner:
         if cancelled:
             raise asyncio.CancelledError
         return result
+
+    def _begin_wait(self, request: AwaitApproval) -> asyncio.Future[ApprovalOutcome]:
+        """The wait, on a thread of the loop's default pool (it sleeps between reads, for minutes), as
+        ``asyncio.to_thread`` runs it, but as a future a cancellation leaves running (``_abandon_wait`` stops it)."""
+        context = contextvars.copy_context()
+        return asyncio.get_running_loop().run_in_executor(None, functools.partial(context.run, self._wait, request))
+
+    async def _abandon_wait(
+        self, driver: CallDriver, call: ToolCall, request: AwaitApproval, waiting: asyncio.Future[ApprovalOutcome]
+    ) -> None:
+        """Cancelled while it waited for a person: the wait is stopped and its thread has ended before the
+        cancellation goes on. A decision it took just before (the person's answer, marked seen) is the call's,
+        durably: an approval leaves it ``approved`` (the next session runs it without asking again), a denial or
+        a timeout refuses it. Otherwise it stays ``planned`` and a resume asks again."""
+        request.stop.stop()
+        taken: ApprovalOutcome | None = None
+        with contextlib.suppress(Exception):  # WaitAbandoned, or what ended the wait: no decision either way
+            taken, _ = await through(waiting)
+        driver.close()
+        if taken is not None:
+            await self.bookkeeper.arun(self._decided_then_cancelled, call, taken)
+
+    def _decided_then_cancelled(self, call: ToolCall, answer: ApprovalOutcome) -> None:
+        planned = self.ledger.entries[call.call_id]
+        self.log.trace("approval_answered", call_id=call.call_id, decision=answer.decision)
+        if answer.approved:
+            self.ledger.settle(planned, "approved", "approved", answer.why)
+            self.log.commit()  # the person's approval is the call's, with the mark that it was taken
+        else:
+            self._refused(call, planned, answer)
 
     def _cancelled_while_running(self, driver: CallDriver, call: ToolCall) -> None:
         driver.close()
