@@ -46,6 +46,10 @@ CALLS: dict[str, dict[str, Any]] = {
         "tool": "apply_patch",
         "args": {"patch": _patch("notes.txt", ["one", "two"], ["one", "TWO"]) + _remove_patch("gone.txt", ["bye"])},
     },
+    "patch_rename": {
+        "tool": "apply_patch",
+        "args": {"patch": "--- a/notes.txt\n+++ b/moved/notes.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+2\n"},
+    },
     "command": {
         "tool": "run_command",
         "args": {"command": "printf 'x\\000y' > made.bin && rm gone.txt && printf 'raw' > data.bin"},
@@ -102,7 +106,7 @@ def _rollback(root: Path, *, include_uncertain: bool = False) -> Any:
         tm.close()
 
 
-@pytest.mark.parametrize("call", ["write_new", "write_over", "patch_edit_delete"])
+@pytest.mark.parametrize("call", ["write_new", "write_over", "patch_edit_delete", "patch_rename"])
 def test_a_call_its_probe_settled_is_rolled_back_whole(call, tmp_path):
     """Killed after the tool ran: the probe finds the effect in place; rollback undoes it (created, rewritten,
     edited, deleted) without asking: the probe vouches that the files hold the call's result."""
