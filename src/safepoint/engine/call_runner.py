@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import inspect
-import threading
 import typing
 import weakref
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -54,6 +52,9 @@ from safepoint.core.patches import apply_patch
 from safepoint.core.replay import ProbeResult, ReplayDecision
 from safepoint.core.resume import INTERNAL_PREFIX, INTERNAL_TOOLS
 from safepoint.engine import failpoints, large_values
+from safepoint.engine.approval_wait import ApprovalOutcome as ApprovalOutcome  # re-exported: the waiters' types
+from safepoint.engine.approval_wait import ApprovalWaiter, begin_wait
+from safepoint.engine.approval_wait import AwaitApproval as AwaitApproval
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
@@ -64,7 +65,7 @@ from safepoint.engine.progress import Progress
 from safepoint.engine.tool_activity import TOOLS
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
 from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, StoreError, ToolFailure
-from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
+from safepoint.protocol import RestartPayload
 from safepoint.records import (
     Checkpoint,
     CheckpointKind,
@@ -97,55 +98,6 @@ class Outcome:
     encoding: ResultEncoding | None = None  # how ``value`` is rebuilt from ``text`` after a crash
 
 
-class WaitAbandoned(Exception):
-    """The wait was stopped (its task was cancelled) before it took a decision: it took none."""
-
-
-class WaitStop:
-    """Stops an approval wait whose task was cancelled. The wait runs on a thread nothing can stop from outside;
-    it checks ``stopped`` before every read of the channel and takes a decision only inside ``deciding``, under
-    the lock ``stop`` takes too: once ``stop`` returns, the wait takes no decision, so an approval a person posts
-    afterwards is left for the next session (rejected: letting the thread run on to its timeout, which marked a
-    later approval seen for a call nobody would run, and the next session never saw it)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stopped = False
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
-
-    def stop(self) -> None:
-        with self._lock:  # waits for a decision being taken: it is then the caller's to settle
-            self._stopped = True
-
-    @contextlib.contextmanager
-    def deciding(self) -> Iterator[None]:
-        with self._lock:
-            if self._stopped:
-                raise WaitAbandoned
-            yield
-
-
-@dataclass(frozen=True)
-class AwaitApproval:
-    """A request, from the call driver, to wait for a person's decision on ``entry`` before it runs."""
-
-    call: ToolCall
-    entry: ToolLedgerEntry
-    stop: WaitStop = field(default_factory=WaitStop, compare=False)
-
-
-@dataclass(frozen=True)
-class ApprovalOutcome:
-    approved: bool
-    decision: Literal["approved", "denied", "timeout", "grant_expired"]
-    why: str
-    wait: RuntimeRestartToolApprovalWait
-
-
-ApprovalWaiter = Callable[[AwaitApproval], ApprovalOutcome]  # injected by the restart layer (restart.approvals)
 Request = Invocation | AwaitApproval
 CallDriver = Generator[Request, Outcome | ApprovalOutcome, "CallResult"]
 CANCELLED_BEFORE_RUN = "cancelled before it ran (the task running the call was cancelled); it did not run"
@@ -454,13 +406,13 @@ class CallRunner:
                 # stopped at once: its line (what a person posts after it counts) is durable, so an approval
                 # posted before the resume is a person's, not taken for tampering by a wait that starts later.
                 request.stop.stop()
-                await self._abandon_wait(driver, call, request, self._begin_wait(request))
+                await self._abandon_wait(driver, call, request, begin_wait(self._wait, request))
                 raise asyncio.CancelledError
             if cancelled:
                 assert isinstance(request, Invocation)
                 answer = Outcome(False, CANCELLED_BEFORE_RUN)  # `started` is durable, the tool never ran: it failed
             elif isinstance(request, AwaitApproval):
-                waiting = self._begin_wait(request)
+                waiting = begin_wait(self._wait, request)
                 try:
                     answer = await asyncio.shield(waiting)
                 except asyncio.CancelledError:
@@ -493,12 +445,6 @@ class CallRunner:
         if cancelled:
             raise asyncio.CancelledError
         return result
-
-    def _begin_wait(self, request: AwaitApproval) -> asyncio.Future[ApprovalOutcome]:
-        """The wait, on a thread of the loop's default pool (it sleeps between reads, for minutes), as
-        ``asyncio.to_thread`` runs it, but as a future a cancellation leaves running (``_abandon_wait`` stops it)."""
-        context = contextvars.copy_context()
-        return asyncio.get_running_loop().run_in_executor(None, functools.partial(context.run, self._wait, request))
 
     async def _abandon_wait(
         self, driver: CallDriver, call: ToolCall, request: AwaitApproval, waiting: asyncio.Future[ApprovalOutcome]

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import msgspec
 
 from safepoint.engine import failpoints, shutdown
-from safepoint.engine.call_runner import ApprovalOutcome, AwaitApproval, WaitAbandoned
+from safepoint.engine.approval_wait import ApprovalOutcome, AwaitApproval, WaitAbandoned
 from safepoint.engine.control_watch import ControlWatch
 from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.processes import running_groups
