@@ -237,3 +237,31 @@ def test_a_command_that_kills_the_reaper_server_leaves_no_decision_taken(tmp_pat
     assert (workspace / ".git").is_dir(), observation
     assert status != "succeeded"
     assert "supervisor" in observation and "no decision is taken in this process" in observation, observation
+
+
+def test_a_killed_tree_is_dead_when_kill_tree_returns():
+    """What the wait relies on: a sweep returns once its leftovers are dead (gone or a zombie), not merely
+    signalled, so none can still be finishing a write into the channel when the wait draws its line."""
+    from safepoint.engine.processes import kill_tree
+    from safepoint.engine.reaper import descendants
+
+    # Each member holds memory to tear down (a kernel under load takes its time over that).
+    hold = "python3 -c 'import time; b = bytearray(64 << 20); time.sleep(60)'"
+    top = subprocess.Popen(["sh", "-c", f"{hold} & {hold} & wait"], start_new_session=True)
+    try:
+        members: list[int] = []
+        while len(members) < 2 and top.poll() is None:  # the shell's two children have started
+            members = descendants(top.pid)
+        kill_tree(top.pid)
+        alive = []
+        for pid in [top.pid, *members]:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    state = handle.read().rsplit(b")", 1)[1].split()[0]
+            except FileNotFoundError:
+                continue
+            if state not in (b"Z", b"X"):
+                alive.append((pid, state))
+        assert alive == []
+    finally:
+        top.wait(timeout=60)

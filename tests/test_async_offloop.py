@@ -371,4 +371,143 @@ def test_cancelled_while_waiting_for_approval_stays_planned_and_asks_again(works
     tm.approve("r", "d1")  # a person answers the question the cancelled wait asked; the next session acts on it
     with tm.resume("r", tools=[deploy]) as resumed:
         result = asyncio.run(resumed.acall_result("deploy", {"env": "prod"}, call_id="d1"))
-    assert result.status == "succeeded" and ran == ["prod"]  # run once, after the approval
+    assert result.status == "succeeded" and ran == ["prod"], result  # run once, after the approval
+
+
+@pytest.fixture(params=["file", "postgres"])
+def store_url(request, tmp_path):
+    if request.param == "file":
+        return f"file:{tmp_path}/store"
+    return request.getfixturevalue("fresh_url")
+
+
+def _deploy(ran: list[str]) -> Any:
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high", needs_approval=True)
+    async def deploy(ctx: ToolContext, env: str) -> str:
+        ran.append(env)
+        return "deployed"
+
+    return deploy
+
+
+def _watch_the_wait(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.Event]:
+    """Counts the wait's reads of the control channel; ``ended`` is set when the wait's function has returned."""
+    from safepoint.engine.call_runner import CallRunner
+    from safepoint.restart import approvals
+
+    reads: list[int] = []
+    ended = threading.Event()
+    real_controls, real_wait = approvals.controls, CallRunner._wait
+
+    def controls(store: Any, run_id: str) -> Any:
+        reads.append(1)
+        return real_controls(store, run_id)
+
+    def wait(self: CallRunner, request: Any) -> Any:
+        ended.clear()
+        try:
+            return real_wait(self, request)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(approvals, "controls", controls)
+    monkeypatch.setattr(CallRunner, "_wait", wait)
+    return reads, ended
+
+
+def test_a_cancelled_approval_wait_has_stopped_when_the_cancellation_returns(store_url, workspace, monkeypatch):
+    """The wait runs on a thread: cancelled, it must stop reading before the cancellation returns, or it takes
+    (marks seen) the approval a person posts afterwards for a call nobody runs, and the next session never sees
+    it. Its timeout is long: only the stop ends it."""
+    ran: list[str] = []
+    reads, ended = _watch_the_wait(monkeypatch)
+    tm = safepoint.open(store_url, workspace=str(workspace))
+    with tm.start("t", tools=[_deploy(ran)], run_id="r", approval_timeout_s=30) as run:
+
+        async def scenario() -> None:
+            task = asyncio.create_task(run.acall("deploy", {"env": "prod"}, call_id="d1"))
+            while len(reads) < 2:  # the wait is polling the channel
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert ended.is_set()  # no thread reads on: nothing can take the approval posted next
+
+        asyncio.run(scenario())
+        tm.approve("r", "d1")
+        assert _status(tm, "d1") == "planned"
+    with tm.resume("r", tools=[_deploy(ran)]) as resumed:
+        result = asyncio.run(resumed.acall_result("deploy", {"env": "prod"}, call_id="d1"))
+    assert result.status == "succeeded" and ran == ["prod"]
+    tm.close()
+
+
+def test_an_approval_taken_as_the_cancellation_comes_is_the_calls_durably(store_url, workspace, monkeypatch):
+    """The interleaving forced: the wait takes the person's approval (marks it seen) and the task is cancelled
+    before the call goes on. The approval is not lost: the ledger says ``approved`` durably and the next session
+    runs the call once without asking again."""
+    from safepoint.restart import approvals
+
+    ran: list[str] = []
+    reads, _ = _watch_the_wait(monkeypatch)
+    tm = safepoint.open(store_url, workspace=str(workspace))
+    with tm.start("t", tools=[_deploy(ran)], run_id="r", approval_timeout_s=30) as run:
+
+        async def scenario() -> None:
+            loop = asyncio.get_running_loop()
+            task = asyncio.create_task(run.acall("deploy", {"env": "prod"}, call_id="d1"))
+            real_mark = approvals.mark_seen
+
+            def mark_seen(*args: Any) -> Any:
+                monkeypatch.setattr(approvals, "mark_seen", real_mark)  # this wait's decision only
+                # Queued on the loop before the wait's answer is: the task sees the cancellation first.
+                loop.call_soon_threadsafe(task.cancel)
+                return real_mark(*args)
+
+            monkeypatch.setattr(approvals, "mark_seen", mark_seen)
+            while len(reads) < 2:
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(tm.approve, "r", "d1")
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(scenario())
+        assert _status(tm, "d1") == "approved" and ran == []
+    with tm.resume("r", tools=[_deploy(ran)]) as resumed:
+        result = asyncio.run(resumed.acall_result("deploy", {"env": "prod"}, call_id="d1"))
+    assert result.status == "succeeded" and ran == ["prod"]
+    tm.close()
+
+
+def test_cancelled_before_the_wait_began_an_approval_posted_afterwards_still_counts(store_url, workspace, monkeypatch):
+    """The interleaving forced: the task is cancelled while the call's first bookkeeping piece (which makes
+    ``planned`` durable) runs, so the wait never began in this session. The wait is begun and stopped all the
+    same: its line is durable, and the approval a person posts before the resume is a person's (the next session
+    began its wait after it: without the recorded line it judged the approval tampering and timed out)."""
+    from safepoint.engine import call_runner
+
+    ran: list[str] = []
+    tm = safepoint.open(store_url, workspace=str(workspace))
+    with tm.start("t", tools=[_deploy(ran)], run_id="r", approval_timeout_s=30) as run:
+
+        async def scenario() -> None:
+            loop = asyncio.get_running_loop()
+            task = asyncio.create_task(run.acall("deploy", {"env": "prod"}, call_id="d1"))
+            real = call_runner.needs_approval
+
+            def needs_approval(*args: Any) -> bool:
+                monkeypatch.setattr(call_runner, "needs_approval", real)  # this call's piece only
+                loop.call_soon_threadsafe(task.cancel)  # comes while the piece still runs
+                return real(*args)
+
+            monkeypatch.setattr(call_runner, "needs_approval", needs_approval)
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(scenario())
+        assert _status(tm, "d1") == "planned"
+    tm.approve("r", "d1")
+    with tm.resume("r", tools=[_deploy(ran)]) as resumed:
+        result = asyncio.run(resumed.acall_result("deploy", {"env": "prod"}, call_id="d1"))
+    assert result.status == "succeeded" and ran == ["prod"], result
+    tm.close()

@@ -96,13 +96,12 @@ def test_a_kill_at_a_blob_point_loses_nothing_the_log_references(point, store_ur
         plan = tm.rollback_files("r", first)
         assert not plan.conflicts
         assert (workspace / "big.txt").read_text() == big
-        # other.txt is not checked here: a kill after call_4 ran leaves its creation to the probe, and rollback
-        # then misses the file (the same at after_tool: see the xfail below, a finding outside blobs).
+        # A kill after call_4 ran leaves its creation to the probe: the resume records it as the call's change.
+        assert not (workspace / "other.txt").exists()
     finally:
         tm.close()
 
 
-@pytest.mark.xfail(strict=True, reason="rollback misses a file created by a call its probe settled (not blobs')")
 def test_rollback_reverts_a_file_created_by_a_call_its_probe_settled(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()

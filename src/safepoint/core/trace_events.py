@@ -90,6 +90,7 @@ EVENTS: Mapping[str, EventSpec] = {
     "call_decided": EventSpec("recovery", ("call_id", "decision")),
     "ledger_damaged": EventSpec("recovery", ("calls",)),
     "command_changes_recovered": EventSpec("recovery", ("call_id", "paths")),
+    "settled_changes": EventSpec("recovery", ("call_id", "paths", "certain")),
     "recovery_note": EventSpec("recovery", ("checkpoint_id", "calls")),
     # tool calls (seed 000 §8.2)
     "tool_started": EventSpec(

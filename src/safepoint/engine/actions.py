@@ -542,11 +542,13 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
             "status": "uncertain",
             "outcome": f"runs again at the next `safepoint resume {run_id}`, without asking",
         }
+    certain = happened and session.runner.probe(entry) == "done"  # the files hold what it was to make
     if entry.status == "started":
         entry = session.calls.settle(entry, "uncertain")
     if happened:
-        # Its file changes are recorded against the before-state kept when it started, as for a probe's "done".
-        session.files.after(call_id, session.files.before(call_id, ()))
+        # Its file changes are recorded against the before-state kept when it started, as for a probe's "done";
+        # unless its probe finds exactly its result there, their author is uncertain (rollback asks).
+        session.files.settle(call_id, certain=certain)
         text = (
             f"[safepoint] {call.tool}({call_id}) was interrupted; {who} checked that its effect happened. It is not "
             "run again."

@@ -20,7 +20,7 @@ from safepoint.core.commands import DEFAULT_COMMAND_RULES, CommandRules
 from safepoint.core.environment import command_environment
 from safepoint.core.hashing import content_hash
 from safepoint.core.replay import ProbeResult
-from safepoint.core.unified_diff import apply_file_diff, check_applied, parse_unified_diff, touched_paths
+from safepoint.core.unified_diff import FileDiff, apply_file_diff, check_applied, parse_unified_diff, touched_paths
 from safepoint.engine.archive_reach import hold_unpacked
 from safepoint.engine.launcher import LAUNCHER, collect
 from safepoint.engine.processes import kill_tree
@@ -258,12 +258,22 @@ def _patch_probe(ctx: ToolContext, args: dict[str, Any]) -> ProbeResult:
         diffs = parse_unified_diff(str(args.get("patch", "")))
     except ToolFailure:
         return "unknown"
-    states = {check_applied(d, ctx.workspace.read(d.old_path or d.new_path or "")) for d in diffs}
+    states = {_diff_state(ctx, d) for d in diffs}
     if states == {"applies"}:
         return "not_done"
     if states == {"applied"}:
         return "done"
     return "unknown"
+
+
+def _diff_state(ctx: ToolContext, diff: FileDiff) -> str:
+    """``check_applied`` of one file's diff. A rename done leaves nothing at its old path: its result is looked
+    for at the new one (rejected: "neither", which made a person decide on every rename a crash interrupted)."""
+    state = check_applied(diff, ctx.workspace.read(diff.old_path or diff.new_path or ""))
+    renamed = bool(diff.old_path and diff.new_path and diff.old_path != diff.new_path)
+    if state != "neither" or not renamed or ctx.workspace.read(diff.old_path or "") is not None:
+        return state
+    return "applied" if check_applied(diff, ctx.workspace.read(diff.new_path or "")) == "applied" else state
 
 
 @tool(

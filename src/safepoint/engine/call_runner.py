@@ -52,6 +52,9 @@ from safepoint.core.patches import apply_patch
 from safepoint.core.replay import ProbeResult, ReplayDecision
 from safepoint.core.resume import INTERNAL_PREFIX, INTERNAL_TOOLS
 from safepoint.engine import failpoints, large_values
+from safepoint.engine.approval_wait import ApprovalOutcome as ApprovalOutcome  # re-exported: the waiters' types
+from safepoint.engine.approval_wait import ApprovalWaiter, begin_wait
+from safepoint.engine.approval_wait import AwaitApproval as AwaitApproval
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
@@ -62,7 +65,7 @@ from safepoint.engine.progress import Progress
 from safepoint.engine.tool_activity import TOOLS
 from safepoint.engine.tools import Tool, ToolContext, ToolRegistry
 from safepoint.errors import DecisionNeeded, Interrupted, ResumeError, SafepointError, StoreError, ToolFailure
-from safepoint.protocol import RestartPayload, RuntimeRestartToolApprovalWait
+from safepoint.protocol import RestartPayload
 from safepoint.records import (
     Checkpoint,
     CheckpointKind,
@@ -95,23 +98,6 @@ class Outcome:
     encoding: ResultEncoding | None = None  # how ``value`` is rebuilt from ``text`` after a crash
 
 
-@dataclass(frozen=True)
-class AwaitApproval:
-    """A request, from the call driver, to wait for a person's decision on ``entry`` before it runs."""
-
-    call: ToolCall
-    entry: ToolLedgerEntry
-
-
-@dataclass(frozen=True)
-class ApprovalOutcome:
-    approved: bool
-    decision: Literal["approved", "denied", "timeout", "grant_expired"]
-    why: str
-    wait: RuntimeRestartToolApprovalWait
-
-
-ApprovalWaiter = Callable[[AwaitApproval], ApprovalOutcome]  # injected by the restart layer (restart.approvals)
 Request = Invocation | AwaitApproval
 CallDriver = Generator[Request, Outcome | ApprovalOutcome, "CallResult"]
 CANCELLED_BEFORE_RUN = "cancelled before it ran (the task running the call was cancelled); it did not run"
@@ -416,16 +402,21 @@ class CallRunner:
             assert request is not None
             answer: Outcome | ApprovalOutcome
             if cancelled and isinstance(request, AwaitApproval):
-                driver.close()  # planned (and durable), never started: a resume asks again
+                # Planned (and durable), never started: a resume asks again. The wait is begun all the same, and
+                # stopped at once: its line (what a person posts after it counts) is durable, so an approval
+                # posted before the resume is a person's, not taken for tampering by a wait that starts later.
+                request.stop.stop()
+                await self._abandon_wait(driver, call, request, begin_wait(self._wait, request))
                 raise asyncio.CancelledError
             if cancelled:
                 assert isinstance(request, Invocation)
                 answer = Outcome(False, CANCELLED_BEFORE_RUN)  # `started` is durable, the tool never ran: it failed
             elif isinstance(request, AwaitApproval):
+                waiting = begin_wait(self._wait, request)
                 try:
-                    answer = await asyncio.to_thread(self._wait, request)
+                    answer = await asyncio.shield(waiting)
                 except asyncio.CancelledError:
-                    driver.close()  # planned, never started; the wait's thread ends with the person's answer
+                    await self._abandon_wait(driver, call, request, waiting)
                     raise
             elif not request.tool.is_async:
                 # A blocking tool on a thread runs to its end whatever happens to the task: its outcome is kept.
@@ -454,6 +445,30 @@ class CallRunner:
         if cancelled:
             raise asyncio.CancelledError
         return result
+
+    async def _abandon_wait(
+        self, driver: CallDriver, call: ToolCall, request: AwaitApproval, waiting: asyncio.Future[ApprovalOutcome]
+    ) -> None:
+        """Cancelled while it waited for a person: the wait is stopped and its thread has ended before the
+        cancellation goes on. A decision it took just before (the person's answer, marked seen) is the call's,
+        durably: an approval leaves it ``approved`` (the next session runs it without asking again), a denial or
+        a timeout refuses it. Otherwise it stays ``planned`` and a resume asks again."""
+        request.stop.stop()
+        taken: ApprovalOutcome | None = None
+        with contextlib.suppress(Exception):  # WaitAbandoned, or what ended the wait: no decision either way
+            taken, _ = await through(waiting)
+        driver.close()
+        if taken is not None:
+            await self.bookkeeper.arun(self._decided_then_cancelled, call, taken)
+
+    def _decided_then_cancelled(self, call: ToolCall, answer: ApprovalOutcome) -> None:
+        planned = self.ledger.entries[call.call_id]
+        self.log.trace("approval_answered", call_id=call.call_id, decision=answer.decision)
+        if answer.approved:
+            self.ledger.settle(planned, "approved", "approved", answer.why)
+            self.log.commit()  # the person's approval is the call's, with the mark that it was taken
+        else:
+            self._refused(call, planned, answer)
 
     def _cancelled_while_running(self, driver: CallDriver, call: ToolCall) -> None:
         driver.close()
@@ -535,7 +550,8 @@ class CallRunner:
                 else:
                     ledger.settle(existing, "uncertain")
             planned = ledger.entries[call.call_id]
-            befores = self.files.before(call.call_id, tool.writes(call.args)) if tool.writes else []
+            ran = existing.status in ("started", "uncertain")  # an attempt may have written before it died
+            befores = self.files.before(call.call_id, tool.writes(call.args), ran=ran) if tool.writes else []
         if needs_approval(planned, tool.needs_approval, self.approval_mode):
             self.conversation.checkpoint("tool_start")  # a restart resumes this call's wait, not the model's turn
             self.log.commit()  # `safepoint approve` reads the call's input hash from the ledger
@@ -661,10 +677,10 @@ class CallRunner:
     def _take_outcome(self, call: ToolCall, entry: ToolLedgerEntry, decision: ReplayDecision) -> CallResult:
         if entry.status not in ("succeeded", "failed"):
             # Settled by its probe: the effect is in place, so the call counts as done; its file changes are
-            # recorded against the before-state kept when it started.
+            # recorded against the before-state kept when it started (the probe vouches for their author).
             if entry.status == "started":
                 entry = self.ledger.settle(entry, "uncertain")
-            self.files.after(call.call_id, self.files.before(call.call_id, ()))
+            self.files.settle(call.call_id, certain=True)
             text = f"[safepoint] this call was interrupted, but its effect is in place ({decision.why})."
             message, ref = self._tool_message(call, text)
             entry = self.ledger.finish(entry, "succeeded", ref, decision="probe", reason=decision.why)
@@ -692,6 +708,9 @@ class CallRunner:
         if entry.status == "started":
             action: Literal["skip", "report_uncertain"] = "skip" if decision.action == "skip" else "report_uncertain"
             entry = self.ledger.settle(entry, "uncertain", action, decision.why)
+        # Not run again, its effect unknown: whatever it may have changed is recorded as its change, its author
+        # uncertain, so a rollback asks about it instead of never seeing it.
+        self.files.settle(call.call_id, certain=False)
         if decision.action == "skip":
             reason = "a person chose not to run it again"
         elif decision.why == SECRET_ARGUMENTS:

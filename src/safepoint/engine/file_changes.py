@@ -100,13 +100,15 @@ class FileChanges:
             return FileState(hash=DIRECTORY, mode=None)  # a folder where a file was: never the agent's state
         return FileState(hash=ABSENT if data is None else content_hash(data), mode=mode)
 
-    def before(self, call_id: str, paths: Iterable[str]) -> list[FileBefore]:
+    def before(self, call_id: str, paths: Iterable[str], *, ran: bool = False) -> list[FileBefore]:
         """The before-state of the paths a call may change, recorded (with any content the run cannot reproduce
         yet) in the group that becomes durable with ``started``. A re-run after a crash reuses what was recorded
-        for the first attempt, so changes that attempt made before dying are not mistaken for the starting point."""
+        for the first attempt, so changes that attempt made before dying are not mistaken for the starting point.
+        ``ran``: an earlier attempt started (and may have written); otherwise the call only waited (for an
+        approval) and a change since is someone else's."""
         recorded = self.befores.get(call_id)
         if recorded:
-            return [self._again(call_id, state) for state in recorded]
+            return [self._again(call_id, state, ran=ran) for state in recorded]
         states = []
         for path in dict.fromkeys(paths):
             try:
@@ -124,11 +126,14 @@ class FileChanges:
             states.append(state)
         return states
 
-    def _again(self, call_id: str, state: FileBeforeState) -> FileBefore:
+    def _again(self, call_id: str, state: FileBeforeState, *, ran: bool = False) -> FileBefore:
         """The before-state for a re-run after a crash. The file as it is now decides: unchanged, the recorded
         state; changed to content the run knows (the interrupted attempt's own work), that change is recorded as
-        the call's and the re-run starts from it; changed to anything else (someone's new bytes), those bytes are
-        kept and the re-run starts from them, so nothing they wrote is lost or blamed on the agent."""
+        the call's and the re-run starts from it; changed to anything else, those bytes are kept and the re-run
+        starts from them, so nothing they wrote is lost. When an attempt ran (``ran``), they may be its own
+        work (a new file it created): the change is recorded as the call's with its author uncertain, so a
+        rollback asks about it instead of never seeing it (rejected: reading them as the user's, which left an
+        agent's file behind every rollback)."""
         data, mode = self.workspace.snapshot(state.path)
         digest = ABSENT if data is None else content_hash(data)
         if digest == state.before_hash and mode == state.before_mode:
@@ -143,7 +148,59 @@ class FileChanges:
                 return self.describe(state.path, data, mode)
             self.record(call_id, recalled, data, mode)
             return FileBefore(state.path, digest, mode, data, None if data is None else f"blob:{digest}")
-        return self.describe(state.path, data, mode)
+        now = self.describe(state.path, data, mode)
+        if ran:
+            self._uncertain_since(call_id, state, data, mode)
+        return now
+
+    def _uncertain_since(self, call_id: str, state: FileBeforeState, data: bytes | None, mode: int | None) -> None:
+        try:
+            recalled = self._recalled(state)
+        except StoreError:  # its before-content is lost: the change is recorded, and rollback says it cannot undo it
+            recalled = FileBefore(state.path, UNKNOWN, None)
+        self.record(call_id, recalled, data, mode, author_uncertain=True)
+
+    def settle(self, call_id: str, *, certain: bool) -> list[FilePatchEntry]:
+        """A call settled without running again and without its after-state recorded (its probe found the effect
+        in place, a person settled it, it was skipped or reported uncertain after a crash): what each path it
+        noted before it ran holds now, if changed, is recorded as its change, from the state durably noted before
+        it ran (or from its last recorded change of the path). ``certain``: the files hold what the call was to
+        make (its probe says so); otherwise the change is recorded with its author uncertain, and rollback lists
+        it and asks before reverting it (the user may have written it meanwhile). Rejected: taking the file as it
+        is now for the before-state, which recorded nothing and left the call's new file out of every rollback."""
+        last: dict[str, FilePatchEntry] = {}
+        noted = {state.path for state in self.befores.get(call_id, ())}
+        if noted:
+            for patch in self.patches:  # one pass, at a resume's settling only
+                if patch.tool_call_id == call_id and patch.path in noted:
+                    last[patch.path] = patch
+        recorded: list[FilePatchEntry] = []
+        for state in self.befores.get(call_id, ()):
+            data, mode = self.workspace.snapshot(state.path)
+            digest = ABSENT if data is None else self._digest(data)
+            previous = last.get(state.path)
+            if previous is not None:
+                base = FileBeforeState(
+                    tool_call_id=call_id,
+                    path=state.path,
+                    before_hash=previous.after_hash,
+                    before_ref=None,
+                    before_mode=previous.after_mode,
+                )
+            else:
+                base = state
+            if digest == base.before_hash and mode == base.before_mode:
+                continue
+            try:
+                before = self._recalled(base)
+            except StoreError:  # its before-content is lost: the change is recorded, rollback says it cannot undo it
+                before = FileBefore(state.path, UNKNOWN, None)
+            entry = self.record(call_id, before, data, mode, author_uncertain=not certain)
+            if entry is not None:
+                recorded.append(entry)
+        if recorded:
+            self.records.trace("settled_changes", call_id=call_id, paths=len(recorded), certain=certain)
+        return recorded
 
     def _recalled(self, state: FileBeforeState) -> FileBefore:
         content = None

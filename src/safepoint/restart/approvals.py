@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import msgspec
 
 from safepoint.engine import failpoints, shutdown
-from safepoint.engine.call_runner import ApprovalOutcome, AwaitApproval
+from safepoint.engine.approval_wait import ApprovalOutcome, AwaitApproval, WaitAbandoned
 from safepoint.engine.control_watch import ControlWatch
 from safepoint.engine.launcher import LAUNCHER
 from safepoint.engine.processes import running_groups
@@ -133,6 +133,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
     launches = LAUNCHER.launches
     previous = before  # sampled before the previous read of the channel
     while True:
+        if request.stop.stopped:
+            raise WaitAbandoned  # its task was cancelled: nothing more is read or taken
         before = TOOLS.sample()
         found = controls(session.store, session.info.run_id)
         after = TOOLS.sample()
@@ -177,14 +179,15 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
                 )
                 session.trace("approval_ignored", call_id=call.call_id, reason="containment lost")
                 return ApprovalOutcome(False, "denied", why, wait)
-            session.add_record(mark_seen(position, record, call.call_id))
-            left = max(0, int((deadline - time.monotonic()) * 1000))
-            verb = "approved" if record.approved else "denied"
-            why = f"{verb} by {record.by} at {record.at}" + (f": {record.reason}" if record.reason else "")
-            left_wait = msgspec.structs.replace(wait, timeout_remaining_ms=left)
-            return ApprovalOutcome(
-                record.approved, "approved" if record.approved else "denied", why + _said(forged), left_wait
-            )
+            with request.stop.deciding():  # taken only while the wait is still its call's
+                session.add_record(mark_seen(position, record, call.call_id))
+                left = max(0, int((deadline - time.monotonic()) * 1000))
+                verb = "approved" if record.approved else "denied"
+                why = f"{verb} by {record.by} at {record.at}" + (f": {record.reason}" if record.reason else "")
+                left_wait = msgspec.structs.replace(wait, timeout_remaining_ms=left)
+                return ApprovalOutcome(
+                    record.approved, "approved" if record.approved else "denied", why + _said(forged), left_wait
+                )
         if len(forged) > marked:
             marked = len(forged)
             session.commit()  # the evidence is durable at once (and `safepoint approve` no longer takes it for done)
