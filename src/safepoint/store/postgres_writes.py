@@ -121,7 +121,7 @@ def append(
     """Insert ``lines`` at ``first_seq``... if ``claim`` is current and the log ends just before: one round trip.
     ``summary`` (a framed line) is kept with them by the same statement. False when nothing was inserted (the
     caller's slow path says why)."""
-    params: list[bytes | None] = [
+    params: list[bytes] = [
         claim.run_id.encode(),
         _INT8_BYTES.pack(claim.generation),
         _INT8_BYTES.pack(first_seq - 1),
@@ -163,7 +163,7 @@ def _append_not_durable(
     return row is not None and row[0] == len(lines)
 
 
-def _exec(conn: Connection, name: bytes, params: list[bytes | None]) -> pq.abc.PGresult:
+def _exec(conn: Connection, name: bytes, params: list[bytes]) -> pq.abc.PGresult:
     """Run a prepared write (preparing it first on a connection that has not seen it) under the connection's
     lock; a failure is psycopg's exception for it, as ``execute`` raises (a lost connection an
     ``OperationalError``, so the pool drops it and the caller's retry takes another)."""
