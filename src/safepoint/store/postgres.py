@@ -49,7 +49,7 @@ from safepoint.store.liveness import store_clock
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
 from safepoint.store.postgres_blobs import PostgresBlobs
-from safepoint.store.postgres_claims import claim_row, database_time
+from safepoint.store.postgres_claims import claim_row
 from safepoint.store.postgres_pool import Held, check_if_idle, close_pool, listen, used
 from safepoint.store.postgres_restart import PostgresRestartCheckpoints
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
@@ -397,29 +397,20 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
             fresh = next_owner(run_id, None, holder, takeover=False, identity=identity)
         except StoreError:
             return None  # an identity the section judges (it applies to a first claim only)
-        params: dict[str, object] = {
-            "run": run_id,
-            "class": fresh.recovery_class,
-            "owner": fresh.owner_id,
-            "message": fresh.message_id,
-            "reopen": reopen,
-            "claimed": fresh.claimed_at,
-            "fresh": _record_encoder.encode(fresh).decode(),
-        }
         pool = self._pool or self._open_pool()
         try:
             with pool.connection() as conn, used(conn):
-                row = claim_row(conn, params, skip_locked=skip_locked, lock_timeout_ms=int(CLAIM_LOCK_TIMEOUT * 1000))
+                found = claim_row(conn, run_id, _record_encoder.encode(fresh), reopen=reopen, skip_locked=skip_locked)
         except pg_errors.LockNotAvailable:
             raise
         except (pg_errors.OperationalError, PoolTimeout) as exc:
             raise self._error(exc) from None
-        if row is None:
+        if found is None:
             return None
-        if row[-1] is not None:
-            return Claim(run_id=run_id, holder=holder, generation=_int(row[-1]))
-        with store_clock(database_time(row[-2])):  # raises RunLockedError for a live owner, judged as always
-            next_owner(run_id, _owner_state(row[:-2]), holder, takeover=False, identity=identity, reopen=reopen)
+        if found.generation is not None:
+            return Claim(run_id=run_id, holder=holder, generation=found.generation)
+        with store_clock(found.at):  # raises RunLockedError for a live owner, judged as always
+            next_owner(run_id, found.current, holder, takeover=False, identity=identity, reopen=reopen)
         return None
 
     # the log ----------------------------------------------------------------------------------------------

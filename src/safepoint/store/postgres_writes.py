@@ -76,7 +76,9 @@ APPEND, APPEND_WITH_SUMMARY = (
 )
 _PSYCOPG = {n: f"%({n})s" for n in _NAMES}
 _TEXT, _INT8, _BYTEA, _BYTEA_ARRAY = 25, 20, 17, 1001  # type oids
-_STATEMENTS = {
+# The statements run as libpq's prepared statements, by name: their SQL and parameter types (``postgres_claims``
+# adds its own). A name is changed with its SQL (a connection prepares a name once).
+STATEMENTS: dict[bytes, tuple[str, tuple[int, ...]]] = {
     b"safepoint_append_1": (APPEND, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY)),
     b"safepoint_append_summary_1": (APPEND_WITH_SUMMARY, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY, _BYTEA)),
 }
@@ -134,7 +136,8 @@ def append(
         params.append(summary)
     if not durable:
         return _append_not_durable(conn, claim, first_seq, lines, summary)
-    result = _exec(conn, name, params)
+    expected = pq.ExecStatus.COMMAND_OK if summary is None else pq.ExecStatus.TUPLES_OK
+    result = run_prepared(conn, name, params, _BINARY[: len(params)], expected)
     if summary is None:
         inserted = result.command_tuples or 0
     else:
@@ -163,7 +166,9 @@ def _append_not_durable(
     return row is not None and row[0] == len(lines)
 
 
-def _exec(conn: Connection, name: bytes, params: list[bytes]) -> pq.abc.PGresult:
+def run_prepared(
+    conn: Connection, name: bytes, params: list[bytes], formats: Sequence[int], expected: pq.ExecStatus
+) -> pq.abc.PGresult:
     """Run a prepared write (preparing it first on a connection that has not seen it) under the connection's
     lock; a failure is psycopg's exception for it, as ``execute`` raises (a lost connection an
     ``OperationalError``, so the pool drops it and the caller's retry takes another)."""
@@ -171,15 +176,14 @@ def _exec(conn: Connection, name: bytes, params: list[bytes]) -> pq.abc.PGresult
     with conn.lock:
         known = _prepared.setdefault(conn, set())
         if name not in known:
-            sql, types = _STATEMENTS[name]
+            sql, types = STATEMENTS[name]
             _check(conn, pgconn.prepare(name, sql.encode(), list(types)), pq.ExecStatus.COMMAND_OK)
             known.add(name)
-        expected = pq.ExecStatus.TUPLES_OK if b"summary" in name else pq.ExecStatus.COMMAND_OK
         try:
-            return _check(conn, pgconn.exec_prepared(name, params, list(_BINARY[: len(params)])), expected)
+            return _check(conn, pgconn.exec_prepared(name, params, list(formats)), expected)
         except pg_errors.InvalidSqlStatementName:  # dropped under us (a DISCARD ALL by a pooler): prepared anew
             known.discard(name)
-    return _exec(conn, name, params)
+    return run_prepared(conn, name, params, formats, expected)
 
 
 def _check(conn: Connection, result: pq.abc.PGresult, expected: pq.ExecStatus) -> pq.abc.PGresult:
