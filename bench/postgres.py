@@ -20,8 +20,11 @@ much: ``client_cpu_us`` (the worker's ``process_time``), ``server_cpu_us`` (its 
 ``/proc/<pid>/stat``, when the server runs on this machine); and ``round_trips`` of one append and of one claim
 (counted from libpq's protocol trace, in the bench's own process).
 
+Each process count runs the three kinds side by side ``--rounds`` times (the shared machine's load moves between
+phases): rates are the rounds' medians, ``vs_floor`` the median of each round's ratio (``vs_floor_rounds``).
+
 Run: ``.venv/bin/python bench/postgres.py`` (a throwaway server is started when ``--url`` is not given; about
-40 s), or ``--seconds 1 --procs 1,8`` for a quick look.
+two minutes), or ``--seconds 1 --rounds 1 --procs 1,8`` for a quick look.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -264,10 +268,20 @@ def file_store_cost(seconds: float) -> dict[str, Any]:
     return {"append_ms": summary_ms(appends), "transitions_per_s": round(len(appends) / seconds, 1)}
 
 
+def median_costs(seen: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each cost's median over the rounds (None when a server's processes could not be read)."""
+    found: dict[str, Any] = {}
+    for key in seen[0]:
+        values = [s[key] for s in seen if s[key] is not None]
+        found[key] = round(statistics.median(values), 1) if values else None
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a PostgreSQL database to use (default: a throwaway server)")
-    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=2, help="store, statement and floor phases, side by side")
     parser.add_argument("--procs", default="1,4,8")
     args = parser.parse_args()
     server = None
@@ -287,23 +301,28 @@ def main() -> None:
         report["load_before"] = os.getloadavg()[0]
         report["round_trips"] = round_trips(url)
         for procs in (int(p) for p in args.procs.split(",")):
-            rate, appends, claims = phase(store_worker, url, procs, args.seconds, "store")
-            statement_rate, statement_appends, _ = phase(statement_worker, url, procs, args.seconds, "stmt")
-            floor_rate, floor_appends, _ = phase(floor_worker, url, procs, args.seconds, "floor")
+            rates: dict[str, list[float]] = {"store": [], "stmt": [], "floor": []}
+            latencies: dict[str, list[int]] = {"store": [], "stmt": [], "floor": [], "claims": []}
+            costs_seen: dict[str, list[dict[str, Any]]] = {"store": [], "stmt": [], "floor": []}
+            for r in range(args.rounds):  # the three side by side, again: the machine's load moves in between
+                for kind, target in (("store", store_worker), ("stmt", statement_worker), ("floor", floor_worker)):
+                    rate, appends, claims = phase(target, url, procs, args.seconds, f"{kind}{r}")
+                    rates[kind].append(rate)
+                    latencies[kind] += appends
+                    latencies["claims"] += claims
+                    costs_seen[kind].append(PHASE_COSTS[f"{kind}{r}"])
+            ratios = [store / floor for store, floor in zip(rates["store"], rates["floor"], strict=True)]
             report[f"procs_{procs}"] = {
-                "transitions_per_s": round(rate, 1),
-                "append_ms": summary_ms(appends),
-                "claim_ms": summary_ms(claims),
-                "statement_transitions_per_s": round(statement_rate, 1),
-                "statement_ms": summary_ms(statement_appends),
-                "floor_transitions_per_s": round(floor_rate, 1),
-                "floor_ms": summary_ms(floor_appends),
-                "vs_floor": round(rate / floor_rate, 2),
-                "per_transition": {
-                    "store": PHASE_COSTS["store"],
-                    "statement": PHASE_COSTS["stmt"],
-                    "floor": PHASE_COSTS["floor"],
-                },
+                "transitions_per_s": round(statistics.median(rates["store"]), 1),
+                "append_ms": summary_ms(latencies["store"]),
+                "claim_ms": summary_ms(latencies["claims"]),
+                "statement_transitions_per_s": round(statistics.median(rates["stmt"]), 1),
+                "statement_ms": summary_ms(latencies["stmt"]),
+                "floor_transitions_per_s": round(statistics.median(rates["floor"]), 1),
+                "floor_ms": summary_ms(latencies["floor"]),
+                "vs_floor": round(statistics.median(ratios), 2),
+                "vs_floor_rounds": [round(ratio, 2) for ratio in ratios],
+                "per_transition": {kind: median_costs(seen) for kind, seen in costs_seen.items()},
             }
             print(f"[postgres] {procs} procs: {report[f'procs_{procs}']}", file=sys.stderr, flush=True)
         report["file_store"] = file_store_cost(args.seconds)
