@@ -216,3 +216,31 @@ def test_a_server_restart_is_ridden_out_by_the_next_append(tmp_path):
         store.close()
     finally:
         server.stop()
+
+
+def test_two_threads_writing_at_once_share_the_store_one_on_the_held_connection(store):
+    """The writer's held connection serves one thread at a time; another thread writing meanwhile (async tools,
+    a heartbeat thread) takes a pooled connection instead of waiting, and both logs come out whole."""
+    import threading
+
+    for run in ("a", "b"):
+        store.create_run(run, b"{}")
+    claims = {run: store.claim(run, "me") for run in ("a", "b")}
+    errors: list[BaseException] = []
+
+    def write(run: str) -> None:
+        try:
+            for seq in range(1, 61, 2):
+                store.append(claims[run], [rec(seq, f"{run}{seq}"), rec(seq + 1, f"{run}{seq + 1}")])
+                store.heartbeat(claims[run])
+        except BaseException as exc:  # surfaced below: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(run,)) for run in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for run in ("a", "b"):
+        assert texts(store, run) == [f"{run}{seq}" for seq in range(1, 61)]
