@@ -1,6 +1,7 @@
-"""The PostgreSQL store's lean write path (issue 14 §5): a fenced append and a heartbeat are one round trip, a claim
-two; the fencing is in the statement; a reply lost after the commit is retried without refusing its own write; the
-log's end kept on the owner row survives a hand edit and a migration from the version before it."""
+"""The PostgreSQL store's lean write path (issue 14 §5): a fenced append, a heartbeat and a claim are one round trip
+each (a test fails if a change adds one); the fencing is in the statement; a reply lost after the commit is retried
+without refusing its own write; the log's end kept on the owner row survives a hand edit and a migration from the
+version before it."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ seed columns are the truth (the seed's own SQL, e.g. §5.1's close, works on the
 holds the run now. ``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file
 store's rule (same machine: pid and start time; elsewhere: a heartbeat younger than the lease), judged on the
 database's clock. The hot paths are leaner than the section: an append and a heartbeat are one statement each
-(``postgres_writes``), a claim is two pipelined round trips; connections are ``postgres_pool``'s.
+(``postgres_writes``), so is a claim of a run nobody holds (``postgres_claims``; the section judges a held one);
+connections are ``postgres_pool``'s.
 """
 
 from __future__ import annotations
