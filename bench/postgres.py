@@ -1,8 +1,9 @@
 """What the PostgreSQL store costs per ledger transition, with 1, 4 and 8 worker processes, against its floor.
 
 A ledger transition is one fenced append of a group of records (a tool call makes two: its ``started`` group and
-its ``finished`` group). Each worker process opens its own store and appends groups of two records of ~300 bytes
-to its own run as fast as it can for ``--seconds``; every tenth transition it also claims a run nobody holds (the
+its ``finished`` group). Each worker process opens its own store and appends groups of two records of ~300 bytes,
+with the run's summary (~250 bytes, as the engine's writer keeps one with every group), to its own run as fast as
+it can for ``--seconds``; every tenth transition it also claims a run nobody holds (the
 claim latency, under the load of everyone's writes). Beside it, in the same run and against the same server:
 
 * ``floor``: the same number of processes, each doing a raw ``INSERT ... COMMIT`` of one row per transition
@@ -13,10 +14,17 @@ claim latency, under the load of everyone's writes). Beside it, in the same run 
 
 Printed (one JSON object on stdout): per process count, ``transitions_per_s``, append latency (``append_ms``:
 median, p99), claim latency (``claim_ms``: median, p99), the floor's ``transitions_per_s`` and the ratio
-``vs_floor`` (store / floor); and ``file_store.append_ms``.
+``vs_floor`` (store / floor); and ``file_store.append_ms``. The machine is shared, so absolute figures swing with
+its load; what a change is judged by is ``vs_floor`` and the cost per transition, which the load does not change
+much: ``client_cpu_us`` (the worker's ``process_time``), ``server_cpu_us`` (its backends' CPU, from
+``/proc/<pid>/stat``, when the server runs on this machine); and ``round_trips`` of one append and of one claim
+(counted from libpq's protocol trace, in the bench's own process).
+
+Each process count runs the three kinds side by side ``--rounds`` times (the shared machine's load moves between
+phases): rates are the rounds' medians, ``vs_floor`` the median of each round's ratio (``vs_floor_rounds``).
 
 Run: ``.venv/bin/python bench/postgres.py`` (a throwaway server is started when ``--url`` is not given; about
-40 s), or ``--seconds 1 --procs 1,8`` for a quick look.
+two minutes), or ``--seconds 1 --rounds 1 --procs 1,8`` for a quick look.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -39,8 +48,37 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from measure import percentile
 
 BODY = msgspec.Raw(msgspec.json.encode({"call_id": "c" * 24, "tool": "write_file", "note": "x" * 240}))
+SUMMARY = msgspec.json.encode({"status": "running", "calls": 12, "last": "write_file", "note": "s" * 180})
 CLAIMS_PER_PROC = 40
 CLAIM_EVERY = 10
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def backend_cpu(url: str, app: str) -> dict[int, float]:
+    """CPU seconds so far of each server process serving connections named ``app`` (empty when the server's
+    processes cannot be read here)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pids = [row[0] for row in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))]
+    found = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[pid] = (int(fields[11]) + int(fields[12])) / TICKS
+    return found
+
+
+def with_app(url: str, app: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}application_name={app}"
+
+
+def costs(url: str, app: str, before: dict[int, float], cpu0: float, out: dict[str, Any]) -> dict[str, Any]:
+    after = backend_cpu(url, app)
+    out["client_cpu_s"] = time.process_time() - cpu0
+    out["server_cpu_s"] = sum(v - before.get(pid, 0.0) for pid, v in after.items()) if after else None
+    return out
 
 
 def group(seq: int, gen: int) -> list[LogRecord]:
@@ -55,7 +93,7 @@ def summary_ms(ns: list[int]) -> dict[str, float]:
 def store_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> None:
     from safepoint.store.postgres import PostgresStore
 
-    store = PostgresStore(url, pool_size=1)
+    store = PostgresStore(with_app(url, tag), pool_size=1)
     for i in range(CLAIMS_PER_PROC):
         store.create_run(f"{tag}-c{i}", b"{}")
     run_id = f"{tag}-w"
@@ -63,9 +101,11 @@ def store_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> 
     claim = store.claim(run_id, "bench")
     seq = 1
     for _ in range(20):  # warm up: prepared statements, caches
-        store.append(claim, group(seq, claim.generation))
+        store.append(claim, group(seq, claim.generation), summary=SUMMARY)
         seq += 2
+    before = backend_cpu(url, tag)
     barrier.wait()
+    cpu0 = time.process_time()
     appends: list[int] = []
     claims: list[int] = []
     end = time.perf_counter() + seconds
@@ -76,11 +116,11 @@ def store_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> 
             store.claim(f"{tag}-c{len(claims)}", "bench")
             claims.append(time.perf_counter_ns() - t0)
         t0 = time.perf_counter_ns()
-        store.append(claim, group(seq, claim.generation))
+        store.append(claim, group(seq, claim.generation), summary=SUMMARY)
         appends.append(time.perf_counter_ns() - t0)
         seq += 2
+    out.put(costs(url, tag, before, cpu0, {"claims": claims, "appends": appends}))
     store.close()
-    out.put({"claims": claims, "appends": appends})
 
 
 def statement_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> None:
@@ -95,39 +135,92 @@ def statement_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any)
     store.close()
     encoder = msgspec.json.Encoder()
     seq = 1
-    with psycopg.connect(url, autocommit=True) as conn:
+    summary = frame(SUMMARY)
+    with psycopg.connect(with_app(url, tag), autocommit=True) as conn:
 
         def one() -> None:
             nonlocal seq
             lines = [frame(encoder.encode(record)) for record in group(seq, claim.generation)]
-            assert postgres_writes.append(conn, claim, seq, lines, durable=True)
+            assert postgres_writes.append(conn, claim, seq, lines, durable=True, summary=summary)
             seq += 2
 
         for _ in range(20):
             one()
+        before = backend_cpu(url, tag)
         barrier.wait()
+        cpu0 = time.process_time()
         appends: list[int] = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             t0 = time.perf_counter_ns()
             one()
             appends.append(time.perf_counter_ns() - t0)
-    out.put({"claims": [], "appends": appends})
+        out.put(costs(url, tag, before, cpu0, {"claims": [], "appends": appends}))
 
 
 def floor_worker(url: str, tag: str, seconds: float, barrier: Any, out: Any) -> None:
     line = b"x" * 300
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(with_app(url, tag), autocommit=True) as conn:
         for _ in range(20):
             conn.execute("INSERT INTO bench_floor (tag, line) VALUES (%s, %s)", (tag, line), prepare=True)
+        before = backend_cpu(url, tag)
         barrier.wait()
+        cpu0 = time.process_time()
         appends: list[int] = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             t0 = time.perf_counter_ns()
             conn.execute("INSERT INTO bench_floor (tag, line) VALUES (%s, %s)", (tag, line), prepare=True)
             appends.append(time.perf_counter_ns() - t0)
-    out.put({"claims": [], "appends": appends})
+        out.put(costs(url, tag, before, cpu0, {"claims": [], "appends": appends}))
+
+
+def round_trips(url: str) -> dict[str, float]:
+    """Round trips of one append and of one claim, counted from libpq's protocol trace of the store's connections
+    (a Sync or a simple Query sent is one wait for the server), over 20 of each."""
+    from safepoint.store.postgres import PostgresStore
+
+    store = PostgresStore(url, pool_size=1)
+    store.create_run("trips-w", b"{}")
+    claim = store.claim("trips-w", "bench")
+    for i in range(20):
+        store.create_run(f"trips-c{i}", b"{}")
+    seq = 1
+    for _ in range(10):
+        store.append(claim, group(seq, claim.generation), summary=SUMMARY)
+        seq += 2
+    pool, held = store._pool, store._held
+    assert pool is not None and held is not None and held._conn is not None
+    with pool.connection() as other:
+        conns = [held._conn, other]
+    counted: dict[str, float] = {}
+    with tempfile.TemporaryFile("w+") as trace:
+        for what in ("append", "claim"):
+            trace.seek(0)
+            trace.truncate()
+            for conn in conns:
+                conn.pgconn.trace(trace.fileno())
+            for i in range(20):
+                if what == "append":
+                    store.append(claim, group(seq, claim.generation), summary=SUMMARY)
+                    seq += 2
+                else:
+                    store.claim(f"trips-c{i}", "bench")
+            for conn in conns:
+                conn.pgconn.untrace()
+            trace.seek(0)
+            sent = [f[3].split()[0] for f in (line.split("\t") for line in trace) if f[1:2] == ["F"]]
+            waits = sum(
+                1
+                for i, k in enumerate(sent)
+                if k in ("Sync", "Query") or (k == "Flush" and sent[i - 1 : i] != ["Sync"])
+            )
+            counted[what] = waits / 20
+    store.close()
+    return counted
+
+
+PHASE_COSTS: dict[str, dict[str, Any]] = {}  # per phase name: what one transition cost (``phase`` fills it)
 
 
 def phase(target: Any, url: str, procs: int, seconds: float, name: str) -> tuple[float, list[int], list[int]]:
@@ -148,6 +241,12 @@ def phase(target: Any, url: str, procs: int, seconds: float, name: str) -> tuple
         worker.join()
     appends = [v for r in results for v in r["appends"]]
     claims = [v for r in results for v in r["claims"]]
+    per = max(len(appends), 1)
+    server = [r["server_cpu_s"] for r in results]
+    PHASE_COSTS[name] = {
+        "client_cpu_us": round(sum(r["client_cpu_s"] for r in results) / per * 1e6, 1),
+        "server_cpu_us": None if None in server else round(sum(server) / per * 1e6, 1),
+    }
     return len(appends) / max(wall, seconds), appends, claims
 
 
@@ -162,17 +261,27 @@ def file_store_cost(seconds: float) -> dict[str, Any]:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             t0 = time.perf_counter_ns()
-            store.append(claim, group(seq, claim.generation))
+            store.append(claim, group(seq, claim.generation), summary=SUMMARY)
             appends.append(time.perf_counter_ns() - t0)
             seq += 2
         store.close()
     return {"append_ms": summary_ms(appends), "transitions_per_s": round(len(appends) / seconds, 1)}
 
 
+def median_costs(seen: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each cost's median over the rounds (None when a server's processes could not be read)."""
+    found: dict[str, Any] = {}
+    for key in seen[0]:
+        values = [s[key] for s in seen if s[key] is not None]
+        found[key] = round(statistics.median(values), 1) if values else None
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a PostgreSQL database to use (default: a throwaway server)")
-    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=2, help="store, statement and floor phases, side by side")
     parser.add_argument("--procs", default="1,4,8")
     args = parser.parse_args()
     server = None
@@ -190,19 +299,30 @@ def main() -> None:
             conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, tag text, line bytea)")
         report: dict[str, Any] = {"seconds_per_phase": args.seconds, "cores": os.cpu_count()}
         report["load_before"] = os.getloadavg()[0]
+        report["round_trips"] = round_trips(url)
         for procs in (int(p) for p in args.procs.split(",")):
-            rate, appends, claims = phase(store_worker, url, procs, args.seconds, "store")
-            statement_rate, statement_appends, _ = phase(statement_worker, url, procs, args.seconds, "stmt")
-            floor_rate, floor_appends, _ = phase(floor_worker, url, procs, args.seconds, "floor")
+            rates: dict[str, list[float]] = {"store": [], "stmt": [], "floor": []}
+            latencies: dict[str, list[int]] = {"store": [], "stmt": [], "floor": [], "claims": []}
+            costs_seen: dict[str, list[dict[str, Any]]] = {"store": [], "stmt": [], "floor": []}
+            for r in range(args.rounds):  # the three side by side, again: the machine's load moves in between
+                for kind, target in (("store", store_worker), ("stmt", statement_worker), ("floor", floor_worker)):
+                    rate, appends, claims = phase(target, url, procs, args.seconds, f"{kind}{r}")
+                    rates[kind].append(rate)
+                    latencies[kind] += appends
+                    latencies["claims"] += claims
+                    costs_seen[kind].append(PHASE_COSTS[f"{kind}{r}"])
+            ratios = [store / floor for store, floor in zip(rates["store"], rates["floor"], strict=True)]
             report[f"procs_{procs}"] = {
-                "transitions_per_s": round(rate, 1),
-                "append_ms": summary_ms(appends),
-                "claim_ms": summary_ms(claims),
-                "statement_transitions_per_s": round(statement_rate, 1),
-                "statement_ms": summary_ms(statement_appends),
-                "floor_transitions_per_s": round(floor_rate, 1),
-                "floor_ms": summary_ms(floor_appends),
-                "vs_floor": round(rate / floor_rate, 2),
+                "transitions_per_s": round(statistics.median(rates["store"]), 1),
+                "append_ms": summary_ms(latencies["store"]),
+                "claim_ms": summary_ms(latencies["claims"]),
+                "statement_transitions_per_s": round(statistics.median(rates["stmt"]), 1),
+                "statement_ms": summary_ms(latencies["stmt"]),
+                "floor_transitions_per_s": round(statistics.median(rates["floor"]), 1),
+                "floor_ms": summary_ms(latencies["floor"]),
+                "vs_floor": round(statistics.median(ratios), 2),
+                "vs_floor_rounds": [round(ratio, 2) for ratio in ratios],
+                "per_transition": {kind: median_costs(seen) for kind, seen in costs_seen.items()},
             }
             print(f"[postgres] {procs} procs: {report[f'procs_{procs}']}", file=sys.stderr, flush=True)
         report["file_store"] = file_store_cost(args.seconds)

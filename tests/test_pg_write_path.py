@@ -1,6 +1,7 @@
-"""The PostgreSQL store's lean write path (issue 14 §5): a fenced append and a heartbeat are one round trip, a claim
-two; the fencing is in the statement; a reply lost after the commit is retried without refusing its own write; the
-log's end kept on the owner row survives a hand edit and a migration from the version before it."""
+"""The PostgreSQL store's lean write path (issue 14 §5): a fenced append, a heartbeat and a claim are one round trip
+each (a test fails if a change adds one); the fencing is in the statement; a reply lost after the commit is retried
+without refusing its own write; the log's end kept on the owner row survives a hand edit and a migration from the
+version before it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from safepoint.errors import StaleGenerationError, StoreError
+from safepoint.errors import RunLockedError, StaleGenerationError, StoreError
 from safepoint.records import LogRecord
 from safepoint.store import postgres_writes
 from safepoint.store.postgres import PostgresStore, migrate
@@ -47,17 +48,23 @@ def store(pg_server):
 
 def round_trips(store: PostgresStore, action) -> int:
     """How many times the client waited for the server during ``action`` (a Sync, a Flush or a simple Query sent),
-    read from libpq's protocol trace of the store's only pooled connection."""
-    pool = store._pool
-    assert pool is not None
+    read from libpq's protocol trace of every connection the store has: the writer's held one and the pool's (a
+    store of ``pool_size=1``: at most one besides; a connection opened during ``action`` fails the count)."""
+    pool, held = store._pool, store._held
+    assert pool is not None and held is not None
+    conns = [held._conn] if held._conn is not None else []
+    with pool.connection() as conn:
+        conns.append(conn)
+    opened = pool.get_stats().get("connections_num", 0)
     with tempfile.TemporaryFile("w+") as trace:
-        with pool.connection() as conn:
+        for conn in conns:
             conn.pgconn.trace(trace.fileno())
         action()
-        with pool.connection() as conn:
+        for conn in conns:
             conn.pgconn.untrace()
         trace.seek(0)
         sent = [fields[3].split()[0] for fields in (line.split("\t") for line in trace) if fields[1:2] == ["F"]]
+    assert pool.get_stats().get("connections_num", 0) == opened, "a connection was opened: its trips are not counted"
     # A Flush right after a Sync asks for nothing new (psycopg's pipeline exit sends both): one wait, not two.
     return sum(
         1
@@ -66,7 +73,7 @@ def round_trips(store: PostgresStore, action) -> int:
     )
 
 
-def test_an_append_and_a_heartbeat_are_one_round_trip_and_a_claim_two(store):
+def test_an_append_a_heartbeat_and_a_claim_are_one_round_trip_each(store):
     store.create_run("r", b"{}")
     claim = store.claim("r", "me")
     for seq in range(1, 12, 2):  # past psycopg's prepare threshold, and the idle check's window is not reached
@@ -76,7 +83,21 @@ def test_an_append_and_a_heartbeat_are_one_round_trip_and_a_claim_two(store):
     assert round_trips(store, lambda: store.append(claim, [rec(15)], durable=False)) == 1
     assert round_trips(store, lambda: store.heartbeat(claim)) == 1
     store.create_run("s", b"{}")
-    assert round_trips(store, lambda: store.claim("s", "me")) == 2
+    assert round_trips(store, lambda: store.claim("s", "me")) == 1  # never claimed
+    store.release(store.claim("s", "me", takeover=True))
+    assert round_trips(store, lambda: store.claim("s", "me")) == 1  # released
+
+    def refused() -> None:
+        with pytest.raises(RunLockedError):
+            store.claim("s", "other")
+
+    assert round_trips(store, refused) == 1  # a live owner refuses without a second trip
+    store.try_claim("s", "other")  # a statement's first use on a connection prepares it: one more trip, once
+    assert round_trips(store, lambda: store.try_claim("s", "other")) == 1  # skipped: held by a live owner
+    store.create_run("t", b"{}")
+    found: list[object] = []
+    assert round_trips(store, lambda: found.append(store.try_claim("t", "daemon"))) == 1
+    assert found[0] is not None and found[0].generation == 1
     assert texts(store, "r")[-1] == "x" and len(texts(store, "r")) == 15
 
 
@@ -196,3 +217,31 @@ def test_a_server_restart_is_ridden_out_by_the_next_append(tmp_path):
         store.close()
     finally:
         server.stop()
+
+
+def test_two_threads_writing_at_once_share_the_store_one_on_the_held_connection(store):
+    """The writer's held connection serves one thread at a time; another thread writing meanwhile (async tools,
+    a heartbeat thread) takes a pooled connection instead of waiting, and both logs come out whole."""
+    import threading
+
+    for run in ("a", "b"):
+        store.create_run(run, b"{}")
+    claims = {run: store.claim(run, "me") for run in ("a", "b")}
+    errors: list[BaseException] = []
+
+    def write(run: str) -> None:
+        try:
+            for seq in range(1, 61, 2):
+                store.append(claims[run], [rec(seq, f"{run}{seq}"), rec(seq + 1, f"{run}{seq + 1}")])
+                store.heartbeat(claims[run])
+        except BaseException as exc:  # surfaced below: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(run,)) for run in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for run in ("a", "b"):
+        assert texts(store, run) == [f"{run}{seq}" for seq in range(1, 61)]

@@ -13,7 +13,8 @@ seed columns are the truth (the seed's own SQL, e.g. §5.1's close, works on the
 holds the run now. ``durable=False`` commits with ``synchronous_commit = off``. Liveness of an owner is the file
 store's rule (same machine: pid and start time; elsewhere: a heartbeat younger than the lease), judged on the
 database's clock. The hot paths are leaner than the section: an append and a heartbeat are one statement each
-(``postgres_writes``), a claim is two pipelined round trips; connections are ``postgres_pool``'s.
+(``postgres_writes``), so is a claim of a run nobody holds (``postgres_claims``; the section judges a held one);
+connections are ``postgres_pool``'s.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ from safepoint.store.liveness import store_clock
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
 from safepoint.store.postgres_blobs import PostgresBlobs
-from safepoint.store.postgres_pool import check_if_idle, close_pool, listen, one_statement, used
+from safepoint.store.postgres_claims import claim_row
+from safepoint.store.postgres_pool import Held, check_if_idle, close_pool, listen, used
 from safepoint.store.postgres_restart import PostgresRestartCheckpoints
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
 from safepoint.store.postgres_tenant import Tenant, check_tenant, own_runs
@@ -99,6 +101,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         self._migrate = migrate
         self._pool_size = pool_size
         self._pool: ConnectionPool | None = None
+        self._held: Held | None = None  # the writer's own connection (``postgres_pool.Held``)
         self._closer: weakref.finalize[Any, Any] | None = None
         self._opening = threading.Lock()
         self._listener: Connection | None = None  # a supervisor's LISTEN connection (wait_for_work)
@@ -127,7 +130,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
             self._pool = ConnectionPool(
                 self.url,
                 min_size=1,
-                max_size=self._pool_size,
+                max_size=self._pool_size + 1,  # one of them held by the writer (``_held``)
                 kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
                 timeout=CONNECT_TIMEOUT * 3,
                 # A connection the server dropped (a restart) is replaced, not handed out to fail; one used a moment
@@ -139,7 +142,8 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
             )
             # A store dropped without ``close()`` (a session's reference cycles keep it until the collector runs)
             # still closes its pool; the finalizer holds the pool, so the pool is never garbage itself.
-            self._closer = weakref.finalize(self, close_pool, self._pool)
+            self._held = Held(self._pool)
+            self._closer = weakref.finalize(self, close_pool, self._pool, self._held)
             return self._pool
 
     @contextlib.contextmanager
@@ -327,6 +331,10 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         check_run_id(run_id)
         self._check_tenant(run_id, identity)
         try:
+            if not takeover:
+                claimed = self._claim_in_one(run_id, holder, identity=identity, reopen=reopen, skip_locked=False)
+                if claimed is not None:
+                    return claimed
             return super().claim(run_id, holder, takeover=takeover, identity=identity, reopen=reopen)
         except pg_errors.LockNotAvailable:
             raise stuck_lock(run_id) from None
@@ -370,12 +378,41 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         check_run_id(run_id)
         self._check_tenant(run_id, None)
         try:
+            claimed = self._claim_in_one(run_id, holder, identity=None, reopen=False, skip_locked=True)
+            if claimed is not None:
+                return claimed
             with self._owner_section(run_id, claiming=True, skip_locked=True) as (conn, current):
                 state = next_owner(run_id, current, holder, takeover=False)
                 self._write_owner_txn(conn, run_id, state)
         except (_Busy, RunLockedError):
             return None
         return claim_of(run_id, state)
+
+    def _claim_in_one(
+        self, run_id: str, holder: str, *, identity: RecoveryIdentity | None, reopen: bool, skip_locked: bool
+    ) -> Claim | None:
+        """A claim in one round trip (``postgres_claims``) when the row needs no judgement; a live owner refused
+        at once (``RunLockedError``); None when the explicit section must decide (a dead owner, a row locked
+        past SKIP LOCKED, no row)."""
+        try:
+            fresh = next_owner(run_id, None, holder, takeover=False, identity=identity)
+        except StoreError:
+            return None  # an identity the section judges (it applies to a first claim only)
+        pool = self._pool or self._open_pool()
+        try:
+            with pool.connection() as conn, used(conn):
+                found = claim_row(conn, run_id, _record_encoder.encode(fresh), reopen=reopen, skip_locked=skip_locked)
+        except pg_errors.LockNotAvailable:
+            raise
+        except (pg_errors.OperationalError, PoolTimeout) as exc:
+            raise self._error(exc) from None
+        if found is None:
+            return None
+        if found.generation is not None:
+            return Claim(run_id=run_id, holder=holder, generation=found.generation)
+        with store_clock(found.at):  # raises RunLockedError for a live owner, judged as always
+            next_owner(run_id, found.current, holder, takeover=False, identity=identity, reopen=reopen)
+        return None
 
     # the log ----------------------------------------------------------------------------------------------
     def append(
@@ -428,7 +465,12 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         super().heartbeat(claim)  # the explicit section says why (stale, released, gone)
 
     def _one_statement(self, action: Callable[[Connection], _T]) -> _T:
-        return one_statement(self._pool or self._open_pool(), action, lambda exc: self._error(exc))
+        """``action`` on the writer's held connection (a lost one retried on another: ``postgres_pool.Held``)."""
+        if self._held is None:
+            self._open_pool()
+        if self._held is None:  # closed by another thread meanwhile
+            raise StoreError(f"PostgreSQL store {self.shown} is closed")
+        return self._held.run(action, self._error)
 
     def _error(self, exc: BaseException) -> StoreError:
         return StoreError(f"PostgreSQL store {self.shown}: {_one_line(exc, self.url)}")
@@ -688,6 +730,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
             with contextlib.suppress(psycopg.Error):
                 listener.close()
         self._pool = None
+        self._held = None
         if self._closer is not None:
             self._closer()  # closes the pool once, now (a finalizer runs at most once)
 
