@@ -1,9 +1,10 @@
 """The history as the log keeps it: each message's text and tool calls zstd-compressed, against a dictionary trained
 on the run's own earlier messages (issue 10 §7). Pure: bytes in, bytes out; the log writer stages what it returns.
 
-What a message record holds: its exact fields (seq, role, tool_call_id, name, turn) as they are, and ``z``: one zstd
-frame of the JSON ``[content, tool_calls]``, made after redaction (the log writer redacts first, so compressed bytes
-never hide a secret a grep of the store would have found), with ``d``: the log sequence number of the
+What a message record holds (a row since issue 10 §5: ``StoredMessageRow``, the values without their names; an
+object before, which still reads): its exact fields (seq, role, tool_call_id, name, turn) as they are, and ``z``:
+one zstd frame of the JSON ``[content, tool_calls]``, made after redaction (the log writer redacts first, so
+compressed bytes never hide a secret a grep of the store would have found), with ``d``: the log sequence number of the
 ``MessageDictionary`` record it was compressed against (0: none). A message too short to gain, or one that would
 not shrink, keeps ``content`` and ``tool_calls`` as plain JSON, which is also how every log written before this
 codec reads (old logs stay readable; a log written with the codec needs this version or later).
@@ -104,8 +105,53 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     d: int = 0
 
 
-STORED_MESSAGE = msgspec.json.Decoder(StoredMessage)
+class StoredMessageRow(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+    """A message record as a row (since issue 10 §5's rows, ``core.record_rows``): ``StoredMessage``'s values in
+    its order without their names, trailing defaults left out (a tool's short result: 0.11 KB, not 0.16). Never
+    reorder (rows written need this order); a new field goes at the end."""
+
+    seq: int
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    turn: int | None = None
+    content_ref: str | None = None
+    z: bytes | None = None
+    d: int = 0
+
+
+_ROW_FIELDS = StoredMessageRow.__struct_fields__
+assert StoredMessage.__struct_fields__ == _ROW_FIELDS  # one order: a field of one is a field of the other
+_object_decoder = msgspec.json.Decoder(StoredMessage)
+_row_decoder = msgspec.json.Decoder(StoredMessageRow)
+
+
+class StoredMessageDecoder:
+    """A message record's body as written: a row, or an object (every log written before rows)."""
+
+    def decode(self, raw: bytes | msgspec.Raw) -> StoredMessage:
+        if memoryview(raw)[:1].tobytes() != b"[":
+            return _object_decoder.decode(raw)
+        row = _row_decoder.decode(raw)
+        return StoredMessage(**{name: getattr(row, name) for name in _ROW_FIELDS})
+
+
+STORED_MESSAGE = StoredMessageDecoder()
 MESSAGE_DICTIONARY = msgspec.json.Decoder(MessageDictionary)
+
+
+_ROW_DEFAULTS: dict[str, Any] = {"content": "", "tool_calls": (), "d": 0}  # the others' default is None
+
+
+def _row(plain: dict[str, Any]) -> bytes:
+    """The row of a stored message from its plain fields (``Redactor.record``'s, with ``z``/``d`` set), trailing
+    defaults left out (msgspec writes every place of an ``array_like`` struct)."""
+    values = [plain.get(name, _ROW_DEFAULTS.get(name)) for name in _ROW_FIELDS]
+    while len(values) > 2 and values[-1] == _ROW_DEFAULTS.get(_ROW_FIELDS[len(values) - 1]):
+        values.pop()
+    return _payload_encoder.encode(values)
 
 
 class HistoryEncoder:
@@ -131,16 +177,16 @@ class HistoryEncoder:
             self._train(stage)
         if len(payload) >= MIN_PACK:
             packed = (self._compressor or _plain).compress(payload)
-            if (len(packed) + 2) * 4 // 3 + 12 < len(payload):  # base64 and the two keys included
+            if (len(packed) + 2) * 4 // 3 + 12 < len(payload):  # base64 and the row's places included
                 plain["z"] = packed
                 if self._compressor is not None:
                     plain["d"] = self._dict_seq
-                return _payload_encoder.encode(plain)
+                return _row(plain)
         if content:
             plain["content"] = content
         if calls:
             plain["tool_calls"] = calls
-        return _payload_encoder.encode(plain)
+        return _row(plain)
 
     def _train(self, stage: Callable[[MessageDictionary], int]) -> None:
         samples: list[bytes | bytearray | memoryview] = list(self._samples)
