@@ -40,10 +40,16 @@ def trace_lines(data: bytes) -> list[bytes]:
 MESSAGE_ROW = ("seq", "role", "content", "tool_calls", "tool_call_id", "name", "turn", "content_ref", "z", "d")
 
 
+ROLES = ("system", "user", "assistant", "tool")  # a row's role is its place here
+
+
 def message_body(body: object) -> dict[str, object] | None:
     """A message record's body as an object (a row's values named), or None when it is neither (ciphertext)."""
     if isinstance(body, list):
-        return {name: value for name, value in zip(MESSAGE_ROW, body, strict=False) if value is not None}
+        named = {name: value for name, value in zip(MESSAGE_ROW, body, strict=False) if value is not None}
+        if isinstance(named.get("role"), int):
+            named["role"] = ROLES[int(str(named["role"]))]
+        return named
     return dict(body) if isinstance(body, dict) else None
 
 

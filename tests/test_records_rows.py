@@ -133,11 +133,13 @@ def test_a_row_leaves_out_names_defaults_and_what_its_place_says():
     row = record_rows.encode("ledger", msgspec.to_builtins(_entry()), PLACE)
     assert row is not None
     text = row.decode()
-    for said_by_the_place in ("sha256:", "safepoint-", '"r"', 'call_7","planned","write_file","step_3'):
-        assert (said_by_the_place in text) == (said_by_the_place.startswith("call_7")), text
-    assert "2026" not in text and "planned_at" not in text  # a time is a count of microseconds since the run began
+    assert text.startswith('[1,"call_7",0,"write_file","step_3",1,1,0,{"path":"a.txt","content":"x"}'), text
+    for said_by_the_place in ("sha256:", "safepoint-", '"r"'):  # input hash, idempotency key, run id
+        assert said_by_the_place not in text
+    for name in ("planned", "medium", "conditional", "auto", "planned_at", "2026"):  # numbers, not names or dates
+        assert name not in text
     started = msgspec.to_builtins(LedgerChange(call_id="c", status="started"))
-    assert record_rows.encode("ledger_change", started, PLACE) == b'[1,"c","started"]'
+    assert record_rows.encode("ledger_change", started, PLACE) == b'[1,"c",2]'  # started
 
 
 @pytest.mark.parametrize(
@@ -150,6 +152,9 @@ def test_a_row_leaves_out_names_defaults_and_what_its_place_says():
         ("checkpoint", b'[1,1,"tool_end",99999999999999999999,1,"m"]', PLACE),  # past any date
         ("checkpoint", b'[1,"one","tool_end",5,1,"m"]', PLACE),  # a value of the wrong type
         ("message", b"[1]", PLACE),  # not a kind with rows here (messages are the history codec's)
+        ("checkpoint", b"[1,1,9,5,1]", PLACE),  # a kind's number that names no kind
+        ("ledger_change", b'[1,"c",-1]', PLACE),  # nor a status's
+        ("ledger_change", b'[1,"c","exploded"]', PLACE),  # a status by a name the vocabulary lacks
     ],
 )
 def test_a_damaged_row_is_refused_never_guessed(kind, raw, place):
@@ -160,11 +165,14 @@ def test_a_damaged_row_is_refused_never_guessed(kind, raw, place):
 def test_a_message_row_reads_back_and_an_object_still_reads():
     plain = {"seq": 4, "role": "tool", "content": "ok", "tool_call_id": "c", "name": "read_file"}
     row = history_codec._row(dict(plain))
-    assert row == b'[4,"tool","ok",[],"c","read_file"]'
+    assert row == b'[4,3,"ok",[],"c","read_file"]'  # the role as its place in ROLES
     stored = history_codec.STORED_MESSAGE.decode(row)
     said = (stored.seq, stored.role, stored.content, stored.tool_call_id, stored.name)
     assert said == (4, "tool", "ok", "c", "read_file")
     assert history_codec.STORED_MESSAGE.decode(json.dumps(plain).encode()) == stored
+    for damaged in (b'[4,9,"ok"]', b'[4,"robot","ok"]', b'[4,"tool",5]'):  # no such role; text of the wrong type
+        with pytest.raises(msgspec.DecodeError):
+            history_codec.STORED_MESSAGE.decode(damaged)
 
 
 # A store written before rows ------------------------------------------------------------------------------------------

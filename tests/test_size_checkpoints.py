@@ -54,6 +54,7 @@ def _checkpoint_lines(workspace: Path) -> list[dict]:
         assert isinstance(r["body"], list) and r["body"][0] == record_rows.VERSION, r
         named = zip(record_rows.FIELDS["checkpoint"], r["body"][1:], strict=False)
         r["body"] = {name: value for name, value in named if value is not None}
+        r["body"]["kind"] = record_rows.CODES["kind"][r["body"]["kind"]]  # a kind is written as its number
     return found
 
 

@@ -12,7 +12,10 @@ codec reads (old logs stay readable; a log written with the codec needs this ver
 Why a trained dictionary: one message of about 1 KB (prose and code) compresses alone to 0.48 of its size (zstd
 needs context to find repeats), 0.64 once base64'd; against a 64 KB dictionary trained on the run's earlier
 messages, to 0.47 base64'd, dictionaries included, in about 20 µs (measured on 3,000 slices of the standard
-library's docs and sources; a 16 KB dictionary gave 0.50, levels 6-9 gain 6% for 4-7 times the time).
+library's docs and sources; a 16 KB dictionary gave 0.50). Against the dictionary at level ``PACK_LEVEL`` (9, not
+3): 7% smaller (316 bytes a KB of text, not 340) for about 0.1 ms a message, once, when it is logged (a message is
+read back at the same speed whatever its level); what a long run's history costs on disk is most of what the run
+costs (issue 10 §7: at most 1.5x its text).
 Random access stays cheap: decoding one message needs that message and its dictionary's record, never the history
 before it. Rejected: one zstd stream over the whole history (a quarter of the size on repetitive runs, but reading
 one message means decompressing everything before it since the last reset, a damaged record spoils every later one
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import zstandard
@@ -46,6 +49,7 @@ SAMPLES = 512  # the latest messages a dictionary is trained on
 SAMPLE_BYTES = 4096  # each sample cut to this (a long tool result teaches no more than its start)
 DICT_BYTES = 64 * 1024  # a trained dictionary's size (at most a quarter of its samples)
 LEVEL = 3
+PACK_LEVEL = 9  # a message against the trained dictionary (see above; level 19: 4% smaller again, 0.8 ms a message)
 MAX_MESSAGE = 1 << 31  # a frame claiming more than this is damaged (zstd records the content size)
 
 _payload_encoder = msgspec.json.Encoder()
@@ -111,7 +115,7 @@ class StoredMessageRow(msgspec.Struct, frozen=True, array_like=True, omit_defaul
     reorder (rows written need this order); a new field goes at the end."""
 
     seq: int
-    role: Role
+    role: int | str  # its place in ``ROLES`` (a role ``ROLES`` lacks: its name)
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
@@ -122,6 +126,9 @@ class StoredMessageRow(msgspec.Struct, frozen=True, array_like=True, omit_defaul
     d: int = 0
 
 
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")  # never reorder: a new role goes at the end
+_ROLE_NUMBERS = {role: number for number, role in enumerate(ROLES)}
+_KNOWN_ROLES = frozenset(get_args(Role))
 _ROW_FIELDS = StoredMessageRow.__struct_fields__
 assert StoredMessage.__struct_fields__ == _ROW_FIELDS  # one order: a field of one is a field of the other
 _object_decoder = msgspec.json.Decoder(StoredMessage)
@@ -135,7 +142,11 @@ class StoredMessageDecoder:
         if memoryview(raw)[:1].tobytes() != b"[":
             return _object_decoder.decode(raw)
         row = _row_decoder.decode(raw)
-        return StoredMessage(**{name: getattr(row, name) for name in _ROW_FIELDS})
+        role = ROLES[row.role] if isinstance(row.role, int) and 0 <= row.role < len(ROLES) else row.role
+        if role not in _KNOWN_ROLES:
+            raise msgspec.ValidationError(f"a message row's role {row.role!r} is none of {sorted(_KNOWN_ROLES)}")
+        fields = {name: getattr(row, name) for name in _ROW_FIELDS}
+        return StoredMessage(**{**fields, "role": role})
 
 
 STORED_MESSAGE = StoredMessageDecoder()
@@ -149,6 +160,7 @@ def _row(plain: dict[str, Any]) -> bytes:
     """The row of a stored message from its plain fields (``Redactor.record``'s, with ``z``/``d`` set), trailing
     defaults left out (msgspec writes every place of an ``array_like`` struct)."""
     values = [plain.get(name, _ROW_DEFAULTS.get(name)) for name in _ROW_FIELDS]
+    values[1] = _ROLE_NUMBERS.get(values[1], values[1])
     while len(values) > 2 and values[-1] == _ROW_DEFAULTS.get(_ROW_FIELDS[len(values) - 1]):
         values.pop()
     return _payload_encoder.encode(values)
@@ -198,7 +210,7 @@ class HistoryEncoder:
         data = trained.as_bytes()
         self._dict_seq = stage(MessageDictionary(data=_plain.compress(data), size=len(data)))
         self._compressor = zstandard.ZstdCompressor(
-            level=LEVEL, dict_data=trained, write_checksum=False, write_dict_id=False
+            level=PACK_LEVEL, dict_data=trained, write_checksum=False, write_dict_id=False
         )
 
     def forget(self, durable_seq: int) -> None:

@@ -3,14 +3,16 @@
 A ledger entry, a ledger change and a checkpoint are ours (no user reads their bytes: ``explain``, the CLI's JSON
 and the API give the records whole, with the seed's names), and they were most of a run's log after its messages:
 each repeated its field names, its timestamps as 32-character strings, and ids its place already says. A row is a
-JSON array ``[1, value, ...]``: the values in a fixed order per kind (``FIELDS``, most often set first), ``null``
-for a field at its default, trailing nulls left out, a timestamp as integer microseconds since the run's creation
-(its header's ``created_at``) when that gives back the exact string (any other string is kept as it is), and a
-field its place says (``DERIVED``: a ledger entry's ``run_id``, ``idempotency_key`` and ``input_hash`` (of its
-input, unless redaction changed it), a result's ``result_ref`` (the tool message just before it), a checkpoint's
-``model`` (the header's)) left ``null`` when it is exactly what the place says (and written, even when empty, when
-it is not; ``false`` for None). What is read back is always the record as it was made (``tests/test_records_rows.py``
-proves the round trip on every field).
+JSON array ``[1, value, ...]``: the values in a fixed order per kind (``FIELDS``, most often set first); a status,
+a checkpoint kind, a risk level and the like as its number in ``CODES``; ``null`` for a field at its default,
+trailing nulls left out; a timestamp as integer microseconds since the run's creation (its header's
+``created_at``) when that gives back the exact string (any other string is kept as it is); and ``null`` for a field
+its place says (``DERIVED``) when it is exactly what the place says: a ledger entry's ``run_id``,
+``idempotency_key`` and ``input_hash`` (of its input, unless redaction changed it), a result's ``result_ref`` (the
+tool message just before it), a checkpoint's ``model`` (the header's) and ``next_turn`` (its step). Such a field is
+written as it is otherwise, even when empty (``false`` for None). What is read back is always the record as it
+was made (``tests/test_records_rows.py`` proves the round trip on every field). A step of a 3,000-step run of 1 KB
+texts: ledger and checkpoint records 0.58 KB, not 1.4 KB (``bench/storage.py --only history``).
 
 Old logs: a body that is a JSON object is the record written whole, as every log before rows holds it, and reads
 as it always did (``tests/data/`` keeps such a log). The leading ``1`` names this field order: another order takes
@@ -128,6 +130,24 @@ def _result_ref(place: Place, fields: dict[str, Any]) -> str | None:
     return f"log:{place.seq - 1}" if fields.get("status") in ("succeeded", "failed") else None
 
 
+# A value of the seed's vocabulary as its place in these tuples (the names stay the names wherever a user sees them:
+# ``explain``, the CLI's JSON, the API read the records whole). Never reorder a tuple: a new value goes at its end,
+# and a value a tuple lacks is written as its string.
+CODES: dict[str, tuple[str, ...]] = {
+    "status": ("planned", "approved", "started", "succeeded", "failed", "uncertain"),
+    "kind": ("before_step", "tool_start", "tool_end", "after_step"),
+    "risk_level": ("low", "medium", "high"),
+    "idempotency": ("idempotent", "conditional", "non_idempotent"),
+    "replay_policy": ("auto", "ask", "never"),
+    "result_encoding": ("text", "json", "none"),
+    "decision": (
+        *("approved", "denied", "timeout", "grant_expired", "probe", "replay", "skip", "report_uncertain"),
+        "settled",
+    ),
+}
+_NUMBERS = {name: {value: number for number, value in enumerate(values)} for name, values in CODES.items()}
+
+
 # What a record's place says: the value of a field, from its place and the fields before it in the row. A ledger
 # entry's input hash is the hash of its input unless redaction changed the input (the hash is of the real one).
 DERIVED: dict[str, dict[str, Callable[[Place, dict[str, Any]], Any]]] = {
@@ -137,7 +157,7 @@ DERIVED: dict[str, dict[str, Callable[[Place, dict[str, Any]], Any]]] = {
         "idempotency_key": lambda place, fields: idempotency_key(place.run_id, fields["call_id"]),
     },
     "ledger_change": {"result_ref": _result_ref},  # the call's result: the tool message just before it
-    "checkpoint": {"model": lambda place, fields: place.model},
+    "checkpoint": {"model": lambda place, fields: place.model, "next_turn": lambda place, fields: fields.get("step")},
 }
 
 
@@ -206,6 +226,8 @@ def encode(kind: str, plain: dict[str, Any], place: Place) -> bytes | None:
         elif name in _TIMES and isinstance(value, str):
             moment = micros(value) if place.since is not None else None
             values.append(value if moment is None or place.since is None else moment - place.since)
+        elif name in _NUMBERS and isinstance(value, str):
+            values.append(_NUMBERS[name].get(value, value))
         else:
             values.append(value)
     while values[-1] is None:
@@ -239,6 +261,10 @@ def decode(kind: str, raw: bytes | msgspec.Raw, place: Place) -> msgspec.Struct:
             continue
         if value is False and name in derived:
             value = None
+        elif name in CODES and isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < len(CODES[name]):
+                raise CorruptRecordError(f"{kind}: {name} number {value} names no value")
+            value = CODES[name][value]
         elif name in _TIMES and isinstance(value, int) and not isinstance(value, bool):
             if place.since is None:
                 raise CorruptRecordError(f"{kind}: {name} counts from the run's creation, which its header lacks")
