@@ -160,7 +160,7 @@ def _row(plain: dict[str, Any]) -> bytes:
     """The row of a stored message from its plain fields (``Redactor.record``'s, with ``z``/``d`` set), trailing
     defaults left out (msgspec writes every place of an ``array_like`` struct)."""
     values = [plain.get(name, _ROW_DEFAULTS.get(name)) for name in _ROW_FIELDS]
-    values[1] = _ROLE_NUMBERS.get(values[1], values[1])
+    values[1] = _ROLE_NUMBERS.get(str(values[1]), values[1])
     while len(values) > 2 and values[-1] == _ROW_DEFAULTS.get(_ROW_FIELDS[len(values) - 1]):
         values.pop()
     return _payload_encoder.encode(values)
