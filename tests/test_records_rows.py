@@ -260,3 +260,39 @@ def test_a_step_of_reads_leaves_its_trace_to_the_batch_and_a_step_that_writes_sa
         log.end_of_step()
         assert _trace_count(workspace, "r") == written + 1  # said at the step's end, the waiting line with it
     tm.close()
+
+
+# PostgreSQL ----------------------------------------------------------------------------------------------------------
+def test_a_run_on_postgresql_keeps_rows_in_its_rows_bodies_and_reads_them_back(fresh_url, workspace):
+    """The row is the record's body, so a PostgreSQL row carries it as the file store's line does: one agent run,
+    its stored bodies are rows, and the run reads back whole (ledger, checkpoints with their ids and model,
+    history)."""
+    from safepoint.providers.base import ModelTurn
+    from safepoint.records import ToolCall
+
+    class Talker:
+        model = "talker"
+
+        def complete(self, context: object, turn: int, stream: object = None) -> ModelTurn:
+            if turn >= 2:
+                return ModelTurn(text="done", tool_calls=[])
+            call = ToolCall(call_id=f"call_{turn + 1}", tool="list_files", args={"path": "."})
+            return ModelTurn(text=f"step {turn}: " + "prose of the model " * 20, tool_calls=[call])
+
+    tm = safepoint.open(fresh_url, workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    with run:
+        assert tm.run_agent(run, Talker()) == "completed"  # type: ignore[arg-type]  # a provider by shape
+    read = tm.store.read_log("r")
+    rows = {r.kind for r in read.records if bytes(r.body).startswith(b"[")}
+    assert {"ledger", "ledger_change", "checkpoint", "message"} <= rows
+    view = load_view(tm.store, "r")
+    assert [(e.call_id, e.status, e.run_id) for e in view.ledger.values()] == [
+        ("call_1", "succeeded", "r"),
+        ("call_2", "succeeded", "r"),
+    ]
+    assert view.ledger["call_1"].idempotency_key == idempotency_key("r", "call_1")
+    assert view.ledger["call_1"].input_hash == input_hash({"path": "."})
+    assert all(at.checkpoint.checkpoint_id == f"ckpt_{at.seq:06d}" for at in view.checkpoints)
+    assert view.history[1].content.startswith("step 0: prose") and view.history[-1].content == "done"
+    tm.close()

@@ -214,7 +214,7 @@ class LogWriter:
         if self._header is None:
             try:
                 self._header = _header_decoder.decode(self.store.run_header(self.run_id))
-            except (SafepointError, msgspec.DecodeError):
+            except (SafepointError, msgspec.DecodeError, OSError):  # the row then says what the header would
                 self._header = False
         if self._header is False:
             return record_rows.Place(self.run_id, seq)
