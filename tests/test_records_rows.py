@@ -18,6 +18,7 @@ import safepoint
 from safepoint.core import history_codec, record_rows
 from safepoint.core.hashing import idempotency_key, input_hash
 from safepoint.core.record_rows import Place
+from safepoint.engine import log_writer
 from safepoint.engine.log_writer import LogWriter
 from safepoint.engine.session import load_view
 from safepoint.errors import CorruptRecordError
@@ -242,7 +243,9 @@ def _trace_count(ws: Path, run_id: str) -> int:
     return len([line for line in trace_lines(path.read_bytes()) if line]) if path.exists() else 0
 
 
-def test_a_step_of_reads_leaves_its_trace_to_the_batch_and_a_step_that_writes_says_it_at_its_end(workspace):
+def test_a_step_of_reads_leaves_its_trace_to_the_batch_and_a_step_that_writes_says_it_at_its_end(
+    workspace, monkeypatch
+):
     tm = safepoint.open(workspace=str(workspace))
     run = tm.start("t", run_id="r")
     with run:
@@ -259,6 +262,10 @@ def test_a_step_of_reads_leaves_its_trace_to_the_batch_and_a_step_that_writes_sa
         log.commit()
         log.end_of_step()
         assert _trace_count(workspace, "r") == written + 1  # said at the step's end, the waiting line with it
+        log.trace("run_running", detail="another step of reads")
+        monkeypatch.setattr(log_writer, "TRACE_AGE", 0.0)  # ... that ends once the batch is old enough
+        log.end_of_step()
+        assert _trace_count(workspace, "r") == written + 2
     tm.close()
 
 

@@ -18,13 +18,14 @@ Ordering rules (promise 1 and 6 rest on them):
   ever says too little, never too much. The batch is written at the moments that matter: at the end of a step of
   the agent loop that changed something or decided something (``end_of_step``: a call that is not an idempotent
   read, a file patch, a decision, a run event; a step of reads only waits for the batch to fill, or to be
-  ``TRACE_AGE`` old, so ``trace --follow`` stays about that close to live: a flush a step made the trace 0.3 KB
-  a step, a third of the history's records), after a recovery decision (the resume flushes; a restart cleanup,
-  which has no session, writes its events at once: ``trace_now``), when a process is fenced off (the refusal is
-  the last thing it says), and when the run is closed, so a process that ends normally loses nothing. Lines
-  staged since the last commit are dropped when that commit's append is refused: what they said of its records
-  never happened. Events and their fields are the vocabulary's (``core.trace_events``): a name or a field it does
-  not hold is refused (``ValueError``), so producers cannot drift; each line carries the writer's generation.
+  ``TRACE_AGE`` old, so ``trace --follow`` is at most that far behind a stretch of reads: a flush a step made the
+  trace 0.3 KB a step, a third of the history's records), after a recovery decision (the resume flushes; a
+  restart cleanup, which has no session, writes its events at once: ``trace_now``), when a process is fenced off
+  (the refusal is the last thing it says), and when the run is closed, so a process that ends normally loses
+  nothing. Lines staged since the last commit are dropped when that commit's append is refused: what they said of
+  its records never happened. Events and their fields are the vocabulary's (``core.trace_events``): a name or a
+  field it does not hold is refused (``ValueError``), so producers cannot drift; each line carries the writer's
+  generation.
 
 Blobs (``core.blobs``): content too big to sit in a record is staged beside the group (``stage_blob``) and made
 durable in the store (``Store.put_blobs``) before the group is appended; the group's ``Blob`` records are only
@@ -87,7 +88,9 @@ _header_decoder = msgspec.json.Decoder(RunInfo)
 _encoder = msgspec.json.Encoder()
 TRACE_BATCH = 256  # trace events are written in batches: they are observability, not recovery
 TRACE_BYTES = 64 * 1024  # ... or once their lines hold this much
-TRACE_AGE = 1.0  # seconds: a step of reads only writes a batch this old (``end_of_step``)
+# Seconds: a step of reads only writes a batch this old (``end_of_step``). Not one: an agent whose model takes a
+# few seconds a turn would then write its trace every step again (0.3 KB a step, not 0.1).
+TRACE_AGE = 30.0
 # Records after which the step's trace is written at its end (``end_of_step``): what changes something or decides
 # something. A ledger entry counts unless its call is an idempotent read.
 _TRACED_NOW = (FilePatchEntry, FileBeforeState, CallDecision, RunEvent, Rewind, CheckpointConflict)
