@@ -152,7 +152,7 @@ def test_a_row_leaves_out_names_defaults_and_what_its_place_says():
         ("checkpoint", b'[1,1,"tool_end",5,1]', Place("r", 3)),  # a count of time without the header's start
         ("checkpoint", b'[1,1,"tool_end",99999999999999999999,1,"m"]', PLACE),  # past any date
         ("checkpoint", b'[1,"one","tool_end",5,1,"m"]', PLACE),  # a value of the wrong type
-        ("message", b"[1]", PLACE),  # not a kind with rows here (messages are the history codec's)
+        ("event", b'[1,"running"]', PLACE),  # not a kind with rows
         ("checkpoint", b"[1,1,9,5,1]", PLACE),  # a kind's number that names no kind
         ("ledger_change", b'[1,"c",-1]', PLACE),  # nor a status's
         ("ledger_change", b'[1,"c","exploded"]', PLACE),  # a status by a name the vocabulary lacks
@@ -167,13 +167,13 @@ def test_a_message_row_reads_back_and_an_object_still_reads():
     plain = {"seq": 4, "role": "tool", "content": "ok", "tool_call_id": "c", "name": "read_file"}
     row = history_codec._row(dict(plain))
     assert row == b'[4,3,"ok",[],"c","read_file"]'  # the role as its place in ROLES
-    stored = history_codec.STORED_MESSAGE.decode(row)
+    stored = history_codec.decode_stored(row)
     said = (stored.seq, stored.role, stored.content, stored.tool_call_id, stored.name)
     assert said == (4, "tool", "ok", "c", "read_file")
-    assert history_codec.STORED_MESSAGE.decode(json.dumps(plain).encode()) == stored
+    assert history_codec.decode_stored(json.dumps(plain).encode()) == stored
     for damaged in (b'[4,9,"ok"]', b'[4,"robot","ok"]', b'[4,"tool",5]'):  # no such role; text of the wrong type
         with pytest.raises(msgspec.DecodeError):
-            history_codec.STORED_MESSAGE.decode(damaged)
+            history_codec.decode_stored(damaged)
 
 
 # A store written before rows ------------------------------------------------------------------------------------------

@@ -131,25 +131,31 @@ _ROLE_NUMBERS = {role: number for number, role in enumerate(ROLES)}
 _KNOWN_ROLES = frozenset(get_args(Role))
 _ROW_FIELDS = StoredMessageRow.__struct_fields__
 assert StoredMessage.__struct_fields__ == _ROW_FIELDS  # one order: a field of one is a field of the other
-_object_decoder = msgspec.json.Decoder(StoredMessage)
+STORED_MESSAGE = msgspec.json.Decoder(StoredMessage)  # a message record written as an object (before rows)
 _row_decoder = msgspec.json.Decoder(StoredMessageRow)
 
 
-class StoredMessageDecoder:
+def is_message_row(raw: bytes | msgspec.Raw) -> bool:
+    return memoryview(raw)[:1].tobytes() == b"["
+
+
+def decode_stored(raw: bytes | msgspec.Raw) -> StoredMessage:
     """A message record's body as written: a row, or an object (every log written before rows)."""
-
-    def decode(self, raw: bytes | msgspec.Raw) -> StoredMessage:
-        if memoryview(raw)[:1].tobytes() != b"[":
-            return _object_decoder.decode(raw)
-        row = _row_decoder.decode(raw)
-        role = ROLES[row.role] if isinstance(row.role, int) and 0 <= row.role < len(ROLES) else row.role
-        if role not in _KNOWN_ROLES:
-            raise msgspec.ValidationError(f"a message row's role {row.role!r} is none of {sorted(_KNOWN_ROLES)}")
-        fields = {name: getattr(row, name) for name in _ROW_FIELDS}
-        return StoredMessage(**{**fields, "role": role})
+    if not is_message_row(raw):
+        return STORED_MESSAGE.decode(raw)
+    return decode_message_row(raw)
 
 
-STORED_MESSAGE = StoredMessageDecoder()
+def decode_message_row(raw: bytes | msgspec.Raw) -> StoredMessage:
+    """A message record's row. Raises ``msgspec.DecodeError``."""
+    row = _row_decoder.decode(raw)
+    role = ROLES[row.role] if isinstance(row.role, int) and 0 <= row.role < len(ROLES) else row.role
+    if role not in _KNOWN_ROLES:
+        raise msgspec.ValidationError(f"a message row's role {row.role!r} is none of {sorted(_KNOWN_ROLES)}")
+    fields = {name: getattr(row, name) for name in _ROW_FIELDS}
+    return StoredMessage(**{**fields, "role": role})
+
+
 MESSAGE_DICTIONARY = msgspec.json.Decoder(MessageDictionary)
 
 
@@ -258,7 +264,7 @@ class HistoryDecoder:
     def decode(self, body: bytes) -> Message:
         """One message record's body (random access: its dictionary is fetched when not yet met)."""
         try:
-            stored = STORED_MESSAGE.decode(body)
+            stored = decode_stored(body)
         except msgspec.DecodeError as exc:
             raise CorruptRecordError(f"a message record does not decode ({exc})") from None
         return self.message(stored)

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from safepoint.core.hashing import idempotency_key, input_hash
+from safepoint.core.history_codec import decode_message_row
 from safepoint.errors import CorruptRecordError
 from safepoint.records import Checkpoint, LedgerChange, RunInfo, ToolLedgerEntry
 
@@ -236,13 +237,16 @@ def encode(kind: str, plain: dict[str, Any], place: Place) -> bytes | None:
 
 
 def is_row(kind: str, raw: bytes | msgspec.Raw) -> bool:
-    """True when a record of ``kind`` was written as a row (else it is the record written whole, as before)."""
-    return kind in FIELDS and memoryview(raw)[:1].tobytes() == b"["
+    """True when a record of ``kind`` was written as a row (else it is the record written whole, as before): a
+    ledger state, a checkpoint, or a message (``history_codec.StoredMessageRow``)."""
+    return (kind in FIELDS or kind == "message") and memoryview(raw)[:1].tobytes() == b"["
 
 
 def decode(kind: str, raw: bytes | msgspec.Raw, place: Place) -> msgspec.Struct:
     """The record a row of ``kind`` holds, as it was made. Raises ``msgspec.DecodeError`` (a ``ValidationError``:
     a value of the wrong type) or ``CorruptRecordError`` (not a row this version reads)."""
+    if kind == "message":  # the history codec's row: a ``StoredMessage`` the reader makes a message
+        return decode_message_row(raw)
     names = FIELDS.get(kind)
     if names is None:
         raise CorruptRecordError(f"{kind} records are not written as rows")

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from safepoint.core.checkpoint_codec import expand as expand_checkpoint
-from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage, StoredMessageDecoder
+from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
 from safepoint.core.ledger import apply_change, fold
 from safepoint.core.record_rows import decode as decode_row
 from safepoint.core.record_rows import is_row, place_of
@@ -35,7 +35,7 @@ from safepoint.records import (
     WorkspaceState,
 )
 
-_decoders: dict[str, msgspec.json.Decoder[Any] | StoredMessageDecoder] = {
+_decoders: dict[str, msgspec.json.Decoder[Any]] = {
     kind: msgspec.json.Decoder(kind_type) for kind, kind_type in RECORD_TYPES.items()
 }
 _decoders["message"] = STORED_MESSAGE  # plain or compressed (``core.history_codec``), made a Message below
@@ -142,7 +142,7 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             )
             continue
         try:
-            if is_row(record.kind, record.body):  # a ledger state or a checkpoint as a row (``core.record_rows``)
+            if is_row(record.kind, record.body):  # a ledger state, a checkpoint, a message as a row (since rows)
                 body = decode_row(record.kind, record.body, place_of(info, record.seq))
             else:
                 body = decoder.decode(record.body)
