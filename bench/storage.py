@@ -58,7 +58,7 @@ from measure import logger, machine_info
 
 import safepoint
 from safepoint.providers.base import ModelTurn
-from safepoint.records import ToolCall
+from safepoint.records import LogRecord, ToolCall
 
 log = logger("storage")
 KB = 1024
@@ -301,11 +301,13 @@ def history(parent: str, steps: int, langgraph_steps: int) -> dict[str, Any]:
     }
     kinds: Counter[str] = Counter()
     counts: Counter[str] = Counter()
+    bodies: Counter[str] = Counter()  # the record's own bytes (its body), without the line's framing
     with open(os.path.join(run_dir, "ledger.jsonl"), "rb") as handle:
         for line in handle:
-            kind = json.loads(line[9:])["kind"]
-            kinds[kind] += len(line)
-            counts[kind] += 1
+            record = msgspec.json.decode(line[9:], type=LogRecord)
+            kinds[record.kind] += len(line)
+            counts[record.kind] += 1
+            bodies[record.kind] += len(record.body)
     view = load_view(tm.store, "h")
     plain_messages = sum(
         len(line) + 40  # the record's framing: checksum, kind, seq, generation
@@ -314,6 +316,7 @@ def history(parent: str, steps: int, langgraph_steps: int) -> dict[str, Any]:
     stream = [(m.role, m.content, m.tool_call_id, [c.call_id for c in m.tool_calls]) for m in view.history]
     tm.close()
     total = sum(files.values())
+    index_name = os.path.join("checkpoints", "index.jsonl")
     found: dict[str, Any] = {
         "steps": steps,
         "status": status,
@@ -325,6 +328,17 @@ def history(parent: str, steps: int, langgraph_steps: int) -> dict[str, Any]:
         "log_bytes_by_kind": dict(kinds),
         "records_by_kind": dict(counts),
         "per_step_bytes_by_kind": {k: round(v / steps) for k, v in kinds.items()},
+        # Every byte of the store a step, by what holds it: each record kind's bodies, the log lines' framing
+        # (checksum, kind, seq, generation: the same for every record), the trace and the checkpoint index.
+        "per_step_bytes_by_part": {
+            **{f"{k} bodies": round(v / steps) for k, v in bodies.items()},
+            "log line framing": round((sum(kinds.values()) - sum(bodies.values())) / steps),
+            "trace": round(files.get("trace.jsonl", 0) / steps),
+            "checkpoint index": round(files.get(index_name, 0) / steps),
+            "other files": round(
+                (total - sum(files.get(name, 0) for name in ("ledger.jsonl", "trace.jsonl", index_name))) / steps
+            ),
+        },
         "messages_ratio_to_raw": round((kinds["message"] + kinds["message_dict"]) / raw, 3),
         "messages_plain_json_ratio_to_raw": round(plain_messages / raw, 3),
         "target_store_at_most_1_5x": total <= 1.5 * raw,

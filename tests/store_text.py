@@ -35,6 +35,24 @@ def trace_lines(data: bytes) -> list[bytes]:
     return lines
 
 
+# A message record as a row (``core.history_codec.StoredMessageRow``): its values in this order, trailing defaults
+# left out. Restated here, not imported: a change of the library's order must break these tests, not follow them.
+MESSAGE_ROW = ("seq", "role", "content", "tool_calls", "tool_call_id", "name", "turn", "content_ref", "z", "d")
+
+
+ROLES = ("system", "user", "assistant", "tool")  # a row's role is its place here
+
+
+def message_body(body: object) -> dict[str, object] | None:
+    """A message record's body as an object (a row's values named), or None when it is neither (ciphertext)."""
+    if isinstance(body, list):
+        named = {name: value for name, value in zip(MESSAGE_ROW, body, strict=False) if value is not None}
+        if isinstance(named.get("role"), int):
+            named["role"] = ROLES[int(str(named["role"]))]
+        return named
+    return dict(body) if isinstance(body, dict) else None
+
+
 def expanded_log(data: bytes) -> bytes:
     """The plain text of every compressed message and every dictionary in a log's bytes (framed JSON lines), and of
     every packed trace batch."""
@@ -51,9 +69,11 @@ def expanded_log(data: bytes) -> bytes:
             record = json.loads(payload)
         except ValueError:
             continue
-        if not isinstance(record, dict) or not isinstance(record.get("body"), dict):
-            continue  # a sealed store's body is a string: ciphertext
-        body = record["body"]
+        if not isinstance(record, dict):
+            continue
+        body = message_body(record.get("body")) if record.get("kind") == "message" else record.get("body")
+        if not isinstance(body, dict):
+            continue  # a sealed store's body is a string: ciphertext; a ledger state's or a checkpoint's, a row
         if record.get("kind") == "message_dict":
             raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(body["data"]), max_output_size=body["size"])
             dictionaries[record["seq"]] = zstandard.ZstdCompressionDict(raw)
@@ -93,11 +113,13 @@ def expanded_messages(data: bytes) -> list[dict[str, object]]:
             raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(body["data"]), max_output_size=body["size"])
             dictionaries[record["seq"]] = zstandard.ZstdCompressionDict(raw)
         elif record["kind"] == "message":
-            body = dict(body)
+            body = message_body(body)
+            assert body is not None, record
             if "z" in body:
-                known = dictionaries.get(body.pop("d", 0))
+                known = dictionaries.get(int(str(body.pop("d", 0))))
                 reader = zstandard.ZstdDecompressor(dict_data=known) if known else zstandard.ZstdDecompressor()
-                content, calls = json.loads(reader.decompress(base64.b64decode(body.pop("z")), max_output_size=1 << 30))
+                packed = base64.b64decode(str(body.pop("z")))
+                content, calls = json.loads(reader.decompress(packed, max_output_size=1 << 30))
                 body["content"], body["tool_calls"] = content, calls
             found.append(body)
     return found

@@ -13,6 +13,7 @@ import safepoint
 from safepoint.records import Message
 from safepoint.standins.scenario import parse_scenario
 from tests.conftest import safepoint_in_process
+from tests.store_text import message_body
 
 SECRET = "sk-ant-api03-" + "Qq1Ww2Ee3Rr4Tt5Yy6Uu7" * 2
 
@@ -100,9 +101,14 @@ def test_a_damaged_record_cuts_the_conversation_where_the_resume_restores_it(wor
     tm, played = crashed(workspace)
     log = workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl"
     lines = log.read_bytes().splitlines(keepends=True)
-    tool_lines = [i for i, line in enumerate(lines) if b'"kind":"message"' in line and b'"role":"tool"' in line]
+    records = [json.loads(line[9:]) for line in lines]
+    tool_lines = [
+        i
+        for i, r in enumerate(records)
+        if r["kind"] == "message" and (message_body(r["body"]) or {}).get("role") == "tool"  # a row or an object
+    ]
     at = tool_lines[1]  # the second step's observation
-    payload = lines[at][9:-1].replace(b'"role":"tool"', b'"role":"tool","turn":99')  # well framed, not its own
+    payload = lines[at][9:-1]  # well framed
     lines[at] = b"%08x %s\n" % (zlib.crc32(payload) ^ 1, payload)  # ... and its checksum says so
     log.write_bytes(b"".join(lines))
     rows = shown(workspace)

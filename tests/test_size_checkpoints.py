@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 import safepoint
-from safepoint.core import checkpoint_codec
+from safepoint.core import checkpoint_codec, record_rows
 from safepoint.engine.session import load_view
 from safepoint.providers.base import ModelTurn
 from safepoint.records import Checkpoint, ToolCall
@@ -45,9 +45,17 @@ def _run(workspace: Path, steps: int) -> safepoint.Safepoint:
 
 
 def _checkpoint_lines(workspace: Path) -> list[dict]:
+    """The checkpoint records of run r, a row's values named (``core.record_rows``: since rows, a checkpoint's
+    body is its values in ``FIELDS["checkpoint"]``'s order, trailing defaults left out)."""
     log = (workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl").read_bytes()
     records = [json.loads(line[9:]) for line in log.splitlines()]
-    return [r for r in records if r["kind"] == "checkpoint"]
+    found = [r for r in records if r["kind"] == "checkpoint"]
+    for r in found:
+        assert isinstance(r["body"], list) and r["body"][0] == record_rows.VERSION, r
+        named = zip(record_rows.FIELDS["checkpoint"], r["body"][1:], strict=False)
+        r["body"] = {name: value for name, value in named if value is not None}
+        r["body"]["kind"] = record_rows.CODES["kind"][r["body"]["kind"]]  # a kind is written as its number
+    return found
 
 
 def test_a_step_of_one_call_writes_three_checkpoint_records(workspace):

@@ -17,6 +17,7 @@ import threading
 import pytest
 
 import safepoint
+from safepoint.engine.session import load_view
 from safepoint.errors import ExitCode, StoreError
 from tests.attacks import tree
 from tests.conftest import cli_env, safepoint_in_process
@@ -173,8 +174,8 @@ def test_an_approved_command_runs(workspace):
     with tm.start("t", run_id="r", approval_timeout_s=120) as run:
         result = run.call_result("run_command", {"command": "git clean -fdx -e .agent-runtime"}, call_id="c1")
     helper.join()
-    log = (workspace / ".agent-runtime" / "runs" / "r" / "ledger.jsonl").read_bytes()
-    assert b'"status":"approved"' in log  # it was held: approved, then run
+    states = [e.status for e in load_view(tm.store, "r").ledger_entries if e.call_id == "c1"]
+    assert "approved" in states and states.index("approved") < states.index("started")  # held: approved, then run
     assert result.status == "succeeded", result.observation
     assert not (workspace / "junk.o").exists()
 

@@ -139,7 +139,7 @@ class Agent:
                 session.checkpoint("after_step")
                 session.commit()
                 failpoints.hit("after_step")
-                session.log.flush_trace()
+                session.log.end_of_step()  # the step's trace, written now when it changed something
         except DecisionNeeded as exc:
             session.event("waiting_decision", str(exc))
             return "waiting_decision"

@@ -1,9 +1,10 @@
 """The history as the log keeps it: each message's text and tool calls zstd-compressed, against a dictionary trained
 on the run's own earlier messages (issue 10 §7). Pure: bytes in, bytes out; the log writer stages what it returns.
 
-What a message record holds: its exact fields (seq, role, tool_call_id, name, turn) as they are, and ``z``: one zstd
-frame of the JSON ``[content, tool_calls]``, made after redaction (the log writer redacts first, so compressed bytes
-never hide a secret a grep of the store would have found), with ``d``: the log sequence number of the
+What a message record holds (a row since issue 10 §5: ``StoredMessageRow``, the values without their names; an
+object before, which still reads): its exact fields (seq, role, tool_call_id, name, turn) as they are, and ``z``:
+one zstd frame of the JSON ``[content, tool_calls]``, made after redaction (the log writer redacts first, so
+compressed bytes never hide a secret a grep of the store would have found), with ``d``: the log sequence number of the
 ``MessageDictionary`` record it was compressed against (0: none). A message too short to gain, or one that would
 not shrink, keeps ``content`` and ``tool_calls`` as plain JSON, which is also how every log written before this
 codec reads (old logs stay readable; a log written with the codec needs this version or later).
@@ -11,7 +12,10 @@ codec reads (old logs stay readable; a log written with the codec needs this ver
 Why a trained dictionary: one message of about 1 KB (prose and code) compresses alone to 0.48 of its size (zstd
 needs context to find repeats), 0.64 once base64'd; against a 64 KB dictionary trained on the run's earlier
 messages, to 0.47 base64'd, dictionaries included, in about 20 µs (measured on 3,000 slices of the standard
-library's docs and sources; a 16 KB dictionary gave 0.50, levels 6-9 gain 6% for 4-7 times the time).
+library's docs and sources; a 16 KB dictionary gave 0.50). Against the dictionary at level ``PACK_LEVEL`` (9, not
+3): 7% smaller (316 bytes a KB of text, not 340) for about 0.1 ms a message, once, when it is logged (a message is
+read back at the same speed whatever its level); what a long run's history costs on disk is most of what the run
+costs (issue 10 §7: at most 1.5x its text).
 Random access stays cheap: decoding one message needs that message and its dictionary's record, never the history
 before it. Rejected: one zstd stream over the whole history (a quarter of the size on repetitive runs, but reading
 one message means decompressing everything before it since the last reset, a damaged record spoils every later one
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import zstandard
@@ -45,6 +49,7 @@ SAMPLES = 512  # the latest messages a dictionary is trained on
 SAMPLE_BYTES = 4096  # each sample cut to this (a long tool result teaches no more than its start)
 DICT_BYTES = 64 * 1024  # a trained dictionary's size (at most a quarter of its samples)
 LEVEL = 3
+PACK_LEVEL = 9  # a message against the trained dictionary (see above; level 19: 4% smaller again, 0.8 ms a message)
 MAX_MESSAGE = 1 << 31  # a frame claiming more than this is damaged (zstd records the content size)
 
 _payload_encoder = msgspec.json.Encoder()
@@ -104,8 +109,67 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     d: int = 0
 
 
-STORED_MESSAGE = msgspec.json.Decoder(StoredMessage)
+class StoredMessageRow(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+    """A message record as a row (since issue 10 §5's rows, ``core.record_rows``): ``StoredMessage``'s values in
+    its order without their names, trailing defaults left out (a tool's short result: 0.11 KB, not 0.16). Never
+    reorder (rows written need this order); a new field goes at the end."""
+
+    seq: int
+    role: int | str  # its place in ``ROLES`` (a role ``ROLES`` lacks: its name)
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    turn: int | None = None
+    content_ref: str | None = None
+    z: bytes | None = None
+    d: int = 0
+
+
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")  # never reorder: a new role goes at the end
+_ROLE_NUMBERS = {role: number for number, role in enumerate(ROLES)}
+_KNOWN_ROLES = frozenset(get_args(Role))
+_ROW_FIELDS = StoredMessageRow.__struct_fields__
+assert StoredMessage.__struct_fields__ == _ROW_FIELDS  # one order: a field of one is a field of the other
+STORED_MESSAGE = msgspec.json.Decoder(StoredMessage)  # a message record written as an object (before rows)
+_row_decoder = msgspec.json.Decoder(StoredMessageRow)
+
+
+def is_message_row(raw: bytes | msgspec.Raw) -> bool:
+    return memoryview(raw)[:1].tobytes() == b"["
+
+
+def decode_stored(raw: bytes | msgspec.Raw) -> StoredMessage:
+    """A message record's body as written: a row, or an object (every log written before rows)."""
+    if not is_message_row(raw):
+        return STORED_MESSAGE.decode(raw)
+    return decode_message_row(raw)
+
+
+def decode_message_row(raw: bytes | msgspec.Raw) -> StoredMessage:
+    """A message record's row. Raises ``msgspec.DecodeError``."""
+    row = _row_decoder.decode(raw)
+    role = ROLES[row.role] if isinstance(row.role, int) and 0 <= row.role < len(ROLES) else row.role
+    if role not in _KNOWN_ROLES:
+        raise msgspec.ValidationError(f"a message row's role {row.role!r} is none of {sorted(_KNOWN_ROLES)}")
+    fields = {name: getattr(row, name) for name in _ROW_FIELDS}
+    return StoredMessage(**{**fields, "role": role})
+
+
 MESSAGE_DICTIONARY = msgspec.json.Decoder(MessageDictionary)
+
+
+_ROW_DEFAULTS: dict[str, Any] = {"content": "", "tool_calls": (), "d": 0}  # the others' default is None
+
+
+def _row(plain: dict[str, Any]) -> bytes:
+    """The row of a stored message from its plain fields (``Redactor.record``'s, with ``z``/``d`` set), trailing
+    defaults left out (msgspec writes every place of an ``array_like`` struct)."""
+    values = [plain.get(name, _ROW_DEFAULTS.get(name)) for name in _ROW_FIELDS]
+    values[1] = _ROLE_NUMBERS.get(str(values[1]), values[1])
+    while len(values) > 2 and values[-1] == _ROW_DEFAULTS.get(_ROW_FIELDS[len(values) - 1]):
+        values.pop()
+    return _payload_encoder.encode(values)
 
 
 class HistoryEncoder:
@@ -131,16 +195,16 @@ class HistoryEncoder:
             self._train(stage)
         if len(payload) >= MIN_PACK:
             packed = (self._compressor or _plain).compress(payload)
-            if (len(packed) + 2) * 4 // 3 + 12 < len(payload):  # base64 and the two keys included
+            if (len(packed) + 2) * 4 // 3 + 12 < len(payload):  # base64 and the row's places included
                 plain["z"] = packed
                 if self._compressor is not None:
                     plain["d"] = self._dict_seq
-                return _payload_encoder.encode(plain)
+                return _row(plain)
         if content:
             plain["content"] = content
         if calls:
             plain["tool_calls"] = calls
-        return _payload_encoder.encode(plain)
+        return _row(plain)
 
     def _train(self, stage: Callable[[MessageDictionary], int]) -> None:
         samples: list[bytes | bytearray | memoryview] = list(self._samples)
@@ -152,7 +216,7 @@ class HistoryEncoder:
         data = trained.as_bytes()
         self._dict_seq = stage(MessageDictionary(data=_plain.compress(data), size=len(data)))
         self._compressor = zstandard.ZstdCompressor(
-            level=LEVEL, dict_data=trained, write_checksum=False, write_dict_id=False
+            level=PACK_LEVEL, dict_data=trained, write_checksum=False, write_dict_id=False
         )
 
     def forget(self, durable_seq: int) -> None:
@@ -200,7 +264,7 @@ class HistoryDecoder:
     def decode(self, body: bytes) -> Message:
         """One message record's body (random access: its dictionary is fetched when not yet met)."""
         try:
-            stored = STORED_MESSAGE.decode(body)
+            stored = decode_stored(body)
         except msgspec.DecodeError as exc:
             raise CorruptRecordError(f"a message record does not decode ({exc})") from None
         return self.message(stored)

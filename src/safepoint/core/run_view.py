@@ -10,6 +10,8 @@ import msgspec
 from safepoint.core.checkpoint_codec import expand as expand_checkpoint
 from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
 from safepoint.core.ledger import apply_change, fold
+from safepoint.core.record_rows import decode as decode_row
+from safepoint.core.record_rows import is_row, place_of
 from safepoint.errors import CorruptRecordError
 from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
 from safepoint.records import (
@@ -140,7 +142,10 @@ def build_view(info: RunInfo, log: LogRead) -> RunView:
             )
             continue
         try:
-            body = decoder.decode(record.body)
+            if is_row(record.kind, record.body):  # a ledger state, a checkpoint, a message as a row (since rows)
+                body = decode_row(record.kind, record.body, place_of(info, record.seq))
+            else:
+                body = decoder.decode(record.body)
             if isinstance(body, StoredMessage):
                 body = history.message(body)
             elif isinstance(body, MessageDictionary):

@@ -10,17 +10,22 @@ Ordering rules (promise 1 and 6 rest on them):
   runs ahead of the store.
 - ``durable_seq`` is the last record a committed group covered (it covers every record before it too): what a
   restart checkpoint may point into. Every commit is durable: no record of the log is worth a crash-window.
-- Trace events are observability, not recovery: they are batched (``TRACE_BATCH``) and written after a commit or
-  on close, never inside the group, and never fsync'd. A crash (SIGKILL) loses at most the batch not yet written,
-  never a record recovery reads: every decision a trace event reports is in the log first (the ledger, the
-  checkpoints, the recovery reports), and the trace only ever says too little, never too much. The batch is
-  written at the moments that matter: after each step of the agent loop, after a recovery decision (the resume
-  flushes; a restart cleanup, which has no session, writes its events at once: ``trace_now``), when a process
-  is fenced off (the refusal is the last thing it says), and when the run is closed, so a process that ends
-  normally loses nothing. Lines staged since the last commit are dropped when that commit's append is refused:
-  what they said of its records never happened. Events and their fields are the vocabulary's
-  (``core.trace_events``): a name or a field it does not hold is refused (``ValueError``), so producers cannot
-  drift; each line carries the writer's generation.
+- Trace events are observability, not recovery: they are batched (``TRACE_BATCH`` events or ``TRACE_BYTES``) and
+  written after a commit or on close, never inside the group, and never fsync'd. A crash (SIGKILL) loses at most
+  the batch not yet written, never a record recovery reads: recovery relies on the log's records only (the
+  ledger's states, the checkpoints, the messages, file patches and before-states, decisions, recovery reports, the
+  run's events), and every decision a trace event reports is in the log first; the trace is diagnostics and only
+  ever says too little, never too much. The batch is written at the moments that matter: at the end of a step of
+  the agent loop that changed something or decided something (``end_of_step``: a call that is not an idempotent
+  read, a file patch, a decision, a run event; a step of reads only waits for the batch to fill, or to be
+  ``TRACE_AGE`` old, so ``trace --follow`` is at most that far behind a stretch of reads: a flush a step made the
+  trace 0.3 KB a step, a third of the history's records), after a recovery decision (the resume flushes; a
+  restart cleanup, which has no session, writes its events at once: ``trace_now``), when a process is fenced off
+  (the refusal is the last thing it says), and when the run is closed, so a process that ends normally loses
+  nothing. Lines staged since the last commit are dropped when that commit's append is refused: what they said of
+  its records never happened. Events and their fields are the vocabulary's (``core.trace_events``): a name or a
+  field it does not hold is refused (``ValueError``), so producers cannot drift; each line carries the writer's
+  generation.
 
 Blobs (``core.blobs``): content too big to sit in a record is staged beside the group (``stage_blob``) and made
 durable in the store (``Store.put_blobs``) before the group is appended; the group's ``Blob`` records are only
@@ -43,28 +48,52 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import tomllib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from safepoint.core import checkpoint_codec, trace_events
+from safepoint.core import checkpoint_codec, record_rows, trace_events
 from safepoint.core.environment import credential_values
 from safepoint.core.history_codec import HistoryEncoder
 from safepoint.core.redact import Redactor
 from safepoint.core.run_summary import SummaryFold, summary_encoder
 from safepoint.engine import failpoints
 from safepoint.errors import ConfigError, CorruptRecordError, SafepointError, StaleGenerationError, StoreError
-from safepoint.records import RECORD_KINDS, Blob, Checkpoint, Claim, LogRecord, Message, MessageDictionary, RunInfo
+from safepoint.records import (
+    RECORD_KINDS,
+    Blob,
+    CallDecision,
+    Checkpoint,
+    CheckpointConflict,
+    Claim,
+    FileBeforeState,
+    FilePatchEntry,
+    LogRecord,
+    Message,
+    MessageDictionary,
+    Rewind,
+    RunEvent,
+    RunInfo,
+    ToolLedgerEntry,
+)
 from safepoint.store.base import Store
 from safepoint.store.sealed import store_key
 
 _header_decoder = msgspec.json.Decoder(RunInfo)
 
 _encoder = msgspec.json.Encoder()
-TRACE_BATCH = 64  # trace events are written in batches: they are observability, not recovery
+TRACE_BATCH = 256  # trace events are written in batches: they are observability, not recovery
+TRACE_BYTES = 64 * 1024  # ... or once their lines hold this much
+# Seconds: a step of reads only writes a batch this old (``end_of_step``). Not one: an agent whose model takes a
+# few seconds a turn would then write its trace every step again (0.3 KB a step, not 0.1).
+TRACE_AGE = 30.0
+# Records after which the step's trace is written at its end (``end_of_step``): what changes something or decides
+# something. A ledger entry counts unless its call is an idempotent read.
+_TRACED_NOW = (FilePatchEntry, FileBeforeState, CallDecision, RunEvent, Rewind, CheckpointConflict)
 REDACT_FILE = os.path.join(".safepoint", "redact.toml")  # the workspace's own patterns: ``patterns = ["..."]``
 REDACTED_MARK = "[REDACTED:"
 # Why a crashed call whose arguments held a secret is reported, not re-run (rejected: re-running it with the
@@ -145,11 +174,15 @@ class LogWriter:
         self._buffer: list[LogRecord] = []
         self._blobs: dict[str, bytes] = {}  # store-wide blobs the staged records reference, by name
         self._trace: list[bytes] = []
+        self._trace_bytes = 0
+        self._trace_since = 0.0  # monotonic time of the oldest line not yet written
+        self._trace_now = False  # a record staged since the last batch asks for it at the step's end
         self._traced_durable = 0  # the staged trace lines up to here were staged before the last commit
         self.refused = False  # a write was refused: a newer owner took the run over
         self._trace_redactor = TraceRedactor(self.redactor)
         self.durable_seq = last_seq
         self._history = HistoryEncoder()  # messages compressed after redaction (``core.history_codec``)
+        self._header: RunInfo | Literal[False] | None = None  # the run's header, once a row needs it (False: unread)
         # The run's summary, folded from every record staged and written with each group (``core.run_summary``);
         # None: this writer keeps none (a reader's, a restart's), and readers of the run read its log.
         self.summary: SummaryFold | None = None
@@ -160,6 +193,8 @@ class LogWriter:
         self.seq += 1
         if self.summary is not None:
             self.summary.observe(body)
+        if isinstance(body, _TRACED_NOW) or (isinstance(body, ToolLedgerEntry) and body.idempotency != "idempotent"):
+            self._trace_now = True
         self._buffer.append(
             LogRecord(kind=RECORD_KINDS[type(body)], body=msgspec.Raw(encoded), seq=self.seq, gen=self.claim.generation)
         )
@@ -172,7 +207,21 @@ class LogWriter:
             body = checkpoint_codec.compact(body, self.run_id, self.seq + 1)
         if isinstance(body, Message):  # redacted first: the compressed bytes never hide a secret
             return self._history.encode(self.redactor.record(body), self._stage_dictionary)
-        return _encoder.encode(self.redactor.record(body))
+        redacted = self.redactor.record(body)
+        # A ledger state or a checkpoint as a row (``core.record_rows``): its values without their names.
+        place = self._place(self.seq + 1)
+        return record_rows.encode(RECORD_KINDS[type(body)], redacted, place) or _encoder.encode(redacted)
+
+    def _place(self, seq: int) -> record_rows.Place:
+        """Where record ``seq`` sits, with what the run's header says (read once; a row says less without it)."""
+        if self._header is None:
+            try:
+                self._header = _header_decoder.decode(self.store.run_header(self.run_id))
+            except (SafepointError, msgspec.DecodeError, OSError):  # the row then says what the header would
+                self._header = False
+        if self._header is False:
+            return record_rows.Place(self.run_id, seq)
+        return record_rows.place_of(self._header, seq)
 
     def _stage_dictionary(self, dictionary: MessageDictionary) -> int:
         """Stage the history's new dictionary ahead of the message compressed against it (same group)."""
@@ -228,12 +277,13 @@ class LogWriter:
             self.seq -= len(records)
             self._history.forget(self.seq)  # a dictionary staged in the refused group was never stored
             del self._trace[self._traced_durable :]  # what they said of the refused records never happened
+            self._trace_bytes = sum(map(len, self._trace))
             if isinstance(exc, StaleGenerationError):
                 self.fenced("append")
             raise
         self.durable_seq = self.seq
         self._traced_durable = len(self._trace)
-        if len(self._trace) >= TRACE_BATCH:
+        if len(self._trace) >= TRACE_BATCH or self._trace_bytes >= TRACE_BYTES:
             self.flush_trace()
 
     def _summary(self, seq: int) -> bytes | None:
@@ -247,12 +297,24 @@ class LogWriter:
 
     def trace(self, event: str, **data: Any) -> None:
         """Stage a trace event (``core.trace_events`` names it and its fields); written with the next batch."""
-        self._trace.append(trace_line(self._trace_redactor, self.run_id, self.claim.generation, event, data))
+        line = trace_line(self._trace_redactor, self.run_id, self.claim.generation, event, data)
+        if not self._trace:
+            self._trace_since = time.monotonic()
+        self._trace.append(line)
+        self._trace_bytes += len(line)
+
+    def end_of_step(self) -> None:
+        """A step of the agent loop ended: its trace is written now when it changed or decided something, else
+        when the batch is full or ``TRACE_AGE`` old (see the module's ordering rules)."""
+        if self._trace_now or (self._trace and time.monotonic() - self._trace_since >= TRACE_AGE):
+            self.flush_trace()
 
     def flush_trace(self) -> None:
+        self._trace_now = False
         if self._trace:
             lines, self._trace = self._trace, []
             self._traced_durable = 0
+            self._trace_bytes = 0
             self.store.trace(self.run_id, lines)
 
     def fenced(self, what: str) -> None:
