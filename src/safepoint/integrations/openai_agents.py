@@ -40,7 +40,8 @@ race the ledger's records on the same log writer).
 Tools and model turns: ``safepoint.integrations.openai_agents_tools``. Resuming a run that a crash stopped:
 ``SafepointSession.open`` (with ``skip``/``replay`` when a call waits for a decision), then
 ``Runner.run(agent, [], session=session)``: the session holds the input and every turn the SDK saved, so the model
-is asked exactly what it was asked when the process died, and ``durable_model`` answers from the record.
+is asked exactly what it was asked when the process died, and ``durable_model`` answers from the record. A run that
+died after a handoff goes on in the agent the handoff reached (``openai_agents_resume``), not in ``agent``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError, SafepointError
+from safepoint.integrations import openai_agents_resume
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -240,6 +242,7 @@ class SafepointSession:
         # locks too), and the run's one log writer must see each record and its commit together (two threads
         # interleaving them was refused as a foreign writer, or left a hole that lost acknowledged items).
         self._lock = threading.RLock()
+        openai_agents_resume.install()  # Runner.run(agent, [], session=self) continues in the agent that held the turn
 
     @classmethod
     def open(
@@ -389,6 +392,14 @@ class SafepointSession:
         _unbind_redacted_calls(data)
         state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
         return state
+
+    def agent_to_resume(self, starting_agent: Agent[Any]) -> Agent[Any]:
+        """The agent a run continuing this session (``Runner.run(starting_agent, [], session=self)``) goes on in:
+        the one the session's last handoff handed the turn to, found in ``starting_agent``'s graph (see
+        ``safepoint.integrations.openai_agents_resume``); ``HandoffAgentMissing`` when the graph does not hold it."""
+        with self._lock:
+            name = openai_agents_resume.handed_to(self._folded.items)
+        return openai_agents_resume.resume_in(starting_agent, name, self.session_id)
 
     @property
     def has_state(self) -> bool:
