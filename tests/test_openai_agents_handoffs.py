@@ -214,3 +214,49 @@ def test_only_a_handoffs_own_items_name_an_agent(tmp_path: Path) -> None:
     result = run(Runner.run(agent, "a new question", session=session))  # the app chose its agent for a new prompt
     session.close()
     assert result.last_agent.name == "front" and result.final_output == "front answers"
+
+
+def test_a_handoff_whose_filter_drops_its_items_still_resumes_in_the_new_agent(tmp_path: Path) -> None:
+    """``handoff(back, input_filter=remove_all_tools)`` keeps the handoff's own items out of the session: the agent
+    that took the turn is recorded apart from them (before its first model call), so the resume is in ``back``, and
+    the app's own run hooks are still called."""
+    from agents import RunHooks, handoff
+    from agents.extensions import handoff_filters
+
+    notes = tmp_path / "notes.txt"
+    seen: list[str] = []
+
+    class AppHooks(RunHooks[Any]):
+        async def on_agent_start(self, context: Any, agent: Any) -> None:
+            seen.append(f"start {agent.name}")
+
+        async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+            seen.append(f"handoff {from_agent.name}->{to_agent.name}")
+
+    def build(session: SafepointSession, front_steps: list[Any], back_steps: list[Any], die_on: str | None) -> Agent:
+        back = Agent(
+            name="back",
+            model=durable_model(session, ScriptedModel(back_steps)),
+            tools=durable_tools(session, [line_tool(notes, die_on)]),
+        )
+        front = Agent(
+            name="front",
+            model=durable_model(session, ScriptedModel(front_steps)),
+            handoffs=[handoff(back, input_filter=handoff_filters.remove_all_tools)],
+        )
+        return front
+
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "filtered")
+    with pytest.raises(Crash):
+        agent = build(session, [to("back", "h1")], [line("a", "call_a"), line("b", "call_b")], "b")
+        run(Runner.run(agent, "write", session=session, hooks=AppHooks()))
+    assert seen[:3] == ["start front", "handoff front->back", "start back"]
+    assert handed_to(run(session.get_items())) is None  # the filter kept the handoff out of the items
+    session = SafepointSession.open(opened(tmp_path), "filtered", takeover=True, skip=["call_b"])
+    front = build(session, [[assistant_message("front again")]], [[assistant_message("checked")]], None)
+    result = run(Runner.run(front, [], session=session, hooks=AppHooks()))
+    session.close()
+    assert result.final_output == "checked" and result.last_agent.name == "back"
+    assert notes.read_text() == "a\nb\n" and seen[-1] == "start back"
+    assert isinstance(front.model, DurableModel) and front.model.paid == 0

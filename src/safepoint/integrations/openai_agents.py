@@ -94,7 +94,8 @@ STATE = "openai-agents-state"  # a saved RunState ("" once the run it held went 
 ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was asked to approve, as shown
 USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
 REJECTED = "openai-agents-rejected"  # "<call id>": a person rejected the call; no later approval runs it
-NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED)
+AGENT = "openai-agents-agent"  # "<agent name>": the agent that takes the turn from here (openai_agents_resume)
+NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED, AGENT)
 
 SESSION_ITEMS = "safepoint_session_items"  # a saved RunState's input, kept as a reference to the session's items
 
@@ -160,6 +161,7 @@ class _Folded:
     rejected: set[str] = field(default_factory=set)  # ledger call ids a person rejected
     calls: dict[str, str] = field(default_factory=dict)  # the SDK's call id -> ledger call id of its latest turn
     assigned: set[str] = field(default_factory=set)  # every ledger call id a recorded turn was given
+    agent: str | None = None  # the agent that took the turn last (None: not recorded, a session from before)
 
     def bind_calls(self, response: str) -> None:
         """Give each tool call of a recorded turn its ledger call id: the SDK's id the first time it is seen, then
@@ -212,6 +214,8 @@ def _fold(messages: Iterable[Message]) -> _Folded:
             (folded.asked if name == ASKED else folded.used).setdefault(call_id, digest)
         elif name == REJECTED:
             folded.rejected.add(message.content)
+        elif name == AGENT:
+            folded.agent = message.content
     return folded
 
 
@@ -395,11 +399,21 @@ class SafepointSession:
 
     def agent_to_resume(self, starting_agent: Agent[Any]) -> Agent[Any]:
         """The agent a run continuing this session (``Runner.run(starting_agent, [], session=self)``) goes on in:
-        the one the session's last handoff handed the turn to, found in ``starting_agent``'s graph (see
-        ``safepoint.integrations.openai_agents_resume``); ``HandoffAgentMissing`` when the graph does not hold it."""
+        the one recorded last as taking the turn (or, in a session from before those records, the one its last
+        handoff's items name), found in ``starting_agent``'s graph (see ``safepoint.integrations.
+        openai_agents_resume``); ``HandoffAgentMissing`` when the graph does not hold it."""
         with self._lock:
-            name = openai_agents_resume.handed_to(self._folded.items)
+            name = self._folded.agent
+            if name is None:
+                name = openai_agents_resume.handed_to(self._folded.items)
         return openai_agents_resume.resume_in(starting_agent, name, self.session_id)
+
+    def record_agent(self, name: str) -> None:
+        """``name`` takes the turn: durable (before its first model call) when it is not the one recorded last."""
+        with self._lock:
+            if name != self._folded.agent:
+                self._write(AGENT, name)
+                self._folded.agent = name
 
     @property
     def has_state(self) -> bool:

@@ -5,19 +5,27 @@ app starts with: ``Runner.run(front, [], session=session)``. The SDK starts ever
 its starting agent (a session keeps items, not who held the turn), so ``front`` was asked again about a
 conversation it no longer owned: a paid new turn, and ``back``'s recorded turn (and its uncertain call) never met.
 
-**What the store recorded decides.** A handoff is an item pair in the session: the handoff's ``function_call`` and
-its ``function_call_output``, whose output is the SDK's transfer message ``{"assistant": "<agent name>"}``
-(``Handoff.get_transfer_message``). The SDK saves them at the end of the handoff's turn, before the new agent's first
-model call, so the last such pair names the agent that held the turn when the process died. A crash before they
-were saved leaves the handoff unsaid: the run resumes in the agent that asked for it, whose recorded turn
-(``durable_model``) replays the handoff without paying. The agent is found by name in the graph the app passes
-(``starting_agent`` and the agents its handoffs reach, breadth first, as the SDK's own ``RunState.from_json``
+**What the store recorded decides.** Every run given a ``SafepointSession`` records, durably, the agent that takes
+the turn whenever it changes (``openai-agents-agent``, written from the SDK's ``on_agent_start`` hook, which runs
+before that agent's first model call): so the last record names the agent that held the turn when the process died,
+whatever a handoff's ``input_filter`` kept of the handoff's items. A session written before these records falls back
+to its items: a handoff is an item pair there, the handoff's ``function_call`` and its ``function_call_output``
+holding the SDK's very transfer message ``{"assistant": "<agent name>"}`` (``Handoff.get_transfer_message``). A crash
+before the new agent started leaves the handoff unsaid: the run resumes in the agent that asked for it, whose
+recorded turn (``durable_model``) replays the handoff without paying. The agent is found by name in the graph the app
+passes (``starting_agent`` and the agents its handoffs reach, breadth first, as the SDK's own ``RunState.from_json``
 finds its current agent); a name the graph does not hold is refused in one line (``HandoffAgentMissing``).
+
+Limit: a handoff with an ``input_filter`` (or ``RunConfig(nest_handoff_history=True)``) showed the new agent a
+rewritten history, which the SDK does not keep; resumed, that agent is asked from the session's items, so its
+interrupted turn is asked again (paid) rather than answered from the record. A call of that turn the crash left
+uncertain is still never run again under its id; the model, not told of it, may ask for the same effect anew.
 
 **How ``Runner.run`` is told.** Opening a ``SafepointSession`` installs ``ResumingRunner`` as the SDK's default
 runner, wrapping the runner that was there: it changes nothing but the starting agent, and only for a run given a
 ``SafepointSession`` and the empty input ``[]`` (continue the session); every other run goes to the wrapped runner
-as it came. Rejected: a synthetic handoff replayed by the first agent's model (it writes the handoff's items into the
+as it came, its ``hooks`` wrapped to record the agent (``AgentWatch``: the app's hooks are called as before).
+Rejected: a synthetic handoff replayed by the first agent's model (it writes the handoff's items into the
 session a second time, and the next agent's request no longer matches its recorded turn); a ``RunState`` built from
 the session's items (the SDK's private resume path, with its own persistence rules); a new resume entry apps must
 call instead of ``Runner.run`` (the documented way stays what it is). ``SafepointSession.agent_to_resume(agent)``
@@ -32,7 +40,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import agents.run as sdk_run
-from agents import Agent, Handoff
+from agents import Agent, Handoff, RunHooks
 from agents.run import AgentRunner
 
 from safepoint.errors import ConfigError
@@ -47,6 +55,8 @@ class Resumable(Protocol):
     """What ``ResumingRunner`` asks of a session (``SafepointSession``; named here so nothing imports it back)."""
 
     def agent_to_resume(self, starting_agent: Agent[Any]) -> Agent[Any]: ...
+
+    def record_agent(self, name: str) -> None: ...
 
 
 def handed_to(items: Iterable[Any]) -> str | None:
@@ -115,6 +125,37 @@ def resume_in(starting_agent: Agent[Any], name: str | None, session_id: str) -> 
     )
 
 
+class AgentWatch(RunHooks[Any]):
+    """The app's run hooks (``inner``), and the session told which agent takes the turn before it is asked."""
+
+    def __init__(self, session: Resumable, inner: RunHooks[Any] | None) -> None:
+        self.session = session
+        self.inner = inner if inner is not None else RunHooks()
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        self.session.record_agent(agent.name)  # durable before the agent's first model call
+        await self.inner.on_agent_start(context, agent)
+
+    # Every other hook goes to the app's as it came (the SDK calls each with its own arguments).
+    async def on_llm_start(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_llm_start(*args, **kwargs)
+
+    async def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_llm_end(*args, **kwargs)
+
+    async def on_agent_end(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_agent_end(*args, **kwargs)
+
+    async def on_handoff(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_handoff(*args, **kwargs)
+
+    async def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_tool_start(*args, **kwargs)
+
+    async def on_tool_end(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_tool_end(*args, **kwargs)
+
+
 class ResumingRunner(AgentRunner):
     """The SDK's default runner, wrapped: a run continuing a ``SafepointSession`` (input ``[]``) starts in the agent
     that held the turn (see the module docstring); everything else goes to ``inner`` unchanged."""
@@ -123,20 +164,29 @@ class ResumingRunner(AgentRunner):
         self.inner = inner
 
     @staticmethod
-    def _agent(starting_agent: Agent[Any], input: Any, options: dict[str, Any]) -> Agent[Any]:
+    def _resolved(starting_agent: Agent[Any], input: Any, options: dict[str, Any]) -> Agent[Any]:
+        """The agent to start in; ``options`` get the hooks that record the agent (a session's runs only)."""
         session = options.get("session")
-        if isinstance(input, list) and not input and isinstance(session, Resumable):
+        if not isinstance(session, Resumable):
+            return starting_agent
+        hooks = options.get("hooks")
+        if not isinstance(hooks, AgentWatch):
+            options["hooks"] = AgentWatch(session, hooks)
+        if isinstance(input, list) and not input:
             return session.agent_to_resume(starting_agent)
         return starting_agent
 
     async def run(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
-        return await self.inner.run(self._agent(starting_agent, input, options), input, **options)
+        agent = self._resolved(starting_agent, input, options)
+        return await self.inner.run(agent, input, **options)
 
     def run_sync(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
-        return self.inner.run_sync(self._agent(starting_agent, input, options), input, **options)
+        agent = self._resolved(starting_agent, input, options)
+        return self.inner.run_sync(agent, input, **options)
 
     def run_streamed(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
-        return self.inner.run_streamed(self._agent(starting_agent, input, options), input, **options)
+        agent = self._resolved(starting_agent, input, options)
+        return self.inner.run_streamed(agent, input, **options)
 
 
 def install() -> None:
