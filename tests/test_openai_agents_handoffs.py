@@ -6,6 +6,10 @@ records an outcome, as when the process dies); the resume is a new ``SafepointSe
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,10 @@ from safepoint.integrations.openai_agents_resume import HandoffAgentMissing, han
 from safepoint.integrations.openai_agents_tools import DurableModel, durable_model, durable_tools
 
 set_tracing_disabled(True)
+HERE = Path(__file__).resolve().parent
+CHILD = "import sys; sys.path[:0] = [{src!r}, {here!r}]; import test_openai_agents_handoffs as t; t.{call}"
 OPENED: list[safepoint.Safepoint] = []
+KILL = False  # a child process dies of a real SIGKILL where the others raise Crash
 
 
 class Crash(BaseException):
@@ -55,6 +62,8 @@ def line_tool(notes: Path, die_on: str | None) -> FunctionTool:
         """Append a line to the notes (not idempotent)."""
         with open(notes, "a") as f:
             f.write(text + "\n")
+        if text == die_on and KILL:
+            os.kill(os.getpid(), signal.SIGKILL)  # a real crash: no finally runs, no buffer is flushed
         if text == die_on:
             raise Crash
         return f"appended {text}"
@@ -260,3 +269,38 @@ def test_a_handoff_whose_filter_drops_its_items_still_resumes_in_the_new_agent(t
     assert result.final_output == "checked" and result.last_agent.name == "back"
     assert notes.read_text() == "a\nb\n" and seen[-1] == "start back"
     assert isinstance(front.model, DurableModel) and front.model.paid == 0
+
+
+def killed_in_back(ws: str, notes: str) -> None:
+    """A child process: ``front`` hands off to ``back``, which is SIGKILLed inside ``append_line("b")``."""
+    global KILL
+    KILL = True
+    session = SafepointSession.open(safepoint.open(None, workspace=ws), "killed")
+    team = Team(Path(notes), ["front", "back"], {"front": ["back"]})
+    steps = {"front": [to("back", "h1")], "back": [line("a", "call_a"), line("b", "call_b")]}
+    run(Runner.run(team.build(session, steps, die_on="b"), "write", session=session))
+
+
+def test_a_process_killed_in_the_agent_it_handed_off_to_resumes_there(tmp_path: Path) -> None:
+    """A real SIGKILL inside ``back``'s tool (no ``finally`` runs, no buffer is flushed): the next process waits for
+    a decision on the call, then goes on in ``back`` from its recorded turn; ``front`` is never asked again."""
+    notes = tmp_path / "notes.txt"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    call = f"killed_in_back({str(ws)!r}, {str(notes)!r})"
+    code = CHILD.format(src=str(HERE.parent / "src"), here=str(HERE), call=call)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    assert notes.read_text() == "a\nb\n"
+    sp = opened(tmp_path)
+    with pytest.raises(DecisionNeeded, match=r"append_line\(call_b\)"):
+        SafepointSession.open(sp, "killed")
+    session = SafepointSession.open(sp, "killed", skip=["call_b"])
+    team = Team(notes, ["front", "back"], {"front": ["back"]})
+    agent = team.build(session, {"front": [[assistant_message("front again")]], "back": [[assistant_message("ok")]]})
+    result = run(Runner.run(agent, [], session=session))
+    session.close()
+    assert result.final_output == "ok" and result.last_agent.name == "back"
+    assert notes.read_text() == "a\nb\n" and team.models["front"].paid == 0
+    assert (team.models["back"].replayed, team.models["back"].paid) == (1, 1)
