@@ -35,6 +35,7 @@ gives the same answer to an app that starts runs some other way.
 from __future__ import annotations
 
 import json
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -189,8 +190,13 @@ class ResumingRunner(AgentRunner):
         return self.inner.run_streamed(agent, input, **options)
 
 
+_installing = threading.Lock()  # two sessions opened at once in two threads wrap the runner once
+
+
 def install() -> None:
-    """Make ``ResumingRunner`` the SDK's default runner, around the one installed now (once: idempotent)."""
-    current = sdk_run.get_default_agent_runner()
-    if not isinstance(current, ResumingRunner):
-        sdk_run.set_default_agent_runner(ResumingRunner(current))
+    """Make ``ResumingRunner`` the SDK's default runner, around the one installed now (once: idempotent). An app
+    that installs a runner of its own later keeps this one working only if it wraps the runner it finds."""
+    with _installing:
+        current = sdk_run.get_default_agent_runner()
+        if not isinstance(current, ResumingRunner):
+            sdk_run.set_default_agent_runner(ResumingRunner(current))
