@@ -304,3 +304,60 @@ def test_a_process_killed_in_the_agent_it_handed_off_to_resumes_there(tmp_path: 
     assert result.final_output == "ok" and result.last_agent.name == "back"
     assert notes.read_text() == "a\nb\n" and team.models["front"].paid == 0
     assert (team.models["back"].replayed, team.models["back"].paid) == (1, 1)
+
+
+def test_a_nested_handoff_history_resumes_from_the_turn_in_flight(tmp_path: Path) -> None:
+    """``RunConfig(nest_handoff_history=True)`` shows ``back`` a summary of the history that the SDK does not keep:
+    resumed from the session, ``back`` is asked with other items than when it died. The turn it had in flight (the
+    one asking for ``call_b``) answers all the same, so ``call_b`` meets the ledger (skipped, the model told) rather
+    than a paid new turn in which the model, never told of it, asks for "b" again under a new id."""
+    from agents import RunConfig
+
+    notes = tmp_path / "notes.txt"
+    nested = RunConfig(nest_handoff_history=True)
+    team = Team(notes, ["front", "back"], {"front": ["back"]})
+    steps = {"front": [to("back", "h1")], "back": [line("a", "call_a"), line("b", "call_b")]}
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "team")
+    with pytest.raises(Crash):
+        run(Runner.run(team.build(session, steps, "b"), "write", session=session, run_config=nested))
+    session = SafepointSession.open(opened(tmp_path), "team", takeover=True, skip=["call_b"])
+    again = {"back": [line("b", "call_b_again"), [assistant_message("done")]]}  # what a model not told would do
+    result = run(Runner.run(team.build(session, again), [], session=session, run_config=nested))
+    session.close()
+    assert result.last_agent.name == "back" and team.models["front"].paid == 0
+    assert team.models["back"].replayed == 1  # the turn in flight, not a paid one
+    outputs = [i for i in run(SafepointSession.open(opened(tmp_path), "team").get_items()) if "output" in i]
+    assert any(o.get("call_id") == "call_b" and "NOT run again" in str(o["output"]) for o in outputs)
+
+
+def test_two_alike_agents_run_as_tools_at_once_each_get_their_own_turns(tmp_path: Path) -> None:
+    """Two agents with the same instructions and tools, run as tools in one turn, share a session's record: a turn
+    one of them recorded in this process is never handed to the other (only a turn read back at ``open`` can answer
+    a request it does not match exactly)."""
+    notes = tmp_path / "notes.txt"
+    sp = opened(tmp_path)
+    session = SafepointSession.open(sp, "alike")
+
+    def writer(text: str, call_id: str) -> Agent:
+        steps = [line(text, call_id), [assistant_message(f"wrote {text}")]]
+        return Agent(
+            name="writer",
+            instructions="writes",
+            model=durable_model(session, ScriptedModel(steps)),
+            tools=durable_tools(session, [line_tool(notes, None)]),
+        )
+
+    tools = [writer("x", "call_x").as_tool("write_x", "writes x"), writer("y", "call_y").as_tool("write_y", "writes y")]
+    calls = [
+        function_call("write_x", {"input": "go x"}, call_id="w1"),
+        function_call("write_y", {"input": "go y"}, call_id="w2"),
+    ]
+    boss = Agent(
+        name="boss",
+        model=durable_model(session, ScriptedModel([calls, [assistant_message("both")]])),
+        tools=durable_tools(session, tools),
+    )
+    assert run(Runner.run(boss, "write both", session=session)).final_output == "both"
+    session.close()
+    assert sorted(notes.read_text().split()) == ["x", "y"]

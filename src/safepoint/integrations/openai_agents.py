@@ -237,6 +237,9 @@ class SafepointSession:
         self.session_id = session_id
         self.session_settings = session_settings
         self._folded = _fold(m for m in run.session.lifetime_said() if m.name in NAMES)
+        # The turns a run in flight had recorded when the process that opened this session last stopped: only those
+        # can answer a request that does not match them byte for byte (``turn_in_flight``), each once.
+        self._in_flight = set(self._folded.turns)
         # The live tool calls' handlers and failures, by ledger call id: on the session, not on each
         # ``durable_tools`` wrapping, because the run's registry keeps one ledger tool per name, and a second
         # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
@@ -426,6 +429,35 @@ class SafepointSession:
 
     def recorded_turn(self, key: str) -> str | None:
         return self._folded.turns.get(key)
+
+    def turn_in_flight(self, head: str, held: set[str]) -> str | None:
+        """The latest turn recorded since the items last changed for a request of ``head``, when it asked for tool
+        calls none of which is in ``held`` (the request's call ids): the turn its run was in when it stopped (see
+        ``DurableModel._turn``). Only a turn read from the log when the session was opened, and each once: a turn
+        this process recorded is in flight here, never an answer for another request (two agents alike, run as
+        tools at once). A turn recorded before these heads were (no ``head``) is never taken."""
+        with self._lock:
+            for key, response in reversed(list(self._folded.turns.items())):
+                if key not in self._in_flight:
+                    continue
+                try:
+                    data = json.loads(response)
+                except ValueError:
+                    continue
+                if not isinstance(data, dict) or data.get("head") != head:
+                    continue
+                output = data.get("output")
+                calls = (
+                    [i for i in output if isinstance(i, dict) and i.get("type") == "function_call"]
+                    if isinstance(output, list)
+                    else []
+                )
+                ids = {c.get("call_id") for c in calls}
+                if calls and all(isinstance(i, str) for i in ids) and not ids & held:
+                    self._in_flight.discard(key)
+                    return response
+                return None  # the latest turn of this head went on (or asked for no call): nothing is in flight
+            return None
 
     def record_turn(self, key: str, response: str) -> None:
         self._write(TURN, f"{key} {response}")
