@@ -16,10 +16,9 @@ recorded turn (``durable_model``) replays the handoff without paying. The agent 
 passes (``starting_agent`` and the agents its handoffs reach, breadth first, as the SDK's own ``RunState.from_json``
 finds its current agent); a name the graph does not hold is refused in one line (``HandoffAgentMissing``).
 
-Limit: a handoff with an ``input_filter`` (or ``RunConfig(nest_handoff_history=True)``) showed the new agent a
-rewritten history, which the SDK does not keep; resumed, that agent is asked from the session's items, so its
-interrupted turn is asked again (paid) rather than answered from the record. A call of that turn the crash left
-uncertain is still never run again under its id; the model, not told of it, may ask for the same effect anew.
+A handoff with an ``input_filter`` (or ``RunConfig(nest_handoff_history=True)``) showed the new agent a rewritten
+history, which the SDK does not keep; resumed, that agent is asked from the session's items, and the turn it had in
+flight answers it (``DurableModel._turn``), so a call of that turn the crash left uncertain meets the ledger.
 
 **How ``Runner.run`` is told.** Opening a ``SafepointSession`` installs ``ResumingRunner`` as the SDK's default
 runner, wrapping the runner that was there: it changes nothing but the starting agent, and only for a run given a
