@@ -331,10 +331,14 @@ def test_a_nested_handoff_history_resumes_from_the_turn_in_flight(tmp_path: Path
     assert any(o.get("call_id") == "call_b" and "NOT run again" in str(o["output"]) for o in outputs)
 
 
-def test_two_alike_agents_run_as_tools_at_once_each_get_their_own_turns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("same", [False, True], ids=["other-input", "same-input"])
+def test_two_alike_agents_run_as_tools_at_once_each_get_their_own_turns(tmp_path: Path, same: bool) -> None:
     """Two agents with the same instructions and tools, run as tools in one turn, share a session's record: a turn
-    one of them recorded in this process is never handed to the other (only a turn read back at ``open`` can answer
-    a request it does not match exactly)."""
+    one of them recorded in this process is never handed to the other for another request (only a turn read back at
+    ``open`` can answer a request it does not match exactly). Asked the very same request, the second may be
+    answered from the first's record, as any repeated request is; then its call waits for the first's, still
+    running, and takes its outcome: before, the two ran one ledger call at once and the first lost its handler
+    (``KeyError``), so both tools failed."""
     notes = tmp_path / "notes.txt"
     sp = opened(tmp_path)
     session = SafepointSession.open(sp, "alike")
@@ -349,9 +353,10 @@ def test_two_alike_agents_run_as_tools_at_once_each_get_their_own_turns(tmp_path
         )
 
     tools = [writer("x", "call_x").as_tool("write_x", "writes x"), writer("y", "call_y").as_tool("write_y", "writes y")]
+    inputs = ("go", "go") if same else ("go x", "go y")
     calls = [
-        function_call("write_x", {"input": "go x"}, call_id="w1"),
-        function_call("write_y", {"input": "go y"}, call_id="w2"),
+        function_call("write_x", {"input": inputs[0]}, call_id="w1"),
+        function_call("write_y", {"input": inputs[1]}, call_id="w2"),
     ]
     boss = Agent(
         name="boss",
@@ -359,5 +364,12 @@ def test_two_alike_agents_run_as_tools_at_once_each_get_their_own_turns(tmp_path
         tools=durable_tools(session, tools),
     )
     assert run(Runner.run(boss, "write both", session=session)).final_output == "both"
+    outputs = {i["call_id"]: i["output"] for i in run(session.get_items()) if i.get("type") == "function_call_output"}
+    ledger = {e.call_id: e.status for e in sp.ledger(session.run.run_id)}
     session.close()
-    assert sorted(notes.read_text().split()) == ["x", "y"]
+    assert set(ledger.values()) == {"succeeded"}
+    if same:  # answered from one record or asked twice, as the two requests met: each ledgered append ran once
+        assert set(outputs) == {"w1", "w2"} and set(outputs.values()) <= {"wrote x", "wrote y"}
+        assert sorted(notes.read_text().split()) == sorted(c.removeprefix("call_") for c in ledger if "_" in c)
+    else:
+        assert outputs == {"w1": "wrote x", "w2": "wrote y"} and sorted(notes.read_text().split()) == ["x", "y"]

@@ -62,6 +62,7 @@ from agents.memory.session_settings import SessionSettings
 from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError, SafepointError
 from safepoint.integrations import openai_agents_resume
+from safepoint.integrations.flights import Flights
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -245,6 +246,7 @@ class SafepointSession:
         # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
         self.failures: dict[str, Exception] = {}
+        self.flights = Flights()  # a ledger call id running now: the same call made again waits for it
         # One writer at a time: a web server shares a session between worker threads (the SDK's SQLiteSession
         # locks too), and the run's one log writer must see each record and its commit together (two threads
         # interleaving them was refused as a foreign writer, or left a hole that lost acknowledged items).

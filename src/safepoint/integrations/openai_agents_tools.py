@@ -216,16 +216,20 @@ class _Ledgered:
                 if problem is not None:
                     return NOT_APPROVED.format(tool=name, call_id=call_id, why=problem)
             self.register(name, policy)
-            self.handlers[call_id] = lambda: inner(ctx, args_json)
-            try:
-                result = await run.acall_result(name, args, call_id=call_id)
-            except DecisionNeeded as exc:
-                raise ToolDecisionNeeded(str(exc)) from exc
-            except SafepointError as exc:
-                raise SafepointToolError(exc) from exc
-            finally:
-                self.handlers.pop(call_id, None)
-            failure = self.failures.pop(call_id, None)
+            # The same call still running in this process (two alike agents run as tools at once, asked the same
+            # and answered from one record) is waited for and its outcome taken: its handler is never overwritten
+            # and dropped under it (rejected: running both, which lost the first one's handler mid-call).
+            async with self.session.flights.ahold(call_id):
+                self.handlers[call_id] = lambda: inner(ctx, args_json)
+                try:
+                    result = await run.acall_result(name, args, call_id=call_id)
+                except DecisionNeeded as exc:
+                    raise ToolDecisionNeeded(str(exc)) from exc
+                except SafepointError as exc:
+                    raise SafepointToolError(exc) from exc
+                finally:
+                    self.handlers.pop(call_id, None)
+                failure = self.failures.pop(call_id, None)
             if result.status == "succeeded":
                 return result.value
             if failure is not None:
