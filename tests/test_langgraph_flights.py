@@ -167,3 +167,31 @@ def test_a_call_cancelled_while_its_tool_runs_leaves_the_ledger_saying_so(tmp_pa
         assert asyncio.run(go()) == "ok"
         statuses = {e.call_id: e.status for e in runs.open("t").session.ledger.values()}
     assert statuses == {"lg-send-x-1": "uncertain", "lg-send-x-2": "succeeded"}
+
+
+def test_a_flight_whose_event_loop_was_closed_is_not_waited_for() -> None:
+    """An app drives a graph with ``loop.run_until_complete`` and closes the loop with a call still pending: its task
+    never ends, so nothing gives its key up. The same call made later on another loop goes on (and meets the
+    ledger's ``started``) instead of waiting for ever."""
+    flights = Flights()
+    forever = threading.Event()
+
+    async def stuck() -> None:
+        async with flights.ahold("k"):
+            await asyncio.to_thread(forever.wait)  # pending when its loop is closed
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(stuck())
+    loop.run_until_complete(asyncio.sleep(0.05))  # the task holds the key now
+    loop.close()  # the task is left pending: its `finally` never runs
+    assert not task.done()
+
+    async def again() -> str:
+        async with flights.ahold("k"):
+            return "went on"
+
+    try:
+        assert asyncio.run(asyncio.wait_for(again(), 30)) == "went on"
+    finally:
+        forever.set()
+        task.get_coro().close()  # what the garbage collector would do: its `finally` gives up nothing now

@@ -11,6 +11,9 @@ ledger (rejected: deciding from ``started`` alone, which cannot tell a live call
 the orphan, which leaves a tool that may have acted half done).
 
 A wait for a flight of the same thread (sync) or task (async) would wait for itself: refused in one line instead.
+A flight whose task can never end (its event loop was closed with the task pending, so its ``finally`` never ran) is
+not waited for: the call goes on and meets the ledger's ``started``, which is then what it looks like, a call whose
+outcome was lost.
 """
 
 from __future__ import annotations
@@ -37,39 +40,62 @@ class Flights:
         self._lock = threading.Lock()
         self._flying: dict[Hashable, _Flight] = {}
 
-    def _enter(self, key: Hashable, owner: object) -> _Flight | None:
-        """Take the key (None), or the flight that holds it."""
+    def _enter(self, key: Hashable, owner: object) -> tuple[_Flight | None, _Flight | None]:
+        """``(the flight taken, None)``, or ``(None, the flight that holds the key)``."""
         with self._lock:
             flight = self._flying.get(key)
             if flight is None:
-                self._flying[key] = _Flight(owner)
-                return None
+                taken = self._flying[key] = _Flight(owner)
+                return taken, None
             if flight.owner is owner or flight.owner == owner:
                 raise ConfigError(f"call {key!r} was made again from inside itself; give each call its own place")
-            return flight
+            return None, flight
 
-    def _leave(self, key: Hashable) -> None:
+    def _leave(self, key: Hashable, flight: _Flight) -> None:
+        """``flight`` gives the key up (its holder, or a waiter for a flight that can never end)."""
         with self._lock:
-            flight = self._flying.pop(key)
+            if self._flying.get(key) is flight:
+                del self._flying[key]
         flight.done.set()
+
+    @staticmethod
+    def _dead(flight: _Flight) -> bool:
+        """Whether the flight's task can never end: its loop is closed and the task never finished."""
+        owner = flight.owner
+        return isinstance(owner, asyncio.Task) and not owner.done() and owner.get_loop().is_closed()
 
     @contextlib.contextmanager
     def hold(self, key: Hashable) -> Iterator[None]:
         owner = threading.get_ident()
-        while (flight := self._enter(key, owner)) is not None:
-            flight.done.wait()
+        while True:
+            taken, flight = self._enter(key, owner)
+            if taken is not None:
+                break
+            assert flight is not None
+            while not flight.done.wait(0.5):
+                if self._dead(flight):
+                    self._leave(key, flight)
+                    break
         try:
             yield
         finally:
-            self._leave(key)
+            self._leave(key, taken)
 
     @contextlib.asynccontextmanager
     async def ahold(self, key: Hashable) -> AsyncIterator[None]:
         owner = asyncio.current_task()
-        while (flight := self._enter(key, owner)) is not None:
-            # On a worker thread: the flight may be a task of this loop (it must go on meanwhile) or a thread.
-            await asyncio.to_thread(flight.done.wait)
+        while True:
+            taken, flight = self._enter(key, owner)
+            if taken is not None:
+                break
+            assert flight is not None
+            # On a worker thread: the flight may be a task of this loop (it must go on meanwhile) or a thread. Woken
+            # now and then to see whether the flight can still end (rejected: waiting for ever on a dead loop's task).
+            while not await asyncio.to_thread(flight.done.wait, 0.5):
+                if self._dead(flight):
+                    self._leave(key, flight)
+                    break
         try:
             yield
         finally:
-            self._leave(key)
+            self._leave(key, taken)
