@@ -366,14 +366,20 @@ class ToolRuns:
         policy: DurableCall,
         handler: Callable[[], Any],
         is_async: bool,
-    ) -> tuple[Run, str]:
-        """Under the lock: the thread's ledger open, the tool registered, the link chosen, its handler set."""
-        with self.lock:
+        wait: bool = True,
+    ) -> tuple[Run, str] | None:
+        """Under the lock: the thread's ledger open, the tool registered, the link chosen, its handler set. None
+        when ``wait`` is false and the lock is taken."""
+        if not self.lock.acquire(blocking=wait):
+            return None
+        try:
             run = self.run_for(thread_id, where, policy)
             self.register(run, name, policy, is_async=is_async)
             link = self._link(run, call_id)
             self._handlers[link] = handler
             return run, link
+        finally:
+            self.lock.release()
 
     def call(
         self,
@@ -392,7 +398,9 @@ class ToolRuns:
         ever; and driving ``CallRunner.drive`` here, outside the engine's bookkeeping). The same call still in
         flight in this process is waited for first (``Flights``)."""
         with self.flights.hold((thread_id, call_id)):
-            run, link = self._begin(thread_id, call_id, where, name, args, policy, handler, False)
+            begun = self._begin(thread_id, call_id, where, name, args, policy, handler, False)
+            assert begun is not None  # waited for the lock
+            run, link = begun
             try:
                 result = run.call_result(name, args, call_id=link)
             except ResumeError as exc:
@@ -415,10 +423,17 @@ class ToolRuns:
         mid-call leaves the ledger saying what happened, never a finished call ``started``)."""
         async with self.flights.ahold((thread_id, call_id)):
             begin = functools.partial(self._begin, thread_id, call_id, where, name, args, policy, handler, True)
-            (run, link), cancelled = await through(asyncio.to_thread(begin))  # opening a ledger reads the store
-            if cancelled:
-                self._handlers.pop(link, None)
-                raise asyncio.CancelledError
+            # On the loop when the thread's ledger is open and the lock free (in memory only); else on a worker
+            # thread, which opening a ledger (a store read) or waiting for the lock needs.
+            begun = begin(wait=False) if thread_id in self._runs else None
+            if begun is None:
+                begun, cancelled = await through(asyncio.to_thread(begin))
+                if cancelled:
+                    assert begun is not None
+                    self._handlers.pop(begun[1], None)
+                    raise asyncio.CancelledError
+            assert begun is not None  # waited for the lock
+            run, link = begun
             try:
                 result = await run.acall_result(name, args, call_id=link)
             except ResumeError as exc:
