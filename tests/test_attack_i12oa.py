@@ -348,7 +348,6 @@ def crash_then_reopen(tmp_path: Path, build: Any, prompt: str = "write", **open_
     return SafepointSession.open(opened(tmp_path), "crash", takeover=True, **open_options)
 
 
-@pytest.mark.xfail(strict=True, reason="a run that died after a handoff resumes in the first agent: paid again, lost")
 def test_a_run_killed_after_a_handoff_resumes_where_it_died(tmp_path: Path) -> None:
     """``front`` hands off to ``back``, which dies inside ``append_line("b")``. Resumed as the module docstring says
     (``Runner.run(agent, [], session=session)`` with the agent the app starts with), the run does not continue in

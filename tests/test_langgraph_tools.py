@@ -274,11 +274,6 @@ def test_deleting_a_thread_removes_its_checkpoints_and_its_ledger_from_the_store
     assert calls == ["check-0", "check-0", "check-0"]
 
 
-@pytest.mark.xfail(
-    strict=False,  # a race: passes alone, fails now and then under a loaded 2-core run (seen twice in full runs)
-    reason="the async ToolNode path sometimes leaves a finished parallel call 'started' (no outcome recorded), so "
-    "the re-run refuses it as uncertain: the adapter drives the engine's call driver itself, outside its bookkeeping",
-)
 def test_a_tool_node_run_again_on_the_async_path_takes_finished_calls_from_the_ledger(tmp_path: Path) -> None:
     sent: list[str] = []
 

@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
+from safepoint.engine.offloop import through
 from safepoint.errors import ConfigError, DecisionNeeded, ResumeError, ToolFailure
+from safepoint.integrations.flights import Flights
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel, RunInfo
 
 if TYPE_CHECKING:
@@ -101,6 +103,7 @@ class ToolRuns:
         # reused while it is here (rejected: a weak reference, which LangGraph's slotted dataclass refuses).
         self._attempts: dict[int, tuple[object, list[int]]] = {}
         self._order_lock = threading.Lock()  # calls of one task may come from several threads
+        self.flights = Flights()  # a call made again while its first run is still in flight waits for it
         self._sweep_at = 256
 
     def open(self, thread_id: str, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> Run:
@@ -353,6 +356,31 @@ class ToolRuns:
             "or a resume runs it again): compute them from the state, not from the clock, randomness or a count"
         )
 
+    def _begin(
+        self,
+        thread_id: str,
+        call_id: str,
+        where: str,
+        name: str,
+        args: dict[str, Any],
+        policy: DurableCall,
+        handler: Callable[[], Any],
+        is_async: bool,
+        wait: bool = True,
+    ) -> tuple[Run, str] | None:
+        """Under the lock: the thread's ledger open, the tool registered, the link chosen, its handler set. None
+        when ``wait`` is false and the lock is taken."""
+        if not self.lock.acquire(blocking=wait):
+            return None
+        try:
+            run = self.run_for(thread_id, where, policy)
+            self.register(run, name, policy, is_async=is_async)
+            link = self._link(run, call_id)
+            self._handlers[link] = handler
+            return run, link
+        finally:
+            self.lock.release()
+
     def call(
         self,
         thread_id: str,
@@ -363,43 +391,23 @@ class ToolRuns:
         policy: DurableCall,
         handler: Callable[[], Any],
     ) -> Any:
-        """One call. The lock is held around the ledger's records only, never while the tool runs: a durable tool
-        may call another, and parallel ``Send`` branches and a ``ToolNode``'s calls run at once (rejected: the lock
-        around the whole call, under which a nested call waited on itself for ever)."""
-        from safepoint.engine.call_runner import AwaitApproval, run_tool_sync
-
-        with self.lock:
-            run = self.run_for(thread_id, where, policy)
-            self.register(run, name, policy, is_async=False)
-            link = self._link(run, call_id)
-            self._handlers[link] = handler
-            runner = run.session.runner
-            call = run._call(name, args, link)
-            driver = runner.drive(call, f"step_{run.session.step}")
-        try:
-            with self.lock:
-                done, request = self._next(driver, None, thread_id, name)
-            while not done:
-                if isinstance(request, AwaitApproval):
-                    answer: Any = runner._wait(request)
-                else:
-                    answer = run_tool_sync(request)
-                with self.lock:
-                    done, request = self._next(driver, answer, thread_id, name)
-            return self.outcome(link, request)
-        finally:
-            self._handlers.pop(link, None)
-
-    def _next(self, driver: Any, answer: Any, thread_id: str, name: str) -> tuple[bool, Any]:
-        """The engine's call driver (``CallRunner.drive``) one step on, under the lock: ``(True, its CallResult)``
-        when the call is decided, else ``(False, what it asks for)``: the tool to run, or an approval to wait for.
-        (Driven here rather than by ``Run.call_result``, which would run the tool inside the lock.)"""
-        try:
-            return False, (next(driver) if answer is None else driver.send(answer))
-        except StopIteration as finished:
-            return True, finished.value
-        except ResumeError as exc:
-            raise self._refused(thread_id, name, exc) from None
+        """One call, through the engine's entry for one ledgered call (``Run.call_result``: its pieces under the
+        run's bookkeeping lock, the tool outside it). The saver's lock is held while the call is set up only, never
+        while it runs: a durable tool may call another, and parallel ``Send`` branches and a ``ToolNode``'s calls
+        run at once (rejected: the lock around the whole call, under which a nested call waited on itself for
+        ever; and driving ``CallRunner.drive`` here, outside the engine's bookkeeping). The same call still in
+        flight in this process is waited for first (``Flights``)."""
+        with self.flights.hold((thread_id, call_id)):
+            begun = self._begin(thread_id, call_id, where, name, args, policy, handler, False)
+            assert begun is not None  # waited for the lock
+            run, link = begun
+            try:
+                result = run.call_result(name, args, call_id=link)
+            except ResumeError as exc:
+                raise self._refused(thread_id, name, exc) from None
+            finally:
+                self._handlers.pop(link, None)
+            return self.outcome(link, result)
 
     async def acall(
         self,
@@ -411,34 +419,28 @@ class ToolRuns:
         policy: DurableCall,
         handler: Callable[[], Any],
     ) -> Any:
-        from safepoint.engine.call_runner import AwaitApproval, run_tool_async
-
-        async def locked(step: Callable[[], Any]) -> Any:
-            await asyncio.to_thread(self.lock.acquire)
+        """``call`` for asyncio (``Run.acall_result``'s path: the bookkeeping off the loop, and a task cancelled
+        mid-call leaves the ledger saying what happened, never a finished call ``started``)."""
+        async with self.flights.ahold((thread_id, call_id)):
+            begin = functools.partial(self._begin, thread_id, call_id, where, name, args, policy, handler, True)
+            # On the loop when the thread's ledger is open and the lock free (in memory only); else on a worker
+            # thread, which opening a ledger (a store read) or waiting for the lock needs.
+            begun = begin(wait=False) if thread_id in self._runs else None
+            if begun is None:
+                begun, cancelled = await through(asyncio.to_thread(begin))
+                if cancelled:
+                    assert begun is not None
+                    self._handlers.pop(begun[1], None)
+                    raise asyncio.CancelledError
+            assert begun is not None  # waited for the lock
+            run, link = begun
             try:
-                return step()
+                result = await run.acall_result(name, args, call_id=link)
+            except ResumeError as exc:
+                raise self._refused(thread_id, name, exc) from None
             finally:
-                self.lock.release()
-
-        def begin() -> tuple[Run, str, Any]:
-            run = self.run_for(thread_id, where, policy)
-            self.register(run, name, policy, is_async=True)
-            link = self._link(run, call_id)
-            self._handlers[link] = handler
-            return run, link, run.session.runner.drive(run._call(name, args, link), f"step_{run.session.step}")
-
-        run, link, driver = await locked(begin)
-        try:
-            done, request = await locked(lambda: self._next(driver, None, thread_id, name))
-            while not done:
-                if isinstance(request, AwaitApproval):
-                    answer: Any = await asyncio.to_thread(run.session.runner._wait, request)
-                else:
-                    answer = await run_tool_async(request)
-                done, request = await locked(functools.partial(self._next, driver, answer, thread_id, name))
-            return self.outcome(link, request)
-        finally:
-            self._handlers.pop(link, None)
+                self._handlers.pop(link, None)
+            return self.outcome(link, result)
 
 
 def _asked(status: str, error: str | None) -> bool:

@@ -40,7 +40,8 @@ race the ledger's records on the same log writer).
 Tools and model turns: ``safepoint.integrations.openai_agents_tools``. Resuming a run that a crash stopped:
 ``SafepointSession.open`` (with ``skip``/``replay`` when a call waits for a decision), then
 ``Runner.run(agent, [], session=session)``: the session holds the input and every turn the SDK saved, so the model
-is asked exactly what it was asked when the process died, and ``durable_model`` answers from the record.
+is asked exactly what it was asked when the process died, and ``durable_model`` answers from the record. A run that
+died after a handoff goes on in the agent the handoff reached (``openai_agents_resume``), not in ``agent``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError, SafepointError
+from safepoint.integrations import openai_agents_resume
+from safepoint.integrations.flights import Flights
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -92,7 +95,8 @@ STATE = "openai-agents-state"  # a saved RunState ("" once the run it held went 
 ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was asked to approve, as shown
 USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
 REJECTED = "openai-agents-rejected"  # "<call id>": a person rejected the call; no later approval runs it
-NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED)
+AGENT = "openai-agents-agent"  # "<agent name>": the agent that takes the turn from here (openai_agents_resume)
+NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED, AGENT)
 
 SESSION_ITEMS = "safepoint_session_items"  # a saved RunState's input, kept as a reference to the session's items
 
@@ -158,6 +162,7 @@ class _Folded:
     rejected: set[str] = field(default_factory=set)  # ledger call ids a person rejected
     calls: dict[str, str] = field(default_factory=dict)  # the SDK's call id -> ledger call id of its latest turn
     assigned: set[str] = field(default_factory=set)  # every ledger call id a recorded turn was given
+    agent: str | None = None  # the agent that took the turn last (None: not recorded, a session from before)
 
     def bind_calls(self, response: str) -> None:
         """Give each tool call of a recorded turn its ledger call id: the SDK's id the first time it is seen, then
@@ -210,6 +215,8 @@ def _fold(messages: Iterable[Message]) -> _Folded:
             (folded.asked if name == ASKED else folded.used).setdefault(call_id, digest)
         elif name == REJECTED:
             folded.rejected.add(message.content)
+        elif name == AGENT:
+            folded.agent = message.content
     return folded
 
 
@@ -231,15 +238,20 @@ class SafepointSession:
         self.session_id = session_id
         self.session_settings = session_settings
         self._folded = _fold(m for m in run.session.lifetime_said() if m.name in NAMES)
+        # The turns a run in flight had recorded when the process that opened this session last stopped: only those
+        # can answer a request that does not match them byte for byte (``turn_in_flight``), each once.
+        self._in_flight = set(self._folded.turns)
         # The live tool calls' handlers and failures, by ledger call id: on the session, not on each
         # ``durable_tools`` wrapping, because the run's registry keeps one ledger tool per name, and a second
         # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
         self.failures: dict[str, Exception] = {}
+        self.flights = Flights()  # a ledger call id running now: the same call made again waits for it
         # One writer at a time: a web server shares a session between worker threads (the SDK's SQLiteSession
         # locks too), and the run's one log writer must see each record and its commit together (two threads
         # interleaving them was refused as a foreign writer, or left a hole that lost acknowledged items).
         self._lock = threading.RLock()
+        openai_agents_resume.install()  # Runner.run(agent, [], session=self) continues in the agent that held the turn
 
     @classmethod
     def open(
@@ -390,6 +402,24 @@ class SafepointSession:
         state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
         return state
 
+    def agent_to_resume(self, starting_agent: Agent[Any]) -> Agent[Any]:
+        """The agent a run continuing this session (``Runner.run(starting_agent, [], session=self)``) goes on in:
+        the one recorded last as taking the turn (or, in a session from before those records, the one its last
+        handoff's items name), found in ``starting_agent``'s graph (see ``safepoint.integrations.
+        openai_agents_resume``); ``HandoffAgentMissing`` when the graph does not hold it."""
+        with self._lock:
+            name = self._folded.agent
+            if name is None:
+                name = openai_agents_resume.handed_to(self._folded.items)
+        return openai_agents_resume.resume_in(starting_agent, name, self.session_id)
+
+    def record_agent(self, name: str) -> None:
+        """``name`` takes the turn: durable (before its first model call) when it is not the one recorded last."""
+        with self._lock:
+            if name != self._folded.agent:
+                self._write(AGENT, name)
+                self._folded.agent = name
+
     @property
     def has_state(self) -> bool:
         return bool(self._folded.state)
@@ -401,6 +431,35 @@ class SafepointSession:
 
     def recorded_turn(self, key: str) -> str | None:
         return self._folded.turns.get(key)
+
+    def turn_in_flight(self, head: str, held: set[str]) -> str | None:
+        """The latest turn recorded since the items last changed for a request of ``head``, when it asked for tool
+        calls none of which is in ``held`` (the request's call ids): the turn its run was in when it stopped (see
+        ``DurableModel._turn``). Only a turn read from the log when the session was opened, and each once: a turn
+        this process recorded is in flight here, never an answer for another request (two agents alike, run as
+        tools at once). A turn recorded before these heads were (no ``head``) is never taken."""
+        with self._lock:
+            for key, response in reversed(list(self._folded.turns.items())):
+                if key not in self._in_flight:
+                    continue
+                try:
+                    data = json.loads(response)
+                except ValueError:
+                    continue
+                if not isinstance(data, dict) or data.get("head") != head:
+                    continue
+                output = data.get("output")
+                calls = (
+                    [i for i in output if isinstance(i, dict) and i.get("type") == "function_call"]
+                    if isinstance(output, list)
+                    else []
+                )
+                ids = {c.get("call_id") for c in calls}
+                if calls and all(isinstance(i, str) for i in ids) and not ids & held:
+                    self._in_flight.discard(key)
+                    return response
+                return None  # the latest turn of this head went on (or asked for no call): nothing is in flight
+            return None
 
     def record_turn(self, key: str, response: str) -> None:
         self._write(TURN, f"{key} {response}")

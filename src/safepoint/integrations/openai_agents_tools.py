@@ -216,16 +216,20 @@ class _Ledgered:
                 if problem is not None:
                     return NOT_APPROVED.format(tool=name, call_id=call_id, why=problem)
             self.register(name, policy)
-            self.handlers[call_id] = lambda: inner(ctx, args_json)
-            try:
-                result = await run.acall_result(name, args, call_id=call_id)
-            except DecisionNeeded as exc:
-                raise ToolDecisionNeeded(str(exc)) from exc
-            except SafepointError as exc:
-                raise SafepointToolError(exc) from exc
-            finally:
-                self.handlers.pop(call_id, None)
-            failure = self.failures.pop(call_id, None)
+            # The same call still running in this process (two alike agents run as tools at once, asked the same
+            # and answered from one record) is waited for and its outcome taken: its handler is never overwritten
+            # and dropped under it (rejected: running both, which lost the first one's handler mid-call).
+            async with self.session.flights.ahold(call_id):
+                self.handlers[call_id] = lambda: inner(ctx, args_json)
+                try:
+                    result = await run.acall_result(name, args, call_id=call_id)
+                except DecisionNeeded as exc:
+                    raise ToolDecisionNeeded(str(exc)) from exc
+                except SafepointError as exc:
+                    raise SafepointToolError(exc) from exc
+                finally:
+                    self.handlers.pop(call_id, None)
+                failure = self.failures.pop(call_id, None)
             if result.status == "succeeded":
                 return result.value
             if failure is not None:
@@ -323,8 +327,7 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> ModelResponse:
-        key = self.key(system_instructions, input, tools, previous_response_id, conversation_id)
-        recorded = self.session.recorded_turn(key)
+        key, head, recorded = self._turn(system_instructions, input, tools, previous_response_id, conversation_id)
         if recorded is not None:
             self.replayed += 1
             data = json.loads(recorded)
@@ -346,11 +349,35 @@ class DurableModel(Model):
             prompt=prompt,
         )
         self.paid += 1
-        self._record(key, list(response.output), response.response_id)
+        self._record(key, head, list(response.output), response.response_id)
         return response
 
-    def _record(self, key: str, output: list[Any], response_id: str | None) -> None:
-        data = {"output": _OUTPUT.dump_python(output, mode="json", exclude_unset=True), "response_id": response_id}
+    def _turn(
+        self, system_instructions: str | None, input: Any, tools: Any, *threads: str | None
+    ) -> tuple[str, str, str | None]:
+        """The request's key, its head's digest (who asks: instructions, tools, thread) and the recorded answer:
+        the turn recorded for this very request, else the turn this agent had in flight when its run stopped.
+
+        The second is for a request the record cannot match byte for byte: a handoff's ``input_filter`` (or
+        ``nest_handoff_history``) showed the agent a history the SDK does not keep, so resumed from the session it
+        is asked with other items. The turn in flight is the latest turn of the same head recorded since the
+        session's items last changed (the SDK saves a turn's items after its tools ran, so such a turn never got
+        that far) whose tool calls the request does not hold yet: answered from it, its calls meet the ledger
+        (rejected: asking the model again, which never hears of the call the crash left uncertain and may ask for
+        the same effect under a new id)."""
+        key = self.key(system_instructions, input, tools, *threads)
+        head = self._redacted_digest([system_instructions, sorted(getattr(t, "name", "") for t in tools), *threads])
+        recorded = self.session.recorded_turn(key)
+        if recorded is None:
+            recorded = self.session.turn_in_flight(head, _call_ids(input))
+        return key, head, recorded
+
+    def _record(self, key: str, head: str, output: list[Any], response_id: str | None) -> None:
+        data = {
+            "output": _OUTPUT.dump_python(output, mode="json", exclude_unset=True),
+            "response_id": response_id,
+            "head": head,
+        }
         self.session.record_turn(key, canonical(data))  # durable before any of its tool calls runs
 
     async def stream_response(
@@ -370,8 +397,7 @@ class DurableModel(Model):
         """Streamed as the wrapped model streams; recorded from its ``response.completed`` event before that event
         is passed on (the SDK runs the turn's tools after it). A recorded turn is replayed as that one event: the
         SDK builds the turn from it, as it does for a live stream."""
-        key = self.key(system_instructions, input, tools, previous_response_id, conversation_id)
-        recorded = self.session.recorded_turn(key)
+        key, head, recorded = self._turn(system_instructions, input, tools, previous_response_id, conversation_id)
         if recorded is not None:
             self.replayed += 1
             data = json.loads(recorded)
@@ -403,13 +429,23 @@ class DurableModel(Model):
             prompt=prompt,
         ):
             if isinstance(event, ResponseCompletedEvent):
-                self._record(key, list(event.response.output), event.response.id)
+                self._record(key, head, list(event.response.output), event.response.id)
             yield event
 
     async def close(self) -> None:
         closer = getattr(self.model, "close", None)
         if callable(closer):
             await closer()
+
+
+def _call_ids(input: Any) -> set[str]:
+    """The call ids the request's items hold (a call or its output)."""
+    ids: set[str] = set()
+    for item in input if isinstance(input, list) else []:
+        call_id = item.get("call_id") if isinstance(item, dict) else getattr(item, "call_id", None)
+        if isinstance(call_id, str):
+            ids.add(call_id)
+    return ids
 
 
 def durable_model(session: SafepointSession, model: Model) -> DurableModel:

@@ -1,0 +1,201 @@
+"""Which agent a resumed OpenAI Agents SDK run continues in (extra ``openai-agents``).
+
+A run that handed off (``front`` -> ``back``) and died in ``back`` is resumed the documented way, with the agent the
+app starts with: ``Runner.run(front, [], session=session)``. The SDK starts every run that is not a ``RunState`` at
+its starting agent (a session keeps items, not who held the turn), so ``front`` was asked again about a
+conversation it no longer owned: a paid new turn, and ``back``'s recorded turn (and its uncertain call) never met.
+
+**What the store recorded decides.** Every run given a ``SafepointSession`` records, durably, the agent that takes
+the turn whenever it changes (``openai-agents-agent``, written from the SDK's ``on_agent_start`` hook, which runs
+before that agent's first model call): so the last record names the agent that held the turn when the process died,
+whatever a handoff's ``input_filter`` kept of the handoff's items. A session written before these records falls back
+to its items: a handoff is an item pair there, the handoff's ``function_call`` and its ``function_call_output``
+holding the SDK's very transfer message ``{"assistant": "<agent name>"}`` (``Handoff.get_transfer_message``). A crash
+before the new agent started leaves the handoff unsaid: the run resumes in the agent that asked for it, whose
+recorded turn (``durable_model``) replays the handoff without paying. The agent is found by name in the graph the app
+passes (``starting_agent`` and the agents its handoffs reach, breadth first, as the SDK's own ``RunState.from_json``
+finds its current agent); a name the graph does not hold is refused in one line (``HandoffAgentMissing``).
+
+A handoff with an ``input_filter`` (or ``RunConfig(nest_handoff_history=True)``) showed the new agent a rewritten
+history, which the SDK does not keep; resumed, that agent is asked from the session's items, and the turn it had in
+flight answers it (``DurableModel._turn``), so a call of that turn the crash left uncertain meets the ledger.
+
+**How ``Runner.run`` is told.** Opening a ``SafepointSession`` installs ``ResumingRunner`` as the SDK's default
+runner, wrapping the runner that was there: it changes nothing but the starting agent, and only for a run given a
+``SafepointSession`` and the empty input ``[]`` (continue the session); every other run goes to the wrapped runner
+as it came, its ``hooks`` wrapped to record the agent (``AgentWatch``: the app's hooks are called as before).
+Rejected: a synthetic handoff replayed by the first agent's model (it writes the handoff's items into the
+session a second time, and the next agent's request no longer matches its recorded turn); a ``RunState`` built from
+the session's items (the SDK's private resume path, with its own persistence rules); a new resume entry apps must
+call instead of ``Runner.run`` (the documented way stays what it is). ``SafepointSession.agent_to_resume(agent)``
+gives the same answer to an app that starts runs some other way.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
+
+import agents.run as sdk_run
+from agents import Agent, Handoff, RunHooks
+from agents.run import AgentRunner
+
+from safepoint.errors import ConfigError
+
+
+class HandoffAgentMissing(ConfigError):
+    """The session's run was handed off to an agent the graph given to ``Runner.run`` does not reach."""
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """What ``ResumingRunner`` asks of a session (``SafepointSession``; named here so nothing imports it back)."""
+
+    def agent_to_resume(self, starting_agent: Agent[Any]) -> Agent[Any]: ...
+
+    def record_agent(self, name: str) -> None: ...
+
+
+def handed_to(items: Iterable[Any]) -> str | None:
+    """The agent the last handoff in ``items`` handed the turn to, or None when none did: a ``function_call_output``
+    holding exactly the SDK's transfer message, for a ``function_call`` of the same call id among the items before it
+    (a tool's output that merely looks like one, with no such call, is not a handoff)."""
+    calls: set[str] = set()
+    last: str | None = None
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind, call_id = item.get("type"), item.get("call_id")
+        if not isinstance(call_id, str):
+            continue
+        if kind == "function_call":
+            calls.add(call_id)
+        elif kind == "function_call_output" and call_id in calls:
+            name = _transfer_target(item.get("output"))
+            if name is not None:
+                last = name
+    return last
+
+
+def _transfer_target(output: Any) -> str | None:
+    if not isinstance(output, str) or not output.startswith('{"assistant"'):
+        return None
+    try:
+        value = json.loads(output)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or set(value) != {"assistant"} or not isinstance(value["assistant"], str):
+        return None
+    name: str = value["assistant"]
+    return name if output == json.dumps({"assistant": name}) else None  # the SDK's very text, nothing like it
+
+
+def agent_graph(starting_agent: Agent[Any]) -> Iterator[Agent[Any]]:
+    """``starting_agent`` and every agent its handoffs reach, breadth first, each once."""
+    queue: deque[Agent[Any]] = deque([starting_agent])
+    seen: set[int] = set()
+    while queue:
+        agent = queue.popleft()
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        yield agent
+        for handoff in agent.handoffs:
+            target: Any = handoff
+            if isinstance(handoff, Handoff):
+                ref = getattr(handoff, "_agent_ref", None)  # the SDK keeps the target weakly (handoff())
+                target = ref() if callable(ref) else None
+            if isinstance(target, Agent):
+                queue.append(target)
+
+
+def resume_in(starting_agent: Agent[Any], name: str | None, session_id: str) -> Agent[Any]:
+    """The agent named ``name`` in ``starting_agent``'s graph (``starting_agent`` itself when ``name`` is None)."""
+    if name is None or name == starting_agent.name:
+        return starting_agent
+    for agent in agent_graph(starting_agent):
+        if agent.name == name:
+            return agent
+    raise HandoffAgentMissing(
+        f"session {session_id!r}: its run was handed off to agent {name!r}, which agent {starting_agent.name!r} "
+        "does not reach through its handoffs; resume with the agents the run was built with"
+    )
+
+
+class AgentWatch(RunHooks[Any]):
+    """The app's run hooks (``inner``), and the session told which agent takes the turn before it is asked."""
+
+    def __init__(self, session: Resumable, inner: RunHooks[Any] | None) -> None:
+        self.session = session
+        self.inner = inner if inner is not None else RunHooks()
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        self.session.record_agent(agent.name)  # durable before the agent's first model call
+        await self.inner.on_agent_start(context, agent)
+
+    # Every other hook goes to the app's as it came (the SDK calls each with its own arguments).
+    async def on_llm_start(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_llm_start(*args, **kwargs)
+
+    async def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_llm_end(*args, **kwargs)
+
+    async def on_agent_end(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_agent_end(*args, **kwargs)
+
+    async def on_handoff(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_handoff(*args, **kwargs)
+
+    async def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_tool_start(*args, **kwargs)
+
+    async def on_tool_end(self, *args: Any, **kwargs: Any) -> None:
+        await self.inner.on_tool_end(*args, **kwargs)
+
+
+class ResumingRunner(AgentRunner):
+    """The SDK's default runner, wrapped: a run continuing a ``SafepointSession`` (input ``[]``) starts in the agent
+    that held the turn (see the module docstring); everything else goes to ``inner`` unchanged."""
+
+    def __init__(self, inner: AgentRunner) -> None:
+        self.inner = inner
+
+    @staticmethod
+    def _resolved(starting_agent: Agent[Any], input: Any, options: dict[str, Any]) -> Agent[Any]:
+        """The agent to start in; ``options`` get the hooks that record the agent (a session's runs only)."""
+        session = options.get("session")
+        if not isinstance(session, Resumable):
+            return starting_agent
+        hooks = options.get("hooks")
+        if not isinstance(hooks, AgentWatch):
+            options["hooks"] = AgentWatch(session, hooks)
+        if isinstance(input, list) and not input:
+            return session.agent_to_resume(starting_agent)
+        return starting_agent
+
+    async def run(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
+        agent = self._resolved(starting_agent, input, options)
+        return await self.inner.run(agent, input, **options)
+
+    def run_sync(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
+        agent = self._resolved(starting_agent, input, options)
+        return self.inner.run_sync(agent, input, **options)
+
+    def run_streamed(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
+        agent = self._resolved(starting_agent, input, options)
+        return self.inner.run_streamed(agent, input, **options)
+
+
+_installing = threading.Lock()  # two sessions opened at once in two threads wrap the runner once
+
+
+def install() -> None:
+    """Make ``ResumingRunner`` the SDK's default runner, around the one installed now (once: idempotent). An app
+    that installs a runner of its own later keeps this one working only if it wraps the runner it finds."""
+    with _installing:
+        current = sdk_run.get_default_agent_runner()
+        if not isinstance(current, ResumingRunner):
+            sdk_run.set_default_agent_runner(ResumingRunner(current))
