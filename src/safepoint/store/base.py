@@ -30,6 +30,7 @@ from typing import NamedTuple
 from safepoint.errors import RunLockedError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store.blob_refs import BlobReferences
 
 
 class RunLog(abc.ABC):
@@ -229,7 +230,7 @@ class BlobStat(NamedTuple):
     written: float  # when it was written or last stored again, on the store's ``blob_clock``
 
 
-class Blobs(abc.ABC):
+class Blobs(BlobReferences, abc.ABC):
     """Content-addressed blobs, store-wide: file versions and large payloads of every run, each kept once however
     many runs reference it (``safepoint.core.blobs`` packs and checks them; a run's log holds only references).
 

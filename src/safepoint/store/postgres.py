@@ -42,6 +42,7 @@ from safepoint.errors import (
 )
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity
 from safepoint.store import postgres_writes, trace_batches
+from safepoint.store.blob_refs import referenced_names
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
@@ -385,6 +386,8 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         inserted nothing, to say why or to find the records already written by a try whose reply was lost."""
         if not records:
             return
+        if names := referenced_names(records, self.blob_name):  # committed before the group (store.blob_refs)
+            self.note_blob_refs(claim.run_id, names)
         first = records[0].seq
         lines = [frame(_record_encoder.encode(record)) for record in records]
         if any(record.seq != first + i for i, record in enumerate(records)):

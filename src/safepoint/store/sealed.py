@@ -43,7 +43,7 @@ import binascii
 import contextlib
 import hmac
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,7 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpo
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 from safepoint.store import trace_batches
 from safepoint.store.base import BlobStat, Store
+from safepoint.store.blob_refs import referenced_names
 from safepoint.store.crypt import (
     PREFIX,
     Cipher,
@@ -163,6 +164,8 @@ class SealedStore(Store):
         if summary is not None and records:
             # Bound to the log's end it describes: an older summary put back under a newer stamp does not open.
             summary = cipher.seal(summary, place(claim.run_id, "summary", records[-1].seq))
+        if names := referenced_names(records, self.blob_name):  # the backend cannot read them once sealed
+            self.inner.note_blob_refs(claim.run_id, names)
         self.inner.append(claim, sealed, durable=durable, summary=summary)
 
     def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
@@ -407,6 +410,21 @@ class SealedStore(Store):
 
     def quarantine_blob(self, name: str) -> bool:
         return self.inner.quarantine_blob(name)
+
+    def note_blob_refs(self, run_id: str, names: Sequence[str]) -> None:
+        self.inner.note_blob_refs(run_id, names)
+
+    def blob_referrers(self, names: Iterable[str]) -> dict[str, frozenset[str]] | None:
+        return self.inner.blob_referrers(names)
+
+    def drop_blob_refs(self, run_id: str, names: Iterable[str]) -> None:
+        self.inner.drop_blob_refs(run_id, names)
+
+    def complete_blob_refs(self, refs: Mapping[str, Iterable[str]]) -> None:
+        self.inner.complete_blob_refs(refs)
+
+    def sweep_blob_refs(self) -> int:
+        return self.inner.sweep_blob_refs()
 
     def blobs_shared(self) -> contextlib.AbstractContextManager[None]:
         return self.inner.blobs_shared()
