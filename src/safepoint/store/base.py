@@ -31,6 +31,7 @@ from safepoint.errors import RunLockedError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 from safepoint.store.blob_refs import BlobReferences
+from safepoint.store.log_after import LogPosition
 
 
 class RunLog(abc.ABC):
@@ -77,6 +78,17 @@ class RunLog(abc.ABC):
         leaves no half-run under its id. Fenced by ``claim`` (its generation must be current), or ``force``: the
         caller judged that nobody acts for the run (it is never done by default). Content-addressed blobs are
         store-wide and stay (``safepoint gc`` removes those no run references). Raises ``RunNotFoundError``."""
+
+    def log_position(self, run_id: str) -> LogPosition | None:
+        """Where the run's log ends now (its last intact record), for a later ``read_log_after``; None: this
+        backend cannot read after a position. Raises ``RunNotFoundError``."""
+        return None
+
+    def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
+        """The records after ``after`` (and the problems among them), as ``read_log`` reports them; None when
+        the record at ``after`` is not the one named there (the log was cut back or rewritten since) or the
+        backend cannot tell: the caller reads the whole log (``store.log_after``)."""
+        return None
 
     def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
         """``(seq, summary)``: the summary the last append gave, while the log still ends at ``seq`` as it did

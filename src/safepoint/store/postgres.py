@@ -41,12 +41,13 @@ from safepoint.errors import (
     StoreError,
 )
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity
-from safepoint.store import postgres_writes, trace_batches
+from safepoint.store import postgres_log_after, postgres_writes, trace_batches
 from safepoint.store.blob_refs import referenced_names
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
 from safepoint.store.liveness import store_clock
+from safepoint.store.log_after import LogPosition
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
 from safepoint.store.postgres_blobs import PostgresBlobs
@@ -470,6 +471,16 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
             damaged = LogProblem(kind="corrupt", position=seq, detail="checksum does not match")
             lines.append((seq, damaged if payload is None else payload))
         return read_records(lines, row_seqs=True)
+
+    def log_position(self, run_id: str) -> LogPosition | None:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            return postgres_log_after.log_position(conn, run_id)
+
+    def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            return postgres_log_after.read_log_after(conn, run_id, after)
 
     # the run's summary: in the append's own transaction; a cache, read only while the log ends at its seq -------
     def _put_summary_txn(self, handle: Connection, claim: Claim, seq: int, summary: bytes) -> None:

@@ -68,6 +68,7 @@ from safepoint.store.crypt import (
     read_marker,
 )
 from safepoint.store.framing import check_one_line
+from safepoint.store.log_after import LogPosition
 from safepoint.store.names import artifact_file, artifact_ref, parse_artifact_ref, safe_url
 
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
@@ -177,8 +178,19 @@ class SealedStore(Store):
         return None if opened is None else (found[0], opened)  # one that does not open: the log is read instead
 
     def read_log(self, run_id: str) -> LogRead:
+        return self._opened(run_id, self.inner.read_log(run_id))
+
+    def log_position(self, run_id: str) -> LogPosition | None:
+        self._ready()
+        return self.inner.log_position(run_id)  # of the sealed lines, as stored
+
+    def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
+        self._ready()
+        read = self.inner.read_log_after(run_id, after)
+        return None if read is None else self._opened(run_id, read, start=after.seq + 1)
+
+    def _opened(self, run_id: str, read: LogRead, start: int = 1) -> LogRead:
         cipher = self._ready()
-        read = self.inner.read_log(run_id)
         records: list[LogRecord] = []
         problems = list(read.problems)
         lost = False
@@ -190,7 +202,7 @@ class SealedStore(Store):
                 lost = True
                 continue
             if lost and (not records or record.seq != records[-1].seq + 1):
-                first = records[-1].seq + 1 if records else 1
+                first = records[-1].seq + 1 if records else start
                 detail = f"records {first}..{record.seq - 1} are missing before seq {record.seq}"
                 problems.append(LogProblem(kind="gap", position=record.seq, detail=detail))
             lost = False

@@ -1,0 +1,39 @@
+"""Reading a run's log from a known position on (``RunLog.read_log_after``): what a reader that already holds
+the log's prefix folded (a snapshot of it) reads instead of the whole log.
+
+A position names the last record the reader holds: its seq, where its line ends in the file store's log (the
+next record's byte offset), and the checksum of its line. The store reads on only when the record there is that
+very record (its line ends at the offset, passes its checksum, is the one named, and holds that seq): a log cut
+back by a repair, rewritten by fsck, or replaced by hand no longer matches, and the reader is told (None) and
+reads the whole log, as before. PostgreSQL rows are keyed by seq, so its offset is unused and the row at the
+seq is checked. Rejected: a checksum of the whole prefix (reading it is what this avoids).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from safepoint.store.framing import check_line
+
+_seq_decoder = msgspec.json.Decoder(dict[str, object])
+
+
+class LogPosition(msgspec.Struct, frozen=True):
+    seq: int  # the last record read (0: none, the log's start)
+    offset: int  # where its line ends (the file store's byte offset of the next record; unused by PostgreSQL)
+    check: str  # the checksum its line was framed with (8 hex digits; "" at the log's start)
+
+
+START = LogPosition(0, 0, "")
+
+
+def line_position(line: bytes, end: int) -> LogPosition | None:
+    """The position of a framed line (without its newline) that ends at ``end``; None if it is damaged."""
+    payload = check_line(line)
+    if payload is None:
+        return None
+    try:
+        seq = _seq_decoder.decode(payload).get("seq")
+    except msgspec.DecodeError:
+        return None
+    return LogPosition(seq, end, line[:8].decode()) if isinstance(seq, int) else None
