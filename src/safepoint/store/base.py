@@ -90,6 +90,16 @@ class RunLog(abc.ABC):
         backend cannot tell: the caller reads the whole log (``store.log_after``)."""
         return None
 
+    def put_view_snapshot(self, claim: Claim, data: bytes) -> None:
+        """Replace the run's view snapshot (``core.view_snapshot``: its folded log up to a position) durably and
+        atomically, checksummed. Fenced. A backend that keeps none ignores it (readers then read the log)."""
+        return None
+
+    def read_view_snapshot(self, run_id: str) -> bytes | None:
+        """The run's view snapshot, or None: none kept, or torn or damaged (never trusted). Raises
+        ``RunNotFoundError``."""
+        return None
+
     def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
         """``(seq, summary)``: the summary the last append gave, while the log still ends at ``seq`` as it did
         then (checked, cheaply, against the log itself: its checksum, its end); None when there is none, it is

@@ -155,6 +155,14 @@ class FencedStore(Store, Generic[Handle]):
         """Mark, durably, that the run's log is about to reference these blobs (``store.blob_refs``). The default
         keeps no marks."""
 
+    def put_view_snapshot(self, claim: Claim, data: bytes) -> None:
+        with self._fenced(claim) as (handle, _):
+            self._put_view_snapshot_txn(handle, claim.run_id, data)
+
+    def _put_view_snapshot_txn(self, handle: Handle, run_id: str, data: bytes) -> None:
+        """Keep the run's view snapshot durably and atomically (``store.log_after.frame_snapshot``); the default
+        keeps none."""
+
     def _put_summary_txn(self, handle: Handle, claim: Claim, seq: int, summary: bytes) -> None:
         """Keep ``summary``, stamped with the log's end (``seq``, the group just appended), beside the log. The
         default keeps nothing (``read_summary`` then never finds one, and readers read the log)."""

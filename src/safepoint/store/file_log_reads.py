@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from safepoint.durable import atomic_write
 from safepoint.errors import StoreError
 from safepoint.records import LogProblem, LogRead, LogRecord
 from safepoint.store.file_blobs import flock_waiting
 from safepoint.store.framing import check_line, read_records, unframe_all
-from safepoint.store.log_after import START, LogPosition, line_position
+from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, unframe_snapshot
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
 LOG = "ledger.jsonl"  # ``file_store``'s (it imports this module)
+VIEW_SNAPSHOT = "view_snapshot.bin"  # the folded log up to a position (``core.view_snapshot``)
 _record_decoder = msgspec.json.Decoder(LogRecord)
 
 
@@ -32,6 +34,16 @@ class FileLogReads:
 
     def log_position(self, run_id: str) -> LogPosition | None:
         return file_log_position(os.path.join(self._existing_run_dir(run_id), LOG))
+
+    def _put_view_snapshot_txn(self, handle: None, run_id: str, data: bytes) -> None:
+        atomic_write(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), frame_snapshot(data))
+
+    def read_view_snapshot(self, run_id: str) -> bytes | None:
+        try:
+            with open(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), "rb") as handle:
+                return unframe_snapshot(handle.read())
+        except FileNotFoundError:
+            return None
 
     def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
         stuck = StoreError(

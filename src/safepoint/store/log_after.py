@@ -11,6 +11,8 @@ seq is checked. Rejected: a checksum of the whole prefix (reading it is what thi
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 
 from safepoint.store.framing import check_line
@@ -37,3 +39,23 @@ def line_position(line: bytes, end: int) -> LogPosition | None:
     except msgspec.DecodeError:
         return None
     return LogPosition(seq, end, line[:8].decode()) if isinstance(seq, int) else None
+
+
+_SNAPSHOT_MAGIC = b"spv1"
+
+
+def frame_snapshot(data: bytes) -> bytes:
+    """A view snapshot as stored: a header line with its SHA-256 and length, then the bytes (binary: the log's
+    one-line frame does not fit them)."""
+    return b"%s %s %d\n" % (_SNAPSHOT_MAGIC, hashlib.sha256(data).hexdigest().encode(), len(data)) + data
+
+
+def unframe_snapshot(stored: bytes) -> bytes | None:
+    """The bytes of a stored snapshot, or None when it is torn or damaged (never trusted)."""
+    header, newline, data = stored.partition(b"\n")
+    fields = header.split(b" ")
+    if not newline or len(fields) != 3 or fields[0] != _SNAPSHOT_MAGIC or not fields[2].isdigit():
+        return None
+    if int(fields[2]) != len(data) or hashlib.sha256(data).hexdigest().encode() != fields[1]:
+        return None
+    return data

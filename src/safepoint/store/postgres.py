@@ -41,16 +41,16 @@ from safepoint.errors import (
     StoreError,
 )
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity
-from safepoint.store import postgres_log_after, postgres_writes, trace_batches
+from safepoint.store import postgres_writes, trace_batches
 from safepoint.store.blob_refs import referenced_names
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
 from safepoint.store.liveness import store_clock
-from safepoint.store.log_after import LogPosition
 from safepoint.store.names import check_job_id, check_run_id, mask_passwords, safe_url
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
 from safepoint.store.postgres_blobs import PostgresBlobs
+from safepoint.store.postgres_log_after import PostgresLogReads
 from safepoint.store.postgres_pool import check_if_idle, close_pool, listen, one_statement, used
 from safepoint.store.postgres_restart import PostgresRestartCheckpoints
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
@@ -92,7 +92,7 @@ def migrate(url: str, *, to: int = LATEST) -> SchemaChange:
         raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc, url)}") from None
 
 
-class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Connection]):
+class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads, FencedStore[Connection]):
     def __init__(self, url: str, *, pool_size: int = 4, migrate: bool = False) -> None:
         """``migrate``: upgrade a database at an older schema version when opening it (a fresh one is always set
         up; see ``safepoint.store.postgres_schema`` for why an upgrade is not automatic)."""
@@ -471,16 +471,6 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
             damaged = LogProblem(kind="corrupt", position=seq, detail="checksum does not match")
             lines.append((seq, damaged if payload is None else payload))
         return read_records(lines, row_seqs=True)
-
-    def log_position(self, run_id: str) -> LogPosition | None:
-        with self._tx() as conn:
-            self._require_run(conn, run_id)
-            return postgres_log_after.log_position(conn, run_id)
-
-    def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
-        with self._tx() as conn:
-            self._require_run(conn, run_id)
-            return postgres_log_after.read_log_after(conn, run_id, after)
 
     # the run's summary: in the append's own transaction; a cache, read only while the log ends at its seq -------
     def _put_summary_txn(self, handle: Connection, claim: Claim, seq: int, summary: bytes) -> None:

@@ -1,14 +1,18 @@
 """The PostgreSQL store's reads of a run's log by position (``store.log_after``): rows are keyed by seq, so the
 read after a position is an index range scan, and the row at the position is checked to be the record named
-(its line's checksum), not only a row with that seq."""
+(its line's checksum), not only a row with that seq. And the run's view snapshot (``core.view_snapshot``): a row
+of ``view_snapshots``, upserted in the fenced section's transaction, deleted with its run."""
 
 from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from safepoint.records import LogProblem, LogRead
 from safepoint.store.framing import check_line, read_records
-from safepoint.store.log_after import START, LogPosition, line_position
+from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, unframe_snapshot
 from safepoint.store.postgres_schema import SCHEMA
 from safepoint.store.postgres_values import as_bytes, as_int
 
@@ -51,3 +55,36 @@ def read_log_after(conn: Connection, run_id: str, after: LogPosition) -> LogRead
             )
         )
     return read_records(lines, row_seqs=True, first=after.seq + 1)
+
+
+class PostgresLogReads:
+    """Mixed into ``PostgresStore``."""
+
+    if TYPE_CHECKING:  # the store's own
+
+        def _tx(self, *, durable: bool = True) -> contextlib.AbstractContextManager[Connection]: ...
+
+        def _require_run(self, conn: Connection, run_id: str) -> None: ...
+
+    def log_position(self, run_id: str) -> LogPosition | None:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            return log_position(conn, run_id)
+
+    def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            return read_log_after(conn, run_id, after)
+
+    def _put_view_snapshot_txn(self, handle: Connection, run_id: str, data: bytes) -> None:
+        handle.execute(
+            f"INSERT INTO {SCHEMA}.view_snapshots (run_id, data) VALUES (%s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET data = excluded.data",
+            (run_id, frame_snapshot(data)),
+        )
+
+    def read_view_snapshot(self, run_id: str) -> bytes | None:
+        with self._tx() as conn:
+            self._require_run(conn, run_id)
+            row = conn.execute(f"SELECT data FROM {SCHEMA}.view_snapshots WHERE run_id = %s", (run_id,)).fetchone()
+        return None if row is None else unframe_snapshot(as_bytes(row[0]))

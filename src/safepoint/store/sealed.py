@@ -189,6 +189,15 @@ class SealedStore(Store):
         read = self.inner.read_log_after(run_id, after)
         return None if read is None else self._opened(run_id, read, start=after.seq + 1)
 
+    def put_view_snapshot(self, claim: Claim, data: bytes) -> None:
+        cipher = self._ready(writing=True)
+        self.inner.put_view_snapshot(claim, cipher.seal(data, place(claim.run_id, "view_snapshot")))
+
+    def read_view_snapshot(self, run_id: str) -> bytes | None:
+        cipher = self._ready()
+        sealed = self.inner.read_view_snapshot(run_id)
+        return None if sealed is None else cipher.open(sealed, place(run_id, "view_snapshot"))  # None: not trusted
+
     def _opened(self, run_id: str, read: LogRead, start: int = 1) -> LogRead:
         cipher = self._ready()
         records: list[LogRecord] = []
