@@ -124,7 +124,7 @@ def test_a_stale_owner_cannot_write_a_snapshot(opened):
     old = store.claim("r", "one")
     store.claim("r", "two", takeover=True)
     with pytest.raises(StaleGenerationError):
-        store.put_view_snapshot(old, b"anything")
+        store.put_view_snapshot(old, b"anything", seq=1)
     assert store.read_view_snapshot("r") is None
 
 

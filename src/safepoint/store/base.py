@@ -90,9 +90,14 @@ class RunLog(abc.ABC):
         backend cannot tell: the caller reads the whole log (``store.log_after``)."""
         return None
 
-    def put_view_snapshot(self, claim: Claim, data: bytes) -> None:
-        """Replace the run's view snapshot (``core.view_snapshot``: its folded log up to a position) durably and
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
+        """Replace the run's view snapshot (``core.view_snapshot``: its folded log up to ``seq``) durably and
         atomically, checksummed. Fenced. A backend that keeps none ignores it (readers then read the log)."""
+        return None
+
+    def view_snapshot_seq(self, run_id: str) -> int | None:
+        """The log seq the run's stored snapshot says it covers, read without the snapshot (whether a new one is
+        due); None: none kept."""
         return None
 
     def read_view_snapshot(self, run_id: str) -> bytes | None:

@@ -155,11 +155,11 @@ class FencedStore(Store, Generic[Handle]):
         """Mark, durably, that the run's log is about to reference these blobs (``store.blob_refs``). The default
         keeps no marks."""
 
-    def put_view_snapshot(self, claim: Claim, data: bytes) -> None:
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
         with self._fenced(claim) as (handle, _):
-            self._put_view_snapshot_txn(handle, claim.run_id, data)
+            self._put_view_snapshot_txn(handle, claim.run_id, data, seq)
 
-    def _put_view_snapshot_txn(self, handle: Handle, run_id: str, data: bytes) -> None:
+    def _put_view_snapshot_txn(self, handle: Handle, run_id: str, data: bytes, seq: int) -> None:
         """Keep the run's view snapshot durably and atomically (``store.log_after.frame_snapshot``); the default
         keeps none."""
 

@@ -17,7 +17,7 @@ from safepoint.errors import StoreError
 from safepoint.records import LogProblem, LogRead, LogRecord
 from safepoint.store.file_blobs import flock_waiting
 from safepoint.store.framing import check_line, read_records, unframe_all
-from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, unframe_snapshot
+from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, snapshot_seq, unframe_snapshot
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
 LOG = "ledger.jsonl"  # ``file_store``'s (it imports this module)
@@ -35,8 +35,15 @@ class FileLogReads:
     def log_position(self, run_id: str) -> LogPosition | None:
         return file_log_position(os.path.join(self._existing_run_dir(run_id), LOG))
 
-    def _put_view_snapshot_txn(self, handle: None, run_id: str, data: bytes) -> None:
-        atomic_write(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), frame_snapshot(data))
+    def _put_view_snapshot_txn(self, handle: None, run_id: str, data: bytes, seq: int) -> None:
+        atomic_write(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), frame_snapshot(data, seq))
+
+    def view_snapshot_seq(self, run_id: str) -> int | None:
+        try:
+            with open(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), "rb") as handle:
+                return snapshot_seq(handle.read(256))
+        except FileNotFoundError:
+            return None
 
     def read_view_snapshot(self, run_id: str) -> bytes | None:
         try:

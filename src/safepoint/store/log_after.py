@@ -44,17 +44,25 @@ def line_position(line: bytes, end: int) -> LogPosition | None:
 _SNAPSHOT_MAGIC = b"spv1"
 
 
-def frame_snapshot(data: bytes) -> bytes:
-    """A view snapshot as stored: a header line with its SHA-256 and length, then the bytes (binary: the log's
-    one-line frame does not fit them)."""
-    return b"%s %s %d\n" % (_SNAPSHOT_MAGIC, hashlib.sha256(data).hexdigest().encode(), len(data)) + data
+def frame_snapshot(data: bytes, seq: int) -> bytes:
+    """A view snapshot as stored: a header line with its SHA-256, its length and the log seq it covers (read
+    alone by ``snapshot_seq``), then the bytes (binary: the log's one-line frame does not fit them)."""
+    digest = hashlib.sha256(data).hexdigest().encode()
+    return b"%s %s %d %d\n" % (_SNAPSHOT_MAGIC, digest, len(data), seq) + data
+
+
+def snapshot_seq(head: bytes) -> int | None:
+    """The seq a stored snapshot's header says it covers (a hint: whether a new one is due), from its first
+    bytes; None when there is no such header."""
+    fields = head.partition(b"\n")[0].split(b" ")
+    return int(fields[3]) if len(fields) == 4 and fields[0] == _SNAPSHOT_MAGIC and fields[3].isdigit() else None
 
 
 def unframe_snapshot(stored: bytes) -> bytes | None:
     """The bytes of a stored snapshot, or None when it is torn or damaged (never trusted)."""
     header, newline, data = stored.partition(b"\n")
     fields = header.split(b" ")
-    if not newline or len(fields) != 3 or fields[0] != _SNAPSHOT_MAGIC or not fields[2].isdigit():
+    if not newline or len(fields) != 4 or fields[0] != _SNAPSHOT_MAGIC or not fields[2].isdigit():
         return None
     if int(fields[2]) != len(data) or hashlib.sha256(data).hexdigest().encode() != fields[1]:
         return None

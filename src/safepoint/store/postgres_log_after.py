@@ -76,12 +76,17 @@ class PostgresLogReads:
             self._require_run(conn, run_id)
             return read_log_after(conn, run_id, after)
 
-    def _put_view_snapshot_txn(self, handle: Connection, run_id: str, data: bytes) -> None:
+    def _put_view_snapshot_txn(self, handle: Connection, run_id: str, data: bytes, seq: int) -> None:
         handle.execute(
-            f"INSERT INTO {SCHEMA}.view_snapshots (run_id, data) VALUES (%s, %s) "
-            "ON CONFLICT (run_id) DO UPDATE SET data = excluded.data",
-            (run_id, frame_snapshot(data)),
+            f"INSERT INTO {SCHEMA}.view_snapshots (run_id, seq, data) VALUES (%s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, data = excluded.data",
+            (run_id, seq, frame_snapshot(data, seq)),
         )
+
+    def view_snapshot_seq(self, run_id: str) -> int | None:
+        with self._tx() as conn:
+            row = conn.execute(f"SELECT seq FROM {SCHEMA}.view_snapshots WHERE run_id = %s", (run_id,)).fetchone()
+        return None if row is None else as_int(row[0])
 
     def read_view_snapshot(self, run_id: str) -> bytes | None:
         with self._tx() as conn:

@@ -27,7 +27,7 @@ Schema ``safepoint``::
     run_summaries                   run_id pk, log_seq, line (framed): what ``status`` shows, as of log_seq (a
                                     cache: read only while the log still ends at log_seq)
     blob_refs                       (name, run_id) pk: that run's log references that blob (``postgres_blob_refs``)
-    view_snapshots                  run_id pk, data: the run's folded log up to a position (``core.view_snapshot``)
+    view_snapshots                  run_id pk, seq, data: the run's folded log up to a position (``core.view_snapshot``)
 
 Opening a store migrates a fresh database (nothing in it to break) but never upgrades one that already holds a
 schema: other hosts may be running an older safepoint on it, whose queries a change would break under them, so an
@@ -210,7 +210,7 @@ INSERT INTO {SCHEMA}.settings (name, value) SELECT 'blob_refs', 'complete'::byte
         8,
         "a view snapshot per run (its folded log up to a position: an open reads it and the log after it)",
         f"CREATE TABLE IF NOT EXISTS {SCHEMA}.view_snapshots (run_id text PRIMARY KEY REFERENCES {SCHEMA}.runs "
-        "ON DELETE CASCADE, data bytea NOT NULL);",
+        "ON DELETE CASCADE, seq bigint NOT NULL, data bytea NOT NULL);",
     ),
 )
 LATEST = MIGRATIONS[-1].version

@@ -189,9 +189,13 @@ class SealedStore(Store):
         read = self.inner.read_log_after(run_id, after)
         return None if read is None else self._opened(run_id, read, start=after.seq + 1)
 
-    def put_view_snapshot(self, claim: Claim, data: bytes) -> None:
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
         cipher = self._ready(writing=True)
-        self.inner.put_view_snapshot(claim, cipher.seal(data, place(claim.run_id, "view_snapshot")))
+        self.inner.put_view_snapshot(claim, cipher.seal(data, place(claim.run_id, "view_snapshot")), seq=seq)
+
+    def view_snapshot_seq(self, run_id: str) -> int | None:
+        self._ready()
+        return self.inner.view_snapshot_seq(run_id)
 
     def read_view_snapshot(self, run_id: str) -> bytes | None:
         cipher = self._ready()

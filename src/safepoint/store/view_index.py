@@ -67,11 +67,12 @@ def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = No
     whether one was written. Only by the run's owner (``claim``), while nothing else appends (a session's close)."""
     every = SNAPSHOT_EVERY if every is None else every
     position = store.log_position(info.run_id)
-    if position is None or position.seq < every:
+    if position is None:
+        return False
+    known = store.view_snapshot_seq(info.run_id) or 0  # its header alone: a close reads nothing more
+    if position.seq - (0 if known > position.seq else known) < every:  # past the log's end: a cut log, rewritten
         return False
     found = _from_snapshot(store, info, None)
-    if found is not None and position.seq - found[0].view.last_seq < every:
-        return False
     if found is None:
         read = store.read_log(info.run_id)
         fold = ViewFold(RunView(info=info, problems=list(read.problems)))
@@ -82,7 +83,7 @@ def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = No
         return False  # a damaged log is read whole; an append came meanwhile: next time
     data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
     try:
-        store.put_view_snapshot(claim, data)
+        store.put_view_snapshot(claim, data, seq=position.seq)
     except (StoreError, OSError):
         return False
     return True
