@@ -48,6 +48,7 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
     if data is None:
         return None  # none kept (a damaged one reads as none too: the store cannot tell it from a torn write)
     snapshot = view_snapshot.decode(data, info)
+    del data  # its bytes are not kept through the fold (the open's peak memory)
     if snapshot is None:
         refuse("its snapshot does not decode (another version, or another run's)")
         return None
