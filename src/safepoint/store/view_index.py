@@ -67,6 +67,13 @@ def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = No
     """Write the run's snapshot when ``every`` (default ``SNAPSHOT_EVERY``) records came after the last one;
     whether one was written. Only by the run's owner (``claim``), while nothing else appends (a session's close)."""
     every = SNAPSHOT_EVERY if every is None else every
+    try:
+        return _refresh(store, claim, info, every)
+    except (StoreError, OSError):  # a cache: a store gone, full or taken over fails the close no more than before
+        return False
+
+
+def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
     position = store.log_position(info.run_id)
     if position is None:
         return False
@@ -83,10 +90,7 @@ def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = No
     if fold.view.problems or fold.view.last_seq != position.seq:
         return False  # a damaged log is read whole; an append came meanwhile: next time
     data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
-    try:
-        store.put_view_snapshot(claim, data, seq=position.seq)
-    except (StoreError, OSError):
-        return False
+    store.put_view_snapshot(claim, data, seq=position.seq)
     return True
 
 
