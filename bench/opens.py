@@ -147,33 +147,46 @@ def log_size(tm: safepoint.Safepoint, run_id: str) -> int:
     return os.path.getsize(os.path.join(getattr(tm.store, "root", ""), "runs", run_id, "ledger.jsonl"))
 
 
+def build_store(workspace: str, sizes: list[int], runs: int) -> dict[int, dict[str, Any]]:
+    tm = safepoint.open(workspace=workspace)
+    built: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        log(f"building a run of {size} calls")
+        t0 = time.perf_counter()
+        run_id = build(tm, size, f"run-{size}")
+        built[size] = {
+            "run_id": run_id,
+            "build_s": round(time.perf_counter() - t0, 1),
+            "log_bytes": log_size(tm, run_id),
+            "log_bytes_per_call": round(log_size(tm, run_id) / size),
+        }
+    log(f"building {runs} small runs")
+    for index in range(runs):
+        build(tm, 20, f"small-{index:04d}")
+    tm.close()
+    return built
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000,50000")
     parser.add_argument("--runs", type=int, default=500, help="small runs added for `status` over a store")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--build-into", help=argparse.SUPPRESS)  # the build's own child (see below)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.build_into:
+        print(json.dumps(build_store(args.build_into, sizes, args.runs)))
+        return
     parent = tempfile.mkdtemp(prefix="safepoint-opens-")
     try:
         workspace = os.path.join(parent, "ws")
         os.mkdir(workspace)
-        tm = safepoint.open(workspace=workspace)
-        built: dict[int, dict[str, Any]] = {}
-        for size in sizes:
-            log(f"building a run of {size} calls")
-            t0 = time.perf_counter()
-            run_id = build(tm, size, f"run-{size}")
-            built[size] = {
-                "run_id": run_id,
-                "build_s": round(time.perf_counter() - t0, 1),
-                "log_bytes": log_size(tm, run_id),
-                "log_bytes_per_call": round(log_size(tm, run_id) / size),
-            }
-        log(f"building {args.runs} small runs")
-        for index in range(args.runs):
-            build(tm, 20, f"small-{index:04d}")
-        tm.close()
+        # Built in a child: a child of this process would inherit its peak memory (Linux keeps ru_maxrss across
+        # fork and exec), and the build of 50,000 calls grows it to hundreds of MB.
+        command = [sys.executable, __file__, "--build-into", workspace, "--sizes", args.sizes, "--runs", str(args.runs)]
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+        built = {int(size): row for size, row in json.loads(done.stdout.strip().splitlines()[-1]).items()}
         pressure_before = pressure()
         idle = statistics.median(
             found["peak_mb"] for _ in range(args.repeat) if (found := child("idle", workspace, "-"))

@@ -70,7 +70,6 @@ def test_forget_of_a_run_keeps_a_blob_another_run_shares_after_gc(tm, workspace)
     assert (workspace / "big.txt").read_text() == shared
 
 
-@pytest.mark.xfail(strict=True, reason="forget of one run reads every run of the store in full (O(store), not O(run))")
 def test_forget_reads_only_the_run_it_deletes(tm, workspace, monkeypatch):
     """`safepoint forget RUN` on a store of many runs (scheduled work: a run per occurrence) loads every other
     run's whole log to decide which of one run's blobs to free: forgetting 1,000 old occurrences one by one is

@@ -172,8 +172,29 @@ def forget(store: Store, run_id: str, *, force: bool = False) -> Forgotten:
             if (at := occurrence_of(job_id, run_id)) is not None:
                 keep_fired(store, job_id, at)
     store.delete_run(run_id, claim=claim)
-    done = _collect(store, keep=None, dry_run=False, progress=None, only=references)
-    return Forgotten(run_id=run_id, freed_blobs=done.freed_blobs, freed_bytes=done.freed_bytes)
+    failpoints.hit("forget_run_deleted")
+    freed = _free_forgotten(store, run_id, references)
+    if freed is None:  # the store's marks are not complete: every run is read (and the marks completed)
+        done = _collect(store, keep=None, dry_run=False, progress=None, only=references)
+        freed = (done.freed_blobs, done.freed_bytes)
+    return Forgotten(run_id=run_id, freed_blobs=freed[0], freed_bytes=freed[1])
+
+
+def _free_forgotten(store: Store, run_id: str, references: set[str]) -> tuple[int, int] | None:
+    """Free the blobs of a deleted run no other run references, from the store's marks (``store.blob_refs``):
+    one run read, not the store. None when the marks are not complete. Inside ``blobs_exclusive``: no writer is
+    between a blob's put and the append that marks it meanwhile, so a blob no mark names is referenced by no log
+    (a crash before the free leaves blobs gc frees, never a referenced one freed)."""
+    if not references:
+        return 0, 0
+    with store.blobs_exclusive():
+        store.drop_blob_refs(run_id, references)
+        referrers = store.blob_referrers(references)
+        if referrers is None:
+            return None
+        failpoints.hit("forget_refs_dropped")
+        freed = [store.delete_blobs([name]) for name, runs in sorted(referrers.items()) if not runs]
+        return sum(1 for size in freed if size), sum(freed)  # one gc freed before is not counted again
 
 
 UNFINISHED = frozenset({"running", "waiting_decision", "waiting_approval", "interrupted"})
@@ -222,6 +243,7 @@ def _collect(
     whole_versions = 0
     results: list[tuple[Retention, dict[str, str]]] = []  # each run's retention, and its prunable blobs by name
     refused = ""
+    referrers: dict[str, set[str]] | None = None if store.blob_referrers(()) is not None else {}  # to complete
     for number, run_id in enumerate(runs):
         if progress is not None:
             progress(number, len(runs))
@@ -234,6 +256,10 @@ def _collect(
             continue
         if view.problems:
             refused = refused or f"run {run_id!r} has a damaged log; see `safepoint fsck {run_id}`"
+        if referrers is not None:
+            for digest, blob in view.blobs.items():
+                if blob.stored:
+                    referrers.setdefault(store.blob_name(digest), set()).add(run_id)
         live = owner is not None and not owner.released and owner_alive(owner)
         if keep is None:  # every blob it references is kept
             kept = retention(view, keep=0, live=True)
@@ -250,6 +276,8 @@ def _collect(
         results.append((kept, freeing))
     if progress is not None:
         progress(len(runs), len(runs))
+    if referrers is not None and not refused and not dry_run:  # every run read whole: forget reads one from now
+        store.complete_blob_refs(referrers)
     stored = store.list_blobs()
     candidates = {name for name, stat in stored.items() if name not in needed and stat.written < clock}
     if only is not None:
@@ -294,8 +322,9 @@ def _collect(
             )
             freed_bytes = store.delete_blobs(gone)
             backend = unwrap(store)[0]
+            swept = store.sweep_blob_refs()  # marks of runs deleted by a forget a crash cut short
             if isinstance(backend, FileStore):
-                swept = backend.sweep_blob_temporaries() + backend.sweep_deleted()
+                swept += backend.sweep_blob_temporaries() + backend.sweep_deleted()
         candidates = set(gone)
     kept_names = set(stored) - candidates
     return Collected(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from safepoint.core.run_summary import RunSummaryRecord, decode_summary
-from safepoint.core.run_view import RunView, build_view
+from safepoint.core.run_view import RunView
 from safepoint.errors import ConfigError, SafepointError, ToolFailure, UnknownReferenceError
 from safepoint.protocol import SELF_HEALING_PROMPT, TERMINAL_STATUS_RESTART, ReplayForbidden
 from safepoint.records import RunInfo, ToolLedgerEntry, to_plain
@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 def load_view(store: Store, run_id: str) -> RunView:
     """The run as its log tells it (the same reading as the engine's, without loading the engine: the status,
     ledger and checkpoint reports must start fast)."""
-    info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
-    return build_view(info, store.read_log(run_id))
+    from safepoint.store import view_index
+
+    return view_index.read_view(store, view_index.header_info(store, run_id))  # its snapshot, then the log after
 
 
 def effective_status(store: Store, view: RunView) -> str:

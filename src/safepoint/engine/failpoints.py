@@ -42,6 +42,12 @@ GC_POINTS = (
     "gc_recorded",  # what gc frees is recorded on the runs' control channels; the blobs are still there
 )
 
+# forget's moments (``safepoint.lifecycle.forget``): between the run's deletion and the free of its blobs.
+FORGET_POINTS = (
+    "forget_run_deleted",  # the run is deleted; its blob marks and blobs are still there
+    "forget_refs_dropped",  # its blob marks are dropped; the blobs no other run marks are still there
+)
+
 _hits: dict[str, int] = {}
 
 

@@ -30,7 +30,7 @@ from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
 from safepoint.core.run_summary import SummaryFold
-from safepoint.core.run_view import CheckpointAt, RunView, build_view
+from safepoint.core.run_view import CheckpointAt, RunView
 from safepoint.core.trace_events import recovery_events
 from safepoint.engine import large_values
 from safepoint.engine.call_runner import CallRunner
@@ -65,6 +65,7 @@ from safepoint.records import (
     ToolCall,
     ToolLedgerEntry,
 )
+from safepoint.store import view_index
 from safepoint.store.base import Store
 from safepoint.workspace.files import Workspace
 from safepoint.workspace.head import find_git_dir, read_head
@@ -305,6 +306,7 @@ class RunSession:
             self.closed = True
             if not self.read_only:
                 if not self.log.refused:  # a fenced-off process releases nothing (its release is a no-op)
+                    view_index.refresh(self.store, self.claim, self.view.info)  # the next open reads less
                     self.log.trace("run_released")
                 self.log.flush_trace()
                 self.store.release(self.claim)
@@ -534,8 +536,7 @@ _FOLLOWS = frozenset({("after_step", "before_step"), ("tool_end", "tool_start")}
 
 
 def load_view(store: Store, run_id: str) -> RunView:
-    info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
-    return build_view(info, store.read_log(run_id))
+    return view_index.read_view(store, view_index.header_info(store, run_id))  # its snapshot, then the log after
 
 
 def holder_id() -> str:

@@ -30,6 +30,8 @@ from typing import NamedTuple
 from safepoint.errors import RunLockedError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
+from safepoint.store.blob_refs import BlobReferences
+from safepoint.store.log_after import LogPosition
 
 
 class RunLog(abc.ABC):
@@ -76,6 +78,32 @@ class RunLog(abc.ABC):
         leaves no half-run under its id. Fenced by ``claim`` (its generation must be current), or ``force``: the
         caller judged that nobody acts for the run (it is never done by default). Content-addressed blobs are
         store-wide and stay (``safepoint gc`` removes those no run references). Raises ``RunNotFoundError``."""
+
+    def log_position(self, run_id: str) -> LogPosition | None:
+        """Where the run's log ends now (its last intact record), for a later ``read_log_after``; None: this
+        backend cannot read after a position. Raises ``RunNotFoundError``."""
+        return None
+
+    def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
+        """The records after ``after`` (and the problems among them), as ``read_log`` reports them; None when
+        the record at ``after`` is not the one named there (the log was cut back or rewritten since) or the
+        backend cannot tell: the caller reads the whole log (``store.log_after``)."""
+        return None
+
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
+        """Replace the run's view snapshot (``core.view_snapshot``: its folded log up to ``seq``) durably and
+        atomically, checksummed. Fenced. A backend that keeps none ignores it (readers then read the log)."""
+        return None
+
+    def view_snapshot_seq(self, run_id: str) -> int | None:
+        """The log seq the run's stored snapshot says it covers, read without the snapshot (whether a new one is
+        due); None: none kept."""
+        return None
+
+    def read_view_snapshot(self, run_id: str) -> bytes | None:
+        """The run's view snapshot, or None: none kept, or torn or damaged (never trusted). Raises
+        ``RunNotFoundError``."""
+        return None
 
     def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
         """``(seq, summary)``: the summary the last append gave, while the log still ends at ``seq`` as it did
@@ -229,7 +257,7 @@ class BlobStat(NamedTuple):
     written: float  # when it was written or last stored again, on the store's ``blob_clock``
 
 
-class Blobs(abc.ABC):
+class Blobs(BlobReferences, abc.ABC):
     """Content-addressed blobs, store-wide: file versions and large payloads of every run, each kept once however
     many runs reference it (``safepoint.core.blobs`` packs and checks them; a run's log holds only references).
 

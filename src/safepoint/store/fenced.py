@@ -23,6 +23,7 @@ from safepoint.errors import StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, LogRecord, OwnerState, RecoveryIdentity
 from safepoint.store.base import Store
+from safepoint.store.blob_refs import referenced_names
 from safepoint.store.names import artifact_file, artifact_ref, checked_artifact, parse_artifact_ref
 from safepoint.store.ownership import check_current, check_event, claim_of, closed_owner, next_owner, now
 
@@ -144,9 +145,23 @@ class FencedStore(Store, Generic[Handle]):
             last = self._log_end_txn(handle, claim)
             if records[0].seq != last + 1:
                 raise fork_error(claim.run_id, records[0].seq, last)
+            if names := referenced_names(records, self.blob_name):  # marked before the group (store.blob_refs)
+                self._note_blob_refs_txn(handle, claim.run_id, names)
             self._append_txn(handle, claim, records, durable=durable)
             if summary is not None:
                 self._put_summary_txn(handle, claim, records[-1].seq, summary)
+
+    def _note_blob_refs_txn(self, handle: Handle, run_id: str, names: Sequence[str]) -> None:
+        """Mark, durably, that the run's log is about to reference these blobs (``store.blob_refs``). The default
+        keeps no marks."""
+
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
+        with self._fenced(claim) as (handle, _):
+            self._put_view_snapshot_txn(handle, claim.run_id, data, seq)
+
+    def _put_view_snapshot_txn(self, handle: Handle, run_id: str, data: bytes, seq: int) -> None:
+        """Keep the run's view snapshot durably and atomically (``store.log_after.frame_snapshot``); the default
+        keeps none."""
 
     def _put_summary_txn(self, handle: Handle, claim: Claim, seq: int, summary: bytes) -> None:
         """Keep ``summary``, stamped with the log's end (``seq``, the group just appended), beside the log. The

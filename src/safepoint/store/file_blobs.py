@@ -28,6 +28,7 @@ from safepoint.core.blobs import check_name
 from safepoint.durable import PRIVATE_FILE, fsync_dir, make_private_dirs, write_all
 from safepoint.errors import DiskFullError, StoreError, is_disk_full
 from safepoint.store.base import BlobStat
+from safepoint.store.file_blob_refs import FileBlobRefs
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
 BLOBS = "blobs"
@@ -46,7 +47,7 @@ def flock_waiting(fd: int, mode: int, timeout: float, stuck: StoreError) -> None
             time.sleep(0.005)
 
 
-class FileBlobs:
+class FileBlobs(FileBlobRefs):
     """The ``Blobs`` part over a folder; the file store mixes it in (``root``: the store's folder)."""
 
     root: str

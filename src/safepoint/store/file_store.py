@@ -75,6 +75,7 @@ from safepoint.store.crypt import check_key, read_marker
 from safepoint.store.fenced import FencedStore
 from safepoint.store.file_blobs import FileBlobs
 from safepoint.store.file_encryption import EncryptionRecordFile
+from safepoint.store.file_log_reads import FileLogReads
 from safepoint.store.file_schedules import FileSchedules
 from safepoint.store.file_summary import SummaryFile, last_intact_seq
 from safepoint.store.framing import check_line, check_one_line, frame, read_descriptor, read_records, unframe_all
@@ -128,7 +129,7 @@ class _Tail:
         self.size = size
 
 
-class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, FencedStore[None]):
+class FileStore(FileBlobs, FileLogReads, FileSchedules, EncryptionRecordFile, SummaryFile, FencedStore[None]):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file:{self.root}"
@@ -496,48 +497,6 @@ class FileStore(FileBlobs, FileSchedules, EncryptionRecordFile, SummaryFile, Fen
                 finally:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         return read_records(unframe_all(data))
-
-    def checkpoint_offsets(self, run_id: str) -> list[tuple[int, int]]:
-        """``(seq, byte offset)`` of each checkpoint, from the separate index, each checked against the log: an
-        index entry the log does not confirm (torn, or cut away with a torn tail) is left out."""
-        run_dir = self._existing_run_dir(run_id)
-        try:
-            with open(os.path.join(run_dir, "checkpoints", "index.jsonl"), "rb") as handle:
-                index = handle.read()
-            with open(os.path.join(run_dir, LOG), "rb") as handle:
-                log = handle.read()
-        except FileNotFoundError:
-            return []
-        found = []
-        for _, item in unframe_all(index):
-            if isinstance(item, LogProblem):
-                continue
-            entry = msgspec.json.decode(item)
-            seq, offset = int(entry["seq"]), int(entry["offset"])
-            end = log.find(b"\n", offset)
-            payload = check_line(log[offset:end]) if end > 0 else None
-            if payload is not None and _record_decoder.decode(payload).seq == seq:
-                found.append((seq, offset))
-        return found
-
-    def log_mark(self, run_id: str) -> int:
-        """The checkpoint index is written after the log's fdatasync: its last entry is a seq that was durable,
-        whether or not the log still holds it (a log cut at a record boundary looks whole on its own). Only its
-        end is read."""
-        path = os.path.join(self._existing_run_dir(run_id), "checkpoints", "index.jsonl")
-        try:
-            with open(path, "rb") as handle:
-                size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, size - 4096))
-                tail = handle.read()
-        except FileNotFoundError:
-            return 0
-        for line in reversed(tail.split(b"\n")[1 if size > 4096 else 0 :]):
-            payload = check_line(line)
-            if payload is not None:
-                with contextlib.suppress(msgspec.DecodeError, KeyError, TypeError, ValueError):
-                    return int(msgspec.json.decode(payload)["seq"])
-        return 0
 
     # line files other than the log: terminal events, control ----------------------------------------------
     def _append_line(self, run_id: str, name: str, payload: bytes) -> None:

@@ -64,13 +64,13 @@ def check_line(line: bytes) -> bytes | None:
     return payload
 
 
-def read_records(lines: Iterable[tuple[int, bytes | LogProblem]], *, row_seqs: bool = False) -> LogRead:
+def read_records(lines: Iterable[tuple[int, bytes | LogProblem]], *, row_seqs: bool = False, first: int = 1) -> LogRead:
     """Decode checked payloads into records, in order, reporting the damaged ones and every hole in the
     sequence. ``row_seqs``: positions are the sequence numbers the rows were stored under (databases), which each
-    record must match."""
+    record must match. ``first``: the seq the lines start at (a read after a known position)."""
     records: list[LogRecord] = []
     problems: list[LogProblem] = []
-    expected = 1
+    expected = first
     for position, item in lines:
         if isinstance(item, LogProblem):
             problems.append(item)

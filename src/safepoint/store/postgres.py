@@ -43,6 +43,7 @@ from safepoint.errors import (
 )
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity
 from safepoint.store import postgres_writes, trace_batches
+from safepoint.store.blob_refs import referenced_names
 from safepoint.store.crypt import check_key, check_not_orphaned, read_marker
 from safepoint.store.fenced import FencedStore, fork_error
 from safepoint.store.framing import check_line, check_one_line, frame, read_records
@@ -51,6 +52,7 @@ from safepoint.store.names import check_job_id, check_run_id, mask_passwords, sa
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, claim_of, next_owner, stuck_lock
 from safepoint.store.postgres_blobs import PostgresBlobs
 from safepoint.store.postgres_claims import claim_row
+from safepoint.store.postgres_log_after import PostgresLogReads
 from safepoint.store.postgres_pool import Held, check_if_idle, close_pool, listen, used
 from safepoint.store.postgres_restart import PostgresRestartCheckpoints
 from safepoint.store.postgres_schema import LATEST, SCHEMA, SchemaChange, ensure_schema
@@ -92,7 +94,7 @@ def migrate(url: str, *, to: int = LATEST) -> SchemaChange:
         raise StoreError(f"cannot migrate PostgreSQL store {shown}: {_one_line(exc, url)}") from None
 
 
-class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Connection]):
+class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads, FencedStore[Connection]):
     def __init__(self, url: str, *, pool_size: int = 4, migrate: bool = False) -> None:
         """``migrate``: upgrade a database at an older schema version when opening it (a fresh one is always set
         up; see ``safepoint.store.postgres_schema`` for why an upgrade is not automatic)."""
@@ -422,6 +424,8 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         inserted nothing, to say why or to find the records already written by a try whose reply was lost."""
         if not records:
             return
+        if names := referenced_names(records, self.blob_name):  # committed before the group (store.blob_refs)
+            self.note_blob_refs(claim.run_id, names)
         first = records[0].seq
         lines = [frame(_record_encoder.encode(record)) for record in records]
         if any(record.seq != first + i for i, record in enumerate(records)):

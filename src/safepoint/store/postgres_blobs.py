@@ -21,13 +21,14 @@ from safepoint.core.blobs import check_name
 from safepoint.errors import StoreError
 from safepoint.store.base import BlobStat
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
+from safepoint.store.postgres_blob_refs import PostgresBlobRefs
 from safepoint.store.postgres_schema import SCHEMA
 
 Connection = psycopg.Connection[tuple[object, ...]]
 _LOCK = "hashtext('safepoint blobs')"
 
 
-class PostgresBlobs:
+class PostgresBlobs(PostgresBlobRefs):
     """The ``Blobs`` part over the ``blobs`` table; the PostgreSQL store mixes it in."""
 
     shown: str

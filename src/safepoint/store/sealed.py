@@ -43,7 +43,7 @@ import binascii
 import contextlib
 import hmac
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,7 @@ from safepoint.protocol import RecoveryOwnerTerminalEvent, RuntimeRestartCheckpo
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState, RecoveryIdentity, StoredDescriptor
 from safepoint.store import trace_batches
 from safepoint.store.base import BlobStat, Store
+from safepoint.store.blob_refs import referenced_names
 from safepoint.store.crypt import (
     PREFIX,
     Cipher,
@@ -67,6 +68,7 @@ from safepoint.store.crypt import (
     read_marker,
 )
 from safepoint.store.framing import check_one_line
+from safepoint.store.log_after import LogPosition
 from safepoint.store.names import artifact_file, artifact_ref, parse_artifact_ref, safe_url
 
 _checkpoint_decoder = msgspec.json.Decoder(RuntimeRestartCheckpoint)
@@ -163,6 +165,8 @@ class SealedStore(Store):
         if summary is not None and records:
             # Bound to the log's end it describes: an older summary put back under a newer stamp does not open.
             summary = cipher.seal(summary, place(claim.run_id, "summary", records[-1].seq))
+        if names := referenced_names(records, self.blob_name):  # the backend cannot read them once sealed
+            self.inner.note_blob_refs(claim.run_id, names)
         self.inner.append(claim, sealed, durable=durable, summary=summary)
 
     def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
@@ -174,8 +178,32 @@ class SealedStore(Store):
         return None if opened is None else (found[0], opened)  # one that does not open: the log is read instead
 
     def read_log(self, run_id: str) -> LogRead:
+        return self._opened(run_id, self.inner.read_log(run_id))
+
+    def log_position(self, run_id: str) -> LogPosition | None:
+        self._ready()
+        return self.inner.log_position(run_id)  # of the sealed lines, as stored
+
+    def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
+        self._ready()
+        read = self.inner.read_log_after(run_id, after)
+        return None if read is None else self._opened(run_id, read, start=after.seq + 1)
+
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
+        cipher = self._ready(writing=True)
+        self.inner.put_view_snapshot(claim, cipher.seal(data, place(claim.run_id, "view_snapshot")), seq=seq)
+
+    def view_snapshot_seq(self, run_id: str) -> int | None:
+        self._ready()
+        return self.inner.view_snapshot_seq(run_id)
+
+    def read_view_snapshot(self, run_id: str) -> bytes | None:
         cipher = self._ready()
-        read = self.inner.read_log(run_id)
+        sealed = self.inner.read_view_snapshot(run_id)
+        return None if sealed is None else cipher.open(sealed, place(run_id, "view_snapshot"))  # None: not trusted
+
+    def _opened(self, run_id: str, read: LogRead, start: int = 1) -> LogRead:
+        cipher = self._ready()
         records: list[LogRecord] = []
         problems = list(read.problems)
         lost = False
@@ -187,7 +215,7 @@ class SealedStore(Store):
                 lost = True
                 continue
             if lost and (not records or record.seq != records[-1].seq + 1):
-                first = records[-1].seq + 1 if records else 1
+                first = records[-1].seq + 1 if records else start
                 detail = f"records {first}..{record.seq - 1} are missing before seq {record.seq}"
                 problems.append(LogProblem(kind="gap", position=record.seq, detail=detail))
             lost = False
@@ -407,6 +435,21 @@ class SealedStore(Store):
 
     def quarantine_blob(self, name: str) -> bool:
         return self.inner.quarantine_blob(name)
+
+    def note_blob_refs(self, run_id: str, names: Sequence[str]) -> None:
+        self.inner.note_blob_refs(run_id, names)
+
+    def blob_referrers(self, names: Iterable[str]) -> dict[str, frozenset[str]] | None:
+        return self.inner.blob_referrers(names)
+
+    def drop_blob_refs(self, run_id: str, names: Iterable[str]) -> None:
+        self.inner.drop_blob_refs(run_id, names)
+
+    def complete_blob_refs(self, refs: Mapping[str, Iterable[str]]) -> None:
+        self.inner.complete_blob_refs(refs)
+
+    def sweep_blob_refs(self) -> int:
+        return self.inner.sweep_blob_refs()
 
     def blobs_shared(self) -> contextlib.AbstractContextManager[None]:
         return self.inner.blobs_shared()

@@ -1,0 +1,98 @@
+"""A run's view read through its snapshot (the seed's checkpoint index, §8.4): the folded log up to a position
+(``core.view_snapshot``) and the records after it (``read_log_after``), instead of the whole log and its fold.
+
+Reading (``read_view``): a snapshot is used only when it opens (the store's checksum, an encrypted store's seal),
+decodes as this version's snapshot of this run, names a position the log still holds (the record there is the
+one it names) and holds together; anything else is reported (``refused``) and the whole log is read, as without
+one. The view is the same either way (``tests/test_snapshot_property.py``).
+
+Writing (``refresh``): by the run's owner, fenced, when ``SNAPSHOT_EVERY`` records came after the last snapshot
+(amortised: the fold of those records, once), from the last snapshot and the records after it (or the whole
+log, the first time). Never for a log with a problem (a damaged or torn record: such a log is read whole, as
+before, so what the snapshot would freeze about it never outlives a repair). A snapshot is a cache: failing to
+write one fails nothing (``refresh`` says whether it wrote).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from safepoint.core import view_snapshot
+from safepoint.core.run_view import RunView, ViewFold
+from safepoint.errors import StoreError
+from safepoint.records import Claim, RunInfo
+from safepoint.store.base import Store
+from safepoint.store.log_after import LogPosition
+
+SNAPSHOT_EVERY = 2000  # log records after the last snapshot before the owner writes a new one
+
+
+def read_view(store: Store, info: RunInfo, refused: list[str] | None = None) -> RunView:
+    """The run's view: from its snapshot and the log after it when they hold, else from the whole log (why the
+    snapshot was not used is appended to ``refused``)."""
+    found = _from_snapshot(store, info, refused)
+    if found is not None:
+        return found[0].finish()
+    read = store.read_log(info.run_id)
+    fold = ViewFold(RunView(info=info, problems=list(read.problems)))
+    fold.feed(read.records)
+    return fold.finish()
+
+
+def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tuple[ViewFold, int] | None:
+    def refuse(why: str) -> None:
+        if refused is not None:
+            refused.append(why)
+
+    data = store.read_view_snapshot(info.run_id)
+    if data is None:
+        return None  # none kept (a damaged one reads as none too: the store cannot tell it from a torn write)
+    snapshot = view_snapshot.decode(data, info)
+    del data  # its bytes are not kept through the fold (the open's peak memory)
+    if snapshot is None:
+        refuse("its snapshot does not decode (another version, or another run's)")
+        return None
+    after = store.read_log_after(info.run_id, LogPosition(snapshot.seq, snapshot.offset, snapshot.check))
+    if after is None:
+        refuse(f"the log no longer holds the record its snapshot ends at (seq {snapshot.seq})")
+        return None
+    try:
+        return view_snapshot.resume_fold(snapshot, info, after)
+    except ValueError as exc:
+        refuse(f"its snapshot does not hold together: {exc}")
+        return None
+
+
+def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = None) -> bool:
+    """Write the run's snapshot when ``every`` (default ``SNAPSHOT_EVERY``) records came after the last one;
+    whether one was written. Only by the run's owner (``claim``), while nothing else appends (a session's close)."""
+    every = SNAPSHOT_EVERY if every is None else every
+    try:
+        return _refresh(store, claim, info, every)
+    except (StoreError, OSError):  # a cache: a store gone, full or taken over fails the close no more than before
+        return False
+
+
+def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
+    position = store.log_position(info.run_id)
+    if position is None:
+        return False
+    known = store.view_snapshot_seq(info.run_id) or 0  # its header alone: a close reads nothing more
+    if position.seq - (0 if known > position.seq else known) < every:  # past the log's end: a cut log, rewritten
+        return False
+    found = _from_snapshot(store, info, None)
+    if found is None:
+        read = store.read_log(info.run_id)
+        fold = ViewFold(RunView(info=info, problems=list(read.problems)))
+        fold.feed(read.records)
+        found = (fold, len(read.problems))
+    fold, read_problems = found
+    if fold.view.problems or fold.view.last_seq != position.seq:
+        return False  # a damaged log is read whole; an append came meanwhile: next time
+    data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
+    store.put_view_snapshot(claim, data, seq=position.seq)
+    return True
+
+
+def header_info(store: Store, run_id: str) -> RunInfo:
+    return msgspec.json.decode(store.run_header(run_id), type=RunInfo)
