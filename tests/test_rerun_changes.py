@@ -11,6 +11,7 @@ The kills are real children (``python -m safepoint``); the last resume, diff and
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -89,7 +90,7 @@ def _recorded_once(patches: list[dict[str, Any]]) -> dict[str, list[dict[str, An
     for path, chain in chains.items():
         steps = [(p["before_hash"], p["after_hash"]) for p in chain]
         assert len(set(steps)) == len(steps), (path, steps)  # a change recorded twice
-        for previous, patch in zip(chain, chain[1:], strict=False):
+        for previous, patch in itertools.pairwise(chain):
             assert patch["before_hash"] == previous["after_hash"], (path, steps)  # a change recorded by nobody
     return chains
 
