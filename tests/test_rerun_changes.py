@@ -144,3 +144,58 @@ def test_a_rerun_killed_too_keeps_its_changes_the_calls(tmp_path):
     plan = _rollback(tmp_path, include_uncertain=True)
     assert not plan.conflicts, plan.conflicts
     assert _contents(tmp_path / "ws") == start
+
+
+WRITER = """
+import os
+
+import safepoint
+
+
+@safepoint.tool(idempotency="idempotent", replay_policy="auto", writes=lambda args: [args["path"], "made.txt"])
+def stamp(ctx, path: str, text: str) -> str:
+    with open(os.path.join(ctx.workspace.root, path), "w") as handle:
+        handle.write(text)
+    with open(os.path.join(ctx.workspace.root, "made.txt"), "w") as handle:
+        handle.write("made\\n")
+    return "stamped"
+"""
+
+
+def test_a_writer_rerun_killed_twice_records_its_change_once(tmp_path, monkeypatch):
+    """A file writer with no probe (its policy re-runs it) is killed after it wrote, twice: the first re-run finds
+    the attempt's bytes and records them as the call's, author uncertain; the second re-run found the same bytes
+    and recorded that change again, from the first attempt's note, as certain. Now once, uncertain; the last run's
+    own writes change nothing; rollback gives the checkpoint's bytes back."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("one\n")
+    (tmp_path / "rtools.py").write_text(WRITER)
+    turns = [
+        {"tool_calls": [{"tool": "stamp", "args": {"path": "notes.txt", "text": "two\n"}, "call_id": "c1"}]},
+        {"text": "ok"},
+    ]
+    (tmp_path / "scenario.json").write_text(json.dumps({"task": "t", "turns": turns}))
+    args = [*_args(tmp_path), "--tools", "rtools:stamp"]
+    for argv in (["run", "scenario.json", "--run-id", "r"], ["resume", "r"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "safepoint", *argv, *args],
+            cwd=tmp_path,
+            env=cli_env(SAFEPOINT_FAILPOINT="after_tool:stamp"),
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    resumed = safepoint_in_process("resume", "r", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    chains = _recorded_once(_patches(tmp_path))
+    assert {path: [bool(p.get("author_uncertain")) for p in chain] for path, chain in chains.items()} == {
+        "notes.txt": [True],
+        "made.txt": [True],
+    }
+    plan = _rollback(tmp_path, include_uncertain=True)
+    assert not plan.conflicts, plan.conflicts
+    assert _contents(ws) == {"notes.txt": b"one\n"}
