@@ -236,3 +236,65 @@ def test_a_control_watch_told_on_a_tools_thread_never_writes_inside_a_piece(stor
     kinds = [kind for _, kind, _ in _durable(tm, "r")]
     assert "control_seen" in kinds  # the tool's submission was marked, once the piece was done
     tm.close()
+
+
+def test_an_async_approval_wait_never_commits_half_of_a_piece(store_url, workspace, monkeypatch):
+    """Under an event loop: the wait runs on a pool thread, the other call's pieces on the run's bookkeeping
+    thread. The wait begins while that thread is between the two records of a settle group: it waits for it."""
+    import asyncio
+
+    from safepoint.restart import approvals
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high", needs_approval=True)
+    async def deploy(ctx: ToolContext, env: str) -> str:
+        return f"deployed {env}"
+
+    reached = threading.Event()
+    wait_entered, go_wait = threading.Event(), threading.Event()
+    waiters: set[int] = set()
+    real_controls, real_hit = approvals.controls, failpoints.hit
+
+    def controls(store: Any, run_id: str) -> Any:
+        if not wait_entered.is_set():
+            waiters.add(threading.get_ident())
+            wait_entered.set()
+            assert go_wait.wait(60)
+        return real_controls(store, run_id)
+
+    def hit(name: str, *args: Any) -> None:
+        if name == "approval_wait":
+            reached.set()
+        real_hit(name, *args)
+
+    monkeypatch.setattr(approvals, "controls", controls)
+    monkeypatch.setattr(failpoints, "hit", hit)
+    tm = safepoint.open(store_url, workspace=str(workspace))
+    with tm.start("t", tools=[deploy], run_id="r", approval_timeout_s=60) as run:
+        bookkeeper = run.session.runner.bookkeeper
+        probe = ProbedLock(bookkeeper.lock, reached)
+        probe.watched = waiters  # the wait's pool thread, once it is known
+        bookkeeper.lock = probe  # type: ignore[assignment]  # the same lock, instrumented
+        piece = PausedPiece(run.session.log, "w1")
+
+        async def scenario() -> list[Any]:
+            waiting = asyncio.create_task(run.acall_result("deploy", {"env": "prod"}, call_id="d1"))
+            try:
+                assert await asyncio.to_thread(wait_entered.wait, 60)
+                writing = asyncio.create_task(
+                    run.acall_result("write_file", {"path": "a.txt", "content": "new\n"}, call_id="w1")
+                )
+                assert await asyncio.to_thread(piece.between.wait, 60)
+                go_wait.set()
+                assert await asyncio.to_thread(reached.wait, 60)  # the wait wrote, or reached the run's lock
+                _group_whole(tm, "r", "w1")
+            finally:
+                go_wait.set()
+                piece.go.set()
+            written = await writing
+            await asyncio.to_thread(tm.approve, "r", "d1")
+            return [written, await waiting]
+
+        written, deployed = asyncio.run(scenario())
+    assert written.status == "succeeded" and deployed.status == "succeeded", (written, deployed)
+    _group_whole(tm, "r", "w1")
+    tm.close()
