@@ -298,3 +298,48 @@ def test_an_async_approval_wait_never_commits_half_of_a_piece(store_url, workspa
     assert written.status == "succeeded" and deployed.status == "succeeded", (written, deployed)
     _group_whole(tm, "r", "w1")
     tm.close()
+
+
+def test_a_waiting_approval_holds_no_lock_while_it_polls(tmp_path, workspace, monkeypatch):
+    """While a call waits for a person (its thread polls the channel), the run's other work goes on: another
+    thread's call, a checkpoint and a message are recorded; then the approval ends the wait."""
+    from safepoint.restart import approvals
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="never", risk_level="high", needs_approval=True)
+    def deploy(ctx: ToolContext, env: str) -> str:
+        return f"deployed {env}"
+
+    reads: list[int] = []
+    polling = threading.Event()
+    real_controls = approvals.controls
+
+    def controls(store: Any, run_id: str) -> Any:
+        reads.append(1)
+        if len(reads) >= 2:
+            polling.set()
+        return real_controls(store, run_id)
+
+    monkeypatch.setattr(approvals, "controls", controls)
+    tm = safepoint.open(f"file:{tmp_path}/store", workspace=str(workspace))
+    results: dict[str, Any] = {}
+    with tm.start("t", tools=[deploy], run_id="r", approval_timeout_s=60) as run:
+        waiter = threading.Thread(
+            target=lambda: results.update(d1=run.call_result("deploy", {"env": "p"}, call_id="d1"))
+        )
+        waiter.start()
+        try:
+            assert polling.wait(60)
+            other = threading.Thread(
+                target=lambda: results.update(w1=run.call_result("write_file", {"path": "a.txt", "content": "x"}))
+            )
+            other.start()
+            other.join(60)
+            assert not other.is_alive()  # not blocked behind the wait
+            run.add_message("user", "meanwhile")
+            run.checkpoint()
+        finally:
+            tm.approve("r", "d1")
+            waiter.join(60)
+        assert not waiter.is_alive()
+    assert results["w1"].status == "succeeded" and results["d1"].status == "succeeded", results
+    tm.close()
