@@ -42,6 +42,10 @@ class Journal(msgspec.Struct):
     known: dict[str, Known | None]
     named: dict[str, FileStat | None]
     head: str | None = None  # git's HEAD then: a clean tracked file's content before is HEAD's, if HEAD stayed
+    # How many file changes the run had recorded then: the call's changes from there on are this attempt's (its
+    # recovery is done); those before are an earlier attempt's, killed too, whose recovery says nothing of this
+    # one. None: a journal written before it was kept (any change of the call counts, as it did then).
+    patches_at: int | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()

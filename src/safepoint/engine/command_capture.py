@@ -29,6 +29,7 @@ import contextlib
 import fnmatch
 import glob
 import hashlib
+import itertools
 import os
 import stat
 import threading
@@ -224,9 +225,7 @@ class CommandCapture:
         saved, self._saved = self._saved, None  # None: the first capture of the run: what is there is the baseline
         journal = self._state.read_journal()
         if journal is not None and (
-            saved is None
-            or not self._in_flight(journal.call_id)
-            or any(p.tool_call_id == journal.call_id for p in self.files.patches)  # recovered already
+            saved is None or not self._in_flight(journal.call_id) or self._recovered_already(journal)
         ):
             journal = None
         if saved is None:
@@ -266,6 +265,15 @@ class CommandCapture:
                 self._record(call_id, path, old, author_uncertain=True, into=self.recovered)
         if self.recovered:
             self.records.trace("command_changes_recovered", call_id=call_id, paths=len(self.recovered))
+
+    def _recovered_already(self, journal: Journal) -> bool:
+        """Whether this attempt's changes are recorded (a crash came after its recovery was durable, before the
+        journal was spent): a change of the call recorded since the attempt began. Rejected: any change of the
+        call, which took a re-run's journal for recovered when an earlier attempt, killed too, had been (the
+        re-run's own changes were then learnt as the user's: rollback never undid them)."""
+        patches = self.files.patches
+        start = journal.patches_at if journal.patches_at is not None and journal.patches_at <= len(patches) else 0
+        return any(patch.tool_call_id == journal.call_id for patch in itertools.islice(patches, start, None))
 
     def recovery_settled(self) -> None:
         """The recovered changes are durable: the journal is spent, and the state saved is the new baseline."""
@@ -446,6 +454,7 @@ class CommandCapture:
                 known={p: self.known.get(p) for p in self._touched | self._named.keys()},
                 named=self._named,
                 head=read_head(self._git_dir) if self._git_dir else None,
+                patches_at=len(self.files.patches),
             )
             self._state.write_journal(journal)
         self._command = call_id

@@ -55,6 +55,9 @@ class WatchHost(Protocol):
     control_seen: dict[int, ControlSeen]
     closed: bool
 
+    @property
+    def bookkeeping(self) -> contextlib.AbstractContextManager[Any]: ...
+
     def add_record(self, body: msgspec.Struct) -> int: ...
 
     def commit(self) -> None: ...
@@ -100,7 +103,8 @@ class ControlWatch(ProcessNotes):
         crashed = self._crashed_notes()
         if crashed:
             self._judge(found, min(crashed), "a command of the previous owner (which died) ran")
-            host.commit()  # the marks are durable before the notes that justify them go
+            with host.bookkeeping:
+                host.commit()  # the marks are durable before the notes that justify them go
             self._drop_notes()
         self.quiet_from = max((position for position, _ in found), default=0)
         self.launches_at_quiet = LAUNCHER.launches
@@ -176,7 +180,8 @@ class ControlWatch(ProcessNotes):
             time.sleep(0.001)
         killed = self.sweep()  # what escaped the command's supervisor dies before the window closes
         if killed:
-            self.host.trace("leftovers_killed", pids=killed)
+            with self.host.bookkeeping:  # on the command's thread: never inside a piece of another call
+                self.host.trace("leftovers_killed", pids=killed)
         found = self.host.store.read_control(self.run_id)
         self._judge(found, before, f"{', '.join(self.in_flight()) or 'a command'} ran")
         if self.scratch is not None:
@@ -187,14 +192,22 @@ class ControlWatch(ProcessNotes):
             self.launches_at_quiet = LAUNCHER.launches
 
     def _judge(self, found: list[tuple[int, bytes]], before: int, during: str) -> None:
+        """Marks what was written in the window. Called on the thread of the tool call that ended (``quiet``, under
+        ``TOOLS``'s lock; ``ended``, on the command's): the marks are staged under the run's lock, so they never
+        land inside another call's group nor get committed with half of it, and a position is judged once even
+        when two threads judge at once (rejected: handing the marks to the bookkeeping thread, which a synchronous
+        run has not, and which would leave a window where a submission is not yet marked). The run's pieces never
+        take ``TOOLS``'s lock, so taking theirs here cannot deadlock."""
         calls = during
-        for position, data in found:
-            if position <= before or position in self.host.control_seen:
-                continue
-            kind, record = kind_of(data)
-            if isinstance(record, STOPS):
-                self.host.trace("control_during_command", position=position, type=kind, detail=f"while {calls}")
-                continue
-            what = f"written while {calls}"
-            self.host.add_record(ControlSeen(position=position, type="tampered", at=now(), key=f"{kind}: {what}"))
-            self.host.trace("control_tampered", position=position, type=kind, detail=what)
+        with self.host.bookkeeping:
+            for position, data in found:
+                if position <= before or position in self.host.control_seen:
+                    continue
+                kind, record = kind_of(data)
+                if isinstance(record, STOPS):
+                    self.host.trace("control_during_command", position=position, type=kind, detail=f"while {calls}")
+                    continue
+                what = f"written while {calls}"
+                mark = ControlSeen(position=position, type="tampered", at=now(), key=f"{kind}: {what}")
+                self.host.add_record(mark)
+                self.host.trace("control_tampered", position=position, type=kind, detail=what)

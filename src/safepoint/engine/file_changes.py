@@ -108,7 +108,10 @@ class FileChanges:
         approval) and a change since is someone else's."""
         recorded = self.befores.get(call_id)
         if recorded:
-            return [self._again(call_id, state, ran=ran) for state in recorded]
+            # From the call's last recorded change of each path (an earlier re-run's, killed too), not from the
+            # first attempt's note: recording from the note again took the change once more, as certain.
+            last = self._last_changes(call_id, {state.path for state in recorded})
+            return [self._again(call_id, self._since(state, last), ran=ran) for state in recorded]
         states = []
         for path in dict.fromkeys(paths):
             try:
@@ -168,27 +171,12 @@ class FileChanges:
         make (its probe says so); otherwise the change is recorded with its author uncertain, and rollback lists
         it and asks before reverting it (the user may have written it meanwhile). Rejected: taking the file as it
         is now for the before-state, which recorded nothing and left the call's new file out of every rollback."""
-        last: dict[str, FilePatchEntry] = {}
-        noted = {state.path for state in self.befores.get(call_id, ())}
-        if noted:
-            for patch in self.patches:  # one pass, at a resume's settling only
-                if patch.tool_call_id == call_id and patch.path in noted:
-                    last[patch.path] = patch
+        last = self._last_changes(call_id, {state.path for state in self.befores.get(call_id, ())})
         recorded: list[FilePatchEntry] = []
         for state in self.befores.get(call_id, ()):
             data, mode = self.workspace.snapshot(state.path)
             digest = ABSENT if data is None else self._digest(data)
-            previous = last.get(state.path)
-            if previous is not None:
-                base = FileBeforeState(
-                    tool_call_id=call_id,
-                    path=state.path,
-                    before_hash=previous.after_hash,
-                    before_ref=None,
-                    before_mode=previous.after_mode,
-                )
-            else:
-                base = state
+            base = self._since(state, last)
             if digest == base.before_hash and mode == base.before_mode:
                 continue
             try:
@@ -201,6 +189,29 @@ class FileChanges:
         if recorded:
             self.records.trace("settled_changes", call_id=call_id, paths=len(recorded), certain=certain)
         return recorded
+
+    def _last_changes(self, call_id: str, noted: set[str]) -> dict[str, FilePatchEntry]:
+        """The call's last recorded change of each noted path (one pass, at a resume's re-run or settling only)."""
+        last: dict[str, FilePatchEntry] = {}
+        if noted:
+            for patch in self.patches:
+                if patch.tool_call_id == call_id and patch.path in noted:
+                    last[patch.path] = patch
+        return last
+
+    @staticmethod
+    def _since(state: FileBeforeState, last: dict[str, FilePatchEntry]) -> FileBeforeState:
+        """Where the call left ``state.path`` as far as the log knows: its last recorded change, else the note."""
+        previous = last.get(state.path)
+        if previous is None:
+            return state
+        return FileBeforeState(
+            tool_call_id=state.tool_call_id,
+            path=state.path,
+            before_hash=previous.after_hash,
+            before_ref=None,
+            before_mode=previous.after_mode,
+        )
 
     def _recalled(self, state: FileBeforeState) -> FileBefore:
         content = None

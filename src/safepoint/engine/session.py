@@ -21,6 +21,7 @@ import bisect
 import os
 import uuid
 from collections.abc import Iterator, ValuesView
+from contextlib import AbstractContextManager
 from typing import Any
 
 import msgspec
@@ -317,6 +318,14 @@ class RunSession:
     def durable_history_len(self) -> int:
         """How much of the history is durable: what a restart checkpoint may point into."""
         return bisect.bisect_right(self._history_seqs, self.log.durable_seq)
+
+    @property
+    def bookkeeping(self) -> AbstractContextManager[Any]:
+        """The run's lock (``Bookkeeper.lock``, held by every bookkeeping piece): a writer on another thread (an
+        approval wait, the control watch told on a tool's thread that the last call ended) takes it around each
+        of its writes, so none lands inside a piece's group or commits half of it; never while it sleeps, polls or
+        samples the tool count (``TOOLS`` calls the watch under its own lock: that order is the only one)."""
+        return self.runner.bookkeeper.lock
 
     def commit(self) -> None:
         if self._capture is not None:

@@ -28,6 +28,7 @@ approve`` itself is.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from typing import Any, Protocol
@@ -64,6 +65,12 @@ class ApprovalHost(Protocol):
     next_turn: int
     control_seen: dict[int, ControlSeen]
 
+    @property
+    def bookkeeping(self) -> contextlib.AbstractContextManager[Any]:
+        """The run's lock: the wait runs on its own thread and takes it around each write (never while it sleeps,
+        reads the channel or samples ``TOOLS``), so no write of the wait lands inside a bookkeeping piece's group
+        or commits half of it."""
+
     def event(self, status: RunStatus, detail: str = "") -> None: ...
 
     def add_record(self, body: msgspec.Struct) -> int: ...
@@ -83,7 +90,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
     call, entry = request.call, request.entry
     swept = LAUNCHER.sweep()  # what a command left by killing its supervisor: dead before anything is decided
     if swept:
-        session.trace("leftovers_killed", call_id=call.call_id, pids=swept)
+        with session.bookkeeping:
+            session.trace("leftovers_killed", call_id=call.call_id, pids=swept)
     before = TOOLS.sample()
     found = controls(session.store, session.info.run_id)
     after = TOOLS.sample()
@@ -117,13 +125,14 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
             producer_inference_attempt_id=f"{session.info.run_id}/gen{session.claim.generation}",
             control_position=min(quiet, end),
         )
-    session.restart.write(wait)  # durable: the line below which no decision counts
+    with session.bookkeeping:
+        session.restart.write(wait)  # durable: the line below which no decision counts
+        session.event(
+            "waiting_approval",
+            f"call {call.call_id} ({entry.tool_name}, {entry.risk_level} risk) waits for `safepoint approve "
+            f"{session.info.run_id} {call.call_id}` ({wait.timeout_remaining_ms / 1000:.0f} s left)",
+        )
     line = wait.control_position or 0
-    session.event(
-        "waiting_approval",
-        f"call {call.call_id} ({entry.tool_name}, {entry.risk_level} risk) waits for "
-        f"`safepoint approve {session.info.run_id} {call.call_id}` ({wait.timeout_remaining_ms / 1000:.0f} s left)",
-    )
     failpoints.hit("approval_wait", entry.tool_name)
     deadline = time.monotonic() + wait.timeout_remaining_ms / 1000
     persisted = time.monotonic()
@@ -153,7 +162,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
         if moved != line:
             line = moved
             wait = msgspec.structs.replace(wait, control_position=line)
-            session.restart.write(wait)  # a restart keeps the moved line
+            with session.bookkeeping:
+                session.restart.write(wait)  # a restart keeps the moved line
         stops.raise_if_stopped(session, found)  # a cancel, a reset or a successor ends the wait: nothing is sent
         for position, record in found:
             if not isinstance(record, Approval) or record.call_id != call.call_id or position in ignored:
@@ -169,7 +179,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
                 forged.append(_tampered(session, position, record, call.call_id))
                 continue
             if record.input_hash != entry.input_hash:
-                session.trace("approval_ignored", call_id=call.call_id, reason="input hash differs")
+                with session.bookkeeping:
+                    session.trace("approval_ignored", call_id=call.call_id, reason="input hash differs")
                 continue
             if LAUNCHER.lost is not None:
                 why = (
@@ -177,9 +188,12 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
                     "and could have written this decision; no decision is taken in this process: check `ps` for "
                     f"what is left, then resume run {session.info.run_id} in a new process"
                 )
-                session.trace("approval_ignored", call_id=call.call_id, reason="containment lost")
+                with session.bookkeeping:
+                    session.trace("approval_ignored", call_id=call.call_id, reason="containment lost")
                 return ApprovalOutcome(False, "denied", why, wait)
-            with request.stop.deciding():  # taken only while the wait is still its call's
+            # Taken only while the wait is still its call's; the stop's lock first, then the run's (the runner
+            # stops a wait holding neither).
+            with request.stop.deciding(), session.bookkeeping:
                 session.add_record(mark_seen(position, record, call.call_id))
                 left = max(0, int((deadline - time.monotonic()) * 1000))
                 verb = "approved" if record.approved else "denied"
@@ -190,7 +204,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
                 )
         if len(forged) > marked:
             marked = len(forged)
-            session.commit()  # the evidence is durable at once (and `safepoint approve` no longer takes it for done)
+            with session.bookkeeping:  # the evidence is durable at once (`safepoint approve` no longer takes it)
+                session.commit()
         if shutdown.requested():
             raise Interrupted(
                 f"{shutdown.why()}: stopped while call {call.call_id} waited for approval; the wait resumes on restart"
@@ -209,7 +224,8 @@ def wait_for_approval(session: ApprovalHost, request: AwaitApproval) -> Approval
             return ApprovalOutcome(False, "timeout", f"no approval within {timeout:g} s" + _said(forged), wait)
         if time.monotonic() - persisted >= PERSIST_SECONDS:
             wait = msgspec.structs.replace(wait, timeout_remaining_ms=int(left_s * 1000))
-            session.restart.write(wait)
+            with session.bookkeeping:
+                session.restart.write(wait)
             persisted = time.monotonic()
         time.sleep(POLL_SECONDS)
 
@@ -225,8 +241,10 @@ def tampered(position: int, record: ControlRecord, what: str) -> ControlSeen:
 def _tampered(session: ApprovalHost, position: int, record: Approval, call_id: str) -> str:
     kind = "approval" if record.approved else "denial"
     what = f"{kind} of call {call_id} written before its wait began or while a tool call ran"
-    session.add_record(tampered(position, record, what))
-    session.trace("control_tampered", call_id=call_id, position=position, type="approval", detail=what)
+    with session.bookkeeping:
+        if position not in session.control_seen:  # the control watch may have marked it meanwhile, on its thread
+            session.add_record(tampered(position, record, what))
+            session.trace("control_tampered", call_id=call_id, position=position, type="approval", detail=what)
     return _shown(position, record)
 
 
