@@ -511,3 +511,40 @@ def test_cancelled_before_the_wait_began_an_approval_posted_afterwards_still_cou
         result = asyncio.run(resumed.acall_result("deploy", {"env": "prod"}, call_id="d1"))
     assert result.status == "succeeded" and ran == ["prod"], result
     tm.close()
+
+
+def test_a_close_under_the_runs_lock_never_waits_for_a_piece_queued_behind_it(workspace, tmp_path):
+    """`Run.close` closes the session inside the run's lock; a piece already queued on the bookkeeping thread waits
+    for that lock. Waiting there for the thread to end was a deadlock (the close waited for the piece, the piece for
+    the close's lock): the thread is told to end under the lock and waited for once the lock is let go."""
+    tm = safepoint.open(f"file:{tmp_path}/store", workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    keeper = run.session.runner.bookkeeper
+    queued = threading.Event()
+    ran: list[str] = []
+
+    def piece() -> None:
+        ran.append("piece")
+
+    def submit() -> None:
+        async def go() -> None:
+            task = asyncio.ensure_future(keeper.arun(piece))
+            await asyncio.sleep(0)  # the piece is on the bookkeeping thread's queue, behind the lock
+            queued.set()
+            await task
+
+        asyncio.run(go())
+
+    with keeper.lock:  # as Run.close holds it while the session closes
+        submitter = threading.Thread(target=submit)
+        submitter.start()
+        assert queued.wait(30)
+        closer = threading.Thread(target=run.session.close)
+        closer.start()
+        closer.join(30)
+        assert not closer.is_alive(), "the session's close waited for a piece that waits for the close's lock"
+    keeper.close()  # outside the lock: the thread ends after the piece
+    submitter.join(30)
+    assert ran == ["piece"] and not submitter.is_alive()
+    assert not [t for t in threading.enumerate() if t.name.startswith("safepoint-bookkeeping") and t.is_alive()
+                and t.ident == keeper._worker]  # fmt: skip

@@ -59,6 +59,7 @@ class Bookkeeper:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._worker: int | None = None  # the worker thread's id: a close from a piece must not wait for itself
+        self._ending: list[ThreadPoolExecutor] = []  # told to end under the lock, not yet waited for
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
         with self.lock:
@@ -82,9 +83,18 @@ class Bookkeeper:
         context = contextvars.copy_context()  # as asyncio.to_thread does: the caller's context variables hold there
         return await through(loop.run_in_executor(self._executor(), self._locked, context, fn, args))
 
-    def close(self) -> None:
-        """The worker thread ends (after any piece still queued); a later ``arun`` starts a new one."""
+    def close(self, *, wait: bool = True) -> None:
+        """The worker thread ends (after any piece still queued); a later ``arun`` starts a new one.
+
+        ``wait=False`` is for a close made under ``lock`` (a session closed inside the run's lock): a queued piece
+        waits for that lock, so waiting there for the worker would never end. The thread is told to end and is
+        waited for by the next close made outside the lock (the run's own)."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=threading.get_ident() != self._worker)
+            if pool is not None:
+                self._ending.append(pool)
+            ending, self._ending = (self._ending, []) if wait else ([], self._ending)
+        if pool is not None and not wait:
+            pool.shutdown(wait=False)
+        for old in ending:
+            old.shutdown(wait=threading.get_ident() != self._worker)

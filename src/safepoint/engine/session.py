@@ -311,7 +311,9 @@ class RunSession:
                     self.log.trace("run_released")
                 self.log.flush_trace()
                 self.store.release(self.claim)
-        self.runner.bookkeeper.close()  # its worker thread (async calls' bookkeeping) ends with the session
+        # its worker thread (async calls' bookkeeping) ends with the session; not waited for here, as a close may
+        # be made under the run's lock, which a piece still queued there waits for (the run's close waits after)
+        self.runner.bookkeeper.close(wait=False)
 
     # records ------------------------------------------------------------------------------------------------
     @property
