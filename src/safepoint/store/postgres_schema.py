@@ -26,6 +26,8 @@ Schema ``safepoint``::
                                     store (its cipher and key id, never the key)
     run_summaries                   run_id pk, log_seq, line (framed): what ``status`` shows, as of log_seq (a
                                     cache: read only while the log still ends at log_seq)
+    blob_refs                       (name, run_id) pk: that run's log references that blob (``postgres_blob_refs``)
+    view_snapshots                  run_id pk, seq, data: the run's folded log up to a position (``core.view_snapshot``)
 
 Opening a store migrates a fresh database (nothing in it to break) but never upgrades one that already holds a
 schema: other hosts may be running an older safepoint on it, whose queries a change would break under them, so an
@@ -189,6 +191,26 @@ UPDATE {SCHEMA}.runs r SET control_at = clock_timestamp()
 CREATE INDEX IF NOT EXISTS runs_control_at ON {SCHEMA}.runs (control_at) WHERE control_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_run_id_c ON {SCHEMA}.runs (run_id COLLATE "C");
 """,
+    ),
+    Migration(
+        7,
+        "which runs reference each blob (forget frees a run's blobs reading that run alone), deleted with the run",
+        f"""
+CREATE TABLE IF NOT EXISTS {SCHEMA}.blob_refs (
+    name text NOT NULL,
+    run_id text NOT NULL REFERENCES {SCHEMA}.runs ON DELETE CASCADE,
+    PRIMARY KEY (name, run_id)
+);
+CREATE INDEX IF NOT EXISTS blob_refs_run ON {SCHEMA}.blob_refs (run_id);
+INSERT INTO {SCHEMA}.settings (name, value) SELECT 'blob_refs', 'complete'::bytea
+ WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.blobs) ON CONFLICT DO NOTHING;
+""",
+    ),
+    Migration(
+        8,
+        "a view snapshot per run (its folded log up to a position: an open reads it and the log after it)",
+        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.view_snapshots (run_id text PRIMARY KEY REFERENCES {SCHEMA}.runs "
+        "ON DELETE CASCADE, seq bigint NOT NULL, data bytea NOT NULL);",
     ),
 )
 LATEST = MIGRATIONS[-1].version
