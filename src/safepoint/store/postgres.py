@@ -538,8 +538,8 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, FencedStore[Conne
         check_one_line("a control record", data)
         try:
             with self._tx() as conn:
-                # The run's row orders the posts (NO KEY UPDATE: the log's inserts, which share-lock it for their
-                # foreign key, go on meanwhile); not the owner row, so a sender never waits for the owner.
+                # The run's row orders the posts (NO KEY UPDATE: a first summary's insert, which share-locks it for
+                # its foreign key, goes on meanwhile); not the owner row, so a sender never waits for the owner.
                 conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
                 # The UPDATE takes that very lock (no key changes) and says when input last came: a supervisor pass
                 # reads the runs posted to lately, not every run.
