@@ -6,6 +6,7 @@ in any table, now that the log is deleted by ``delete_run`` itself."""
 from __future__ import annotations
 
 import re
+import threading
 
 import msgspec
 import psycopg
@@ -126,3 +127,61 @@ def test_deleting_a_run_leaves_no_row_of_it_in_any_table(store, url):
     with pytest.raises((StoreError, RunNotFoundError, StaleGenerationError)):
         store.append(claims["r"], [rec(3, "late")])
     assert _rows_of(url, "r")["log"] == 0
+
+
+def _waiting_on_locks(url: str, count: int) -> None:
+    """Until ``count`` sessions of this database wait for a lock (the server says so: no sleep decides it)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+        "AND pid <> pg_backend_pid()"
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(query).fetchone()
+            if row is not None and row[0] >= count:
+                return
+            conn.execute("SELECT pg_sleep(0.01)")
+
+
+@pytest.mark.parametrize("first", ["append", "delete"])
+def test_an_append_racing_a_delete_leaves_no_line_behind(url, first):
+    """Without the foreign key's cascade, an append in flight when the run is deleted must still leave nothing: both
+    queue on the owner row (held here), and whichever the server lets go first, the log ends empty."""
+    writer, deleter = PostgresStore(url, pool_size=1), PostgresStore(url, pool_size=1)
+    try:
+        writer.create_run("r", b"{}")
+        claim = writer.claim("r", "me")
+        writer.append(claim, [rec(1, "a")], summary=b'{"status":"running"}')
+        outcomes: dict[str, BaseException | None] = {}
+
+        def run(name: str, action) -> threading.Thread:
+            def body() -> None:
+                try:
+                    action()
+                    outcomes[name] = None
+                except BaseException as exc:  # the loser's refusal, checked below
+                    outcomes[name] = exc
+
+            thread = threading.Thread(target=body)
+            thread.start()
+            return thread
+
+        actions = {
+            "append": lambda: writer.append(claim, [rec(2, "b"), rec(3, "c")], summary=b'{"status":"running"}'),
+            "delete": lambda: deleter.delete_run("r", force=True),
+        }
+        with psycopg.connect(url) as holder:
+            holder.execute("SELECT 1 FROM safepoint.recovery_owners WHERE agent_id = 'r' FOR UPDATE")
+            threads = [run(first, actions[first])]
+            _waiting_on_locks(url, 1)
+            second = "delete" if first == "append" else "append"
+            threads.append(run(second, actions[second]))
+            _waiting_on_locks(url, 2)
+        for thread in threads:
+            thread.join(60)
+        assert outcomes["delete"] is None
+        assert outcomes["append"] is None or isinstance(outcomes["append"], (StoreError, RunNotFoundError))
+        assert {table: n for table, n in _rows_of(url, "r").items() if n} == {}
+    finally:
+        writer.close()
+        deleter.close()
