@@ -17,8 +17,9 @@ median, p99), claim latency (``claim_ms``: median, p99), the floor's ``transitio
 ``vs_floor`` (store / floor); and ``file_store.append_ms``. The machine is shared, so absolute figures swing with
 its load; what a change is judged by is ``vs_floor`` and the cost per transition, which the load does not change
 much: ``client_cpu_us`` (the worker's ``process_time``), ``server_cpu_us`` (its backends' CPU, from
-``/proc/<pid>/stat``, when the server runs on this machine); and ``round_trips`` of one append and of one claim
-(counted from libpq's protocol trace, in the bench's own process).
+``/proc/<pid>/stat``, when the server runs on this machine); ``hot_updates``, the share of the owner row's and
+the summary's updates that were HOT (no index entry written: ``pg_stat_user_tables``); and ``round_trips`` of one
+append and of one claim (counted from libpq's protocol trace, in the bench's own process).
 
 Each process count runs the three kinds side by side ``--rounds`` times (the shared machine's load moves between
 phases): rates are the rounds' medians, ``vs_floor`` the median of each round's ratio (``vs_floor_rounds``).
@@ -268,6 +269,24 @@ def file_store_cost(seconds: float) -> dict[str, Any]:
     return {"append_ms": summary_ms(appends), "transitions_per_s": round(len(appends) / seconds, 1)}
 
 
+def table_updates(url: str) -> dict[str, tuple[int, int]]:
+    """Updates so far of the tables every append updates: (all, HOT). A HOT update writes no index entry."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = 'safepoint' "
+            "AND relname IN ('recovery_owners', 'run_summaries')"
+        ).fetchall()
+    return {str(name): (int(upd), int(hot)) for name, upd, hot in rows}
+
+
+def hot_share(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, float | None]:
+    shares: dict[str, float | None] = {}
+    for name, (upd, hot) in after.items():
+        upd0, hot0 = before.get(name, (0, 0))
+        shares[name] = round((hot - hot0) / (upd - upd0), 3) if upd > upd0 else None
+    return shares
+
+
 def median_costs(seen: list[dict[str, Any]]) -> dict[str, Any]:
     """Each cost's median over the rounds (None when a server's processes could not be read)."""
     found: dict[str, Any] = {}
@@ -299,11 +318,15 @@ def main() -> None:
             conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, tag text, line bytea)")
         report: dict[str, Any] = {"seconds_per_phase": args.seconds, "cores": os.cpu_count()}
         report["load_before"] = os.getloadavg()[0]
+        with psycopg.connect(url, autocommit=True) as conn:
+            found = conn.execute("SELECT max(version) FROM safepoint.schema_migrations").fetchone()
+        report["schema_version"] = found[0] if found else None
         report["round_trips"] = round_trips(url)
         for procs in (int(p) for p in args.procs.split(",")):
             rates: dict[str, list[float]] = {"store": [], "stmt": [], "floor": []}
             latencies: dict[str, list[int]] = {"store": [], "stmt": [], "floor": [], "claims": []}
             costs_seen: dict[str, list[dict[str, Any]]] = {"store": [], "stmt": [], "floor": []}
+            updates = table_updates(url)
             for r in range(args.rounds):  # the three side by side, again: the machine's load moves in between
                 for kind, target in (("store", store_worker), ("stmt", statement_worker), ("floor", floor_worker)):
                     rate, appends, claims = phase(target, url, procs, args.seconds, f"{kind}{r}")
@@ -323,6 +346,7 @@ def main() -> None:
                 "vs_floor": round(statistics.median(ratios), 2),
                 "vs_floor_rounds": [round(ratio, 2) for ratio in ratios],
                 "per_transition": {kind: median_costs(seen) for kind, seen in costs_seen.items()},
+                "hot_updates": hot_share(updates, table_updates(url)),
             }
             print(f"[postgres] {procs} procs: {report[f'procs_{procs}']}", file=sys.stderr, flush=True)
         report["file_store"] = file_store_cost(args.seconds)

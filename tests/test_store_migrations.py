@@ -159,3 +159,26 @@ def test_db_migrate_on_a_file_store_says_there_is_nothing_to_migrate(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["migrated"] is False
     assert not (tmp_path / "store").exists()
+
+
+def test_migration_9_drops_the_logs_foreign_key_under_any_name_and_keeps_the_data(fresh_url):
+    """From version 8 with a run in it: the log's foreign key goes (under the name migration 1 gave it, or another a
+    person gave it), the data is kept, and a run deleted after
+    leaves no log behind (``delete_run`` deletes it now, not the foreign key's cascade)."""
+    assert migrate(fresh_url, to=8).after == 8
+    # The store opens only a schema at its own version: let it write this version-8 database as version 9 would.
+    _sql(fresh_url, "INSERT INTO safepoint.schema_migrations (version, description) VALUES (9, 'not yet')")
+    _with_data(fresh_url)
+    _sql(fresh_url, "DELETE FROM safepoint.schema_migrations WHERE version = 9")
+    _sql(fresh_url, "ALTER TABLE safepoint.log RENAME CONSTRAINT log_run_id_fkey TO named_by_hand")
+    keys = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'safepoint.log'::regclass AND contype = 'f'"
+    assert _sql(fresh_url, keys) == [(1,)]
+    assert migrate(fresh_url).applied == [f"9: {MIGRATIONS[8].description}"]
+    assert _sql(fresh_url, keys) == [(0,)]
+    _assert_data_kept(fresh_url)
+    store = PostgresStore(fresh_url)
+    try:
+        store.delete_run("r", force=True)
+    finally:
+        store.close()
+    assert _sql(fresh_url, "SELECT count(*) FROM safepoint.log") == [(0,)]

@@ -349,13 +349,15 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads,
 
     def _delete_run_txn(self, handle: Connection, run_id: str) -> None:
         # One transaction: the terminal events (keyed by the recovery owner, not the run), then the run's row,
-        # whose foreign keys take its log, owner, restart checkpoint, control, artifacts and trace with it.
+        # whose foreign keys take its owner, restart checkpoint, control, artifacts and trace with it, then its
+        # log (no foreign key: migration 9). The owner row is locked (the section), so no append lands after.
         handle.execute(
             f"DELETE FROM {SCHEMA}.recovery_owner_terminal_events e USING {SCHEMA}.recovery_owners o "
             "WHERE o.agent_id = %s AND e.recovery_class = o.recovery_class AND e.owner_id = o.owner_id",
             (run_id,),
         )
         handle.execute(f"DELETE FROM {SCHEMA}.runs WHERE run_id = %s", (run_id,))
+        handle.execute(f"DELETE FROM {SCHEMA}.log WHERE run_id = %s", (run_id,))
 
     def _after_delete(self, run_id: str) -> None:
         scratch = self.scratch_dir(run_id)
@@ -540,8 +542,8 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads,
         check_one_line("a control record", data)
         try:
             with self._tx() as conn:
-                # The run's row orders the posts (NO KEY UPDATE: the log's inserts, which share-lock it for their
-                # foreign key, go on meanwhile); not the owner row, so a sender never waits for the owner.
+                # The run's row orders the posts (NO KEY UPDATE: a first summary's insert, which share-locks it for
+                # its foreign key, goes on meanwhile); not the owner row, so a sender never waits for the owner.
                 conn.execute(f"SET LOCAL lock_timeout = '{int(CLAIM_LOCK_TIMEOUT * 1000)}ms'")
                 # The UPDATE takes that very lock (no key changes) and says when input last came: a supervisor pass
                 # reads the runs posted to lately, not every run.

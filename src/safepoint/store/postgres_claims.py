@@ -47,7 +47,8 @@ def _iso(column: str) -> str:
 def claim_statement(skip_locked: bool) -> str:
     """The claim's CTE ($1 the run, $2 whether it reopens, $3 the owner record a first claim writes, as JSON; $4 the
     lock timeout): the generation written (NULL when the row has an owner to judge), the owner the row recorded
-    (JSON, as ``OwnerState`` reads it; NULL before a first claim) and the database's time. The lock timeout is set
+    when there is one to judge (JSON, as ``OwnerState`` reads it; NULL when the generation was written: building
+    it for nobody was about 40 of a claim's 290 us of server CPU) and the database's time. The lock timeout is set
     for this statement's own transaction (``set_config(..., true)``) in the locking read's filter, which runs
     before the row is locked: an autocommit statement has no ``SET LOCAL`` before it."""
     lock = " SKIP LOCKED" if skip_locked else ""
@@ -83,24 +84,25 @@ WITH cur AS (
       FROM n WHERE o.agent_id = n.agent_id
     RETURNING o.generation
 )
-SELECT (SELECT generation FROM won),
-       convert_from(holder_state, 'UTF8')::jsonb || jsonb_build_object(
-           'recovery_class', recovery_class, 'owner_id', owner_id, 'generation', generation, 'agent_id', agent_id,
-           'message_id', message_id, 'active_at', {_iso("active_at")}, 'terminal_at', {_iso("terminal_at")},
-           'terminal_status', terminal_status),
+SELECT won.generation,
+       CASE WHEN won.generation IS NULL THEN convert_from(holder_state, 'UTF8')::jsonb || jsonb_build_object(
+           'recovery_class', recovery_class, 'owner_id', owner_id, 'generation', cur.generation,
+           'agent_id', agent_id, 'message_id', message_id, 'active_at', {_iso("active_at")},
+           'terminal_at', {_iso("terminal_at")}, 'terminal_status', terminal_status) END,
        {DB_NOW_ISO}
-  FROM cur
+  FROM cur LEFT JOIN won ON true
 """
 
 
-_NAMES = {False: b"safepoint_claim_1", True: b"safepoint_claim_skip_locked_1"}
+_NAMES = {False: b"safepoint_claim_2", True: b"safepoint_claim_skip_locked_2"}
 for _skip, _name in _NAMES.items():
     STATEMENTS[_name] = (claim_statement(_skip), (_TEXT, _BOOL, _JSONB, _TEXT))
 
 
 class Found(msgspec.Struct, frozen=True):
     """What the claim's statement returned: the generation it wrote (None: the row has an owner to judge), the
-    owner the row recorded (None before a first claim) and the database's time."""
+    owner the row recorded when there is one to judge (None before a first claim, and when it wrote the generation)
+    and the database's time."""
 
     generation: int | None
     current: OwnerState | None

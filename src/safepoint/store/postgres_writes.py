@@ -8,6 +8,9 @@ and the log ends where the caller says (``last_seq``), and inserts the records o
 UPDATE takes the row lock a claim takes, so a takeover waits for the append or the append for the takeover, and a
 stale or out-of-order append inserts nothing (READ COMMITTED re-checks the updated row). Rejected: a stored
 function (the same locks, plus a migration step per change) and the client-side ``max(seq)`` (a read per append).
+The log has no foreign key to ``runs`` (migration 9): its check locked the run's row once per line inserted
+(KEY SHARE, a WAL record each), measured at 80 us of the server's CPU per transition out of 225. Nothing is lost:
+lines are inserted only under the run's owner row, and ``delete_run`` deletes the log holding that row's lock.
 
 When the statement inserts nothing, the caller takes the slow, explicit path, which says why (stale, forked,
 released, gone) or finds the records already there: a connection lost after the server committed but before the
