@@ -51,18 +51,20 @@ import hashlib
 import json
 import re
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from agents import Agent, RunResult, RunResultStreaming, RunState
+from agents import Agent, RunHooks, RunResult, RunResultStreaming, RunState
 from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError, SafepointError
 from safepoint.integrations import openai_agents_resume
 from safepoint.integrations.flights import Flights
+from safepoint.integrations.openai_agents_resume import RunnerReplacedWarning
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -252,6 +254,8 @@ class SafepointSession:
         # interleaving them was refused as a foreign writer, or left a hole that lost acknowledged items).
         self._lock = threading.RLock()
         openai_agents_resume.install()  # Runner.run(agent, [], session=self) continues in the agent that held the turn
+        self._watched = False  # the app records the agent itself (``watch``): its own runner is no surprise
+        self._warned = False  # a run without safepoint's runner was reported (once)
 
     @classmethod
     def open(
@@ -412,6 +416,26 @@ class SafepointSession:
             if name is None:
                 name = openai_agents_resume.handed_to(self._folded.items)
         return openai_agents_resume.resume_in(starting_agent, name, self.session_id)
+
+    def watch(self, hooks: RunHooks[Any] | None = None) -> RunHooks[Any]:
+        """Run hooks that record the agent taking the turn, then call ``hooks``: for an app that starts runs with a
+        runner of its own (``Runner.run(session.agent_to_resume(agent), [], session=session, hooks=session.watch(
+        hooks))``), where safepoint's runner does not add them."""
+        self._watched = True
+        return openai_agents_resume.AgentWatch(self, hooks)
+
+    def check_runner(self) -> None:
+        """Called as a model turn of this session's run starts: a run no ``ResumingRunner`` started (its context
+        not marked) is said once, and the runner in effect wrapped again for the runs after it (see
+        ``openai_agents_resume``). An app that records the agent itself (``watch``) is not told."""
+        if self._watched or openai_agents_resume.through.get() is not None:
+            return
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        warnings.warn(openai_agents_resume.runner_replaced(self.session_id), RunnerReplacedWarning, stacklevel=2)
+        openai_agents_resume.install()
 
     def record_agent(self, name: str) -> None:
         """``name`` takes the turn: durable (before its first model call) when it is not the one recorded last."""

@@ -29,10 +29,20 @@ session a second time, and the next agent's request no longer matches its record
 the session's items (the SDK's private resume path, with its own persistence rules); a new resume entry apps must
 call instead of ``Runner.run`` (the documented way stays what it is). ``SafepointSession.agent_to_resume(agent)``
 gives the same answer to an app that starts runs some other way.
+
+**An app's own runner.** An app that calls ``set_default_agent_runner`` after a session was opened replaces this
+wrapper unless it wraps the runner it finds: its runs then start in the agent given and record no agent. The
+session notices at the run's first model turn (``durable_model``: no ``ResumingRunner`` marked the run's context),
+says so in one ``RunnerReplacedWarning`` line (once per session), and wraps the new
+runner again for the runs after it. An app that keeps its own runner continues a session with
+``Runner.run(session.agent_to_resume(agent), [], session=session, hooks=session.watch(hooks))``: the same answer,
+the same records, whatever runner is in effect (and no warning).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import threading
 from collections import deque
@@ -48,6 +58,24 @@ from safepoint.errors import ConfigError
 
 class HandoffAgentMissing(ConfigError):
     """The session's run was handed off to an agent the graph given to ``Runner.run`` does not reach."""
+
+
+class RunnerReplacedWarning(UserWarning):
+    """A run of a session did not go through ``ResumingRunner``: the app installed a runner of its own after the
+    session was opened (``set_default_agent_runner``) that does not wrap the one it found."""
+
+
+# The ``ResumingRunner`` that started the run of this context (None: no run went through one).
+through: contextvars.ContextVar[object | None] = contextvars.ContextVar("safepoint_resuming_runner", default=None)
+
+
+def runner_replaced(session_id: str) -> str:
+    return (
+        f"session {session_id!r}: a run started without safepoint's runner (set_default_agent_runner replaced it "
+        "after the session was opened), so it starts in the agent given and records no handoff; install your "
+        "runner around get_default_agent_runner(), or run session.agent_to_resume(agent) with "
+        "hooks=session.watch(hooks)"
+    )
 
 
 @runtime_checkable
@@ -176,17 +204,30 @@ class ResumingRunner(AgentRunner):
             return session.agent_to_resume(starting_agent)
         return starting_agent
 
+    @contextlib.contextmanager
+    def _marked(self) -> Iterator[None]:
+        """The run's context is marked while the inner runner starts it (tasks it creates copy it); reset after, so
+        a later run in the same task through another runner is not taken for one of ours."""
+        token = through.set(self)
+        try:
+            yield
+        finally:
+            through.reset(token)
+
     async def run(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
         agent = self._resolved(starting_agent, input, options)
-        return await self.inner.run(agent, input, **options)
+        with self._marked():
+            return await self.inner.run(agent, input, **options)
 
     def run_sync(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
         agent = self._resolved(starting_agent, input, options)
-        return self.inner.run_sync(agent, input, **options)
+        with self._marked():
+            return self.inner.run_sync(agent, input, **options)
 
     def run_streamed(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
         agent = self._resolved(starting_agent, input, options)
-        return self.inner.run_streamed(agent, input, **options)
+        with self._marked():
+            return self.inner.run_streamed(agent, input, **options)
 
 
 _installing = threading.Lock()  # two sessions opened at once in two threads wrap the runner once

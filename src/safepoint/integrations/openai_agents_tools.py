@@ -327,6 +327,7 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> ModelResponse:
+        self.session.check_runner()  # a run the app's own runner started: said before the turn
         key, head, recorded = self._turn(system_instructions, input, tools, previous_response_id, conversation_id)
         if recorded is not None:
             self.replayed += 1
@@ -397,6 +398,7 @@ class DurableModel(Model):
         """Streamed as the wrapped model streams; recorded from its ``response.completed`` event before that event
         is passed on (the SDK runs the turn's tools after it). A recorded turn is replayed as that one event: the
         SDK builds the turn from it, as it does for a live stream."""
+        self.session.check_runner()
         key, head, recorded = self._turn(system_instructions, input, tools, previous_response_id, conversation_id)
         if recorded is not None:
             self.replayed += 1

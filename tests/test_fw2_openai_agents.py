@@ -1,0 +1,137 @@
+"""OpenAI Agents adapter under what real apps do (issue 12, a colleague's notes): an app that installs its own
+default runner after a session was opened, agent names that look like secrets, hostile tool inputs and outputs.
+Offline, with the SDK's own ``ScriptedModel``."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+import agents.run as sdk_run
+from agents import Agent, FunctionTool, Runner, function_tool, set_tracing_disabled
+from agents.run import AgentRunner
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import safepoint
+from safepoint.integrations.openai_agents import AGENT, SafepointSession
+from safepoint.integrations.openai_agents_resume import ResumingRunner, RunnerReplacedWarning
+from safepoint.integrations.openai_agents_tools import DurableModel, durable_model, durable_tools
+
+set_tracing_disabled(True)
+
+
+class Crash(BaseException):
+    """The process stops here (not an ``Exception``: nothing records an outcome)."""
+
+
+class OwnRunner(AgentRunner):
+    """An app's runner that does not wrap the one it finds (the SDK's experimental hook allows it)."""
+
+    runs = 0
+
+    async def run(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
+        OwnRunner.runs += 1
+        return await super().run(starting_agent, input, **options)
+
+
+@pytest.fixture(autouse=True)
+def _default_runner() -> Iterator[None]:
+    before = sdk_run.get_default_agent_runner()
+    yield
+    sdk_run.set_default_agent_runner(before)
+
+
+@pytest.fixture
+def sp(tmp_path: Path) -> Iterator[safepoint.Safepoint]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    opened = safepoint.open(None, workspace=str(ws))
+    yield opened
+    opened.close()
+
+
+def line_tool(notes: Path, die_on: str | None = None) -> FunctionTool:
+    @function_tool
+    def append_line(text: str) -> str:
+        """Append a line to the notes (not idempotent)."""
+        with open(notes, "a") as f:
+            f.write(text + "\n")
+        if text == die_on:
+            raise Crash
+        return f"appended {text}"
+
+    return append_line
+
+
+def team(
+    session: SafepointSession, notes: Path, steps: dict[str, list[Any]], die_on: str | None = None
+) -> tuple[Agent[Any], dict[str, DurableModel]]:
+    """``front`` hands off to ``back``; each with its scripted turns (``back``'s name as given)."""
+    models = {name: durable_model(session, ScriptedModel(steps.get(name, []))) for name in ("front", "back")}
+    tools = durable_tools(session, [line_tool(notes, die_on)])
+    back = Agent(name=steps.get("back_name", ["back"])[0], model=models["back"], tools=tools)
+    front = Agent(name="front", model=models["front"], tools=tools, handoffs=[back])
+    return front, models
+
+
+def to(agent: str, call_id: str) -> list[Any]:
+    return [function_call(f"transfer_to_{agent}", {}, call_id=call_id)]
+
+
+def line(text: str, call_id: str) -> list[Any]:
+    return [function_call("append_line", {"text": text}, call_id=call_id)]
+
+
+def test_a_runner_installed_after_open_is_said_once_in_one_line_and_wrapped_again(
+    sp: safepoint.Safepoint, tmp_path: Path
+) -> None:
+    session = SafepointSession.open(sp, "own")
+    sdk_run.set_default_agent_runner(OwnRunner())  # after the session was opened, not wrapping what it found
+    front, _ = team(session, tmp_path / "notes", {"front": [[assistant_message("one")], [assistant_message("two")]]})
+    with pytest.warns(RunnerReplacedWarning) as said:
+        assert asyncio.run(Runner.run(front, "hi", session=session)).final_output == "one"
+    [warning] = said
+    text = str(warning.message)
+    assert "\n" not in text and "'own'" in text and "set_default_agent_runner" in text and "session.watch" in text
+    # The runner in effect is wrapped again: the next run goes through it (the app's runner still runs) unwarned.
+    assert isinstance(sdk_run.get_default_agent_runner(), ResumingRunner)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RunnerReplacedWarning)
+        assert asyncio.run(Runner.run(front, "again", session=session)).final_output == "two"
+    assert OwnRunner.runs >= 2
+    session.close()
+
+
+def test_an_app_with_its_own_runner_resumes_in_the_agent_that_held_the_turn(
+    sp: safepoint.Safepoint, tmp_path: Path
+) -> None:
+    """The documented way for an app that keeps its own runner: ``session.agent_to_resume(agent)`` and
+    ``hooks=session.watch()``: the agent is recorded and found again, no warning, whatever runner is in effect."""
+    notes = tmp_path / "notes"
+    session = SafepointSession.open(sp, "own")
+    steps = {"front": [to("back", "h1")], "back": [line("b", "call_b")]}
+    front, _ = team(session, notes, steps, die_on="b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RunnerReplacedWarning)
+        sdk_run.set_default_agent_runner(OwnRunner())
+        with pytest.raises(Crash):
+            asyncio.run(Runner.run(session.agent_to_resume(front), "write", session=session, hooks=session.watch()))
+        assert [m.content for m in session.run.session.lifetime_said() if m.name == AGENT] == ["front", "back"]
+        session.close()
+
+        session = SafepointSession.open(sp, "own", takeover=True, skip=["call_b"])
+        sdk_run.set_default_agent_runner(OwnRunner())  # the app installs its runner again in the new process
+        front, models = team(session, notes, {"back": [[assistant_message("done")]]})
+        resumed = session.agent_to_resume(front)
+        assert resumed.name == "back"
+        result = asyncio.run(Runner.run(resumed, [], session=session, hooks=session.watch()))
+    assert result.final_output == "done" and result.last_agent.name == "back"
+    assert notes.read_text() == "b\n" and models["front"].paid == 0
+    session.close()
