@@ -135,3 +135,48 @@ def test_an_app_with_its_own_runner_resumes_in_the_agent_that_held_the_turn(
     assert result.final_output == "done" and result.last_agent.name == "back"
     assert notes.read_text() == "b\n" and models["front"].paid == 0
     session.close()
+
+
+SECRETISH = "sk-proj-" + "Q7vN2xLmA9" * 3  # an agent's name the redactor takes for an OpenAI key
+
+
+def files_holding(root: Path, text: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_an_agent_named_like_a_key_is_resumed_and_its_name_never_stored_clear(tmp_path: Path, sealed: bool) -> None:
+    from agents import Handoff
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    notes = tmp_path / "notes"
+
+    def open_sp() -> safepoint.Safepoint:
+        return safepoint.open(None, workspace=str(ws), key="ab" * 32 if sealed else None)
+
+    sp = open_sp()
+    session = SafepointSession.open(sp, "keyish")
+    probe = Agent(name=SECRETISH)
+    handoff_tool = Handoff.default_tool_name(probe)
+    steps: dict[str, list[Any]] = {
+        "front": [[function_call(handoff_tool, {}, call_id="h1")]],
+        "back": [line("b", "call_b")],
+        "back_name": [SECRETISH],
+    }
+    front, _ = team(session, notes, steps, die_on="b")
+    with pytest.raises(Crash):
+        asyncio.run(Runner.run(front, "write", session=session))
+    session.close()
+    sp.close()
+
+    sp = open_sp()
+    session = SafepointSession.open(sp, "keyish", takeover=True, skip=["call_b"])
+    front, models = team(session, notes, {"back": [[assistant_message("done")]], "back_name": [SECRETISH]})
+    assert session.agent_to_resume(front).name == SECRETISH  # not refused as an agent the graph does not hold
+    result = asyncio.run(Runner.run(front, [], session=session))
+    assert result.final_output == "done" and result.last_agent.name == SECRETISH
+    assert notes.read_text() == "b\n" and models["front"].paid == 0
+    session.close()
+    sp.close()
+    assert files_holding(ws, SECRETISH) == []  # no file of the store holds the secret-looking name in clear

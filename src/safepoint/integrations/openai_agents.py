@@ -98,7 +98,8 @@ ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was 
 USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
 REJECTED = "openai-agents-rejected"  # "<call id>": a person rejected the call; no later approval runs it
 AGENT = "openai-agents-agent"  # "<agent name>": the agent that takes the turn from here (openai_agents_resume)
-NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED, AGENT)
+AGENT_KEYED = "openai-agents-agent-keyed"  # the same, for a name the redactor would change: its keyed digest
+NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED, AGENT, AGENT_KEYED)
 
 SESSION_ITEMS = "safepoint_session_items"  # a saved RunState's input, kept as a reference to the session's items
 
@@ -165,6 +166,7 @@ class _Folded:
     calls: dict[str, str] = field(default_factory=dict)  # the SDK's call id -> ledger call id of its latest turn
     assigned: set[str] = field(default_factory=set)  # every ledger call id a recorded turn was given
     agent: str | None = None  # the agent that took the turn last (None: not recorded, a session from before)
+    agent_keyed: bool = False  # ``agent`` is the name's keyed digest (``SafepointSession.agent_digest``)
 
     def bind_calls(self, response: str) -> None:
         """Give each tool call of a recorded turn its ledger call id: the SDK's id the first time it is seen, then
@@ -217,8 +219,8 @@ def _fold(messages: Iterable[Message]) -> _Folded:
             (folded.asked if name == ASKED else folded.used).setdefault(call_id, digest)
         elif name == REJECTED:
             folded.rejected.add(message.content)
-        elif name == AGENT:
-            folded.agent = message.content
+        elif name in (AGENT, AGENT_KEYED):
+            folded.agent, folded.agent_keyed = message.content, name == AGENT_KEYED
     return folded
 
 
@@ -412,10 +414,19 @@ class SafepointSession:
         handoff's items name), found in ``starting_agent``'s graph (see ``safepoint.integrations.
         openai_agents_resume``); ``HandoffAgentMissing`` when the graph does not hold it."""
         with self._lock:
-            name = self._folded.agent
+            name, keyed = self._folded.agent, self._folded.agent_keyed
             if name is None:
                 name = openai_agents_resume.handed_to(self._folded.items)
-        return openai_agents_resume.resume_in(starting_agent, name, self.session_id)
+        named = self.agent_digest if keyed else None
+        return openai_agents_resume.resume_in(starting_agent, name, self.session_id, named=named)
+
+    def agent_digest(self, name: str) -> str:
+        """How the store keeps an agent's name the redactor would change (one that looks like a key): a digest of
+        it with the session's run id, keyed by the store's key on an encrypted store (``blob_name``). An identifier
+        stays one (rejected: recording it redacted, which no agent's name matches again, so the resume was
+        refused), and the secret it may be is never written in clear."""
+        digest = hashlib.sha256(f"openai-agents agent\0{self.run.run_id}\0{name}".encode("utf-8", "surrogatepass"))
+        return self.run.session.store.blob_name("sha256:" + digest.hexdigest())
 
     def watch(self, hooks: RunHooks[Any] | None = None) -> RunHooks[Any]:
         """Run hooks that record the agent taking the turn, then call ``hooks``: for an app that starts runs with a
@@ -440,9 +451,11 @@ class SafepointSession:
     def record_agent(self, name: str) -> None:
         """``name`` takes the turn: durable (before its first model call) when it is not the one recorded last."""
         with self._lock:
-            if name != self._folded.agent:
-                self._write(AGENT, name)
-                self._folded.agent = name
+            keyed = self.redacted(name) != name  # kept as an identifier: a digest, never the redacted text
+            stored = self.agent_digest(name) if keyed else name
+            if (stored, keyed) != (self._folded.agent, self._folded.agent_keyed):
+                self._write(AGENT_KEYED if keyed else AGENT, stored)
+                self._folded.agent, self._folded.agent_keyed = stored, keyed
 
     @property
     def has_state(self) -> bool:

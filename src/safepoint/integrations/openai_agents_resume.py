@@ -46,7 +46,7 @@ import contextvars
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import agents.run as sdk_run
@@ -140,15 +140,21 @@ def agent_graph(starting_agent: Agent[Any]) -> Iterator[Agent[Any]]:
                 queue.append(target)
 
 
-def resume_in(starting_agent: Agent[Any], name: str | None, session_id: str) -> Agent[Any]:
-    """The agent named ``name`` in ``starting_agent``'s graph (``starting_agent`` itself when ``name`` is None)."""
-    if name is None or name == starting_agent.name:
+def resume_in(
+    starting_agent: Agent[Any], name: str | None, session_id: str, *, named: Callable[[str], str] | None = None
+) -> Agent[Any]:
+    """The agent named ``name`` in ``starting_agent``'s graph (``starting_agent`` itself when ``name`` is None).
+    With ``named``, ``name`` is the digest the store keeps for a name that looked like a secret: the agent whose
+    ``named(agent.name)`` it is (and the refusal does not quote it)."""
+    if name is None:
         return starting_agent
+    form = named if named is not None else str
     for agent in agent_graph(starting_agent):
-        if agent.name == name:
+        if form(agent.name) == name:
             return agent
+    shown = "(a name that looks like a secret, kept as a digest)" if named is not None else repr(name)
     raise HandoffAgentMissing(
-        f"session {session_id!r}: its run was handed off to agent {name!r}, which agent {starting_agent.name!r} "
+        f"session {session_id!r}: its run was handed off to agent {shown}, which agent {starting_agent.name!r} "
         "does not reach through its handoffs; resume with the agents the run was built with"
     )
 
