@@ -21,7 +21,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import safepoint
 from safepoint.integrations.openai_agents import AGENT, SafepointSession
-from safepoint.integrations.openai_agents_resume import ResumingRunner, RunnerReplacedWarning
+from safepoint.integrations.openai_agents_resume import HandoffAgentMissing, ResumingRunner, RunnerReplacedWarning
 from safepoint.integrations.openai_agents_tools import DurableModel, durable_model, durable_tools
 
 set_tracing_disabled(True)
@@ -180,3 +180,48 @@ def test_an_agent_named_like_a_key_is_resumed_and_its_name_never_stored_clear(tm
     session.close()
     sp.close()
     assert files_holding(ws, SECRETISH) == []  # no file of the store holds the secret-looking name in clear
+
+
+def test_a_saved_run_state_of_an_agent_named_like_a_key_loads_and_runs_once(
+    sp: safepoint.Safepoint, tmp_path: Path
+) -> None:
+    """The ``RunState`` names its agents (current, of each item, of a handoff): redacted with the record, none of
+    them was found again and the state could not be loaded; kept as digests, it loads, and the approval runs once."""
+    sent = tmp_path / "sent"
+
+    @function_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Send money."""
+        with open(sent, "a") as f:
+            f.write(f"{amount}\n")
+        return f"sent {amount}"
+
+    def build(session: SafepointSession, steps: list[Any]) -> Agent[Any]:
+        return Agent(
+            name=SECRETISH,
+            model=durable_model(session, ScriptedModel(steps)),
+            tools=durable_tools(session, [pay]),
+        )
+
+    session = SafepointSession.open(sp, "state")
+    agent = build(session, [[function_call("pay", {"amount": 10}, call_id="p1")]])
+    asked = asyncio.run(Runner.run(agent, "pay", session=session))
+    assert asked.interruptions
+    asyncio.run(session.save_state(asked))
+    session.close()
+    assert files_holding(tmp_path / "ws", SECRETISH) == []
+
+    session = SafepointSession.open(sp, "state", takeover=True)
+    agent = build(session, [[assistant_message("paid")]])
+    state = asyncio.run(session.load_state(agent))
+    assert state is not None
+    state.approve(state.get_interruptions()[0])
+    result = asyncio.run(Runner.run(agent, state, session=session))
+    assert result.final_output == "paid" and result.last_agent.name == SECRETISH
+    assert sent.read_text() == "10\n"
+    # Loaded for a graph without that agent: refused in one line that does not quote the name.
+    asyncio.run(session.save_state(asked))
+    with pytest.raises(HandoffAgentMissing, match="looks like a secret") as refused:
+        asyncio.run(session.load_state(Agent(name="someone-else")))
+    assert SECRETISH not in str(refused.value) and "\n" not in str(refused.value)
+    session.close()

@@ -370,6 +370,7 @@ class SafepointSession:
         data = state.to_json()
         with self._lock:
             self._refer_to_items(data)
+            openai_agents_resume.key_agent_names(data, self._keyed_name)
             text = canonical(data)
             self._write(STATE, text)
             self._folded.state = text
@@ -405,6 +406,7 @@ class SafepointSession:
                 )
             data["original_input"] = copy.deepcopy(prefix)
         _unbind_redacted_calls(data)
+        openai_agents_resume.unkey_agent_names(data, agent, self.agent_digest, self.session_id)
         state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
         return state
 
@@ -419,6 +421,10 @@ class SafepointSession:
                 name = openai_agents_resume.handed_to(self._folded.items)
         named = self.agent_digest if keyed else None
         return openai_agents_resume.resume_in(starting_agent, name, self.session_id, named=named)
+
+    def _keyed_name(self, name: str) -> str | None:
+        """The digest an agent's name is kept as when the redactor would change it, else None (kept as it is)."""
+        return self.agent_digest(name) if self.redacted(name) != name else None
 
     def agent_digest(self, name: str) -> str:
         """How the store keeps an agent's name the redactor would change (one that looks like a key): a digest of
@@ -451,8 +457,8 @@ class SafepointSession:
     def record_agent(self, name: str) -> None:
         """``name`` takes the turn: durable (before its first model call) when it is not the one recorded last."""
         with self._lock:
-            keyed = self.redacted(name) != name  # kept as an identifier: a digest, never the redacted text
-            stored = self.agent_digest(name) if keyed else name
+            digest = self._keyed_name(name)  # kept as an identifier: a digest, never the redacted text
+            keyed, stored = digest is not None, digest or name
             if (stored, keyed) != (self._folded.agent, self._folded.agent_keyed):
                 self._write(AGENT_KEYED if keyed else AGENT, stored)
                 self._folded.agent, self._folded.agent_keyed = stored, keyed

@@ -246,3 +246,47 @@ def install() -> None:
         current = sdk_run.get_default_agent_runner()
         if not isinstance(current, ResumingRunner):
             sdk_run.set_default_agent_runner(ResumingRunner(current))
+
+
+AGENT_FIELDS = frozenset({"agent", "current_agent", "source_agent", "target_agent", "last_agent"})
+KEYED_NAME = "safepoint-agent-digest:"  # a saved RunState's agent name the redactor would change: its keyed digest
+
+
+def key_agent_names(value: Any, keyed: Callable[[str], str | None]) -> None:
+    """In a ``RunState``'s JSON, every agent reference (``{"name": ...}`` under ``agent``, ``current_agent``, ...)
+    whose name ``keyed`` gives a digest for is replaced by ``KEYED_NAME + digest``, in place: kept as an identifier
+    instead of being redacted with the record (which no agent's name matches again: the state could not be loaded)."""
+    stack = [value]
+    while stack:  # iterative: a state nested deep is no RecursionError
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if key in AGENT_FIELDS and isinstance(child, dict) and isinstance(child.get("name"), str):
+                    digest = keyed(child["name"])
+                    if digest is not None:
+                        child["name"] = KEYED_NAME + digest
+                stack.append(child)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def unkey_agent_names(value: Any, starting_agent: Agent[Any], digest: Callable[[str], str], session_id: str) -> None:
+    """The other way, for ``starting_agent``'s graph; a digest no agent of it has is refused in one line."""
+    names = {KEYED_NAME + digest(agent.name): agent.name for agent in agent_graph(starting_agent)}
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                name = child.get("name") if key in AGENT_FIELDS and isinstance(child, dict) else None
+                if isinstance(name, str) and name.startswith(KEYED_NAME):
+                    if name not in names:
+                        raise HandoffAgentMissing(
+                            f"session {session_id!r}: its saved run names an agent (a name that looks like a secret, "
+                            f"kept as a digest) that agent {starting_agent.name!r} does not reach through its "
+                            "handoffs; load it with the agents the run was built with"
+                        )
+                    child["name"] = names[name]
+                stack.append(child)
+        elif isinstance(node, list):
+            stack.extend(node)
