@@ -225,3 +225,39 @@ def test_a_saved_run_state_of_an_agent_named_like_a_key_loads_and_runs_once(
         asyncio.run(session.load_state(Agent(name="someone-else")))
     assert SECRETISH not in str(refused.value) and "\n" not in str(refused.value)
     session.close()
+
+
+def test_a_session_shared_by_two_runs_at_once_runs_each_call_once_under_its_own_id(
+    sp: safepoint.Safepoint, tmp_path: Path
+) -> None:
+    """Two runs on one session at once, their models numbering calls alike (``call_0``): the run whose turn was
+    recorded first took the second turn's ledger id (the session's one map of the latest turn), so the other run's
+    call met that record and was refused; and the session's records interleaved with the ledger's on the log."""
+    ran: list[str] = []
+
+    @function_tool
+    async def note(text: str) -> str:
+        """Note a line (not idempotent)."""
+        for _ in range(5):
+            await asyncio.sleep(0)  # the other run's turn is recorded meanwhile
+        ran.append(text)
+        return f"noted {text}"
+
+    session = SafepointSession.open(sp, "shared")
+
+    def agent(text: str) -> Agent[Any]:
+        steps = [[function_call("note", {"text": text}, call_id="call_0")], [assistant_message(f"done {text}")]]
+        return Agent(name="a", model=durable_model(session, ScriptedModel(steps)), tools=durable_tools(session, [note]))
+
+    async def both() -> list[Any]:
+        results = await asyncio.gather(
+            Runner.run(agent("a"), "x", session=session), Runner.run(agent("b"), "y", session=session)
+        )
+        return [r.final_output for r in results]
+
+    assert asyncio.run(both()) == ["done a", "done b"]
+    assert sorted(ran) == ["a", "b"]
+    ledger = {e.call_id: e.status for e in sp.ledger(session.run.run_id)}
+    assert ledger == {"call_0": "succeeded", "call_0~1": "succeeded"}
+    session.close()
+    SafepointSession.open(sp, "shared").close()  # nothing uncertain was left: no decision asked

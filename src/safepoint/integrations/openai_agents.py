@@ -164,19 +164,21 @@ class _Folded:
     used: dict[str, str] = field(default_factory=dict)  # call id -> digest it ran under
     rejected: set[str] = field(default_factory=set)  # ledger call ids a person rejected
     calls: dict[str, str] = field(default_factory=dict)  # the SDK's call id -> ledger call id of its latest turn
+    bound: dict[str, dict[str, str]] = field(default_factory=dict)  # turn key -> its calls' ledger ids (bind_calls)
     assigned: set[str] = field(default_factory=set)  # every ledger call id a recorded turn was given
     agent: str | None = None  # the agent that took the turn last (None: not recorded, a session from before)
     agent_keyed: bool = False  # ``agent`` is the name's keyed digest (``SafepointSession.agent_digest``)
 
-    def bind_calls(self, response: str) -> None:
+    def bind_calls(self, response: str) -> dict[str, str]:
         """Give each tool call of a recorded turn its ledger call id: the SDK's id the first time it is seen, then
         ``<id>~<n>`` (the first ``n`` not taken), because providers number calls per response (``call_0`` in every
         turn) and a new call must never meet an old call's ledger entry. Decided in log order, so every process
         gives the same ids; injective, as a model's own ``x~1`` is then taken as any other id."""
+        bound: dict[str, str] = {}
         try:
             output = json.loads(response).get("output", [])
         except (ValueError, AttributeError):
-            return
+            return bound
         for item in output if isinstance(output, list) else []:
             call_id = item.get("call_id") if isinstance(item, dict) else None
             if not isinstance(call_id, str):
@@ -186,12 +188,14 @@ class _Folded:
                 n += 1
                 chosen = f"{call_id}~{n}"
             self.assigned.add(chosen)
-            self.calls[call_id] = chosen
+            self.calls[call_id] = bound[call_id] = chosen
+        return bound
 
     def bump(self) -> None:
         """The items changed: no turn recorded before can answer a request again, so none is kept in memory."""
         self.version += 1
         self.turns.clear()
+        self.bound.clear()
 
 
 def _fold(messages: Iterable[Message]) -> _Folded:
@@ -211,7 +215,7 @@ def _fold(messages: Iterable[Message]) -> _Folded:
         elif name == TURN:
             key, _, response = message.content.partition(" ")
             folded.turns[key] = response
-            folded.bind_calls(response)
+            folded.bound[key] = folded.bind_calls(response)
         elif name == STATE:
             folded.state = message.content
         elif name in (ASKED, USED):
@@ -473,7 +477,21 @@ class SafepointSession:
         return self._folded.version
 
     def recorded_turn(self, key: str) -> str | None:
-        return self._folded.turns.get(key)
+        """The turn recorded for the request ``key``; its calls' ledger ids become this run's (``ledger_id``)."""
+        with self._lock:
+            response = self._folded.turns.get(key)
+            if response is not None:
+                self._use_turn(key)
+            return response
+
+    def _use_turn(self, key: str) -> None:
+        """The run in this context (marked by ``ResumingRunner``) answers its calls by the turn ``key``'s ids: two
+        runs sharing the session at once, their models numbering calls alike (``call_0``), each run their own
+        calls under their own ids (rejected: the session's one map of the latest turn, where the run whose turn
+        came second took the other's id, and the other's call then met its record, refused, or never ran)."""
+        mark = openai_agents_resume.through.get()
+        if isinstance(mark, openai_agents_resume.RunMark):
+            mark.calls.update(self._folded.bound.get(key, {}))
 
     def turn_in_flight(self, head: str, held: set[str]) -> str | None:
         """The latest turn recorded since the items last changed for a request of ``head``, when it asked for tool
@@ -500,18 +518,25 @@ class SafepointSession:
                 ids = {c.get("call_id") for c in calls}
                 if calls and all(isinstance(i, str) for i in ids) and not ids & held:
                     self._in_flight.discard(key)
+                    self._use_turn(key)
                     return response
                 return None  # the latest turn of this head went on (or asked for no call): nothing is in flight
             return None
 
     def record_turn(self, key: str, response: str) -> None:
-        self._write(TURN, f"{key} {response}")
-        self._folded.turns[key] = response
-        self._folded.bind_calls(response)
+        with self._lock:
+            self._write(TURN, f"{key} {response}")
+            self._folded.turns[key] = response
+            self._folded.bound[key] = self._folded.bind_calls(response)
+            self._use_turn(key)
 
     def ledger_id(self, call_id: str) -> str:
-        """The ledger's call id for the SDK's ``call_id``: the one its latest recorded turn was given (see
-        ``_Folded.bind_calls``), or the id itself for a call no recorded turn asked for."""
+        """The ledger's call id for the SDK's ``call_id``: the one this run's turn gave it (``_use_turn``), else the
+        one its latest recorded turn was given (see ``_Folded.bind_calls``; a run no ``ResumingRunner`` started), or
+        the id itself for a call no recorded turn asked for."""
+        mark = openai_agents_resume.through.get()
+        if isinstance(mark, openai_agents_resume.RunMark) and call_id in mark.calls:
+            return mark.calls[call_id]
         return self._folded.calls.get(call_id, call_id)
 
     def rejected(self, call_id: str) -> bool:
@@ -547,7 +572,11 @@ class SafepointSession:
         return str(self.run.session.log.redactor.text(text))
 
     def _write(self, name: str, content: str) -> None:
-        with self._lock:  # reentrant: the callers above hold it across their read-modify-write
+        # Reentrant: the callers above hold it across their read-modify-write. The run's bookkeeping lock too: a
+        # ledger call of another run sharing the session writes its records on the bookkeeping thread meanwhile
+        # (rejected: the session's lock alone, under which a record and the ledger's interleaved and the log writer
+        # refused the next append as another writer's).
+        with self._lock, self.run.session.runner.bookkeeper.lock:
             self.run.session.add_message("system" if name != ITEMS else "user", content, name=name)
             self.run.session.commit()  # durable (and fenced: a writer that lost the session is refused) on return
 

@@ -65,8 +65,18 @@ class RunnerReplacedWarning(UserWarning):
     session was opened (``set_default_agent_runner``) that does not wrap the one it found."""
 
 
-# The ``ResumingRunner`` that started the run of this context (None: no run went through one).
-through: contextvars.ContextVar[object | None] = contextvars.ContextVar("safepoint_resuming_runner", default=None)
+class RunMark:
+    """A run ``ResumingRunner`` started: the ledger ids its turns gave the SDK's call ids (``SafepointSession.
+    ledger_id``). Shared by the tasks the run makes (they copy the context, and with it this one object)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: dict[str, str] = {}
+
+
+# The run of this context, when a ``ResumingRunner`` started it (None: no run went through one).
+through: contextvars.ContextVar[RunMark | None] = contextvars.ContextVar("safepoint_resuming_runner", default=None)
 
 
 def runner_replaced(session_id: str) -> str:
@@ -214,7 +224,7 @@ class ResumingRunner(AgentRunner):
     def _marked(self) -> Iterator[None]:
         """The run's context is marked while the inner runner starts it (tasks it creates copy it); reset after, so
         a later run in the same task through another runner is not taken for one of ours."""
-        token = through.set(self)
+        token = through.set(RunMark())
         try:
             yield
         finally:
