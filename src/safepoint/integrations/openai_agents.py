@@ -562,7 +562,7 @@ class SafepointSession:
     def stage_used(self, call_id: str, digest: str) -> None:
         """Staged, not committed: durable with the call's own ``started``, so a used approval and the call that
         used it are in the log together or not at all."""
-        with self._lock:
+        with self._lock, self.run.session.runner.bookkeeper.lock:  # as ``_write``
             if call_id not in self._folded.used:
                 self.run.session.add_message("system", f"{call_id} {digest}", name=USED)
                 self._folded.used[call_id] = digest
