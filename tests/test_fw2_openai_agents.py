@@ -261,3 +261,37 @@ def test_a_session_shared_by_two_runs_at_once_runs_each_call_once_under_its_own_
     assert ledger == {"call_0": "succeeded", "call_0~1": "succeeded"}
     session.close()
     SafepointSession.open(sp, "shared").close()  # nothing uncertain was left: no decision asked
+
+
+class Receipt:
+    """An object the SDK shows the model as its text (no JSON form)."""
+
+    def __str__(self) -> str:
+        return "receipt #7"
+
+
+def test_a_tool_returning_an_object_is_recorded_succeeded_and_answered_from_the_record(
+    sp: safepoint.Safepoint, tmp_path: Path
+) -> None:
+    """The ledger's encoder refused the object after the tool ran: the call was recorded ``failed`` (the model told
+    it failed, a resume told so too) although its effect happened. Kept as its text now; the live run hands the SDK
+    the object itself."""
+    paid: list[int] = []
+
+    @function_tool
+    def pay(amount: int) -> Any:
+        """Pay (not idempotent)."""
+        paid.append(amount)
+        return Receipt()
+
+    session = SafepointSession.open(sp, "obj")
+    steps = [[function_call("pay", {"amount": 5}, call_id="p1")], [assistant_message("paid")]]
+    model = durable_model(session, ScriptedModel(steps))
+    agent = Agent(name="a", model=model, tools=durable_tools(session, [pay]))
+    result = asyncio.run(Runner.run(agent, "pay", session=session))
+    assert result.final_output == "paid" and paid == [5]
+    outputs = [i.output for i in result.new_items if getattr(i, "type", "") == "tool_call_output_item"]
+    assert outputs and str(outputs[0]) == "receipt #7"
+    [entry] = sp.ledger(session.run.run_id)
+    assert entry.status == "succeeded"
+    session.close()

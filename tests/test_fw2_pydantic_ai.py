@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("pydantic_ai")
 
+from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -113,4 +115,57 @@ def test_the_same_run_twice_at_once_runs_its_call_once(tmp_path: Path) -> None:
     assert asyncio.run(twice()) == ["done a", "done a"]
     assert ran == ["a0"]
     assert model.turns.count(0) == 1  # the call's turn paid once (the answer: by each run, or replayed)
+    run.close()
+
+
+class Booking(BaseModel):
+    ref: str
+    seats: int
+
+
+def test_a_tool_returning_a_pydantic_model_is_recorded_succeeded_and_answered_from_the_record(tmp_path: Path) -> None:
+    """Pydantic AI tools return models (its docs do): the ledger's encoder refused them after the tool ran, so the
+    call was recorded ``failed`` and the agent run broke. Kept as JSON now; the live run gets the model itself, a
+    re-run the recorded JSON, and the tool runs once. A generator (serializing would consume it) is kept as text."""
+    sp = safepoint.open(None, workspace=tmp_path)
+    run = sp.start("go", builtins=False, run_id="r")
+    booked: list[str] = []
+    shown: list[str] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = sum(1 for m in messages if m.kind == "response")
+        if turn == 0:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("book", {"ref": "r1"}, tool_call_id="b1"),
+                    ToolCallPart("seats", {}, tool_call_id="s1"),
+                ]
+            )
+        shown.extend(str(p.model_response_str()) for p in messages[-1].parts if hasattr(p, "model_response_str"))
+        return ModelResponse(parts=[TextPart("done")])
+
+    def build(run: safepoint.Run) -> Agent[None, str]:
+        agent = Agent(FunctionModel(script), capabilities=[SafepointCapability(run)])
+
+        @agent.tool_plain
+        def book(ref: str) -> Booking:
+            """Book (not idempotent)."""
+            booked.append(ref)
+            return Booking(ref=ref, seats=2)
+
+        @agent.tool_plain
+        def seats() -> Any:
+            """The free seats, one at a time."""
+            return (n for n in (1, 2))
+
+        return agent
+
+    assert build(run).run_sync("go").output == "done"
+    assert booked == ["r1"]
+    assert {e.call_id: e.status for e in sp.ledger("r")} == {"pai-0-b1": "succeeded", "pai-0-s1": "succeeded"}
+    assert '{"ref":"r1","seats":2}' in shown
+    run.close()
+    run = sp.resume("r", builtins=False)
+    assert build(run).run_sync("go").output == "done"
+    assert booked == ["r1"]  # answered from the record, not booked again
     run.close()

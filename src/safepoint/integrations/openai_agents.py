@@ -254,6 +254,7 @@ class SafepointSession:
         # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
         self.failures: dict[str, Exception] = {}
+        self.live: dict[str, Any] = {}  # a live call's value, when the ledger keeps another form of it
         self.flights = Flights()  # a ledger call id running now: the same call made again waits for it
         # One writer at a time: a web server shares a session between worker threads (the SDK's SQLiteSession
         # locks too), and the run's one log writer must see each record and its commit together (two threads

@@ -61,6 +61,7 @@ from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.engine.tools import ToolContext, tool
 from safepoint.errors import ToolFailure
 from safepoint.integrations.flights import Flights
+from safepoint.integrations.recorded_values import recordable
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 from safepoint.run import Run
 
@@ -108,6 +109,7 @@ class SafepointCapability(AbstractCapability[Any]):
         self.mine_asked: dict[str, str] = {}
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}  # call id -> the live call's handler
         self.failures: dict[str, BaseException] = {}  # call id -> what the tool raised, to raise it again
+        self.live: dict[str, Any] = {}  # call id -> what the tool returned, when the ledger keeps another form of it
         self.used: dict[str, dict[str, str]] = {}  # tool call id -> {ledger call id: the approved digest it ran under}
         self.denied: set[str] = set()  # ledger call ids a person denied
         self._digests: dict[bytes, str] = {}  # digest of a message's parts -> digest of their redacted text
@@ -276,10 +278,14 @@ class SafepointCapability(AbstractCapability[Any]):
 
         async def invoke(ctx: ToolContext, /, **arguments: Any) -> Any:
             try:
-                return await self.handlers[ctx.call_id]()
+                value = await self.handlers[ctx.call_id]()
             except Exception as exc:
                 self.failures[ctx.call_id] = exc  # recorded as failed; raised again to the agent as it was
                 raise
+            kept, differs = recordable(value)  # a pydantic model, a generator: kept as JSON or text (see there)
+            if differs:
+                self.live[ctx.call_id] = value
+            return kept
 
         made = tool(
             name=name,
@@ -320,8 +326,9 @@ class SafepointCapability(AbstractCapability[Any]):
             finally:
                 self.handlers.pop(call_id, None)
             failure = self.failures.pop(call_id, None)
+            live = self.live.pop(call_id, result.value)
         if result.status == "succeeded":
-            return result.value
+            return live
         if failure is not None:
             raise failure  # this run's own failure, as the tool raised it (a ModelRetry asks the model again)
         text = result.observation
