@@ -91,8 +91,10 @@ from safepoint.integrations.langgraph_thread import (
     WritesRecord,
     decode,
     encode,
+    holds_thread,
     match_key_of,
     redact,
+    thread_config,
     thread_of,
     thread_run_id,
 )
@@ -151,7 +153,7 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             header = self.store.run_header(run_id)
         except RunNotFoundError:
             return None
-        if thread_of(header) != thread_id:
+        if not holds_thread(header, thread_id, self.store.blob_name):
             raise CorruptRecordError(
                 f"run {run_id} does not hold LangGraph thread {thread_id!r} (its header names another); "
                 f"check the store with `safepoint fsck {run_id}`"
@@ -186,7 +188,10 @@ class SafepointSaver(BaseCheckpointSaver[str]):
             created_at=datetime.now(UTC).isoformat(timespec="microseconds"),
             workspace=self.workspace,
             # a copy keeps its source's key: the filter hashes it copies match there too
-            model_config={"langgraph_thread_id": thread_id, MATCH_KEY: (match_key or secrets.token_bytes(32)).hex()},
+            model_config={
+                **thread_config(thread_id, self._redactor, self.store.blob_name),
+                MATCH_KEY: (match_key or secrets.token_bytes(32)).hex(),
+            },
         )
         with contextlib.suppress(RunExistsError):  # made earlier, or by the saver whose claim comes first
             self.store.create_run(run_id, _header_encoder.encode(info))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,13 +97,50 @@ def thread_run_id(thread_id: str) -> str:
     return PREFIX + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
+THREAD = "langgraph_thread_id"  # the thread id in its run's header (redacted when it looks like a secret)
+THREAD_DIGEST = "langgraph_thread_digest"  # then: its digest, by which the run is known to hold it
+
+
+def thread_config(thread_id: str, redactor: Redactor, name: Callable[[str], str]) -> dict[str, str]:
+    """What a thread's run header says of its id. An id the redactor would change (a thread named by an API key,
+    a token in a session name) is kept as an identifier: its digest (``name``: the store's ``blob_name``, keyed on an
+    encrypted store), and the redacted text for a reader; never in clear (rejected: the id as given, which put the
+    secret in every header, and the redacted id alone, which no thread id matches again). Such a thread is found by
+    its id; ``list()`` without a thread does not name it (its id is not in the store)."""
+    shown = str(redactor.text(thread_id))
+    if shown == thread_id:
+        return {THREAD: thread_id}
+    return {THREAD: shown, THREAD_DIGEST: thread_digest(thread_id, name)}
+
+
+def thread_digest(thread_id: str, name: Callable[[str], str]) -> str:
+    digest = hashlib.sha256(b"langgraph thread\0" + thread_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return name("sha256:" + digest)
+
+
+def holds_thread(header: bytes, thread_id: str, name: Callable[[str], str]) -> bool:
+    """Whether a run's header names ``thread_id`` (in clear, or by its digest: ``thread_config``)."""
+    try:
+        info = _header_decoder.decode(header)
+    except msgspec.DecodeError:
+        return False
+    if info.model != "langgraph":
+        return False
+    kept = info.model_config.get(THREAD_DIGEST)
+    if isinstance(kept, str):
+        return hmac.compare_digest(kept, thread_digest(thread_id, name))
+    return info.model_config.get(THREAD) == thread_id
+
+
 def thread_of(header: bytes) -> str | None:
     """The thread id a run's header names, or None: the run is not a LangGraph thread."""
     try:
         info = _header_decoder.decode(header)
     except msgspec.DecodeError:
         return None
-    thread = info.model_config.get("langgraph_thread_id") if info.model == "langgraph" else None
+    if info.model != "langgraph" or THREAD_DIGEST in info.model_config:
+        return None  # a thread kept by its digest: its id is not in the store to name (``thread_config``)
+    thread = info.model_config.get(THREAD)
     return thread if isinstance(thread, str) else None
 
 

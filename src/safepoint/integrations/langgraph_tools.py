@@ -106,6 +106,13 @@ class ToolRuns:
         self.flights = Flights()  # a call made again while its first run is still in flight waits for it
         self._sweep_at = 256
 
+    def _thread_config(self, thread_id: str) -> dict[str, str]:
+        """The thread's id as its calls' run header keeps it (``langgraph_thread.thread_config``: never a secret)."""
+        from safepoint.engine.log_writer import run_redactor
+        from safepoint.integrations.langgraph_thread import thread_config
+
+        return thread_config(thread_id, run_redactor(self.workspace, store=self.store), self.store.blob_name)
+
     def open(self, thread_id: str, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> Run:
         from safepoint.agent.loop import resume_session
         from safepoint.engine.session import RunSession
@@ -130,7 +137,7 @@ class ToolRuns:
                 model="langgraph-tools",
                 created_at=_now(),
                 workspace=workspace.root,
-                model_config={"langgraph_thread_id": thread_id},
+                model_config=self._thread_config(thread_id),
             )
             session = RunSession.create(self.store, info, workspace, ToolRegistry(), holder=self.holder)
             session.add_message("user", info.task)
@@ -198,6 +205,7 @@ class ToolRuns:
         checkpoint, and left a forked thread without its history of effects). Records are copied as they are (a
         durable call's result is in its log record), re-fenced by the copy's own claim."""
         from safepoint.errors import CorruptRecordError, RunNotFoundError
+        from safepoint.integrations.langgraph_thread import THREAD_DIGEST
 
         source_run, target_run = tools_run_id(source), tools_run_id(target)
         try:
@@ -215,7 +223,12 @@ class ToolRuns:
             return
         info = msgspec.json.decode(header, type=RunInfo)
         copied = msgspec.structs.replace(
-            info, run_id=target_run, model_config={**info.model_config, "langgraph_thread_id": target}
+            info,
+            run_id=target_run,
+            model_config={
+                **{k: v for k, v in info.model_config.items() if k != THREAD_DIGEST},  # the source's, not the copy's
+                **self._thread_config(target),
+            },
         )
         self.store.create_run(target_run, msgspec.json.encode(copied))
         claim = self.store.claim(target_run, self.holder)

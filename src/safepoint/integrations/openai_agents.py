@@ -51,18 +51,20 @@ import hashlib
 import json
 import re
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from agents import Agent, RunResult, RunResultStreaming, RunState
+from agents import Agent, RunHooks, RunResult, RunResultStreaming, RunState
 from agents.memory.session_settings import SessionSettings
 
 from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.errors import DamagedLogError, DecisionNeeded, RunExistsError, RunNotFoundError, SafepointError
 from safepoint.integrations import openai_agents_resume
 from safepoint.integrations.flights import Flights
+from safepoint.integrations.openai_agents_resume import RunnerReplacedWarning
 from safepoint.records import Message
 from safepoint.run import Run
 from safepoint.store.base import Store
@@ -96,7 +98,8 @@ ASKED = "openai-agents-asked"  # "<call id> <digest>": a tool call a person was 
 USED = "openai-agents-approval-used"  # "<call id> <digest>": the approval a call ran under (used once)
 REJECTED = "openai-agents-rejected"  # "<call id>": a person rejected the call; no later approval runs it
 AGENT = "openai-agents-agent"  # "<agent name>": the agent that takes the turn from here (openai_agents_resume)
-NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED, AGENT)
+AGENT_KEYED = "openai-agents-agent-keyed"  # the same, for a name the redactor would change: its keyed digest
+NAMES = (ITEMS, POP, CLEAR, TURN, STATE, ASKED, USED, REJECTED, AGENT, AGENT_KEYED)
 
 SESSION_ITEMS = "safepoint_session_items"  # a saved RunState's input, kept as a reference to the session's items
 
@@ -161,18 +164,21 @@ class _Folded:
     used: dict[str, str] = field(default_factory=dict)  # call id -> digest it ran under
     rejected: set[str] = field(default_factory=set)  # ledger call ids a person rejected
     calls: dict[str, str] = field(default_factory=dict)  # the SDK's call id -> ledger call id of its latest turn
+    bound: dict[str, dict[str, str]] = field(default_factory=dict)  # turn key -> its calls' ledger ids (bind_calls)
     assigned: set[str] = field(default_factory=set)  # every ledger call id a recorded turn was given
     agent: str | None = None  # the agent that took the turn last (None: not recorded, a session from before)
+    agent_keyed: bool = False  # ``agent`` is the name's keyed digest (``SafepointSession.agent_digest``)
 
-    def bind_calls(self, response: str) -> None:
+    def bind_calls(self, response: str) -> dict[str, str]:
         """Give each tool call of a recorded turn its ledger call id: the SDK's id the first time it is seen, then
         ``<id>~<n>`` (the first ``n`` not taken), because providers number calls per response (``call_0`` in every
         turn) and a new call must never meet an old call's ledger entry. Decided in log order, so every process
         gives the same ids; injective, as a model's own ``x~1`` is then taken as any other id."""
+        bound: dict[str, str] = {}
         try:
             output = json.loads(response).get("output", [])
         except (ValueError, AttributeError):
-            return
+            return bound
         for item in output if isinstance(output, list) else []:
             call_id = item.get("call_id") if isinstance(item, dict) else None
             if not isinstance(call_id, str):
@@ -182,12 +188,14 @@ class _Folded:
                 n += 1
                 chosen = f"{call_id}~{n}"
             self.assigned.add(chosen)
-            self.calls[call_id] = chosen
+            self.calls[call_id] = bound[call_id] = chosen
+        return bound
 
     def bump(self) -> None:
         """The items changed: no turn recorded before can answer a request again, so none is kept in memory."""
         self.version += 1
         self.turns.clear()
+        self.bound.clear()
 
 
 def _fold(messages: Iterable[Message]) -> _Folded:
@@ -207,7 +215,7 @@ def _fold(messages: Iterable[Message]) -> _Folded:
         elif name == TURN:
             key, _, response = message.content.partition(" ")
             folded.turns[key] = response
-            folded.bind_calls(response)
+            folded.bound[key] = folded.bind_calls(response)
         elif name == STATE:
             folded.state = message.content
         elif name in (ASKED, USED):
@@ -215,8 +223,8 @@ def _fold(messages: Iterable[Message]) -> _Folded:
             (folded.asked if name == ASKED else folded.used).setdefault(call_id, digest)
         elif name == REJECTED:
             folded.rejected.add(message.content)
-        elif name == AGENT:
-            folded.agent = message.content
+        elif name in (AGENT, AGENT_KEYED):
+            folded.agent, folded.agent_keyed = message.content, name == AGENT_KEYED
     return folded
 
 
@@ -246,12 +254,15 @@ class SafepointSession:
         # agent (a new turn's, a handoff's) wrapping the same tool must reach its own handler through it.
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}
         self.failures: dict[str, Exception] = {}
+        self.live: dict[str, Any] = {}  # a live call's value, when the ledger keeps another form of it
         self.flights = Flights()  # a ledger call id running now: the same call made again waits for it
         # One writer at a time: a web server shares a session between worker threads (the SDK's SQLiteSession
         # locks too), and the run's one log writer must see each record and its commit together (two threads
         # interleaving them was refused as a foreign writer, or left a hole that lost acknowledged items).
         self._lock = threading.RLock()
         openai_agents_resume.install()  # Runner.run(agent, [], session=self) continues in the agent that held the turn
+        self._watched = False  # the app records the agent itself (``watch``): its own runner is no surprise
+        self._warned = False  # a run without safepoint's runner was reported (once)
 
     @classmethod
     def open(
@@ -364,6 +375,7 @@ class SafepointSession:
         data = state.to_json()
         with self._lock:
             self._refer_to_items(data)
+            openai_agents_resume.key_agent_names(data, self._keyed_name)
             text = canonical(data)
             self._write(STATE, text)
             self._folded.state = text
@@ -399,6 +411,7 @@ class SafepointSession:
                 )
             data["original_input"] = copy.deepcopy(prefix)
         _unbind_redacted_calls(data)
+        openai_agents_resume.unkey_agent_names(data, agent, self.agent_digest, self.session_id)
         state: RunState[Any, Any] = await RunState.from_json(agent, data, **options)
         return state
 
@@ -408,17 +421,52 @@ class SafepointSession:
         handoff's items name), found in ``starting_agent``'s graph (see ``safepoint.integrations.
         openai_agents_resume``); ``HandoffAgentMissing`` when the graph does not hold it."""
         with self._lock:
-            name = self._folded.agent
+            name, keyed = self._folded.agent, self._folded.agent_keyed
             if name is None:
                 name = openai_agents_resume.handed_to(self._folded.items)
-        return openai_agents_resume.resume_in(starting_agent, name, self.session_id)
+        named = self.agent_digest if keyed else None
+        return openai_agents_resume.resume_in(starting_agent, name, self.session_id, named=named)
+
+    def _keyed_name(self, name: str) -> str | None:
+        """The digest an agent's name is kept as when the redactor would change it, else None (kept as it is)."""
+        return self.agent_digest(name) if self.redacted(name) != name else None
+
+    def agent_digest(self, name: str) -> str:
+        """How the store keeps an agent's name the redactor would change (one that looks like a key): a digest of
+        it with the session's run id, keyed by the store's key on an encrypted store (``blob_name``). An identifier
+        stays one (rejected: recording it redacted, which no agent's name matches again, so the resume was
+        refused), and the secret it may be is never written in clear."""
+        digest = hashlib.sha256(f"openai-agents agent\0{self.run.run_id}\0{name}".encode("utf-8", "surrogatepass"))
+        return self.run.session.store.blob_name("sha256:" + digest.hexdigest())
+
+    def watch(self, hooks: RunHooks[Any] | None = None) -> RunHooks[Any]:
+        """Run hooks that record the agent taking the turn, then call ``hooks``: for an app that starts runs with a
+        runner of its own (``Runner.run(session.agent_to_resume(agent), [], session=session, hooks=session.watch(
+        hooks))``), where safepoint's runner does not add them."""
+        self._watched = True
+        return openai_agents_resume.AgentWatch(self, hooks)
+
+    def check_runner(self) -> None:
+        """Called as a model turn of this session's run starts: a run no ``ResumingRunner`` started (its context
+        not marked) is said once, and the runner in effect wrapped again for the runs after it (see
+        ``openai_agents_resume``). An app that records the agent itself (``watch``) is not told."""
+        if self._watched or openai_agents_resume.through.get() is not None:
+            return
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        warnings.warn(openai_agents_resume.runner_replaced(self.session_id), RunnerReplacedWarning, stacklevel=2)
+        openai_agents_resume.install()
 
     def record_agent(self, name: str) -> None:
         """``name`` takes the turn: durable (before its first model call) when it is not the one recorded last."""
         with self._lock:
-            if name != self._folded.agent:
-                self._write(AGENT, name)
-                self._folded.agent = name
+            digest = self._keyed_name(name)  # kept as an identifier: a digest, never the redacted text
+            keyed, stored = digest is not None, digest or name
+            if (stored, keyed) != (self._folded.agent, self._folded.agent_keyed):
+                self._write(AGENT_KEYED if keyed else AGENT, stored)
+                self._folded.agent, self._folded.agent_keyed = stored, keyed
 
     @property
     def has_state(self) -> bool:
@@ -430,7 +478,21 @@ class SafepointSession:
         return self._folded.version
 
     def recorded_turn(self, key: str) -> str | None:
-        return self._folded.turns.get(key)
+        """The turn recorded for the request ``key``; its calls' ledger ids become this run's (``ledger_id``)."""
+        with self._lock:
+            response = self._folded.turns.get(key)
+            if response is not None:
+                self._use_turn(key)
+            return response
+
+    def _use_turn(self, key: str) -> None:
+        """The run in this context (marked by ``ResumingRunner``) answers its calls by the turn ``key``'s ids: two
+        runs sharing the session at once, their models numbering calls alike (``call_0``), each run their own
+        calls under their own ids (rejected: the session's one map of the latest turn, where the run whose turn
+        came second took the other's id, and the other's call then met its record, refused, or never ran)."""
+        mark = openai_agents_resume.through.get()
+        if isinstance(mark, openai_agents_resume.RunMark):
+            mark.calls.update(self._folded.bound.get(key, {}))
 
     def turn_in_flight(self, head: str, held: set[str]) -> str | None:
         """The latest turn recorded since the items last changed for a request of ``head``, when it asked for tool
@@ -457,18 +519,25 @@ class SafepointSession:
                 ids = {c.get("call_id") for c in calls}
                 if calls and all(isinstance(i, str) for i in ids) and not ids & held:
                     self._in_flight.discard(key)
+                    self._use_turn(key)
                     return response
                 return None  # the latest turn of this head went on (or asked for no call): nothing is in flight
             return None
 
     def record_turn(self, key: str, response: str) -> None:
-        self._write(TURN, f"{key} {response}")
-        self._folded.turns[key] = response
-        self._folded.bind_calls(response)
+        with self._lock:
+            self._write(TURN, f"{key} {response}")
+            self._folded.turns[key] = response
+            self._folded.bound[key] = self._folded.bind_calls(response)
+            self._use_turn(key)
 
     def ledger_id(self, call_id: str) -> str:
-        """The ledger's call id for the SDK's ``call_id``: the one its latest recorded turn was given (see
-        ``_Folded.bind_calls``), or the id itself for a call no recorded turn asked for."""
+        """The ledger's call id for the SDK's ``call_id``: the one this run's turn gave it (``_use_turn``), else the
+        one its latest recorded turn was given (see ``_Folded.bind_calls``; a run no ``ResumingRunner`` started), or
+        the id itself for a call no recorded turn asked for."""
+        mark = openai_agents_resume.through.get()
+        if isinstance(mark, openai_agents_resume.RunMark) and call_id in mark.calls:
+            return mark.calls[call_id]
         return self._folded.calls.get(call_id, call_id)
 
     def rejected(self, call_id: str) -> bool:
@@ -494,7 +563,7 @@ class SafepointSession:
     def stage_used(self, call_id: str, digest: str) -> None:
         """Staged, not committed: durable with the call's own ``started``, so a used approval and the call that
         used it are in the log together or not at all."""
-        with self._lock:
+        with self._lock, self.run.session.runner.bookkeeper.lock:  # as ``_write``
             if call_id not in self._folded.used:
                 self.run.session.add_message("system", f"{call_id} {digest}", name=USED)
                 self._folded.used[call_id] = digest
@@ -504,7 +573,11 @@ class SafepointSession:
         return str(self.run.session.log.redactor.text(text))
 
     def _write(self, name: str, content: str) -> None:
-        with self._lock:  # reentrant: the callers above hold it across their read-modify-write
+        # Reentrant: the callers above hold it across their read-modify-write. The run's bookkeeping lock too: a
+        # ledger call of another run sharing the session writes its records on the bookkeeping thread meanwhile
+        # (rejected: the session's lock alone, under which a record and the ledger's interleaved and the log writer
+        # refused the next append as another writer's).
+        with self._lock, self.run.session.runner.bookkeeper.lock:
             self.run.session.add_message("system" if name != ITEMS else "user", content, name=name)
             self.run.session.commit()  # durable (and fenced: a writer that lost the session is refused) on return
 

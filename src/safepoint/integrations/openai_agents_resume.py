@@ -29,14 +29,24 @@ session a second time, and the next agent's request no longer matches its record
 the session's items (the SDK's private resume path, with its own persistence rules); a new resume entry apps must
 call instead of ``Runner.run`` (the documented way stays what it is). ``SafepointSession.agent_to_resume(agent)``
 gives the same answer to an app that starts runs some other way.
+
+**An app's own runner.** An app that calls ``set_default_agent_runner`` after a session was opened replaces this
+wrapper unless it wraps the runner it finds: its runs then start in the agent given and record no agent. The
+session notices at the run's first model turn (``durable_model``: no ``ResumingRunner`` marked the run's context),
+says so in one ``RunnerReplacedWarning`` line (once per session), and wraps the new
+runner again for the runs after it. An app that keeps its own runner continues a session with
+``Runner.run(session.agent_to_resume(agent), [], session=session, hooks=session.watch(hooks))``: the same answer,
+the same records, whatever runner is in effect (and no warning).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import agents.run as sdk_run
@@ -48,6 +58,34 @@ from safepoint.errors import ConfigError
 
 class HandoffAgentMissing(ConfigError):
     """The session's run was handed off to an agent the graph given to ``Runner.run`` does not reach."""
+
+
+class RunnerReplacedWarning(UserWarning):
+    """A run of a session did not go through ``ResumingRunner``: the app installed a runner of its own after the
+    session was opened (``set_default_agent_runner``) that does not wrap the one it found."""
+
+
+class RunMark:
+    """A run ``ResumingRunner`` started: the ledger ids its turns gave the SDK's call ids (``SafepointSession.
+    ledger_id``). Shared by the tasks the run makes (they copy the context, and with it this one object)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: dict[str, str] = {}
+
+
+# The run of this context, when a ``ResumingRunner`` started it (None: no run went through one).
+through: contextvars.ContextVar[RunMark | None] = contextvars.ContextVar("safepoint_resuming_runner", default=None)
+
+
+def runner_replaced(session_id: str) -> str:
+    return (
+        f"session {session_id!r}: a run started without safepoint's runner (set_default_agent_runner replaced it "
+        "after the session was opened), so it starts in the agent given and records no handoff; install your "
+        "runner around get_default_agent_runner(), or run session.agent_to_resume(agent) with "
+        "hooks=session.watch(hooks)"
+    )
 
 
 @runtime_checkable
@@ -112,15 +150,21 @@ def agent_graph(starting_agent: Agent[Any]) -> Iterator[Agent[Any]]:
                 queue.append(target)
 
 
-def resume_in(starting_agent: Agent[Any], name: str | None, session_id: str) -> Agent[Any]:
-    """The agent named ``name`` in ``starting_agent``'s graph (``starting_agent`` itself when ``name`` is None)."""
-    if name is None or name == starting_agent.name:
+def resume_in(
+    starting_agent: Agent[Any], name: str | None, session_id: str, *, named: Callable[[str], str] | None = None
+) -> Agent[Any]:
+    """The agent named ``name`` in ``starting_agent``'s graph (``starting_agent`` itself when ``name`` is None).
+    With ``named``, ``name`` is the digest the store keeps for a name that looked like a secret: the agent whose
+    ``named(agent.name)`` it is (and the refusal does not quote it)."""
+    if name is None:
         return starting_agent
+    form = named if named is not None else str
     for agent in agent_graph(starting_agent):
-        if agent.name == name:
+        if form(agent.name) == name:
             return agent
+    shown = "(a name that looks like a secret, kept as a digest)" if named is not None else repr(name)
     raise HandoffAgentMissing(
-        f"session {session_id!r}: its run was handed off to agent {name!r}, which agent {starting_agent.name!r} "
+        f"session {session_id!r}: its run was handed off to agent {shown}, which agent {starting_agent.name!r} "
         "does not reach through its handoffs; resume with the agents the run was built with"
     )
 
@@ -176,17 +220,30 @@ class ResumingRunner(AgentRunner):
             return session.agent_to_resume(starting_agent)
         return starting_agent
 
+    @contextlib.contextmanager
+    def _marked(self) -> Iterator[None]:
+        """The run's context is marked while the inner runner starts it (tasks it creates copy it); reset after, so
+        a later run in the same task through another runner is not taken for one of ours."""
+        token = through.set(RunMark())
+        try:
+            yield
+        finally:
+            through.reset(token)
+
     async def run(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
         agent = self._resolved(starting_agent, input, options)
-        return await self.inner.run(agent, input, **options)
+        with self._marked():
+            return await self.inner.run(agent, input, **options)
 
     def run_sync(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
         agent = self._resolved(starting_agent, input, options)
-        return self.inner.run_sync(agent, input, **options)
+        with self._marked():
+            return self.inner.run_sync(agent, input, **options)
 
     def run_streamed(self, starting_agent: Agent[Any], input: Any, **options: Any) -> Any:
         agent = self._resolved(starting_agent, input, options)
-        return self.inner.run_streamed(agent, input, **options)
+        with self._marked():
+            return self.inner.run_streamed(agent, input, **options)
 
 
 _installing = threading.Lock()  # two sessions opened at once in two threads wrap the runner once
@@ -199,3 +256,47 @@ def install() -> None:
         current = sdk_run.get_default_agent_runner()
         if not isinstance(current, ResumingRunner):
             sdk_run.set_default_agent_runner(ResumingRunner(current))
+
+
+AGENT_FIELDS = frozenset({"agent", "current_agent", "source_agent", "target_agent", "last_agent"})
+KEYED_NAME = "safepoint-agent-digest:"  # a saved RunState's agent name the redactor would change: its keyed digest
+
+
+def key_agent_names(value: Any, keyed: Callable[[str], str | None]) -> None:
+    """In a ``RunState``'s JSON, every agent reference (``{"name": ...}`` under ``agent``, ``current_agent``, ...)
+    whose name ``keyed`` gives a digest for is replaced by ``KEYED_NAME + digest``, in place: kept as an identifier
+    instead of being redacted with the record (which no agent's name matches again: the state could not be loaded)."""
+    stack = [value]
+    while stack:  # iterative: a state nested deep is no RecursionError
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if key in AGENT_FIELDS and isinstance(child, dict) and isinstance(child.get("name"), str):
+                    digest = keyed(child["name"])
+                    if digest is not None:
+                        child["name"] = KEYED_NAME + digest
+                stack.append(child)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def unkey_agent_names(value: Any, starting_agent: Agent[Any], digest: Callable[[str], str], session_id: str) -> None:
+    """The other way, for ``starting_agent``'s graph; a digest no agent of it has is refused in one line."""
+    names = {KEYED_NAME + digest(agent.name): agent.name for agent in agent_graph(starting_agent)}
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                name = child.get("name") if key in AGENT_FIELDS and isinstance(child, dict) else None
+                if isinstance(name, str) and name.startswith(KEYED_NAME):
+                    if name not in names:
+                        raise HandoffAgentMissing(
+                            f"session {session_id!r}: its saved run names an agent (a name that looks like a secret, "
+                            f"kept as a digest) that agent {starting_agent.name!r} does not reach through its "
+                            "handoffs; load it with the agents the run was built with"
+                        )
+                    child["name"] = names[name]
+                stack.append(child)
+        elif isinstance(node, list):
+            stack.extend(node)

@@ -59,6 +59,7 @@ from safepoint.engine.tools import ToolContext as LedgerContext
 from safepoint.engine.tools import tool
 from safepoint.errors import DecisionNeeded, SafepointError
 from safepoint.integrations.openai_agents import SafepointSession, canonical
+from safepoint.integrations.recorded_values import recordable
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 
 _OUTPUT = TypeAdapter(list[ResponseOutputItem])
@@ -140,14 +141,19 @@ class _Ledgered:
         self.session = session
         self.handlers = session.handlers  # ledger call id -> the live call's handler
         self.failures = session.failures  # ledger call id -> what the tool raised, to raise it again as it was
+        self.live = session.live  # ledger call id -> what the tool returned, when the ledger keeps another form
 
     def register(self, name: str, policy: ToolPolicy) -> None:
         async def invoke(ctx: LedgerContext, /, **arguments: Any) -> Any:
             try:
-                return await self.handlers[ctx.call_id]()
+                value = await self.handlers[ctx.call_id]()
             except Exception as exc:
                 self.failures[ctx.call_id] = exc  # recorded as failed; raised again to the SDK as the tool raised it
                 raise
+            kept, differs = recordable(value)  # an object the SDK shows the model as text: kept as JSON or text
+            if differs:
+                self.live[ctx.call_id] = value
+            return kept
 
         made = tool(
             name=name,
@@ -230,8 +236,9 @@ class _Ledgered:
                 finally:
                     self.handlers.pop(call_id, None)
                 failure = self.failures.pop(call_id, None)
+                live = self.live.pop(call_id, result.value)
             if result.status == "succeeded":
-                return result.value
+                return live
             if failure is not None:
                 # This process's own failure (a tool built with failure_error_function=None): raised as it was.
                 # A failure recorded before a restart comes back as its text (the model is told).
@@ -327,6 +334,7 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> ModelResponse:
+        self.session.check_runner()  # a run the app's own runner started: said before the turn
         key, head, recorded = self._turn(system_instructions, input, tools, previous_response_id, conversation_id)
         if recorded is not None:
             self.replayed += 1
@@ -397,6 +405,7 @@ class DurableModel(Model):
         """Streamed as the wrapped model streams; recorded from its ``response.completed`` event before that event
         is passed on (the SDK runs the turn's tools after it). A recorded turn is replayed as that one event: the
         SDK builds the turn from it, as it does for a live stream."""
+        self.session.check_runner()
         key, head, recorded = self._turn(system_instructions, input, tools, previous_response_id, conversation_id)
         if recorded is not None:
             self.replayed += 1

@@ -19,9 +19,15 @@ One capability does three things:
   answered a new question with an old record and replayed the approval request forever).
 - **Every tool call goes through the ledger** (``Run.acall``), under the call id ``pai-<turn>-<tool_call_id>``: the
   model's tool call id, with the turn that asked for it, because models such as ``TestModel`` repeat their ids
-  from one response to the next. A finished call returns its recorded value; an interrupted one is re-run only as
-  its ``ToolPolicy`` allows (default: the cautious one, ``non_idempotent``/``ask``): ``sp.resume`` raises
-  ``DecisionNeeded`` until a person says ``replay`` or ``skip``.
+  from one response to the next (and some send empty ones). Each agent run keeps its own map of ids to turns
+  (``for_run``): two runs sharing the capability at once, their models repeating ids, never take each other's turn
+  (rejected: one map for all runs, where the later response's turn named the earlier run's call, which then met
+  another call's record). A turn's number is taken before any await and written in its record, so a run read back
+  numbers its turns as they were numbered live, whatever order concurrent writes reached the log in. The same
+  ledger call made twice at once (the same request run twice, answered from one record) waits for the first one
+  (``Flights``) and takes its outcome, instead of losing its handler to it. A finished call returns its recorded
+  value; an interrupted one is re-run only as its ``ToolPolicy`` allows (default: the cautious one,
+  ``non_idempotent``/``ask``): ``sp.resume`` raises ``DecisionNeeded`` until a person says ``replay`` or ``skip``.
 - **Approvals are bound to arguments and used once** (pydantic-ai #5536: an approved tool re-ran on a retry). A
   tool that needs approval (``requires_approval=True``, or ``ToolPolicy(needs_approval=True)``) runs only when
   Pydantic AI says the call was approved *and* the arguments it runs with have the digest that was approved: the
@@ -35,9 +41,11 @@ Rejected: a ``WrapperToolset`` (it sees tool calls but not model turns, and it m
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +60,8 @@ from safepoint.core.resume import model_call_id
 from safepoint.engine.log_writer import REDACTED_MARK
 from safepoint.engine.tools import ToolContext, tool
 from safepoint.errors import ToolFailure
+from safepoint.integrations.flights import Flights
+from safepoint.integrations.recorded_values import recordable
 from safepoint.records import Idempotency, ReplayPolicy, RiskLevel
 from safepoint.run import Run
 
@@ -87,11 +97,19 @@ class SafepointCapability(AbstractCapability[Any]):
         self.policies = dict(tools or {})
         self.default = default or ToolPolicy()
         self.recorded: dict[str, tuple[int, str, dict[str, str]]] = {}  # request key -> (turn, response, asked)
-        self.count = 0  # turns recorded in this run: the next one's number
+        self.count = 0  # turns read back: the next one's number (live turns draw from ``_numbers``)
+        self._numbers: Iterator[int] = iter(())  # shared by every agent run's copy (``for_run``)
+        self.flights = Flights()  # one live run of a ledger call id at a time, across this capability's runs
         self.turn_of: dict[str, int] = {}  # tool call id -> the turn whose response asked for it (the latest)
         self.asked: dict[str, str] = {}  # tool call id -> the digest of the arguments the model asked with
+        # The same two maps for the turns of this agent run alone (``for_run``), asked first: a call's own run's turn,
+        # whatever another run's model said meanwhile under the same id. The shared ones answer a run that goes on
+        # from a history (an approval given in a later run).
+        self.mine: dict[str, int] = {}
+        self.mine_asked: dict[str, str] = {}
         self.handlers: dict[str, Callable[[], Awaitable[Any]]] = {}  # call id -> the live call's handler
         self.failures: dict[str, BaseException] = {}  # call id -> what the tool raised, to raise it again
+        self.live: dict[str, Any] = {}  # call id -> what the tool returned, when the ledger keeps another form of it
         self.used: dict[str, dict[str, str]] = {}  # tool call id -> {ledger call id: the approved digest it ran under}
         self.denied: set[str] = set()  # ledger call ids a person denied
         self._digests: dict[bytes, str] = {}  # digest of a message's parts -> digest of their redacted text
@@ -104,6 +122,14 @@ class SafepointCapability(AbstractCapability[Any]):
             elif message.role == "system" and message.content.startswith(APPROVAL_USED):
                 tool_call_id, digest, call_id = message.content[len(APPROVAL_USED) :].split(" ")
                 self.used.setdefault(tool_call_id, {}).setdefault(call_id, digest)
+        self._numbers = itertools.count(self.count)  # next() is atomic: two runs never draw one number
+
+    async def for_run(self, ctx: RunContext[Any]) -> SafepointCapability:
+        """This agent run's view: the records, approvals, handlers and flights shared, the map of its tool call ids
+        to turns its own (see the module docstring)."""
+        view = copy.copy(self)
+        view.mine, view.mine_asked = {}, {}
+        return view
 
     def _learn(self, content: str) -> tuple[int, str, dict[str, str]] | None:
         """A recorded turn read back: known by its request, and its calls by their ids (the latest turn wins)."""
@@ -112,12 +138,15 @@ class SafepointCapability(AbstractCapability[Any]):
             key, response, asked = data["key"], data["response"], data["asked"]
         except (ValueError, KeyError, TypeError):
             return None  # a record of the positional format before it: matched by no request, so never replayed
-        entry = (self.count, str(response), {str(k): str(v) for k, v in dict(asked).items()})
+        turn = data.get("turn", self.count)  # a record before numbered records: its place in the log
+        if not isinstance(turn, int) or turn < 0:
+            return None
+        entry = (turn, str(response), {str(k): str(v) for k, v in dict(asked).items()})
         self.recorded.setdefault(str(key), entry)
         for tool_call_id, digest in entry[2].items():
-            self.turn_of[tool_call_id] = self.count
+            self.turn_of[tool_call_id] = turn
             self.asked[tool_call_id] = digest
-        self.count += 1
+        self.count = max(self.count, turn + 1)
         return entry
 
     # model turns -------------------------------------------------------------------------------------------------
@@ -169,18 +198,18 @@ class SafepointCapability(AbstractCapability[Any]):
             asked = {
                 p.tool_call_id: args_digest(p.args_as_dict()) for p in response.parts if isinstance(p, ToolCallPart)
             }
-            record = json.dumps({"key": key, "asked": asked, "response": data}, separators=(",", ":"))
+            turn = next(self._numbers)  # before any await: another run's turn written first keeps its own number
+            record = json.dumps({"key": key, "asked": asked, "response": data, "turn": turn}, separators=(",", ":"))
             await self.run.aadd_message("assistant", record, name=TURN)
             await self.run.acheckpoint()
-            turn = self.count
             self.recorded.setdefault(key, (turn, data, asked))
-            self.count += 1
         for part in response.parts:
             if isinstance(part, ToolCallPart):
-                self.turn_of[part.tool_call_id] = turn
+                self.turn_of[part.tool_call_id] = self.mine[part.tool_call_id] = turn
                 # The digest of the arguments as the model asked (recorded before redaction, so a replayed turn
                 # whose arguments lost a secret still binds its approval to the real ones).
-                self.asked[part.tool_call_id] = asked.get(part.tool_call_id) or args_digest(part.args_as_dict())
+                digest = asked.get(part.tool_call_id) or args_digest(part.args_as_dict())
+                self.asked[part.tool_call_id] = self.mine_asked[part.tool_call_id] = digest
         return response
 
     async def before_node_run(self, ctx: RunContext[Any], *, node: Any) -> Any:
@@ -198,7 +227,7 @@ class SafepointCapability(AbstractCapability[Any]):
 
     # tool calls --------------------------------------------------------------------------------------------------
     def call_id(self, call: ToolCallPart) -> str:
-        turn = self.turn_of.get(call.tool_call_id)
+        turn = self.mine.get(call.tool_call_id, self.turn_of.get(call.tool_call_id))
         return f"pai-{'h' if turn is None else turn}-{call.tool_call_id}"
 
     def policy(self, name: str) -> ToolPolicy:
@@ -213,7 +242,11 @@ class SafepointCapability(AbstractCapability[Any]):
         metadata = ctx.tool_call_metadata if isinstance(ctx.tool_call_metadata, dict) else {}
         # What the person saw is the call as the model asked for it (Pydantic AI hands the hooks a call whose
         # arguments an override has replaced already, so ``call.args`` cannot tell).
-        shown = self.asked.get(call.tool_call_id) or args_digest(call.args_as_dict())
+        shown = (
+            self.mine_asked.get(call.tool_call_id)
+            or self.asked.get(call.tool_call_id)
+            or args_digest(call.args_as_dict())
+        )
         approved = metadata.get("safepoint_args_digest") or shown
         if approved != digest:
             raise ApprovalRequired(
@@ -245,10 +278,14 @@ class SafepointCapability(AbstractCapability[Any]):
 
         async def invoke(ctx: ToolContext, /, **arguments: Any) -> Any:
             try:
-                return await self.handlers[ctx.call_id]()
+                value = await self.handlers[ctx.call_id]()
             except Exception as exc:
                 self.failures[ctx.call_id] = exc  # recorded as failed; raised again to the agent as it was
                 raise
+            kept, differs = recordable(value)  # a pydantic model, a generator: kept as JSON or text (see there)
+            if differs:
+                self.live[ctx.call_id] = value
+            return kept
 
         made = tool(
             name=name,
@@ -282,14 +319,16 @@ class SafepointCapability(AbstractCapability[Any]):
         if self.policy(name).needs_approval or tool_def.kind == "unapproved":
             self.check_approval(ctx, call, call_id, args)
         self.register(name)
-        self.handlers[call_id] = lambda: handler(args)
-        try:
-            result = await self.run.acall_result(name, to_jsonable_python(args), call_id=call_id)
-        finally:
-            self.handlers.pop(call_id, None)
-        failure = self.failures.pop(call_id, None)
+        async with self.flights.ahold(call_id):  # the same call live in another run: waited for, its outcome taken
+            self.handlers[call_id] = lambda: handler(args)
+            try:
+                result = await self.run.acall_result(name, to_jsonable_python(args), call_id=call_id)
+            finally:
+                self.handlers.pop(call_id, None)
+            failure = self.failures.pop(call_id, None)
+            live = self.live.pop(call_id, result.value)
         if result.status == "succeeded":
-            return result.value
+            return live
         if failure is not None:
             raise failure  # this run's own failure, as the tool raised it (a ModelRetry asks the model again)
         text = result.observation
