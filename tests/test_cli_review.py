@@ -172,11 +172,22 @@ def test_watch_follows_a_run_from_another_terminal_until_it_ends(tmp_path):
 def test_watch_stops_on_ctrl_c_with_exit_11_and_leaves_the_run_alone(tmp_path):
     running, ws = _waiting_run(tmp_path, "r")
     with subprocess.Popen(
-        [PY, "-m", "safepoint", "watch", "r"], cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [PY, "-m", "safepoint", "watch", "r"],
+        cwd=ws,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal's foreground job has it: a shell's background job (a test run started with `&`) ignores
+        # SIGINT, and the ignored disposition is inherited, so the watcher would never see the Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as watching:
-        read_until(watching, "deny:")
-        watching.send_signal(signal.SIGINT)
-        _, err = watching.communicate(timeout=60)
+        try:
+            read_until(watching, "deny:")
+            watching.send_signal(signal.SIGINT)
+            _, err = watching.communicate(timeout=60)
+        finally:
+            if watching.poll() is None:
+                watching.kill()  # a failure above must not leave the with block waiting on it for ever
     assert watching.returncode == ExitCode.INTERRUPTED
     assert err == "safepoint: stopped watching run r (the run itself goes on)\n"
     assert running.poll() is None  # the run still waits
