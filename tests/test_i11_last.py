@@ -63,11 +63,11 @@ def test_an_encrypted_store_keeps_no_name_content_command_or_model_text_in_clear
                 "tool_calls": [
                     {
                         "tool": "run_command",
-                        "args": {"command": "echo cIBEX > cmd-ibex.txt; rm ignored-dir/secretname-okapi.txt"},
+                        "args": {"command": "echo cIBEXQZ > cmd-ibexqz.txt; rm ignored-dir/secretname-okapi.txt"},
                     }
                 ]
             },
-            {"tool_calls": [{"tool": "run_command", "args": {"command": "echo cLYNX >> tracked-zebra.txt"}}]},
+            {"tool_calls": [{"tool": "run_command", "args": {"command": "echo cLYNXWQ >> tracked-zebra.txt"}}]},
             {"text": "final-text-quokka"},
         ],
     }
@@ -78,17 +78,19 @@ def test_an_encrypted_store_keeps_no_name_content_command_or_model_text_in_clear
         run, env={**env, "SAFEPOINT_FAILPOINT": "after_tool:run_command"}, capture_output=True, timeout=120
     )
     assert crashed.returncode == -9, crashed.stderr
-    words = ["zebra", "ZEBRA", "okapi", "OKAPI", "heron", "HERON", "ibex", "IBEX", "LYNX", "walrus", "narwhal"]
+    # each word at least 5 letters: sealed records are base64 text, where a given 3-letter word turns up by chance
+    # (1 in 64**3 a position: in a 100 KB log, one run in three), 4 letters one run in fifty
+    words = ["zebra", "ZEBRA", "okapi", "OKAPI", "heron", "HERON", "ibexqz", "IBEXQZ", "LYNXWQ", "walrus", "narwhal"]
     journal = ws / ".agent-runtime" / "runs" / "r" / "tmp" / "capture-command.msgpack"
     assert journal.stat().st_size > 0  # the crash left the command's journal: it is checked too
     assert _clear_words_in(ws, words) == []
     resumed = safepoint_in_process("resume", "r", "-w", ws, "--skip", "call_2", env=env)
     assert resumed.returncode == 0, resumed.stderr
-    (ws / "cmd-ibex.txt").write_text("user-edit-YAK\n")  # the user's edit: rollback keeps it (a conflict)
+    (ws / "cmd-ibexqz.txt").write_text("user-edit-YAKVUJ\n")  # the user's edit: rollback keeps it (a conflict)
     back = safepoint_in_process("rollback", "r", "-w", ws, "--to", "step:1", "--include-uncertain", env=env)
     assert back.returncode == 7, back.stdout  # ExitCode.CONFLICTS: the user's edit is kept
-    assert (ws / "cmd-ibex.txt").read_text() == "user-edit-YAK\n"
-    assert _clear_words_in(ws, [*words, "YAK", "quokka", "cmd-"]) == []
+    assert (ws / "cmd-ibexqz.txt").read_text() == "user-edit-YAKVUJ\n"
+    assert _clear_words_in(ws, [*words, "YAKVUJ", "quokka", "cmd-ibexqz"]) == []
 
 
 # ------------------------------------------------------------------------------ §2 ignore rules the run widens

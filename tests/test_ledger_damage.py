@@ -110,7 +110,8 @@ def test_the_recovery_note_says_the_log_was_damaged(tmp_path):
     log = _killed_run(original, APPEND)
     data = log.read_bytes()
     lines = data.splitlines(keepends=True)
-    assistant = next(i for i, line in enumerate(lines) if b'"call_2"' in line and b'"assistant"' in line)
+    # the first message naming call_2 is the model's turn asking for it (its result comes after)
+    assistant = next(i for i, line in enumerate(lines) if b'"call_2"' in line and b'"kind":"message"' in line)
     log.write_bytes(b"".join(lines[: assistant + 1]))  # the turn is kept, every record of its call is cut off
     before = json.loads(safepoint_in_process("explain", RUN, "-w", original / "ws", "--json").stdout)
     assert any("cut off its end" in p["detail"] for p in before["problems"]), before["problems"]

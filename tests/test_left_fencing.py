@@ -58,6 +58,7 @@ WRITES: dict[str, Callable[[Store, Claim], Any]] = {
     "delete_restart_checkpoint": lambda s, c: s.delete_restart_checkpoint(c),
     "record_terminal_event": lambda s, c: s.record_terminal_event(c, _event(c)),
     "put_artifact": lambda s, c: s.put_artifact(c, "late.txt", b"late"),
+    "put_view_snapshot": lambda s, c: s.put_view_snapshot(c, b"late", seq=1),
     "delete_run": lambda s, c: s.delete_run("r", claim=c),
 }
 NOT_FENCED = {"release"}  # a stale holder's release is a no-op by contract (how a fenced-off process ends)
@@ -83,6 +84,7 @@ def test_a_stale_claim_is_refused_by_every_write_and_nothing_is_written(two):
         new_store.read_restart_checkpoint("r"),
         new_store.terminal_events("r"),
         new_store.owner("r"),
+        new_store.read_view_snapshot("r"),
     )
     for name, write in WRITES.items():
         with pytest.raises(StaleGenerationError):
@@ -92,6 +94,7 @@ def test_a_stale_claim_is_refused_by_every_write_and_nothing_is_written(two):
             new_store.read_restart_checkpoint("r"),
             new_store.terminal_events("r"),
             new_store.owner("r"),
+            new_store.read_view_snapshot("r"),
         )
         assert after == before, f"a stale {name} changed the store"
     stale_store.release(stale)  # a no-op: the new owner stays

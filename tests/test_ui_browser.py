@@ -158,8 +158,15 @@ def _not_blank(driver, name: str, tmp) -> None:
 
 
 def _wait(condition, what: str) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + 30
-    while not condition():
+    while True:
+        try:
+            if condition():
+                return
+        except StaleElementReferenceException:
+            pass  # the page was replaced between finding an element and reading it (the click's redirect): again
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
 
