@@ -499,6 +499,12 @@ class CallRunner:
         A call the ledger knows is decided from its entry first: taking a recorded outcome or reporting an
         uncertain one needs no tool, so a tool missing at resume never turns a possible payment into an error.
         """
+        if call.call_id in self.content.lost_args:
+            expand = functools.partial(expand_input, files=self.files, content=self.content)
+            recovered = large_values.recovered_call(call, self.ledger.get(call.call_id), expand)
+            if recovered is None:
+                return self._lost_arguments(call, step_id)
+            call = recovered
         if (problem := arguments_problem(call.args)) is not None:
             # Untrusted input, checked before anything recursive or strict (the input hash, the log's encoder)
             # meets it and dies of a RecursionError or a UnicodeEncodeError; recorded with its arguments left out,
@@ -654,6 +660,30 @@ class CallRunner:
         self.conversation.leave_pending(call.call_id)
         self.conversation.checkpoint("tool_end")
         self.log.commit()
+
+    def _lost_arguments(self, call: ToolCall, step_id: str) -> CallResult:
+        """A call whose arguments are lost in the history and in the ledger: its recorded outcome stands, an
+        interrupted one is uncertain (or waits for a person), and nothing ever runs it with the note."""
+        why = self.content.lost_args[call.call_id]
+        existing = self.ledger.get(call.call_id)
+        told = f"{why}. It did not run; ask for it again if you still need it"
+        if existing is None:  # it never reached the ledger: refused, so the model sees why and may ask again
+            return self._refuse_unrun(msgspec.structs.replace(call, args={}), step_id, told)
+        if existing.status in ("planned", "approved"):  # never started: the same, on its own entry
+            message, ref = self._tool_message(call, f"error: {told}")
+            self.ledger.finish(existing, "failed", ref, error="its arguments were lost")
+            self._settled(call)
+            self.log.trace("call_refused", call_id=call.call_id, tool_name=call.tool, why=why)
+            return CallResult(call.call_id, "failed", None, message.content)
+        decision = self.ledger.replay_decision(existing, self.probe)
+        person = self.ledger.current_decision(call.call_id)
+        if decision.action == "take_outcome":
+            return self._take_outcome(call, existing, decision)
+        if decision.action == "run" or (person is not None and person.decision == "replay"):
+            raise ResumeError(large_values.cannot_run(call, why))
+        if decision.action in ("skip", "report_uncertain"):
+            return self._report_uncertain(call, existing, decision)
+        raise DecisionNeeded(f"call {call.call_id} ({call.tool}) needs a decision: {decision.why}")
 
     def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
         """What the tool's probe says of an interrupted call (None: it has none, or the call is not uncertain)."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterable
 
 import msgspec
 
 from safepoint.core.doubt import Doubt, Witnesses, find_doubt
 from safepoint.core.large_values import references
 from safepoint.core.run_view import RunView
+from safepoint.engine.content import message_what
 from safepoint.protocol import (
     Approval,
     ControlRecord,
@@ -110,14 +112,26 @@ def lost_content(view: RunView) -> list[str]:
         if any(isinstance(v, dict) and set(v) == {"$patch", "base"} and gone(v["$patch"]) for v in entry.input.values())
         or any(gone(f"blob:{digest}") for digest in references(entry.input))
     ]
+    # What the model was told or said (the history keeps large texts and arguments as blobs too): a resume
+    # shows a note in their place, and names them here.
+    for message in view.message_records.values():
+        if gone(message.content_ref):
+            found.append(message_what(message))
+        found += [
+            f"the arguments of {call.tool}({call.call_id}) in the history"
+            for call in message.tool_calls
+            if any(gone(f"blob:{digest}") for digest in references(call.args))
+        ]
     return list(dict.fromkeys(found))
 
 
-def doubt_of(store: Store, view: RunView) -> Doubt:
+def doubt_of(store: Store, view: RunView, found: Iterable[str] = ()) -> Doubt:
     """The doubt a damaged log raises, and what it took with it: the recovery note says which file versions
-    (rollback leaves those files as they are) and which arguments are gone (that call is never re-run from them)."""
+    (rollback leaves those files as they are), which arguments are gone (that call is never re-run from them) and
+    which messages the model now sees as a note. ``found``: what a session's reads found lost besides (a store
+    blob missing or damaged, or failing to unseal, where the log itself is whole)."""
     doubt = find_doubt(view, witnesses(store, view.info.run_id))
-    lost = lost_content(view)
+    lost = list(dict.fromkeys([*lost_content(view), *found]))
     if not lost:
         return doubt
     shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
