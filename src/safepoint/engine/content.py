@@ -19,7 +19,7 @@ from safepoint.errors import CorruptRecordError, StoreError, TamperedRecordError
 from safepoint.records import Blob, Message
 from safepoint.store.base import Blobs
 
-MISSING = "its blob is missing from the store (freed by `safepoint gc`, quarantined by fsck or removed by hand)"
+MISSING = "its blob is missing from the store: freed by `safepoint gc`, quarantined by fsck or removed by hand"
 LOST_NOTE = "[safepoint] the content of this message was lost:"
 UNLOGGED = "the log record that held it was damaged and moved to quarantine by fsck"
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import msgspec
 
 from safepoint.core.doubt import Doubt, Witnesses, find_doubt
-from safepoint.core.large_values import references
+from safepoint.core.large_values import LOST_CONTENT, references
 from safepoint.core.run_view import RunView
 from safepoint.engine.content import message_what
 from safepoint.protocol import (
@@ -135,5 +135,5 @@ def doubt_of(store: Store, view: RunView, found: Iterable[str] = ()) -> Doubt:
     if not lost:
         return doubt
     shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
-    what = f"the store no longer has content those records kept: {shown}"
+    what = f"{LOST_CONTENT}: {shown}"
     return dataclasses.replace(doubt, reasons=(*doubt.reasons, what))
