@@ -81,7 +81,8 @@ def lose(tm, digest: str, how: str) -> None:
         assert tm.store.quarantine_blob(tm.store.blob_name(digest))
         return
     path = blob_file(tm, digest)
-    data = bytearray(open(path, "rb").read())
+    with open(path, "rb") as handle:
+        data = bytearray(handle.read())
     data[len(data) // 2] ^= 0x55
     os.chmod(path, 0o600)
     with open(path, "wb") as handle:
@@ -163,9 +164,11 @@ def test_an_interrupted_call_whose_arguments_are_lost_everywhere_waits_and_is_re
     lose(tm, history_argument(tm), "quarantined")  # the ledger's copy is the same blob: both lost
     entry = load_view(tm.store, "r").ledger
     [call_id] = list(entry)
-    with pytest.raises(DecisionNeeded, match=rf"waits for a decision on send\({call_id}\)"):
-        with tm.resume("r", tools=[send]) as run:
-            tm.run_agent(run, Scripted(played))
+    with (
+        pytest.raises(DecisionNeeded, match=rf"waits for a decision on send\({call_id}\)"),
+        tm.resume("r", tools=[send]) as run,
+    ):
+        tm.run_agent(run, Scripted(played))
     with pytest.raises(ResumeError) as refused, tm.resume("r", tools=[send], replay=(call_id,)) as run:
         tm.run_agent(run, Scripted(played))
     said = str(refused.value)
