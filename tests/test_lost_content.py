@@ -202,3 +202,23 @@ def test_the_ledger_copy_of_lost_history_arguments_is_used_only_when_its_hash_pr
     assert large_values.recovered_call(call, entry, lambda e: dict(args)).args == args  # type: ignore[union-attr]
     assert large_values.recovered_call(call, entry, lambda e: {"text": BIG + "x"}) is None  # a near miss
     assert large_values.recovered_call(call, None, lambda e: dict(args)) is None
+
+
+def test_rollback_past_a_lost_file_version_says_which_file_it_cannot_restore_and_writes_no_wrong_file(tm, workspace):
+    (workspace / "a.txt").write_text(BIG)  # the user's file: its version before the agent's write is a store blob
+    with tm.start("t", run_id="r") as run:
+        run.step()
+        run.call("write_file", {"path": "a.txt", "content": "agent a\n"}, call_id="w1")
+        run.call("write_file", {"path": "b.txt", "content": "agent b\n"}, call_id="w2")
+        run.checkpoint()
+        run.finish("completed")
+    view = load_view(tm.store, "r")
+    [before] = [p.before_ref for p in view.patches if p.path == "a.txt"]
+    assert before is not None and view.blobs[before.removeprefix("blob:")].stored
+    lose(tm, before.removeprefix("blob:"), "damaged")
+    first = tm.checkpoints("r")[0].checkpoint_id
+    plan = tm.rollback_files("r", first)
+    assert [a.path for a in plan.actions] == ["b.txt"] and not (workspace / "b.txt").exists()
+    [spared] = plan.unrestorable
+    assert spared.path == "a.txt" and "the store no longer has it" in spared.why
+    assert (workspace / "a.txt").read_text() == "agent a\n"  # left as it is, never a wrong content

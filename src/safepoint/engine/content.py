@@ -57,6 +57,7 @@ class Content:
         # What reading found lost, named as a person reads it (the recovery note, the doubt): filled as the
         # session reads (its history at open, a call's arguments or result), so finding it costs no extra pass.
         self.lost: dict[str, str] = {}
+        self._intact: dict[str, bool] = {}  # store blobs read whole (or not) by ``intact``
         self.lost_args: dict[str, str] = {}  # call id -> what of its arguments (in the history) was lost, and why
 
     def __contains__(self, digest: str) -> bool:
@@ -117,6 +118,26 @@ class Content:
             sealed = isinstance(exc, TamperedRecordError)
             why = "its stored copy fails authentication" if sealed else "its stored copy is damaged"
             raise LostContentError(f"content {digest} of run {self.run_id!r}: {exc}", digest, why) from exc
+
+    def intact(self, digest: str, keep: Callable[[str, bytes], None] | None = None) -> bool:
+        """Whether a store blob the records name can still be read whole (content kept in the log, or unknown
+        here, is not this question's). Read once per digest per session: a rollback plans around what it finds
+        lost instead of failing half way when it gets there (rejected: a stat, which misses a damaged copy and
+        one that fails to unseal). ``keep``: given the bytes read, so the reader that asked needs no second read."""
+        blob = self.blobs.get(digest)
+        if blob is None or not blob.stored:
+            return True
+        known = self._intact.get(digest)
+        if known is None:
+            try:
+                data = self.get(digest)
+                known = True
+                if keep is not None:
+                    keep(digest, data)
+            except LostContentError:
+                known = False
+            self._intact[digest] = known
+        return known
 
     def found_lost(self, what: str, exc: LostContentError) -> str:
         """Keep ``what`` as lost (named once in the recovery note) and return the note a reader shows in its place."""
