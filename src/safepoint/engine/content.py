@@ -15,6 +15,7 @@ import msgspec
 
 from safepoint.core.blobs import INLINE_MAX, make_blob, open_blob, open_stored, stored_form
 from safepoint.core.hashing import content_hash
+from safepoint.core.lost_content import message_what
 from safepoint.errors import CorruptRecordError, StoreError, TamperedRecordError
 from safepoint.records import Blob, Message
 from safepoint.store.base import Blobs
@@ -181,13 +182,6 @@ class Content:
             return self.get(message.content_ref.removeprefix("blob:")).decode(errors="replace")
         except LostContentError as exc:
             return self.found_lost(message_what(message), exc)
-
-
-def message_what(message: Message) -> str:
-    """A message as a person names it: a tool's result by its call, anything else by its role and place."""
-    if message.role == "tool" and message.tool_call_id:
-        return f"the result of {message.name or 'a tool'}({message.tool_call_id})"
-    return f"the text of a {message.role} message (record {message.seq})"
 
 
 def load_result(message_records: dict[int, Message], ref: str | None) -> str:

@@ -11,8 +11,11 @@ import msgspec
 
 from safepoint.core import large_values
 from safepoint.core.hashing import input_hash
+from safepoint.core.lost_content import message_what
+from safepoint.core.patches import apply_patch
 from safepoint.core.run_view import RunView
-from safepoint.engine.content import LOST_NOTE, Content, LostContentError, message_what
+from safepoint.engine.content import LOST_NOTE, Content, LostContentError
+from safepoint.engine.file_changes import FileChanges
 from safepoint.errors import StoreError
 from safepoint.records import Message, ToolCall, ToolLedgerEntry
 from safepoint.store.base import Blobs
@@ -104,16 +107,26 @@ def _read_only(body: msgspec.Struct) -> int:
     raise StoreError(f"a reader stored a {type(body).__name__}: it reads only")  # a bug, never a user's mistake
 
 
+def expand_input(entry: ToolLedgerEntry, files: FileChanges, content: Content) -> dict[str, Any]:
+    """A call's input as it was given (a compacted content argument is rebuilt from its patch)."""
+    expanded: dict[str, Any] = dict(resolve(entry.input, content))
+    for key, value in entry.input.items():
+        if isinstance(value, dict) and set(value) == {"$patch", "base"}:
+            base = files.version(key, str(value["base"]))
+            expanded[key] = apply_patch(base, content.get(str(value["$patch"]).removeprefix("blob:"))).decode()
+    return expanded
+
+
 def recovered_call(
-    call: ToolCall, entry: ToolLedgerEntry | None, expand: Callable[[ToolLedgerEntry], dict[str, Any]]
+    call: ToolCall, entry: ToolLedgerEntry | None, files: FileChanges, content: Content
 ) -> ToolCall | None:
-    """``call`` with the arguments the history lost taken from its ledger entry's input (``expand``: the input
-    read back, a patch applied to its base), when that copy is whole and its hash is the entry's input hash (so
-    it is what the model asked, not a near miss). None when no such copy is left."""
+    """``call`` with the arguments the history lost taken from its ledger entry's input (read back, a patch
+    applied to its base), when that copy is whole and its hash is the entry's input hash (so it is what the
+    model asked, not a near miss). None when no such copy is left."""
     if entry is None or entry.tool_name != call.tool:
         return None
     try:
-        args = expand(entry)
+        args = expand_input(entry, files, content)
     except StoreError:  # its blobs or its patch's base are lost too
         return None
     if input_hash(args) != entry.input_hash:

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 import msgspec
 
 from safepoint.core.doubt import Doubt, Witnesses, find_doubt
-from safepoint.core.large_values import LOST_CONTENT, references
+from safepoint.core.large_values import LOST_CONTENT
+from safepoint.core.lost_content import needing
 from safepoint.core.run_view import RunView
-from safepoint.engine.content import message_what
 from safepoint.protocol import (
     Approval,
     ControlRecord,
@@ -92,37 +92,14 @@ def witnesses(store: Store, run_id: str) -> Witnesses:
 
 def lost_content(view: RunView) -> list[str]:
     """What the records still name but the store no longer holds: content that went with a damaged record (fsck
-    quarantines what it cannot mend). Each as the file and the call that kept it, or a call's arguments. Only a
-    log with a hole can have lost any; one pass over its patches, before-states and ledger."""
+    quarantines what it cannot mend). Each as the file and the call that kept it, a call's arguments (the
+    ledger's, or the history's), a tool's result or a message's text (``core.lost_content``). Only a log with a
+    hole can have lost any this way; one pass over its records. (A store blob lost under a whole log is found
+    where it is read: ``doubt_of``'s ``found``.)"""
     if not view.lost_seqs:
         return []
-    produced = {patch.after_hash for patch in view.patches}
-
-    def gone(ref: object) -> bool:
-        if not isinstance(ref, str) or not ref.startswith("blob:"):
-            return False
-        digest = ref.removeprefix("blob:")
-        return digest not in view.blobs and digest not in produced
-
-    found = [f"{p.path} ({p.tool_call_id})" for p in view.patches if gone(p.before_ref) or gone(p.patch_ref)]
-    found += [f"{s.path} ({call_id})" for call_id, states in view.befores.items() for s in states if gone(s.before_ref)]
-    found += [
-        f"the arguments of {entry.tool_name}({entry.call_id})"
-        for entry in view.ledger.values()
-        if any(isinstance(v, dict) and set(v) == {"$patch", "base"} and gone(v["$patch"]) for v in entry.input.values())
-        or any(gone(f"blob:{digest}") for digest in references(entry.input))
-    ]
-    # What the model was told or said (the history keeps large texts and arguments as blobs too): a resume
-    # shows a note in their place, and names them here.
-    for message in view.message_records.values():
-        if gone(message.content_ref):
-            found.append(message_what(message))
-        found += [
-            f"the arguments of {call.tool}({call.call_id}) in the history"
-            for call in message.tool_calls
-            if any(gone(f"blob:{digest}") for digest in references(call.args))
-        ]
-    return list(dict.fromkeys(found))
+    produced = {patch.after_hash for patch in view.patches}  # rebuilt from its patch: not lost
+    return needing(view, lambda digest: digest not in view.blobs and digest not in produced)
 
 
 def doubt_of(store: Store, view: RunView, found: Iterable[str] = ()) -> Doubt:
