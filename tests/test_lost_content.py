@@ -119,6 +119,9 @@ def test_a_lost_tool_result_reads_as_a_note_the_call_is_not_run_again_and_the_no
         note
     )
     assert "The run's log was damaged" not in note  # the log is whole: what is gone is a blob
+    # fsck says the same of it
+    [problem] = [p.problem for p in tm.fsck("r").problems]
+    assert f"it held the result of long_report({told.tool_call_id})" in problem, problem
 
 
 def crashed_with_large_arguments(tm, tool: str, crash_at: int):
@@ -228,3 +231,27 @@ def test_rollback_past_a_lost_file_version_says_which_file_it_cannot_restore_and
     [spared] = plan.unrestorable
     assert spared.path == "a.txt" and "the store no longer has it" in spared.why
     assert (workspace / "a.txt").read_text() == "agent a\n"  # left as it is, never a wrong content
+
+
+def test_on_postgres_a_quarantined_result_reads_as_a_note_and_fsck_names_it(fresh_url, workspace):
+    tm = safepoint.open(fresh_url, workspace=str(workspace))
+    try:
+        RAN.clear()
+        played = script({"tool_calls": [{"tool": "long_report", "args": {"seed": 2}}]}, {"text": "thinking"})
+        run = tm.start(played.task, run_id="r", model=played.model, tools=[long_report])
+        with pytest.raises(Crash), run:
+            tm.run_agent(run, Scripted(played, crash_at=1))
+        [told] = [m for m in load_view(tm.store, "r").message_records.values() if m.role == "tool"]
+        assert told.content_ref is not None
+        lose(tm, told.content_ref.removeprefix("blob:"), "quarantined")
+        [problem] = [p.problem for p in tm.fsck("r").problems]
+        assert "it held the result of long_report(call_1)" in problem, problem
+        provider = Scripted(played)
+        with tm.resume("r", tools=[long_report]) as run:
+            assert tm.run_agent(run, provider) == "completed"
+        assert RAN == ["report 2"]
+        [seen] = [m.content for m in provider.contexts[0].messages if m.role == "tool"]
+        assert seen.startswith(LOST_NOTE) and "the result of long_report(call_1)" in seen
+        assert "the result of long_report(call_1)" in recovery_note(provider)
+    finally:
+        tm.close()
