@@ -39,6 +39,15 @@ def long_report(ctx, seed: int) -> str:
 
 @safepoint.tool(idempotency="non_idempotent", replay_policy="ask", risk_level="low")
 def send(ctx, text: str) -> str:
+    return _send(text)
+
+
+@safepoint.tool(idempotency="non_idempotent", replay_policy="ask", risk_level="low", needs_approval=True)
+def send_approved(ctx, text: str) -> str:
+    return _send(text)
+
+
+def _send(text: str) -> str:
     if DIE:
         raise Crash()
     RAN.append(f"send {len(text)}")
@@ -255,3 +264,29 @@ def test_on_postgres_a_quarantined_result_reads_as_a_note_and_fsck_names_it(fres
         assert "the result of long_report(call_1)" in recovery_note(provider)
     finally:
         tm.close()
+
+
+def test_a_planned_call_whose_arguments_are_lost_never_runs_and_the_model_is_told(tm, monkeypatch):
+    from safepoint.engine import failpoints
+
+    played = script({"tool_calls": [{"tool": "send_approved", "args": {"text": BIG}}]}, {"text": "thinking"})
+    run = tm.start(played.task, run_id="r", model=played.model, tools=[send_approved])
+
+    def hit(point: str, tool: str | None = None) -> None:
+        if point == "approval_wait":
+            raise Crash()  # planned, waiting for a person (its checkpoint durable), never started
+
+    with monkeypatch.context() as patched:
+        patched.setattr(failpoints, "hit", hit)
+        with pytest.raises(Crash), run:
+            tm.run_agent(run, Scripted(played))
+    assert {c: e.status for c, e in load_view(tm.store, "r").ledger.items()} == {"call_1": "planned"}
+    lose(tm, history_argument(tm), "quarantined")  # the ledger's copy is the same blob
+    provider = Scripted(played)
+    with tm.resume("r", tools=[send_approved]) as run:
+        assert tm.run_agent(run, provider) == "completed"
+    assert RAN == []
+    entry = load_view(tm.store, "r").ledger["call_1"]
+    assert entry.status == "failed" and "the arguments of send_approved(call_1) in the history" in (entry.error or "")
+    [told] = [m.content for m in provider.contexts[-1].messages if m.role == "tool"]
+    assert told.startswith("error: ") and "It did not run" in told
