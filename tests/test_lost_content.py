@@ -114,6 +114,9 @@ def test_a_lost_tool_result_reads_as_a_note_the_call_is_not_run_again_and_the_no
     [told] = [m for m in view.message_records.values() if m.role == "tool"]
     assert told.content_ref is not None  # the result left the log: a store blob
     lose(tm, told.content_ref.removeprefix("blob:"), how)
+    # `safepoint history` shows what a resume restores: the note, not a failure
+    [shown] = [row.message.content for row in tm.restored_history("r").messages if row.message.role == "tool"]
+    assert shown.startswith(LOST_NOTE)
     provider = Scripted(played)
     with tm.resume("r", tools=[long_report]) as run:
         assert tm.run_agent(run, provider) == "completed"
