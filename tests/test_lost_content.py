@@ -225,6 +225,19 @@ def test_the_ledger_copy_of_lost_history_arguments_is_used_only_when_its_hash_pr
     assert large_values.recovered_call(call, entry, None, None) is None  # a near miss
 
 
+def test_only_arguments_read_back_with_the_note_are_taken_for_lost():
+    """The same call id asked again with whole arguments (a model re-asking after a rewind) runs as given."""
+    from safepoint.engine.content import Content
+    from safepoint.records import ToolCall
+
+    content = Content("r", {}, {}, lambda body: 0)
+    reference = {"$large": "blob:sha256:" + "1" * 64, "size": 5000}
+    said = large_values.resolve_call(ToolCall(call_id="c1", tool="send", args={"text": reference}), content)
+    assert said.args["text"].startswith(LOST_NOTE) and "the arguments of send(c1) in the history" in said.args["text"]
+    assert large_values.read_as_note(said, content)
+    assert not large_values.read_as_note(ToolCall(call_id="c1", tool="send", args={"text": BIG}), content)
+
+
 def test_rollback_past_a_lost_file_version_says_which_file_it_cannot_restore_and_writes_no_wrong_file(tm, workspace):
     (workspace / "a.txt").write_text(BIG)  # the user's file: its version before the agent's write is a store blob
     with tm.start("t", run_id="r") as run:

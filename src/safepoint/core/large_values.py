@@ -109,6 +109,11 @@ def references(value: Any) -> list[str]:
     return found
 
 
+def contains(value: Any, text: str) -> bool:
+    """Whether ``text`` is ``value`` or one of the strings nested in it."""
+    return _any(value, lambda item: item == text)
+
+
 def has_references(value: Any) -> bool:
     """Whether ``value`` holds anything ``resolve`` changes (a reference, or a literal kept as it was)."""
     return _any(value, _looks_kept)

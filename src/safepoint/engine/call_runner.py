@@ -490,7 +490,7 @@ class CallRunner:
         uncertain one needs no tool, so a tool missing at resume never turns a possible payment into an error.
         """
         ledger = self.ledger
-        if call.call_id in self.content.lost_args:  # read back as a note: the ledger's copy, proven, or none
+        if large_values.read_as_note(call, self.content):  # the ledger's copy, proven by its hash, or none
             if (found := large_values.recovered_call(call, ledger.get(call.call_id), self.files, self.content)) is None:
                 return self._lost_arguments(call, step_id)
             call = found

@@ -117,6 +117,13 @@ def expand_input(entry: ToolLedgerEntry, files: FileChanges, content: Content) -
     return expanded
 
 
+def read_as_note(call: ToolCall, content: Content) -> bool:
+    """Whether ``call``'s arguments are the history's, read back with a note where a lost blob was: the same call
+    id asked again with whole arguments (a model re-asking after a rewind) is the model's, and runs as given."""
+    note = content.lost_args.get(call.call_id)
+    return note is not None and large_values.contains(call.args, note)
+
+
 def recovered_call(
     call: ToolCall, entry: ToolLedgerEntry | None, files: FileChanges, content: Content
 ) -> ToolCall | None:
