@@ -58,29 +58,38 @@ def _repair(ws: Path) -> None:
     assert any(p.name.endswith(".note") for p in kept) and len(kept) >= 2  # the evidence and why it was moved
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a call's arguments are now a blob the ledger input and the history message share (large values out of "
-    "the log): one quarantined blob loses both, and the resume stops in one line instead of asking",
-)
-@pytest.mark.parametrize("which", [0, 1], ids=["before-version", "arguments"])
+# The log's blob lines of the crashed write, in order: the history message's large argument (the new content),
+# a.txt's version before the write, and the ledger input's patch against that version.
+LOST = {
+    0: "the arguments of write_file(call_1) in the history",
+    1: "a.txt (call_1)",
+    2: "the arguments of write_file(call_1)",
+}
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["history-arguments", "before-version", "ledger-patch"])
 def test_a_call_in_flight_whose_blob_was_quarantined_is_uncertain_and_the_run_goes_on(tmp_path, which):
-    """The interrupted write's file version before it (or its logged arguments, a patch) went to quarantine: on
-    main the resume failed on the missing content. Now the call is uncertain and waits for a person; replayed, it
-    runs from the history's arguments, its before-state is taken back from the file (proven by its hash), the note
-    says what was lost, and a rollback puts the file back."""
+    """The interrupted write's history arguments, its file version before it, or its logged arguments (a patch)
+    went to quarantine: the resume stopped on the missing content. Now the call is uncertain and waits for a
+    person; replayed, it runs from whichever copy of its arguments is whole (the history's, or the ledger's proven
+    by its input hash), its before-state is taken back from the file (proven by its hash), the note says what was
+    lost, and a rollback puts the file back."""
     turns = [{"tool_calls": [{"tool": "write_file", "args": {"path": "a.txt", "content": CHANGED}}]}, {"text": "ok"}]
     ws = _crashed(tmp_path, turns, "after_started:write_file")
     _damage_blob(ws, which)
     _repair(ws)
-    asked = _cli(ws, "resume", "r")
-    assert asked.returncode == 3, asked.stderr
-    assert "waits for a decision on write_file(call_1)" in asked.stderr and "Traceback" not in asked.stderr
-    resumed = _cli(ws, "resume", "r", "--replay", "call_1")
+    if which == 0:
+        # The ledger's copy is whole (its patch and base), so the probe looks and proves the write did not land:
+        # it runs again by itself, from that copy (proven by its input hash), never from the note.
+        resumed = _cli(ws, "resume", "r")
+    else:
+        asked = _cli(ws, "resume", "r")
+        assert asked.returncode == 3, asked.stderr
+        assert "waits for a decision on write_file(call_1)" in asked.stderr and "Traceback" not in asked.stderr
+        resumed = _cli(ws, "resume", "r", "--replay", "call_1")
     assert resumed.returncode == 0, resumed.stderr
     said = " ".join(resumed.stdout.replace("│", " ").split())
-    lost = "a.txt (call_1)" if which == 0 else "the arguments of write_file(call_1)"
-    assert f"the store no longer has content those records kept: {lost}" in said, said
+    assert f"the store no longer has content those records kept: {LOST[which]}" in said, said
     assert (ws / "a.txt").read_text() == CHANGED
     first = json.loads(_cli(ws, "checkpoints", "r", "--json").stdout)[0]["checkpoint_id"]
     assert _cli(ws, "rollback", "r", "--to", first).returncode == 0
@@ -97,7 +106,7 @@ def test_a_finished_calls_lost_file_version_is_spared_by_rollback_and_said_so(tm
         {"text": "done"},
     ]
     ws = _crashed(tmp_path, turns, "after_started:run_command")
-    _damage_blob(ws, 0)  # a.txt's content before the agent's write
+    _damage_blob(ws, 0)  # a.txt's content before the agent's write (small arguments: no blob of their own)
     _repair(ws)
     resumed = _cli(ws, "resume", "r")
     assert resumed.returncode == 0, resumed.stderr

@@ -74,7 +74,7 @@ def mark_doubt(session: RunSession, doubt: Doubt) -> None:
 
 def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> ResumePlan:
     """Steps 1-3 and 5-6: checkpoint, integrity, workspace, last calls, replay decisions (nothing runs yet)."""
-    doubt = doubt_of(session.store, session.view)
+    doubt = doubt_of(session.store, session.view, session.contents.lost)  # and what its reads found lost
     mark_doubt(session, doubt)
     check_decisions(session.view, replay, skip, frozenset(doubt.calls))
     for call_id, choice in [(c, "replay") for c in replay] + [(c, "skip") for c in skip]:

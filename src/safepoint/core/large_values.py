@@ -23,6 +23,8 @@ from typing import Any
 LARGE_BYTES = 4096  # a string over this many UTF-8 bytes leaves the record (the size of a blob's own reference)
 MARK = "$large"
 LITERAL = "$literal"  # a value of the input's own that looks like a reference, kept as it was given
+# How the recovery note and the doubt begin the list of lost content (the note says it apart from log damage).
+LOST_CONTENT = "the store no longer has content those records kept"
 _KEYS = (frozenset({MARK, "size"}), frozenset({MARK, "size", "lost"}))
 
 
@@ -105,6 +107,11 @@ def references(value: Any) -> list[str]:
         elif isinstance(item, list | tuple):
             stack.extend(item)
     return found
+
+
+def contains(value: Any, text: str) -> bool:
+    """Whether ``text`` is ``value`` or one of the strings nested in it."""
+    return _any(value, lambda item: item == text)
 
 
 def has_references(value: Any) -> bool:

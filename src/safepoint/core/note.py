@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from safepoint.core.large_values import LOST_CONTENT
 from safepoint.core.resume import CallReport, ResumePlan, last_completed_step
 from safepoint.records import ToolLedgerEntry
 
@@ -79,12 +80,20 @@ def recovery_note(
             "with it, and its result says how it ended."
         )
     doubted = [r for r in recent if r.entry.call_id in plan.doubted]
-    if plan.damage or doubted:
-        how = "; ".join(plan.damage) or "found when the run was resumed before"
+    damage = [reason for reason in plan.damage if not reason.startswith(LOST_CONTENT)]
+    if damage or doubted:
+        how = "; ".join(damage) or "found when the run was resumed before"
         lines.append(
             f"The run's log was damaged ({how}). Calls it no longer accounts for are treated as uncertain: they "
             "may have run. Check their effects before repeating any of them."
         )
+    # Lost content is said apart: the log may be whole and a blob gone (missing, damaged, failing to unseal).
+    lines.extend(
+        f"Content was lost ({reason}). Where the conversation held it you see a note instead; a call is never run "
+        "from such a note, and rollback leaves a file whose version was lost as it is."
+        for reason in plan.damage
+        if reason.startswith(LOST_CONTENT)
+    )
     if plan.resume_from is not None:
         checkpoint = plan.resume_from.checkpoint
         lines.append(f"Checkpoint: {checkpoint.checkpoint_id} ({checkpoint.kind}).")

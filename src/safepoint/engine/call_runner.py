@@ -48,7 +48,6 @@ import msgspec.inspect
 from safepoint.core.command_findings import PROTECTED_EFFECT
 from safepoint.core.hashing import input_hash
 from safepoint.core.nesting import arguments_problem
-from safepoint.core.patches import apply_patch
 from safepoint.core.replay import ProbeResult, ReplayDecision
 from safepoint.core.resume import INTERNAL_PREFIX, INTERNAL_TOOLS
 from safepoint.engine import failpoints, large_values
@@ -58,6 +57,7 @@ from safepoint.engine.approval_wait import AwaitApproval as AwaitApproval
 from safepoint.engine.command_capture import CommandCapture
 from safepoint.engine.content import Content
 from safepoint.engine.file_changes import FileBefore, FileChanges
+from safepoint.engine.large_values import expand_input as expand_input  # where actions read it from
 from safepoint.engine.ledger_machine import LedgerMachine
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, LogWriter, now, redacted_arguments
 from safepoint.engine.offloop import Bookkeeper, through
@@ -324,16 +324,6 @@ def needs_approval(entry: ToolLedgerEntry, tool_needs: bool, approval_mode: str)
     return tool_needs or held or (approval_mode == "high" and entry.risk_level == "high")
 
 
-def expand_input(entry: ToolLedgerEntry, files: FileChanges, content: Content) -> dict[str, Any]:
-    """A call's input as it was given (a compacted content argument is rebuilt from its patch)."""
-    expanded: dict[str, Any] = dict(large_values.resolve(entry.input, content))
-    for key, value in entry.input.items():
-        if isinstance(value, dict) and set(value) == {"$patch", "base"}:
-            base = files.version(key, str(value["base"]))
-            expanded[key] = apply_patch(base, content.get(str(value["$patch"]).removeprefix("blob:"))).decode()
-    return expanded
-
-
 class CallRunner:
     def __init__(
         self,
@@ -499,13 +489,17 @@ class CallRunner:
         A call the ledger knows is decided from its entry first: taking a recorded outcome or reporting an
         uncertain one needs no tool, so a tool missing at resume never turns a possible payment into an error.
         """
+        ledger = self.ledger
+        if large_values.read_as_note(call, self.content):  # the ledger's copy, proven by its hash, or none
+            if (found := large_values.recovered_call(call, ledger.get(call.call_id), self.files, self.content)) is None:
+                return self._lost_arguments(call, step_id)
+            call = found
         if (problem := arguments_problem(call.args)) is not None:
             # Untrusted input, checked before anything recursive or strict (the input hash, the log's encoder)
             # meets it and dies of a RecursionError or a UnicodeEncodeError; recorded with its arguments left out,
             # so a resume answers the same.
             why = f"bad arguments for {call.tool}: {problem}. It did not run."
             return self._refuse_unrun(ToolCall(call_id=call.call_id, tool=call.tool, args={}), step_id, why)
-        ledger = self.ledger
         existing = ledger.get(call.call_id)
         tool = self.registry.get(call.tool) if call.tool in self.registry else None
         if existing is None:
@@ -655,6 +649,23 @@ class CallRunner:
         self.conversation.checkpoint("tool_end")
         self.log.commit()
 
+    def _lost_arguments(self, call: ToolCall, step_id: str) -> CallResult:
+        """A call whose arguments are lost in the history and the ledger: one that never ran is failed (the model
+        told why); a recorded outcome stands; an interrupted one is uncertain or waits; none runs from the note."""
+        why, existing = self.content.lost_args[call.call_id], self.ledger.get(call.call_id)
+        if existing is None or existing.status in ("planned", "approved"):
+            return self._refuse_unrun(
+                msgspec.structs.replace(call, args={}), step_id, f"{why}. It did not run", existing
+            )
+        decision, person = self.ledger.replay_decision(existing, self.probe), self.ledger.current_decision(call.call_id)
+        if decision.action == "take_outcome":
+            return self._take_outcome(call, existing, decision)
+        if decision.action == "run" or (person is not None and person.decision == "replay"):
+            raise ResumeError(large_values.cannot_run(call, why))
+        if decision.action in ("skip", "report_uncertain"):
+            return self._report_uncertain(call, existing, decision)
+        raise DecisionNeeded(f"call {call.call_id} ({call.tool}) needs a decision: {decision.why}")
+
     def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
         """What the tool's probe says of an interrupted call (None: it has none, or the call is not uncertain)."""
         tool = self.registry.get(entry.tool_name) if entry.tool_name in self.registry else None
@@ -744,9 +755,12 @@ class CallRunner:
         self._told(call, step_id, result)
         return result
 
-    def _refuse_unrun(self, call: ToolCall, step_id: str, why: str) -> CallResult:
-        """A call failed before it was planned (an unknown tool, arguments nested too deep): recorded failed."""
-        entry = ToolLedgerEntry(
+    def _refuse_unrun(
+        self, call: ToolCall, step_id: str, why: str, planned: ToolLedgerEntry | None = None
+    ) -> CallResult:
+        """A call failed before it was planned (an unknown tool, arguments nested too deep), or before it started
+        (``planned``: its arguments lost): recorded failed."""
+        entry = planned or ToolLedgerEntry(
             call_id=call.call_id,
             step_id=step_id,
             tool_name=call.tool,
@@ -761,8 +775,9 @@ class CallRunner:
         )
         self.conversation.leave_pending(call.call_id)
         message, ref = self._tool_message(call, f"error: {why}")
-        if call.call_id not in self.ledger.entries:
-            self.ledger.record(entry)
+        if call.call_id not in self.ledger.entries or planned is not None:
+            if planned is None:
+                self.ledger.record(entry)
             self.ledger.finish(entry, "failed", ref, error=why)
             self.log.trace("call_refused", call_id=call.call_id, tool_name=call.tool, why=why)
         return CallResult(call.call_id, "failed", None, message.content)

@@ -8,7 +8,7 @@ it), and every later version is a small patch from the one before. Binary conten
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,6 +55,8 @@ class ContentStore(Protocol):
     def put(self, data: bytes, digest: str | None = None) -> str: ...
 
     def get(self, digest: str) -> bytes: ...
+
+    def intact(self, digest: str, keep: Callable[[str, bytes], None] | None = None) -> bool: ...
 
 
 class FileChanges:
@@ -340,7 +342,13 @@ class FileChanges:
 
     def restorable(self, patch: FilePatchEntry) -> bool:
         """Can the content before ``patch`` be reproduced? (absent always can: it means remove)"""
-        return patch.before_hash != UNKNOWN and self._base_known(patch)
+        # A before-state kept as a store blob that is gone or damaged is not (``Content.intact``: read once,
+        # into the cache the rollback then reads it from).
+        return (
+            patch.before_hash != UNKNOWN
+            and self._base_known(patch)
+            and (patch.before_hash in self._cache or self.content.intact(patch.before_hash, self._remember))
+        )
 
     def version(self, path: str, digest: str, ref: str | None = None) -> bytes:
         """Reproduce content this run recorded, verified by its hash."""

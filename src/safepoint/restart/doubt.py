@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterable
 
 import msgspec
 
 from safepoint.core.doubt import Doubt, Witnesses, find_doubt
-from safepoint.core.large_values import references
+from safepoint.core.large_values import LOST_CONTENT
+from safepoint.core.lost_content import needing
 from safepoint.core.run_view import RunView
 from safepoint.protocol import (
     Approval,
@@ -90,36 +92,25 @@ def witnesses(store: Store, run_id: str) -> Witnesses:
 
 def lost_content(view: RunView) -> list[str]:
     """What the records still name but the store no longer holds: content that went with a damaged record (fsck
-    quarantines what it cannot mend). Each as the file and the call that kept it, or a call's arguments. Only a
-    log with a hole can have lost any; one pass over its patches, before-states and ledger."""
+    quarantines what it cannot mend). Each as the file and the call that kept it, a call's arguments (the
+    ledger's, or the history's), a tool's result or a message's text (``core.lost_content``). Only a log with a
+    hole can have lost any this way; one pass over its records. (A store blob lost under a whole log is found
+    where it is read: ``doubt_of``'s ``found``.)"""
     if not view.lost_seqs:
         return []
-    produced = {patch.after_hash for patch in view.patches}
-
-    def gone(ref: object) -> bool:
-        if not isinstance(ref, str) or not ref.startswith("blob:"):
-            return False
-        digest = ref.removeprefix("blob:")
-        return digest not in view.blobs and digest not in produced
-
-    found = [f"{p.path} ({p.tool_call_id})" for p in view.patches if gone(p.before_ref) or gone(p.patch_ref)]
-    found += [f"{s.path} ({call_id})" for call_id, states in view.befores.items() for s in states if gone(s.before_ref)]
-    found += [
-        f"the arguments of {entry.tool_name}({entry.call_id})"
-        for entry in view.ledger.values()
-        if any(isinstance(v, dict) and set(v) == {"$patch", "base"} and gone(v["$patch"]) for v in entry.input.values())
-        or any(gone(f"blob:{digest}") for digest in references(entry.input))
-    ]
-    return list(dict.fromkeys(found))
+    produced = {patch.after_hash for patch in view.patches}  # rebuilt from its patch: not lost
+    return needing(view, lambda digest: digest not in view.blobs and digest not in produced)
 
 
-def doubt_of(store: Store, view: RunView) -> Doubt:
+def doubt_of(store: Store, view: RunView, found: Iterable[str] = ()) -> Doubt:
     """The doubt a damaged log raises, and what it took with it: the recovery note says which file versions
-    (rollback leaves those files as they are) and which arguments are gone (that call is never re-run from them)."""
+    (rollback leaves those files as they are), which arguments are gone (that call is never re-run from them) and
+    which messages the model now sees as a note. ``found``: what a session's reads found lost besides (a store
+    blob missing or damaged, or failing to unseal, where the log itself is whole)."""
     doubt = find_doubt(view, witnesses(store, view.info.run_id))
-    lost = lost_content(view)
+    lost = list(dict.fromkeys([*lost_content(view), *found]))
     if not lost:
         return doubt
     shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
-    what = f"the store no longer has content those records kept: {shown}"
+    what = f"{LOST_CONTENT}: {shown}"
     return dataclasses.replace(doubt, reasons=(*doubt.reasons, what))

@@ -14,10 +14,12 @@ import contextlib
 import msgspec
 
 from safepoint.core.blobs import open_stored
+from safepoint.core.lost_content import needs_of
 from safepoint.core.retention import lifecycle_records
 from safepoint.errors import CorruptRecordError, StoreError
 from safepoint.records import Blob
 from safepoint.results import FsckProblem
+from safepoint.store import view_index
 from safepoint.store.base import Store
 
 _blob_decoder = msgspec.json.Decoder(Blob)
@@ -40,6 +42,8 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
     """Problems of the blobs ``runs`` reference (and, for the whole store, of every stored blob)."""
     problems: list[FsckProblem] = []
     checked: set[str] = set()
+
+    lost: dict[int, str] = {}  # the problems of one run's blobs: index in ``problems`` -> digest
 
     def damaged(run_id: str, name: str, where: str, why: str) -> None:
         moved = repair and store.quarantine_blob(name)
@@ -68,6 +72,7 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
             try:
                 stored = store.get_blob(name)
                 if stored is None:
+                    lost[len(problems)] = digest
                     problems.append(
                         FsckProblem(
                             run_id=run_id,
@@ -83,7 +88,10 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
                     continue
                 open_stored(stored, digest)
             except CorruptRecordError as exc:
+                lost[len(problems)] = digest
                 damaged(run_id, name, where, str(exc))
+        _say_what_needs(store, run_id, problems, lost)
+        lost.clear()
     if whole_store:
         for name in store.list_blobs():
             if name in checked or not name.startswith("sha256:"):
@@ -93,3 +101,19 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
             except CorruptRecordError as exc:
                 damaged("", name, "", str(exc))
     return problems
+
+
+def _say_what_needs(store: Store, run_id: str, problems: list[FsckProblem], lost: dict[int, str]) -> None:
+    """Each lost blob's problem names what the run kept in it, in the recovery note's words (``core.lost_content``):
+    the run is read only when one of its blobs is lost."""
+    if not lost:
+        return
+    try:
+        needs = needs_of(view_index.read_view(store, view_index.header_info(store, run_id)), set(lost.values()))
+    except StoreError:
+        return  # the run's own check reports why its log cannot be read
+    for index, digest in lost.items():
+        if needs.get(digest):
+            problem = problems[index]
+            said = f"{problem.problem}; it held {', '.join(needs[digest])}"
+            problems[index] = msgspec.structs.replace(problem, problem=said)
