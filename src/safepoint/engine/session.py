@@ -120,6 +120,13 @@ class RunSession:
             run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider), store=store),
         )
         self.log.summary = SummaryFold.from_view(view)
+        # The view snapshot written while the run goes on (``store.view_index.due_after``), not only at close: a
+        # run killed at call 50,000 is resumed from a snapshot of most of it, not by reading its whole log.
+        self._snapshot_due = 0
+        if not self.read_only:
+            covered = store.view_snapshot_seq(view.info.run_id) if view.last_seq else None
+            self._snapshot_due = view_index.due_after(covered or 0)
+            self.log.after_commit = self._after_commit
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(
             view.info.run_id,
@@ -311,6 +318,13 @@ class RunSession:
                 self.log.flush_trace()
                 self.store.release(self.claim)
         self.runner.bookkeeper.close()  # its worker thread (async calls' bookkeeping) ends with the session
+
+    def _after_commit(self) -> None:
+        """A group is durable: the view snapshot when due (a cache: a failure to write one fails nothing)."""
+        if self.log.durable_seq < self._snapshot_due or self.closed:
+            return
+        view_index.refresh(self.store, self.claim, self.info, every=0)
+        self._snapshot_due = view_index.due_after(self.log.durable_seq)  # written or not: not retried every group
 
     # records ------------------------------------------------------------------------------------------------
     @property
