@@ -428,10 +428,11 @@ class RunSession:
             for call_id in abandoned:
                 self.abandoned.setdefault(call_id, self.restores)
 
-    def return_to(self, at: CheckpointAt) -> None:
-        """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch)."""
+    def return_to(self, at: CheckpointAt, history: list[Message] | None = None) -> None:
+        """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch);
+        ``history``: its messages already read back (``large_values.resolve_messages``), when the caller has them."""
         checkpoint = at.checkpoint
-        self.history = large_values.resolve_messages(list(at.history), self.contents)
+        self.history = large_values.resolve_messages(list(at.history), self.contents) if history is None else history
         self._history_seqs = [0] * len(self.history)  # as the log held it when the run was opened
         self.step, self.next_turn = checkpoint.step, checkpoint.next_turn
         self.pending = [
