@@ -124,7 +124,10 @@ class RunSession:
         # run killed at call 50,000 is resumed from a snapshot of most of it, not by reading its whole log.
         self._snapshot_due = 0
         if not self.read_only:
-            covered = store.view_snapshot_seq(view.info.run_id) if view.last_seq else None
+            try:
+                covered = store.view_snapshot_seq(view.info.run_id) if view.last_seq else None
+            except (StoreError, OSError):  # a cache: unknown, so one is written at the first due point
+                covered = None
             self._snapshot_due = view_index.due_after(covered or 0)
             self.log.after_commit = self._after_commit
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
