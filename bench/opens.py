@@ -4,7 +4,8 @@ What it measures (one run of this script, on the filesystem of ``tempfile.gettem
 
 * For each size in ``--sizes`` (default 100, 1,000, 10,000 and 50,000), one run of that many trivial ledgered
   calls through the library (``Run.call`` of an idempotent tool returning ``"ok"``, ten to a step: ``Run.step``),
-  left open as a crash leaves it (no ``finish``: its owner is gone, so a resume has work to judge). Built untimed.
+  each in its own process that is SIGKILLed right after its last call (the crash a resume is for: no ``finish``,
+  no close, so no snapshot written at close; only what the writer wrote on the way). Built untimed.
 * Each operation is timed in a fresh child process (``python -c``), so its peak memory is its own: ``ms`` is the
   operation's wall time inside the child (imports excluded), ``peak_mb`` the child's peak resident set
   (``ru_maxrss``), ``grew_mb`` how much the operation raised it, and ``peak_over_idle_mb`` the peak minus the peak
@@ -16,8 +17,8 @@ What it measures (one run of this script, on the filesystem of ``tempfile.gettem
   - ``status_run``: ``Safepoint.status(RUN)``.
   - ``explain``: ``Safepoint.explain(RUN, probe_workspace=False)``, every call listed; ``explain_page`` the same
     with ``limit=100`` (where the code has no ``limit``, the child fails and the figure is missing).
-  - ``resume``: ``Safepoint.resume(RUN)`` then ``Run.close()`` (the run stays resumable; each repeat resumes it
-    again, so its log grows by a few records per repeat).
+  - ``resume``: ``Safepoint.resume(RUN, takeover=True)``, then the child ends without closing (``os._exit``), so
+    every repeat resumes a killed run again (its log grows by a few records per repeat).
 
 * ``log_bytes`` and ``log_bytes_per_call``: the run's log size, as the build left it.
 * ``ratios_to_smallest`` and ``at_50000_over_1000``: time and peak memory (the whole child's) over the same at the
@@ -37,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -77,12 +79,14 @@ elif op == "explain":
 elif op == "explain_page":
     found = tm.explain(run_id, probe_workspace=False, limit=100)
 elif op == "resume":
-    run = tm.resume(run_id, tools=[noop])
-    run.close()
+    run = tm.resume(run_id, tools=[noop], takeover=True)
 ms = (time.perf_counter() - t0) * 1000
-tm.close()
 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"ms": ms, "peak_kb": peak_kb, "grew_kb": peak_kb - before_kb}))
+print(json.dumps({"ms": ms, "peak_kb": peak_kb, "grew_kb": peak_kb - before_kb}), flush=True)
+if op == "resume":
+    import os
+    os._exit(0)  # killed again: the next repeat resumes a killed run too (a close would write its snapshot)
+tm.close()
 """
 
 
@@ -96,9 +100,9 @@ def noop_tool() -> Any:
     return noop
 
 
-def build(tm: safepoint.Safepoint, calls: int, name: str, per_step: int = 10) -> str:
-    """A run of ``calls`` trivial calls, ``per_step`` to a step (a model turn), left open (its owner released, as a
-    crashed process leaves it)."""
+def build(tm: safepoint.Safepoint, calls: int, name: str, per_step: int = 10, *, kill: bool = False) -> str:
+    """A run of ``calls`` trivial calls, ``per_step`` to a step (a model turn), left open: with ``kill`` the process
+    is SIGKILLed after the last call (nothing closed), else its owner is released."""
     run = tm.start(name, tools=[noop_tool()], run_id=name)
     t0 = time.perf_counter()
     for index in range(calls):
@@ -107,6 +111,8 @@ def build(tm: safepoint.Safepoint, calls: int, name: str, per_step: int = 10) ->
         run.call("noop", {"n": index}, call_id=f"c{index}")
         if index and index % 10_000 == 0:
             log(f"  {name}: {index} calls, {time.perf_counter() - t0:.0f} s")
+    if kill:
+        os.kill(os.getpid(), signal.SIGKILL)
     run.close()
     return run.run_id
 
@@ -151,9 +157,12 @@ def build_store(workspace: str, sizes: list[int], runs: int) -> dict[int, dict[s
     tm = safepoint.open(workspace=workspace)
     built: dict[int, dict[str, Any]] = {}
     for size in sizes:
-        log(f"building a run of {size} calls")
+        log(f"building a run of {size} calls, killed after its last")
         t0 = time.perf_counter()
-        run_id = build(tm, size, f"run-{size}")
+        run_id = f"run-{size}"
+        command = [sys.executable, __file__, "--kill-into", workspace, "--sizes", str(size)]
+        if subprocess.run(command).returncode != -signal.SIGKILL:
+            raise SystemExit(f"the build of {run_id} failed")
         built[size] = {
             "run_id": run_id,
             "build_s": round(time.perf_counter() - t0, 1),
@@ -173,8 +182,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=500, help="small runs added for `status` over a store")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--build-into", help=argparse.SUPPRESS)  # the build's own child (see below)
+    parser.add_argument("--kill-into", help=argparse.SUPPRESS)  # one run's build, killed at its end
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.kill_into:
+        build(safepoint.open(workspace=args.kill_into), sizes[0], f"run-{sizes[0]}", kill=True)
     if args.build_into:
         print(json.dumps(build_store(args.build_into, sizes, args.runs)))
         return
@@ -208,7 +220,7 @@ def main() -> None:
         if 1000 in sizes and 50000 in sizes:
             small, large = results["sizes"]["1000"], results["sizes"]["50000"]
             results["at_50000_over_1000"] = {op: ratio(large[op], small[op]) for op in OPS}
-            results["resume_target"] = 1.5
+            results["resume_target"] = 1.5  # resume's time and peak memory, 50,000 over 1,000 calls
         results["pressure"] = {"before": pressure_before, "after": pressure()}
         results["machine"] = machine_info(parent)
         print(json.dumps(results, indent=1))

@@ -125,7 +125,10 @@ def test_a_snapshot_anywhere_then_the_rest_is_the_whole_fold(logged, data):
         fold, read_problems = _from(
             _snapshot(fold, read_problems), info, LogRead(records=read.records[done:cut], problems=later)
         )
-        done, boundary = cut, top
+        # a read to the log's end reported every problem past its last record too (a lost last record): the
+        # next read from the same position would report them again, which the store never meets (no snapshot is
+        # written of a log with a problem), so the split gives them once
+        done, boundary = cut, top if cut < len(read.records) else max([top, *(p.position for p in read.problems)])
     _assert_same(fold.finish(), whole)
 
 

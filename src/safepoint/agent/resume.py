@@ -136,9 +136,10 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     if at is None:
         session.start_over()
     else:
-        if session.history != large_values.resolve_messages(list(at.history), session.contents):  # both read back
+        history = large_values.resolve_messages(list(at.history), session.contents)  # read back once, used twice
+        if session.history != history:  # both read back
             session.rewind(at.checkpoint.history_len, at.checkpoint.checkpoint_id, "resume from checkpoint")
-        session.return_to(at)
+        session.return_to(at, history)
     session.event("running", f"resumed: {plan.why}")
     step_id = f"step_{session.step}"
     for call in list(session.pending):

@@ -50,7 +50,7 @@ import contextlib
 import os
 import time
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -186,6 +186,8 @@ class LogWriter:
         # The run's summary, folded from every record staged and written with each group (``core.run_summary``);
         # None: this writer keeps none (a reader's, a restart's), and readers of the run read its log.
         self.summary: SummaryFold | None = None
+        # Called after each group is durable (the session's snapshot schedule); None: nothing to do.
+        self.after_commit: Callable[[], None] | None = None
 
     def add(self, body: msgspec.Struct) -> int:
         """Stage a record; it becomes durable with the next ``commit``. Returns its sequence number."""
@@ -285,6 +287,8 @@ class LogWriter:
         self._traced_durable = len(self._trace)
         if len(self._trace) >= TRACE_BATCH or self._trace_bytes >= TRACE_BYTES:
             self.flush_trace()
+        if self.after_commit is not None:
+            self.after_commit()
 
     def _summary(self, seq: int) -> bytes | None:
         fold = self.summary

@@ -121,6 +121,16 @@ class RunSession:
             run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider), store=store),
         )
         self.log.summary = SummaryFold.from_view(view)
+        # The view snapshot written while the run goes on (``store.view_index.due_after``), not only at close: a
+        # run killed at call 50,000 is resumed from a snapshot of most of it, not by reading its whole log.
+        self._snapshot_due = 0
+        if not self.read_only:
+            try:
+                covered = store.view_snapshot_seq(view.info.run_id) if view.last_seq else None
+            except (StoreError, OSError):  # a cache: unknown, so one is written at the first due point
+                covered = None
+            self._snapshot_due = view_index.due_after(covered or 0)
+            self.log.after_commit = self._after_commit
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(
             view.info.run_id,
@@ -315,6 +325,13 @@ class RunSession:
         # be made under the run's lock, which a piece still queued there waits for (the run's close waits after)
         self.runner.bookkeeper.close(wait=False)
 
+    def _after_commit(self) -> None:
+        """A group is durable: the view snapshot when due (a cache: a failure to write one fails nothing)."""
+        if self.log.durable_seq < self._snapshot_due or self.closed:
+            return
+        view_index.refresh(self.store, self.claim, self.info, every=0)
+        self._snapshot_due = view_index.due_after(self.log.durable_seq)  # written or not: not retried every group
+
     # records ------------------------------------------------------------------------------------------------
     @property
     def durable_history_len(self) -> int:
@@ -425,10 +442,11 @@ class RunSession:
             for call_id in abandoned:
                 self.abandoned.setdefault(call_id, self.restores)
 
-    def return_to(self, at: CheckpointAt) -> None:
-        """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch)."""
+    def return_to(self, at: CheckpointAt, history: list[Message] | None = None) -> None:
+        """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch);
+        ``history``: its messages already read back (``large_values.resolve_messages``), when the caller has them."""
         checkpoint = at.checkpoint
-        self.history = large_values.resolve_messages(list(at.history), self.contents)
+        self.history = large_values.resolve_messages(list(at.history), self.contents) if history is None else history
         self._history_seqs = [0] * len(self.history)  # as the log held it when the run was opened
         self.step, self.next_turn = checkpoint.step, checkpoint.next_turn
         self.pending = [

@@ -6,9 +6,14 @@ decodes as this version's snapshot of this run, names a position the log still h
 one it names) and holds together; anything else is reported (``refused``) and the whole log is read, as without
 one. The view is the same either way (``tests/test_snapshot_property.py``).
 
-Writing (``refresh``): by the run's owner, fenced, when ``SNAPSHOT_EVERY`` records came after the last snapshot
-(amortised: the fold of those records, once), from the last snapshot and the records after it (or the whole
-log, the first time). Never for a log with a problem (a damaged or torn record: such a log is read whole, as
+Writing (``refresh``): by the run's owner, fenced, from the last snapshot and the records after it (or the whole
+log, the first time): at close once ``SNAPSHOT_EVERY`` records came after the last snapshot, and while the run
+goes on (``due_after``, checked after each durable group) once the log grew by ``SNAPSHOT_EVERY`` records or by a
+``1 / SNAPSHOT_GROWTH`` part of what the last one covers, whichever is more: a run killed mid-way (the crash a
+resume is for) finds a snapshot covering most of its log. A write costs the run so far (decode the last one, fold
+the records after it, encode), so the growth rule keeps it O(1) per record on average (rejected: a fixed interval,
+whose writes cost O(run) each, O(run^2 / interval) in all; not done yet: delta snapshots, each O(what changed)).
+Never for a log with a problem (a damaged or torn record: such a log is read whole, as
 before, so what the snapshot would freeze about it never outlives a repair). A snapshot is a cache: failing to
 write one fails nothing (``refresh`` says whether it wrote).
 """
@@ -25,6 +30,13 @@ from safepoint.store.base import Store
 from safepoint.store.log_after import LogPosition
 
 SNAPSHOT_EVERY = 2000  # log records after the last snapshot before the owner writes a new one
+SNAPSHOT_GROWTH = 4  # while the run goes on: also at least a quarter of what the last one covers (see above)
+
+
+def due_after(covered: int) -> int:
+    """The log seq at which the owner writes its next snapshot while the run goes on, the last covering
+    ``covered`` records (0: none yet)."""
+    return covered + max(SNAPSHOT_EVERY, covered // SNAPSHOT_GROWTH)
 
 
 def read_view(store: Store, info: RunInfo, refused: list[str] | None = None) -> RunView:

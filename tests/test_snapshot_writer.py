@@ -1,0 +1,146 @@
+"""The view snapshot written while the run goes on (``store.view_index.due_after``), not only at close: a run
+killed mid-way (the crash a resume is for) is opened from a snapshot of most of its log and the few records after
+it; the writes stay amortised (each one a quarter more of the log than the last, at least ``SNAPSHOT_EVERY``);
+a SIGKILL at a snapshot's write, on both stores, resumes as from the log."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import pytest
+
+import safepoint
+from safepoint.core.run_view import build_view
+from safepoint.engine.session import load_view
+from safepoint.engine.tools import tool
+from safepoint.store import view_index
+from safepoint.store.sealed import unwrap
+
+from .conftest import cli_env
+
+
+@tool(name="noop", idempotency="idempotent", replay_policy="auto", risk_level="low")
+def noop(ctx, n: int = 0) -> str:
+    return "ok"
+
+
+def _whole(store, run_id):
+    return build_view(view_index.header_info(store, run_id), store.read_log(run_id))
+
+
+def test_due_after_grows_with_what_the_snapshot_covers(monkeypatch):
+    monkeypatch.setattr(view_index, "SNAPSHOT_EVERY", 100)
+    assert view_index.due_after(0) == 100
+    assert view_index.due_after(100) == 200  # at least SNAPSHOT_EVERY more
+    assert view_index.due_after(4000) == 5000  # a quarter more: writes O(1) per record on average
+    # a run of N records writes O(log N) snapshots, not N / SNAPSHOT_EVERY
+    covered, writes = 0, 0
+    while (covered := view_index.due_after(covered)) <= 1_000_000:
+        writes += 1
+    assert writes < 40
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_a_run_that_never_closed_opens_from_its_writers_snapshot(sealed, tmp_path, workspace, monkeypatch):
+    """No close (its process died): the snapshot its writer wrote on the way covers most of the log; an open
+    reads it and the records after it, never the whole log, and sees what the whole log says."""
+    monkeypatch.setattr(view_index, "SNAPSHOT_EVERY", 30)
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace), key=bytes(range(32)) if sealed else None)
+    try:
+        store = tm.store
+        written: list[int] = []
+        real = view_index.refresh
+
+        def counting(*args, **kwargs):
+            found = real(*args, **kwargs)
+            if found:
+                written.append(store.view_snapshot_seq("r") or 0)
+            return found
+
+        monkeypatch.setattr(view_index, "refresh", counting)
+        run = tm.start("t", tools=[noop], run_id="r")
+        for n in range(80):
+            if n % 5 == 0:
+                run.step()
+            run.call("noop", {"n": n}, call_id=f"c{n}")
+        # not closed: as a SIGKILL leaves it
+        end = store.log_position("r").seq
+        covered = store.view_snapshot_seq("r")
+        assert covered is not None and end - covered < view_index.due_after(covered) - covered + 10
+        # each write came once the log grew by the rule's amount (amortised), never at every group
+        assert all(b >= view_index.due_after(a) for a, b in itertools.pairwise(written))
+        assert len(written) < end // 30
+        backend = type(unwrap(store)[0])
+        reads: list[str] = []
+        whole_read = backend.read_log
+        monkeypatch.setattr(backend, "read_log", lambda self, run_id: reads.append(run_id) or whole_read(self, run_id))
+        refused: list[str] = []
+        view = view_index.read_view(store, view_index.header_info(store, "r"), refused)
+        assert reads == [] and refused == []
+        monkeypatch.undo()
+        assert view == _whole(store, "r")
+        assert view.ledger["c79"].status == "succeeded"
+        run.close()
+    finally:
+        tm.close()
+
+
+CHILD = r"""
+import os, signal, sys
+import safepoint
+from safepoint.engine.tools import tool
+from safepoint.store import view_index
+from safepoint.store.sealed import unwrap
+view_index.SNAPSHOT_EVERY = 30
+@tool(name="noop", idempotency="idempotent", replay_policy="auto", risk_level="low")
+def noop(ctx, n: int = 0) -> str:
+    return "ok"
+tm = safepoint.open(sys.argv[1], workspace=sys.argv[2])
+backend = type(unwrap(tm.store)[0])
+real = backend._put_view_snapshot_txn
+writes = []
+def put(self, handle, run_id, data, seq):
+    real(self, handle, run_id, data, seq)  # PostgreSQL: written, its transaction not committed; file: renamed
+    writes.append(seq)
+    if len(writes) == 3:
+        print(writes[:2], flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+backend._put_view_snapshot_txn = put
+run = tm.start("t", tools=[noop], run_id="r")
+for n in range(200):
+    if n % 5 == 0:
+        run.step()
+    run.call("noop", {"n": n}, call_id=f"c{n}")
+"""
+
+
+@pytest.mark.parametrize("backend", ["file", "postgres"])
+def test_killed_at_a_snapshots_write_resumes_as_from_the_log(backend, tmp_path, workspace, request):
+    """SIGKILL in the middle of the writer's third snapshot (mid-run, the run never closed): the open uses the
+    snapshot the store kept (the second, or on the file store the third, renamed into place) and sees what the
+    whole log says; the resume takes the run over and goes on, every call before the kill kept."""
+    store = request.getfixturevalue("fresh_url") if backend == "postgres" else str(tmp_path / "store")
+    killed = subprocess.run([sys.executable, "-c", CHILD, store, str(workspace)], env=cli_env(), capture_output=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    second = eval(killed.stdout.decode().strip())[1]  # the seqs of the first two, committed
+    tm = safepoint.open(store, workspace=str(workspace))
+    try:
+        covered = tm.store.view_snapshot_seq("r")
+        assert covered is not None and covered >= second
+        refused: list[str] = []
+        view = view_index.read_view(tm.store, view_index.header_info(tm.store, "r"), refused)
+        assert refused == []
+        assert view == _whole(tm.store, "r")
+        made = sorted(int(c[1:]) for c in view.ledger)
+        assert made == list(range(len(made))) and len(made) > 10
+        run = tm.resume("r", tools=[noop], takeover=True)
+        run.step()
+        run.call("noop", {"n": 999}, call_id="c999")
+        run.close()
+        after = load_view(tm.store, "r")
+        assert after == _whole(tm.store, "r")
+        assert all(after.ledger[f"c{n}"].status == "succeeded" for n in [*made[:-1], 999])
+    finally:
+        tm.close()
