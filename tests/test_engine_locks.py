@@ -21,10 +21,13 @@ import pytest
 
 import safepoint
 from safepoint import ToolContext
+from safepoint.core.record_rows import decode as decode_row
+from safepoint.core.record_rows import is_row, place_of
 from safepoint.engine import failpoints
 from safepoint.engine.control_watch import ControlWatch
 from safepoint.protocol import Submission
 from safepoint.records import FilePatchEntry
+from safepoint.store.view_index import header_info
 
 
 @pytest.fixture(params=["file", "postgres"])
@@ -83,8 +86,14 @@ class PausedPiece:
 
 def _durable(tm: safepoint.Safepoint, run_id: str) -> list[tuple[int, str, Any]]:
     found = []
+    info = header_info(tm.store, run_id)
     for record in tm.store.read_log(run_id).records:
-        body = msgspec.json.decode(bytes(record.body)) if record.kind in ("ledger_change", "patch") else {}
+        body: dict[str, Any] = {}
+        if record.kind in ("ledger_change", "patch"):
+            if is_row(record.kind, record.body):  # written as a row (its values without their names)
+                body = msgspec.to_builtins(decode_row(record.kind, record.body, place_of(info, record.seq)))
+            else:
+                body = msgspec.json.decode(bytes(record.body))
         found.append((record.seq, record.kind, body))
     return found
 
