@@ -25,6 +25,7 @@ from safepoint.engine import command_capture
 from safepoint.engine.session import load_view
 from safepoint.workspace import scan as scan_module
 from safepoint.workspace.scan import ChangeWatcher
+from safepoint.workspace.tree_scan import TreeScan
 
 # A program whose command line does not say which files it writes: nothing is kept ahead for it, so what rollback
 # puts back is only what the capture saw.
@@ -37,6 +38,22 @@ def watch_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if request.param == "scan":
         monkeypatch.setattr(scan_module.ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
     return str(request.param)
+
+
+def before_baseline(monkeypatch: pytest.MonkeyPatch, hook: Any) -> None:
+    """Run ``hook`` right before the capture's baseline pass: a scan (inotify) or the fallback's first find."""
+    real_scan, real_tree = command_capture.scan, TreeScan.__dict__["start"]
+
+    def scan(root: str, rules: Any) -> Any:
+        hook()
+        return real_scan(root, rules)
+
+    def start(cls: Any, root: str, rules: Any) -> Any:
+        hook()
+        return real_tree.__func__(cls, root, rules)
+
+    monkeypatch.setattr(command_capture, "scan", scan)
+    monkeypatch.setattr(TreeScan, "start", classmethod(start))
 
 
 def tree(workspace: Path, folders: int = 6) -> None:
@@ -112,13 +129,7 @@ def test_a_change_made_before_the_baseline_scan_is_not_missed(
 ) -> None:
     """Made after the session started, before its scan: with the watches set (inotify) or none (the scan)."""
     tree(workspace)
-    real = command_capture.scan
-
-    def scan(root: str, rules: Any) -> Any:
-        user_edits(workspace)
-        return real(root, rules)
-
-    monkeypatch.setattr(command_capture, "scan", scan)
+    before_baseline(monkeypatch, lambda: user_edits(workspace))
     tm = safepoint.open(workspace=str(workspace))
     run = tm.start("t", run_id="r")
     overwrite_and_roll_back(tm, run, workspace)
@@ -129,13 +140,7 @@ def test_a_change_the_user_makes_while_the_start_goes_on_is_not_missed(
 ) -> None:
     tree(workspace)
     edited = threading.Event()
-    real = command_capture.scan
-
-    def scan(root: str, rules: Any) -> Any:
-        edited.wait(timeout=10)  # the user edits from the main thread once start has returned
-        return real(root, rules)
-
-    monkeypatch.setattr(command_capture, "scan", scan)
+    before_baseline(monkeypatch, lambda: edited.wait(timeout=10))  # the user edits once start has returned
     tm = safepoint.open(workspace=str(workspace))
     run = tm.start("t", run_id="r")
     user_edits(workspace)
@@ -158,10 +163,10 @@ def test_a_file_changed_before_the_session_stays_the_baselines(workspace: Path, 
 def test_a_start_that_fails_is_raised_by_the_first_command(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree(workspace)
 
-    def scan(root: str, rules: Any) -> Any:
-        raise PermissionError(13, "Permission denied", root)
+    def denied() -> None:
+        raise PermissionError(13, "Permission denied", str(workspace))
 
-    monkeypatch.setattr(command_capture, "scan", scan)
+    before_baseline(monkeypatch, denied)
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("write_file", {"path": "a.txt", "content": "a\n"}, call_id="w1")  # no capture needed

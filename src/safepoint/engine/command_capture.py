@@ -50,6 +50,7 @@ from safepoint.workspace.names import quote_path, real_path
 from safepoint.workspace.scan import ChangeWatcher, FileStat, scan
 from safepoint.workspace.scan import recorded_stat as _stat
 from safepoint.workspace.scan import safepointignore as _safepointignore
+from safepoint.workspace.tree_scan import TreeScan
 from safepoint.workspace.writers import WriterWatch
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
@@ -103,6 +104,7 @@ class CommandCapture:
         # first use waits (``_ready``); a file changed after the start is learnt, not taken for the baseline
         # (``_observed``). Rejected: watching at the first command (an edit before it could not be put back).
         self.watcher: ChangeWatcher | None = None
+        self._tree: TreeScan | None = None  # no journal: the scan fallback, kept between passes
         self.writers: WriterWatch | None = None
         self.stats: dict[str, FileStat] = {}
         self._git: GitState | None = None
@@ -143,7 +145,9 @@ class CommandCapture:
         if not self._attribute and self.writers is not None:
             self.writers.close()
             self.writers = None
-        self.stats = scan(root, self.rules)
+        if self.watcher is None:
+            self._tree = TreeScan.start(root, self.rules)  # None without GNU find: a scan every time
+        self.stats = dict(self._tree.stats) if self._tree is not None else scan(root, self.rules)
         self.pins.update(self.stats)
         self._git = git_state(root)
         if not self._git.is_repo:
@@ -325,10 +329,18 @@ class CommandCapture:
         self._arrived = set()
         root = self.workspace.root
         if drained is None:
-            current, previous = scan(root, self.rules), self.stats.get
-            # One pass over what is there, then what went: a third of a pass over their union (0.1 s at 50,000).
-            scanned = {p: old for p, now in current.items() if (old := previous(p)) != now}
-            scanned.update((p, self.stats[p]) for p in self.stats.keys() - current.keys())
+            previous = self.stats.get
+            if self._tree is not None:  # no journal at all: one find, then O(changes) (``workspace/tree_scan.py``)
+                moved, current = self._tree.rescan(), self._tree.stats
+                racy = self._tree.content_changed
+                scanned = {p: old for p, now in moved.items() if (old := previous(p)) != now or p in racy}
+                current = dict(current)  # the tree's own changes at its next pass; this is what was seen now
+                scanned.update((p, previous(p)) for p in self.stats.keys() ^ current.keys() if p not in scanned)
+            else:
+                current = scan(root, self.rules)
+                # One pass over what is there, then what went: a third of a pass over their union (0.1 s at 50,000).
+                scanned = {p: old for p, now in current.items() if (old := previous(p)) != now}
+                scanned.update((p, self.stats[p]) for p in self.stats.keys() - current.keys())
             arrived = self.watcher.arrived if self.watcher is not None else None
             if arrived is not None:  # the journal saw every folder arrive (it said "scan" for a .gitignore edit)
                 self._arrived = {f for f in arrived if os.path.isdir(os.path.join(root, real_path(f.rstrip("/"))))}
