@@ -375,8 +375,20 @@ class CommandCapture:
                     self.stats[path] = now
                     if old is None:
                         self.pins.add(path)
+            elif now is not None and self._rewritten(path):
+                changed[path] = old  # written in the tick of its last change: the same stat, not the same content
         self._touched.update(changed)
         return changed
+
+    def _rewritten(self, path: str) -> bool:
+        """A file the journal names with its stat unchanged: whether its content differs from what was learnt of
+        it (a same-size write in the same timestamp tick keeps the stat; only the journal tells it was written,
+        so this costs a read of what was written). A file never learnt has nothing to compare with."""
+        known = self.known.get(path)
+        if known is None or self._large(path):
+            return False
+        data, mode = self._snapshot(path)
+        return data is not None and (content_hash(data), mode) != known
 
     def _folders_arrived(self, scanned: dict[str, FileStat | None], current: dict[str, FileStat]) -> set[str]:
         """After a full scan: the folders (recorded form plus '/') that hold new files, keep none of the files they

@@ -28,7 +28,7 @@ import os
 import stat
 import subprocess
 import time
-from itertools import compress, count
+from itertools import compress, count, islice
 from operator import ne
 
 from safepoint.workspace.ignore import IgnoreRules, _Chain
@@ -44,6 +44,7 @@ __all__ = ["TreeScan"]
 _FORMAT = r"%P\0%y %s %C@ %i %m\0"
 _FIRST_FORMAT = r"%P\0%y %s %C@ %i %m %T@\0"
 _RACY_NS = 50_000_000  # file times come from a coarse clock that lags the fine one by up to a tick (HZ >= 100)
+_COARSE_UNITS = (10_000_000_000, 2_000_000_000, 1_000_000_000)  # file systems whose times are coarser than a tick
 _MAX_PRUNED = 200  # excluded folders passed to find by name; past that, find lists them and Python skips them
 _RACY_BYTES = 64 * 1024 * 1024  # a racy file larger than this is not re-read (see ``_digest``)
 _TYPE_BITS = {b"f": stat.S_IFREG, b"l": stat.S_IFLNK}
@@ -91,6 +92,7 @@ class TreeScan:
         self._pruned: set[str] = set()  # excluded folders (rel, real names), not listed again
         self._racy: dict[str, tuple[FileStat, bytes | None]] = {}  # path -> stat and content hash when seen
         self.content_changed: set[str] = set()  # of the last pass: changed with the same stat (racy files)
+        self._racy_ns = _RACY_NS
 
     @classmethod
     def start(cls, root: str, rules: IgnoreRules) -> TreeScan | None:
@@ -101,9 +103,16 @@ class TreeScan:
         tree = cls(rules.root, rules)
         began = time.time_ns()
         try:
-            tree._rebuild(tree._list(_FIRST_FORMAT))
+            listing = tree._list(_FIRST_FORMAT)
         except _NoFind:
             return None
+        tree._rebuild(listing[2:])
+        root_ctime = _ns(listing[1].split(b" ")[2])
+        sample = [root_ctime, *(info.ctime_ns for info in islice(tree.stats.values(), 100))]
+        for unit in _COARSE_UNITS:  # a file system that keeps whole seconds (ext3, HFS+) or two (FAT), or coarser
+            if not any(ns % unit for ns in sample):
+                tree._racy_ns = unit + _RACY_NS
+                break
         tree._note_racy(tree.stats, began)
         return tree
 
@@ -112,7 +121,7 @@ class TreeScan:
         now); ``stats`` is brought up to date. A racy file whose content changed is in it (and in
         ``content_changed``) with a stat that may equal the one before."""
         began = time.time_ns()
-        new = self._list(_FORMAT)
+        new = self._list(_FORMAT)[2:]
         old, self._listing = self._listing, new
         if new == old:
             return self._recheck_racy({}, began)
@@ -161,6 +170,8 @@ class TreeScan:
     # -- internals --
 
     def _list(self, form: str) -> list[bytes]:
+        """find's listing, split: the root (an empty path) and its line first, then each entry's path and line in
+        find's order (a folder before what it holds), then b""."""
         prune = ["-name", ".git"]
         store = self._rules._store_rel
         for rel in (store, *sorted(self._pruned)) if store else sorted(self._pruned):
@@ -178,7 +189,7 @@ class TreeScan:
         listing = done.stdout.split(b"\0")
         if len(listing) % 2 != 1 or listing[-1] or listing[0] != b"":
             raise _NoFind("find -printf is not GNU find's")
-        return listing[2:]  # the root itself first
+        return listing  # the root itself first: b"" and its line
 
     def _lstat(self, key: bytes) -> FileStat | None:
         try:
@@ -200,7 +211,7 @@ class TreeScan:
                 rules._forget(os.fsdecode(key.rpartition(b"/")[0]))
         before = self.stats
         self._pruned = set()
-        self._rebuild(self._list(_FIRST_FORMAT))
+        self._rebuild(self._list(_FIRST_FORMAT)[2:])
         out: dict[str, FileStat | None] = {p: None for p in before.keys() - self.stats.keys()}
         out.update((p, s) for p, s in self.stats.items() if before.get(p) != s)
         return self._recheck_racy(out, began)
@@ -249,7 +260,7 @@ class TreeScan:
         their content is hashed now and again at the next pass (git's racy-git rule). The hash is read after the
         listing: a same-size change between the two, within one tick, is the window left (git's too)."""
         for path, info in seen.items():
-            if info is not None and info.ctime_ns >= began - _RACY_NS:
+            if info is not None and info.ctime_ns >= began - self._racy_ns:
                 self._racy[path] = (info, self._digest(path, info))
 
     def _recheck_racy(self, out: dict[str, FileStat | None], began: int) -> dict[str, FileStat | None]:
