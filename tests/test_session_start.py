@@ -12,6 +12,7 @@ git's view are made on a thread, and the first command waits for them. Nothing i
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -200,8 +201,6 @@ def test_the_agents_first_write_is_never_taken_for_the_users_dirty_state(
     """The workspace's state at the start (git's dirty paths: the user's work in progress) is read on the thread
     too; a write_file that ran before the thread got there made the agent's new file read as the user's (seen as a
     flaky test under load). The thread is held here until the write has run, if the write does not wait for it."""
-    import subprocess
-
     subprocess.run(["git", "-C", str(workspace), "init", "-q", "-b", "main"], check=True)
     (workspace / "kept.txt").write_text("committed\n")
     subprocess.run(["git", "-C", str(workspace), "add", "kept.txt"], check=True)
@@ -226,3 +225,46 @@ def test_the_agents_first_write_is_never_taken_for_the_users_dirty_state(
         timer.cancel()
     [started] = load_view(tm.store, "r").workspace_states
     assert started.dirty == ("user.txt",)
+
+
+def test_a_command_run_at_once_after_the_start_is_captured_whole(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, watch_mode: str
+) -> None:
+    """The first command runs while the capture's start is still on its thread (held until the command is
+    called): it waits for the watches and the baseline, so its changes deep in the tree (rewritten, made, removed)
+    are its own, each put back by rollback; the files it did not touch are the baseline's, never recorded."""
+    for n in range(3):
+        deep = workspace / "a" / "b" / "c" / f"d{n}"
+        deep.mkdir(parents=True)
+        (deep / "f.txt").write_text(f"before {n}\n")
+    git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "i"], check=True)  # what the command overwrites can be put back
+    release = threading.Event()
+    before_baseline(monkeypatch, lambda: release.wait(timeout=10))
+    real_ready = command_capture.CommandCapture._ready
+
+    def ready(self: command_capture.CommandCapture) -> None:
+        release.set()  # the command is here: the start may go on, and the command waits for it
+        real_ready(self)
+
+    monkeypatch.setattr(command_capture.CommandCapture, "_ready", ready)
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    assert not release.is_set()  # start returned before its baseline
+    with run:
+        start = run.checkpoint()
+        command = "echo agent > a/b/c/d0/f.txt; rm a/b/c/d1/f.txt; mkdir -p a/b/c/d2/e && echo new > a/b/c/d2/e/g.txt"
+        run.call("run_command", {"command": command}, call_id="c1")
+    patches = load_view(tm.store, "r").patches
+    assert sorted((p.tool_call_id, p.path) for p in patches) == [
+        ("c1", "a/b/c/d0/f.txt"),
+        ("c1", "a/b/c/d1/f.txt"),
+        ("c1", "a/b/c/d2/e/g.txt"),
+    ]
+    plan = tm.rollback_files("r", start)
+    assert not plan.unrestorable and not plan.conflicts
+    assert not (workspace / "a/b/c/d2/e/g.txt").exists()
+    for n in range(3):
+        assert (workspace / "a" / "b" / "c" / f"d{n}" / "f.txt").read_text() == f"before {n}\n"
