@@ -117,9 +117,9 @@ class TreeScan:
         return tree
 
     def rescan(self) -> dict[str, FileStat | None]:
-        """Paths (recorded form) changed since the last pass, each with its stat now (None: gone, or excluded
-        now); ``stats`` is brought up to date. A racy file whose content changed is in it (and in
-        ``content_changed``) with a stat that may equal the one before."""
+        """Paths (recorded form) changed since the last pass, each with its stat before (None: it was not there,
+        or was excluded); ``stats`` is brought up to date in place (a caller may hold it as its own cache). A racy
+        file whose content changed is in it (and in ``content_changed``) with the stat it still has."""
         began = time.time_ns()
         new = self._list(_FORMAT)[2:]
         old, self._listing = self._listing, new
@@ -135,8 +135,8 @@ class TreeScan:
         out: dict[str, FileStat | None] = {}
         for key in gone:
             path = self._names.pop(key, None)
-            if path is not None and self.stats.pop(path, None) is not None:
-                out[path] = None
+            if path is not None and (was := self.stats.pop(path, None)) is not None:
+                out[path] = was
         rules = self._rules
         for key in changed:
             kind = after[key][:1]
@@ -144,8 +144,8 @@ class TreeScan:
             if kind not in _TYPE_BITS:
                 if path is not None:  # a file became a folder (or a fifo): the file is gone
                     del self._names[key]
-                    if self.stats.pop(path, None) is not None:
-                        out[path] = None
+                    if (was := self.stats.pop(path, None)) is not None:
+                        out[path] = was
                 new_folder = kind == b"d" and before.get(key, b"")[:1] != b"d"
                 if new_folder and len(self._pruned) < _MAX_PRUNED:
                     rel = os.fsdecode(key)
@@ -158,13 +158,15 @@ class TreeScan:
                     continue
                 path = self._names[key] = quote_path(rel)
             now = self._lstat(key)
+            was = self.stats.get(path)
             if now is None:
                 del self._names[key]
-                if self.stats.pop(path, None) is not None:
-                    out[path] = None
-            elif self.stats.get(path) != now:
+                if was is not None:
+                    del self.stats[path]
+                    out[path] = was
+            elif was != now:
                 self.stats[path] = now
-                out[path] = now
+                out[path] = was
         return self._recheck_racy(out, began)
 
     # -- internals --
@@ -209,11 +211,11 @@ class TreeScan:
         for key in before_lines.keys() | now_lines.keys():
             if key.rpartition(b"/")[2] == b".gitignore" and before_lines.get(key) != now_lines.get(key):
                 rules._forget(os.fsdecode(key.rpartition(b"/")[0]))
-        before = self.stats
+        before = dict(self.stats)
         self._pruned = set()
         self._rebuild(self._list(_FIRST_FORMAT)[2:])
-        out: dict[str, FileStat | None] = {p: None for p in before.keys() - self.stats.keys()}
-        out.update((p, s) for p, s in self.stats.items() if before.get(p) != s)
+        out = {p: before[p] for p in before.keys() - self.stats.keys()}
+        out.update((p, before.get(p)) for p, s in self.stats.items() if before.get(p) != s)
         return self._recheck_racy(out, began)
 
     def _rebuild(self, listing: list[bytes]) -> None:
@@ -253,7 +255,9 @@ class TreeScan:
             _kind, size, ctime, ino, mode = head.split(b" ")
             path = names[key] = quote_path(rel)
             stats[path] = FileStat(int(size), _ns(mtime), _ns(ctime), int(ino), bits | int(mode, 8))
-        self._listing, self._names, self.stats, self._pruned = kept, names, stats, pruned
+        self._listing, self._names, self._pruned = kept, names, pruned
+        self.stats.clear()  # the same dict: a caller may hold it
+        self.stats.update(stats)
 
     def _note_racy(self, seen: dict[str, FileStat] | dict[str, FileStat | None], began: int) -> None:
         """Files changed within a tick of this pass: a later change in that tick may leave their stat as it is, so
@@ -268,9 +272,9 @@ class TreeScan:
         self.content_changed = set()
         for path, (info, digest) in racy.items():
             if path not in out and self.stats.get(path) == info and self._digest(path, info) != digest:
-                out[path] = info  # same stat, other content: found only by reading it
+                out[path] = info  # same stat, other content: found only by reading it (the stat before is this)
                 self.content_changed.add(path)
-        self._note_racy({p: self.stats.get(p) for p in (*racy, *out)}, began)
+        self._note_racy({p: self.stats.get(p) for p in (*racy, *out)}, began)  # as they are now
         return out
 
     def _digest(self, path: str, info: FileStat) -> bytes | None:
