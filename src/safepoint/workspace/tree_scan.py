@@ -214,7 +214,7 @@ class TreeScan:
         before = dict(self.stats)
         self._pruned = set()
         self._rebuild(self._list(_FIRST_FORMAT)[2:])
-        out = {p: before[p] for p in before.keys() - self.stats.keys()}
+        out: dict[str, FileStat | None] = {p: before[p] for p in before.keys() - self.stats.keys()}
         out.update((p, before.get(p)) for p, s in self.stats.items() if before.get(p) != s)
         return self._recheck_racy(out, began)
 
