@@ -2,7 +2,8 @@
 
 Excluded: ``.git``, the store, paths ignored by ``.gitignore`` files, and patterns in ``.safepointignore``.
 Cost grows with the changes, not the workspace: on Linux an inotify journal names the touched paths (a stat scan
-with the same exclusions is the fallback, and the first baseline), and only those are read and hashed.
+with the same exclusions is the first baseline; without a journal, ``TreeScan``'s find per pass), and only those
+are read and hashed.
 
 Before a command runs, every change since the last capture (the user's edits, the agent's tool writes) is
 settled first: its content is learnt, and stored if the run cannot reproduce it yet, in the group that becomes
