@@ -245,3 +245,25 @@ def test_without_gnu_find_the_capture_scans(workspace: Path, tmp_path: Path, mon
     with tm.start("t", run_id="r") as run:
         run.call("run_command", {"command": "echo b > a.txt"}, call_id="c1")
     assert [p.path for p in load_view(tm.store, "r").patches] == ["a.txt"]
+
+
+def test_a_store_and_excluded_folders_whose_names_are_patterns(tmp_path: Path) -> None:
+    """find is told the folders to skip as -path patterns: names with pattern characters are escaped (the
+    store named ``st[o]re*`` is skipped, ``store2`` beside it is not)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for name in ("st[o]re*", "store2", "stre"):
+        (root / name).mkdir()
+        (root / name / "f.txt").write_text(f"{name}\n")
+    rules = IgnoreRules.for_workspace(str(root), store_dir=str(root / "st[o]re*"))
+    tree = TreeScan.start(str(root), rules)
+    assert tree is not None
+    assert set(tree.stats) == {"store2/f.txt", "stre/f.txt"}
+    (root / "st[o]re*" / "g.txt").write_text("in the store\n")
+    (root / "store2" / "g.txt").write_text("beside it\n")
+    assert set(tree.rescan()) == {"store2/g.txt"}
+    assert not any(key.startswith(b"st[o]re*/") for key in tree._listing[0::2])  # not even listed
+    assert (
+        tree.stats.keys()
+        == scan(str(root), IgnoreRules.for_workspace(str(root), store_dir=str(root / "st[o]re*"))).keys()
+    )
