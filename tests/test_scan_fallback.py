@@ -25,6 +25,7 @@ import safepoint
 from safepoint.engine import command_capture
 from safepoint.engine.session import load_view
 from safepoint.workspace import scan as scan_module
+from safepoint.workspace import tree_scan
 from safepoint.workspace.ignore import IgnoreRules
 from safepoint.workspace.scan import FileStat, scan
 from safepoint.workspace.tree_scan import TreeScan
@@ -267,3 +268,29 @@ def test_a_store_and_excluded_folders_whose_names_are_patterns(tmp_path: Path) -
         tree.stats.keys()
         == scan(str(root), IgnoreRules.for_workspace(str(root), store_dir=str(root / "st[o]re*"))).keys()
     )
+
+
+def test_only_the_largest_excluded_folders_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each folder find is told to skip costs it a test per entry: only large excluded folders are (at the first
+    pass, and when one is made later); the small ones are listed and passed over, never reported."""
+    monkeypatch.setattr(tree_scan, "_PRUNE_MIN", 5)
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / ".gitignore").write_text("big/\nsmall/\nlater/\n")
+    for name, count in (("big", 6), ("small", 2), ("kept", 2)):
+        (root / name).mkdir()
+        for n in range(count):
+            (root / name / f"f{n}.txt").write_text(f"{n}\n")
+    tree = TreeScan.start(str(root), rules_for(root))
+    assert tree is not None
+    assert tree._pruned == {"big"}
+    (root / "later" / "deep").mkdir(parents=True)
+    for n in range(6):
+        (root / "later" / "deep" / f"f{n}.txt").write_text(f"{n}\n")
+    (root / "small" / "new.txt").write_text("ignored\n")
+    (root / "kept" / "new.txt").write_text("seen\n")
+    assert set(tree.rescan()) == {"kept/new.txt"}
+    assert tree._pruned == {"big", "later"}
+    assert tree.stats == scan(str(root), rules_for(root))
+    (root / "later" / "deep" / "g.txt").write_text("ignored\n")
+    assert tree.rescan() == {}
