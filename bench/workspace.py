@@ -24,12 +24,12 @@ What it measures (one process, one run of this script, on the filesystem of ``te
   files of one folder, against ``subprocess.run(["bash", "-c", cmd])`` of the same command in a twin folder
   *outside* the workspace holding copies of those 10 files (run in the workspace, the bare command's changes would
   be settled as the user's edits by the next ledgered call and charged to it). Once with the inotify journal
-  (default), once with the stat-scan fallback (``ChangeWatcher.start`` patched to return None), each in a fresh
-  run. ``capture_start``: the capture (watches, baseline scan) starts with the session, on a thread, so
-  ``tm.start`` with the built-in tools (``session_start_ms``) is timed against ``tm.start(builtins=False)`` (no
-  capturing tool: no capture); ``capture_ready_ms`` is from the same start until the capture's thread is done and
-  settled (what a command right after the start waits for); then the first capturing call (minus a bare
-  command) on its own.
+  (default), once with the stat-scan fallback (``ChangeWatcher.start`` patched to return None: the capture's
+  ``TreeScan``, one ``find`` per pass, before and after each command), each in a fresh run. ``capture_start``:
+  the capture (watches, baseline scan) starts with the session, on a thread, so ``tm.start`` with the built-in
+  tools (``session_start_ms``) is timed against ``tm.start(builtins=False)`` (no capturing tool: no capture);
+  ``capture_ready_ms`` is from the same start until the capture's thread is done and settled (what a command
+  right after the start waits for); then the first capturing call (minus a bare command) on its own.
   ``without_attribution``: the inotify case again with ``SAFEPOINT_NO_FANOTIFY=1`` (no fanotify marks, no fork
   events: every change marked of uncertain author); ``attribution_cost_ms`` is the difference of the two cost
   medians, what telling the command's writes from others' costs a command (``writers_attributed`` says whether the

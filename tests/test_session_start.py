@@ -12,6 +12,7 @@ git's view are made on a thread, and the first command waits for them. Nothing i
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from safepoint.engine import command_capture
 from safepoint.engine.session import load_view
 from safepoint.workspace import scan as scan_module
 from safepoint.workspace.scan import ChangeWatcher
+from safepoint.workspace.tree_scan import TreeScan
 
 # A program whose command line does not say which files it writes: nothing is kept ahead for it, so what rollback
 # puts back is only what the capture saw.
@@ -37,6 +39,22 @@ def watch_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if request.param == "scan":
         monkeypatch.setattr(scan_module.ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
     return str(request.param)
+
+
+def before_baseline(monkeypatch: pytest.MonkeyPatch, hook: Any) -> None:
+    """Run ``hook`` right before the capture's baseline pass: a scan (inotify) or the fallback's first find."""
+    real_scan, real_tree = command_capture.scan, TreeScan.__dict__["start"]
+
+    def scan(root: str, rules: Any) -> Any:
+        hook()
+        return real_scan(root, rules)
+
+    def start(cls: Any, root: str, rules: Any) -> Any:
+        hook()
+        return real_tree.__func__(cls, root, rules)
+
+    monkeypatch.setattr(command_capture, "scan", scan)
+    monkeypatch.setattr(TreeScan, "start", classmethod(start))
 
 
 def tree(workspace: Path, folders: int = 6) -> None:
@@ -112,13 +130,7 @@ def test_a_change_made_before_the_baseline_scan_is_not_missed(
 ) -> None:
     """Made after the session started, before its scan: with the watches set (inotify) or none (the scan)."""
     tree(workspace)
-    real = command_capture.scan
-
-    def scan(root: str, rules: Any) -> Any:
-        user_edits(workspace)
-        return real(root, rules)
-
-    monkeypatch.setattr(command_capture, "scan", scan)
+    before_baseline(monkeypatch, lambda: user_edits(workspace))
     tm = safepoint.open(workspace=str(workspace))
     run = tm.start("t", run_id="r")
     overwrite_and_roll_back(tm, run, workspace)
@@ -129,13 +141,7 @@ def test_a_change_the_user_makes_while_the_start_goes_on_is_not_missed(
 ) -> None:
     tree(workspace)
     edited = threading.Event()
-    real = command_capture.scan
-
-    def scan(root: str, rules: Any) -> Any:
-        edited.wait(timeout=10)  # the user edits from the main thread once start has returned
-        return real(root, rules)
-
-    monkeypatch.setattr(command_capture, "scan", scan)
+    before_baseline(monkeypatch, lambda: edited.wait(timeout=10))  # the user edits once start has returned
     tm = safepoint.open(workspace=str(workspace))
     run = tm.start("t", run_id="r")
     user_edits(workspace)
@@ -158,10 +164,10 @@ def test_a_file_changed_before_the_session_stays_the_baselines(workspace: Path, 
 def test_a_start_that_fails_is_raised_by_the_first_command(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree(workspace)
 
-    def scan(root: str, rules: Any) -> Any:
-        raise PermissionError(13, "Permission denied", root)
+    def denied() -> None:
+        raise PermissionError(13, "Permission denied", str(workspace))
 
-    monkeypatch.setattr(command_capture, "scan", scan)
+    before_baseline(monkeypatch, denied)
     tm = safepoint.open(workspace=str(workspace))
     with tm.start("t", run_id="r") as run:
         run.call("write_file", {"path": "a.txt", "content": "a\n"}, call_id="w1")  # no capture needed
@@ -195,8 +201,6 @@ def test_the_agents_first_write_is_never_taken_for_the_users_dirty_state(
     """The workspace's state at the start (git's dirty paths: the user's work in progress) is read on the thread
     too; a write_file that ran before the thread got there made the agent's new file read as the user's (seen as a
     flaky test under load). The thread is held here until the write has run, if the write does not wait for it."""
-    import subprocess
-
     subprocess.run(["git", "-C", str(workspace), "init", "-q", "-b", "main"], check=True)
     (workspace / "kept.txt").write_text("committed\n")
     subprocess.run(["git", "-C", str(workspace), "add", "kept.txt"], check=True)
@@ -221,3 +225,46 @@ def test_the_agents_first_write_is_never_taken_for_the_users_dirty_state(
         timer.cancel()
     [started] = load_view(tm.store, "r").workspace_states
     assert started.dirty == ("user.txt",)
+
+
+def test_a_command_run_at_once_after_the_start_is_captured_whole(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, watch_mode: str
+) -> None:
+    """The first command runs while the capture's start is still on its thread (held until the command is
+    called): it waits for the watches and the baseline, so its changes deep in the tree (rewritten, made, removed)
+    are its own, each put back by rollback; the files it did not touch are the baseline's, never recorded."""
+    for n in range(3):
+        deep = workspace / "a" / "b" / "c" / f"d{n}"
+        deep.mkdir(parents=True)
+        (deep / "f.txt").write_text(f"before {n}\n")
+    git = ["git", "-C", str(workspace), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "i"], check=True)  # what the command overwrites can be put back
+    release = threading.Event()
+    before_baseline(monkeypatch, lambda: release.wait(timeout=10))
+    real_ready = command_capture.CommandCapture._ready
+
+    def ready(self: command_capture.CommandCapture) -> None:
+        release.set()  # the command is here: the start may go on, and the command waits for it
+        real_ready(self)
+
+    monkeypatch.setattr(command_capture.CommandCapture, "_ready", ready)
+    tm = safepoint.open(workspace=str(workspace))
+    run = tm.start("t", run_id="r")
+    assert not release.is_set()  # start returned before its baseline
+    with run:
+        start = run.checkpoint()
+        command = "echo agent > a/b/c/d0/f.txt; rm a/b/c/d1/f.txt; mkdir -p a/b/c/d2/e && echo new > a/b/c/d2/e/g.txt"
+        run.call("run_command", {"command": command}, call_id="c1")
+    patches = load_view(tm.store, "r").patches
+    assert sorted((p.tool_call_id, p.path) for p in patches) == [
+        ("c1", "a/b/c/d0/f.txt"),
+        ("c1", "a/b/c/d1/f.txt"),
+        ("c1", "a/b/c/d2/e/g.txt"),
+    ]
+    plan = tm.rollback_files("r", start)
+    assert not plan.unrestorable and not plan.conflicts
+    assert not (workspace / "a/b/c/d2/e/g.txt").exists()
+    for n in range(3):
+        assert (workspace / "a" / "b" / "c" / f"d{n}" / "f.txt").read_text() == f"before {n}\n"

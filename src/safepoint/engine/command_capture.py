@@ -2,7 +2,8 @@
 
 Excluded: ``.git``, the store, paths ignored by ``.gitignore`` files, and patterns in ``.safepointignore``.
 Cost grows with the changes, not the workspace: on Linux an inotify journal names the touched paths (a stat scan
-with the same exclusions is the fallback, and the first baseline), and only those are read and hashed.
+with the same exclusions is the first baseline; without a journal, ``TreeScan``'s find per pass), and only those
+are read and hashed.
 
 Before a command runs, every change since the last capture (the user's edits, the agent's tool writes) is
 settled first: its content is learnt, and stored if the run cannot reproduce it yet, in the group that becomes
@@ -51,6 +52,7 @@ from safepoint.workspace.names import quote_path, real_path
 from safepoint.workspace.scan import ChangeWatcher, FileStat, scan
 from safepoint.workspace.scan import recorded_stat as _stat
 from safepoint.workspace.scan import safepointignore as _safepointignore
+from safepoint.workspace.tree_scan import TreeScan
 from safepoint.workspace.writers import WriterWatch
 
 LARGE_FILE_BYTES = 64 * 1024 * 1024  # larger files are recorded by hash only (with a warning), never stored
@@ -104,6 +106,7 @@ class CommandCapture:
         # first use waits (``_ready``); a file changed after the start is learnt, not taken for the baseline
         # (``_observed``). Rejected: watching at the first command (an edit before it could not be put back).
         self.watcher: ChangeWatcher | None = None
+        self._tree: TreeScan | None = None  # no journal: the scan fallback, kept between passes
         self.writers: WriterWatch | None = None
         self.stats: dict[str, FileStat] = {}
         self._git: GitState | None = None
@@ -144,7 +147,9 @@ class CommandCapture:
         if not self._attribute and self.writers is not None:
             self.writers.close()
             self.writers = None
-        self.stats = scan(root, self.rules)
+        if self.watcher is None:
+            self._tree = TreeScan.start(root, self.rules)  # None without GNU find: a scan every time
+        self.stats = self._tree.stats if self._tree is not None else scan(root, self.rules)  # the tree's own
         self.pins.update(self.stats)
         self._git = git_state(root)
         if not self._git.is_repo:
@@ -333,17 +338,29 @@ class CommandCapture:
         self._arrived = set()
         root = self.workspace.root
         if drained is None:
-            current, previous = scan(root, self.rules), self.stats.get
-            # One pass over what is there, then what went: a third of a pass over their union (0.1 s at 50,000).
-            scanned = {p: old for p, now in current.items() if (old := previous(p)) != now}
-            scanned.update((p, self.stats[p]) for p in self.stats.keys() - current.keys())
+            before = self.stats
+            if self._tree is not None:  # no journal at all: one find, then O(changes) (``workspace/tree_scan.py``)
+                scanned = self._tree.rescan()  # brings ``self.stats`` (the tree's) up to date in place
+                current = self.stats
+                if any(old is None for old in scanned.values()):  # ``_folders_arrived`` compares with before
+                    before = dict(current)
+                    for path, old in scanned.items():
+                        if old is None:
+                            before.pop(path, None)
+                        else:
+                            before[path] = old
+            else:
+                current, previous = scan(root, self.rules), self.stats.get
+                # One pass over what is there, then what went: a third of a pass over their union (0.1 s at 50,000).
+                scanned = {p: old for p, now in current.items() if (old := previous(p)) != now}
+                scanned.update((p, self.stats[p]) for p in self.stats.keys() - current.keys())
             arrived = self.watcher.arrived if self.watcher is not None else None
             if arrived is not None:  # the journal saw every folder arrive (it said "scan" for a .gitignore edit)
                 self._arrived = {f for f in arrived if os.path.isdir(os.path.join(root, real_path(f.rstrip("/"))))}
             elif any(old is None for old in scanned.values()):
                 # No journal, or it lost events: told by ctime. A folder un-ignored and written into by the same
                 # command would be taken for one moved in; rare beside folder moves, which this catches.
-                self._arrived = self._folders_arrived(scanned, current)
+                self._arrived = self._folders_arrived(scanned, current, before)
             self.stats = current
             self.pins.update(p for p, old in scanned.items() if old is None)
             self._touched.update(scanned)
@@ -371,16 +388,30 @@ class CommandCapture:
                     self.stats[path] = now
                     if old is None:
                         self.pins.add(path)
+            elif now is not None and self._rewritten(path):
+                changed[path] = old  # written in the tick of its last change: the same stat, not the same content
         self._touched.update(changed)
         return changed
 
-    def _folders_arrived(self, scanned: dict[str, FileStat | None], current: dict[str, FileStat]) -> set[str]:
+    def _rewritten(self, path: str) -> bool:
+        """A file the journal names with its stat unchanged: whether its content differs from what was learnt of
+        it (a same-size write in the same timestamp tick keeps the stat; only the journal tells it was written,
+        so this costs a read of what was written). A file never learnt has nothing to compare with."""
+        known = self.known.get(path)
+        if known is None or self._large(path):
+            return False
+        data, mode = self._snapshot(path)
+        return data is not None and (content_hash(data), mode) != known
+
+    def _folders_arrived(
+        self, scanned: dict[str, FileStat | None], current: dict[str, FileStat], stats: dict[str, FileStat]
+    ) -> set[str]:
         """After a full scan: the folders (recorded form plus '/') that hold new files, keep none of the files they
         held (a folder moved in, or over one that was there), and were themselves made or renamed during the command
         (their ctime; a rename sets the moved folder's). A folder that merely became visible (its ignore rule went
-        away) has an old ctime and is not one."""
+        away) has an old ctime and is not one. ``stats``: what the capture saw before this pass."""
         before: set[str] = set()  # folders still holding a file they held (the same file: its inode)
-        for path, info in self.stats.items():  # a full scan was O(workspace) already
+        for path, info in stats.items():  # a full scan was O(workspace) already
             now = current.get(path)
             if now is not None and now.ino == info.ino:
                 parts = path.split("/")
