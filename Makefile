@@ -6,9 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test checks lint bench clean browser
 
+# uv installs the same packages pip would (same resolver answers, checked: the two venvs list the same versions) in
+# 10 s with their bytecode compiled, where pip took 60-70 s of a CI run's 6 minutes.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check 'uv>=0.9,<1'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -50,7 +53,7 @@ lint: checks
 
 # storage.py (issue 10's figures) compares with LangGraph's SqliteSaver: the bench extra brings it.
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev,bench]'
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/storage.py --reports
 

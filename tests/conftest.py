@@ -240,5 +240,12 @@ def pg_url(pg_server):
 
 @pytest.fixture
 def fresh_url(pg_server):
-    """A URL naming a new, empty database."""
+    """A URL naming a new database of its own, holding safepoint's schema and nothing else (copied from a template
+    migrated once: what a store sets up at its first open, done once per server instead of once per test)."""
     return pg_server.create_database(f"t{next(database_names)}")
+
+
+@pytest.fixture
+def empty_url(pg_server):
+    """A URL naming a new, empty database: for the tests of what a store does with one."""
+    return pg_server.create_database(f"t{next(database_names)}", schema=False)

@@ -17,6 +17,8 @@ import time
 
 import psycopg
 
+_TEMPLATE = "safepoint_template"
+
 
 class Unavailable(Exception):
     """This machine cannot run a throwaway server; the message says why."""
@@ -28,14 +30,32 @@ class PgServer:
         self.data = os.path.join(base, "data")
         self.port = port
         self._as_user = as_user
+        self._template = False  # whether the migrated template (``_TEMPLATE``) exists yet
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
 
-    def create_database(self, name: str) -> str:
+    def create_database(self, name: str, *, schema: bool = True) -> str:
+        """A new database: with safepoint's schema already set up (``schema``: copied from a template migrated once
+        per server; migrating every test's database again was most of what opening one cost, 0.13-0.19 s against
+        0.02-0.04 s), or empty (for the tests of setting one up)."""
+        template = ""
+        if schema:
+            if not self._template:
+                self._make_template()
+            template = f' TEMPLATE "{_TEMPLATE}"'
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{template}')
         return self.url(name)
+
+    def _make_template(self) -> None:
+        from safepoint.store.postgres_schema import ensure_schema
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{_TEMPLATE}"')
+        with psycopg.connect(self.url(_TEMPLATE)) as conn:  # one transaction, committed on leaving
+            ensure_schema(conn, "the tests' template", upgrade=True)
+        self._template = True
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):

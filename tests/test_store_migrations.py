@@ -87,71 +87,71 @@ def test_migrations_are_numbered_one_by_one():
     assert LATEST == len(MIGRATIONS) >= 2
 
 
-def test_a_fresh_database_is_set_up_when_opened(fresh_url):
-    store = PostgresStore(fresh_url)
+def test_a_fresh_database_is_set_up_when_opened(empty_url):
+    store = PostgresStore(empty_url)
     try:
         assert store.list_runs() == []
     finally:
         store.close()
-    assert _history(fresh_url) == list(range(1, LATEST + 1))
+    assert _history(empty_url) == list(range(1, LATEST + 1))
 
 
-def test_db_migrate_sets_up_a_fresh_database_then_is_a_no_op(fresh_url):
-    first = _cli("--store", fresh_url, "--json")
+def test_db_migrate_sets_up_a_fresh_database_then_is_a_no_op(empty_url):
+    first = _cli("--store", empty_url, "--json")
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
     assert (report["before"], report["after"], report["migrated"]) == (0, LATEST, True)
     assert len(report["applied"]) == LATEST
-    again = migrate(fresh_url)  # the library form
+    again = migrate(empty_url)  # the library form
     assert (again.before, again.after, again.applied) == (LATEST, LATEST, [])
-    assert _history(fresh_url) == list(range(1, LATEST + 1))
+    assert _history(empty_url) == list(range(1, LATEST + 1))
 
 
-def test_an_older_database_is_refused_until_migrated_and_keeps_its_data(fresh_url):
-    _with_data(fresh_url)
-    _at_version_1(fresh_url)
-    store = PostgresStore(fresh_url)
+def test_an_older_database_is_refused_until_migrated_and_keeps_its_data(empty_url):
+    _with_data(empty_url)
+    _at_version_1(empty_url)
+    store = PostgresStore(empty_url)
     with pytest.raises(StoreError) as refused:
         store.list_runs()
     message = str(refused.value)
     assert "\n" not in message and "schema version 1" in message and "safepoint db migrate" in message
-    assert _history(fresh_url) == [1]  # refusing changed nothing
+    assert _history(empty_url) == [1]  # refusing changed nothing
 
-    done = _cli("--store", fresh_url)
+    done = _cli("--store", empty_url)
     assert done.returncode == 0, done.stderr
     assert f"schema version 1 -> {LATEST}" in done.stdout
-    assert _history(fresh_url) == list(range(1, LATEST + 1))
-    assert _sql(fresh_url, "SELECT 1 FROM pg_indexes WHERE indexname = 'runs_created_at'") == [(1,)]
-    _assert_data_kept(fresh_url)
+    assert _history(empty_url) == list(range(1, LATEST + 1))
+    assert _sql(empty_url, "SELECT 1 FROM pg_indexes WHERE indexname = 'runs_created_at'") == [(1,)]
+    _assert_data_kept(empty_url)
 
 
-def test_a_database_made_before_versioning_is_version_1_and_upgrades_when_allowed(fresh_url):
-    _with_data(fresh_url)
-    _at_version_1(fresh_url, with_version_table=False)
+def test_a_database_made_before_versioning_is_version_1_and_upgrades_when_allowed(empty_url):
+    _with_data(empty_url)
+    _at_version_1(empty_url, with_version_table=False)
     with pytest.raises(StoreError, match=r"schema version 1 .*safepoint db migrate"):
-        PostgresStore(fresh_url).list_runs()
-    store = PostgresStore(fresh_url, migrate=True)  # the library's opt-in: upgrade when opening
+        PostgresStore(empty_url).list_runs()
+    store = PostgresStore(empty_url, migrate=True)  # the library's opt-in: upgrade when opening
     try:
         assert store.list_runs() == ["r"]
     finally:
         store.close()
-    assert _history(fresh_url) == list(range(1, LATEST + 1))
-    _assert_data_kept(fresh_url)
+    assert _history(empty_url) == list(range(1, LATEST + 1))
+    _assert_data_kept(empty_url)
 
 
-def test_a_newer_database_is_refused_by_the_store_and_by_migrate(fresh_url):
-    _with_data(fresh_url)
-    _sql(fresh_url, "INSERT INTO safepoint.schema_migrations (version, description) VALUES (%s, 'from the future')",
+def test_a_newer_database_is_refused_by_the_store_and_by_migrate(empty_url):
+    _with_data(empty_url)
+    _sql(empty_url, "INSERT INTO safepoint.schema_migrations (version, description) VALUES (%s, 'from the future')",
          (LATEST + 1,))  # fmt: skip
     with pytest.raises(StoreError) as refused:
-        PostgresStore(fresh_url, migrate=True).list_runs()
+        PostgresStore(empty_url, migrate=True).list_runs()
     message = str(refused.value)
     assert "\n" not in message and f"schema version {LATEST + 1}" in message and "safepoint db migrate" in message
-    done = _cli("--store", fresh_url)
+    done = _cli("--store", empty_url)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "newer than this safepoint" in done.stderr
     assert "Traceback" not in done.stderr
-    assert _history(fresh_url) == [*range(1, LATEST + 1), LATEST + 1]
+    assert _history(empty_url) == [*range(1, LATEST + 1), LATEST + 1]
 
 
 def test_db_migrate_on_a_file_store_says_there_is_nothing_to_migrate(tmp_path):
@@ -161,24 +161,24 @@ def test_db_migrate_on_a_file_store_says_there_is_nothing_to_migrate(tmp_path):
     assert not (tmp_path / "store").exists()
 
 
-def test_migration_9_drops_the_logs_foreign_key_under_any_name_and_keeps_the_data(fresh_url):
+def test_migration_9_drops_the_logs_foreign_key_under_any_name_and_keeps_the_data(empty_url):
     """From version 8 with a run in it: the log's foreign key goes (under the name migration 1 gave it, or another a
     person gave it), the data is kept, and a run deleted after
     leaves no log behind (``delete_run`` deletes it now, not the foreign key's cascade)."""
-    assert migrate(fresh_url, to=8).after == 8
+    assert migrate(empty_url, to=8).after == 8
     # The store opens only a schema at its own version: let it write this version-8 database as version 9 would.
-    _sql(fresh_url, "INSERT INTO safepoint.schema_migrations (version, description) VALUES (9, 'not yet')")
-    _with_data(fresh_url)
-    _sql(fresh_url, "DELETE FROM safepoint.schema_migrations WHERE version = 9")
-    _sql(fresh_url, "ALTER TABLE safepoint.log RENAME CONSTRAINT log_run_id_fkey TO named_by_hand")
+    _sql(empty_url, "INSERT INTO safepoint.schema_migrations (version, description) VALUES (9, 'not yet')")
+    _with_data(empty_url)
+    _sql(empty_url, "DELETE FROM safepoint.schema_migrations WHERE version = 9")
+    _sql(empty_url, "ALTER TABLE safepoint.log RENAME CONSTRAINT log_run_id_fkey TO named_by_hand")
     keys = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'safepoint.log'::regclass AND contype = 'f'"
-    assert _sql(fresh_url, keys) == [(1,)]
-    assert migrate(fresh_url).applied == [f"9: {MIGRATIONS[8].description}"]
-    assert _sql(fresh_url, keys) == [(0,)]
-    _assert_data_kept(fresh_url)
-    store = PostgresStore(fresh_url)
+    assert _sql(empty_url, keys) == [(1,)]
+    assert migrate(empty_url).applied == [f"9: {MIGRATIONS[8].description}"]
+    assert _sql(empty_url, keys) == [(0,)]
+    _assert_data_kept(empty_url)
+    store = PostgresStore(empty_url)
     try:
         store.delete_run("r", force=True)
     finally:
         store.close()
-    assert _sql(fresh_url, "SELECT count(*) FROM safepoint.log") == [(0,)]
+    assert _sql(empty_url, "SELECT count(*) FROM safepoint.log") == [(0,)]
