@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -16,7 +15,7 @@ from safepoint.durable import atomic_write
 from safepoint.errors import StoreError
 from safepoint.records import LogProblem, LogRead, LogRecord
 from safepoint.store.file_blobs import flock_waiting
-from safepoint.store.framing import check_line, read_records, unframe_all
+from safepoint.store.framing import check_line, chunks_from_end, read_records, unframe_all
 from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, snapshot_seq, unframe_snapshot
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
@@ -107,7 +106,7 @@ def file_log_position(path: str) -> LogPosition:
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            for start, data in _chunks_from_end(handle.fileno(), size):
+            for start, data in chunks_from_end(handle.fileno(), size):
                 end = data.rfind(b"\n") + 1
                 if end == 0 and start > 0:
                     continue
@@ -157,21 +156,10 @@ def _moved(item: bytes | LogProblem, offset: int) -> bytes | LogProblem:
 def _holds_at(fd: int, after: LogPosition) -> bool:
     if after.offset <= 0 or after.offset > os.fstat(fd).st_size:
         return False
-    for start, data in _chunks_from_end(fd, after.offset):
+    for start, data in chunks_from_end(fd, after.offset):
         if not data.endswith(b"\n"):
             return False
         begin = data.rfind(b"\n", 0, len(data) - 1)
         if begin >= 0 or start == 0:
             return line_position(data[begin + 1 : -1], after.offset) == after
     return False
-
-
-def _chunks_from_end(fd: int, size: int) -> Iterator[tuple[int, bytes]]:
-    """Ever longer ends of the file's first ``size`` bytes (4 KB, then 16 KB, ...), up to the whole."""
-    chunk = 4096
-    while True:
-        start = max(0, size - chunk)
-        yield start, os.pread(fd, size - start, start)
-        if start == 0:
-            return
-        chunk *= 4

@@ -10,13 +10,13 @@ its end sends the reader to the log. Reading the log's end costs the same at 50,
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import msgspec
 
 from safepoint.durable import PRIVATE_FILE
 from safepoint.records import Claim, LogRecord
-from safepoint.store.framing import check_line, frame
+from safepoint.store.framing import check_line, chunks_from_end, frame
 
 SUMMARY = "summary.json"
 LOG = "ledger.jsonl"
@@ -113,7 +113,7 @@ def last_intact_seq(fd: int, size: int) -> tuple[int, int]:
     record before it that passes its checksum (0: none does), read from the end, ever further back only while no
     record passes."""
     end = 0
-    for start, data in _chunks_from_end(fd, size):
+    for start, data in chunks_from_end(fd, size):
         if not end:
             cut = data.rfind(b"\n") + 1
             if cut == 0 and start > 0:
@@ -135,21 +135,10 @@ def last_intact_seq(fd: int, size: int) -> tuple[int, int]:
 def _last_line(fd: int, size: int) -> tuple[int, bytes] | None:
     """``(offset, line)`` of the last whole line of the file's first ``size`` bytes, without its newline; None
     when those bytes do not end with a newline."""
-    for start, data in _chunks_from_end(fd, size):
+    for start, data in chunks_from_end(fd, size):
         if not data.endswith(b"\n"):
             return None
         begin = data.rfind(b"\n", 0, len(data) - 1)
         if begin >= 0 or start == 0:
             return start + begin + 1, data[begin + 1 : -1]
     return None
-
-
-def _chunks_from_end(fd: int, size: int) -> Iterator[tuple[int, bytes]]:
-    """Ever longer ends of the file's first ``size`` bytes (4 KB, then 16 KB, ...), up to the whole."""
-    chunk = 4096
-    while True:
-        start = max(0, size - chunk)
-        yield start, os.pread(fd, size - start, start)
-        if start == 0:
-            return
-        chunk *= 4

@@ -7,6 +7,7 @@ A line without its newline is a torn tail; a checksum mismatch is corruption; bo
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 
@@ -100,3 +101,15 @@ def read_descriptor(raw: bytes) -> StoredDescriptor:
     if payload is None:
         return StoredDescriptor(data=raw[9:-1], intact=False, detail="checksum does not match")
     return StoredDescriptor(data=payload, intact=True)
+
+
+def chunks_from_end(fd: int, size: int) -> Iterator[tuple[int, bytes]]:
+    """Ever longer ends of the file's first ``size`` bytes (4 KB, then 16 KB, ...), up to the whole: where a
+    reader finds a log's last lines without reading the log (its summary's stamp, a read-after's position)."""
+    chunk = 4096
+    while True:
+        start = max(0, size - chunk)
+        yield start, os.pread(fd, size - start, start)
+        if start == 0:
+            return
+        chunk *= 4
