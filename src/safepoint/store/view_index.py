@@ -77,7 +77,9 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
 
 def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = None) -> bool:
     """Write the run's snapshot when ``every`` (default ``SNAPSHOT_EVERY``) records came after the last one;
-    whether one was written. Only by the run's owner (``claim``), while nothing else appends (a session's close)."""
+    whether one was written. Only by the run's owner (``claim``), while nothing else appends: at a session's close,
+    or right after a group is durable, under the run's bookkeeping lock (``RunSession._after_commit``); an append
+    that slips in anyway only makes this one skip (the fold no longer ends at the log's end)."""
     every = SNAPSHOT_EVERY if every is None else every
     try:
         return _refresh(store, claim, info, every)
