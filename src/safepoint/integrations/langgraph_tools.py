@@ -234,7 +234,8 @@ class ToolRuns:
         claim = self.store.claim(target_run, self.holder)
         try:
             records = [msgspec.structs.replace(r, gen=claim.generation) for r in log.records]
-            self.store.append(claim, records)
+            with self.store.blobs_shared():  # gc and forget decide between a reference's append, not during it
+                self.store.append(claim, records)
         finally:
             self.store.release(claim)
 

@@ -40,6 +40,7 @@ class FileBlobRefs:
     def note_blob_refs(self, run_id: str, names: Sequence[str]) -> None:
         if not names:
             return
+        self._touch_blobs(names)
         top = os.path.join(self.root, REFS)
         if not os.path.isdir(top):
             # The store's first marks: complete from the start only if no blob is stored but the ones noted now
@@ -51,6 +52,18 @@ class FileBlobRefs:
                 fsync_dir(top)
             fsync_dir(self.root)
         self._mark(run_id, names)
+
+    def _touch_blobs(self, names: Iterable[str]) -> None:
+        """A reference is on its way to each blob: its time of writing moves to now (``blob_clock``), so a gc that
+        read its clock before and the runs' logs before this group frees none of them. The log writer stored them
+        again a moment ago (this costs a utime each), but a record copied from another run's log never passed
+        through ``put_blobs`` (a LangGraph thread's copy): without this, gc freed the copy's blob as the source's
+        old version. Rejected: refusing a reference to a blob not held, which would refuse a copy of a run whose
+        old versions gc freed (they read as freed there too)."""
+        for name in set(names):
+            scheme, _, digest = check_name(name).partition(":")
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                os.utime(os.path.join(self.root, _BLOBS, scheme, digest[:2], digest), follow_symlinks=False)
 
     def _mark(self, run_id: str, names: Iterable[str]) -> None:
         folders: set[str] = set()

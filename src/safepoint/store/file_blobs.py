@@ -20,13 +20,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 
 from safepoint.core.blobs import check_name
 from safepoint.durable import PRIVATE_FILE, fsync_dir, make_private_dirs, write_all
-from safepoint.errors import DiskFullError, StoreError, is_disk_full
+from safepoint.errors import CorruptRecordError, DiskFullError, StoreError, is_disk_full
 from safepoint.store.base import BlobStat
 from safepoint.store.file_blob_refs import FileBlobRefs
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
@@ -100,6 +101,8 @@ class FileBlobs(FileBlobRefs):
                     os.unlink(tmp)
                 raise
             os.close(fd)
+            if os.path.isdir(path) and not os.path.islink(path):  # a folder where the blob goes: set aside first
+                self.quarantine_blob(name)
             os.rename(tmp, path)
             folders.add(folder)
             written += len(data)
@@ -108,11 +111,21 @@ class FileBlobs(FileBlobRefs):
         return written
 
     def get_blob(self, name: str) -> bytes | None:
+        path = self._blob_path(name)
         try:
-            with open(self._blob_path(name), "rb") as handle:
-                return handle.read()
+            # Not through a symlink: a blob's bytes are the store's own file, never one a link points at.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a symlink (ELOOP) or something the store cannot open: damage, said as such
+            raise CorruptRecordError(
+                f"blob {name} is damaged: {path} cannot be read as a file ({exc.strerror})"
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise CorruptRecordError(f"blob {name} is damaged: {path} is not a regular file")
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read()
 
     def blob_clock(self) -> float:
         """The file system's own clock, read from a file touched now (the clock blob times are set by is the
@@ -136,8 +149,9 @@ class FileBlobs(FileBlobRefs):
                 for entry in _entries(folder):
                     if not entry.name.startswith("."):
                         with contextlib.suppress(FileNotFoundError):
-                            stat = entry.stat()
-                            found[f"{scheme}:{entry.name}"] = BlobStat(stat.st_size, stat.st_mtime)
+                            # Its own stat, not a link's target's: gc sizes and ages what it would remove.
+                            found_stat = entry.stat(follow_symlinks=False)
+                            found[f"{scheme}:{entry.name}"] = BlobStat(found_stat.st_size, found_stat.st_mtime)
         return found
 
     def delete_blobs(self, names: Sequence[str]) -> int:
@@ -146,11 +160,14 @@ class FileBlobs(FileBlobRefs):
         for name in names:
             path = self._blob_path(name)
             try:
-                size = os.stat(path).st_size
+                found = os.lstat(path)
+                if stat.S_ISDIR(found.st_mode):  # not a blob the store wrote: set aside, never removed
+                    self.quarantine_blob(name)
+                    continue
                 os.unlink(path)
             except FileNotFoundError:
                 continue
-            freed += size
+            freed += found.st_size
             folders.add(os.path.dirname(path))
         for folder in folders:
             fsync_dir(folder)
@@ -171,11 +188,18 @@ class FileBlobs(FileBlobRefs):
 
     def quarantine_blob(self, name: str) -> bool:
         path = self._blob_path(name)
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             return False
         aside = os.path.join(self._blob_root(), QUARANTINE)
         make_private_dirs(aside)
-        os.rename(path, os.path.join(aside, name.replace(":", "-")))
+        # Each damaged copy kept: a second one of the same content (stored again, damaged again) goes beside the
+        # first, not over it (rename replaces its target).
+        target = os.path.join(aside, name.replace(":", "-"))
+        number = 1
+        while os.path.lexists(target):
+            number += 1
+            target = os.path.join(aside, f"{name.replace(':', '-')}.{number}")
+        os.rename(path, target)
         fsync_dir(aside)
         fsync_dir(os.path.dirname(path))
         return True
@@ -214,9 +238,11 @@ class FileBlobs(FileBlobRefs):
 
 
 def _holds(path: str, data: bytes) -> bool:
-    """Whether the file at ``path`` holds exactly ``data`` (read only when its length matches)."""
+    """Whether the file at ``path`` is a regular file holding exactly ``data`` (read only when its length matches;
+    a symlink or a folder there never holds a blob)."""
     try:
-        if os.stat(path).st_size != len(data):
+        found = os.lstat(path)
+        if not stat.S_ISREG(found.st_mode) or found.st_size != len(data):
             return False
         with open(path, "rb") as handle:
             return handle.read() == data

@@ -32,10 +32,15 @@ class PostgresBlobRefs:
     def note_blob_refs(self, run_id: str, names: Sequence[str]) -> None:
         if not names:
             return
+        wanted = sorted({check_name(name) for name in names})
         with self._tx() as conn:
+            # The blobs' time of writing moves to now, as the file store's does (``FileBlobRefs._touch_blobs``: a
+            # copied record's blob is kept by a gc that read its clock before), in the mark's statement.
             conn.execute(
-                f"INSERT INTO {SCHEMA}.blob_refs (name, run_id) SELECT unnest(%s::text[]), %s ON CONFLICT DO NOTHING",
-                ([check_name(name) for name in names], run_id),
+                f"WITH touched AS (UPDATE {SCHEMA}.blobs SET created_at = now() WHERE name = ANY(%s) "
+                f"AND NOT quarantined) INSERT INTO {SCHEMA}.blob_refs (name, run_id) SELECT unnest(%s::text[]), %s "
+                "ON CONFLICT DO NOTHING",
+                (wanted, wanted, run_id),
             )
 
     def blob_referrers(self, names: Iterable[str]) -> dict[str, frozenset[str]] | None:

@@ -5,7 +5,8 @@ durable, and a blob another run stored first is kept as it is (its bytes replace
 and gc exclude each other with a session advisory lock (shared for a writer from its put to its log append,
 exclusive for gc's removal), held on a connection of its own for the span: a transaction-scoped lock would end
 with the put's transaction, before the append it must cover. A killed holder's session ends and its lock with it.
-A damaged blob ``fsck`` sets aside is flagged ``quarantined`` (kept for a person, never deleted, no longer served).
+A damaged blob ``fsck`` sets aside is flagged ``quarantined`` and renamed aside (kept for a person, never deleted, no
+longer served; its name free for the content stored again).
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ from safepoint.store.postgres_schema import SCHEMA
 
 Connection = psycopg.Connection[tuple[object, ...]]
 _LOCK = "hashtext('safepoint blobs')"
+# A quarantined row is flagged and renamed aside (``<name>@quarantined:<transaction>``), so its name is free for the
+# good bytes when the content is stored again (a run writing that file again), and each damaged copy is kept.
+# Rejected: flagging it under its own name, which kept the content lost after a writer stored it again.
+_ASIDE = (
+    f"UPDATE {SCHEMA}.blobs SET quarantined = true, name = name || '@quarantined:' || txid_current()::text "
+    "WHERE name = %s RETURNING 1"
+)
 
 
 class PostgresBlobs(PostgresBlobRefs):
@@ -44,16 +52,23 @@ class PostgresBlobs(PostgresBlobRefs):
             return 0
         with self._tx() as conn, conn.cursor() as cursor:
             written = 0
-            for name, data in blobs:
+            # In name order, as the marks touch them (``note_blob_refs``): two writers lock shared rows in one order.
+            for name, data in sorted(blobs, key=lambda pair: pair[0]):
                 # Stored again: its time of writing moves to now, as a reference to it is on its way (blob_clock);
                 # a row whose bytes went bad takes the good ones in hand (kept as is when equal: no rewrite).
-                cursor.execute(
+                # A row quarantined under its own name (by a store before quarantine moved rows aside) keeps its
+                # bytes, and is moved aside now so the good ones take the name.
+                insert = (
                     f"INSERT INTO {SCHEMA}.blobs (name, data) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE SET "
-                    "created_at = now(), data = CASE WHEN blobs.data = EXCLUDED.data THEN blobs.data "
-                    "ELSE EXCLUDED.data END RETURNING (xmax = 0)",
-                    (check_name(name), data),
+                    "created_at = now(), data = CASE WHEN blobs.quarantined OR blobs.data = EXCLUDED.data "
+                    "THEN blobs.data ELSE EXCLUDED.data END RETURNING (xmax = 0), quarantined"
                 )
+                cursor.execute(insert, (check_name(name), data))
                 row = cursor.fetchone()
+                if row is not None and row[1]:
+                    cursor.execute(_ASIDE, (name,))
+                    cursor.execute(insert, (name, data))
+                    row = cursor.fetchone()
                 if row is not None and row[0]:  # inserted, not updated
                     written += len(data)
         return written
@@ -93,10 +108,7 @@ class PostgresBlobs(PostgresBlobRefs):
 
     def quarantine_blob(self, name: str) -> bool:
         with self._tx() as conn:
-            row = conn.execute(
-                f"UPDATE {SCHEMA}.blobs SET quarantined = true WHERE name = %s AND NOT quarantined RETURNING 1",
-                (check_name(name),),
-            ).fetchone()
+            row = conn.execute(_ASIDE, (check_name(name),)).fetchone()
         return row is not None
 
     @contextlib.contextmanager

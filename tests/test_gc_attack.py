@@ -1,0 +1,194 @@
+"""Attacks on the storage lifecycle (issue 10 §2, §8): what a user, a crash or a hostile store does beside the
+paths gc, forget and fsck were tested on. A blob fsck quarantined comes back when its content is stored again (on
+PostgreSQL too), and each quarantined copy is kept; a blob file replaced by a folder or a symlink is damage fsck
+reports and sets aside, never a traceback nor a file read through the link; a reference appended without its
+blob in the store is refused, and one appended while gc or forget decides keeps its blob."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import msgspec
+import pytest
+
+import safepoint
+from safepoint.core.blobs import open_stored
+from safepoint.lifecycle import gc
+from safepoint.store.fsck import fsck
+
+KEY = bytes(range(32))
+
+
+def _text(seed: int, lines: int = 2000) -> str:
+    rng = random.Random(seed)
+    return "".join(f"{seed}.{i} {rng.getrandbits(64):x}\n" for i in range(lines))
+
+
+def _run(tm, run_id, versions, path="big.txt"):
+    after = []
+    with tm.start("t", run_id=run_id) as run:
+        for number, content in enumerate(versions):
+            run.step()
+            run.call("write_file", {"path": path, "content": content}, call_id=f"c{number}")
+            after.append(run.checkpoint())
+        run.finish("completed")
+    return after
+
+
+@pytest.fixture(params=["file", "file-sealed", "postgres"])
+def opened(request, tmp_path, workspace):
+    if request.param == "postgres":
+        tm = safepoint.open(request.getfixturevalue("fresh_url"), workspace=str(workspace))
+    else:
+        key = KEY if request.param == "file-sealed" else None
+        tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace), key=key)
+    yield tm
+    tm.close()
+
+
+def _stored(store, run_id):
+    from safepoint.engine.session import load_view
+
+    return {store.blob_name(digest) for digest, blob in load_view(store, run_id).blobs.items() if blob.stored}
+
+
+def _damage(store, name):
+    """Flip a byte of a stored blob, whichever store holds it."""
+    from safepoint.store.sealed import unwrap
+
+    backend = unwrap(store)[0]
+    if hasattr(backend, "_blob_path"):
+        path = backend._blob_path(name)
+        with open(path, "r+b") as handle:
+            data = bytearray(handle.read())
+            data[len(data) // 2] ^= 0x01
+            handle.seek(0)
+            handle.write(bytes(data))
+    else:
+        import psycopg
+
+        with psycopg.connect(backend.url, autocommit=True) as conn:
+            conn.execute("UPDATE safepoint.blobs SET data = overlay(data PLACING 'X' FROM 40) WHERE name = %s", (name,))
+
+
+def test_a_quarantined_blob_comes_back_when_its_content_is_stored_again(opened, workspace):
+    """fsck --repair sets a damaged blob aside; a later run that writes the same content stores it again, and its
+    rollback restores it (before: on PostgreSQL the row stayed flagged, so the new run's version was lost the
+    moment it was written). Each quarantined copy is kept, a second one beside the first (before: the file store
+    renamed the second over the first)."""
+    content = _text(1)
+    (workspace / "big.txt").write_text(content)
+    _run(opened, "a", ["x\n"])
+    [name] = _stored(opened.store, "a")
+    for round_ in range(2):
+        _damage(opened.store, name)
+        found = fsck(opened.store, None, repair=False).problems
+        assert found and {p.file for p in found} == {"blobs"}
+        assert opened.store.quarantine_blob(name)  # what `fsck --repair` does with it
+        (workspace / "big.txt").write_text(content)
+        with opened.start("t", run_id=f"b{round_}") as run:
+            start = run.checkpoint()
+            run.call("write_file", {"path": "big.txt", "content": "y\n"}, call_id="c1")
+            run.finish("completed")
+        assert open_stored(opened.store.get_blob(name) or b"", _digest(content)) == content.encode()
+        assert fsck(opened.store, None, repair=False).clean  # run a's version is whole again too
+        opened.rollback_files(f"b{round_}", start)
+        assert (workspace / "big.txt").read_text() == content
+    assert _quarantined(opened.store) == 2  # both damaged copies kept for a person
+
+
+def _digest(content: str) -> str:
+    from safepoint.core.hashing import content_hash
+
+    return content_hash(content.encode())
+
+
+def _quarantined(store) -> int:
+    from safepoint.store.sealed import unwrap
+
+    backend = unwrap(store)[0]
+    if hasattr(backend, "_blob_path"):
+        return len(os.listdir(os.path.join(backend.root, "blobs", "quarantine")))
+    import psycopg
+
+    with psycopg.connect(backend.url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM safepoint.blobs WHERE quarantined").fetchone()
+    return int(row[0])
+
+
+@pytest.mark.parametrize("shape", ["folder", "symlink"])
+def test_a_blob_file_replaced_by_a_folder_or_a_symlink_is_damage_fsck_sets_aside(shape, tmp_path, workspace):
+    """Before: a folder at a blob's place made fsck, gc and every read fail with a traceback (IsADirectoryError),
+    and a symlink was read (and touched) through, whatever it pointed at."""
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        content = _text(2)
+        (workspace / "big.txt").write_text(content)
+        with tm.start("t", run_id="r") as run:
+            start = run.checkpoint()
+            run.call("write_file", {"path": "big.txt", "content": "x\n"}, call_id="c1")
+            run.finish("completed")
+        [name] = _stored(tm.store, "r")
+        path = tm.store._blob_path(name)
+        os.unlink(path)
+        outside = tmp_path / "elsewhere"
+        if shape == "folder":
+            os.mkdir(path)
+            (tmp_path / "inner").write_text("x")
+            os.rename(tmp_path / "inner", os.path.join(path, "inner"))
+        else:
+            outside.write_text(content)  # even the right content: the store's blob is its own file
+            os.symlink(outside, path)
+        [found] = fsck(tm.store, None, repair=False).problems
+        assert found.file == "blobs" and "damaged" in found.problem
+        done = gc(tm.store, keep=5)
+        assert not done.refused and os.path.lexists(path)  # a kept checkpoint needs it: left for fsck
+        tm.rollback_files("r", start)  # plans around it: says it cannot restore, never a traceback
+        assert (workspace / "big.txt").read_text() == "x\n"
+        [repaired] = fsck(tm.store, None, repair=True).problems
+        assert "quarantined" in repaired.repair and not os.path.lexists(path)
+        (workspace / "big.txt").write_text(content)
+        with tm.start("t", run_id="again") as run:  # the content stored again takes its place, a file
+            again = run.checkpoint()
+            run.call("write_file", {"path": "big.txt", "content": "y\n"}, call_id="c1")
+            run.finish("completed")
+        assert os.path.isfile(path) and not os.path.islink(path)
+        tm.rollback_files("again", again)
+        assert (workspace / "big.txt").read_text() == content
+        if shape == "symlink":
+            assert outside.read_text() == content  # never written through
+    finally:
+        tm.close()
+
+
+def test_a_reference_copied_into_a_run_while_gc_reads_keeps_its_blob(opened, workspace):
+    """A record copied from one run's log into another (a LangGraph thread's copy) references a blob without
+    storing it. Copied while gc reads the runs (after it read the copy's log, before it removes), the blob gc was
+    freeing as the source's old version is kept: the copy's append moves its time of writing past gc's clock.
+    Before, gc removed it and the copy's rollback could not restore the file."""
+    store = opened.store
+    (workspace / "big.txt").write_text(_text(3))
+    after = _run(opened, "src", [_text(4), _text(5), _text(6)])
+    info = msgspec.json.decode(store.run_header("src"))
+    info["run_id"] = "copy"
+    store.create_run("copy", msgspec.json.encode(info))
+    old = _stored(store, "src")
+    copied = []
+    read_copy = store.list_runs().index("copy") + 1  # gc's progress when it has read "copy" (empty)
+
+    def progress(done, total):
+        if done == read_copy and not copied:
+            claim = store.claim("copy", "copier")
+            with store.blobs_shared():
+                store.append(
+                    claim, [msgspec.structs.replace(r, gen=claim.generation) for r in store.read_log("src").records]
+                )
+            store.release(claim)
+            copied.append(True)
+
+    done = gc(store, keep=0, progress=progress)
+    assert copied and done.freed_blobs == 0 and not done.refused
+    assert old <= set(store.list_blobs())  # every blob the copy references is there
+    opened.rollback_files("copy", after[0])
+    assert (workspace / "big.txt").read_text() == _text(4)
