@@ -14,7 +14,7 @@ import pytest
 
 import safepoint
 from safepoint.core.blobs import open_stored
-from safepoint.lifecycle import gc
+from safepoint.lifecycle import gc, label
 from safepoint.store.fsck import fsck
 
 KEY = bytes(range(32))
@@ -192,3 +192,35 @@ def test_a_reference_copied_into_a_run_while_gc_reads_keeps_its_blob(opened, wor
     assert old <= set(store.list_blobs())  # every blob the copy references is there
     opened.rollback_files("copy", after[0])
     assert (workspace / "big.txt").read_text() == _text(4)
+
+
+@pytest.mark.parametrize("keep_again", [0, 5])
+def test_a_run_restored_and_continued_after_gc_keeps_what_its_new_checkpoints_need(keep_again, tmp_path, workspace):
+    """gc frees the chain of patches that led to a finished run's last versions. Restored and resumed, the run
+    goes on from those versions: a new change is kept against a version it can rebuild (stored whole), a version
+    equal to a freed one is rebuilt through what is still there, and a second gc keeps what a labelled new
+    checkpoint needs. Before, the new change was kept as a patch against a version nothing could rebuild any
+    more, and the rollback to the new checkpoint failed half way (LostContentError)."""
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        (workspace / "big.txt").write_text(_text(10))
+        _run(tm, "r", [_text(11), _text(12), _text(13)])
+        assert gc(tm.store, keep=1).freed_blobs
+        last = tm.checkpoints("r")[-1].checkpoint_id
+        tm.restore_session("r", last)
+        with tm.resume("r") as run:
+            run.step()
+            run.call("write_file", {"path": "big.txt", "content": _text(11)}, call_id="d1")  # a freed version
+            back = run.checkpoint()
+            run.step()
+            run.call("write_file", {"path": "big.txt", "content": _text(14)}, call_id="d2")
+            run.checkpoint()
+            run.finish("completed")
+        label(tm.store, "r", back, "the revert")
+        gc(tm.store, keep=keep_again)
+        assert fsck(tm.store, None, repair=False).clean
+        plan = tm.rollback_files("r", back)
+        assert not plan.unrestorable
+        assert (workspace / "big.txt").read_text() == _text(11)
+    finally:
+        tm.close()

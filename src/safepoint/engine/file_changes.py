@@ -69,6 +69,7 @@ class FileChanges:
         patches: list[FilePatchEntry],
         befores: dict[str, list[FileBeforeState]],
         blobs: Iterable[str],
+        pruned: Callable[[], frozenset[str]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -78,8 +79,15 @@ class FileChanges:
         self.patches = patches  # every file patch of the run, in log order (appended to here)
         self.befores = befores  # call id -> the before-states recorded when it started
         # Content this run can reproduce: its blobs, and every patch's after-state (before + patch) when the
-        # before-state was itself reproducible or absent.
-        self._reproducible: set[str] = set(blobs)
+        # before-state was itself reproducible or absent. Worked out at first use (``_reproducible``).
+        self._blobs_at_open = blobs
+        self._reproducible_set: set[str] | None = None
+        # The digests ``safepoint gc`` freed of this run (its control channel: ``core.retention.PrunedRecord``),
+        # read at first use; of those, the ones still gone (``_gone``) are neither a base nor a patch to rebuild
+        # from. Without this, a run continued after gc (restored, then resumed) took a version whose chain gc
+        # freed for reproducible, kept a later change as a patch against it, and could never put it back.
+        self._pruned = pruned
+        self._gone_set: set[str] | None = None
         self._producers: dict[str, list[int]] = {}  # after-hash -> indexes of the patches that produced it
         self._cache: dict[str, bytes] = {}
         self._patches: dict[tuple[str, str], str] = {}  # (before, after) hashes -> stored patch
@@ -87,9 +95,29 @@ class FileChanges:
         self._last_digest: tuple[bytes, str] | None = None  # the last content hashed, and its hash (``_digest``)
         for index, patch in enumerate(patches):
             self._producers.setdefault(patch.after_hash, []).append(index)
-        for patch in patches:
-            if patch.after_hash and patch.patch_ref != NOT_KEPT and self._base_known(patch):
-                self._reproducible.add(patch.after_hash)
+
+    @property
+    def _reproducible(self) -> set[str]:
+        found = self._reproducible_set
+        if found is None:
+            gone = self._gone()
+            found = self._reproducible_set = set(self._blobs_at_open) - gone
+            for patch in self.patches:
+                if patch.after_hash and self._kept(patch) and self._base_known(patch):
+                    found.add(patch.after_hash)
+        return found
+
+    def _gone(self) -> set[str]:
+        """The digests gc freed of this run that the store does not hold again (a later write stores a version
+        again: then it is read as any other)."""
+        if self._gone_set is None:
+            pruned = self._pruned() if self._pruned is not None else frozenset()
+            self._gone_set = {digest for digest in pruned if not self.content.intact(digest)}
+        return self._gone_set
+
+    def _kept(self, patch: FilePatchEntry) -> bool:
+        """The patch itself is there to apply (recorded, and not freed by gc)."""
+        return patch.patch_ref != NOT_KEPT and patch.patch_ref.removeprefix("blob:") not in self._gone()
 
     def state(self, path: str) -> FileState:
         folder = os.path.join(self.workspace.root, os.path.dirname(real_path(path)))
@@ -364,7 +392,7 @@ class FileChanges:
             if cached is not None:
                 base = cached
                 break
-            if digest in self.content:
+            if digest in self.content and digest not in self._gone():
                 base = self.content.get(digest)
                 self._remember(digest, base)  # a batched rollback reads each version twice: stage, then check
                 break
@@ -394,7 +422,7 @@ class FileChanges:
     def _producer(self, digest: str, before_index: int) -> int | None:
         """The oldest patch before ``before_index`` that produced ``digest`` (it depends only on earlier ones)."""
         for index in self._producers.get(digest, ()):
-            if index < before_index and self.patches[index].patch_ref != NOT_KEPT:
+            if index < before_index and self._kept(self.patches[index]):
                 return index
         return None
 

@@ -31,6 +31,7 @@ from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
 from safepoint.core.run_summary import SummaryFold
+from safepoint.core.retention import lifecycle_records
 from safepoint.core.run_view import CheckpointAt, RunView
 from safepoint.core.trace_events import recovery_events
 from safepoint.engine import large_values
@@ -155,6 +156,7 @@ class RunSession:
             list(view.patches),
             {k: list(v) for k, v in view.befores.items()},
             view.blobs,
+            lambda: lifecycle_records(store.read_control(view.info.run_id))[1],  # what gc freed, read if needed
         )
         self.heartbeat = Heartbeat(store, claim)
         self.progress = Progress(view.info.run_id, self.log.redactor, self.log.trace)  # what observers are told
