@@ -30,8 +30,8 @@ from safepoint.core.hashing import idempotency_key
 from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
-from safepoint.core.run_summary import SummaryFold
 from safepoint.core.retention import lifecycle_records
+from safepoint.core.run_summary import SummaryFold
 from safepoint.core.run_view import CheckpointAt, RunView
 from safepoint.core.trace_events import recovery_events
 from safepoint.engine import large_values
