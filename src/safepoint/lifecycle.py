@@ -269,9 +269,12 @@ def _collect(
             if not kept.whole:
                 kept = _rebased(store, view, kept, keep=keep, labels=frozenset(marks), dry_run=dry_run, sizes=sizes)
         whole_versions += len(kept.referenced - stored_references(view))
-        names = {digest: store.blob_name(digest) for digest in kept.referenced - pruned}
-        referenced.update(names.values())
-        needed.update(names[digest] for digest in kept.needed - pruned)
+        names = {digest: store.blob_name(digest) for digest in kept.referenced}
+        referenced.update(names[digest] for digest in kept.referenced - pruned)
+        # What a kept checkpoint needs is kept even when an earlier gc freed it once: a run continued since (restored,
+        # then resumed) stores a freed version again when a new change starts from it (rejected: skipping every
+        # digest freed once, which freed it again under the new checkpoint).
+        needed.update(names[digest] for digest in kept.needed)
         freeing = {names[digest]: digest for digest in kept.prunable - pruned}
         results.append((kept, freeing))
     if progress is not None:

@@ -255,7 +255,8 @@ class FileChanges:
             return FileBefore(rel, ABSENT, None)
         digest = self._digest(data)  # often the content the run's last write left: compared, not hashed again
         if ref is None and digest not in self._reproducible:
-            self.content.put(data, digest)
+            self.content.put(data, digest)  # a version gc freed is stored again: no longer gone
+            self._gone().discard(digest)
             self._reproducible.add(digest)
         return FileBefore(rel, digest, mode, data, ref or f"blob:{digest}")
 

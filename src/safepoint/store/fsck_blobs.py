@@ -64,13 +64,13 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
         except StoreError:
             continue  # the run's own check reports why its log cannot be read
         for digest, seq in references.items():
-            if digest in pruned:
-                continue  # freed by gc: no checkpoint it kept needs it (a rollback past them says so)
             name = store.blob_name(digest)
             checked.add(name)
             where = f"seq {seq}"
             try:
                 stored = store.get_blob(name)
+                if stored is None and digest in pruned:
+                    continue  # freed by gc: no checkpoint it kept needs it (a rollback past them says so)
                 if stored is None:
                     lost[len(problems)] = digest
                     problems.append(
