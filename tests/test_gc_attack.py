@@ -15,7 +15,8 @@ import pytest
 
 import safepoint
 from safepoint.core.blobs import open_stored
-from safepoint.lifecycle import gc, label
+from safepoint.errors import UnknownReferenceError
+from safepoint.lifecycle import gc, label, labels
 from safepoint.store.fsck import fsck
 
 KEY = bytes(range(32))
@@ -253,5 +254,23 @@ def test_a_freed_version_stored_again_by_a_continued_run_is_kept_by_the_next_gc(
         plan = tm.rollback_files("r", back)
         assert not plan.unrestorable
         assert (workspace / "big.txt").read_text() == _text(20)
+    finally:
+        tm.close()
+
+
+def test_a_label_is_one_short_line_of_text(tmp_path, workspace):
+    """Before: a NUL, a carriage return, a terminal escape or a megabyte were taken as a label (only a newline
+    and blank text were refused); each is refused in one line now, and nothing is recorded."""
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        (workspace / "big.txt").write_text(_text(30))
+        [after] = _run(tm, "r", [_text(31)])
+        for name in ("a\x00b", "a\rb", "\x1b[2Jcleared", "a\u2028b", "x" * 201, " ", "a\nb"):
+            with pytest.raises(UnknownReferenceError, match="one line of up to 200 characters") as refused:
+                label(tm.store, "r", after, name)
+            assert len(str(refused.value)) < 300
+        assert labels(tm.store, "r") == {}
+        label(tm.store, "r", after, "before the refactor — ok ✓")
+        assert labels(tm.store, "r") == {after: ["before the refactor — ok ✓"]}
     finally:
         tm.close()
