@@ -274,3 +274,34 @@ def test_a_label_is_one_short_line_of_text(tmp_path, workspace):
         assert labels(tm.store, "r") == {after: ["before the refactor — ok ✓"]}
     finally:
         tm.close()
+
+
+def test_gc_frees_nothing_of_a_run_whose_record_it_could_not_write(tmp_path, workspace, monkeypatch):
+    """gc says on a run's control channel which blobs it frees before it frees them (so fsck and rollback tell
+    "freed" from "lost"). When that record cannot be written (a full disk), that run's blobs stay, and gc says
+    so. Before, the failure was taken for "the run was deleted meanwhile" and the blobs went with no record:
+    fsck then reported them lost."""
+    from safepoint.errors import DiskFullError
+
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        (workspace / "big.txt").write_text(_text(40))
+        _run(tm, "r", [_text(41), _text(42), _text(43)])
+        before = set(tm.store.list_blobs())
+        real = type(tm.store).post_control
+
+        def full(self, run_id, data, **kwargs):
+            if b"gc_pruned" in data:
+                raise DiskFullError(f"no space left on the disk of store {self.url}; free space")
+            return real(self, run_id, data, **kwargs)
+
+        monkeypatch.setattr(type(tm.store), "post_control", full)
+        done = gc(tm.store, keep=0)
+        assert set(tm.store.list_blobs()) == before and done.freed_blobs == 0
+        assert "no space left" in done.refused
+        monkeypatch.undo()
+        assert fsck(tm.store, None, repair=False).clean
+        assert gc(tm.store, keep=0).freed_blobs  # once there is space
+        assert fsck(tm.store, None, repair=False).clean
+    finally:
+        tm.close()

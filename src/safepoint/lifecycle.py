@@ -42,7 +42,7 @@ from safepoint.core.retention import (
 from safepoint.core.rollback import ABSENT, UNKNOWN
 from safepoint.core.run_view import RunView
 from safepoint.engine import failpoints
-from safepoint.errors import RunLockedError, StoreError, UnknownReferenceError
+from safepoint.errors import RunLockedError, RunNotFoundError, StoreError, UnknownReferenceError
 from safepoint.records import FilePatchEntry, LogRecord
 from safepoint.store.base import BlobStat, Store
 from safepoint.store.liveness import owner_alive
@@ -318,9 +318,18 @@ def _collect(
         for run_id, (digests, kept_ids, unreachable) in prune.items():
             # Said before it is done: a crash between leaves a record of blobs still there, never the reverse.
             record = PrunedRecord(digests=digests, kept=kept_ids, at=now(), pruned_checkpoints=unreachable)
-            with contextlib.suppress(StoreError):  # a run deleted meanwhile: nothing left to tell
+            try:
                 store.post_control(run_id, _encoder.encode(record))
+            except RunNotFoundError:  # a run deleted meanwhile: nothing left to tell
+                pass
+            except StoreError as exc:  # a full disk, a lock not let go: unsaid, so nothing is freed
+                # (rejected: going on, as for a deleted run, which freed blobs no record named: fsck said "lost")
+                refused = f"what it frees of run {run_id!r} could not be recorded ({str(exc).splitlines()[0]})"
+                candidates, freed_bytes = set(), 0
+                done = [msgspec.structs.replace(run, pruned_checkpoints=[], freed_blobs=0) for run in done]
+                break
         failpoints.hit("gc_recorded")
+    if not dry_run and candidates:
         with store.blobs_exclusive():
             still = store.list_blobs()  # one stored again since (a reference on its way) shows a later time
             # A run claimed since gc read it (a rollback or restore that checked its checkpoint before gc's record
