@@ -16,7 +16,7 @@ import pytest
 import safepoint
 from safepoint.core.blobs import open_stored
 from safepoint.errors import UnknownReferenceError
-from safepoint.lifecycle import gc, label, labels
+from safepoint.lifecycle import forget, gc, label, labels
 from safepoint.store.fsck import fsck
 
 KEY = bytes(range(32))
@@ -303,5 +303,35 @@ def test_gc_frees_nothing_of_a_run_whose_record_it_could_not_write(tmp_path, wor
         assert fsck(tm.store, None, repair=False).clean
         assert gc(tm.store, keep=0).freed_blobs  # once there is space
         assert fsck(tm.store, None, repair=False).clean
+    finally:
+        tm.close()
+
+
+def test_a_lost_mark_is_found_by_fsck_and_marked_again(tmp_path, workspace):
+    """The marks say which runs reference a blob, so forget reads the forgotten run alone. A mark deleted (by
+    hand, or by a backup that skipped empty files) let forget of another run sharing the blob free it under the
+    run that still needs it, and fsck said nothing. fsck reports it now and --repair marks it again."""
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        shared = _text(50)
+        for run_id in ("a", "b"):
+            (workspace / "big.txt").write_text(shared)
+            with tm.start("t", run_id=run_id) as run:
+                run.checkpoint()
+                run.call("write_file", {"path": "big.txt", "content": f"{run_id}\n"}, call_id="c1")
+                run.finish("completed")
+        [name] = _stored(tm.store, "a") & _stored(tm.store, "b")
+        os.unlink(os.path.join(tm.store._refs_folder(name), "a"))
+        [found] = fsck(tm.store, None, repair=False).problems
+        assert found.run_id == "a" and found.file == "blob_refs" and "forget" in found.problem
+        [repaired] = fsck(tm.store, None, repair=True).problems
+        assert repaired.repair == "marked again"
+        assert fsck(tm.store, None, repair=False).clean
+        forget(tm.store, "b")
+        assert name in tm.store.list_blobs()
+        start = tm.checkpoints("a")[0].checkpoint_id
+        (workspace / "big.txt").write_text("a\n")  # as run a left it
+        tm.rollback_files("a", start)
+        assert (workspace / "big.txt").read_text() == shared
     finally:
         tm.close()

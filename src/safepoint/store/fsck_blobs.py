@@ -92,6 +92,7 @@ def check_blobs(store: Store, runs: list[str], *, repair: bool, whole_store: boo
                 damaged(run_id, name, where, str(exc))
         _say_what_needs(store, run_id, problems, lost)
         lost.clear()
+        problems += _check_marks(store, run_id, references, pruned, repair=repair)
     if whole_store:
         for name in store.list_blobs():
             if name in checked or not name.startswith("sha256:"):
@@ -117,3 +118,37 @@ def _say_what_needs(store: Store, run_id: str, problems: list[FsckProblem], lost
             problem = problems[index]
             said = f"{problem.problem}; it held {', '.join(needs[digest])}"
             problems[index] = msgspec.structs.replace(problem, problem=said)
+
+
+def _check_marks(
+    store: Store, run_id: str, references: dict[str, int], pruned: frozenset[str], *, repair: bool
+) -> list[FsckProblem]:
+    """The store's marks (``store.blob_refs``) name this run for every blob its log references: a mark lost (a
+    file deleted by hand, a backup that skipped empty files) would let ``forget`` of another run sharing the blob
+    free it. ``--repair`` marks them again. Nothing to check while the marks are not complete (forget then reads
+    every run)."""
+    names = {store.blob_name(digest): seq for digest, seq in references.items() if digest not in pruned}
+    if not names:
+        return []
+    marks = store.blob_referrers(names)
+    if marks is None:
+        return []
+    unmarked = sorted(name for name in names if run_id not in marks.get(name, ()))
+    if not unmarked:
+        return []
+    if repair:
+        with store.blobs_shared():
+            store.note_blob_refs(run_id, unmarked)
+    return [
+        FsckProblem(
+            run_id=run_id,
+            file="blob_refs",
+            where=f"seq {min(names[name] for name in unmarked)}",
+            problem=(
+                f"{len(unmarked)} blob(s) the log references are not marked as this run's (first {unmarked[0]}): "
+                "`safepoint forget` of another run sharing them would free them; `safepoint fsck --repair` marks "
+                "them again"
+            ),
+            repair="marked again" if repair else "",
+        )
+    ]
