@@ -335,3 +335,21 @@ def test_a_lost_mark_is_found_by_fsck_and_marked_again(tmp_path, workspace):
         assert (workspace / "big.txt").read_text() == shared
     finally:
         tm.close()
+
+
+def test_dry_run_says_what_the_real_gc_then_does(tmp_path, workspace):
+    """Every figure of `gc --dry-run` is the real gc's: what it frees, per run, and what the store keeps, with the
+    whole versions it would store at the oldest kept checkpoints (before: left out of what is kept, so the dry run
+    promised a smaller store than the real gc left)."""
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        (workspace / "big.txt").write_text(_text(60))
+        _run(tm, "r", [_text(61 + n) for n in range(5)])
+        (workspace / "big.txt").write_text(_text(70))
+        _run(tm, "s", [_text(71)])
+        dry = gc(tm.store, keep=2, dry_run=True)
+        done = gc(tm.store, keep=2)
+        assert done.whole_versions and done.freed_blobs
+        assert msgspec.structs.replace(dry, dry_run=False) == done
+    finally:
+        tm.close()

@@ -250,6 +250,7 @@ def _collect(
     referenced: set[str] = set()
     whole_versions = 0
     results: list[tuple[Retention, dict[str, str]]] = []  # each run's retention, and its prunable blobs by name
+    planned: dict[str, int] = {}  # whole versions a dry run would store (name -> stored size): counted as kept
     refused = ""
     referrers: dict[str, set[str]] | None = None if store.blob_referrers(()) is not None else {}  # to complete
     for number, run_id in enumerate(runs):
@@ -275,7 +276,9 @@ def _collect(
             whole = live or bool(view.problems)
             kept = retention(view, keep=keep, labels=frozenset(marks), live=whole)
             if not kept.whole:
-                kept = _rebased(store, view, kept, keep=keep, labels=frozenset(marks), dry_run=dry_run, sizes=sizes)
+                kept = _rebased(
+                    store, view, kept, keep=keep, labels=frozenset(marks), dry_run=dry_run, sizes=sizes, planned=planned
+                )
         whole_versions += len(kept.referenced - stored_references(view))
         names = {digest: store.blob_name(digest) for digest in kept.referenced}
         referenced.update(names[digest] for digest in kept.referenced - pruned)
@@ -290,6 +293,8 @@ def _collect(
     if referrers is not None and not refused and not dry_run:  # every run read whole: forget reads one from now
         store.complete_blob_refs(referrers)
     stored = store.list_blobs()
+    for name, size in planned.items():  # what the real gc would have stored by now (written after the clock)
+        stored.setdefault(name, BlobStat(size, clock))
     candidates = {name for name, stat in stored.items() if name not in needed and stat.written < clock}
     if only is not None:
         candidates &= only
@@ -380,6 +385,7 @@ def _rebased(
     labels: frozenset[str],
     dry_run: bool,
     sizes: dict[str, BlobStat],
+    planned: dict[str, int],
 ) -> Retention:
     """The run's retention once the versions at its oldest kept checkpoint are stored whole (``core.retention.
     rebase_targets``): then the patches and versions before it are freed. The whole versions are blobs, put
@@ -407,6 +413,7 @@ def _rebased(
     ):
         return kept  # the whole versions would take as much as they free (small edits of one big file)
     if dry_run:
+        planned.update((store.blob_name(digest), len(stored)) for digest, (_, stored) in forms.items())
         return rebased
     from safepoint.engine.session import holder_id
 
