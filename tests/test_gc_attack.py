@@ -353,3 +353,37 @@ def test_dry_run_says_what_the_real_gc_then_does(tmp_path, workspace):
         assert msgspec.structs.replace(dry, dry_run=False) == done
     finally:
         tm.close()
+
+
+def test_a_command_in_a_run_continued_after_gc_can_be_rolled_back(tmp_path, workspace):
+    """gc freed how a file the run wrote early came to be (no kept checkpoint changes it since). The run is
+    restored and resumed, and a command appends to that file: its before-state is kept, and a rollback puts it
+    back. Before, the capture took the file for one the run could rebuild, recorded nothing of it, and the
+    rollback said its content before the command "was not captured" (or failed half way, before the fix that
+    stores such a version whole)."""
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        (workspace / "early.txt").write_text(_text(80))
+        (workspace / "late.txt").write_text(_text(81))
+        _run(tm, "r", [_text(82), _text(83)], path="early.txt")
+        tm.restore_session("r", tm.checkpoints("r")[-1].checkpoint_id)
+        with tm.resume("r") as run:
+            for number in range(2):
+                run.step()
+                run.call("write_file", {"path": "late.txt", "content": _text(84 + number)}, call_id=f"l{number}")
+                run.checkpoint()
+            run.finish("completed")
+        assert gc(tm.store, keep=1).freed_blobs
+        tm.restore_session("r", tm.checkpoints("r")[-1].checkpoint_id)
+        with tm.resume("r") as run:
+            run.step()
+            before = run.checkpoint()
+            run.call("run_command", {"command": "printf 'appended\\n' >> early.txt"}, call_id="cmd")
+            run.checkpoint()
+            run.finish("completed")
+        assert (workspace / "early.txt").read_text() == _text(83) + "appended\n"
+        plan = tm.rollback_files("r", before)
+        assert not plan.unrestorable
+        assert (workspace / "early.txt").read_text() == _text(83)
+    finally:
+        tm.close()

@@ -1,7 +1,7 @@
 """The property of gc (issue 10 §8): gc at random moments of random runs (file writes, commands, user edits,
-rollbacks, conflicts, unfinished runs resumed later) changes nothing a kept checkpoint, a resume or a rollback
-gives: the same operations on a store that never saw gc leave the same files, the same conflicts and the same
-checkpoints."""
+rollbacks, conflicts, unfinished runs resumed later, runs restored to a kept checkpoint and continued, labels)
+changes nothing a kept checkpoint, a resume or a rollback gives: the same operations on a store that never saw gc
+leave the same files, the same conflicts and the same checkpoints."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 
 import safepoint
 from safepoint.core.hashing import input_hash
-from safepoint.core.retention import lifecycle_records, retention
+from safepoint.core.retention import lifecycle_state, retention
 from safepoint.engine import large_values
 from safepoint.engine.session import load_view
-from safepoint.lifecycle import gc
+from safepoint.lifecycle import gc, label
 from safepoint.store.fsck import fsck
 
 FILES = ("a.txt", "b.txt")
 OPS = st.tuples(st.sampled_from(["write", "command", "note"]), st.integers(0, 1), st.integers(0, 4))
-MOMENTS = st.sampled_from(["nothing", "gc", "user_edit", "rollback"])
+MOMENTS = st.sampled_from(["nothing", "gc", "user_edit", "rollback", "restore", "label"])
 
 
 def _text(seed: int) -> str:
@@ -67,8 +67,9 @@ class World:
 
     def kept(self, run_id: str, keep: int) -> list[str]:
         view = load_view(self.tm.store, run_id)
-        marks, _ = lifecycle_records(self.tm.store.read_control(run_id))
-        return [c for c in retention(view, keep=keep, labels=frozenset(marks)).kept_checkpoints]
+        marks, _, unreachable = lifecycle_state(self.tm.store.read_control(run_id))
+        kept = retention(view, keep=keep, labels=frozenset(marks)).kept_checkpoints
+        return [c for c in kept if c not in unreachable]  # an earlier gc's, before the run went on
 
     def inputs(self, run_id: str) -> dict[str, object]:
         """Every call's input as explain and a re-run read it back (large values from their blobs)."""
@@ -115,7 +116,7 @@ def test_gc_at_random_moments_changes_nothing_a_kept_checkpoint_resume_or_rollba
     pick = iter(picks * 4)
     freed = 0
 
-    def between(run_id: str) -> None:
+    def between(run_id: str, finished: bool) -> None:
         nonlocal freed
         what = next(moment)
         if what == "gc":
@@ -134,6 +135,17 @@ def test_gc_at_random_moments_changes_nothing_a_kept_checkpoint_resume_or_rollba
             assert [sorted(c.path for c in plan.conflicts) for plan in plans] == [
                 sorted(c.path for c in plans[1].conflicts)
             ] * 2
+        elif what in ("restore", "label"):  # a kept checkpoint: restored and the run goes on, or labelled
+            kept = worlds[0].kept(run_id, keep)
+            same = _same(worlds, run_id, kept[next(pick) % len(kept)])
+            with_files = next(pick) % 2 == 0
+            ops = [("write", next(pick) % 2, next(pick) % 5)]
+            for world, checkpoint_id in zip(worlds, same, strict=True):
+                if what == "label":
+                    label(world.tm.store, run_id, checkpoint_id, "kept")
+                else:
+                    world.tm.restore_session(run_id, checkpoint_id, with_files=with_files)
+                    world.session(run_id, False, ops, finished)
         assert worlds[0].files() == worlds[1].files()
 
     for number, sessions in enumerate(runs):
@@ -144,7 +156,7 @@ def test_gc_at_random_moments_changes_nothing_a_kept_checkpoint_resume_or_rollba
             for world in worlds:
                 world.session(run_id, index == 0, ops, finish)
             assert worlds[0].files() == worlds[1].files()
-            between(run_id)
+            between(run_id, finish)
     freed += gc(worlds[0].tm.store, keep=keep).freed_blobs
     assert fsck(worlds[0].tm.store, None, repair=False).clean
     if leave_last_unfinished:  # an unfinished run is resumed after gc, and goes on

@@ -181,7 +181,7 @@ class CommandCapture:
             if path in self.stats and after:
                 data, mode = self._snapshot(path)
                 if data is not None and content_hash(data) == after:
-                    self.known[path] = (after, mode)
+                    self.known[path] = files.kept_known(path, after, mode, data)
         records.add(
             WorkspaceState(
                 at=timestamp(),
@@ -248,7 +248,7 @@ class CommandCapture:
                     saved.known[path] = known
         for path, (digest, mode) in saved.known.items():
             if path not in self.known and self.stats.get(path) == saved.stats.get(path):
-                self.known[path] = (digest, mode)
+                self.known[path] = (digest, mode) if self._large(path) else self.files.kept_known(path, digest, mode)
         changed = [p for p in saved.stats.keys() | self.stats.keys() if saved.stats.get(p) != self.stats.get(p)]
         if journal is None:
             for path in changed:

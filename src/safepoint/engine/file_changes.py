@@ -260,6 +260,21 @@ class FileChanges:
             self._reproducible.add(digest)
         return FileBefore(rel, digest, mode, data, ref or f"blob:{digest}")
 
+    def kept_known(self, path: str, digest: str, mode: int | None, data: bytes | None = None) -> tuple[str, int | None]:
+        """``(digest, mode)`` of a file the capture knows by hash (the run wrote it, or an earlier session saw
+        it), with its content stored now when the run can no longer reproduce it (gc freed its chain): a command
+        that changes it next has its before-state (rejected: leaving it, which recorded the change's before-state
+        as never captured, so rollback could not put it back). A large file kept by hash only stays so."""
+        if self.can_reproduce(digest) or any(
+            self.patches[i].patch_ref == NOT_KEPT for i in self._producers.get(digest, ())
+        ):
+            return digest, mode
+        if data is None:
+            data = self.workspace.snapshot(path)[0]
+        if data is not None and self._digest(data) == digest:
+            self.describe(path, data, mode)
+        return digest, mode
+
     def after(self, call_id: str, befores: Iterable[FileBefore]) -> list[FilePatchEntry]:
         recorded = []
         for before in befores:
