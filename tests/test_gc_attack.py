@@ -387,3 +387,26 @@ def test_a_command_in_a_run_continued_after_gc_can_be_rolled_back(tmp_path, work
         assert (workspace / "early.txt").read_text() == _text(83)
     finally:
         tm.close()
+
+
+def test_forget_while_a_writer_holds_the_blobs_lock_deletes_the_run_and_leaves_its_blobs_to_gc(
+    tmp_path, workspace, monkeypatch
+):
+    """A writer between its blob write and its log append (stopped there) holds the blobs' lock; forget cannot
+    free blobs meanwhile. It deletes the run and says its blobs are left to gc, which frees them once the writer
+    goes on (before: the run was deleted, then forget failed with gc's message, as if it had done nothing)."""
+    import safepoint.store.file_blobs as file_blobs
+
+    monkeypatch.setattr(file_blobs, "CLAIM_LOCK_TIMEOUT", 0.2)
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        (workspace / "big.txt").write_text(_text(90))
+        _run(tm, "r", [_text(91)])
+        own = _stored(tm.store, "r")
+        with tm.store.blobs_shared():  # the stopped writer
+            done = forget(tm.store, "r")
+        assert done.freed_blobs == 0 and "gc" in done.left
+        assert tm.store.list_runs() == [] and own <= set(tm.store.list_blobs())
+        assert gc(tm.store, keep=3).orphan_blobs == len(own) and not own & set(tm.store.list_blobs())
+    finally:
+        tm.close()

@@ -115,5 +115,7 @@ def register(app: typer.Typer, out: Out) -> None:
         emit(done, as_json)
         if not as_json:
             sys.stdout.write(
-                f"run {visible(run_id)}: forgotten; freed {done.freed_blobs} blobs ({_size(done.freed_bytes)})\n"
+                f"run {visible(run_id)}: forgotten; freed {done.freed_blobs} blobs ({_size(done.freed_bytes)})"
+                + (f"; {visible(done.left)}" if done.left else "")
+                + "\n"
             )
