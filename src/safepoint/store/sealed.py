@@ -405,7 +405,10 @@ class SealedStore(Store):
         for name, data in blobs:
             # Stored already and whole: handed down as the bytes stored, so the backend keeps them as they are (a
             # new seal differs by its random nonce, and would be taken for a damaged copy and written again).
-            stored = self.inner.get_blob(name)
+            try:
+                stored = self.inner.get_blob(name)
+            except CorruptRecordError:  # not a file the store wrote (a folder, a symlink): written over
+                stored = None
             if stored is not None and open_blob_bytes(cipher, name, stored) == data:
                 sealed.append((name, stored))
             else:
