@@ -230,34 +230,31 @@ def test_a_run_restored_and_continued_after_gc_keeps_what_its_new_checkpoints_ne
         tm.close()
 
 
-def test_a_freed_version_stored_again_by_a_continued_run_is_kept_by_the_next_gc(tmp_path, workspace):
+def test_a_freed_version_stored_again_by_a_continued_run_is_kept_by_the_next_gc(opened, workspace):
     """The run's first version of a file is freed by gc; restored and resumed, the user puts that content back
     and the agent changes it: the version is stored again as the change's before-state, and the next gc keeps it
     for the new checkpoint (before: gc skipped every digest it had freed once, so it freed it again)."""
-    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
-    try:
-        (workspace / "big.txt").write_text(_text(20))
-        _run(tm, "r", [_text(21), _text(22)])
-        assert gc(tm.store, keep=1).freed_blobs
-        tm.restore_session("r", tm.checkpoints("r")[-1].checkpoint_id)
-        (workspace / "big.txt").write_text(_text(20))  # the user's edit: the run's first version again
-        with tm.resume("r") as run:
-            run.step()
-            back = run.checkpoint()
-            run.call("write_file", {"path": "big.txt", "content": _text(23)}, call_id="d1")
-            run.checkpoint()
-            run.finish("completed")
-        label(tm.store, "r", back, "before d1")
-        touched = tm.store.blob_clock()
-        while tm.store.blob_clock() <= touched:  # the next gc reads a later tick than the store-again's
-            time.sleep(0.002)
-        gc(tm.store, keep=0)
-        assert fsck(tm.store, None, repair=False).clean
-        plan = tm.rollback_files("r", back)
-        assert not plan.unrestorable
-        assert (workspace / "big.txt").read_text() == _text(20)
-    finally:
-        tm.close()
+    tm = opened
+    (workspace / "big.txt").write_text(_text(20))
+    _run(tm, "r", [_text(21), _text(22)])
+    assert gc(tm.store, keep=1).freed_blobs
+    tm.restore_session("r", tm.checkpoints("r")[-1].checkpoint_id)
+    (workspace / "big.txt").write_text(_text(20))  # the user's edit: the run's first version again
+    with tm.resume("r") as run:
+        run.step()
+        back = run.checkpoint()
+        run.call("write_file", {"path": "big.txt", "content": _text(23)}, call_id="d1")
+        run.checkpoint()
+        run.finish("completed")
+    label(tm.store, "r", back, "before d1")
+    touched = tm.store.blob_clock()
+    while tm.store.blob_clock() <= touched:  # the next gc reads a later tick than the store-again's
+        time.sleep(0.002)
+    gc(tm.store, keep=0)
+    assert fsck(tm.store, None, repair=False).clean
+    plan = tm.rollback_files("r", back)
+    assert not plan.unrestorable
+    assert (workspace / "big.txt").read_text() == _text(20)
 
 
 def test_a_label_is_one_short_line_of_text(tmp_path, workspace):
