@@ -275,14 +275,24 @@ def _collect(
                 if blob.stored:
                     referrers.setdefault(store.blob_name(digest), set()).add(run_id)
         live = owner is not None and not owner.released and owner_alive(owner)
+        # What an earlier gc freed and the store does not hold again: the reader walks past it (so do the rules).
+        freed_before = frozenset(digest for digest in pruned if store.blob_name(digest) not in sizes)
         if keep is None:  # every blob it references is kept
             kept = retention(view, keep=0, live=True)
         else:
             whole = live or bool(view.problems)
-            kept = retention(view, keep=keep, labels=frozenset(marks), live=whole)
+            kept = retention(view, keep=keep, labels=frozenset(marks), live=whole, gone=freed_before)
             if not kept.whole:
                 kept = _rebased(
-                    store, view, kept, keep=keep, labels=frozenset(marks), dry_run=dry_run, sizes=sizes, planned=planned
+                    store,
+                    view,
+                    kept,
+                    keep=keep,
+                    labels=frozenset(marks),
+                    dry_run=dry_run,
+                    sizes=sizes,
+                    planned=planned,
+                    gone=freed_before,
                 )
         whole_versions += len(kept.referenced - stored_references(view))
         names = {digest: store.blob_name(digest) for digest in kept.referenced}
@@ -391,6 +401,7 @@ def _rebased(
     dry_run: bool,
     sizes: dict[str, BlobStat],
     planned: dict[str, int],
+    gone: frozenset[str],
 ) -> Retention:
     """The run's retention once the versions at its oldest kept checkpoint are stored whole (``core.retention.
     rebase_targets``): then the patches and versions before it are freed. The whole versions are blobs, put
@@ -399,13 +410,13 @@ def _rebased(
     Without them, or when the run cannot be claimed or a version rebuilt,
     ``kept`` stands: it frees less, never what a kept checkpoint reads."""
     chains = {}
-    for index, digest in rebase_targets(view, keep=keep, labels=labels):
-        chain = rebuild_chain(view, digest, index)
+    for index, digest in rebase_targets(view, keep=keep, labels=labels, gone=gone):
+        chain = rebuild_chain(view, digest, index, gone)
         if chain is not None:
             chains[digest] = chain
     if not chains:
         return kept
-    rebased = retention(view, keep=keep, labels=labels, rebased=frozenset(chains))
+    rebased = retention(view, keep=keep, labels=labels, rebased=frozenset(chains), gone=gone)
     freed = rebased.prunable - kept.prunable
     if not freed:
         return kept

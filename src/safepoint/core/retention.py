@@ -67,9 +67,12 @@ def retention(
     labels: frozenset[str] = frozenset(),
     live: bool = False,
     rebased: frozenset[str] = frozenset(),
+    gone: frozenset[str] = frozenset(),
 ) -> Retention:
     """What ``view``'s run keeps under the policy above. ``labels``: the checkpoint ids people labelled; ``live``:
-    another process owns the run right now; ``rebased``: versions gc stores whole for it (``rebase_targets``)."""
+    another process owns the run right now; ``rebased``: versions gc stores whole for it (``rebase_targets``);
+    ``gone``: blobs an earlier gc freed that the store does not hold again, which the reader walks past as it
+    does (``engine.file_changes``: neither a base nor a patch to rebuild from)."""
     referenced = stored_references(view) | rebased
     ids = tuple(at.checkpoint.checkpoint_id for at in view.checkpoints)
     if live or view.status not in FINISHED:
@@ -79,7 +82,7 @@ def retention(
     since = min((at.checkpoint.patches_len for at in kept), default=len(view.patches))
     needed = set(_named_elsewhere(view, since)) & referenced
     if kept:
-        needed |= _for_rollback(view, since, referenced, frozenset(view.blobs) | rebased)
+        needed |= _for_rollback(view, since, referenced, (frozenset(view.blobs) - gone) | rebased, gone - rebased)
     kept_ids = {at.checkpoint.checkpoint_id for at in kept}
     return Retention(
         view.info.run_id,
@@ -91,7 +94,9 @@ def retention(
     )
 
 
-def rebase_targets(view: RunView, *, keep: int, labels: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+def rebase_targets(
+    view: RunView, *, keep: int, labels: frozenset[str] = frozenset(), gone: frozenset[str] = frozenset()
+) -> list[tuple[int, str]]:
     """The versions to store whole so the oldest kept checkpoint's files need nothing older: a run keeps a file's
     later versions as patches against the earlier ones, and without a whole version at the boundary a rollback
     there rebuilds it from the run's first version, every patch in between, so nothing could be freed. Each as
@@ -110,12 +115,15 @@ def rebase_targets(view: RunView, *, keep: int, labels: frozenset[str] = frozens
         if patch.path in seen:
             continue
         seen.add(patch.path)
-        if patch.before_hash not in view.blobs and patch.before_hash not in (ABSENT, UNKNOWN):
+        stored = patch.before_hash in view.blobs and patch.before_hash not in gone
+        if not stored and patch.before_hash not in (ABSENT, UNKNOWN):
             targets.append((index, patch.before_hash))
     return targets
 
 
-def rebuild_chain(view: RunView, digest: str, before: int) -> list[FilePatchEntry] | None:
+def rebuild_chain(
+    view: RunView, digest: str, before: int, gone: frozenset[str] = frozenset()
+) -> list[FilePatchEntry] | None:
     """How the reader rebuilds version ``digest`` from the patches before index ``before``: the patches to apply,
     oldest last, ending at a version the log holds a blob of (the first's ``before_hash``) or at nothing (an
     absent before-state). None when the chain ends elsewhere (in git, or not recorded)."""
@@ -123,8 +131,8 @@ def rebuild_chain(view: RunView, digest: str, before: int) -> list[FilePatchEntr
     for position, entry in enumerate(view.patches):
         producers.setdefault(entry.after_hash, []).append(position)
     chain: list[FilePatchEntry] = []
-    while digest not in view.blobs:
-        index = next((i for i in producers.get(digest, ()) if i < before and _ref(view.patches[i].patch_ref)), None)
+    while digest not in view.blobs or digest in gone:
+        index = next((i for i in producers.get(digest, ()) if i < before and _usable(view.patches[i], gone)), None)
         if index is None:
             return None
         patch = view.patches[index]
@@ -190,7 +198,9 @@ def _named_elsewhere(view: RunView, since: int) -> set[str]:
     return found
 
 
-def _for_rollback(view: RunView, since: int, stored: frozenset[str], present: frozenset[str]) -> set[str]:
+def _for_rollback(
+    view: RunView, since: int, stored: frozenset[str], present: frozenset[str], gone: frozenset[str]
+) -> set[str]:
     """What rolling back to a checkpoint at patch ``since`` or later reads: every version of the files changed
     from there on (before and after each patch, rebuilt as the reader does), their patches, and the before-states
     the calls of those patches recorded."""
@@ -203,8 +213,8 @@ def _for_rollback(view: RunView, since: int, stored: frozenset[str], present: fr
     for index in range(since, len(patches)):
         patch = patches[index]
         calls.add(patch.tool_call_id)
-        needed |= _walk(patch.before_hash, index, patches, producers, present)
-        needed |= _walk(patch.after_hash, index + 1, patches, producers, present)
+        needed |= _walk(patch.before_hash, index, patches, producers, present, gone)
+        needed |= _walk(patch.after_hash, index + 1, patches, producers, present, gone)
         needed.update((_ref(patch.patch_ref), _ref(patch.before_ref)))
     for call_id in calls:
         needed.update(_ref(state.before_ref) for state in view.befores.get(call_id, ()))
@@ -212,7 +222,12 @@ def _for_rollback(view: RunView, since: int, stored: frozenset[str], present: fr
 
 
 def _walk(
-    digest: str, before: int, patches: list[FilePatchEntry], producers: dict[str, list[int]], present: frozenset[str]
+    digest: str,
+    before: int,
+    patches: list[FilePatchEntry],
+    producers: dict[str, list[int]],
+    present: frozenset[str],
+    gone: frozenset[str],
 ) -> set[str]:
     """The blobs the reader uses to rebuild ``digest`` from the patches before index ``before``: it stops at the
     first version the run's log holds a blob for (whether that blob is still stored or not), else goes to the
@@ -224,13 +239,19 @@ def _walk(
         if digest in present:
             needed.add(digest)
             return needed
-        index = next((i for i in producers.get(digest, ()) if i < before and _ref(patches[i].patch_ref)), None)
+        index = next((i for i in producers.get(digest, ()) if i < before and _usable(patches[i], gone)), None)
         if index is None:
             return needed
         patch = patches[index]
         needed.add(_ref(patch.patch_ref))
         digest, before = patch.before_hash, index
     return needed
+
+
+def _usable(patch: FilePatchEntry, gone: frozenset[str]) -> bool:
+    """A patch the reader applies: kept as a blob, and not one gc freed that is still gone."""
+    ref = _ref(patch.patch_ref)
+    return bool(ref) and ref not in gone
 
 
 def _ref(ref: str | None) -> str:
