@@ -410,3 +410,24 @@ def test_forget_while_a_writer_holds_the_blobs_lock_deletes_the_run_and_leaves_i
         assert gc(tm.store, keep=3).orphan_blobs == len(own) and not own & set(tm.store.list_blobs())
     finally:
         tm.close()
+
+
+def test_a_run_forgotten_while_gc_reads_does_not_stop_gc(tmp_path, workspace):
+    """Only a record gc could not write stops it (above): a run forgotten after gc read it has nothing left to
+    tell, and gc frees the others' blobs as before."""
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        for run_id, seed in (("a", 100), ("b", 110)):
+            (workspace / "big.txt").write_text(_text(seed))
+            _run(tm, run_id, [_text(seed + 1), _text(seed + 2), _text(seed + 3)])
+        forgotten = []
+
+        def progress(done, total):
+            if done == total and not forgotten:  # every run read: one goes before gc records and frees
+                forgotten.append(forget(tm.store, "a"))
+
+        done = gc(tm.store, keep=0, progress=progress)
+        assert forgotten and not done.refused and done.freed_blobs
+        assert tm.store.list_runs() == ["b"] and fsck(tm.store, None, repair=False).clean
+    finally:
+        tm.close()
