@@ -431,3 +431,67 @@ def test_a_run_forgotten_while_gc_reads_does_not_stop_gc(tmp_path, workspace):
         assert tm.store.list_runs() == ["b"] and fsck(tm.store, None, repair=False).clean
     finally:
         tm.close()
+
+
+def test_gc_and_forget_while_another_process_is_between_its_blob_and_its_log_group(tmp_path, workspace, monkeypatch):
+    """A real agent process stopped between storing a blob (the before-state run b stored first) and the log group
+    that references it, holding the blobs' lock: forget of b deletes b and leaves the blob (said), gc waits and
+    gives up in one line; nothing that process is about to reference is removed. Killed there and resumed, its run
+    completes and rolls back exactly, and gc then removes nothing any log references."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    import safepoint.store.file_blobs as file_blobs
+    from safepoint.errors import StoreError
+
+    from .conftest import cli_env, wait_for
+
+    monkeypatch.setattr(file_blobs, "CLAIM_LOCK_TIMEOUT", 0.3)
+    store = str(tmp_path / "store")
+    original = _text(120)
+    (workspace / "big.txt").write_text(original)
+    tm = safepoint.open(store, workspace=str(workspace))
+    try:
+        _run(tm, "b", [_text(121)])
+        shared = _stored(tm.store, "b")
+        (workspace / "big.txt").write_text(original)
+        script = tmp_path / "s.json"
+        turns = [{"tool_calls": [{"tool": "write_file", "args": {"path": "big.txt", "content": "new\n"}}]}]
+        script.write_text(json.dumps({"task": "t", "turns": [*turns, {"text": "done"}]}))
+        marker = tmp_path / "paused"
+        env = dict(cli_env(), SAFEPOINT_FAILPOINT="blob_written", SAFEPOINT_FAILPOINT_ACTION=f"pause:{marker}")
+        common = ["--workspace", str(workspace), "--store", store]
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "safepoint", "run", str(script), "--run-id", "a", *common],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for(marker.exists, "the writer to stop between its blob and its log group")
+            done = forget(tm.store, "b")
+            assert "left to `safepoint gc`" in done.left and tm.store.list_runs() == ["a"]
+            with pytest.raises(StoreError, match="holds the blobs' lock"):
+                gc(tm.store, keep=0)
+            assert shared <= set(tm.store.list_blobs())
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+        resumed = subprocess.run(
+            [sys.executable, "-m", "safepoint", "resume", "a", *common],
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert (workspace / "big.txt").read_text() == "new\n"
+        gc(tm.store, keep=5)
+        assert fsck(tm.store, None, repair=False).clean
+        tm.rollback_files("a", tm.checkpoints("a")[0].checkpoint_id)
+        assert (workspace / "big.txt").read_text() == original
+    finally:
+        tm.close()
