@@ -65,7 +65,8 @@ def test_a_run_that_never_closed_opens_from_its_writers_snapshot(sealed, tmp_pat
             if n % 5 == 0:
                 run.step()
             run.call("noop", {"n": n}, call_id=f"c{n}")
-        # not closed: as a SIGKILL leaves it
+        # not closed: as a SIGKILL leaves it (once the background writer is done with what it was handed)
+        assert run.session._snapshots.wait_idle(60)
         end = store.log_position("r").seq
         covered = store.view_snapshot_seq("r")
         assert covered is not None and end - covered < view_index.due_after(covered) - covered + 10
@@ -99,15 +100,25 @@ def noop(ctx, n: int = 0) -> str:
     return "ok"
 tm = safepoint.open(sys.argv[1], workspace=sys.argv[2])
 backend = type(unwrap(tm.store)[0])
-real = backend._put_view_snapshot_txn
 writes = []
-def put(self, handle, run_id, data, seq):
-    real(self, handle, run_id, data, seq)  # PostgreSQL: written, its transaction not committed; file: renamed
+def killed_third(seq):
     writes.append(seq)
     if len(writes) == 3:
         print(writes[:2], flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
-backend._put_view_snapshot_txn = put
+if hasattr(backend, "_place_view_snapshot_txn"):  # the file store: staged and fsync'd, renamed under the lock
+    real_place = backend._place_view_snapshot_txn
+    def place(self, staged, path):
+        real_place(self, staged, path)  # renamed, its folder not fsync'd
+        with open(path, "rb") as handle:
+            killed_third(int(handle.readline().split()[3]))
+    backend._place_view_snapshot_txn = place
+else:
+    real = backend._put_view_snapshot_txn
+    def put(self, handle, run_id, data, seq):
+        real(self, handle, run_id, data, seq)  # PostgreSQL: written, its transaction not committed
+        killed_third(seq)
+    backend._put_view_snapshot_txn = put
 run = tm.start("t", tools=[noop], run_id="r")
 for n in range(200):
     if n % 5 == 0:

@@ -25,7 +25,7 @@ import msgspec
 from safepoint.core import view_snapshot
 from safepoint.core.run_view import RunView, ViewFold
 from safepoint.errors import StoreError
-from safepoint.records import Claim, RunInfo
+from safepoint.records import Claim, LogRead, RunInfo
 from safepoint.store.base import Store
 from safepoint.store.log_after import LogPosition
 
@@ -51,7 +51,9 @@ def read_view(store: Store, info: RunInfo, refused: list[str] | None = None) -> 
     return fold.finish()
 
 
-def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tuple[ViewFold, int] | None:
+def _from_snapshot(
+    store: Store, info: RunInfo, refused: list[str] | None, *, upto: int | None = None
+) -> tuple[ViewFold, int] | None:
     def refuse(why: str) -> None:
         if refused is not None:
             refused.append(why)
@@ -65,6 +67,8 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
         refuse("its snapshot does not decode (another version, or another run's)")
         return None
     after = store.read_log_after(info.run_id, LogPosition(snapshot.seq, snapshot.offset, snapshot.check))
+    if after is not None:
+        after = _cut(after, upto)
     if after is None:
         refuse(f"the log no longer holds the record its snapshot ends at (seq {snapshot.seq})")
         return None
@@ -75,28 +79,32 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
         return None
 
 
-def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = None) -> bool:
+def refresh(
+    store: Store, claim: Claim, info: RunInfo, *, every: int | None = None, upto: LogPosition | None = None
+) -> bool:
     """Write the run's snapshot when ``every`` (default ``SNAPSHOT_EVERY``) records came after the last one;
-    whether one was written. Only by the run's owner (``claim``), while nothing else appends: at a session's close,
-    or right after a group is durable, under the run's bookkeeping lock (``RunSession._after_commit``); an append
-    that slips in anyway only makes this one skip (the fold no longer ends at the log's end)."""
+    whether one was written. Only by the run's owner (``claim``). Without ``upto``, while nothing else appends (at
+    a session's close): it covers the log to its end, and an append that slips in anyway only makes it skip. With
+    ``upto`` (the position of a group known durable, ``engine.snapshot_writer``), while the run goes on: it covers
+    the log exactly up to there, and what was appended after it is read past, never folded (rejected: the log's
+    end read by the writer's thread, which may be a group still being written)."""
     every = SNAPSHOT_EVERY if every is None else every
     try:
-        return _refresh(store, claim, info, every)
+        return _refresh(store, claim, info, every, upto)
     except (StoreError, OSError):  # a cache: a store gone, full or taken over fails the close no more than before
         return False
 
 
-def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
-    position = store.log_position(info.run_id)
+def _refresh(store: Store, claim: Claim, info: RunInfo, every: int, upto: LogPosition | None) -> bool:
+    position = store.log_position(info.run_id) if upto is None else upto
     if position is None:
         return False
     known = store.view_snapshot_seq(info.run_id) or 0  # its header alone: a close reads nothing more
     if position.seq - (0 if known > position.seq else known) < every:  # past the log's end: a cut log, rewritten
         return False
-    found = _from_snapshot(store, info, None)
+    found = _from_snapshot(store, info, None, upto=None if upto is None else upto.seq)
     if found is None:
-        read = store.read_log(info.run_id)
+        read = _cut(store.read_log(info.run_id), None if upto is None else upto.seq)
         fold = ViewFold(RunView(info=info, problems=list(read.problems)))
         fold.feed(read.records)
         found = (fold, len(read.problems))
@@ -106,6 +114,13 @@ def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
     data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
     store.put_view_snapshot(claim, data, seq=position.seq)
     return True
+
+
+def _cut(read: LogRead, upto: int | None) -> LogRead:
+    """The records up to seq ``upto`` (None: all); problems are kept (a log with one is never snapshotted)."""
+    if upto is None or not read.records or read.records[-1].seq <= upto:
+        return read
+    return LogRead(records=[record for record in read.records if record.seq <= upto], problems=read.problems)
 
 
 def header_info(store: Store, run_id: str) -> RunInfo:
