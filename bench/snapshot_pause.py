@@ -10,11 +10,13 @@ process on a fresh store, in the same run of this script:
   (``engine.snapshot_writer.INLINE``, set only here);
 - ``background``: the session's background writer (``engine.snapshot_writer.SnapshotWriter``).
 
-For each: ``calls_ms`` (median, p99, max of the per-call latency, in ms), ``slowest`` (the 10 slowest calls, with
-their index), ``total_s`` (the whole loop), ``snapshots`` (written during the loop) and ``snapshot_covers`` (the
-seq the last one covers, against ``log_seq``, the log's end). ``ratios`` gives background over inline for the
-max, the p99, the median and the total. ``pressure``: load and PSI before and after (a shared machine inflates
-every figure; compare the two modes of one run, not runs of different days).
+For each: ``calls_ms`` (median, p99, max of the per-call latency, in ms), ``during_writes_ms`` (the same over
+the calls that began or ended while a background write ran: what the writer's thread, which holds the GIL while
+it decodes, folds and encodes, costs the calls beside it; none inline, where the write is in the call),
+``slowest`` (the 10 slowest calls, with their index), ``total_s`` (the whole loop), ``snapshots`` (written during
+the loop) and ``snapshot_covers`` (the seq the last one covers, against ``log_seq``, the log's end). ``ratios``
+gives background over inline for the max, the p99, the median and the total. ``pressure``: load and PSI before
+and after (a shared machine inflates every figure; compare the two modes of one run, not runs of different days).
 
 Run: ``.venv/bin/python bench/snapshot_pause.py`` (a few minutes), or ``--calls 10000`` for a quick look;
 ``--store postgresql://...`` for a PostgreSQL store (a fresh schema is not made: give an empty database). Prints
@@ -54,29 +56,41 @@ def child(mode: str, calls: int, store: str | None, workspace: str) -> dict[str,
     tm = safepoint.open(store, workspace=workspace)
     run = tm.start("bench", tools=[noop], run_id=f"pause-{mode}-{calls}")
     run_id = run.run_id
+    writer = run.session._snapshots  # the benchmark reads the writer's state and count
+    assert writer is not None
     times: list[tuple[int, int]] = []
+    during: list[int] = []  # the calls that began or ended while a background write ran
     clock = time.perf_counter_ns
     begin = clock()
     for index in range(calls):
         t0 = clock()
+        running = writer._running
         if index % 10 == 0:
             run.step()
         run.call("noop", {"n": index}, call_id=f"c{index}")
-        times.append((clock() - t0, index))
+        took = clock() - t0
+        times.append((took, index))
+        if running or writer._running:
+            during.append(took)
     total = clock() - begin
-    writer = run.session._snapshots  # the benchmark reads the writer's count
-    written = writer.written if writer is not None else 0
-    if writer is not None:
-        writer.close()  # the last write in flight (not timed): what it covers is reported
+    written = writer.written
+    writer.close()  # the last write in flight (not timed): what it covers is reported
     covers = tm.store.view_snapshot_seq(run_id)
     end = tm.store.log_position(run_id)
     values = sorted(ns / 1e6 for ns, _ in times)
+    overlapped = sorted(ns / 1e6 for ns in during)
     slowest = sorted(times, reverse=True)[:10]
     result = {
         "calls_ms": {
             "median": round(percentile(values, 50), 3),
             "p99": round(percentile(values, 99), 3),
             "max": round(values[-1], 1),
+        },
+        "during_writes_ms": {
+            "calls": len(overlapped),
+            "median": round(percentile(overlapped, 50), 3) if overlapped else None,
+            "p99": round(percentile(overlapped, 99), 3) if overlapped else None,
+            "max": round(overlapped[-1], 1) if overlapped else None,
         },
         "slowest": [{"call": index, "ms": round(ns / 1e6, 1)} for ns, index in slowest],
         "total_s": round(total / 1e9, 2),

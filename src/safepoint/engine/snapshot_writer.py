@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 
 from safepoint.records import Claim, RunInfo
@@ -45,6 +46,8 @@ from safepoint.store.log_after import LogPosition
 CLOSE_WAIT = 10.0  # seconds a close waits for a write in flight before abandoning it
 EXIT_WAIT = 2.0  # the same at the process's exit without a close (an exit is not held up by a cache)
 INLINE = False  # the old way, on the caller's thread: only the benchmark sets it
+
+PAUSE_S = 0.0002  # the writer's sleep every ``view_index.PACE`` records folded (measured: bench/snapshot_pause.py)
 
 _live: weakref.WeakSet[SnapshotWriter] = weakref.WeakSet()  # stopped at the process's exit
 
@@ -63,6 +66,7 @@ class SnapshotWriter:
         self._thread: threading.Thread | None = None
         self._error: str | None = None  # the first failure, until the session takes it to trace it
         self._failed = False  # a failure was kept once: later ones are not traced again
+        self._abandoned = False  # a close stopped waiting for the write in flight
         self.written = 0  # snapshots written (for tests and the benchmark)
         self.inline = INLINE
 
@@ -107,7 +111,10 @@ class SnapshotWriter:
         if thread is None or thread is threading.current_thread():
             return True
         thread.join(CLOSE_WAIT if timeout is None else timeout)
-        return not thread.is_alive()
+        if not thread.is_alive():
+            return True
+        self._abandoned = True  # its fold stops at its next pause; a write already past the fold is fenced off
+        return False
 
     def _loop(self) -> None:
         while True:
@@ -127,15 +134,29 @@ class SnapshotWriter:
                     self._running = False
                     self._cond.notify_all()
 
+    def _pause(self) -> None:
+        """Between two slices of the fold: the calls take the GIL (a sleep hands it over for sure; a zero sleep
+        lets this thread take it straight back), and a close that stopped waiting ends the write here."""
+        if self._abandoned:
+            raise _Abandoned
+        time.sleep(PAUSE_S)
+
     def _write(self, position: LogPosition) -> None:
+        pause = None if self.inline else self._pause
         try:
-            if view_index.refresh(self._store, self._claim, self._info, every=0, upto=position):
+            if view_index.refresh(self._store, self._claim, self._info, every=0, upto=position, pause=pause):
                 self.written += 1
+        except _Abandoned:
+            pass  # nothing written: the snapshot in place stays
         except Exception as exc:  # a cache: nothing fails with it; kept to be traced once
             with self._cond:
                 if not self._failed:
                     self._failed = True
                     self._error = f"{type(exc).__name__}: {exc}"[:500]
+
+
+class _Abandoned(Exception):
+    """A close stopped waiting: the write ends at the fold's next pause."""
 
 
 def _stop_all() -> None:
