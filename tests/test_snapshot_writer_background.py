@@ -219,3 +219,27 @@ def test_a_failing_write_fails_no_call_and_is_traced_once(small, tmp_path, works
         assert load_view(tm.store, "r").ledger["c99"].status == "succeeded"
     finally:
         tm.close()
+
+
+def test_the_process_exit_stops_the_writer_without_waiting_for_a_held_write(small, tmp_path, workspace, monkeypatch):
+    """A run never closed: at the process's exit (``atexit``) the writer stops taking due notes and a write in
+    flight is waited for at most ``EXIT_WAIT``; the run's claim is untouched (the next owner judges it)."""
+    monkeypatch.setattr(snapshot_writer, "EXIT_WAIT", 0.2)
+    tm = _open("file", tmp_path, workspace, None)
+    try:
+        held = Held(monkeypatch, tm.store)
+        run = tm.start("t", tools=[noop], run_id="r")
+        _calls(run, 0, 20)
+        assert held.entered.wait(30)
+        writer = run.session._snapshots
+        snapshot_writer._stop_all()  # what ``atexit`` calls; returns though the write is still held
+        assert writer._thread.is_alive() and writer._stopped
+        _calls(run, 20, 60)  # the calls of a process past its exit hook hand nothing more over
+        held.release.set()
+        writer._thread.join(30)
+        assert held.outcomes == ["written"] and len(held.seqs) == 1  # the held one, whole; nothing after it
+        assert not tm.store.owner("r").released
+        assert view_index.read_view(tm.store, view_index.header_info(tm.store, "r")) == _whole(tm.store, "r")
+        run.close()
+    finally:
+        tm.close()

@@ -8,7 +8,8 @@ one. The view is the same either way (``tests/test_snapshot_property.py``).
 
 Writing (``refresh``): by the run's owner, fenced, from the last snapshot and the records after it (or the whole
 log, the first time): at close once ``SNAPSHOT_EVERY`` records came after the last snapshot, and while the run
-goes on (``due_after``, checked after each durable group) once the log grew by ``SNAPSHOT_EVERY`` records or by a
+goes on (``due_after``, checked after each durable group; written by the session's background thread up to that
+group: ``engine.snapshot_writer``) once the log grew by ``SNAPSHOT_EVERY`` records or by a
 ``1 / SNAPSHOT_GROWTH`` part of what the last one covers, whichever is more: a run killed mid-way (the crash a
 resume is for) finds a snapshot covering most of its log. A write costs the run so far (decode the last one, fold
 the records after it, encode), so the growth rule keeps it O(1) per record on average (rejected: a fixed interval,
