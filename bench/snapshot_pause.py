@@ -8,14 +8,16 @@ process on a fresh store, in the same run of this script:
 
 - ``inline``: the old way, the snapshot written on the call's thread by the call that made it due
   (``engine.snapshot_writer.INLINE``, set only here);
-- ``background``: the session's background writer (``engine.snapshot_writer.SnapshotWriter``).
+- ``background``: the session's background writer (``engine.snapshot_writer.SnapshotWriter``);
+- ``unpaced``: the same writer without its pauses in the fold (``store.view_index.PACE`` out of reach).
 
 For each: ``calls_ms`` (median, p99, max of the per-call latency, in ms), ``during_writes_ms`` (the same over
 the calls that began or ended while a background write ran: what the writer's thread, which holds the GIL while
 it decodes, folds and encodes, costs the calls beside it; none inline, where the write is in the call),
 ``slowest`` (the 10 slowest calls, with their index), ``total_s`` (the whole loop), ``snapshots`` (written during
 the loop) and ``snapshot_covers`` (the seq the last one covers, against ``log_seq``, the log's end). ``ratios``
-gives background over inline for the max, the p99, the median and the total. ``pressure``: load and PSI before
+gives background over inline for the max, the p99, the median and the total; ``paced_over_unpaced_during_writes``
+the calls' latency while a write runs, background over unpaced. ``pressure``: load and PSI before
 and after (a shared machine inflates every figure; compare the two modes of one run, not runs of different days).
 
 Run: ``.venv/bin/python bench/snapshot_pause.py`` (a few minutes), or ``--calls 10000`` for a quick look;
@@ -40,9 +42,10 @@ from measure import logger, machine_info, percentile, pressure
 import safepoint
 from safepoint.engine import snapshot_writer
 from safepoint.engine.tools import tool
+from safepoint.store import view_index
 
 log = logger("snapshot_pause")
-MODES = ("inline", "background")
+MODES = ("inline", "background", "unpaced")
 
 
 @tool(name="noop", idempotency="idempotent", replay_policy="auto", risk_level="low")
@@ -53,6 +56,8 @@ def noop(ctx: Any, n: int = 0) -> str:
 def child(mode: str, calls: int, store: str | None, workspace: str) -> dict[str, Any]:
     """One run of ``calls`` calls in ``mode``; its figures."""
     snapshot_writer.INLINE = mode == "inline"
+    if mode == "unpaced":  # the background writer without its pauses: what they buy the calls beside it
+        view_index.PACE = 1 << 62
     tm = safepoint.open(store, workspace=workspace)
     run = tm.start("bench", tools=[noop], run_id=f"pause-{mode}-{calls}")
     run_id = run.run_id
@@ -132,12 +137,17 @@ def main() -> None:
             for mode in MODES:
                 log(f"{calls} calls, {mode}")
                 found[mode] = measure(mode, calls, args.store, parent)
-            old, new = found["inline"], found["background"]
+            old, new, unpaced = found["inline"], found["background"], found["unpaced"]
             found["ratios"] = {
                 "max": ratio(new["calls_ms"]["max"], old["calls_ms"]["max"]),
                 "p99": ratio(new["calls_ms"]["p99"], old["calls_ms"]["p99"]),
                 "median": ratio(new["calls_ms"]["median"], old["calls_ms"]["median"]),
                 "total": ratio(new["total_s"], old["total_s"]),
+            }
+            during, without = new["during_writes_ms"], unpaced["during_writes_ms"]
+            found["paced_over_unpaced_during_writes"] = {
+                key: ratio(during[key], without[key]) if during[key] and without[key] else None
+                for key in ("median", "p99", "max")
             }
             report["sizes"][str(calls)] = found
     finally:
