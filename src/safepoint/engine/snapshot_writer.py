@@ -24,14 +24,16 @@ it paused the call that happened to make it due for all that time; an agent's to
 
 The thread holds the GIL while it works, so the calls beside it slow down: it sleeps ``PAUSE_S`` every
 ``view_index.PACE`` records it folds (a call asking for the GIL otherwise waits up to the interpreter's 5 ms switch
-interval after each of its fsyncs), which took the calls' median while a write runs at 10,000 calls from 8.2 to
-5.7 ms and their p99 from 70 to 44 ms (one loaded run each). The snapshot's decode and encode are one call each
-and cannot yield: they are what is left (``bench/snapshot_pause.py``: the calls' max at 50,000 calls 0.4 s, was
-5.4 s inline). Rejected: a process per write (no GIL shared, but the store, its key and the claim handed to a
-fresh interpreter at every write). The thread's store work needs no connection of its own on the file store
-(each read opens its files; the write is staged outside the run's lock and renamed under it); on PostgreSQL every
-read and the fenced write take a pooled connection, never the connection the run's appends hold
-(``store.postgres_pool.Held``).
+interval after each of its fsyncs): at 10,000 calls the median of the calls made while a write runs is 11.0 ms paced
+against 18.3 ms unpaced, the write twice as long (``bench/snapshot_pause.py``, one run, a load of 6 to 12 on 2
+cores; calls outside writes 7 ms). The snapshot's decode and encode are one call each and cannot yield: they set the
+p99 and the max that are left (the calls' max at 50,000 calls 0.4 s, was 5.4 s inline). Rejected: a process per
+write (no GIL shared, but the store, its key and the claim handed to a fresh interpreter at every write). The
+thread's store work needs no connection of its own on the file store (each read opens its files; the write is staged
+outside the run's lock and renamed under it); on PostgreSQL every read and the fenced write take a pooled
+connection, never the connection the run's appends hold (``store.postgres_pool.Held``). Not done: the PostgreSQL
+store's fenced write holds the run's owner row from its lock to its commit, the snapshot's upload included, and the
+run's appends wait for that row (the calls' max at 10,000 calls 0.9 s, 1.9 s inline).
 
 ``INLINE`` (for ``bench/snapshot_pause.py`` only, which compares both in one run): the write is made on the
 caller's thread, as before this module.
