@@ -1,7 +1,8 @@
 """The view snapshot written while the run goes on (``store.view_index.due_after``), not only at close: a run
 killed mid-way (the crash a resume is for) is opened from a snapshot of most of its log and the few records after
 it; the writes stay amortised (each one a quarter more of the log than the last, at least ``SNAPSHOT_EVERY``);
-a SIGKILL at a snapshot's write, on both stores, resumes as from the log."""
+a SIGKILL at the background writer's snapshot write, on both stores, resumes as from the log (the writer itself:
+``test_snapshot_writer_background.py``)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_a_run_that_never_closed_opens_from_its_writers_snapshot(sealed, tmp_pat
             if n % 5 == 0:
                 run.step()
             run.call("noop", {"n": n}, call_id=f"c{n}")
-        # not closed: as a SIGKILL leaves it
+        # not closed: as a SIGKILL leaves it (once the background writer is done with what it was handed)
+        assert run.session._snapshots.wait_idle(60)
         end = store.log_position("r").seq
         covered = store.view_snapshot_seq("r")
         assert covered is not None and end - covered < view_index.due_after(covered) - covered + 10
@@ -88,7 +90,7 @@ def test_a_run_that_never_closed_opens_from_its_writers_snapshot(sealed, tmp_pat
 
 
 CHILD = r"""
-import os, signal, sys
+import os, signal, sys, threading
 import safepoint
 from safepoint.engine.tools import tool
 from safepoint.store import view_index
@@ -99,15 +101,31 @@ def noop(ctx, n: int = 0) -> str:
     return "ok"
 tm = safepoint.open(sys.argv[1], workspace=sys.argv[2])
 backend = type(unwrap(tm.store)[0])
-real = backend._put_view_snapshot_txn
 writes = []
-def put(self, handle, run_id, data, seq):
-    real(self, handle, run_id, data, seq)  # PostgreSQL: written, its transaction not committed; file: renamed
+def killed_third(seq):
     writes.append(seq)
     if len(writes) == 3:
-        print(writes[:2], flush=True)
+        # the writes are the background writer's, the run's calls go on meanwhile on the main thread
+        print(writes[:2], threading.current_thread() is not threading.main_thread(), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
-backend._put_view_snapshot_txn = put
+if hasattr(backend, "_place_view_snapshot_txn"):  # the file store: staged and fsync'd, renamed under the lock
+    real_place = backend._place_view_snapshot_txn
+    def place(self, staged, path):
+        if sys.argv[3] == "staged":  # the third: fsync'd beside its place, not renamed (an abandoned write)
+            with open(staged, "rb") as handle:
+                seq = int(handle.readline().split()[3])
+            if len(writes) == 2:
+                killed_third(seq)
+        real_place(self, staged, path)  # renamed, its folder not fsync'd
+        with open(path, "rb") as handle:
+            killed_third(int(handle.readline().split()[3]))
+    backend._place_view_snapshot_txn = place
+else:
+    real = backend._put_view_snapshot_txn
+    def put(self, handle, run_id, data, seq):
+        real(self, handle, run_id, data, seq)  # PostgreSQL: written, its transaction not committed
+        killed_third(seq)
+    backend._put_view_snapshot_txn = put
 run = tm.start("t", tools=[noop], run_id="r")
 for n in range(200):
     if n % 5 == 0:
@@ -116,19 +134,25 @@ for n in range(200):
 """
 
 
-@pytest.mark.parametrize("backend", ["file", "postgres"])
-def test_killed_at_a_snapshots_write_resumes_as_from_the_log(backend, tmp_path, workspace, request):
-    """SIGKILL in the middle of the writer's third snapshot (mid-run, the run never closed): the open uses the
-    snapshot the store kept (the second, or on the file store the third, renamed into place) and sees what the
+@pytest.mark.parametrize(("backend", "at"), [("file", "placed"), ("file", "staged"), ("postgres", "uncommitted")])
+def test_killed_at_a_snapshots_write_resumes_as_from_the_log(backend, at, tmp_path, workspace, request):
+    """SIGKILL in the middle of the background writer's third snapshot (mid-run, the run never closed, its calls
+    going on): the open uses the snapshot the store kept (the second: PostgreSQL's transaction uncommitted, the
+    file store's third staged and not renamed; or the file store's third, renamed into place) and sees what the
     whole log says; the resume takes the run over and goes on, every call before the kill kept."""
     store = request.getfixturevalue("fresh_url") if backend == "postgres" else str(tmp_path / "store")
-    killed = subprocess.run([sys.executable, "-c", CHILD, store, str(workspace)], env=cli_env(), capture_output=True)
+    command = [sys.executable, "-c", CHILD, store, str(workspace), at]
+    killed = subprocess.run(command, env=cli_env(), capture_output=True)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    second = eval(killed.stdout.decode().strip())[1]  # the seqs of the first two, committed
+    seqs, background = killed.stdout.decode().strip().rsplit(" ", 1)
+    second = eval(seqs)[1]  # the seqs of the first two, committed
+    assert background == "True"
     tm = safepoint.open(store, workspace=str(workspace))
     try:
         covered = tm.store.view_snapshot_seq("r")
         assert covered is not None and covered >= second
+        if at != "placed":
+            assert covered == second
         refused: list[str] = []
         view = view_index.read_view(tm.store, view_index.header_info(tm.store, "r"), refused)
         assert refused == []

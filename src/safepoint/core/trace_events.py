@@ -57,6 +57,7 @@ EVENTS: Mapping[str, EventSpec] = {
     "fencing_refused": EventSpec("run", ("what", "current_generation")),
     "leftovers_killed": EventSpec("run", ("pids",), ("call_id",)),
     "progress_observer_dropped": EventSpec("run", ("error",)),  # a Run.on_event observer that raised
+    "snapshot_write_failed": EventSpec("run", ("error",)),  # the background view snapshot's writer (a cache)
     **{f"run_{status}": EventSpec("run", ("detail",)) for status in _RUN_STATUSES},
     # terminal (seed 003 §1.3, §5)
     "run_closed": EventSpec("terminal", ("detail",)),

@@ -48,6 +48,7 @@ from safepoint.engine.log_writer import LogWriter, now, provider_key_variables, 
 from safepoint.engine.processes import ProcessNotes, kill_leftovers
 from safepoint.engine.progress import Progress
 from safepoint.engine.restart_writer import RestartWriter
+from safepoint.engine.snapshot_writer import SnapshotWriter, due_position
 from safepoint.engine.tools import ToolContext, ToolRegistry
 from safepoint.errors import ResumeError, StoreError
 from safepoint.protocol import ControlSeen, ExecutionConfig, RecoveryReport
@@ -125,12 +126,14 @@ class RunSession:
         # The view snapshot written while the run goes on (``store.view_index.due_after``), not only at close: a
         # run killed at call 50,000 is resumed from a snapshot of most of it, not by reading its whole log.
         self._snapshot_due = 0
+        self._snapshots: SnapshotWriter | None = None  # written off the call's path (``engine.snapshot_writer``)
         if not self.read_only:
             try:
                 covered = store.view_snapshot_seq(view.info.run_id) if view.last_seq else None
             except (StoreError, OSError):  # a cache: unknown, so one is written at the first due point
                 covered = None
             self._snapshot_due = view_index.due_after(covered or 0)
+            self._snapshots = SnapshotWriter(store, claim, view.info)
             self.log.after_commit = self._after_commit
         self.pass_env: tuple[str, ...] = ()  # the credential variables the user hands to commands by name
         self.contents = Content(
@@ -318,8 +321,12 @@ class RunSession:
         if not self.closed:
             self.closed = True
             if not self.read_only:
+                # A write in flight is waited for (bounded) or abandoned: the release below fences it off.
+                idle = self._snapshots is None or self._snapshots.close()
+                self._trace_snapshot_error()
                 if not self.log.refused:  # a fenced-off process releases nothing (its release is a no-op)
-                    view_index.refresh(self.store, self.claim, self.view.info)  # the next open reads less
+                    if idle:
+                        view_index.refresh(self.store, self.claim, self.view.info)  # the next open reads less
                     self.log.trace("run_released")
                 self.log.flush_trace()
                 self.store.release(self.claim)
@@ -328,11 +335,23 @@ class RunSession:
         self.runner.bookkeeper.close(wait=False)
 
     def _after_commit(self) -> None:
-        """A group is durable: the view snapshot when due (a cache: a failure to write one fails nothing)."""
-        if self.log.durable_seq < self._snapshot_due or self.closed:
+        """A group is durable: the view snapshot when due, handed to the background writer (the call does not
+        wait for it; a cache: a failure to write one fails nothing)."""
+        self._trace_snapshot_error()
+        if self.log.durable_seq < self._snapshot_due or self.closed or self._snapshots is None:
             return
-        view_index.refresh(self.store, self.claim, self.info, every=0)
+        try:  # under the run's lock, right after the commit: the log ends at this group (one tail read)
+            position = due_position(self.store, self.info.run_id, self.log.durable_seq)
+        except (StoreError, OSError):
+            position = None
+        if position is not None:
+            self._snapshots.due(position)
         self._snapshot_due = view_index.due_after(self.log.durable_seq)  # written or not: not retried every group
+
+    def _trace_snapshot_error(self) -> None:
+        error = self._snapshots.take_error() if self._snapshots is not None else None
+        if error is not None:
+            self.log.trace("snapshot_write_failed", error=error)
 
     # records ------------------------------------------------------------------------------------------------
     @property

@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from safepoint.durable import atomic_write
+from safepoint.durable import atomic_write, fsync_dir
 from safepoint.errors import StoreError
-from safepoint.records import LogProblem, LogRead, LogRecord
+from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState
 from safepoint.store.file_blobs import flock_waiting
 from safepoint.store.framing import check_line, chunks_from_end, read_records, unframe_all
 from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, snapshot_seq, unframe_snapshot
@@ -31,11 +32,36 @@ class FileLogReads:
 
         def _existing_run_dir(self, run_id: str) -> str: ...
 
+        def _fenced(
+            self, claim: Claim, *, durable: bool = True
+        ) -> contextlib._GeneratorContextManager[tuple[None, OwnerState]]: ...
+
     def log_position(self, run_id: str) -> LogPosition | None:
         return file_log_position(os.path.join(self._existing_run_dir(run_id), LOG))
 
     def _put_view_snapshot_txn(self, handle: None, run_id: str, data: bytes, seq: int) -> None:
         atomic_write(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), frame_snapshot(data, seq))
+
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
+        """Written and fsync'd beside its place before the run's lock is taken, renamed into place under it
+        (fenced): the run's appends never wait for a snapshot's megabytes to reach the disk (rejected: the whole
+        write under the lock, as ``FencedStore`` does it, which paused the run's calls for that fsync)."""
+        run_dir = self._existing_run_dir(claim.run_id)
+        fd, staged = tempfile.mkstemp(dir=run_dir, prefix=".tmp-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(frame_snapshot(data, seq))
+                handle.flush()
+                os.fsync(handle.fileno())
+            with self._fenced(claim):
+                self._place_view_snapshot_txn(staged, os.path.join(run_dir, VIEW_SNAPSHOT))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)  # refused (a stale owner) or failed: the snapshot in place stays
+        fsync_dir(run_dir)
+
+    def _place_view_snapshot_txn(self, staged: str, path: str) -> None:
+        os.replace(staged, path)
 
     def view_snapshot_seq(self, run_id: str) -> int | None:
         try:

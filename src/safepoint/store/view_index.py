@@ -8,7 +8,8 @@ one. The view is the same either way (``tests/test_snapshot_property.py``).
 
 Writing (``refresh``): by the run's owner, fenced, from the last snapshot and the records after it (or the whole
 log, the first time): at close once ``SNAPSHOT_EVERY`` records came after the last snapshot, and while the run
-goes on (``due_after``, checked after each durable group) once the log grew by ``SNAPSHOT_EVERY`` records or by a
+goes on (``due_after``, checked after each durable group; written by the session's background thread up to that
+group: ``engine.snapshot_writer``) once the log grew by ``SNAPSHOT_EVERY`` records or by a
 ``1 / SNAPSHOT_GROWTH`` part of what the last one covers, whichever is more: a run killed mid-way (the crash a
 resume is for) finds a snapshot covering most of its log. A write costs the run so far (decode the last one, fold
 the records after it, encode), so the growth rule keeps it O(1) per record on average (rejected: a fixed interval,
@@ -20,16 +21,19 @@ write one fails nothing (``refresh`` says whether it wrote).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import msgspec
 
 from safepoint.core import view_snapshot
 from safepoint.core.run_view import RunView, ViewFold
 from safepoint.errors import StoreError
-from safepoint.records import Claim, RunInfo
+from safepoint.records import Claim, LogRead, LogRecord, RunInfo
 from safepoint.store.base import Store
 from safepoint.store.log_after import LogPosition
 
 SNAPSHOT_EVERY = 2000  # log records after the last snapshot before the owner writes a new one
+PACE = 64  # records folded between two of the background writer's pauses (``refresh(pause=...)``)
 SNAPSHOT_GROWTH = 4  # while the run goes on: also at least a quarter of what the last one covers (see above)
 
 
@@ -51,7 +55,9 @@ def read_view(store: Store, info: RunInfo, refused: list[str] | None = None) -> 
     return fold.finish()
 
 
-def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tuple[ViewFold, int] | None:
+def _from_snapshot(
+    store: Store, info: RunInfo, refused: list[str] | None, *, cut: Callable[[LogRead], LogRead] | None = None
+) -> tuple[ViewFold, int] | None:
     def refuse(why: str) -> None:
         if refused is not None:
             refused.append(why)
@@ -65,6 +71,8 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
         refuse("its snapshot does not decode (another version, or another run's)")
         return None
     after = store.read_log_after(info.run_id, LogPosition(snapshot.seq, snapshot.offset, snapshot.check))
+    if after is not None and cut is not None:
+        after = cut(after)
     if after is None:
         refuse(f"the log no longer holds the record its snapshot ends at (seq {snapshot.seq})")
         return None
@@ -75,28 +83,45 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
         return None
 
 
-def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = None) -> bool:
+def refresh(
+    store: Store,
+    claim: Claim,
+    info: RunInfo,
+    *,
+    every: int | None = None,
+    upto: LogPosition | None = None,
+    pause: Callable[[], None] | None = None,
+) -> bool:
     """Write the run's snapshot when ``every`` (default ``SNAPSHOT_EVERY``) records came after the last one;
-    whether one was written. Only by the run's owner (``claim``), while nothing else appends: at a session's close,
-    or right after a group is durable, under the run's bookkeeping lock (``RunSession._after_commit``); an append
-    that slips in anyway only makes this one skip (the fold no longer ends at the log's end)."""
+    whether one was written. Only by the run's owner (``claim``). Without ``upto``, while nothing else appends (at
+    a session's close): it covers the log to its end, and an append that slips in anyway only makes it skip. With
+    ``upto`` (the position of a group known durable, ``engine.snapshot_writer``), while the run goes on: it covers
+    the log exactly up to there, and what was appended after it is read past, never folded (rejected: the log's
+    end read by the writer's thread, which may be a group still being written). ``pause`` is called every
+    ``PACE`` records folded: the background writer's thread lets the run's calls have the GIL."""
     every = SNAPSHOT_EVERY if every is None else every
     try:
-        return _refresh(store, claim, info, every)
+        return _refresh(store, claim, info, every, upto, pause)
     except (StoreError, OSError):  # a cache: a store gone, full or taken over fails the close no more than before
         return False
 
 
-def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
-    position = store.log_position(info.run_id)
+def _refresh(
+    store: Store, claim: Claim, info: RunInfo, every: int, upto: LogPosition | None, pause: Callable[[], None] | None
+) -> bool:
+    position = store.log_position(info.run_id) if upto is None else upto
     if position is None:
         return False
     known = store.view_snapshot_seq(info.run_id) or 0  # its header alone: a close reads nothing more
     if position.seq - (0 if known > position.seq else known) < every:  # past the log's end: a cut log, rewritten
         return False
-    found = _from_snapshot(store, info, None)
+
+    def cut(read: LogRead) -> LogRead:
+        return _cut(read, None if upto is None else upto.seq, pause)
+
+    found = _from_snapshot(store, info, None, cut=cut)
     if found is None:
-        read = store.read_log(info.run_id)
+        read = cut(store.read_log(info.run_id))
         fold = ViewFold(RunView(info=info, problems=list(read.problems)))
         fold.feed(read.records)
         found = (fold, len(read.problems))
@@ -106,6 +131,33 @@ def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
     data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
     store.put_view_snapshot(claim, data, seq=position.seq)
     return True
+
+
+def _cut(read: LogRead, upto: int | None, pause: Callable[[], None] | None) -> LogRead:
+    """The records up to seq ``upto`` (None: all), paced by ``pause``; problems are kept (a log with one is never
+    snapshotted)."""
+    records = read.records
+    if upto is not None and records and records[-1].seq > upto:
+        records = [record for record in records if record.seq <= upto]
+    if pause is not None:
+        records = _Paced(records, pause)
+    return read if records is read.records else LogRead(records=records, problems=read.problems)
+
+
+class _Paced(list[LogRecord]):
+    """Records whose iteration calls ``pause`` every ``PACE`` of them: the fold iterates them (rejected: a pause
+    parameter through the fold, ``core``'s, which knows nothing of threads)."""
+
+    def __init__(self, records: list[LogRecord], pause: Callable[[], None]) -> None:
+        super().__init__(records)
+        self._pause = pause
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        pause = self._pause
+        for index, record in enumerate(super().__iter__()):
+            if index % PACE == PACE - 1:
+                pause()
+            yield record
 
 
 def header_info(store: Store, run_id: str) -> RunInfo:
