@@ -245,7 +245,7 @@ class Safepoint:
         from safepoint.engine.session import load_view
         from safepoint.restart import inbox
 
-        check_resume_options(self.store, run_id, tuple(replay), tuple(skip))
+        check_resume_options(self.store, run_id, tuple(replay), tuple(skip), workspace=self.workspace)
         view = load_view(self.store, run_id)
         return view.status == "completed" and not inbox.pending_submissions(self.store, view)
 

@@ -43,6 +43,8 @@ import enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from safepoint.protocol import CancelRequest, ReplayForbiddenReason
 
 
@@ -182,9 +184,15 @@ class DamagedLogError(ResumeError):
 
 
 class DecisionNeeded(SafepointError):
-    """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``)."""
+    """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``).
+    ``choices``: call id -> the decisions the engine accepts for it (``("replay", "skip")``, or ``("skip",)`` for
+    a call that cannot run again); empty when the raiser does not know them (a subagent's, a framework's)."""
 
     exit_code = ExitCode.WAITING_DECISION
+
+    def __init__(self, message: str, choices: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        super().__init__(message)
+        self.choices: dict[str, tuple[str, ...]] = dict(choices or {})
 
 
 class RunCancelled(SafepointError):

@@ -275,6 +275,7 @@ def explain(
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
     from safepoint.core.resume import expected_files, plan_resume
     from safepoint.core.rollback import UNKNOWN
+    from safepoint.engine import decision_choices
     from safepoint.engine.builtin import builtin_registry
     from safepoint.engine.file_changes import NOT_KEPT
     from safepoint.engine.session import RunSession
@@ -296,6 +297,9 @@ def explain(
                     probes[call_id] = found
     plan = plan_resume(view, workspace_hashes=hashes, probes=probes, doubt=doubt_of(store, view))
     at = plan.resume_from
+    # What each waiting call will be accepted (a call that cannot run again: --skip only), as resume offers it.
+    waiting = {r.entry.call_id for r in plan.needs_decision}
+    refused = decision_choices.refusals(store, view, Workspace(workspace) if workspace else None, waiting)
     files: dict[str, list[str]] = {}
     for patch in view.patches:
         files.setdefault(patch.tool_call_id, []).append(patch.path)
@@ -323,7 +327,7 @@ def explain(
                 side_effects=list(r.entry.side_effects),
                 replayable=r.decision.replayable,
                 action=r.decision.action,
-                why=r.decision.why
+                why=decision_choices.said(r.decision.why, refused.get(r.entry.call_id, ""))
                 + (
                     "; the run is closed: it is never resumed"
                     if closed and r.entry.status in ("started", "uncertain")
@@ -348,7 +352,12 @@ def explain(
         needs_decision=[]  # a closed run is never resumed: nobody is asked to decide for it
         if closed
         else [
-            DecisionWanted(call_id=r.entry.call_id, tool=r.entry.tool_name, why=r.decision.why)
+            DecisionWanted(
+                call_id=r.entry.call_id,
+                tool=r.entry.tool_name,
+                why=decision_choices.said(r.decision.why, refused[r.entry.call_id]),
+                choices=list(decision_choices.choices_of(refused[r.entry.call_id])),
+            )
             for r in plan.needs_decision
         ],
         workspace_drift=[

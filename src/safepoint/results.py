@@ -208,6 +208,7 @@ class DecisionWanted(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str
     tool: str
     why: str
+    choices: list[str] = msgspec.field(default_factory=lambda: ["replay", "skip"])  # what resume accepts for it
 
 
 class Drift(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,6 +29,7 @@ from safepoint.core.rollback import (
     behind_link,
     plan_rollback,
 )
+from safepoint.engine import decision_choices
 from safepoint.engine.call_runner import expand_input
 from safepoint.engine.conflicts import (
     RESOLVE_TOOL,
@@ -42,7 +43,14 @@ from safepoint.engine.conflicts import (
 from safepoint.engine.file_changes import DIRECTORY
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
-from safepoint.errors import NoCompensatorError, ResumeError, ResumeOptionError, ToolFailure, UnknownReferenceError
+from safepoint.errors import (
+    NoCompensatorError,
+    ResumeError,
+    ResumeOptionError,
+    StoreError,
+    ToolFailure,
+    UnknownReferenceError,
+)
 from safepoint.records import ConflictResolution, FileBeforeState, ToolCall, ToolDefinition, ToolLedgerEntry
 from safepoint.results import ExternalEffect, Restored
 from safepoint.workspace.files import Workspace
@@ -528,7 +536,18 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
         )
     at = now()
     who = f"a person ({by}, {at})"
-    call = ToolCall(call_id=call_id, tool=entry.tool_name, args=expand_input(entry, session.files, session.contents))
+    # "Run it again" is a replay: refused, before anything is written, for a call that cannot run again.
+    again = not happened and entry.replay_policy != "never"
+    if again and (refused := decision_choices.replay_refusal(session.store, session.view, session.workspace, entry)):
+        raise ResumeOptionError(
+            f"call {call_id!r} of run {run_id!r} cannot run again: {refused}; settle it with --happened, or "
+            f"`safepoint resume {run_id} --skip {call_id}` (the model is told it may have happened)"
+        )
+    try:
+        args = expand_input(entry, session.files, session.contents)
+    except StoreError:
+        args = {}  # its recorded input is lost: what it is told names the call, never its arguments
+    call = ToolCall(call_id=call_id, tool=entry.tool_name, args=args)
     if not happened and entry.replay_policy != "never":
         reason = f"{who} checked that it did not happen: run it again"
         if entry.status == "started":

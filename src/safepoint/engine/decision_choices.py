@@ -1,0 +1,134 @@
+"""Which decisions the engine takes for a call that waits for one, and the one line that offers exactly those.
+
+A call whose outcome is uncertain waits for ``--replay`` or ``--skip``; but ``--replay`` is refused for a call
+that cannot run again: its arguments were redacted before they were stored (a secret), or they are lost (their
+blob quarantined or freed, and the ledger keeps no whole copy). Every message that asks for a decision offers only
+what will be accepted, and ``--replay`` of such a call is refused before the run is claimed (nothing written).
+The test is the runner's own (``large_values.read_as_note`` / ``recovered_call``), run on the log as read, so
+the offer and the run cannot disagree (rejected: a second, looser rule here, such as "a blob of its input is
+missing", which differs where the ledger's copy is whole but the history's is not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from safepoint.core.run_view import RunView
+from safepoint.engine import large_values
+from safepoint.engine.content import LOST_NOTE
+from safepoint.engine.file_changes import FileChanges
+from safepoint.engine.log_writer import SECRET_ARGUMENTS, redacted_arguments
+from safepoint.errors import DecisionNeeded, StoreError
+from safepoint.records import ToolCall, ToolLedgerEntry
+from safepoint.store.base import Blobs
+from safepoint.workspace.files import Workspace
+
+
+class _ReadOnly:
+    """``FileChanges``' records for a check that only reads file versions (a write is a bug here)."""
+
+    def add(self, body: msgspec.Struct) -> int:
+        raise StoreError(f"a read-only check stored a {type(body).__name__}")
+
+    def trace(self, event: str, **data: Any) -> None:
+        return None
+
+
+def _asked(view: RunView, call_id: str) -> ToolCall | None:
+    """The call as the history holds it (the latest message that asked it), or None (an own loop's call)."""
+    for seq in sorted(view.message_records, reverse=True):
+        for call in view.message_records[seq].tool_calls:
+            if call.call_id == call_id:
+                return call
+    return None
+
+
+def replay_refusal(store: Blobs, view: RunView, workspace: Workspace | None, entry: ToolLedgerEntry) -> str:
+    """Why ``--replay`` of ``entry`` is refused ("" when the call can run again), in words a person reads."""
+    if redacted_arguments(entry.input):
+        return SECRET_ARGUMENTS
+    asked = _asked(view, entry.call_id)
+    if asked is None:
+        return ""
+    content = large_values.reader(store, view)
+    said = large_values.resolve_call(asked, content)
+    if not large_values.read_as_note(said, content):
+        return ""
+    if workspace is not None:
+        files = FileChanges(
+            view.info.run_id,
+            workspace,
+            content,
+            _ReadOnly(),
+            list(view.patches),
+            {k: list(v) for k, v in view.befores.items()},
+            view.blobs,
+        )
+        try:
+            if large_values.recovered_call(said, entry, files, content) is not None:
+                return ""
+        except StoreError:
+            pass  # a file version the ledger's copy is patched on is lost too: no whole copy
+    lost = content.lost_args[entry.call_id].removeprefix(LOST_NOTE).strip()
+    return f"{lost}, and the ledger keeps no whole copy of them"
+
+
+def refusals(store: Blobs, view: RunView, workspace: Workspace | None, call_ids: Iterable[str]) -> dict[str, str]:
+    """``replay_refusal`` of each of ``call_ids`` the ledger holds (the call id -> why; "" when it can run)."""
+    return {
+        call_id: replay_refusal(store, view, workspace, view.ledger[call_id])
+        for call_id in call_ids
+        if call_id in view.ledger
+    }
+
+
+def choices_of(refused: str) -> tuple[str, ...]:
+    """The decisions accepted for a waiting call: ``("replay", "skip")``, or ``("skip",)`` when a replay is refused."""
+    return ("skip",) if refused else ("replay", "skip")
+
+
+def replay_refused(call_id: str, why: str) -> str:
+    """The one line refusing ``--replay CALL``, with the decision that is accepted."""
+    return (
+        f"--replay {call_id}: it cannot run again: {why}; resume with --skip {call_id} "
+        "(the model is told it may have happened) and let it call again"
+    )
+
+
+def waiting(run_id: str, calls: Sequence[tuple[str, str, str]]) -> str:
+    """The one line of ``DecisionNeeded`` for ``calls`` (tool, call id, why a replay is refused or ""): each
+    call named with the options that will be accepted for it, its real id in them (never a placeholder)."""
+    names = ", ".join(f"{tool}({call_id})" for tool, call_id, _ in calls)
+    offers = []
+    for tool, call_id, refused in calls:
+        who = f" {tool}({call_id})" if len(calls) > 1 else ""
+        if refused:
+            offers.append(f"--skip {call_id} to leave{who or ' it'} (it cannot run again: {refused})")
+        else:
+            offers.append(f"--replay {call_id} to run{who or ' it'} again or --skip {call_id} to leave it")
+    return f"run {run_id!r} waits for a decision on {names}: resume with " + "; ".join(offers)
+
+
+def decision_needed(
+    store: Blobs, view: RunView, workspace: Workspace | None, entries: Sequence[ToolLedgerEntry]
+) -> DecisionNeeded:
+    """``DecisionNeeded`` for the calls ``entries`` of the run, offering for each only what will be accepted
+    (``choices``: call id -> the decisions, for a program)."""
+    refused = {entry.call_id: replay_refusal(store, view, workspace, entry) for entry in entries}
+    return DecisionNeeded(
+        waiting(view.info.run_id, [(entry.tool_name, entry.call_id, refused[entry.call_id]) for entry in entries]),
+        choices={call_id: choices_of(why) for call_id, why in refused.items()},
+    )
+
+
+WAITING_WORDS = "waiting for --replay or --skip"  # what ``core.replay`` says of a call that waits
+
+
+def said(why: str, refused: str) -> str:
+    """``why`` a call waits, as ``explain`` shows it: a call that cannot run again waits for ``--skip`` only."""
+    if not refused or WAITING_WORDS not in why:
+        return why
+    return why.replace(WAITING_WORDS, f"waiting for --skip (it cannot run again: {refused})")
