@@ -151,7 +151,7 @@ def test_a_call_whose_arguments_are_lost_is_offered_skip_only_and_each_suggestio
     refused = crashed.cli("resume", "r", "--replay", "call_1")
     assert refused.returncode == ExitCode.USAGE
     said = one_line(refused)
-    assert "--replay call_1: it cannot run again" in said, said
+    assert "--replay call_1: send(call_1) cannot run again" in said, said
     assert crashed.records() == records
     follow(crashed, tmp_path / "after-replay", said, expect={("resume", "r", "--skip", "call_1")})
 

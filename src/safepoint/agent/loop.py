@@ -224,7 +224,7 @@ def check_resume_options(
         check_decisions(view, replay, skip, frozenset(doubt_of(store, view).calls))
         for call_id, refused in decision_choices.refusals(store, view, workspace, replay).items():
             if refused:
-                raise ResumeOptionError(decision_choices.replay_refused(call_id, refused))
+                raise ResumeOptionError(decision_choices.replay_refused(view.ledger[call_id], refused))
 
 
 def resume_session(

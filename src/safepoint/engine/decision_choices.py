@@ -90,10 +90,11 @@ def choices_of(refused: str) -> tuple[str, ...]:
     return ("skip",) if refused else ("replay", "skip")
 
 
-def replay_refused(call_id: str, why: str) -> str:
+def replay_refused(entry: ToolLedgerEntry, why: str) -> str:
     """The one line refusing ``--replay CALL``, with the decision that is accepted."""
+    call_id = entry.call_id
     return (
-        f"--replay {call_id}: it cannot run again: {why}; resume with --skip {call_id} "
+        f"--replay {call_id}: {entry.tool_name}({call_id}) cannot run again: {why}; resume with --skip {call_id} "
         "(the model is told it may have happened) and let it call again"
     )
 
