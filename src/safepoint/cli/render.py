@@ -132,7 +132,7 @@ def restore_view(run_id: str, data: dict[str, Any]) -> Group:
     parts: list[Any] = [
         Text(
             f"run {run_id}: session restored to {data['restored_to']} as {data['checkpoint_id']}; "
-            "`safepoint resume` continues from there"
+            f"`safepoint resume {run_id}` continues from there"
         )
     ]
     if not data["with_files"]:

@@ -97,7 +97,7 @@ def plan_files(session: RunSession, checkpoint_id: str, *, include_uncertain: bo
     if checkpoint is None:
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not in run {session.info.run_id!r}; "
-            "list them with `safepoint checkpoints`"
+            f"list them with `safepoint checkpoints {session.info.run_id}`"
         )
     return plan_rollback(
         checkpoint_id,
@@ -271,7 +271,8 @@ def rollback_files(
             session.commit()
             raise ResumeError(
                 f"rollback_files to {checkpoint_id} did not finish ({entry.error or entry.status}); nothing that was "
-                "reverted is lost: see `safepoint ledger`, fix the cause, and run the rollback again"
+                f"reverted is lost: see `safepoint ledger {session.info.run_id}`, fix the cause, and run the rollback "
+                "again"
             )
         plan = _with_met(session, plan, phase, json.loads(str(result.value)).get("conflicts", []))
     session.commit()
@@ -348,7 +349,8 @@ def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> d
     conflict = session.conflicts.get(path)
     if conflict is None or conflict.resolution != "pending":
         raise UnknownReferenceError(
-            f"{path!r} has no pending conflict in run {session.info.run_id!r}; see `safepoint conflicts`"
+            f"{path!r} has no pending conflict in run {session.info.run_id!r}; "
+            f"see `safepoint conflicts {session.info.run_id}`"
         )
     finish_interrupted(session)
     conflict = session.conflicts[path]
@@ -368,7 +370,7 @@ def restore_session(
     if at is None or not at.complete:
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not a complete checkpoint of run {session.info.run_id!r}; "
-            "list them with `safepoint checkpoints`"
+            f"list them with `safepoint checkpoints {session.info.run_id}`"
         )
     conflicts: list[str] = []
     if with_files:
@@ -384,7 +386,10 @@ def restore_session(
     session.rewind(checkpoint.history_len, checkpoint_id, "restore_session", abandoned)
     session.return_to(at)
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
-    session.event("interrupted", f"session restored to {checkpoint_id}; `safepoint resume` continues from there")
+    session.event(
+        "interrupted",
+        f"session restored to {checkpoint_id}; `safepoint resume {session.info.run_id}` continues from there",
+    )
     session.trace(
         "session_restored",
         checkpoint_id=checkpoint_id,
@@ -449,7 +454,8 @@ def compensate(
     entry = session.ledger.get(ledger_entry_id)
     if entry is None:
         raise UnknownReferenceError(
-            f"ledger entry {ledger_entry_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`"
+            f"ledger entry {ledger_entry_id!r} is not in run {session.info.run_id!r}; "
+            f"see `safepoint ledger {session.info.run_id}`"
         )
     tool = session.registry.get(entry.tool_name)
     if tool.compensator is None:

@@ -478,7 +478,8 @@ class CallRunner:
         if self.approvals is None:
             raise SafepointError(
                 f"call {request.call.call_id} ({request.entry.tool_name}) needs approval, but this session cannot "
-                "wait for one; run it through `safepoint run`/`resume` or Run, which wait for `safepoint approve`"
+                "wait for one; run it through `safepoint run`/`resume` or Run, which wait for "
+                f"`safepoint approve {self.ledger.run_id} {request.call.call_id}`"
             )
         return self.approvals(request)
 
