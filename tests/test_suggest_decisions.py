@@ -211,3 +211,13 @@ def test_the_library_is_told_the_choices_too(tmp_path):
         assert asked.value.choices == {"call_1": ("skip",)}
     finally:
         sp.close()
+
+
+def test_the_mcp_proxy_offers_only_skip_for_a_call_that_cannot_run_again():
+    from safepoint.integrations.mcp_proxy import Blocked, settle_hint
+
+    why = "run 'p' waits for a decision on fetch(mcp-1-x): resume with --skip mcp-1-x to leave it"
+    hint = settle_hint(Blocked("p", why, ("mcp-1-x",), skip_only=("mcp-1-x",)), ["srv"])
+    assert "--replay" not in hint and "safepoint mcp-proxy --run p --skip mcp-1-x -- srv" in hint
+    both = settle_hint(Blocked("p", why, ("mcp-1-x",)), ["srv"])
+    assert "--replay mcp-1-x" in both and "--skip mcp-1-x" in both

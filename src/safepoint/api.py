@@ -748,7 +748,8 @@ class Safepoint:
                 return self.resume(run_id, builtins=False, replay=replay, skip=skip)
             except DecisionNeeded as exc:
                 waiting = tuple(r.entry.call_id for r in self.plan(run_id).needs_decision)
-                return mcp_proxy.Blocked(run_id, str(exc).rstrip("."), waiting)
+                skip_only = tuple(call for call, choices in exc.choices.items() if "replay" not in choices)
+                return mcp_proxy.Blocked(run_id, str(exc).rstrip("."), waiting, skip_only)
 
         return mcp_proxy.serve(command, opener, trusted)
 
