@@ -72,9 +72,10 @@ def _inside_fstring(node: ast.Constant, tree: ast.AST) -> bool:
 
 
 def argv_of(command: str) -> list[str]:
-    """The command's words: "..." (the rest of what you would give) and the alternatives after a "|" left out."""
-    words = re.sub(r"\s*\|\s*--[\w-]+", "", command).split()[1:]
-    return [w for w in words if w not in ("...", "[...]") and not (w.startswith("[") and w.endswith("]"))]
+    """The command's words: "..." (the rest of what you would give), [optional parts] and the alternatives after a
+    "|" left out."""
+    words = re.sub(r"\s*\|\s*--[\w-]+", "", re.sub(r"\[[^\]]*\]", "", command)).split()[1:]
+    return [w for w in words if w != "..."]
 
 
 @functools.cache
