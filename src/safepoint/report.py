@@ -15,6 +15,7 @@ from safepoint.records import RunInfo, ToolLedgerEntry, to_plain
 from safepoint.results import (
     CallReport,
     CheckpointSummary,
+    CutShortAction,
     DecisionWanted,
     Drift,
     Explanation,
@@ -273,6 +274,7 @@ def explain(
     if offset < 0 or (limit is not None and limit < 0):
         raise ConfigError(f"explain {run_id}: --offset and --limit are counts of calls, 0 or more")
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
+    from safepoint.core.cut_short import cut_short
     from safepoint.core.resume import expected_files, plan_resume
     from safepoint.core.rollback import UNKNOWN
     from safepoint.engine import decision_choices
@@ -374,6 +376,10 @@ def explain(
             and not (reason.startswith("the log ends") and any(p.kind == "torn" for p in view.problems))
         ],
         recovery=recovery_report(store, view),
+        cut_short=[
+            CutShortAction(call_id=c.call_id, tool=c.tool, what=c.what, fix=c.fix)
+            for c in cut_short(run_id, view.ledger.values())
+        ],
     )
 
 

@@ -204,6 +204,16 @@ class NotRestorable(msgspec.Struct, frozen=True, kw_only=True):
     why: str
 
 
+class CutShortAction(msgspec.Struct, frozen=True, kw_only=True):
+    """One of safepoint's own actions (a rollback, a resolution, a compensation) a crash left unfinished, with the
+    command that finishes it (``core.cut_short``)."""
+
+    call_id: str
+    tool: str
+    what: str
+    fix: str
+
+
 class DecisionWanted(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str
     tool: str
@@ -295,6 +305,7 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     workspace: WorkspaceState | None
     problems: list[Problem]
     recovery: RecoveryView
+    cut_short: list[CutShortAction] = msgspec.field(default_factory=list)  # own actions a crash left unfinished
 
 
 # schedules -------------------------------------------------------------------------------------------------------

@@ -225,7 +225,9 @@ def resume(
     sp = _open(store, workspace, key_file)
     if sp.nothing_to_resume(run_id, replay=replay or (), skip=skip or ()):
         if not as_json:  # resuming is idempotent: finished stays finished
-            out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")
+            from safepoint.cli.render import completed_already
+
+            sys.stdout.write(completed_already(run_id, sp.explain(run_id, probe_workspace=False, limit=0)))
             raise typer.Exit(ExitCode.OK)
         _finish(run_id, "completed", True)
     provider, prompt = sp.provider_for(run_id, model=model)  # a model that cannot be reached: refused first

@@ -70,8 +70,14 @@ def explain_view(data: dict[str, Any]) -> Group:
     outside = [f"{c['call_id']} ({c['tool']}): {c['not_captured']}" for c in data["calls"] if c.get("not_captured")]
     if outside:
         parts.append(Panel("\n".join(outside), title="not captured by safepoint", style="blue"))
+    if data.get("cut_short"):
+        lines = [f"{c['what']} ({c['call_id']}) was cut short by a crash: {c['fix']}" for c in data["cut_short"]]
+        parts.append(Panel(Text("\n".join(lines)), title="unfinished: cut short by a crash", style="red"))
     if data.get("conflicts"):
-        lines = [f"{c['path']}: changed after the agent wrote it (safepoint conflicts)" for c in data["conflicts"]]
+        run = data["run_id"]
+        lines = [
+            f"{c['path']}: changed after the agent wrote it (`safepoint conflicts {run}`)" for c in data["conflicts"]
+        ]
         parts.append(Panel("\n".join(lines), title="pending conflicts", style="yellow"))
     if data.get("not_restorable"):
         lines = [f"{n['path']} ({n['call_id']}): {n['why']}" for n in data["not_restorable"]]
@@ -250,3 +256,12 @@ def fsck_lines(data: dict[str, Any]) -> str:
     else:
         lines.append(f"{checked}: {len(data['problems'])} problem(s); `safepoint fsck --repair` repairs them")
     return "".join(line + "\n" for line in lines)
+
+
+def completed_already(run_id: str, explained: Any) -> str:
+    """``resume`` of a completed run: nothing to resume, and any own action a crash cut short with its fix (a
+    finished run is never resumed, so only that command finishes it)."""
+    lines = [f"run {run_id}: completed already; nothing to resume\n"]
+    for cut in explained.cut_short:
+        lines.append(f"{cut.what} ({cut.call_id}) was cut short by a crash: {cut.fix}\n")
+    return "".join(lines)

@@ -72,8 +72,12 @@ def replay_refusal(store: Blobs, view: RunView, workspace: Workspace | None, ent
                 return ""
         except StoreError:
             pass  # a file version the ledger's copy is patched on is lost too: no whole copy
-    lost = content.lost_args[entry.call_id].removeprefix(LOST_NOTE).strip()
-    return f"{lost}, and the ledger keeps no whole copy of them"
+    return lost_reason(content.lost_args[entry.call_id])
+
+
+def lost_reason(note: str) -> str:
+    """Why a call whose arguments read back as ``note`` (``Content.found_lost``'s) cannot run again."""
+    return f"{note.removeprefix(LOST_NOTE).strip()}, and the ledger keeps no whole copy of them"
 
 
 def refusals(store: Blobs, view: RunView, workspace: Workspace | None, call_ids: Iterable[str]) -> dict[str, str]:
@@ -133,3 +137,20 @@ def said(why: str, refused: str) -> str:
     if not refused or WAITING_WORDS not in why:
         return why
     return why.replace(WAITING_WORDS, f"waiting for --skip (it cannot run again: {refused})")
+
+
+def call_waits(call: ToolCall, why: str, *, lost: str = "") -> DecisionNeeded:
+    """``DecisionNeeded`` for one call met by the runner (an own loop's ``Run.call`` after a resume); ``lost``: why
+    it cannot run again (then only ``skip`` is offered)."""
+    return DecisionNeeded(
+        f"call {call.call_id} ({call.tool}) needs a decision: {said(why, lost)}",
+        choices={call.call_id: choices_of(lost)},
+    )
+
+
+def cannot_wait(run_id: str, call: ToolCall) -> str:
+    """A call that needs approval in a session that cannot wait for one (an engine used without a runner)."""
+    return (
+        f"call {call.call_id} ({call.tool}) needs approval, but this session cannot wait for one; run it through "
+        f"`safepoint run`/`resume` or Run, which wait for `safepoint approve {run_id} {call.call_id}`"
+    )

@@ -1,0 +1,58 @@
+"""A rollback a crash cut short on a finished run: a resume finishes such an action only for a run it resumes, and a
+completed run is never resumed, so it stayed half done with nobody told (``resume``: "nothing to resume";
+``explain``: "uncertain but safe to run again", and nothing would). Now ``explain`` and ``resume`` name it with the
+command that finishes it, and that command, followed literally, finishes it. In process; the crash is the
+failpoint's moment (``started`` durable, nothing reverted), raised as a BaseException past the command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from safepoint.engine import failpoints
+from safepoint.errors import ExitCode
+
+from .conftest import cli_env, safepoint_in_process
+
+
+class Crash(BaseException):
+    pass
+
+
+def test_a_rollback_cut_short_on_a_completed_run_is_named_with_a_fix_that_finishes_it(tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    writes = [{"tool": "write_file", "args": {"path": p, "content": "x = 1\n"}} for p in ("a.py", "b.py")]
+    (tmp_path / "s.json").write_text(json.dumps({"task": "t", "turns": [{"tool_calls": writes}, {"text": "ok"}]}))
+
+    def cli(*args: str):
+        return safepoint_in_process(*args, "-w", str(ws), env=cli_env())
+
+    assert cli("run", str(tmp_path / "s.json"), "--run-id", "r1").returncode == ExitCode.OK
+
+    def dies(point: str, tool: str | None = None) -> None:
+        if point == "after_started" and tool == "rollback_files":
+            raise Crash()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(failpoints, "hit", dies)
+        with pytest.raises(Crash):
+            cli("rollback", "r1", "--to", "step:0")
+    assert (ws / "a.py").exists() and (ws / "b.py").exists()  # nothing reverted yet
+
+    resumed = cli("resume", "r1")
+    assert resumed.returncode == ExitCode.OK
+    [_, hint] = resumed.stdout.splitlines()
+    fix = hint.partition("was cut short by a crash: ")[2]
+    assert fix.startswith("safepoint rollback r1 --to ckpt_"), resumed.stdout
+    [cut] = json.loads(cli("explain", "r1", "--json").stdout)["cut_short"]
+    assert cut["fix"] == fix and cut["tool"] == "rollback_files"
+    assert fix in " ".join(cli("explain", "r1").stdout.split())
+
+    followed = cli(*shlex.split(fix)[1:])  # literally
+    assert followed.returncode == ExitCode.OK, followed.stderr
+    assert not (ws / "a.py").exists() and not (ws / "b.py").exists()
+    assert json.loads(cli("explain", "r1", "--json").stdout)["cut_short"] == []
+    assert cli("resume", "r1").stdout == "run r1: completed already; nothing to resume\n"
