@@ -56,3 +56,25 @@ def test_a_rollback_cut_short_on_a_completed_run_is_named_with_a_fix_that_finish
     assert not (ws / "a.py").exists() and not (ws / "b.py").exists()
     assert json.loads(cli("explain", "r1", "--json").stdout)["cut_short"] == []
     assert cli("resume", "r1").stdout == "run r1: completed already; nothing to resume\n"
+
+
+def test_the_rollback_and_explain_name_the_conflict_commands_for_this_run_and_they_work(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    write = {"tool": "write_file", "args": {"path": "my file.py", "content": "x = 1\n"}}
+    (tmp_path / "s.json").write_text(json.dumps({"task": "t", "turns": [{"tool_calls": [write]}, {"text": "ok"}]}))
+
+    def cli(*args: str):
+        return safepoint_in_process(*args, "-w", str(ws), env=cli_env(COLUMNS="200"))
+
+    assert cli("run", str(tmp_path / "s.json"), "--run-id", "r1").returncode == ExitCode.OK
+    (ws / "my file.py").write_text("x = 1\n# mine\n")
+    rolled = cli("rollback", "r1", "--to", "step:0")
+    assert rolled.returncode == ExitCode.CONFLICTS
+    said = " ".join(rolled.stdout.split())
+    assert "`safepoint conflicts r1`" in said and "`safepoint resolve r1 'my file.py' --keep-user`" in said, said
+    assert "(`safepoint conflicts r1`)" in " ".join(cli("explain", "r1").stdout.split())
+    for command in ("safepoint conflicts r1", "safepoint resolve r1 'my file.py' --keep-user"):
+        done = cli(*shlex.split(command)[1:])  # literally
+        assert done.returncode == ExitCode.OK, (command, done.stderr)
+    assert (ws / "my file.py").read_text() == "x = 1\n# mine\n"

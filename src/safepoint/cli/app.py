@@ -359,7 +359,7 @@ def rollback(
         takeover=takeover,
     )
     data = plain(plan) | {"dry_run": dry_run}
-    _emit(data, as_json, render.rollback_view)
+    _emit(data, as_json, lambda shown: render.rollback_view(shown | {"run_id": run_id}))
     raise typer.Exit(ExitCode.CONFLICTS if data["conflicts"] else ExitCode.OK)
 
 

@@ -222,7 +222,7 @@ def run_demo(console: Console, *, keep: bool = False) -> ExitCode:
         handle.write("- your own note, written after the agent\n")
     plan = sp.recover(run_id, RollbackFiles(checkpoint_id=first))
     data = plain(plan) | {"dry_run": False}
-    console.print(render.rollback_view(data))
+    console.print(render.rollback_view(data | {"run_id": run_id}))
     left = sorted(f for f in os.listdir(workspace) if not f.startswith("."))
     with open(changelog) as handle:
         kept = "your own note" in handle.read()

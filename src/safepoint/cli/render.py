@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from rich.console import Group
@@ -123,10 +124,13 @@ def rollback_view(data: dict[str, Any]) -> Group:
             Text(f"rollback_files to {data['checkpoint_id']}: nothing of the agent's left to revert", style="green")
         ]
     if data["conflicts"]:
+        # The commands written out for this run and its first conflict: followed as printed, they work.
+        run = shlex.quote(data.get("run_id") or "RUN_ID")
+        path = shlex.quote(data["conflicts"][0]["path"])
         parts.append(
             Text(
-                "See `safepoint conflicts RUN_ID`, then `safepoint resolve RUN_ID PATH --keep-user | "
-                "--apply-agent | --manual-merge`.",
+                f"See `safepoint conflicts {run}`, then `safepoint resolve {run} {path} --keep-user` (or "
+                "--apply-agent, or --manual-merge) for each.",
                 style="yellow",
             )
         )
