@@ -78,3 +78,32 @@ def test_the_rollback_and_explain_name_the_conflict_commands_for_this_run_and_th
         done = cli(*shlex.split(command)[1:])  # literally
         assert done.returncode == ExitCode.OK, (command, done.stderr)
     assert (ws / "my file.py").read_text() == "x = 1\n# mine\n"
+
+
+def test_step_n_names_the_state_after_a_step_a_crash_cut_before_its_after_step(tmp_path, monkeypatch):
+    """Killed after step 1's write was recorded, before its after_step checkpoint; resumed to the end. The user's
+    `rollback --to step:1` was refused ("no complete checkpoint after step 1"): step 2's before_step holds it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    turns = [
+        {"tool_calls": [{"tool": "write_file", "args": {"path": "a.py", "content": "a = 1\n"}}]},
+        {"tool_calls": [{"tool": "write_file", "args": {"path": "b.py", "content": "b = 1\n"}}]},
+        {"text": "ok"},
+    ]
+    (tmp_path / "s.json").write_text(json.dumps({"task": "t", "turns": turns}))
+
+    def cli(*args: str):
+        return safepoint_in_process(*args, "-w", str(ws), env=cli_env())
+
+    def dies(point: str, tool: str | None = None) -> None:
+        if point == "after_outcome" and tool == "write_file":
+            raise Crash()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(failpoints, "hit", dies)
+        with pytest.raises(Crash):
+            cli("run", str(tmp_path / "s.json"), "--run-id", "r1")
+    assert cli("resume", "r1").returncode == ExitCode.OK
+    rolled = cli("rollback", "r1", "--to", "step:1")
+    assert rolled.returncode == ExitCode.OK, rolled.stderr
+    assert (ws / "a.py").exists() and not (ws / "b.py").exists()

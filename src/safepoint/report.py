@@ -222,7 +222,10 @@ def checkpoint_rows(store: Store, run_id: str) -> list[CheckpointSummary]:
 
 def checkpoint_for(store: Store, run_id: str, ref: str) -> str:
     """``ref`` as a checkpoint id: an id is kept as it is; ``step:N`` is the state after step N (its last
-    complete ``after_step`` checkpoint; ``step:0``: the run's first complete checkpoint, before any step)."""
+    complete ``after_step`` checkpoint; ``step:0``: the run's first complete checkpoint, before any step). A step a
+    crash cut before its ``after_step`` and a resume finished has none: the next step's first complete
+    ``before_step`` holds the same state (rejected: refusing ``step:N`` for the one step a crash touched, which is
+    the step a user rolls back to after a crash)."""
     if not ref.startswith("step:"):
         return ref
     number = ref.removeprefix("step:")
@@ -231,7 +234,8 @@ def checkpoint_for(store: Store, run_id: str, ref: str) -> str:
     step = int(number)
     complete = [at.checkpoint for at in load_view(store, run_id).checkpoints if at.complete]
     after = [c for c in complete if c.kind == "after_step" and c.step == step]
-    found = complete[:1] if step == 0 else after[-1:]
+    following = [c for c in complete if c.kind == "before_step" and c.step == step + 1]
+    found = complete[:1] if step == 0 else after[-1:] or following[:1]
     if not found:
         raise UnknownReferenceError(
             f"run {run_id!r} has no complete checkpoint after step {step}; see `safepoint checkpoints {run_id}`"
