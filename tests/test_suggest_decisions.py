@@ -221,3 +221,52 @@ def test_the_mcp_proxy_offers_only_skip_for_a_call_that_cannot_run_again():
     assert "--replay" not in hint and "safepoint mcp-proxy --run p --skip mcp-1-x -- srv" in hint
     both = settle_hint(Blocked("p", why, ("mcp-1-x",)), ["srv"])
     assert "--replay mcp-1-x" in both and "--skip mcp-1-x" in both
+
+
+def test_an_own_loop_run_is_told_its_choices_as_resume_arguments_and_each_works(tmp_path):
+    """`safepoint resume` refuses a run of a program's own loop ("resume it from there"), so the decision is said
+    as ``sp.resume``'s arguments; each, passed as said, is accepted and the call runs again only when replayed."""
+    import ast
+
+    import safepoint
+    from safepoint.errors import DecisionNeeded
+
+    ran: list[str] = []
+    dies: list[bool] = [True]
+
+    class Killed(BaseException):
+        pass
+
+    @safepoint.tool(idempotency="non_idempotent", replay_policy="ask", risk_level="low")
+    def pay(ctx: safepoint.ToolContext, amount: int) -> str:
+        if dies:
+            raise Killed()
+        ran.append(ctx.call_id)
+        return "paid"
+
+    def crashed(where: Path) -> safepoint.Safepoint:
+        where.mkdir()
+        sp = safepoint.open(workspace=str(where))
+        dies[:] = [True]
+        with pytest.raises(Killed), sp.start("pay", tools=[pay], run_id="own") as run:
+            run.step()
+            run.call("pay", {"amount": 5}, call_id="c1")
+        dies.clear()
+        return sp
+
+    sp = crashed(tmp_path / "said")
+    with pytest.raises(DecisionNeeded) as asked:
+        sp.resume("own", tools=[pay])
+    sp.close()
+    said = str(asked.value)
+    assert "--replay" not in said and "--skip" not in said, said
+    offered = re.findall(r"(replay|skip)=(\[[^\]]*\])", said)
+    assert sorted(name for name, _ in offered) == ["replay", "skip"], said
+    for number, (name, value) in enumerate(offered):
+        sp = crashed(tmp_path / f"follow{number}")
+        ran.clear()
+        with sp.resume("own", tools=[pay], **{name: ast.literal_eval(value)}) as run:
+            value_ = run.call("pay", {"amount": 5}, call_id="c1") if name == "replay" else None
+            run.finish()
+        assert ran == (["c1"] if name == "replay" else []) and value_ in ("paid", None)
+        sp.close()

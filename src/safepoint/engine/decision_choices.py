@@ -103,17 +103,24 @@ def replay_refused(entry: ToolLedgerEntry, why: str) -> str:
     )
 
 
-def waiting(run_id: str, calls: Sequence[tuple[str, str, str]]) -> str:
+def waiting(run_id: str, calls: Sequence[tuple[str, str, str]], *, own_loop: bool = False) -> str:
     """The one line of ``DecisionNeeded`` for ``calls`` (tool, call id, why a replay is refused or ""): each
-    call named with the options that will be accepted for it, its real id in them (never a placeholder)."""
+    call named with the options that will be accepted for it, its real id in them (never a placeholder).
+    ``own_loop``: the run is a program's own loop, which `safepoint resume` refuses ("resume it from there"): the
+    options are said as ``sp.resume``'s arguments, ``replay=['ID']``, never as flags that command would refuse."""
+
+    def option(name: str, call_id: str) -> str:
+        return f"{name}=[{call_id!r}]" if own_loop else f"--{name} {call_id}"
+
     names = ", ".join(f"{tool}({call_id})" for tool, call_id, _ in calls)
     offers = []
     for tool, call_id, refused in calls:
         who = f" {tool}({call_id})" if len(calls) > 1 else ""
+        skip = option("skip", call_id)
         if refused:
-            offers.append(f"--skip {call_id} to leave{who or ' it'} (it cannot run again: {refused})")
+            offers.append(f"{skip} to leave{who or ' it'} (it cannot run again: {refused})")
         else:
-            offers.append(f"--replay {call_id} to run{who or ' it'} again or --skip {call_id} to leave it")
+            offers.append(f"{option('replay', call_id)} to run{who or ' it'} again or {skip} to leave it")
     return f"run {run_id!r} waits for a decision on {names}: resume with " + "; ".join(offers)
 
 
@@ -123,8 +130,14 @@ def decision_needed(
     """``DecisionNeeded`` for the calls ``entries`` of the run, offering for each only what will be accepted
     (``choices``: call id -> the decisions, for a program)."""
     refused = {entry.call_id: replay_refusal(store, view, workspace, entry) for entry in entries}
+    info = view.info
+    own_loop = info.scenario is None and (info.provider or {}).get("kind") != "openai"  # as `provider_for` tells
     return DecisionNeeded(
-        waiting(view.info.run_id, [(entry.tool_name, entry.call_id, refused[entry.call_id]) for entry in entries]),
+        waiting(
+            info.run_id,
+            [(entry.tool_name, entry.call_id, refused[entry.call_id]) for entry in entries],
+            own_loop=own_loop,
+        ),
         choices={call_id: choices_of(why) for call_id, why in refused.items()},
     )
 
