@@ -244,8 +244,11 @@ def _parents(path: str) -> set[str]:
 def rollback_files(
     session: RunSession, checkpoint_id: str, *, dry_run: bool = False, include_uncertain: bool = False
 ) -> RollbackPlan:
-    """Revert the agent's changes after ``checkpoint_id``, newest first; files the user changed become conflicts."""
-    finish_interrupted(session)
+    """Revert the agent's changes after ``checkpoint_id``, newest first; files the user changed become conflicts.
+    A rollback a crash cut short is finished first, except by a dry run, which writes nothing (its read-only
+    session has no claim: finishing it there failed as if the run had been taken over, exit 6)."""
+    if not dry_run:
+        finish_interrupted(session)
     plan = plan_files(session, checkpoint_id, include_uncertain=include_uncertain)
     if dry_run:
         return plan
