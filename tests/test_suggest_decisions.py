@@ -270,3 +270,12 @@ def test_an_own_loop_run_is_told_its_choices_as_resume_arguments_and_each_works(
             run.finish()
         assert ran == (["c1"] if name == "replay" else []) and value_ in ("paid", None)
         sp.close()
+
+
+def test_resume_json_ends_with_the_choices_of_each_waiting_call(tmp_path):
+    crashed = Crashed(tmp_path / "run", BIG)
+    crashed.lose_arguments()
+    asked = crashed.cli("resume", "r", "--json")
+    assert asked.returncode == ExitCode.WAITING_DECISION
+    last = json.loads(asked.stdout.splitlines()[-1])
+    assert last["status"] == "waiting_decision" and last["choices"] == {"call_1": ["skip"]}
