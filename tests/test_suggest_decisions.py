@@ -143,6 +143,7 @@ def test_a_call_whose_arguments_are_lost_is_offered_skip_only_and_each_suggestio
     explained = json.loads(crashed.cli("explain", "r", "--json").stdout)
     [wanted] = explained["needs_decision"]
     assert wanted["choices"] == ["skip"] and "waiting for --skip (it cannot run again" in wanted["why"]
+    assert wanted["commands"] == ["safepoint resume r --skip call_1"]
     shown = crashed.cli("explain", "r").stdout
     assert "safepoint resume r --skip call_1" in shown and "--replay call_1" not in shown, shown
 
@@ -257,6 +258,8 @@ def test_an_own_loop_run_is_told_its_choices_as_resume_arguments_and_each_works(
     sp = crashed(tmp_path / "said")
     with pytest.raises(DecisionNeeded) as asked:
         sp.resume("own", tools=[pay])
+    [wanted] = sp.explain("own").needs_decision  # explain says it the same way, as the program's call
+    assert wanted.commands == ["sp.resume('own', replay=['c1'])", "sp.resume('own', skip=['c1'])"]
     sp.close()
     said = str(asked.value)
     assert "--replay" not in said and "--skip" not in said, said

@@ -219,6 +219,7 @@ class DecisionWanted(msgspec.Struct, frozen=True, kw_only=True):
     tool: str
     why: str
     choices: list[str] = msgspec.field(default_factory=lambda: ["replay", "skip"])  # what resume accepts for it
+    commands: list[str] = msgspec.field(default_factory=list)  # each choice written out for this run, as it works
 
 
 class Drift(msgspec.Struct, frozen=True, kw_only=True):

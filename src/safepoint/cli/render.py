@@ -61,11 +61,9 @@ def explain_view(data: dict[str, Any]) -> Group:
         )
     parts: list[Any] = [head, table]
     if data["needs_decision"]:
-        # Each call with the commands that decide it, only those the engine accepts for it (its `choices`).
+        # Each call with what decides it, only what the engine accepts for it (its `commands`, from `choices`).
         lines = [
-            f"{d['call_id']} ({d['tool']}): {d['why']}\n  "
-            + " | ".join(f"safepoint resume {data['run_id']} --{choice} {d['call_id']}" for choice in d["choices"])
-            for d in data["needs_decision"]
+            f"{d['call_id']} ({d['tool']}): {d['why']}\n  " + " | ".join(d["commands"]) for d in data["needs_decision"]
         ]
         parts.append(Panel(Text("\n".join(lines)), title="needs a decision", style="magenta"))
     outside = [f"{c['call_id']} ({c['tool']}): {c['not_captured']}" for c in data["calls"] if c.get("not_captured")]

@@ -11,6 +11,7 @@ missing", which differs where the ledger's copy is whole but the history's is no
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -131,7 +132,7 @@ def decision_needed(
     (``choices``: call id -> the decisions, for a program)."""
     refused = {entry.call_id: replay_refusal(store, view, workspace, entry) for entry in entries}
     info = view.info
-    own_loop = info.scenario is None and (info.provider or {}).get("kind") != "openai"  # as `provider_for` tells
+    own_loop = is_own_loop(view)
     return DecisionNeeded(
         waiting(
             info.run_id,
@@ -167,3 +168,18 @@ def cannot_wait(run_id: str, call: ToolCall) -> str:
         f"call {call.call_id} ({call.tool}) needs approval, but this session cannot wait for one; run it through "
         f"`safepoint run`/`resume` or Run, which wait for `safepoint approve {run_id} {call.call_id}`"
     )
+
+
+def is_own_loop(view: RunView) -> bool:
+    """A run of a program's own loop (no scenario, no model server): `safepoint resume` refuses it, as
+    ``providers.select.provider_for`` does; its program resumes it with ``sp.resume``."""
+    return view.info.scenario is None and (view.info.provider or {}).get("kind") != "openai"
+
+
+def commands(view: RunView, call_id: str, choices: Sequence[str]) -> list[str]:
+    """Each accepted decision for ``call_id`` written out as what carries it out for this run: the command line,
+    or for an own loop's run the ``sp.resume`` call its program makes."""
+    run_id = view.info.run_id
+    if is_own_loop(view):
+        return [f"sp.resume({run_id!r}, {choice}=[{call_id!r}])" for choice in choices]
+    return [f"safepoint resume {shlex.quote(run_id)} --{choice} {shlex.quote(call_id)}" for choice in choices]
