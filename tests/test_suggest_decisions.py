@@ -230,7 +230,7 @@ def test_an_own_loop_run_is_told_its_choices_as_resume_arguments_and_each_works(
     import ast
 
     import safepoint
-    from safepoint.errors import DecisionNeeded
+    from safepoint.errors import DecisionNeeded, ResumeOptionError
 
     ran: list[str] = []
     dies: list[bool] = [True]
@@ -260,6 +260,10 @@ def test_an_own_loop_run_is_told_its_choices_as_resume_arguments_and_each_works(
         sp.resume("own", tools=[pay])
     [wanted] = sp.explain("own").needs_decision  # explain says it the same way, as the program's call
     assert wanted.commands == ["sp.resume('own', replay=['c1'])", "sp.resume('own', skip=['c1'])"]
+    with pytest.raises(ResumeOptionError) as refused:  # settle has no pending call of an own loop to answer
+        sp.settle("own", "c1", happened=False)
+    said = str(refused.value)  # it was "is started: only a call whose outcome is uncertain ... can be settled"
+    assert "is uncertain" in said and "sp.resume('own', replay=['c1']) or sp.resume('own', skip=['c1'])" in said
     sp.close()
     said = str(asked.value)
     assert "--replay" not in said and "--skip" not in said, said

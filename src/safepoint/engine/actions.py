@@ -523,6 +523,16 @@ def compensator_tool(session: RunSession, tool: Tool) -> Tool:
     )
 
 
+def _resumer(session: RunSession) -> str:
+    """What resumes this run: the command, or for an own loop's run (which that command refuses) its program."""
+    run_id = session.info.run_id
+    return (
+        f"sp.resume({run_id!r}) of its program"
+        if decision_choices.is_own_loop(session.view)
+        else (f"`safepoint resume {run_id}`")
+    )
+
+
 # a person's finding about an uncertain call ------------------------------------------------------------------------
 def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = "user") -> dict[str, Any]:
     """A person checked by hand whether an interrupted call took effect. ``happened``: the call is finished as
@@ -537,6 +547,15 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
     if entry is None:
         raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
     pending = any(call.call_id == call_id for call in session.pending)
+    if entry.status == "started" and not pending and decision_choices.is_own_loop(session.view):
+        # An own loop's call: its program asks for it again after sp.resume, which takes the decision; settle
+        # has no pending call to answer (rejected: "is started: not uncertain", which it is).
+        refused = decision_choices.replay_refusal(session.store, session.view, session.workspace, entry)
+        offered = " or ".join(decision_choices.commands(session.view, call_id, decision_choices.choices_of(refused)))
+        raise ResumeOptionError(
+            f"call {call_id!r} of run {run_id!r} is uncertain and was made by the run's own loop, which settles it "
+            f"when it resumes: {offered}"
+        )
     if entry.status not in ("started", "uncertain") or not pending:
         told = " and the model was told so" if entry.status == "uncertain" else ""
         raise ResumeOptionError(
@@ -548,9 +567,10 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
     # "Run it again" is a replay: refused, before anything is written, for a call that cannot run again.
     again = not happened and entry.replay_policy != "never"
     if again and (refused := decision_choices.replay_refusal(session.store, session.view, session.workspace, entry)):
+        [skip] = decision_choices.commands(session.view, call_id, ["skip"])
         raise ResumeOptionError(
             f"call {call_id!r} of run {run_id!r} cannot run again: {refused}; settle it with --happened, or "
-            f"`safepoint resume {run_id} --skip {call_id}` (the model is told it may have happened)"
+            f"`{skip}` (the model is told it may have happened)"
         )
     try:
         args = expand_input(entry, session.files, session.contents)
@@ -568,7 +588,7 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
             "call_id": call_id,
             "happened": False,
             "status": "uncertain",
-            "outcome": f"runs again at the next `safepoint resume {run_id}`, without asking",
+            "outcome": f"runs again at the next {_resumer(session)}, without asking",
         }
     certain = happened and session.runner.probe(entry) == "done"  # the files hold what it was to make
     if entry.status == "started":
