@@ -286,3 +286,22 @@ def test_resume_json_ends_with_the_choices_of_each_waiting_call(tmp_path):
     assert asked.returncode == ExitCode.WAITING_DECISION
     last = json.loads(asked.stdout.splitlines()[-1])
     assert last["status"] == "waiting_decision" and last["choices"] == {"call_1": ["skip"]}
+
+
+def test_an_own_loop_stopped_at_a_safe_point_is_told_its_program_resumes_it(tmp_path):
+    """`safepoint resume` refuses an own loop's run ("resume it from there"), so the stop says sp.resume."""
+    import safepoint
+    from safepoint.engine import shutdown
+    from safepoint.errors import Interrupted
+
+    sp = safepoint.open(workspace=str(tmp_path))
+    try:
+        with sp.start("t", run_id="own") as run:
+            shutdown.request("SIGTERM")
+            with pytest.raises(Interrupted) as stopped:
+                run.call("list_files", {})
+    finally:
+        shutdown.reset()
+        sp.close()
+    said = str(stopped.value)
+    assert "`sp.resume('own')` in its program continues the run" in said and "safepoint resume" not in said, said

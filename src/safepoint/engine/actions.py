@@ -523,16 +523,6 @@ def compensator_tool(session: RunSession, tool: Tool) -> Tool:
     )
 
 
-def _resumer(session: RunSession) -> str:
-    """What resumes this run: the command, or for an own loop's run (which that command refuses) its program."""
-    run_id = session.info.run_id
-    return (
-        f"sp.resume({run_id!r}) of its program"
-        if decision_choices.is_own_loop(session.view)
-        else (f"`safepoint resume {run_id}`")
-    )
-
-
 # a person's finding about an uncertain call ------------------------------------------------------------------------
 def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = "user") -> dict[str, Any]:
     """A person checked by hand whether an interrupted call took effect. ``happened``: the call is finished as
@@ -588,7 +578,7 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
             "call_id": call_id,
             "happened": False,
             "status": "uncertain",
-            "outcome": f"runs again at the next {_resumer(session)}, without asking",
+            "outcome": f"runs again at the next {decision_choices.resumer(session.view)}, without asking",
         }
     certain = happened and session.runner.probe(entry) == "done"  # the files hold what it was to make
     if entry.status == "started":

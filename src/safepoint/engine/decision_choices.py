@@ -183,3 +183,12 @@ def commands(view: RunView, call_id: str, choices: Sequence[str]) -> list[str]:
     if is_own_loop(view):
         return [f"sp.resume({run_id!r}, {choice}=[{call_id!r}])" for choice in choices]
     return [f"safepoint resume {shlex.quote(run_id)} --{choice} {shlex.quote(call_id)}" for choice in choices]
+
+
+def resumer(view: RunView) -> str:
+    """What resumes the run, written out: the command, or for an own loop's run (which that command refuses with
+    "resume it from there") its program's ``sp.resume``."""
+    run_id = view.info.run_id
+    return (
+        f"`sp.resume({run_id!r})` in its program" if is_own_loop(view) else f"`safepoint resume {shlex.quote(run_id)}`"
+    )
