@@ -305,3 +305,17 @@ def test_an_own_loop_stopped_at_a_safe_point_is_told_its_program_resumes_it(tmp_
         sp.close()
     said = str(stopped.value)
     assert "`sp.resume('own')` in its program continues the run" in said and "safepoint resume" not in said, said
+
+
+def test_an_answer_to_an_own_loops_approval_says_its_program_resumes_it(tmp_path):
+    import safepoint
+    from safepoint.engine.decision_choices import answered_next
+
+    sp = safepoint.open(workspace=str(tmp_path))
+    try:
+        with sp.start("t", run_id="own"):
+            pass
+        said = answered_next(sp.store, "own", attended=False, approved=True)
+    finally:
+        sp.close()
+    assert "`sp.resume('own')` in its program continues it and runs the call" in said, said

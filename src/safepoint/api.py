@@ -657,18 +657,12 @@ class Safepoint:
         return self._answer(run_id, call_id, approved=False, by=by, reason=reason)
 
     def _answer(self, run_id: str, call_id: str, *, approved: bool, by: str, reason: str) -> Answered:
+        from safepoint.engine.decision_choices import answered_next
         from safepoint.restart import control
 
         position = control.answer(self.store, run_id, call_id, approved=approved, by=by, reason=reason)
         attended = control.owner_is_live(self.store, run_id)
-        effect = "runs the call" if approved else "tells the model it was denied"
-        if attended:
-            after = f"the process running run {run_id} {effect} at its next check (within a second)"
-        else:
-            after = (
-                f"nobody is running run {run_id}: `safepoint resume {run_id}` continues it and {effect}, or a "
-                "daemon does if one serves this store"
-            )
+        after = answered_next(self.store, run_id, attended=attended, approved=approved)  # an own loop: sp.resume
         return Answered(
             run_id=run_id, call_id=call_id, approved=approved, position=position, attended=attended, next=after
         )

@@ -91,7 +91,7 @@ class Run:
             from safepoint.engine import decision_choices
 
             raise Interrupted(
-                f"{shutdown.why()}: stopped before calling {tool}; {decision_choices.resumer(self.session.view)} "
+                f"{shutdown.why()}: stopped before calling {tool}; {decision_choices.resumer(self.session.info)} "
                 "continues the run"
             )
         if call_id is None:

@@ -537,7 +537,7 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
     if entry is None:
         raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
     pending = any(call.call_id == call_id for call in session.pending)
-    if entry.status == "started" and not pending and decision_choices.is_own_loop(session.view):
+    if entry.status == "started" and not pending and decision_choices.is_own_loop(session.info):
         # An own loop's call: its program asks for it again after sp.resume, which takes the decision; settle
         # has no pending call to answer (rejected: "is started: not uncertain", which it is).
         refused = decision_choices.replay_refusal(session.store, session.view, session.workspace, entry)
@@ -578,7 +578,7 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
             "call_id": call_id,
             "happened": False,
             "status": "uncertain",
-            "outcome": f"runs again at the next {decision_choices.resumer(session.view)}, without asking",
+            "outcome": f"runs again at the next {decision_choices.resumer(session.info)}, without asking",
         }
     certain = happened and session.runner.probe(entry) == "done"  # the files hold what it was to make
     if entry.status == "started":

@@ -23,8 +23,8 @@ from safepoint.engine.content import LOST_NOTE
 from safepoint.engine.file_changes import FileChanges
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, redacted_arguments
 from safepoint.errors import DecisionNeeded, StoreError
-from safepoint.records import ToolCall, ToolLedgerEntry
-from safepoint.store.base import Blobs
+from safepoint.records import RunInfo, ToolCall, ToolLedgerEntry
+from safepoint.store.base import Blobs, Store
 from safepoint.workspace.files import Workspace
 
 
@@ -132,7 +132,7 @@ def decision_needed(
     (``choices``: call id -> the decisions, for a program)."""
     refused = {entry.call_id: replay_refusal(store, view, workspace, entry) for entry in entries}
     info = view.info
-    own_loop = is_own_loop(view)
+    own_loop = is_own_loop(info)
     return DecisionNeeded(
         waiting(
             info.run_id,
@@ -170,25 +170,37 @@ def cannot_wait(run_id: str, call: ToolCall) -> str:
     )
 
 
-def is_own_loop(view: RunView) -> bool:
+def is_own_loop(info: RunInfo) -> bool:
     """A run of a program's own loop (no scenario, no model server): `safepoint resume` refuses it, as
     ``providers.select.provider_for`` does; its program resumes it with ``sp.resume``."""
-    return view.info.scenario is None and (view.info.provider or {}).get("kind") != "openai"
+    return info.scenario is None and (info.provider or {}).get("kind") != "openai"
 
 
 def commands(view: RunView, call_id: str, choices: Sequence[str]) -> list[str]:
     """Each accepted decision for ``call_id`` written out as what carries it out for this run: the command line,
     or for an own loop's run the ``sp.resume`` call its program makes."""
     run_id = view.info.run_id
-    if is_own_loop(view):
+    if is_own_loop(view.info):
         return [f"sp.resume({run_id!r}, {choice}=[{call_id!r}])" for choice in choices]
     return [f"safepoint resume {shlex.quote(run_id)} --{choice} {shlex.quote(call_id)}" for choice in choices]
 
 
-def resumer(view: RunView) -> str:
+def resumer(info: RunInfo) -> str:
     """What resumes the run, written out: the command, or for an own loop's run (which that command refuses with
     "resume it from there") its program's ``sp.resume``."""
-    run_id = view.info.run_id
+    run_id = info.run_id
     return (
-        f"`sp.resume({run_id!r})` in its program" if is_own_loop(view) else f"`safepoint resume {shlex.quote(run_id)}`"
+        f"`sp.resume({run_id!r})` in its program" if is_own_loop(info) else f"`safepoint resume {shlex.quote(run_id)}`"
+    )
+
+
+def answered_next(store: Store, run_id: str, *, attended: bool, approved: bool) -> str:
+    """What acts on an approval's answer: the live owner, or (nobody runs the run) what resumes it."""
+    effect = "runs the call" if approved else "tells the model it was denied"
+    if attended:
+        return f"the process running run {run_id} {effect} at its next check (within a second)"
+    info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
+    return (
+        f"nobody is running run {run_id}: {resumer(info)} continues it and {effect}, or a daemon does if one "
+        "serves this store"
     )
