@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from safepoint.core.run_view import RunView
 from safepoint.engine import large_values
-from safepoint.engine.content import LOST_NOTE
+from safepoint.engine.content import LOST_NOTE, Content
 from safepoint.engine.file_changes import FileChanges
 from safepoint.engine.log_writer import SECRET_ARGUMENTS, redacted_arguments
 from safepoint.errors import DecisionNeeded, StoreError
@@ -38,42 +38,77 @@ class _ReadOnly:
         return None
 
 
-def _asked(view: RunView, call_id: str) -> ToolCall | None:
-    """The call as the history holds it (the latest message that asked it), or None (an own loop's call)."""
-    for seq in sorted(view.message_records, reverse=True):
-        for call in view.message_records[seq].tool_calls:
-            if call.call_id == call_id:
-                return call
-    return None
+class _NoFiles:
+    """File versions for a check made without the workspace: a ledger copy patched on a file version cannot be
+    rebuilt here, so it counts as no whole copy (the check with the workspace, at resume, is the exact one)."""
+
+    def version(self, path: str, digest: str, ref: str | None = None) -> bytes:
+        raise StoreError(f"{path}: its version is not read without the workspace")
 
 
-def replay_refusal(store: Blobs, view: RunView, workspace: Workspace | None, entry: ToolLedgerEntry) -> str:
-    """Why ``--replay`` of ``entry`` is refused ("" when the call can run again), in words a person reads."""
-    if redacted_arguments(entry.input):
-        return SECRET_ARGUMENTS
-    asked = _asked(view, entry.call_id)
-    if asked is None:
-        return ""
-    content = large_values.reader(store, view)
-    said = large_values.resolve_call(asked, content)
-    if not large_values.read_as_note(said, content):
-        return ""
-    if workspace is not None:
-        files = FileChanges(
-            view.info.run_id,
-            workspace,
-            content,
-            _ReadOnly(),
-            list(view.patches),
-            {k: list(v) for k, v in view.befores.items()},
-            view.blobs,
-        )
+class _Judge:
+    """The runner's test, for many calls of one run read once: the history's calls by id, the run's content and
+    file versions made at the first call that needs them (a cost per run, not per waiting call)."""
+
+    def __init__(self, store: Blobs, view: RunView, workspace: Workspace | None) -> None:
+        self.store, self.view, self.workspace = store, view, workspace
+        self._asked: dict[str, ToolCall] | None = None
+        self._content: Content | None = None
+        self._files: FileChanges | _NoFiles | None = None
+
+    def asked(self, call_id: str) -> ToolCall | None:
+        """The call as the history holds it (the latest message that asked it), or None (an own loop's call)."""
+        if self._asked is None:
+            self._asked = {}
+            for seq in sorted(self.view.message_records):
+                self._asked.update((call.call_id, call) for call in self.view.message_records[seq].tool_calls)
+        return self._asked.get(call_id)
+
+    def content(self) -> Content:
+        if self._content is None:
+            self._content = large_values.reader(self.store, self.view)
+        return self._content
+
+    def files(self) -> FileChanges | _NoFiles:
+        if self._files is None:
+            view = self.view
+            self._files = _NoFiles()
+            if self.workspace is not None:
+                befores = {k: list(v) for k, v in view.befores.items()}
+                self._files = FileChanges(
+                    view.info.run_id,
+                    self.workspace,
+                    self.content(),
+                    _ReadOnly(),
+                    list(view.patches),
+                    befores,
+                    view.blobs,
+                )
+        return self._files
+
+    def refusal(self, entry: ToolLedgerEntry) -> str:
+        if redacted_arguments(entry.input):
+            return SECRET_ARGUMENTS
+        asked = self.asked(entry.call_id)
+        if asked is None:
+            return ""
+        content = self.content()
+        said = large_values.resolve_call(asked, content)
+        if not large_values.read_as_note(said, content):
+            return ""
+        # A stand-in without the workspace: only its ``version`` is read, and it refuses (a StoreError, caught).
+        files = cast("FileChanges", self.files())
         try:
             if large_values.recovered_call(said, entry, files, content) is not None:
                 return ""
         except StoreError:
             pass  # a file version the ledger's copy is patched on is lost too: no whole copy
-    return lost_reason(content.lost_args[entry.call_id])
+        return lost_reason(content.lost_args[entry.call_id])
+
+
+def replay_refusal(store: Blobs, view: RunView, workspace: Workspace | None, entry: ToolLedgerEntry) -> str:
+    """Why ``--replay`` of ``entry`` is refused ("" when the call can run again), in words a person reads."""
+    return _Judge(store, view, workspace).refusal(entry)
 
 
 def lost_reason(note: str) -> str:
@@ -83,11 +118,8 @@ def lost_reason(note: str) -> str:
 
 def refusals(store: Blobs, view: RunView, workspace: Workspace | None, call_ids: Iterable[str]) -> dict[str, str]:
     """``replay_refusal`` of each of ``call_ids`` the ledger holds (the call id -> why; "" when it can run)."""
-    return {
-        call_id: replay_refusal(store, view, workspace, view.ledger[call_id])
-        for call_id in call_ids
-        if call_id in view.ledger
-    }
+    judge = _Judge(store, view, workspace)
+    return {call_id: judge.refusal(view.ledger[call_id]) for call_id in call_ids if call_id in view.ledger}
 
 
 def choices_of(refused: str) -> tuple[str, ...]:
@@ -130,7 +162,8 @@ def decision_needed(
 ) -> DecisionNeeded:
     """``DecisionNeeded`` for the calls ``entries`` of the run, offering for each only what will be accepted
     (``choices``: call id -> the decisions, for a program)."""
-    refused = {entry.call_id: replay_refusal(store, view, workspace, entry) for entry in entries}
+    judge = _Judge(store, view, workspace)
+    refused = {entry.call_id: judge.refusal(entry) for entry in entries}
     info = view.info
     own_loop = is_own_loop(info)
     return DecisionNeeded(
