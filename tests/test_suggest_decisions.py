@@ -319,3 +319,27 @@ def test_an_answer_to_an_own_loops_approval_says_its_program_resumes_it(tmp_path
     finally:
         sp.close()
     assert "`sp.resume('own')` in its program continues it and runs the call" in said, said
+
+
+def test_the_review_page_offers_only_the_settlement_that_is_accepted(tmp_path):
+    """The page's "It did not happen" asks for a run again: not offered for a call that cannot run again."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    import safepoint
+    from safepoint.ui.app import create_app
+    from safepoint.ui.guard import loopback_hosts
+
+    crashed = Crashed(tmp_path / "run", BIG)
+    crashed.lose_arguments()
+    sp = safepoint.open(workspace=str(crashed.ws))
+    try:
+        tab = TestClient(
+            create_app(sp, token="tok", hosts=loopback_hosts(8780)),
+            base_url="http://127.0.0.1:8780",
+            headers={"x-safepoint-token": "tok"},
+        )
+        page = tab.get("/runs/r").text
+    finally:
+        sp.close()
+    assert 'id="settle-yes-call_1"' in page and 'id="settle-no-call_1"' not in page
