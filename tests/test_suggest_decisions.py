@@ -343,3 +343,16 @@ def test_the_review_page_offers_only_the_settlement_that_is_accepted(tmp_path):
     finally:
         sp.close()
     assert 'id="settle-yes-call_1"' in page and 'id="settle-no-call_1"' not in page
+
+
+def test_several_waiting_calls_are_each_offered_what_they_accept():
+    from safepoint.engine.decision_choices import waiting
+
+    said = waiting("r", [("pay", "c2", ""), ("send", "c1", "its arguments are lost")])
+    assert said.count("\n") == 0 and "--replay c1" not in said
+    offered = {tuple(argv) for argv in suggestions(said, "r", "c1")}
+    assert offered == {
+        ("resume", "r", "--replay", "c2"),
+        ("resume", "r", "--skip", "c2"),
+        ("resume", "r", "--skip", "c1"),
+    }
