@@ -356,3 +356,19 @@ def test_several_waiting_calls_are_each_offered_what_they_accept():
         ("resume", "r", "--skip", "c2"),
         ("resume", "r", "--skip", "c1"),
     }
+
+
+def test_a_restored_own_loop_run_is_told_its_program_continues_it(tmp_path):
+    import safepoint
+
+    sp = safepoint.open(workspace=str(tmp_path))
+    try:
+        with sp.start("t", run_id="own") as run:
+            for number in (1, 2):
+                run.step()
+                run.call("write_file", {"path": f"f{number}.txt", "content": "x"}, call_id=f"c{number}")
+                run.checkpoint()
+        restored = sp.recover("own", safepoint.RestoreSession(checkpoint_id=sp.checkpoint_for("own", "step:1")))
+    finally:
+        sp.close()
+    assert restored.resume_with == "`sp.resume('own')` in its program", restored.resume_with

@@ -126,6 +126,7 @@ class Restored(Checkpoint, frozen=True, kw_only=True):
     with_files: bool = False
     not_undone: list[ExternalEffect] = msgspec.field(default_factory=list)
     conflicts: list[str] = msgspec.field(default_factory=list)
+    resume_with: str = ""  # what continues the run from it, written out (an own loop's run: its program's sp.resume)
 
 
 class Submitted(msgspec.Struct, frozen=True, kw_only=True):

@@ -140,7 +140,7 @@ def restore_view(run_id: str, data: dict[str, Any]) -> Group:
     parts: list[Any] = [
         Text(
             f"run {run_id}: session restored to {data['restored_to']} as {data['checkpoint_id']}; "
-            f"`safepoint resume {run_id}` continues from there"
+            f"{data.get('resume_with') or f'`safepoint resume {run_id}`'} continues from there"
         )
     ]
     if not data["with_files"]:

@@ -391,7 +391,7 @@ def restore_session(
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
     session.event(
         "interrupted",
-        f"session restored to {checkpoint_id}; `safepoint resume {session.info.run_id}` continues from there",
+        f"session restored to {checkpoint_id}; {decision_choices.resumer(session.info)} continues from there",
     )
     session.trace(
         "session_restored",
@@ -409,6 +409,7 @@ def restore_session(
         with_files=with_files,
         not_undone=not_undone,
         conflicts=conflicts,
+        resume_with=decision_choices.resumer(session.info),
     )
 
 
