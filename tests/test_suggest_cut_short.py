@@ -44,6 +44,9 @@ def test_a_rollback_cut_short_on_a_completed_run_is_named_with_a_fix_that_finish
     preview = cli("rollback", "r1", "--to", "step:0", "--dry-run")  # a preview: answered, nothing written
     assert preview.returncode == ExitCode.OK and "would revert" in preview.stdout, preview.stderr
     assert (ws / "a.py").exists() and (ws / "b.py").exists()
+    mistyped = cli("rollback", "r1", "--to", "ckpt_999999")  # refused in one line: and nothing written
+    assert mistyped.returncode == ExitCode.USAGE and "`safepoint checkpoints r1`" in mistyped.stderr
+    assert (ws / "a.py").exists() and (ws / "b.py").exists()
 
     resumed = cli("resume", "r1")
     assert resumed.returncode == ExitCode.OK

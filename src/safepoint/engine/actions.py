@@ -247,7 +247,7 @@ def rollback_files(
     """Revert the agent's changes after ``checkpoint_id``, newest first; files the user changed become conflicts.
     A rollback a crash cut short is finished first, except by a dry run, which writes nothing (its read-only
     session has no claim: finishing it there failed as if the run had been taken over, exit 6)."""
-    if not dry_run:
+    if not dry_run and checkpoint_id in session.checkpoints:  # a refused rollback (no such checkpoint) writes nothing
         finish_interrupted(session)
     plan = plan_files(session, checkpoint_id, include_uncertain=include_uncertain)
     if dry_run:
