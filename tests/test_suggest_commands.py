@@ -30,16 +30,19 @@ def _text(node: ast.AST) -> str | None:
     return None
 
 
-def _skipped(tree: ast.AST) -> set[int]:
-    """ids of the nodes that are docstrings or ``help=`` texts."""
+def _skipped(nodes: list[ast.AST]) -> set[int]:
+    """ids of the nodes not to read on their own: docstrings, ``help=`` texts, and an f-string's constant parts
+    (read with the whole f-string)."""
     skip: set[int] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and _text(first.value) is not None:
                 skip.add(id(first.value))
-        if isinstance(node, ast.keyword) and node.arg == "help":
+        elif isinstance(node, ast.keyword) and node.arg == "help":
             skip.update(id(n) for n in ast.walk(node.value))
+        elif isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
     return skip
 
 
@@ -48,27 +51,18 @@ def suggested() -> list[tuple[str, str]]:
     """(where, the quoted command) of every message string in the package."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        skip = _skipped(tree)
-        for node in ast.walk(tree):
+        source = path.read_text()
+        if "`safepoint " not in source:
+            continue  # no message here can quote a command (cheap: most modules are skipped unparsed)
+        nodes = list(ast.walk(ast.parse(source)))  # one walk per module; the nodes stay alive (ids stay theirs)
+        skip = _skipped(nodes)
+        for node in nodes:
             text = _text(node)
-            if text is None or id(node) in skip or (isinstance(node, ast.Constant) and _inside_fstring(node, tree)):
+            if text is None or id(node) in skip:
                 continue
             for command in QUOTED.findall(text):
-                found.append((f"{path.relative_to(SRC)}:{node.lineno}", command))
+                found.append((f"{path.relative_to(SRC)}:{getattr(node, 'lineno', 0)}", command))
     return found
-
-
-_FSTRING_PARTS: dict[int, set[int]] = {}
-
-
-def _inside_fstring(node: ast.Constant, tree: ast.AST) -> bool:
-    """A constant part of an f-string (read with the whole f-string instead)."""
-    parts = _FSTRING_PARTS.get(id(tree))
-    if parts is None:
-        parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
-        _FSTRING_PARTS[id(tree)] = parts
-    return id(node) in parts
 
 
 def argv_of(command: str) -> list[str]:
