@@ -394,7 +394,13 @@ def test_command_with_effects_waits_for_a_decision(tmp_path: Path, point: str, c
     explained = setup.explain()
     assert explained["status"] == "waiting_decision"
     assert explained["needs_decision"] == [
-        {"call_id": "call_2", "tool": "run_command", "why": explained["needs_decision"][0]["why"]}
+        {
+            "call_id": "call_2",
+            "tool": "run_command",
+            "why": explained["needs_decision"][0]["why"],
+            "choices": ["replay", "skip"],  # what resume accepts for it (a command that can run again: both)
+            "commands": [f"safepoint resume {RUN_ID} --replay call_2", f"safepoint resume {RUN_ID} --skip call_2"],
+        }
     ]
     command = next(call for call in explained["calls"] if call["call_id"] == "call_2")
     assert (command["idempotency"], command["replay_policy"], command["replayable"]) == ("non_idempotent", "ask", False)

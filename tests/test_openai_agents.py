@@ -331,7 +331,10 @@ def test_a_run_killed_mid_tool_resumes_with_the_effect_once(tmp_path: Path) -> N
     notes = tmp_path / "notes.txt"
     spawn(tmp_path, notes, "tool")
     assert notes.read_text() == "a\nb\n"
-    with pytest.raises(DecisionNeeded, match=r"append_line\(call_b\): open it with replay=\[CALL_ID\]"):
+    with pytest.raises(
+        DecisionNeeded,
+        match=r"append_line\(call_b\): open it with replay=\['call_b'\] to run it again or skip=\['call_b'\]",
+    ):
         SafepointSession.open(sp, "crash")  # killed inside it: it may have happened, a person decides
     session = SafepointSession.open(sp, "crash", skip=["call_b"])
     # The same run goes on from the session: the model is asked what it was asked when the process died, and the

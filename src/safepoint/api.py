@@ -245,7 +245,7 @@ class Safepoint:
         from safepoint.engine.session import load_view
         from safepoint.restart import inbox
 
-        check_resume_options(self.store, run_id, tuple(replay), tuple(skip))
+        check_resume_options(self.store, run_id, tuple(replay), tuple(skip), workspace=self.workspace)
         view = load_view(self.store, run_id)
         return view.status == "completed" and not inbox.pending_submissions(self.store, view)
 
@@ -657,18 +657,12 @@ class Safepoint:
         return self._answer(run_id, call_id, approved=False, by=by, reason=reason)
 
     def _answer(self, run_id: str, call_id: str, *, approved: bool, by: str, reason: str) -> Answered:
+        from safepoint.engine.decision_choices import answered_next
         from safepoint.restart import control
 
         position = control.answer(self.store, run_id, call_id, approved=approved, by=by, reason=reason)
         attended = control.owner_is_live(self.store, run_id)
-        effect = "runs the call" if approved else "tells the model it was denied"
-        if attended:
-            after = f"the process running run {run_id} {effect} at its next check (within a second)"
-        else:
-            after = (
-                f"nobody is running run {run_id}: `safepoint resume {run_id}` continues it and {effect}, or a "
-                "daemon does if one serves this store"
-            )
+        after = answered_next(self.store, run_id, attended=attended, approved=approved)  # an own loop: sp.resume
         return Answered(
             run_id=run_id, call_id=call_id, approved=approved, position=position, attended=attended, next=after
         )
@@ -748,7 +742,8 @@ class Safepoint:
                 return self.resume(run_id, builtins=False, replay=replay, skip=skip)
             except DecisionNeeded as exc:
                 waiting = tuple(r.entry.call_id for r in self.plan(run_id).needs_decision)
-                return mcp_proxy.Blocked(run_id, str(exc).rstrip("."), waiting)
+                skip_only = tuple(call for call, choices in exc.choices.items() if "replay" not in choices)
+                return mcp_proxy.Blocked(run_id, str(exc).rstrip("."), waiting, skip_only)
 
         return mcp_proxy.serve(command, opener, trusted)
 

@@ -23,7 +23,8 @@ The tree (the exit code a command ends with, from ``ExitCode``)::
     ├── ResumeError                     1            nothing safe to resume from, or a decision that does not apply
     │   ├── UnknownReferenceError       2  USAGE     a checkpoint, call or conflict the run does not have
     │   ├── ResumeOptionError           2  USAGE     --replay/--skip of a call that is not waiting for that decision
-    │   └── RecoveryClosedError         9  CLOSED    restart recovery closed the run (an assertion, ReplayForbidden)
+    │   ├── RecoveryClosedError         9  CLOSED    restart recovery closed the run (an assertion, ReplayForbidden)
+    │   └── DamagedLogError            12  DAMAGED   the run's log lost its first records: never resumed on its word
     ├── DecisionNeeded                  3  WAITING_DECISION  a call may have taken effect; a person decides
     ├── RunCancelled                   10  CANCELLED the user cancelled the run while it worked
     ├── WorkVoided                      1            a context reset or a successor voided the work in flight
@@ -43,6 +44,8 @@ import enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from safepoint.protocol import CancelRequest, ReplayForbiddenReason
 
 
@@ -182,9 +185,15 @@ class DamagedLogError(ResumeError):
 
 
 class DecisionNeeded(SafepointError):
-    """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``)."""
+    """A call may have taken effect and its policy says a person decides (``--replay`` / ``--skip``).
+    ``choices``: call id -> the decisions the engine accepts for it (``("replay", "skip")``, or ``("skip",)`` for
+    a call that cannot run again); empty when the raiser does not know them (a subagent's, a framework's)."""
 
     exit_code = ExitCode.WAITING_DECISION
+
+    def __init__(self, message: str, choices: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        super().__init__(message)
+        self.choices: dict[str, tuple[str, ...]] = dict(choices or {})
 
 
 class RunCancelled(SafepointError):

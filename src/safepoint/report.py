@@ -15,6 +15,7 @@ from safepoint.records import RunInfo, ToolLedgerEntry, to_plain
 from safepoint.results import (
     CallReport,
     CheckpointSummary,
+    CutShortAction,
     DecisionWanted,
     Drift,
     Explanation,
@@ -221,7 +222,10 @@ def checkpoint_rows(store: Store, run_id: str) -> list[CheckpointSummary]:
 
 def checkpoint_for(store: Store, run_id: str, ref: str) -> str:
     """``ref`` as a checkpoint id: an id is kept as it is; ``step:N`` is the state after step N (its last
-    complete ``after_step`` checkpoint; ``step:0``: the run's first complete checkpoint, before any step)."""
+    complete ``after_step`` checkpoint; ``step:0``: the run's first complete checkpoint, before any step). A step a
+    crash cut before its ``after_step`` and a resume finished has none: the next step's first complete
+    ``before_step`` holds the same state (rejected: refusing ``step:N`` for the one step a crash touched, which is
+    the step a user rolls back to after a crash)."""
     if not ref.startswith("step:"):
         return ref
     number = ref.removeprefix("step:")
@@ -230,7 +234,8 @@ def checkpoint_for(store: Store, run_id: str, ref: str) -> str:
     step = int(number)
     complete = [at.checkpoint for at in load_view(store, run_id).checkpoints if at.complete]
     after = [c for c in complete if c.kind == "after_step" and c.step == step]
-    found = complete[:1] if step == 0 else after[-1:]
+    following = [c for c in complete if c.kind == "before_step" and c.step == step + 1]
+    found = complete[:1] if step == 0 else after[-1:] or following[:1]
     if not found:
         raise UnknownReferenceError(
             f"run {run_id!r} has no complete checkpoint after step {step}; see `safepoint checkpoints {run_id}`"
@@ -273,8 +278,10 @@ def explain(
     if offset < 0 or (limit is not None and limit < 0):
         raise ConfigError(f"explain {run_id}: --offset and --limit are counts of calls, 0 or more")
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
+    from safepoint.core.cut_short import cut_short
     from safepoint.core.resume import expected_files, plan_resume
     from safepoint.core.rollback import UNKNOWN
+    from safepoint.engine import decision_choices
     from safepoint.engine.builtin import builtin_registry
     from safepoint.engine.file_changes import NOT_KEPT
     from safepoint.engine.session import RunSession
@@ -296,6 +303,9 @@ def explain(
                     probes[call_id] = found
     plan = plan_resume(view, workspace_hashes=hashes, probes=probes, doubt=doubt_of(store, view))
     at = plan.resume_from
+    # What each waiting call will be accepted (a call that cannot run again: --skip only), as resume offers it.
+    waiting = {r.entry.call_id for r in plan.needs_decision}
+    refused = decision_choices.refusals(store, view, Workspace(workspace) if workspace else None, waiting)
     files: dict[str, list[str]] = {}
     for patch in view.patches:
         files.setdefault(patch.tool_call_id, []).append(patch.path)
@@ -323,7 +333,7 @@ def explain(
                 side_effects=list(r.entry.side_effects),
                 replayable=r.decision.replayable,
                 action=r.decision.action,
-                why=r.decision.why
+                why=decision_choices.said(r.decision.why, refused.get(r.entry.call_id, ""))
                 + (
                     "; the run is closed: it is never resumed"
                     if closed and r.entry.status in ("started", "uncertain")
@@ -348,7 +358,15 @@ def explain(
         needs_decision=[]  # a closed run is never resumed: nobody is asked to decide for it
         if closed
         else [
-            DecisionWanted(call_id=r.entry.call_id, tool=r.entry.tool_name, why=r.decision.why)
+            DecisionWanted(
+                call_id=r.entry.call_id,
+                tool=r.entry.tool_name,
+                why=decision_choices.said(r.decision.why, refused[r.entry.call_id]),
+                choices=list(decision_choices.choices_of(refused[r.entry.call_id])),
+                commands=decision_choices.commands(
+                    view, r.entry.call_id, decision_choices.choices_of(refused[r.entry.call_id])
+                ),
+            )
             for r in plan.needs_decision
         ],
         workspace_drift=[
@@ -365,6 +383,10 @@ def explain(
             and not (reason.startswith("the log ends") and any(p.kind == "torn" for p in view.problems))
         ],
         recovery=recovery_report(store, view),
+        cut_short=[
+            CutShortAction(call_id=c.call_id, tool=c.tool, what=c.what, fix=c.fix)
+            for c in cut_short(run_id, view.ledger.values())
+        ],
     )
 
 

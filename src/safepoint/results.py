@@ -126,6 +126,7 @@ class Restored(Checkpoint, frozen=True, kw_only=True):
     with_files: bool = False
     not_undone: list[ExternalEffect] = msgspec.field(default_factory=list)
     conflicts: list[str] = msgspec.field(default_factory=list)
+    resume_with: str = ""  # what continues the run from it, written out (an own loop's run: its program's sp.resume)
 
 
 class Submitted(msgspec.Struct, frozen=True, kw_only=True):
@@ -204,10 +205,22 @@ class NotRestorable(msgspec.Struct, frozen=True, kw_only=True):
     why: str
 
 
+class CutShortAction(msgspec.Struct, frozen=True, kw_only=True):
+    """One of safepoint's own actions (a rollback, a resolution, a compensation) a crash left unfinished, with the
+    command that finishes it (``core.cut_short``)."""
+
+    call_id: str
+    tool: str
+    what: str
+    fix: str
+
+
 class DecisionWanted(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str
     tool: str
     why: str
+    choices: list[str] = msgspec.field(default_factory=lambda: ["replay", "skip"])  # what resume accepts for it
+    commands: list[str] = msgspec.field(default_factory=list)  # each choice written out for this run, as it works
 
 
 class Drift(msgspec.Struct, frozen=True, kw_only=True):
@@ -294,6 +307,7 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     workspace: WorkspaceState | None
     problems: list[Problem]
     recovery: RecoveryView
+    cut_short: list[CutShortAction] = msgspec.field(default_factory=list)  # own actions a crash left unfinished
 
 
 # schedules -------------------------------------------------------------------------------------------------------

@@ -88,8 +88,11 @@ class Run:
         from safepoint.engine import shutdown
 
         if shutdown.requested():  # a safe point of an own loop: no call starts once a stop was asked for
+            from safepoint.engine import decision_choices
+
             raise Interrupted(
-                f"{shutdown.why()}: stopped before calling {tool}; `safepoint resume {self.run_id}` continues the run"
+                f"{shutdown.why()}: stopped before calling {tool}; {decision_choices.resumer(self.session.info)} "
+                "continues the run"
             )
         if call_id is None:
             self._auto_ids += 1

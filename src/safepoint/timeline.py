@@ -87,6 +87,7 @@ class Timeline(msgspec.Struct, frozen=True, kw_only=True):
     pages: int
     total: int
     items: list[TimelineItem]
+    replay_refused: list[str] = msgspec.field(default_factory=list)  # waiting calls that cannot run again: skip only
 
 
 class ConflictSides(msgspec.Struct, frozen=True, kw_only=True):
@@ -261,6 +262,7 @@ def build_timeline(
         recovery_note=recovery_note,
         self_healing_prompt=explanation.recovery.self_healing_prompt,
         needs_decision=[d.call_id for d in explanation.needs_decision],
+        replay_refused=[d.call_id for d in explanation.needs_decision if "replay" not in d.choices],
         conflicts=len(explanation.conflicts),
         approvals=approvals,
         page=page,

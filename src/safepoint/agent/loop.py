@@ -15,8 +15,7 @@ from safepoint.agent.subagents import SPAWN_SUBAGENT, subagent_tool
 from safepoint.core.nesting import UNFIT, arguments_problem
 from safepoint.core.resume import check_decisions, last_completed_step, lost_beginning, model_call_id
 from safepoint.core.run_view import RunView
-from safepoint.engine import actions, failpoints, shutdown
-from safepoint.engine.log_writer import SECRET_ARGUMENTS, redacted_arguments
+from safepoint.engine import actions, decision_choices, failpoints, shutdown
 from safepoint.engine.session import RunSession, holder_id, load_view
 from safepoint.engine.tools import ToolRegistry
 from safepoint.errors import (
@@ -211,19 +210,21 @@ class AgentChildren:
 
 
 def check_resume_options(
-    store: Store, run_id: str, replay: tuple[str, ...], skip: tuple[str, ...], view: RunView | None = None
+    store: Store,
+    run_id: str,
+    replay: tuple[str, ...],
+    skip: tuple[str, ...],
+    view: RunView | None = None,
+    workspace: Workspace | None = None,
 ) -> None:
-    """``--replay``/``--skip`` must name calls waiting for that decision (``ResumeOptionError``, exit 2)."""
+    """``--replay``/``--skip`` must name calls waiting for that decision (``ResumeOptionError``, exit 2); a
+    ``--replay`` of a call that cannot run again (its arguments redacted or lost) is refused here too."""
     if replay or skip:
         view = view or load_view(store, run_id)
         check_decisions(view, replay, skip, frozenset(doubt_of(store, view).calls))
-        for call_id in replay:  # the record holds only the redacted arguments: a replay would run those
-            entry = view.ledger.get(call_id)
-            if entry is not None and redacted_arguments(entry.input):
-                raise ResumeOptionError(
-                    f"--replay {call_id}: {SECRET_ARGUMENTS}; resume with --skip {call_id} "
-                    "(the model is told it may have happened) and let it call again"
-                )
+        for call_id, refused in decision_choices.refusals(store, view, workspace, replay).items():
+            if refused:
+                raise ResumeOptionError(decision_choices.replay_refused(view.ledger[call_id], refused))
 
 
 def resume_session(
@@ -252,7 +253,9 @@ def resume_session(
         )
     # The log is read once per resume (rejected: reading it again to judge and again to open, three whole reads).
     view = load_view(store, run_id)
-    check_resume_options(store, run_id, replay, skip, view)  # before the claim: a refused option writes nothing
+    check_resume_options(
+        store, run_id, replay, skip, view, workspace
+    )  # before the claim: a refused option writes nothing
     if (lost := lost_beginning(view)) is not None:
         raise DamagedLogError(lost)  # before the claim too: nothing is written to a log that lost its beginning
     # Claim first, then judge under the claim: a holder fenced off now cannot change what is judged.
@@ -294,11 +297,8 @@ def resume_session(
         if plan.needs_decision:
             waiting = ", ".join(f"{r.entry.tool_name}({r.entry.call_id})" for r in plan.needs_decision)
             session.event("waiting_decision", waiting)
-            secret = [r.entry.call_id for r in plan.needs_decision if redacted_arguments(r.entry.input)]
-            held = f" ({', '.join(secret)}: {SECRET_ARGUMENTS}, so only --skip)" if secret else ""
-            raise DecisionNeeded(
-                f"run {run_id!r} waits for a decision on {waiting}: "
-                f"resume with --replay CALL_ID to run it again or --skip CALL_ID to leave it{held}"
+            raise decision_choices.decision_needed(
+                store, session.view, workspace, [r.entry for r in plan.needs_decision]
             )
         recovery = restore(session, plan)
         # An own loop numbers its steps itself: it continues after the last completed one.

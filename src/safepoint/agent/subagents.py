@@ -100,8 +100,8 @@ def subagent_tool(parent: RunSession, child_provider: ProviderFactory, children:
             raise Interrupted(f"subagent {child.info.run_id} stopped; it resumes with its parent")
         if status == "waiting_decision":
             raise DecisionNeeded(
-                f"subagent {child.info.run_id} waits for a decision: `safepoint resume {child.info.run_id} "
-                f"--replay CALL_ID` or `--skip CALL_ID`, then resume {parent.info.run_id}"
+                f"subagent {child.info.run_id} waits for a decision: `safepoint explain {child.info.run_id}` names "
+                f"its calls and the commands that decide each; then resume {parent.info.run_id}"
             )
         if status in ("closed", "cancelled"):
             raise _stopped(child.info.run_id, status)

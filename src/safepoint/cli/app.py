@@ -83,7 +83,15 @@ def _emit_plain(data: Any, as_json: bool, render: "Callable[[Any], str]") -> Non
         sys.stdout.write(render(plain(data)))
 
 
-def _finish(run_id: str, status: str, as_json: bool, detail: str = "", *, spaced: bool = True) -> None:
+def _finish(
+    run_id: str,
+    status: str,
+    as_json: bool,
+    detail: str = "",
+    *,
+    spaced: bool = True,
+    choices: dict[str, tuple[str, ...]] | None = None,
+) -> None:
     """The last line of ``run``/``resume``: under ``--json`` one compact object (the ``finished`` event), after
     the progress events, so the output stays one JSON value a line."""
     from safepoint.cli.progress import Printer
@@ -91,7 +99,10 @@ def _finish(run_id: str, status: str, as_json: bool, detail: str = "", *, spaced
     if as_json:
         import json
 
-        done = {"event": "finished", "run_id": run_id, "status": status} | ({"detail": detail} if detail else {})
+        done: dict[str, Any] = {"event": "finished", "run_id": run_id, "status": status}
+        done |= {"detail": detail} if detail else {}
+        if choices:  # the decisions resume accepts for each waiting call (DecisionNeeded.choices)
+            done["choices"] = {call_id: list(accepted) for call_id, accepted in choices.items()}
         sys.stdout.write(json.dumps(done) + "\n")
     else:
         Printer(as_json=False).finished(run_id, status, spaced=spaced)
@@ -225,7 +236,9 @@ def resume(
     sp = _open(store, workspace, key_file)
     if sp.nothing_to_resume(run_id, replay=replay or (), skip=skip or ()):
         if not as_json:  # resuming is idempotent: finished stays finished
-            out.print(f"run {run_id}: [bold]completed[/bold] already; nothing to resume")
+            from safepoint.cli.render import completed_already
+
+            sys.stdout.write(completed_already(run_id, sp.explain(run_id, probe_workspace=False, limit=0)))
             raise typer.Exit(ExitCode.OK)
         _finish(run_id, "completed", True)
     provider, prompt = sp.provider_for(run_id, model=model)  # a model that cannot be reached: refused first
@@ -241,7 +254,7 @@ def resume(
         )
     except DecisionNeeded as exc:
         if as_json:
-            _finish(run_id, "waiting_decision", True, str(exc))
+            _finish(run_id, "waiting_decision", True, str(exc), choices=exc.choices)
         sys.stderr.write(f"safepoint: {exc}\n")
         raise typer.Exit(exc.exit_code) from None
     if not as_json and not quiet and handle.recovery_note is not None:
@@ -357,7 +370,7 @@ def rollback(
         takeover=takeover,
     )
     data = plain(plan) | {"dry_run": dry_run}
-    _emit(data, as_json, render.rollback_view)
+    _emit(data, as_json, lambda shown: render.rollback_view(shown | {"run_id": run_id}))
     raise typer.Exit(ExitCode.CONFLICTS if data["conflicts"] else ExitCode.OK)
 
 

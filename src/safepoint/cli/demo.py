@@ -118,7 +118,7 @@ def _approval_part(console: Console, base: str, workspace: str, env: dict[str, s
     before = _lines(outbox)
     console.print(
         "\n[bold]5.[/bold] A second run, with `--approval high`: its notification is high-risk, so it waits for "
-        "`safepoint approve`. We kill the agent while it waits."
+        "`safepoint approve deploy call_1`. We kill the agent while it waits."
     )
     args = ["--workspace", workspace]
     first = _safepoint(["run", scenario, *args, "--run-id", "deploy", "--approval", "high"], env, quiet=True)
@@ -189,7 +189,7 @@ def run_demo(console: Console, *, keep: bool = False) -> ExitCode:
     console.print(f"[red]killed agent process {child.pid} with SIGKILL[/red] (exit {child.returncode})\n")
 
     sp = open_safepoint(workspace=workspace)
-    console.print("[bold]2.[/bold] `safepoint status` and `safepoint explain` after the crash:")
+    console.print("[bold]2.[/bold] `safepoint status` and `safepoint explain demo` after the crash:")
     console.print(status_table(sp.status(run_id), colour=False), markup=False, highlight=False, end="")
     console.print(render.explain_view(plain(sp.explain(run_id))))
 
@@ -212,17 +212,17 @@ def run_demo(console: Console, *, keep: bool = False) -> ExitCode:
     )
     console.print(render.ledger_table(plain(sp.ledger(run_id))))
 
+    first = sp.checkpoints(run_id)[0].checkpoint_id
     console.print(
         "\n[bold]4.[/bold] You edit CHANGELOG.md, then ask for the files as they were before the run: "
-        "`safepoint rollback demo --to <first checkpoint>`."
+        f"`safepoint rollback demo --to {first}` (its first checkpoint)."
     )
     changelog = os.path.join(workspace, "CHANGELOG.md")
     with open(changelog, "a") as handle:
         handle.write("- your own note, written after the agent\n")
-    first = sp.checkpoints(run_id)[0].checkpoint_id
     plan = sp.recover(run_id, RollbackFiles(checkpoint_id=first))
     data = plain(plan) | {"dry_run": False}
-    console.print(render.rollback_view(data))
+    console.print(render.rollback_view(data | {"run_id": run_id}))
     left = sorted(f for f in os.listdir(workspace) if not f.startswith("."))
     with open(changelog) as handle:
         kept = "your own note" in handle.read()

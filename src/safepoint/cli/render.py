@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from rich.console import Group
@@ -60,13 +61,22 @@ def explain_view(data: dict[str, Any]) -> Group:
         )
     parts: list[Any] = [head, table]
     if data["needs_decision"]:
-        lines = [f"{d['call_id']} ({d['tool']}): {d['why']}" for d in data["needs_decision"]]
-        parts.append(Panel("\n".join(lines), title="needs a decision (--replay / --skip)", style="magenta"))
+        # Each call with what decides it, only what the engine accepts for it (its `commands`, from `choices`).
+        lines = [
+            f"{d['call_id']} ({d['tool']}): {d['why']}\n  " + " | ".join(d["commands"]) for d in data["needs_decision"]
+        ]
+        parts.append(Panel(Text("\n".join(lines)), title="needs a decision", style="magenta"))
     outside = [f"{c['call_id']} ({c['tool']}): {c['not_captured']}" for c in data["calls"] if c.get("not_captured")]
     if outside:
         parts.append(Panel("\n".join(outside), title="not captured by safepoint", style="blue"))
+    if data.get("cut_short"):
+        lines = [f"{c['what']} ({c['call_id']}) was cut short by a crash: {c['fix']}" for c in data["cut_short"]]
+        parts.append(Panel(Text("\n".join(lines)), title="unfinished: cut short by a crash", style="red"))
     if data.get("conflicts"):
-        lines = [f"{c['path']}: changed after the agent wrote it (safepoint conflicts)" for c in data["conflicts"]]
+        run = data["run_id"]
+        lines = [
+            f"{c['path']}: changed after the agent wrote it (`safepoint conflicts {run}`)" for c in data["conflicts"]
+        ]
         parts.append(Panel("\n".join(lines), title="pending conflicts", style="yellow"))
     if data.get("not_restorable"):
         lines = [f"{n['path']} ({n['call_id']}): {n['why']}" for n in data["not_restorable"]]
@@ -112,10 +122,13 @@ def rollback_view(data: dict[str, Any]) -> Group:
             Text(f"rollback_files to {data['checkpoint_id']}: nothing of the agent's left to revert", style="green")
         ]
     if data["conflicts"]:
+        # The commands written out for this run and its first conflict: followed as printed, they work.
+        run = shlex.quote(data.get("run_id") or "RUN_ID")
+        path = shlex.quote(data["conflicts"][0]["path"])
         parts.append(
             Text(
-                "See `safepoint conflicts RUN_ID`, then `safepoint resolve RUN_ID PATH --keep-user | "
-                "--apply-agent | --manual-merge`.",
+                f"See `safepoint conflicts {run}`, then `safepoint resolve {run} {path} --keep-user` (or "
+                "--apply-agent, or --manual-merge) for each.",
                 style="yellow",
             )
         )
@@ -127,7 +140,7 @@ def restore_view(run_id: str, data: dict[str, Any]) -> Group:
     parts: list[Any] = [
         Text(
             f"run {run_id}: session restored to {data['restored_to']} as {data['checkpoint_id']}; "
-            "`safepoint resume` continues from there"
+            f"{data.get('resume_with') or f'`safepoint resume {run_id}`'} continues from there"
         )
     ]
     if not data["with_files"]:
@@ -245,3 +258,12 @@ def fsck_lines(data: dict[str, Any]) -> str:
     else:
         lines.append(f"{checked}: {len(data['problems'])} problem(s); `safepoint fsck --repair` repairs them")
     return "".join(line + "\n" for line in lines)
+
+
+def completed_already(run_id: str, explained: Any) -> str:
+    """``resume`` of a completed run: nothing to resume, and any own action a crash cut short with its fix (a
+    finished run is never resumed, so only that command finishes it)."""
+    lines = [f"run {run_id}: completed already; nothing to resume\n"]
+    for cut in explained.cut_short:
+        lines.append(f"{cut.what} ({cut.call_id}) was cut short by a crash: {cut.fix}\n")
+    return "".join(lines)

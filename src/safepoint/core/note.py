@@ -50,6 +50,9 @@ def _outcome(report: CallReport, summaries: dict[str, str]) -> str:
         )
     if action == "wait_decision":
         return "started but did not report; waiting for a person to decide whether to run it again."
+    if entry.status == "failed" and entry.started_at is None:
+        # Refused before it ran (denied, its approval timed out, bad arguments): never "it has run now".
+        return f"had not started before the interruption; it did not run.{tail}"
     if entry.status in ("succeeded", "failed"):
         return f"had not started before the interruption; it has run now and {entry.status}.{tail}"
     return "had not started; it runs normally."

@@ -228,9 +228,10 @@ def select(events: list[TraceEvent], *, call_id: str | None = None, since: Since
             None,
         )
         if start is None:
+            run_id = events[0].run_id if events else "RUN_ID"
             raise UnknownReferenceError(
                 f"--since {since.checkpoint_id}: no such checkpoint in the run's trace; "
-                "list them with `safepoint checkpoints`"
+                f"list them with `safepoint checkpoints {run_id}`"
             )
         events = events[start:]
     elif since is not None and since.at is not None:

@@ -29,6 +29,7 @@ from safepoint.core.rollback import (
     behind_link,
     plan_rollback,
 )
+from safepoint.engine import decision_choices
 from safepoint.engine.call_runner import expand_input
 from safepoint.engine.conflicts import (
     RESOLVE_TOOL,
@@ -42,7 +43,14 @@ from safepoint.engine.conflicts import (
 from safepoint.engine.file_changes import DIRECTORY
 from safepoint.engine.session import RunSession
 from safepoint.engine.tools import Tool, ToolContext
-from safepoint.errors import NoCompensatorError, ResumeError, ResumeOptionError, ToolFailure, UnknownReferenceError
+from safepoint.errors import (
+    NoCompensatorError,
+    ResumeError,
+    ResumeOptionError,
+    StoreError,
+    ToolFailure,
+    UnknownReferenceError,
+)
 from safepoint.records import ConflictResolution, FileBeforeState, ToolCall, ToolDefinition, ToolLedgerEntry
 from safepoint.results import ExternalEffect, Restored
 from safepoint.workspace.files import Workspace
@@ -89,7 +97,7 @@ def plan_files(session: RunSession, checkpoint_id: str, *, include_uncertain: bo
     if checkpoint is None:
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not in run {session.info.run_id!r}; "
-            "list them with `safepoint checkpoints`"
+            f"list them with `safepoint checkpoints {session.info.run_id}`"
         )
     return plan_rollback(
         checkpoint_id,
@@ -236,8 +244,11 @@ def _parents(path: str) -> set[str]:
 def rollback_files(
     session: RunSession, checkpoint_id: str, *, dry_run: bool = False, include_uncertain: bool = False
 ) -> RollbackPlan:
-    """Revert the agent's changes after ``checkpoint_id``, newest first; files the user changed become conflicts."""
-    finish_interrupted(session)
+    """Revert the agent's changes after ``checkpoint_id``, newest first; files the user changed become conflicts.
+    A rollback a crash cut short is finished first, except by a dry run, which writes nothing (its read-only
+    session has no claim: finishing it there failed as if the run had been taken over, exit 6)."""
+    if not dry_run and checkpoint_id in session.checkpoints:  # a refused rollback (no such checkpoint) writes nothing
+        finish_interrupted(session)
     plan = plan_files(session, checkpoint_id, include_uncertain=include_uncertain)
     if dry_run:
         return plan
@@ -263,7 +274,8 @@ def rollback_files(
             session.commit()
             raise ResumeError(
                 f"rollback_files to {checkpoint_id} did not finish ({entry.error or entry.status}); nothing that was "
-                "reverted is lost: see `safepoint ledger`, fix the cause, and run the rollback again"
+                f"reverted is lost: see `safepoint ledger {session.info.run_id}`, fix the cause, and run the rollback "
+                "again"
             )
         plan = _with_met(session, plan, phase, json.loads(str(result.value)).get("conflicts", []))
     session.commit()
@@ -340,7 +352,8 @@ def resolve(session: RunSession, path: str, resolution: ConflictResolution) -> d
     conflict = session.conflicts.get(path)
     if conflict is None or conflict.resolution != "pending":
         raise UnknownReferenceError(
-            f"{path!r} has no pending conflict in run {session.info.run_id!r}; see `safepoint conflicts`"
+            f"{path!r} has no pending conflict in run {session.info.run_id!r}; "
+            f"see `safepoint conflicts {session.info.run_id}`"
         )
     finish_interrupted(session)
     conflict = session.conflicts[path]
@@ -360,7 +373,7 @@ def restore_session(
     if at is None or not at.complete:
         raise UnknownReferenceError(
             f"checkpoint {checkpoint_id!r} is not a complete checkpoint of run {session.info.run_id!r}; "
-            "list them with `safepoint checkpoints`"
+            f"list them with `safepoint checkpoints {session.info.run_id}`"
         )
     conflicts: list[str] = []
     if with_files:
@@ -376,7 +389,10 @@ def restore_session(
     session.rewind(checkpoint.history_len, checkpoint_id, "restore_session", abandoned)
     session.return_to(at)
     restored = session.checkpoint(checkpoint.kind)  # the same point of the plan, on the new branch
-    session.event("interrupted", f"session restored to {checkpoint_id}; `safepoint resume` continues from there")
+    session.event(
+        "interrupted",
+        f"session restored to {checkpoint_id}; {decision_choices.resumer(session.info)} continues from there",
+    )
     session.trace(
         "session_restored",
         checkpoint_id=checkpoint_id,
@@ -393,6 +409,7 @@ def restore_session(
         with_files=with_files,
         not_undone=not_undone,
         conflicts=conflicts,
+        resume_with=decision_choices.resumer(session.info),
     )
 
 
@@ -441,7 +458,8 @@ def compensate(
     entry = session.ledger.get(ledger_entry_id)
     if entry is None:
         raise UnknownReferenceError(
-            f"ledger entry {ledger_entry_id!r} is not in run {session.info.run_id!r}; see `safepoint ledger`"
+            f"ledger entry {ledger_entry_id!r} is not in run {session.info.run_id!r}; "
+            f"see `safepoint ledger {session.info.run_id}`"
         )
     tool = session.registry.get(entry.tool_name)
     if tool.compensator is None:
@@ -520,6 +538,15 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
     if entry is None:
         raise UnknownReferenceError(f"call {call_id!r} is not in run {run_id!r}; see `safepoint ledger {run_id}`")
     pending = any(call.call_id == call_id for call in session.pending)
+    if entry.status == "started" and not pending and decision_choices.is_own_loop(session.info):
+        # An own loop's call: its program asks for it again after sp.resume, which takes the decision; settle
+        # has no pending call to answer (rejected: "is started: not uncertain", which it is).
+        refused = decision_choices.replay_refusal(session.store, session.view, session.workspace, entry)
+        offered = " or ".join(decision_choices.commands(session.view, call_id, decision_choices.choices_of(refused)))
+        raise ResumeOptionError(
+            f"call {call_id!r} of run {run_id!r} is uncertain and was made by the run's own loop, which settles it "
+            f"when it resumes: {offered}"
+        )
     if entry.status not in ("started", "uncertain") or not pending:
         told = " and the model was told so" if entry.status == "uncertain" else ""
         raise ResumeOptionError(
@@ -528,7 +555,19 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
         )
     at = now()
     who = f"a person ({by}, {at})"
-    call = ToolCall(call_id=call_id, tool=entry.tool_name, args=expand_input(entry, session.files, session.contents))
+    # "Run it again" is a replay: refused, before anything is written, for a call that cannot run again.
+    again = not happened and entry.replay_policy != "never"
+    if again and (refused := decision_choices.replay_refusal(session.store, session.view, session.workspace, entry)):
+        [skip] = decision_choices.commands(session.view, call_id, ["skip"])
+        raise ResumeOptionError(
+            f"call {call_id!r} of run {run_id!r} cannot run again: {refused}; settle it with --happened, or "
+            f"`{skip}` (the model is told it may have happened)"
+        )
+    try:
+        args = expand_input(entry, session.files, session.contents)
+    except StoreError:
+        args = {}  # its recorded input is lost: what it is told names the call, never its arguments
+    call = ToolCall(call_id=call_id, tool=entry.tool_name, args=args)
     if not happened and entry.replay_policy != "never":
         reason = f"{who} checked that it did not happen: run it again"
         if entry.status == "started":
@@ -540,7 +579,7 @@ def settle_call(session: RunSession, call_id: str, *, happened: bool, by: str = 
             "call_id": call_id,
             "happened": False,
             "status": "uncertain",
-            "outcome": f"runs again at the next `safepoint resume {run_id}`, without asking",
+            "outcome": f"runs again at the next {decision_choices.resumer(session.info)}, without asking",
         }
     certain = happened and session.runner.probe(entry) == "done"  # the files hold what it was to make
     if entry.status == "started":

@@ -50,7 +50,7 @@ from safepoint.core.hashing import input_hash
 from safepoint.core.nesting import arguments_problem
 from safepoint.core.replay import ProbeResult, ReplayDecision
 from safepoint.core.resume import INTERNAL_PREFIX, INTERNAL_TOOLS
-from safepoint.engine import failpoints, large_values
+from safepoint.engine import decision_choices, failpoints, large_values
 from safepoint.engine.approval_wait import ApprovalOutcome as ApprovalOutcome  # re-exported: the waiters' types
 from safepoint.engine.approval_wait import ApprovalWaiter, begin_wait
 from safepoint.engine.approval_wait import AwaitApproval as AwaitApproval
@@ -476,10 +476,7 @@ class CallRunner:
 
     def _wait(self, request: AwaitApproval) -> ApprovalOutcome:
         if self.approvals is None:
-            raise SafepointError(
-                f"call {request.call.call_id} ({request.entry.tool_name}) needs approval, but this session cannot "
-                "wait for one; run it through `safepoint run`/`resume` or Run, which wait for `safepoint approve`"
-            )
+            raise SafepointError(decision_choices.cannot_wait(self.ledger.run_id, request.call))
         return self.approvals(request)
 
     # the driver --------------------------------------------------------------------------------------------------
@@ -531,7 +528,7 @@ class CallRunner:
             if decision.action in ("skip", "report_uncertain"):
                 return self._report_uncertain(call, existing, decision)
             if decision.action == "wait_decision":
-                raise DecisionNeeded(f"call {call.call_id} ({call.tool}) needs a decision: {decision.why}")
+                raise decision_choices.call_waits(call, decision.why)
             if tool is None:
                 raise ResumeError(
                     f"call {call.call_id} must run ({decision.why}) but tool {call.tool!r} is not registered; "
@@ -664,7 +661,7 @@ class CallRunner:
             raise ResumeError(large_values.cannot_run(call, why))
         if decision.action in ("skip", "report_uncertain"):
             return self._report_uncertain(call, existing, decision)
-        raise DecisionNeeded(f"call {call.call_id} ({call.tool}) needs a decision: {decision.why}")
+        raise decision_choices.call_waits(call, decision.why, lost=decision_choices.lost_reason(why))
 
     def probe(self, entry: ToolLedgerEntry) -> ProbeResult | None:
         """What the tool's probe says of an interrupted call (None: it has none, or the call is not uncertain)."""

@@ -89,7 +89,8 @@ def _reason(
         if last.after_hash == ABSENT:
             what = "held your uncommitted work" if path in head else "was not in git"
             back = (
-                "`safepoint rollback` brings it back"
+                f"`safepoint rollback {session.info.run_id} --to CKPT` with a checkpoint before "
+                f"{first.tool_call_id} (`safepoint checkpoints {session.info.run_id}`) brings it back"
                 if first.before_ref is not None
                 else "its content was never kept, so rollback cannot bring it back"
             )

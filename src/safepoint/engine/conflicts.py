@@ -407,7 +407,7 @@ def settle(session: RunSession, conflict: CheckpointConflict, resolution: Confli
     session.runner.execute(call, f"step_{session.step}")
     entry = session.ledger[call.call_id]
     if entry.status != "succeeded":
-        raise ResumeError(f"{path}: {entry.error or entry.status}; see `safepoint conflicts`")
+        raise ResumeError(f"{path}: {entry.error or entry.status}; see `safepoint conflicts {session.info.run_id}`")
     outcome["clean"] = clean
     session.commit()
     session.trace("conflict_resolved", path=path, resolution=resolution, call_id=call.call_id, clean=clean)

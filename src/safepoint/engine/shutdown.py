@@ -96,7 +96,10 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
         stop_commands(now=True)
     else:
         stop_commands(now=True)
-        sys.stderr.write("\nsafepoint: stopped without a safe point; `safepoint resume` settles it from the log\n")
+        sys.stderr.write(
+            "\nsafepoint: stopped without a safe point; `safepoint resume RUN_ID` (`safepoint status` names it) "
+            "settles it from the log\n"
+        )
         sys.stderr.flush()
         os._exit(ExitCode.INTERRUPTED)  # as a crash would: every record the run depends on is durable already
 

@@ -154,17 +154,18 @@ class ToolRuns:
                     "one writer per thread: close that saver or wait for its process to end"
                 ) from None
             except DecisionNeeded as exc:
-                calls = _WAITING.findall(str(exc))
+                calls = list(dict.fromkeys(_WAITING.findall(str(exc))))  # each once (a call is named twice)
                 what = str(exc).partition("waits for a decision on ")[2].partition(": ")[0]
-                secret = (
-                    " (its arguments held a secret, redacted when stored: skip only)"
-                    if "only --skip" in str(exc)
-                    else ""
-                )
+                # Only what the engine accepts (``exc.choices``): a call that cannot run again is offered skip only.
+                only_skip = [call for call, choices in exc.choices.items() if "replay" not in choices]
+                again = [call for call in calls if call not in only_skip]
+                offer = f"saver.settle({thread_id!r}, replay={again!r}) runs it again, " if again else ""
+                held = f" ({', '.join(only_skip)} cannot run again: skip only)" if only_skip else ""
                 raise DecisionNeeded(
                     f"LangGraph thread {thread_id!r} waits for a decision on {what}: it may have taken effect; "
-                    f"saver.settle({thread_id!r}, replay={calls!r}) runs it again, skip={calls!r} leaves it{secret} "
-                    "(or SafepointSaver(on_uncertain='interrupt') and Command(resume='replay'|'skip'))"
+                    f"{offer}saver.settle({thread_id!r}, skip={calls!r}) leaves it{held} "
+                    "(or SafepointSaver(on_uncertain='interrupt') and Command(resume='replay'|'skip'))",
+                    exc.choices,
                 ) from None
             run = Run(session, recovery)
         self._runs[thread_id] = run
@@ -284,12 +285,15 @@ class ToolRuns:
         except DecisionNeeded as exc:
             if (policy.on_uncertain or self.on_uncertain) != "interrupt":
                 raise
-            waiting = _WAITING.findall(str(exc))
-            answer = interrupt({DECISION: {"thread_id": thread_id, "calls": waiting, "choices": ["replay", "skip"]}})
-            if answer not in ("replay", "skip"):
+            waiting = list(dict.fromkeys(_WAITING.findall(str(exc))))
+            both = all("replay" in exc.choices.get(call, ("replay",)) for call in waiting)
+            offered = ["replay", "skip"] if both else ["skip"]  # a call that cannot run again: skip only
+            answer = interrupt({DECISION: {"thread_id": thread_id, "calls": waiting, "choices": offered}})
+            if answer not in offered:
+                said = " or ".join(f"Command(resume={choice!r})" for choice in offered)
                 raise ConfigError(
-                    f"LangGraph thread {thread_id!r}: answer the decision on {', '.join(waiting)} with "
-                    f"Command(resume='replay') or Command(resume='skip'), not {answer!r}"
+                    f"LangGraph thread {thread_id!r}: answer the decision on {', '.join(waiting)} with {said}, "
+                    f"not {answer!r}"
                 ) from None
             chosen = tuple(waiting)
             run = self.open(

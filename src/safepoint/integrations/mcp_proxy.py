@@ -70,6 +70,7 @@ class Blocked:
     run_id: str
     why: str
     calls: tuple[str, ...]
+    skip_only: tuple[str, ...] = ()  # calls that cannot run again (``DecisionNeeded.choices``): --replay is refused
 
 
 Opener = Callable[[], "Run | Blocked"]
@@ -91,10 +92,10 @@ def settle_hint(blocked: Blocked, command: list[str]) -> str:
     first = blocked.calls[0] if blocked.calls else "CALL_ID"
     proxy = f"safepoint mcp-proxy --run {shlex.quote(blocked.run_id)}"
     waiting = blocked.why.split(": resume with", 1)[0]
+    again = f"`{proxy} --replay {first} -- {server}` to send it again, or " if first not in blocked.skip_only else ""
     return (
         f"{waiting}; it may have taken effect. Restart the proxy (with the same options) as "
-        f"`{proxy} --replay {first} -- {server}` to send it again, or `{proxy} --skip {first} -- {server}` to leave "
-        f"it (see `safepoint explain {blocked.run_id}`)"
+        f"{again}`{proxy} --skip {first} -- {server}` to leave it (see `safepoint explain {blocked.run_id}`)"
     )
 
 

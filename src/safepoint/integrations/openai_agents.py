@@ -307,9 +307,9 @@ class SafepointSession:
             run = sp.resume(run_id, builtins=False, replay=tuple(replay), skip=tuple(skip), takeover=takeover)
         except DecisionNeeded as exc:
             # Said in this API's words: `safepoint resume` cannot settle it (the run is this program's own loop).
-            said = str(exc).replace("resume with --replay CALL_ID", "open it with replay=[CALL_ID]")
-            said = said.replace("or --skip CALL_ID", "or skip=[CALL_ID]").replace("only --skip", "only skip")
-            raise DecisionNeeded(f"session {session_id!r}: {said}") from exc
+            said = str(exc).replace("resume with ", "open it with ")  # its own loop's run: said as arguments
+            said = re.sub(r"--(replay|skip) ([^\s;,()]+)", r"\1=['\2']", said)
+            raise DecisionNeeded(f"session {session_id!r}: {said}", exc.choices) from exc
         damage = [problem for problem in run.session.view.problems if problem.kind != "torn"]  # torn: never acked
         if damage and not accept_damage:
             run.close()

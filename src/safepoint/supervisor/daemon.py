@@ -322,7 +322,12 @@ class Daemon:
             self.emit("left_to_parent", run_id, why=why, parent=info.parent_run_id, call=info.parent_call_id)
             return
         if view.status == "waiting_decision":
-            self.emit("needs_decision", run_id, why=why, detail="resume it with --replay CALL_ID or --skip CALL_ID")
+            self.emit(
+                "needs_decision",
+                run_id,
+                why=why,
+                detail=f"`safepoint explain {run_id}` names the calls and the commands that decide each",
+            )
             return
         if view.status == "completed" and not pending_submissions(self.store, view):
             if judged.facts.descriptor is not None:  # a crash between "completed" and the checkpoint's delete
