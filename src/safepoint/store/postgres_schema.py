@@ -10,7 +10,9 @@ Schema ``safepoint``::
     recovery_owners                 seed 003 §1.1's columns, pk (recovery_class, owner_id), unique agent_id (the
                                     run), + holder_state (the encoded OwnerState; NULL until the first claim),
                                     last_seq (the log's end: an append checks and moves it in the statement that
-                                    inserts), released, lease_until (heartbeat + lease, on the database's clock);
+                                    inserts), released, lease_until (heartbeat + lease, on the database's clock),
+                                    summary_seq and summary (framed): what ``status`` shows, as of summary_seq (a
+                                    cache: read only while the log still ends there), written by the append;
                                     a partial index on the held rows (not released, not closed) for passes; no
                                     index holds a column an append or a heartbeat changes (last_seq, lease_until,
                                     holder_state), so their updates are HOT (measured: 98 % of all the table's
@@ -30,8 +32,6 @@ Schema ``safepoint``::
                                     not TOAST's second compression), quarantined (fsck set it aside), created_at
     settings                        name pk, value (framed): the store's own facts; 'encryption' in an encrypted
                                     store (its cipher and key id, never the key)
-    run_summaries                   run_id pk, log_seq, line (framed): what ``status`` shows, as of log_seq (a
-                                    cache: read only while the log still ends at log_seq); updated HOT
     blob_refs                       (name, run_id) pk: that run's log references that blob (``postgres_blob_refs``)
     view_snapshots                  run_id pk, seq, data: the run's folded log up to a position (``core.view_snapshot``)
 
@@ -232,6 +232,19 @@ BEGIN
         EXECUTE format('ALTER TABLE {SCHEMA}.log DROP CONSTRAINT %I', name);
     END LOOP;
 END $$;
+""",
+    ),
+    Migration(
+        10,
+        "the run's summary kept on its owner row (an append updates one row, not two): summary_seq and summary "
+        "columns, filled from run_summaries, which goes",
+        f"""
+ALTER TABLE {SCHEMA}.recovery_owners
+    ADD COLUMN IF NOT EXISTS summary_seq bigint,
+    ADD COLUMN IF NOT EXISTS summary bytea;
+UPDATE {SCHEMA}.recovery_owners o SET summary_seq = s.log_seq, summary = s.line
+  FROM {SCHEMA}.run_summaries s WHERE s.run_id = o.agent_id;
+DROP TABLE {SCHEMA}.run_summaries;
 """,
     ),
 )

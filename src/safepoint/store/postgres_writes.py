@@ -50,40 +50,33 @@ DB_NOW_ISO = """to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24
 # framed lines (bytea[]), {summary} the summary: ``$n`` for libpq, ``%(name)s`` for psycopg (the rare non-durable
 # append, whose BEGIN, SET LOCAL, statement and COMMIT go in one psycopg pipeline).
 _OWNER_MOVES = f"""
-    UPDATE {SCHEMA}.recovery_owners SET last_seq = {{end}}
+    UPDATE {SCHEMA}.recovery_owners SET last_seq = {{end}}{{keep}}
      WHERE agent_id = {{run}} AND generation = {{gen}} AND NOT released AND last_seq = {{before}}
     RETURNING agent_id
 """
-_LINES = "FROM o, unnest({lines}::bytea[]) WITH ORDINALITY AS u(line, n)"
 _APPEND = f"""
 WITH o AS ({_OWNER_MOVES})
-INSERT INTO {SCHEMA}.log (run_id, seq, line) SELECT o.agent_id, {{before}} + u.n, u.line {_LINES}
+INSERT INTO {SCHEMA}.log (run_id, seq, line) SELECT o.agent_id, {{before}} + u.n, u.line
+  FROM o, unnest({{lines}}::bytea[]) WITH ORDINALITY AS u(line, n)
 """
-
-# The same, when the group carries the run's summary (``store.base.RunLog.read_summary``): written by the same
-# statement, only if the records were (it selects from the owner row the UPDATE matched), so a summary never
-# describes a log its group did not reach.
-_APPEND_WITH_SUMMARY = f"""
-WITH o AS ({_OWNER_MOVES}), ins AS (
-    INSERT INTO {SCHEMA}.log (run_id, seq, line) SELECT o.agent_id, {{before}} + u.n, u.line {_LINES}
-    RETURNING 1
-), s AS (
-    INSERT INTO {SCHEMA}.run_summaries (run_id, log_seq, line) SELECT o.agent_id, {{end}}, {{summary}} FROM o
-    ON CONFLICT (run_id) DO UPDATE SET log_seq = excluded.log_seq, line = excluded.line
-)
-SELECT count(*) FROM ins
-"""
+# When the group carries the run's summary (``store.base.RunLog.read_summary``), the owner row's update keeps it
+# (migration 10): only if the records are inserted, so a summary never describes a log its group did not reach.
+# Rejected: its own table (schema 5 to 9), whose upsert locked and updated a second row, a WAL record each, about a
+# third of the statement's server CPU on one backend.
+_KEEP_SUMMARY = ", summary_seq = {end}, summary = {summary}"
 _NAMES = ("run", "gen", "before", "end", "lines", "summary")
-APPEND, APPEND_WITH_SUMMARY = (
-    t.format(**{n: f"${i + 1}" for i, n in enumerate(_NAMES)}) for t in (_APPEND, _APPEND_WITH_SUMMARY)
-)
+_LIBPQ = {n: f"${i + 1}" for i, n in enumerate(_NAMES)}
+APPEND = _APPEND.format(keep="", **_LIBPQ)
+APPEND_WITH_SUMMARY = _APPEND.format(keep=_KEEP_SUMMARY.format(**_LIBPQ), **_LIBPQ)
 _PSYCOPG = {n: f"%({n})s" for n in _NAMES}
+_APPEND_PSYCOPG = _APPEND.format(keep="", **_PSYCOPG)
+_APPEND_WITH_SUMMARY_PSYCOPG = _APPEND.format(keep=_KEEP_SUMMARY.format(**_PSYCOPG), **_PSYCOPG)
 _TEXT, _INT8, _BYTEA, _BYTEA_ARRAY = 25, 20, 17, 1001  # type oids
 # The statements run as libpq's prepared statements, by name: their SQL and parameter types (``postgres_claims``
 # adds its own). A name is changed with its SQL (a connection prepares a name once).
 STATEMENTS: dict[bytes, tuple[str, tuple[int, ...]]] = {
-    b"safepoint_append_1": (APPEND, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY)),
-    b"safepoint_append_summary_1": (APPEND_WITH_SUMMARY, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY, _BYTEA)),
+    b"safepoint_append_2": (APPEND, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY)),
+    b"safepoint_append_summary_2": (APPEND_WITH_SUMMARY, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY, _BYTEA)),
 }
 _BINARY = (0, 1, 1, 1, 1, 1)  # the run id as text, the rest binary
 _prepared: weakref.WeakKeyDictionary[Connection, set[bytes]] = weakref.WeakKeyDictionary()
@@ -133,20 +126,14 @@ def append(
         _INT8_BYTES.pack(first_seq + len(lines) - 1),
         bytea_array(lines),
     ]
-    name = b"safepoint_append_1"
+    name = b"safepoint_append_2"
     if summary is not None:
-        name = b"safepoint_append_summary_1"
+        name = b"safepoint_append_summary_2"
         params.append(summary)
     if not durable:
         return _append_not_durable(conn, claim, first_seq, lines, summary)
-    expected = pq.ExecStatus.COMMAND_OK if summary is None else pq.ExecStatus.TUPLES_OK
-    result = run_prepared(conn, name, params, _BINARY[: len(params)], expected)
-    if summary is None:
-        inserted = result.command_tuples or 0
-    else:
-        value = result.get_value(0, 0)
-        inserted = int(value) if value is not None else 0
-    return inserted == len(lines)
+    result = run_prepared(conn, name, params, _BINARY[: len(params)], pq.ExecStatus.COMMAND_OK)
+    return (result.command_tuples or 0) == len(lines)
 
 
 def _append_not_durable(
@@ -157,16 +144,13 @@ def _append_not_durable(
     adaptation is not worth avoiding here."""
     params = {"run": claim.run_id, "gen": claim.generation, "before": first_seq - 1, "lines": list(lines)}
     params.update(end=first_seq + len(lines) - 1, summary=summary)
-    statement = (_APPEND if summary is None else _APPEND_WITH_SUMMARY).format(**_PSYCOPG)
+    statement = _APPEND_PSYCOPG if summary is None else _APPEND_WITH_SUMMARY_PSYCOPG
     with conn.pipeline():
         conn.execute("BEGIN")
         conn.execute("SET LOCAL synchronous_commit = off")
         cursor = conn.execute(statement, params, prepare=True)
         conn.execute("COMMIT")
-    if summary is None:
-        return cursor.rowcount == len(lines)
-    row = cursor.fetchone()
-    return row is not None and row[0] == len(lines)
+    return cursor.rowcount == len(lines)
 
 
 def run_prepared(
