@@ -63,8 +63,8 @@ INSERT INTO {SCHEMA}.log (run_id, seq, line) SELECT o.agent_id, {{before}} + u.n
 """
 # When the group carries the run's summary (``store.base.RunLog.read_summary``), the owner row's update keeps it
 # (migration 10): only if the records are inserted, so a summary never describes a log its group did not reach.
-# Rejected: its own table (schema 5 to 9), whose upsert locked and updated a second row, a WAL record each, about a
-# third of the statement's server CPU on one backend.
+# Rejected: its own table (schema 5 to 9), whose upsert locked and updated a second row, a WAL record each: 20-30 %
+# of the statement's server CPU on one backend (``bench/postgres_server.py``).
 _KEEP_SUMMARY = ", summary_seq = {end}, summary = {summary}"
 _NAMES = ("run", "gen", "before", "end", "lines", "summary")
 _LIBPQ = {n: f"${i + 1}" for i, n in enumerate(_NAMES)}
