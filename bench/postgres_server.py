@@ -9,8 +9,9 @@ throwaway server, side by side and alternating round by round:
 * ``append``: the store's append statement (two lines of ~300 bytes and the run's summary, which rides on the
   owner row's update since migration 10), and ``append_schema9``: schema 9's statement, verbatim, on a database
   that has its ``run_summaries`` table back (the summary upserted into its own row);
-* ``claim``: the claim of a run nobody holds (the UPDATE itself), and ``claim_schema9``: schema 9's statement
-  (a ``FOR UPDATE`` read, then the update);
+* ``claim``: the claim of a run nobody holds (the UPDATE itself, the owner record built by the client), and
+  ``claim_schema9``: schema 9's statement (a ``FOR UPDATE`` read, then the update, the record built on the
+  server);
 * ``floor``: a raw one-row ``INSERT`` per statement, the floor ``bench/postgres.py`` compares against.
 
 Printed per kind: ``cpu_us`` and ``wal_bytes`` per statement (medians over the rounds; ``_rounds`` each round's
@@ -37,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from postgres import SUMMARY, TICKS, group
 
 Connection = psycopg.Connection[tuple[object, ...]]
+TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 
 # Schema 9's append with a summary (postgres_writes before migration 10), verbatim but for its prepared name.
 APPEND_SCHEMA9 = """
@@ -91,7 +93,7 @@ def main() -> None:
     from safepoint.store.framing import frame
     from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT, next_owner
     from safepoint.store.postgres import PostgresStore, migrate
-    from safepoint.store.postgres_claims import claim_statement
+    from safepoint.store.postgres_claims import claim_row, claim_statement
     from safepoint.store.postgres_writes import run_prepared
 
     n, rounds = args.statements, args.rounds
@@ -103,7 +105,6 @@ def main() -> None:
     claim_types = (25, 16, 3802, 25)
     schema9_claim = claim_statement(True).replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
     postgres_writes.STATEMENTS[b"bench_claim_schema9"] = (schema9_claim, claim_types)
-    postgres_writes.STATEMENTS[b"bench_claim"] = (claim_statement(False), claim_types)
     server = pgserver.start()
     conns: dict[str, Connection] = {}
     try:
@@ -151,12 +152,16 @@ def main() -> None:
         def claims_of_free_runs(name: str, count: int) -> tuple[float, float]:
             ids = [f"free{freed[name] + i}" for i in range(count)]
             freed[name] += count
-            fresh = [msgspec.json.encode(next_owner(run_id, None, "bench", takeover=False)) for run_id in ids]
-            statement = b"bench_claim" if name == "now" else b"bench_claim_schema9"
+            fresh = [next_owner(run_id, None, "bench", takeover=False) for run_id in ids]
+            encoded = [msgspec.json.encode(state) for state in fresh]
 
             def one(i: int) -> None:
-                params = [ids[i].encode(), b"f", fresh[i], lock_timeout]
-                found = run_prepared(conns[name], statement, params, (0, 0, 0, 0), psycopg.pq.ExecStatus.TUPLES_OK)
+                if name == "now":
+                    now = claim_row(conns[name], ids[i], fresh[i], reopen=False, skip_locked=False)
+                    assert now is not None and now.generation == 1
+                    return
+                params = [ids[i].encode(), b"f", encoded[i], lock_timeout]
+                found = run_prepared(conns[name], b"bench_claim_schema9", params, (0, 0, 0, 0), TUPLES_OK)
                 assert found.get_value(0, 0) == b"1"
 
             return per_statement(conns[name], count, one)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from datetime import UTC, datetime
 
 import msgspec
 import psycopg
@@ -169,3 +170,23 @@ def test_a_claim_that_waited_while_another_claimed_the_run_is_refused_not_a_seco
     assert len(outcome) == 1 and isinstance(outcome[0], RunLockedError), outcome
     found = owner(store, "r")
     assert found.generation == 2 and not found.released
+
+
+def test_a_first_claims_record_is_the_callers_with_the_databases_heartbeat(store, monkeypatch):
+    """A first claim's owner record is built by the client (the server only puts its own time in as the heartbeat:
+    building the record there was more than half the statement's time); a released run's is built by the server
+    from the row. Both heartbeats are the database's clock, whatever this host's says (here: the year 2000)."""
+    from safepoint.store import ownership
+
+    monkeypatch.setattr(ownership, "now", lambda: "2000-01-01T00:00:00.000000+00:00")
+    store.create_run("r", b"{}")
+    first = store.claim("r", "me")
+    found = owner(store, "r")
+    assert found.claimed_at.startswith("2000-") and found.active_at.startswith("2000-")  # the caller's, as before
+    assert found.heartbeat_at[:4] == str(datetime.now(UTC).year) and found.message_id is None
+    assert (found.generation, found.holder, found.lease_ms, found.released) == (1, "me", 30_000, False)
+    store.release(first)
+    store.claim("r", "again")
+    again = owner(store, "r")
+    assert again.heartbeat_at[:4] == str(datetime.now(UTC).year) and again.generation == 2
+    assert again.active_at == found.active_at  # kept: the run was not reopened

@@ -405,7 +405,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads,
         pool = self._pool or self._open_pool()
         try:
             with pool.connection() as conn, used(conn):
-                found = claim_row(conn, run_id, _record_encoder.encode(fresh), reopen=reopen, skip_locked=skip_locked)
+                found = claim_row(conn, run_id, fresh, reopen=reopen, skip_locked=skip_locked)
         except pg_errors.LockNotAvailable:
             raise
         except (pg_errors.OperationalError, PoolTimeout) as exc:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import struct
 import weakref
 from collections.abc import Sequence
+from typing import cast
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -156,7 +157,7 @@ def _append_not_durable(
 
 
 def run_prepared(
-    conn: Connection, name: bytes, params: list[bytes], formats: Sequence[int], expected: pq.ExecStatus
+    conn: Connection, name: bytes, params: Sequence[bytes | None], formats: Sequence[int], expected: pq.ExecStatus
 ) -> pq.abc.PGresult:
     """Run a prepared write (preparing it first on a connection that has not seen it) under the connection's
     lock; a failure is psycopg's exception for it, as ``execute`` raises (a lost connection an
@@ -168,8 +169,10 @@ def run_prepared(
             sql, types = STATEMENTS[name]
             _check(conn, pgconn.prepare(name, sql.encode(), list(types)), pq.ExecStatus.COMMAND_OK)
             known.add(name)
+        # None is SQL NULL: libpq takes it so, and psycopg's own execute sends it this way; the stub says bytes only.
+        values = cast("Sequence[bytes]", params)
         try:
-            return _check(conn, pgconn.exec_prepared(name, params, list(formats)), expected)
+            return _check(conn, pgconn.exec_prepared(name, values, list(formats)), expected)
         except pg_errors.InvalidSqlStatementName:  # dropped under us (a DISCARD ALL by a pooler): prepared anew
             known.discard(name)
     return run_prepared(conn, name, params, formats, expected)
