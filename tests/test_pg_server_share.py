@@ -1,7 +1,8 @@
 """The server's share of a transition (issue 14, migration 9): an append inserts the log's lines without a foreign
-key check (which locked the run's row once per line), its updates of the owner row and the summary stay HOT (no
-index on a column an append or a heartbeat changes), and deleting a run still leaves no row of it
-in any table, now that the log is deleted by ``delete_run`` itself."""
+key check (which locked the run's row once per line), its update of the owner row, which keeps the run's summary
+too (migration 10), stays HOT (no index on a column an append or a heartbeat changes), long lines and summaries are
+compressed with lz4, and deleting a run still leaves no row of it in any table, now that the log is deleted by
+``delete_run`` itself."""
 
 from __future__ import annotations
 

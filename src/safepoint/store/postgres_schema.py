@@ -15,9 +15,9 @@ Schema ``safepoint``::
                                     cache: read only while the log still ends there), written by the append;
                                     a partial index on the held rows (not released, not closed) for passes; no
                                     index holds a column an append or a heartbeat changes (last_seq, lease_until,
-                                    holder_state), so their updates are HOT (measured: 98 % of all the table's
-                                    updates at 8 writers, the rest first claims; a fillfactor of 80 changed nothing,
-                                    pruning frees the page's previous version)
+                                    holder_state, summary_seq, summary), so their updates are HOT (measured: 98 %
+                                    of all the table's updates at 8 writers, the rest first claims; a fillfactor of
+                                    80 changed nothing, pruning frees the page's previous version)
     runtime_restart_checkpoints     seed 003 §1.2's columns, pk agent_id, + descriptor (the bytes as written) and
                                     checksum (sha256 of them)
     recovery_owner_terminal_events  seed 003 §1.3's columns, pk (recovery_class, owner_id, generation, event_type)
