@@ -17,9 +17,11 @@ median, p99), claim latency (``claim_ms``: median, p99), the floor's ``transitio
 ``vs_floor`` (store / floor); and ``file_store.append_ms``. The machine is shared, so absolute figures swing with
 its load; what a change is judged by is ``vs_floor`` and the cost per transition, which the load does not change
 much: ``client_cpu_us`` (the worker's ``process_time``), ``server_cpu_us`` (its backends' CPU, from
-``/proc/<pid>/stat``, when the server runs on this machine); ``hot_updates``, the share of the owner row's and
-the summary's updates that were HOT (no index entry written: ``pg_stat_user_tables``); and ``round_trips`` of one
-append and of one claim (counted from libpq's protocol trace, in the bench's own process).
+``/proc/<pid>/stat``, when the server runs on this machine), ``wal_bytes`` (the WAL the server wrote per
+transition: ``pg_current_wal_insert_lsn()`` around each phase); ``hot_updates``, the share of the owner row's
+updates (the appends', which keep the summary too, and the claims') that were HOT (no index entry written:
+``pg_stat_user_tables``); and ``round_trips`` of one append and of one claim (counted from libpq's protocol
+trace, in the bench's own process).
 
 Each process count runs the three kinds side by side ``--rounds`` times (the shared machine's load moves between
 phases): rates are the rounds' medians, ``vs_floor`` the median of each round's ratio (``vs_floor_rounds``).
@@ -234,10 +236,13 @@ def phase(target: Any, url: str, procs: int, seconds: float, name: str) -> tuple
     ]
     for worker in workers:
         worker.start()
-    barrier.wait()
-    started = time.perf_counter()
-    results = [out.get(timeout=120 + seconds) for _ in workers]
-    wall = time.perf_counter() - started
+    with psycopg.connect(url, autocommit=True) as conn:
+        barrier.wait()
+        wal_before = wal_position(conn)  # after the workers' warm-up, a moment into their timed loops
+        started = time.perf_counter()
+        results = [out.get(timeout=120 + seconds) for _ in workers]
+        wall = time.perf_counter() - started
+        wal_bytes = wal_position(conn) - wal_before
     for worker in workers:
         worker.join()
     appends = [v for r in results for v in r["appends"]]
@@ -247,8 +252,16 @@ def phase(target: Any, url: str, procs: int, seconds: float, name: str) -> tuple
     PHASE_COSTS[name] = {
         "client_cpu_us": round(sum(r["client_cpu_s"] for r in results) / per * 1e6, 1),
         "server_cpu_us": None if None in server else round(sum(server) / per * 1e6, 1),
+        # What the server logged while the phase ran (the store's claims too), over the transitions timed.
+        "wal_bytes": round(wal_bytes / per, 1),
     }
     return len(appends) / max(wall, seconds), appends, claims
+
+
+def wal_position(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """The server's WAL insert position, in bytes."""
+    row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 def file_store_cost(seconds: float) -> dict[str, Any]:
@@ -274,7 +287,7 @@ def table_updates(url: str) -> dict[str, tuple[int, int]]:
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = 'safepoint' "
-            "AND relname IN ('recovery_owners', 'run_summaries')"
+            "AND relname = 'recovery_owners'"
         ).fetchall()
     return {str(name): (int(upd), int(hot)) for name, upd, hot in rows}
 

@@ -5,6 +5,8 @@ supervisor's SKIP LOCKED claim never waits. The round trips are pinned in test_p
 from __future__ import annotations
 
 import os
+import threading
+from datetime import UTC, datetime
 
 import msgspec
 import psycopg
@@ -116,3 +118,75 @@ def test_a_dead_owner_is_judged_by_the_section_and_a_live_one_refused(store):
         )
     assert store.claim("r", "other").generation == 2
     assert owner(store, "r").holder == "other"
+
+
+def test_a_claim_of_a_held_run_refuses_without_waiting_for_its_row_lock(store, monkeypatch):
+    """The claim is the UPDATE itself, filtered on a row nobody holds (no locking read before it, whose lock was a
+    WAL record of its own): a run a live owner holds is refused at once, even while an append of that owner has
+    its row locked, where the locking read waited for it first and then refused (here: after its lock timeout,
+    "does not let go")."""
+    monkeypatch.setattr(postgres_claims, "CLAIM_LOCK_TIMEOUT", 0.3)
+    store.create_run("r", b"{}")
+    store.claim("r", "me")
+    with psycopg.connect(store.url) as appending:
+        appending.execute("SELECT 1 FROM safepoint.recovery_owners WHERE agent_id = 'r' FOR UPDATE")
+        with pytest.raises(RunLockedError, match="owned by live process"):
+            store.claim("r", "other")
+    assert owner(store, "r").generation == 1 and owner(store, "r").holder == "me"
+
+
+def test_a_claim_that_waited_while_another_claimed_the_run_is_refused_not_a_second_owner(store):
+    """A released run's row is locked by a claim in flight (here by hand, in a transaction that writes what a claim
+    writes); a second claim waits for it. When the first commits, the second's update no longer matches (READ
+    COMMITTED re-checks the row as it now is), while its snapshot still shows the run released: it must go to
+    the explicit section, which finds the new live owner and refuses, never writing a generation of its own."""
+    store.create_run("r", b"{}")
+    store.release(store.claim("r", "me"))
+    outcome: list[BaseException | None] = []
+    with psycopg.connect(store.url) as first:
+        first.execute("SELECT 1 FROM safepoint.recovery_owners WHERE agent_id = 'r' FOR UPDATE")
+
+        def second() -> None:
+            try:
+                store.claim("r", "other")
+                outcome.append(None)
+            except BaseException as exc:  # checked below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        with psycopg.connect(store.url, autocommit=True) as watch:  # until the server says the claim waits
+            while not watch.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone():
+                watch.execute("SELECT pg_sleep(0.01)")
+        first.execute(
+            "UPDATE safepoint.recovery_owners SET released = false, generation = 2, holder_state = convert_to("
+            "jsonb_set(jsonb_set(convert_from(holder_state, 'UTF8')::jsonb, '{released}', 'false'), "
+            "'{generation}', '2')::text, 'UTF8') WHERE agent_id = 'r'"
+        )
+        first.commit()
+        thread.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], RunLockedError), outcome
+    found = owner(store, "r")
+    assert found.generation == 2 and not found.released
+
+
+def test_a_first_claims_record_is_the_callers_with_the_databases_heartbeat(store, monkeypatch):
+    """A first claim's owner record is built by the client (the server only puts its own time in as the heartbeat:
+    building the record there was more than half the statement's time); a released run's is built by the server
+    from the row. Both heartbeats are the database's clock, whatever this host's says (here: the year 2000)."""
+    from safepoint.store import ownership
+
+    monkeypatch.setattr(ownership, "now", lambda: "2000-01-01T00:00:00.000000+00:00")
+    store.create_run("r", b"{}")
+    first = store.claim("r", "me")
+    found = owner(store, "r")
+    assert found.claimed_at.startswith("2000-") and found.active_at.startswith("2000-")  # the caller's, as before
+    assert found.heartbeat_at[:4] == str(datetime.now(UTC).year) and found.message_id is None
+    assert (found.generation, found.holder, found.lease_ms, found.released) == (1, "me", 30_000, False)
+    store.release(first)
+    store.claim("r", "again")
+    again = owner(store, "r")
+    assert again.heartbeat_at[:4] == str(datetime.now(UTC).year) and again.generation == 2
+    assert again.active_at == found.active_at  # kept: the run was not reopened

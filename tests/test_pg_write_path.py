@@ -248,3 +248,22 @@ def test_two_threads_writing_at_once_share_the_store_one_on_the_held_connection(
     assert errors == []
     for run in ("a", "b"):
         assert texts(store, run) == [f"{run}{seq}" for seq in range(1, 61)]
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_the_summary_is_written_with_its_group_on_either_path_and_only_with_it(store, durable):
+    """The summary rides on the owner row's update (migration 10), in the durable prepared statement and in the
+    non-durable pipeline alike; a stale writer's group and its summary are both refused, and a group without one
+    leaves the kept summary stale (not read)."""
+    store.create_run("r", b"{}")
+    claim = store.claim("r", "me")
+    store.append(claim, [rec(1), rec(2)], durable=durable, summary=b'{"n":2}')
+    assert store.read_summary("r") == (2, b'{"n":2}')
+    newer = store.claim("r", "other", takeover=True)
+    with pytest.raises(StaleGenerationError):
+        store.append(claim, [rec(3)], durable=durable, summary=b'{"n":"stale"}')
+    assert store.read_summary("r") == (2, b'{"n":2}')
+    store.append(newer, [rec(3, gen=newer.generation)], durable=durable)
+    assert store.read_summary("r") is None
+    store.append(newer, [rec(4, gen=newer.generation)], durable=durable, summary=b'{"n":4}')
+    assert store.read_summary("r") == (4, b'{"n":4}')

@@ -14,6 +14,7 @@ import pytest
 from safepoint.errors import StoreError
 from safepoint.records import LogRecord
 from safepoint.store.conformance import restart_checkpoint
+from safepoint.store.framing import frame
 from safepoint.store.postgres import PostgresStore, migrate
 from safepoint.store.postgres_schema import LATEST, MIGRATIONS
 
@@ -166,15 +167,18 @@ def test_migration_9_drops_the_logs_foreign_key_under_any_name_and_keeps_the_dat
     person gave it), the data is kept, and a run deleted after
     leaves no log behind (``delete_run`` deletes it now, not the foreign key's cascade)."""
     assert migrate(empty_url, to=8).after == 8
-    # The store opens only a schema at its own version: let it write this version-8 database as version 9 would.
-    _sql(empty_url, "INSERT INTO safepoint.schema_migrations (version, description) VALUES (9, 'not yet')")
+    # The store opens only a schema at its own version: let it write this version-8 database as the latest would
+    # (no summary: the columns a later migration adds are not there).
+    _sql(empty_url, "INSERT INTO safepoint.schema_migrations (version, description) "
+         "SELECT v, 'not yet' FROM generate_series(9, %s) v", (LATEST,))  # fmt: skip
     _with_data(empty_url)
-    _sql(empty_url, "DELETE FROM safepoint.schema_migrations WHERE version = 9")
+    _sql(empty_url, "DELETE FROM safepoint.schema_migrations WHERE version >= 9")
     _sql(empty_url, "ALTER TABLE safepoint.log RENAME CONSTRAINT log_run_id_fkey TO named_by_hand")
     keys = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'safepoint.log'::regclass AND contype = 'f'"
     assert _sql(empty_url, keys) == [(1,)]
-    assert migrate(empty_url).applied == [f"9: {MIGRATIONS[8].description}"]
+    assert migrate(empty_url, to=9).applied == [f"9: {MIGRATIONS[8].description}"]
     assert _sql(empty_url, keys) == [(0,)]
+    migrate(empty_url)  # and on to this code's version, to open it
     _assert_data_kept(empty_url)
     store = PostgresStore(empty_url)
     try:
@@ -182,3 +186,45 @@ def test_migration_9_drops_the_logs_foreign_key_under_any_name_and_keeps_the_dat
     finally:
         store.close()
     assert _sql(empty_url, "SELECT count(*) FROM safepoint.log") == [(0,)]
+
+
+def test_migration_10_moves_each_runs_summary_onto_its_owner_row(empty_url):
+    """From version 9 with runs in it: a current summary, a stale one (the log grew since) and a run with none. The
+    summaries move onto the owner rows as they were (the stale one stays stale: read only while the log ends at its
+    seq), run_summaries goes, and the next append with a summary writes it there."""
+    assert migrate(empty_url, to=9).after == 9
+    _sql(empty_url, "INSERT INTO safepoint.schema_migrations (version, description) "
+         "SELECT v, 'not yet' FROM generate_series(10, %s) v", (LATEST,))  # fmt: skip
+    _with_data(empty_url)  # no summary: what it wrote is the version-9 schema's
+    _sql(empty_url, "DELETE FROM safepoint.schema_migrations WHERE version >= 10")
+    # What the version-9 code wrote: a summary row per run, stamped with the log's end when written.
+    _sql(empty_url, "INSERT INTO safepoint.run_summaries VALUES ('r', 2, %s)", (frame(b'{"status":"done"}'),))
+    with psycopg.connect(empty_url, autocommit=True) as conn:
+        for run_id, stamp in (("stale", 1), ("none", None)):
+            conn.execute("INSERT INTO safepoint.runs (run_id, header) VALUES (%s, %s)", (run_id, frame(b"{}")))
+            conn.execute(
+                "INSERT INTO safepoint.recovery_owners (recovery_class, owner_id, generation, agent_id) "
+                "VALUES ('root', %s, 0, %s)",
+                (run_id, run_id),
+            )
+            for seq in (1, 2):
+                conn.execute(
+                    "INSERT INTO safepoint.log (run_id, seq, line) VALUES (%s, %s, %s)",
+                    (run_id, seq, frame(msgspec.json.encode(_rec(seq, "x")))),
+                )
+            if stamp is not None:
+                conn.execute("INSERT INTO safepoint.run_summaries VALUES (%s, %s, %s)", (run_id, stamp, frame(b"{}")))
+    assert migrate(empty_url).applied == [f"10: {MIGRATIONS[9].description}"]
+    assert _sql(empty_url, "SELECT to_regclass('safepoint.run_summaries')") == [(None,)]
+    _assert_data_kept(empty_url)
+    store = PostgresStore(empty_url)
+    try:
+        assert store.read_summary("r") == (2, b'{"status":"done"}')
+        assert store.read_summary("stale") is None and store.read_summary("none") is None
+        claim = store.claim("none", "me")
+        store.append(claim, [_rec(3, "c")], summary=b'{"status":"running"}')
+        assert store.read_summary("none") == (3, b'{"status":"running"}')
+        store.append(claim, [_rec(4, "d")])  # without one: the kept summary is stale, so none is read
+        assert store.read_summary("none") is None
+    finally:
+        store.close()

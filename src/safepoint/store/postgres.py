@@ -405,7 +405,7 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads,
         pool = self._pool or self._open_pool()
         try:
             with pool.connection() as conn, used(conn):
-                found = claim_row(conn, run_id, _record_encoder.encode(fresh), reopen=reopen, skip_locked=skip_locked)
+                found = claim_row(conn, run_id, fresh, reopen=reopen, skip_locked=skip_locked)
         except pg_errors.LockNotAvailable:
             raise
         except (pg_errors.OperationalError, PoolTimeout) as exc:
@@ -516,23 +516,22 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads,
             lines.append((seq, damaged if payload is None else payload))
         return read_records(lines, row_seqs=True)
 
-    # the run's summary: in the append's own transaction; a cache, read only while the log ends at its seq -------
+    # the run's summary: kept on the owner row (postgres_writes); a cache, read only while the log ends at its seq ----
     def _put_summary_txn(self, handle: Connection, claim: Claim, seq: int, summary: bytes) -> None:
         handle.execute(
-            f"INSERT INTO {SCHEMA}.run_summaries (run_id, log_seq, line) VALUES (%s, %s, %s) "
-            "ON CONFLICT (run_id) DO UPDATE SET log_seq = excluded.log_seq, line = excluded.line",
-            (claim.run_id, seq, frame(summary)),
+            f"UPDATE {SCHEMA}.recovery_owners SET summary_seq = %s, summary = %s WHERE agent_id = %s",
+            (seq, frame(summary), claim.run_id),
         )
 
     def read_summary(self, run_id: str) -> tuple[int, bytes] | None:
         with self._tx() as conn:
             self._require_run(conn, run_id)
             row = conn.execute(
-                f"SELECT s.log_seq, s.line, (SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log WHERE run_id = s.run_id) "
-                f"FROM {SCHEMA}.run_summaries s WHERE s.run_id = %s",
+                f"SELECT o.summary_seq, o.summary, (SELECT coalesce(max(seq), 0) FROM {SCHEMA}.log "
+                f"WHERE run_id = o.agent_id) FROM {SCHEMA}.recovery_owners o WHERE o.agent_id = %s",
                 (run_id,),
             ).fetchone()
-        if row is None or _int(row[0]) != _int(row[2]):
+        if row is None or row[0] is None or row[1] is None or _int(row[0]) != _int(row[2]):
             return None  # none, or the log was appended to since without one
         payload = check_line(_bytes(row[1]).removesuffix(b"\n"))
         return None if payload is None else (_int(row[0]), payload)

@@ -10,16 +10,19 @@ Schema ``safepoint``::
     recovery_owners                 seed 003 §1.1's columns, pk (recovery_class, owner_id), unique agent_id (the
                                     run), + holder_state (the encoded OwnerState; NULL until the first claim),
                                     last_seq (the log's end: an append checks and moves it in the statement that
-                                    inserts), released, lease_until (heartbeat + lease, on the database's clock);
+                                    inserts), released, lease_until (heartbeat + lease, on the database's clock),
+                                    summary_seq and summary (framed): what ``status`` shows, as of summary_seq (a
+                                    cache: read only while the log still ends there), written by the append;
                                     a partial index on the held rows (not released, not closed) for passes; no
                                     index holds a column an append or a heartbeat changes (last_seq, lease_until,
-                                    holder_state), so their updates are HOT (measured: 98 % of all the table's
-                                    updates at 8 writers, the rest first claims; a fillfactor of 80 changed nothing,
-                                    pruning frees the page's previous version)
+                                    holder_state, summary_seq, summary), so their updates are HOT (measured: 98 %
+                                    of all the table's updates at 8 writers, the rest first claims; a fillfactor of
+                                    80 changed nothing, pruning frees the page's previous version)
     runtime_restart_checkpoints     seed 003 §1.2's columns, pk agent_id, + descriptor (the bytes as written) and
                                     checksum (sha256 of them)
     recovery_owner_terminal_events  seed 003 §1.3's columns, pk (recovery_class, owner_id, generation, event_type)
-    log                             (run_id, seq) pk, line: the same framed, checksummed line the file store writes;
+    log                             (run_id, seq) pk, line: the same framed, checksummed line the file store writes
+                                    (compressed with lz4 over 2 KB where the server has it, not pglz);
                                     no foreign key (an append would lock the run's row for each line it inserts):
                                     ``delete_run`` deletes the run's log in its own transaction
     control                         (run_id, position) pk, line (framed)
@@ -30,8 +33,6 @@ Schema ``safepoint``::
                                     not TOAST's second compression), quarantined (fsck set it aside), created_at
     settings                        name pk, value (framed): the store's own facts; 'encryption' in an encrypted
                                     store (its cipher and key id, never the key)
-    run_summaries                   run_id pk, log_seq, line (framed): what ``status`` shows, as of log_seq (a
-                                    cache: read only while the log still ends at log_seq); updated HOT
     blob_refs                       (name, run_id) pk: that run's log references that blob (``postgres_blob_refs``)
     view_snapshots                  run_id pk, seq, data: the run's folded log up to a position (``core.view_snapshot``)
 
@@ -231,6 +232,33 @@ BEGIN
     LOOP
         EXECUTE format('ALTER TABLE {SCHEMA}.log DROP CONSTRAINT %I', name);
     END LOOP;
+END $$;
+""",
+    ),
+    Migration(
+        10,
+        "the run's summary kept on its owner row (an append updates one row, not two): summary_seq and summary "
+        "columns, filled from run_summaries, which goes; log lines and summaries over 2 KB compressed with lz4 "
+        "where the server has it",
+        f"""
+ALTER TABLE {SCHEMA}.recovery_owners
+    ADD COLUMN IF NOT EXISTS summary_seq bigint,
+    ADD COLUMN IF NOT EXISTS summary bytea;
+UPDATE {SCHEMA}.recovery_owners o SET summary_seq = s.log_seq, summary = s.line
+  FROM {SCHEMA}.run_summaries s WHERE s.run_id = o.agent_id;
+DROP TABLE {SCHEMA}.run_summaries;
+DO $$
+BEGIN
+    -- A value over 2 KB is compressed before it is stored, on every insert: pglz took about twice lz4's server
+    -- CPU (a 3 KB line: 93 against 53 us; 5.5 KB of base64, which neither compresses: 108 against 58). New
+    -- values only; PostgreSQL 14 and later, built with lz4 (otherwise pglz stays).
+    IF current_setting('server_version_num')::int >= 140000 THEN
+        BEGIN
+            EXECUTE 'ALTER TABLE {SCHEMA}.log ALTER COLUMN line SET COMPRESSION lz4';
+            EXECUTE 'ALTER TABLE {SCHEMA}.recovery_owners ALTER COLUMN summary SET COMPRESSION lz4';
+        EXCEPTION WHEN feature_not_supported THEN NULL;
+        END;
+    END IF;
 END $$;
 """,
     ),

@@ -4,10 +4,12 @@ A tool call writes its log twice (its ``started`` group, then its ``finished`` g
 (BEGIN, the owner row ``FOR UPDATE``, ``max(seq)``, the INSERT, COMMIT, and a pool check before each) that was
 about a dozen round trips per call, CPU-bound on the client. Here an append is one prepared statement in
 autocommit: a CTE that updates the owner row only if the claim is still its generation, the run is not released
-and the log ends where the caller says (``last_seq``), and inserts the records only if that row was updated. The
+and the log ends where the caller says (``last_seq``), and inserts the records only if that row was updated (the
+run's summary, when the group carries one, is written by that same update: migration 10). The
 UPDATE takes the row lock a claim takes, so a takeover waits for the append or the append for the takeover, and a
 stale or out-of-order append inserts nothing (READ COMMITTED re-checks the updated row). Rejected: a stored
-function (the same locks, plus a migration step per change) and the client-side ``max(seq)`` (a read per append).
+function (the same locks, plus a migration step per change; measured as PL/pgSQL, about 10 % more server CPU
+than the CTE) and the client-side ``max(seq)`` (a read per append).
 The log has no foreign key to ``runs`` (migration 9): its check locked the run's row once per line inserted
 (KEY SHARE, a WAL record each), measured at 80 us of the server's CPU per transition out of 225. Nothing is lost:
 lines are inserted only under the run's owner row, and ``delete_run`` deletes the log holding that row's lock.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import struct
 import weakref
 from collections.abc import Sequence
+from typing import cast
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -50,40 +53,33 @@ DB_NOW_ISO = """to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24
 # framed lines (bytea[]), {summary} the summary: ``$n`` for libpq, ``%(name)s`` for psycopg (the rare non-durable
 # append, whose BEGIN, SET LOCAL, statement and COMMIT go in one psycopg pipeline).
 _OWNER_MOVES = f"""
-    UPDATE {SCHEMA}.recovery_owners SET last_seq = {{end}}
+    UPDATE {SCHEMA}.recovery_owners SET last_seq = {{end}}{{keep}}
      WHERE agent_id = {{run}} AND generation = {{gen}} AND NOT released AND last_seq = {{before}}
     RETURNING agent_id
 """
-_LINES = "FROM o, unnest({lines}::bytea[]) WITH ORDINALITY AS u(line, n)"
 _APPEND = f"""
 WITH o AS ({_OWNER_MOVES})
-INSERT INTO {SCHEMA}.log (run_id, seq, line) SELECT o.agent_id, {{before}} + u.n, u.line {_LINES}
+INSERT INTO {SCHEMA}.log (run_id, seq, line) SELECT o.agent_id, {{before}} + u.n, u.line
+  FROM o, unnest({{lines}}::bytea[]) WITH ORDINALITY AS u(line, n)
 """
-
-# The same, when the group carries the run's summary (``store.base.RunLog.read_summary``): written by the same
-# statement, only if the records were (it selects from the owner row the UPDATE matched), so a summary never
-# describes a log its group did not reach.
-_APPEND_WITH_SUMMARY = f"""
-WITH o AS ({_OWNER_MOVES}), ins AS (
-    INSERT INTO {SCHEMA}.log (run_id, seq, line) SELECT o.agent_id, {{before}} + u.n, u.line {_LINES}
-    RETURNING 1
-), s AS (
-    INSERT INTO {SCHEMA}.run_summaries (run_id, log_seq, line) SELECT o.agent_id, {{end}}, {{summary}} FROM o
-    ON CONFLICT (run_id) DO UPDATE SET log_seq = excluded.log_seq, line = excluded.line
-)
-SELECT count(*) FROM ins
-"""
+# When the group carries the run's summary (``store.base.RunLog.read_summary``), the owner row's update keeps it
+# (migration 10): only if the records are inserted, so a summary never describes a log its group did not reach.
+# Rejected: its own table (schema 5 to 9), whose upsert locked and updated a second row, a WAL record each: 20-30 %
+# of the statement's server CPU on one backend (``bench/postgres_server.py``).
+_KEEP_SUMMARY = ", summary_seq = {end}, summary = {summary}"
 _NAMES = ("run", "gen", "before", "end", "lines", "summary")
-APPEND, APPEND_WITH_SUMMARY = (
-    t.format(**{n: f"${i + 1}" for i, n in enumerate(_NAMES)}) for t in (_APPEND, _APPEND_WITH_SUMMARY)
-)
+_LIBPQ = {n: f"${i + 1}" for i, n in enumerate(_NAMES)}
+APPEND = _APPEND.format(keep="", **_LIBPQ)
+APPEND_WITH_SUMMARY = _APPEND.format(keep=_KEEP_SUMMARY.format(**_LIBPQ), **_LIBPQ)
 _PSYCOPG = {n: f"%({n})s" for n in _NAMES}
+_APPEND_PSYCOPG = _APPEND.format(keep="", **_PSYCOPG)
+_APPEND_WITH_SUMMARY_PSYCOPG = _APPEND.format(keep=_KEEP_SUMMARY.format(**_PSYCOPG), **_PSYCOPG)
 _TEXT, _INT8, _BYTEA, _BYTEA_ARRAY = 25, 20, 17, 1001  # type oids
 # The statements run as libpq's prepared statements, by name: their SQL and parameter types (``postgres_claims``
 # adds its own). A name is changed with its SQL (a connection prepares a name once).
 STATEMENTS: dict[bytes, tuple[str, tuple[int, ...]]] = {
-    b"safepoint_append_1": (APPEND, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY)),
-    b"safepoint_append_summary_1": (APPEND_WITH_SUMMARY, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY, _BYTEA)),
+    b"safepoint_append_2": (APPEND, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY)),
+    b"safepoint_append_summary_2": (APPEND_WITH_SUMMARY, (_TEXT, _INT8, _INT8, _INT8, _BYTEA_ARRAY, _BYTEA)),
 }
 _BINARY = (0, 1, 1, 1, 1, 1)  # the run id as text, the rest binary
 _prepared: weakref.WeakKeyDictionary[Connection, set[bytes]] = weakref.WeakKeyDictionary()
@@ -133,20 +129,14 @@ def append(
         _INT8_BYTES.pack(first_seq + len(lines) - 1),
         bytea_array(lines),
     ]
-    name = b"safepoint_append_1"
+    name = b"safepoint_append_2"
     if summary is not None:
-        name = b"safepoint_append_summary_1"
+        name = b"safepoint_append_summary_2"
         params.append(summary)
     if not durable:
         return _append_not_durable(conn, claim, first_seq, lines, summary)
-    expected = pq.ExecStatus.COMMAND_OK if summary is None else pq.ExecStatus.TUPLES_OK
-    result = run_prepared(conn, name, params, _BINARY[: len(params)], expected)
-    if summary is None:
-        inserted = result.command_tuples or 0
-    else:
-        value = result.get_value(0, 0)
-        inserted = int(value) if value is not None else 0
-    return inserted == len(lines)
+    result = run_prepared(conn, name, params, _BINARY[: len(params)], pq.ExecStatus.COMMAND_OK)
+    return (result.command_tuples or 0) == len(lines)
 
 
 def _append_not_durable(
@@ -157,20 +147,17 @@ def _append_not_durable(
     adaptation is not worth avoiding here."""
     params = {"run": claim.run_id, "gen": claim.generation, "before": first_seq - 1, "lines": list(lines)}
     params.update(end=first_seq + len(lines) - 1, summary=summary)
-    statement = (_APPEND if summary is None else _APPEND_WITH_SUMMARY).format(**_PSYCOPG)
+    statement = _APPEND_PSYCOPG if summary is None else _APPEND_WITH_SUMMARY_PSYCOPG
     with conn.pipeline():
         conn.execute("BEGIN")
         conn.execute("SET LOCAL synchronous_commit = off")
         cursor = conn.execute(statement, params, prepare=True)
         conn.execute("COMMIT")
-    if summary is None:
-        return cursor.rowcount == len(lines)
-    row = cursor.fetchone()
-    return row is not None and row[0] == len(lines)
+    return cursor.rowcount == len(lines)
 
 
 def run_prepared(
-    conn: Connection, name: bytes, params: list[bytes], formats: Sequence[int], expected: pq.ExecStatus
+    conn: Connection, name: bytes, params: Sequence[bytes | None], formats: Sequence[int], expected: pq.ExecStatus
 ) -> pq.abc.PGresult:
     """Run a prepared write (preparing it first on a connection that has not seen it) under the connection's
     lock; a failure is psycopg's exception for it, as ``execute`` raises (a lost connection an
@@ -182,8 +169,10 @@ def run_prepared(
             sql, types = STATEMENTS[name]
             _check(conn, pgconn.prepare(name, sql.encode(), list(types)), pq.ExecStatus.COMMAND_OK)
             known.add(name)
+        # None is SQL NULL: libpq takes it so, and psycopg's own execute sends it this way; the stub says bytes only.
+        values = cast("Sequence[bytes]", params)
         try:
-            return _check(conn, pgconn.exec_prepared(name, params, list(formats)), expected)
+            return _check(conn, pgconn.exec_prepared(name, values, list(formats)), expected)
         except pg_errors.InvalidSqlStatementName:  # dropped under us (a DISCARD ALL by a pooler): prepared anew
             known.discard(name)
     return run_prepared(conn, name, params, formats, expected)
