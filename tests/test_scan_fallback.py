@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import safepoint
 from safepoint.engine import command_capture
 from safepoint.engine.session import load_view
+from safepoint.workspace import find_listing, tree_scan
 from safepoint.workspace import scan as scan_module
-from safepoint.workspace import tree_scan
 from safepoint.workspace.ignore import IgnoreRules
 from safepoint.workspace.scan import FileStat, scan
 from safepoint.workspace.tree_scan import TreeScan
@@ -92,13 +94,24 @@ def mutate(root: Path, rng: random.Random, step: int) -> None:
         os.symlink(os.path.relpath(rng.choice(files), root), link)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_every_pass_is_what_a_full_scan_sees(tmp_path: Path, seed: int) -> None:
+def split_passes(monkeypatch: pytest.MonkeyPatch, walkers: bool) -> None:
+    """Passes by one find process, or split over three (``find_listing.plan_walkers``), whatever the machine."""
+    monkeypatch.setattr(find_listing, "SPLIT_MIN", 1 if walkers else 10**9)
+    monkeypatch.setattr(find_listing, "MAX_STARTS", 3)
+    monkeypatch.setattr(tree_scan, "_WALKERS", 2)
+
+
+@pytest.mark.parametrize(("seed", "walkers"), [(1, False), (2, False), (3, True), (4, True)])
+def test_every_pass_is_what_a_full_scan_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, walkers: bool
+) -> None:
+    split_passes(monkeypatch, walkers)
     root = tmp_path / "ws"
     root.mkdir()
     seed_tree(root)
     tree = TreeScan.start(str(root), rules_for(root))
     assert tree is not None
+    assert bool(tree._walkers) == walkers
     before = scan(str(root), rules_for(root))
     assert tree.stats == before
     rng = random.Random(seed)
@@ -148,15 +161,15 @@ def coarse_times(monkeypatch: pytest.MonkeyPatch) -> None:
     def cut(text: bytes) -> bytes:
         return str(int(text.split(b".")[0]) // (UNIT // 1_000_000_000) * (UNIT // 1_000_000_000)).encode()
 
-    def listing(self: TreeScan, form: str) -> list[bytes]:
-        out = real_list(self, form)
+    def listing(self: TreeScan, form: str) -> bytes:
+        out = real_list(self, form).split(b"\0")
         for index in range(1, len(out), 2):
             fields = out[index].split(b" ")
             fields[2] = cut(fields[2])
             if len(fields) > 5:
                 fields[5] = cut(fields[5])
             out[index] = b" ".join(fields)
-        return out
+        return b"\0".join(out)
 
     def lstat(self: TreeScan, key: bytes) -> FileStat | None:
         info = real_lstat(self, key)
@@ -263,7 +276,7 @@ def test_a_store_and_excluded_folders_whose_names_are_patterns(tmp_path: Path) -
     (root / "st[o]re*" / "g.txt").write_text("in the store\n")
     (root / "store2" / "g.txt").write_text("beside it\n")
     assert set(tree.rescan()) == {"store2/g.txt"}
-    assert not any(key.startswith(b"st[o]re*/") for key in tree._listing[0::2])  # not even listed
+    assert b"./st[o]re*/" not in tree._raw  # not even listed
     assert (
         tree.stats.keys()
         == scan(str(root), IgnoreRules.for_workspace(str(root), store_dir=str(root / "st[o]re*"))).keys()
@@ -294,3 +307,40 @@ def test_only_the_largest_excluded_folders_are_pruned(tmp_path: Path, monkeypatc
     assert tree.stats == scan(str(root), rules_for(root))
     (root / "later" / "deep" / "g.txt").write_text("ignored\n")
     assert tree.rescan() == {}
+
+
+@given(
+    st.lists(st.tuples(st.binary(min_size=1, max_size=6), st.binary(max_size=4)), max_size=12),
+    st.lists(
+        st.tuples(st.integers(0, 12), st.sampled_from(["drop", "add", "edit"]), st.binary(max_size=5)), max_size=4
+    ),
+)
+@settings(max_examples=60, deadline=None)
+def test_the_span_two_listings_differ_in_holds_every_difference(
+    entries: list[tuple[bytes, bytes]], edits: list[tuple[int, str, bytes]]
+) -> None:
+    """Compared as bytes, two listings differ only inside the span found, which starts and ends on whole entries,
+    whatever bytes the names hold (spaces, digits that look like a line, but never NUL)."""
+    old_entries = [(b"./" + path.replace(b"\0", b"_"), line.replace(b"\0", b"_")) for path, line in entries]
+    new_entries = list(old_entries)
+    for at, what, data in edits:
+        data = data.replace(b"\0", b"_")
+        at = min(at, len(new_entries))
+        if what == "drop" and at < len(new_entries):
+            del new_entries[at]
+        elif what == "add":
+            new_entries.insert(at, (b"./n" + data, data))
+        elif at < len(new_entries):
+            new_entries[at] = (new_entries[at][0], new_entries[at][1] + b"x" + data)
+
+    def raw(items: list[tuple[bytes, bytes]]) -> bytes:
+        return b".\0d 1\0" + b"".join(path + b"\0" + line + b"\0" for path, line in items)
+
+    old, new = raw(old_entries), raw(new_entries)
+    start, old_end, new_end = find_listing.changed_span(old, new)
+    assert old[:start] == new[:start] and old[old_end:] == new[new_end:]
+    assert start <= old_end and start <= new_end
+    for listing, end in ((old, old_end), (new, new_end)):
+        assert start == 0 or listing[start - 1] == 0
+        assert listing[:start].count(b"\0") % 2 == 0 and listing[start:end].count(b"\0") % 2 == 0
+        assert end == 0 or listing[end - 1] == 0

@@ -19,6 +19,8 @@ A ``.gitignore`` that came, went or changed re-decides every entry (a rebuild, O
 scan). Where ``find -printf`` is missing (BSD, macOS), :meth:`TreeScan.start` returns None and callers scan.
 The folder-mtime shortcut (skip listing a folder whose mtime did not change) was rejected: a listing is cheap
 beside the ``lstat`` of each file, which no shortcut may skip (a file's content changes without its folder's).
+How a pass runs (parallel ``find`` processes into memory files, two passes compared as bytes) is
+``workspace/find_listing.py``.
 """
 
 from __future__ import annotations
@@ -26,23 +28,17 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import subprocess
 import time
-from itertools import compress, count, islice
-from operator import ne
+from itertools import islice
 
+from safepoint.workspace import find_listing
+from safepoint.workspace.find_listing import FIRST_FORMAT, FORMAT, NoFind, changed_span, plan_walkers
 from safepoint.workspace.ignore import IgnoreRules, _Chain
 from safepoint.workspace.names import quote_path, real_path
 from safepoint.workspace.scan import FileStat
 
 __all__ = ["TreeScan"]
 
-# Each entry: its path, then type, size, ctime, inode, permission bits. Any change of a file's content, mode or
-# names moves its ctime (utime too, which may set mtime back); mtime is read by the lstat of what changed. %C@
-# prints the nanoseconds exactly (no float). The first pass adds mtime at the end, to make the baseline without a
-# second lstat of every file.
-_FORMAT = r"%P\0%y %s %C@ %i %m\0"
-_FIRST_FORMAT = r"%P\0%y %s %C@ %i %m %T@\0"
 _RACY_NS = 50_000_000  # file times come from a coarse clock that lags the fine one by up to a tick (HZ >= 100)
 _COARSE_UNITS = (10_000_000_000, 2_000_000_000, 1_000_000_000)  # file systems whose times are coarser than a tick
 # Excluded folders passed to find by name (-path): each pattern costs find a test per entry (200 of them made a
@@ -52,10 +48,13 @@ _MAX_PRUNED = 4
 _PRUNE_MIN = 2000  # entries inside an excluded folder for it to be pruned
 _RACY_BYTES = 64 * 1024 * 1024  # a racy file larger than this is not re-read (see ``_digest``)
 _TYPE_BITS = {b"f": stat.S_IFREG, b"l": stat.S_IFLNK}
+# Extra find processes per pass (``find_listing.plan_walkers``): one per core beyond the first, at most 3.
+_WALKERS = min(max((os.cpu_count() or 1) - 1, 0), 3)
 
 
-def _glob_escape(rel: str) -> str:
-    return "".join("\\" + c if c in "\\*?[" else c for c in rel)
+def _rel(key: bytes) -> str:
+    """A listed path (``./REL``) as the rules see it."""
+    return os.fsdecode(key[2:])
 
 
 def _ns(text: bytes) -> int:
@@ -64,21 +63,10 @@ def _ns(text: bytes) -> int:
     return int(whole) * 1_000_000_000 + sign * int((frac + b"000000000")[:9])
 
 
-def _changed_span(old: list[bytes], new: list[bytes]) -> tuple[int, int, int]:
-    """Where two listings differ: ``new[start:new_end]`` against ``old[start:old_end]``, on entry boundaries (a
-    listing is ``[path, line, path, line, ..., b""]``). find lists a tree in the same order while nothing changes,
-    so the entries before the first and after the last difference are the same entries; comparing them is C-speed
-    (``map(ne, ...)``), and only the span between is looked at in Python: O(workspace) in C, O(changes) in Python
-    when the changes are near each other (two far apart make the span long, never wrong)."""
-    shorter = min(len(old), len(new))
-    start = next(compress(count(), map(ne, old, new)), shorter)
-    start -= start % 2
-    tail = next(compress(count(), map(ne, reversed(old), reversed(new))), shorter)
-    tail = min(tail, shorter - start)
-    old_end, new_end = len(old) - tail, len(new) - tail
-    if old_end % 2:  # the span ends on a line: take the entry whole
-        old_end, new_end = old_end + 1, new_end + 1
-    return start, min(old_end, len(old) - 1), min(new_end, len(new) - 1)
+def _pairs(span: bytes) -> dict[bytes, bytes]:
+    """A span of a listing (whole entries): path -> line."""
+    tokens = span.split(b"\0")
+    return dict(zip(tokens[0:-1:2], tokens[1:-1:2], strict=True))
 
 
 class TreeScan:
@@ -91,9 +79,10 @@ class TreeScan:
         self.root = root
         self._rules = rules
         self.stats: dict[str, FileStat] = {}
-        self._listing: list[bytes] = [b""]  # the last pass's find output, split: path, line, path, line, ..., b""
+        self._raw = b""  # the last pass's listing, as find printed it (``find_listing.FORMAT``)
         self._names: dict[bytes, str] = {}  # path as find prints it, of an included file -> its recorded path
         self._pruned: set[str] = set()  # excluded folders (rel, real names), not listed again
+        self._walkers: list[list[str]] = []  # folders walked by extra find processes (``find_listing``)
         self._racy: dict[str, tuple[FileStat, bytes | None]] = {}  # path -> stat and content hash when seen
         self.content_changed: set[str] = set()  # of the last pass: changed with the same stat (racy files)
         self._racy_ns = _RACY_NS
@@ -107,11 +96,12 @@ class TreeScan:
         tree = cls(rules.root, rules)
         began = time.time_ns()
         try:
-            listing = tree._list(_FIRST_FORMAT)
-        except _NoFind:
+            listing = tree._list(FIRST_FORMAT)
+        except NoFind:
             return None
-        tree._rebuild(listing[2:])
-        root_ctime = _ns(listing[1].split(b" ")[2])
+        tokens = listing.split(b"\0")
+        tree._rebuild(tokens)
+        root_ctime = _ns(tokens[1].split(b" ")[2])
         sample = [root_ctime, *(info.ctime_ns for info in islice(tree.stats.values(), 100))]
         for unit in _COARSE_UNITS:  # a file system that keeps whole seconds (ext3, HFS+) or two (FAT), or coarser
             if not any(ns % unit for ns in sample):
@@ -125,13 +115,13 @@ class TreeScan:
         or was excluded); ``stats`` is brought up to date in place (a caller may hold it as its own cache). A racy
         file whose content changed is in it (and in ``content_changed``) with the stat it still has."""
         began = time.time_ns()
-        new = self._list(_FORMAT)[2:]
-        old, self._listing = self._listing, new
+        new = self._list(FORMAT)
+        old, self._raw = self._raw, new
         if new == old:
             return self._recheck_racy({}, began)
-        start, old_end, new_end = _changed_span(old, new)
-        before = dict(zip(old[start:old_end:2], old[start + 1 : old_end : 2], strict=True))
-        after = dict(zip(new[start:new_end:2], new[start + 1 : new_end : 2], strict=True))
+        start, old_end, new_end = changed_span(old, new)
+        before = _pairs(old[start:old_end])
+        after = _pairs(new[start:new_end])
         changed = [key for key, line in after.items() if before.get(key) != line]
         gone = before.keys() - after.keys()
         if any(key.rpartition(b"/")[2] == b".gitignore" for key in (*changed, *gone)):
@@ -158,12 +148,17 @@ class TreeScan:
                     del self._names[key]
                     if (was := self.stats.pop(path, None)) is not None:
                         out[path] = was
-                if kind == b"d" and before.get(key, b"")[:1] != b"d" and rules.excluded(os.fsdecode(key), is_dir=True):
+                if (
+                    kind == b"d"
+                    and key != b"."
+                    and before.get(key, b"")[:1] != b"d"
+                    and rules.excluded(_rel(key), is_dir=True)
+                ):
                     hidden[key] = key
                     sizes[key] = 0
                 continue
             if path is None:
-                rel = os.fsdecode(key)
+                rel = _rel(key)
                 if rules.excluded(rel, is_dir=False):
                     continue
                 path = self._names[key] = quote_path(rel)
@@ -179,32 +174,17 @@ class TreeScan:
                 out[path] = was
         for top, size in sorted(sizes.items(), key=lambda item: -item[1]):
             if size >= _PRUNE_MIN and len(self._pruned) < _MAX_PRUNED:
-                self._pruned.add(os.fsdecode(top))  # find lists it no more
+                self._pruned.add(_rel(top))  # find lists it no more
         return self._recheck_racy(out, began)
 
     # -- internals --
 
-    def _list(self, form: str) -> list[bytes]:
-        """find's listing, split: the root (an empty path) and its line first, then each entry's path and line in
-        find's order (a folder before what it holds), then b""."""
-        prune = ["-name", ".git"]
+    def _list(self, form: str) -> bytes:
+        """find's listing (``find_listing.run_find``): the root (``.``) and its line first, then each entry's
+        path (``./REL``) and line, every one NUL-terminated."""
         store = self._rules._store_rel
-        for rel in (store, *sorted(self._pruned)) if store else sorted(self._pruned):
-            prune += ["-o", "-path", "./" + _glob_escape(rel)]
-        command = ["find", ".", "(", *prune, ")", "-prune", "-o", "-printf", form]
-        try:
-            done = subprocess.run(command, cwd=self.root, capture_output=True, check=False)
-        except (FileNotFoundError, PermissionError) as exc:
-            if not os.path.isdir(self.root):
-                raise  # no workspace is not an empty workspace
-            raise _NoFind from exc
-        if done.returncode != 0 and not done.stdout:
-            os.listdir(self.root)  # a root that cannot be listed raises here
-            raise _NoFind(done.stderr.decode(errors="replace"))
-        listing = done.stdout.split(b"\0")
-        if len(listing) % 2 != 1 or listing[-1] or listing[0] != b"":
-            raise _NoFind("find -printf is not GNU find's")
-        return listing  # the root itself first: b"" and its line
+        prune = [store, *sorted(self._pruned)] if store else sorted(self._pruned)
+        return find_listing.run_find(self.root, form, prune, self._walkers)
 
     def _lstat(self, key: bytes) -> FileStat | None:
         try:
@@ -215,25 +195,25 @@ class TreeScan:
             return None
         return FileStat(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_mode)
 
-    def _rebuild_after(self, old: list[bytes], began: int) -> dict[str, FileStat | None]:
+    def _rebuild_after(self, old: bytes, began: int) -> dict[str, FileStat | None]:
         """A .gitignore came, went or changed: every entry is decided again (as a full scan), from a listing
         with the times."""
         rules = self._rules
-        before_lines = dict(zip(old[0:-1:2], old[1:-1:2], strict=True))
-        now_lines = dict(zip(self._listing[0:-1:2], self._listing[1:-1:2], strict=True))
+        before_lines, now_lines = _pairs(old), _pairs(self._raw)
         for key in before_lines.keys() | now_lines.keys():
             if key.rpartition(b"/")[2] == b".gitignore" and before_lines.get(key) != now_lines.get(key):
-                rules._forget(os.fsdecode(key.rpartition(b"/")[0]))
+                rules._forget(_rel(key.rpartition(b"/")[0]))
         before = dict(self.stats)
         self._pruned = set()
-        self._rebuild(self._list(_FIRST_FORMAT)[2:])
+        self._rebuild(self._list(FIRST_FORMAT).split(b"\0"))
         out: dict[str, FileStat | None] = {p: before[p] for p in before.keys() - self.stats.keys()}
         out.update((p, before.get(p)) for p, s in self.stats.items() if before.get(p) != s)
         return self._recheck_racy(out, began)
 
     def _rebuild(self, listing: list[bytes]) -> None:
-        """Decide every entry (``listing`` in the first pass's format): in find's order, a folder comes before
-        what it holds, so an excluded folder's entries are skipped by their parent."""
+        """Decide every entry (``listing``: a pass in the first pass's format, split at its NULs): in find's
+        order, a folder comes before what it holds, so an excluded folder's entries are skipped by their parent.
+        The walkers of the next passes are planned from what each folder holds."""
         rules = self._rules
         stats: dict[str, FileStat] = {}
         names: dict[bytes, str] = {}
@@ -242,11 +222,13 @@ class TreeScan:
         chains: dict[str, _Chain] = {}
         excluded = rules._leaf_excluded
         kept = listing[:]
-        for index in range(0, len(listing) - 1, 2):
+        held: dict[str, int] = {}  # folder (rel) -> entries directly in it
+        subfolders: dict[str, list[str]] = {}
+        for index in range(2, len(listing) - 1, 2):
             key, line = listing[index], listing[index + 1]
             head, _, mtime = line.rpartition(b" ")
             kept[index + 1] = head
-            rel = os.fsdecode(key)
+            rel = _rel(key)
             parent, _, name = rel.rpartition("/")
             kind = line[:1]
             top = skipped.get(parent)
@@ -263,14 +245,19 @@ class TreeScan:
                     skipped[rel] = rel
                     sizes[rel] = 0
                 continue
+            held[parent] = held.get(parent, 0) + 1
+            if kind == b"d":
+                subfolders.setdefault(parent, []).append(rel)
             bits = _TYPE_BITS.get(kind)
             if bits is None:
                 continue
             _kind, size, ctime, ino, mode = head.split(b" ")
             path = names[key] = quote_path(rel)
             stats[path] = FileStat(int(size), _ns(mtime), _ns(ctime), int(ino), bits | int(mode, 8))
+        kept[1] = listing[1].rpartition(b" ")[0]
         largest = sorted((-size, rel) for rel, size in sizes.items() if size >= _PRUNE_MIN)[:_MAX_PRUNED]
-        self._listing, self._names, self._pruned = kept, names, {rel for _size, rel in largest}
+        self._raw, self._names, self._pruned = b"\0".join(kept), names, {rel for _size, rel in largest}
+        self._walkers = plan_walkers(_below(held, subfolders), subfolders, sum(held.values()), _WALKERS)
         self.stats.clear()  # the same dict: a caller may hold it
         self.stats.update(stats)
 
@@ -305,5 +292,11 @@ class TreeScan:
             return None
 
 
-class _NoFind(Exception):
-    pass
+def _below(held: dict[str, int], subfolders: dict[str, list[str]]) -> dict[str, int]:
+    """Entries below each folder, from the entries directly in each (subfolders listed after their parent)."""
+    total = dict(held)
+    for parent in sorted(subfolders, key=lambda rel: -rel.count("/") if rel else 1):  # deepest first, root last
+        for sub in subfolders[parent]:
+            if parent:
+                total[parent] = total.get(parent, 0) + total.get(sub, 0)
+    return total
