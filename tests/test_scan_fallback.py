@@ -9,6 +9,9 @@ only for the span of the listing that changed. What it must keep from the full s
    keeps whole seconds (emulated: the times cut to the second), where the plain stat scan misses it; in a command
    capture too, with the journal and with the fallback;
 3. without GNU find, the capture scans as before.
+
+Both kinds of pass (only the entries whose ctime moved, or the whole listing) and passes split over parallel find
+processes are held to 1.; ``test_tree_scan_cases.py`` has the cases one by one.
 """
 
 from __future__ import annotations
@@ -101,17 +104,23 @@ def split_passes(monkeypatch: pytest.MonkeyPatch, walkers: bool) -> None:
     monkeypatch.setattr(tree_scan, "_WALKERS", 2)
 
 
-@pytest.mark.parametrize(("seed", "walkers"), [(1, False), (2, False), (3, True), (4, True)])
+@pytest.mark.parametrize(
+    ("seed", "walkers", "changed_only"), [(1, False, True), (2, True, True), (3, False, False), (4, True, False)]
+)
 def test_every_pass_is_what_a_full_scan_sees(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, walkers: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, walkers: bool, changed_only: bool
 ) -> None:
+    """``changed_only``: passes print only the entries whose ctime moved (``changed_since.py``), as on a local
+    file system; else the whole listing, compared."""
     split_passes(monkeypatch, walkers)
+    if not changed_only:
+        monkeypatch.setattr(tree_scan, "local_times", lambda root: False)
     root = tmp_path / "ws"
     root.mkdir()
     seed_tree(root)
     tree = TreeScan.start(str(root), rules_for(root))
     assert tree is not None
-    assert bool(tree._walkers) == walkers
+    assert bool(tree._walkers) == walkers and (tree._since is not None) == changed_only
     before = scan(str(root), rules_for(root))
     assert tree.stats == before
     rng = random.Random(seed)
@@ -161,8 +170,8 @@ def coarse_times(monkeypatch: pytest.MonkeyPatch) -> None:
     def cut(text: bytes) -> bytes:
         return str(int(text.split(b".")[0]) // (UNIT // 1_000_000_000) * (UNIT // 1_000_000_000)).encode()
 
-    def listing(self: TreeScan, form: str) -> bytes:
-        out = real_list(self, form).split(b"\0")
+    def listing(self: TreeScan, form: str, newer_ns: int | None = None) -> bytes:
+        out = real_list(self, form, newer_ns).split(b"\0")
         for index in range(1, len(out), 2):
             fields = out[index].split(b" ")
             fields[2] = cut(fields[2])

@@ -29,9 +29,13 @@ import hashlib
 import os
 import stat
 import time
+from collections.abc import Iterable
 from itertools import islice
 
 from safepoint.workspace import find_listing
+from safepoint.workspace.changed_since import SLACK_NS as _SLACK_NS
+from safepoint.workspace.changed_since import STEP_NS as _STEP_NS
+from safepoint.workspace.changed_since import local_times
 from safepoint.workspace.find_listing import FIRST_FORMAT, FORMAT, NoFind, changed_span, plan_walkers
 from safepoint.workspace.ignore import IgnoreRules, _Chain
 from safepoint.workspace.names import quote_path, real_path
@@ -86,6 +90,11 @@ class TreeScan:
         self._racy: dict[str, tuple[FileStat, bytes | None]] = {}  # path -> stat and content hash when seen
         self.content_changed: set[str] = set()  # of the last pass: changed with the same stat (racy files)
         self._racy_ns = _RACY_NS
+        # Passes that print only what changed (``_filtered``): where the file times come from this kernel's clock.
+        self._children: dict[bytes, set[bytes]] = {}  # included folder (listed path) -> its included entries
+        self._dir_ino: dict[bytes, int] = {}  # included folder -> its inode (a folder swapped for another)
+        self._since: int | None = None  # when the last pass began (time.time_ns()); None: every pass is whole
+        self._clock = 0  # time.time_ns() - time.monotonic_ns() then: a step of the clock shows here
 
     @classmethod
     def start(cls, root: str, rules: IgnoreRules) -> TreeScan | None:
@@ -95,6 +104,7 @@ class TreeScan:
             raise ValueError(f"these IgnoreRules were made for {rules.root!r}, not {root!r}")
         tree = cls(rules.root, rules)
         began = time.time_ns()
+        clock = began - time.monotonic_ns()
         try:
             listing = tree._list(FIRST_FORMAT)
         except NoFind:
@@ -108,6 +118,8 @@ class TreeScan:
                 tree._racy_ns = unit + _RACY_NS
                 break
         tree._note_racy(tree.stats, began)
+        if local_times(tree.root):
+            tree._since, tree._clock = began, clock
         return tree
 
     def rescan(self) -> dict[str, FileStat | None]:
@@ -115,6 +127,14 @@ class TreeScan:
         or was excluded); ``stats`` is brought up to date in place (a caller may hold it as its own cache). A racy
         file whose content changed is in it (and in ``content_changed``) with the stat it still has."""
         began = time.time_ns()
+        clock = began - time.monotonic_ns()
+        if self._since is not None:
+            since = self._since
+            self._since, stepped = began, abs(clock - self._clock) > _STEP_NS
+            self._clock = clock
+            if stepped:  # the clock was set (or the machine slept): file times say nothing of what came since
+                return self._recompute(began, ())
+            return self._filtered(since - max(_SLACK_NS, self._racy_ns), began)  # a coarse file system's tick
         new = self._list(FORMAT)
         old, self._raw = self._raw, new
         if new == old:
@@ -177,14 +197,161 @@ class TreeScan:
                 self._pruned.add(_rel(top))  # find lists it no more
         return self._recheck_racy(out, began)
 
+    def _filtered(self, newer_ns: int, began: int) -> dict[str, FileStat | None]:
+        """A pass that prints only the entries whose ctime is later than ``newer_ns`` (``workspace/changed_since.py``):
+        each folder among them is listed again (what came, went or was swapped in it; a folder moved in keeps its
+        files' ctimes, so it is walked whole), each file among them compared with its stat. O(changes) in Python."""
+        tokens = self._list(FORMAT, newer_ns).split(b"\0")
+        printed = dict(zip(tokens[0:-1:2], tokens[1:-1:2], strict=True))
+        out: dict[str, FileStat | None] = {}
+        done: set[bytes] = set()  # entries a folder's listing settled
+        ignores: list[bytes] = []  # .gitignore files that came, went or changed
+        for key, line in printed.items():
+            if line[:1] == b"d" and key in self._children:
+                self._relist(key, out, done, ignores)
+        rules = self._rules
+        hidden: dict[bytes, bytes] = {}  # folder printed, not known -> the outermost such folder above it
+        sizes: dict[bytes, int] = {}  # that outermost folder -> its entries printed (its own line too)
+        for key, line in printed.items():
+            if key in done or key in self._children:
+                continue
+            path = self._names.get(key)
+            if path is None:  # not seen by a listing of its folder: excluded, or inside an excluded folder
+                parent = key.rpartition(b"/")[0]
+                if parent in self._children:
+                    if line[:1] == b"d":
+                        hidden[key] = key
+                        sizes[key] = sizes.get(key, 0) + 1
+                    elif line[:1] in _TYPE_BITS and not rules.excluded(_rel(key), is_dir=False):
+                        self._add(key, False, out, done, ignores)  # (made after its folder's listing)
+                    continue
+                top = hidden.get(parent)
+                if top is None:  # its folders were not printed (made before the pass began): find the outermost
+                    top = parent
+                    while top.rpartition(b"/")[0] not in self._children and b"/" in top:
+                        top = top.rpartition(b"/")[0]
+                    hidden[parent] = top
+                if line[:1] == b"d":
+                    hidden[key] = top
+                sizes[top] = sizes.get(top, 0) + 1
+                continue
+            if line[:1] == b"d":
+                continue
+            info = self.stats.get(path)
+            if info is None or not _same(line, info):
+                now = self._lstat(key)
+                if now is None:
+                    self._drop(key, out, ignores)
+                elif now != info:
+                    self.stats[path] = now
+                    out.setdefault(path, info)
+                    if key.endswith(b"/.gitignore"):
+                        ignores.append(key)
+        for top, size in sorted(sizes.items(), key=lambda item: -item[1]):
+            if size >= _PRUNE_MIN and len(self._pruned) < _MAX_PRUNED and rules.excluded(_rel(top), is_dir=True):
+                self._pruned.add(_rel(top))  # find lists it no more
+        if ignores:  # the rules changed: every entry decided again (the stats before are those of ``out`` first)
+            for path, was in self._recompute_stats(ignores).items():
+                out.setdefault(path, was)
+        for path in [p for p, was in out.items() if was == self.stats.get(p)]:
+            del out[path]  # gone and back as it was (a folder swapped for one holding the same files)
+        return self._recheck_racy(out, began)
+
+    def _relist(self, folder: bytes, out: dict[str, FileStat | None], done: set[bytes], ignores: list[bytes]) -> None:
+        """List a known folder again: entries gone, new or swapped (another inode, another type) since."""
+        known = self._children[folder]
+        try:
+            with os.scandir(os.path.join(os.fsencode(self.root), folder)) as listing:
+                entries = {folder + b"/" + entry.name: entry for entry in listing}
+        except OSError:
+            entries = {}  # gone, or not listable: what it held is left out (as find leaves it out)
+        for key in known - entries.keys():
+            self._drop(key, out, ignores)
+        chain = self._rules._chain_for(_rel(folder))
+        for key, entry in entries.items():
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                ino = entry.inode()
+            except OSError:
+                continue
+            if key in known:
+                if (is_dir and self._dir_ino.get(key) == ino) or (
+                    not is_dir
+                    and key in self._names
+                    and (info := self.stats.get(self._names[key])) is not None
+                    and info.ino == ino
+                ):
+                    continue  # the same entry (a file's content is compared from its printed line)
+                self._drop(key, out, ignores)
+            elif self._rules._leaf_excluded(chain, _rel(key), os.fsdecode(entry.name), is_dir):
+                continue
+            self._add(key, is_dir, out, done, ignores)
+
+    def _drop(self, key: bytes, out: dict[str, FileStat | None], ignores: list[bytes]) -> None:
+        """An entry gone (with everything below it, for a folder)."""
+        todo = [key]
+        while todo:
+            here = todo.pop()
+            todo.extend(self._children.pop(here, ()))
+            self._dir_ino.pop(here, None)
+            path = self._names.pop(here, None)
+            if path is not None and (was := self.stats.pop(path, None)) is not None:
+                out.setdefault(path, was)
+            if here.endswith(b"/.gitignore"):
+                ignores.append(here)
+        siblings = self._children.get(key.rpartition(b"/")[0])
+        if siblings is not None:
+            siblings.discard(key)
+
+    def _add(
+        self, key: bytes, is_dir: bool, out: dict[str, FileStat | None], done: set[bytes], ignores: list[bytes]
+    ) -> None:
+        """A new entry, not excluded (a folder with everything below it that is not)."""
+        rules = self._rules
+        todo = [(key, is_dir)]
+        while todo:
+            here, folder = todo.pop()
+            done.add(here)
+            if here.endswith(b"/.gitignore"):
+                ignores.append(here)
+            rel = _rel(here)
+            absolute = os.path.join(os.fsencode(self.root), here)
+            if not folder:
+                now = self._lstat(here)
+                if now is None:
+                    continue  # a fifo, a socket, or gone already
+                path = self._names[here] = quote_path(rel)
+                self._children.setdefault(here.rpartition(b"/")[0], set()).add(here)
+                if now != (was := self.stats.get(path)):
+                    self.stats[path] = now
+                    out.setdefault(path, was)
+                continue
+            try:
+                ino = os.lstat(absolute).st_ino
+                with os.scandir(absolute) as listing:
+                    entries = list(listing)
+            except OSError:
+                continue  # gone already, or not listable: left out, as find leaves it out
+            self._children.setdefault(here.rpartition(b"/")[0], set()).add(here)
+            self._children[here], self._dir_ino[here] = set(), ino
+            chain = rules._chain_for(rel)
+            for entry in entries:
+                child = here + b"/" + entry.name
+                try:
+                    child_is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not rules._leaf_excluded(chain, _rel(child), os.fsdecode(entry.name), child_is_dir):
+                    todo.append((child, child_is_dir))
+
     # -- internals --
 
-    def _list(self, form: str) -> bytes:
+    def _list(self, form: str, newer_ns: int | None = None) -> bytes:
         """find's listing (``find_listing.run_find``): the root (``.``) and its line first, then each entry's
         path (``./REL``) and line, every one NUL-terminated."""
         store = self._rules._store_rel
         prune = [store, *sorted(self._pruned)] if store else sorted(self._pruned)
-        return find_listing.run_find(self.root, form, prune, self._walkers)
+        return find_listing.run_find(self.root, form, prune, self._walkers, newer_ns)
 
     def _lstat(self, key: bytes) -> FileStat | None:
         try:
@@ -198,17 +365,26 @@ class TreeScan:
     def _rebuild_after(self, old: bytes, began: int) -> dict[str, FileStat | None]:
         """A .gitignore came, went or changed: every entry is decided again (as a full scan), from a listing
         with the times."""
-        rules = self._rules
         before_lines, now_lines = _pairs(old), _pairs(self._raw)
-        for key in before_lines.keys() | now_lines.keys():
-            if key.rpartition(b"/")[2] == b".gitignore" and before_lines.get(key) != now_lines.get(key):
+        changed = [key for key in before_lines.keys() | now_lines.keys() if before_lines.get(key) != now_lines.get(key)]
+        return self._recompute(began, changed)
+
+    def _recompute(self, began: int, changed: Iterable[bytes]) -> dict[str, FileStat | None]:
+        return self._recheck_racy(self._recompute_stats(changed), began)
+
+    def _recompute_stats(self, changed: Iterable[bytes]) -> dict[str, FileStat | None]:
+        """Every entry decided again from a whole listing with the times (O(workspace) in Python, as a full scan),
+        the rules of the folders whose .gitignore is among ``changed`` (listed paths) read again."""
+        rules = self._rules
+        for key in changed:
+            if key.rpartition(b"/")[2] == b".gitignore":
                 rules._forget(_rel(key.rpartition(b"/")[0]))
         before = dict(self.stats)
         self._pruned = set()
         self._rebuild(self._list(FIRST_FORMAT).split(b"\0"))
         out: dict[str, FileStat | None] = {p: before[p] for p in before.keys() - self.stats.keys()}
         out.update((p, before.get(p)) for p, s in self.stats.items() if before.get(p) != s)
-        return self._recheck_racy(out, began)
+        return out
 
     def _rebuild(self, listing: list[bytes]) -> None:
         """Decide every entry (``listing``: a pass in the first pass's format, split at its NULs): in find's
@@ -223,6 +399,8 @@ class TreeScan:
         excluded = rules._leaf_excluded
         kept = listing[:]
         held: dict[str, int] = {}  # folder (rel) -> entries directly in it
+        children: dict[bytes, set[bytes]] = {b".": set()}
+        dir_ino: dict[bytes, int] = {}
         subfolders: dict[str, list[str]] = {}
         for index in range(2, len(listing) - 1, 2):
             key, line = listing[index], listing[index + 1]
@@ -246,8 +424,11 @@ class TreeScan:
                     sizes[rel] = 0
                 continue
             held[parent] = held.get(parent, 0) + 1
+            children.setdefault(key.rpartition(b"/")[0], set()).add(key)
             if kind == b"d":
                 subfolders.setdefault(parent, []).append(rel)
+                children.setdefault(key, set())
+                dir_ino[key] = int(head.split(b" ")[3])
             bits = _TYPE_BITS.get(kind)
             if bits is None:
                 continue
@@ -257,6 +438,7 @@ class TreeScan:
         kept[1] = listing[1].rpartition(b" ")[0]
         largest = sorted((-size, rel) for rel, size in sizes.items() if size >= _PRUNE_MIN)[:_MAX_PRUNED]
         self._raw, self._names, self._pruned = b"\0".join(kept), names, {rel for _size, rel in largest}
+        self._children, self._dir_ino = children, dir_ino
         self._walkers = plan_walkers(_below(held, subfolders), subfolders, sum(held.values()), _WALKERS)
         self.stats.clear()  # the same dict: a caller may hold it
         self.stats.update(stats)
@@ -290,6 +472,17 @@ class TreeScan:
                 return hashlib.blake2b(handle.read(), digest_size=16).digest()
         except OSError:
             return None
+
+
+def _same(line: bytes, info: FileStat) -> bool:
+    """Whether a printed line (``find_listing.FORMAT``) says what ``info`` says."""
+    kind, size, ctime, ino, mode = line.split(b" ")
+    return (
+        int(size) == info.size
+        and _ns(ctime) == info.ctime_ns
+        and int(ino) == info.ino
+        and (_TYPE_BITS.get(kind, 0) | int(mode, 8)) == info.mode
+    )
 
 
 def _below(held: dict[str, int], subfolders: dict[str, list[str]]) -> dict[str, int]:
