@@ -1,26 +1,36 @@
-"""The scan fallback, kept between passes: one ``find`` process lists the tree, Python looks only at what changed.
+"""The scan fallback, kept between passes: ``find`` walks the tree in C, Python looks only at what changed.
 
 Where no change journal works (no inotify: not Linux, the watch limit reached, a container without it), every
-command is bracketed by two scans of the workspace. :func:`safepoint.workspace.scan.scan` costs about 3 µs a file
-in Python (a ``DirEntry.stat``, a ``FileStat``, a quoted name, an ignore verdict per entry: 0.15-0.5 s at 50,000
-files, twice per command), more than a shadow-git checkpoint (``git add -A`` + ``commit``) of the same tree.
+command is bracketed by two passes over the workspace: one before it (the user's edits since the last command
+are settled as theirs, their content kept, so a command that rewrites such a file can be undone back to the
+user's version) and one after. Neither may be skipped, nor may either skip a file: a file's content changes
+without its folder's, so each pass is one ``lstat`` of every file. :func:`safepoint.workspace.scan.scan` costs
+about 3 µs a file in Python (0.15-0.5 s at 50,000 files, twice per command), more than a shadow-git checkpoint.
 
-:class:`TreeScan` keeps the last pass's listing instead: each pass runs one ``find -printf`` (the walk and every
-``lstat`` in C, pruning ``.git``, the store and the folders the rules excluded last time) and compares its lines,
-as bytes, with the last pass's. Only the entries whose line changed (or that came or went) are looked at in
-Python: their ignore verdict, a fresh ``lstat``. So a pass costs the C walk plus O(changes) in Python.
+:class:`TreeScan` keeps what the last pass saw instead, and each pass runs ``find -printf`` (the walk and every
+``lstat`` in C, pruning ``.git``, the store and the largest folders the rules exclude; split over parallel
+processes, ``workspace/find_listing.py``). Two kinds of pass:
+
+* **Changed only** (local file systems, ``workspace/changed_since.py``): find prints only the entries whose ctime
+  is later than the last pass's start (minus a slack). Every change moves a ctime: a file's own for a write,
+  chmod or utime, its folder's for a file made, removed or renamed. Each folder printed is listed again (what
+  came, went, or was swapped for another inode); a folder that arrived is walked whole (moved in, its files keep
+  their old ctimes); each file printed is compared with its stat. O(changes) in Python, nothing formatted for
+  what did not change. A step of the clock between two passes makes that pass a whole one.
+* **Whole listing** (elsewhere: a network share's times come from another clock): find prints every entry; the
+  listing is compared, as bytes, with the last pass's, and only the span that differs is looked at in Python
+  (each entry whose line changed, or that came or went: its ignore verdict, a fresh ``lstat``).
 
 Correct where a stat cache is not (git's "racy git" problem): a change that keeps the size and lands in the same
-timestamp tick as the file's last change leaves its line unchanged. A file whose ctime is within a tick of the
+timestamp tick as the file's last change leaves its stat unchanged. A file whose ctime is within a tick of the
 pass that saw it is *racy*: its content hash is taken then and compared again at the next pass, which reports it
 when the content differs, whatever its stat says (only files changed in the last moments before a pass: O(changes)).
 
 A ``.gitignore`` that came, went or changed re-decides every entry (a rebuild, O(workspace) in Python, as a full
 scan). Where ``find -printf`` is missing (BSD, macOS), :meth:`TreeScan.start` returns None and callers scan.
-The folder-mtime shortcut (skip listing a folder whose mtime did not change) was rejected: a listing is cheap
-beside the ``lstat`` of each file, which no shortcut may skip (a file's content changes without its folder's).
-How a pass runs (parallel ``find`` processes into memory files, two passes compared as bytes) is
-``workspace/find_listing.py``.
+Rejected: skipping the pass before a command (ctime would tell the user's edits from the command's, but not give
+back the content of a file the user edited and the command then rewrote), and starting it before the command is
+known (an edit in between would be charged to the command).
 """
 
 from __future__ import annotations
@@ -103,8 +113,7 @@ class TreeScan:
         if os.path.abspath(root) != rules.root:
             raise ValueError(f"these IgnoreRules were made for {rules.root!r}, not {root!r}")
         tree = cls(rules.root, rules)
-        began = time.time_ns()
-        clock = began - time.monotonic_ns()
+        began, clock = _clock()
         try:
             listing = tree._list(FIRST_FORMAT)
         except NoFind:
@@ -126,8 +135,7 @@ class TreeScan:
         """Paths (recorded form) changed since the last pass, each with its stat before (None: it was not there,
         or was excluded); ``stats`` is brought up to date in place (a caller may hold it as its own cache). A racy
         file whose content changed is in it (and in ``content_changed``) with the stat it still has."""
-        began = time.time_ns()
-        clock = began - time.monotonic_ns()
+        began, clock = _clock()
         if self._since is not None:
             since = self._since
             self._since, stepped = began, abs(clock - self._clock) > _STEP_NS
@@ -472,6 +480,18 @@ class TreeScan:
                 return hashlib.blake2b(handle.read(), digest_size=16).digest()
         except OSError:
             return None
+
+
+def _clock() -> tuple[int, int]:
+    """The time (``time.time_ns``) and how far realtime is ahead of the monotonic clock, read close together (a
+    thread preempted between the two reads would look like a step of the clock: read again)."""
+    for _ in range(3):
+        first = time.monotonic_ns()
+        now = time.time_ns()
+        last = time.monotonic_ns()
+        if last - first < 1_000_000:
+            break
+    return now, now - (first + last) // 2
 
 
 def _same(line: bytes, info: FileStat) -> bool:
