@@ -15,6 +15,7 @@ import pytest
 
 import safepoint
 from safepoint.core.hashing import content_hash
+from safepoint.engine import command_capture
 from safepoint.engine.session import load_view
 from safepoint.workspace import changed_since, find_listing, tree_scan
 from safepoint.workspace import scan as scan_module
@@ -85,12 +86,16 @@ def test_renames_across_folders(workspace: Path, mode: str) -> None:
     # a folder moved keeps its files' ctimes: only the folders' listings show them
     os.rename(workspace / "c" / "deep", workspace / "a" / "moved")
     assert set(checked.check()) == {f"{d}/g{n}.txt" for d in ("c/deep", "a/moved") for n in range(3)}
+    assert checked.tree.arrived == {"a/moved/"}  # what the capture tells a move by (its files' ctimes are old)
     # a folder moved over another one (a new inode under the same name)
     (workspace / "other").mkdir()
     (workspace / "other" / "g0.txt").write_text("another\n")
     shutil.rmtree(workspace / "a" / "moved")
     os.rename(workspace / "other", workspace / "a" / "moved")
     assert set(checked.check()) == {"a/moved/g0.txt", "a/moved/g1.txt", "a/moved/g2.txt"}
+    assert checked.tree.arrived == {"a/moved/"}
+    (workspace / "a" / "moved" / "g9.txt").write_text("new in a folder that stayed\n")
+    assert set(checked.check()) == {"a/moved/g9.txt"} and checked.tree.arrived == set()
 
 
 def test_a_deep_change_in_a_tree_of_many_folders(workspace: Path, mode: str) -> None:
@@ -229,3 +234,28 @@ def test_your_edit_of_a_file_the_next_command_rewrites_stays_yours(workspace: Pa
     plan = tm.rollback_files("r", mark)
     assert not plan.unrestorable and not plan.conflicts
     assert (workspace / "conf.txt").read_text() == "the user's edit\n"
+
+
+def test_a_command_making_folders_costs_no_pass_over_the_workspace(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback's passes say which folders came (made or moved in), as the journal does: the capture does not
+    work it out again by a walk of every file it knows (O(workspace) in Python per command that makes a file)."""
+    monkeypatch.setattr(scan_module.ChangeWatcher, "start", classmethod(lambda cls, root, rules: None))
+
+    def no_walk(*args: object) -> set[str]:
+        raise AssertionError("the capture walked its whole cache to find the folders that came")
+
+    monkeypatch.setattr(command_capture.CommandCapture, "_folders_arrived", no_walk)
+    (workspace / "old").mkdir()
+    (workspace / "old" / "k.txt").write_text("k\n")
+    tm = safepoint.open(workspace=str(workspace))
+    with tm.start("t", run_id="r") as run:
+        run.call("run_command", {"command": "mkdir -p new/sub && echo x > new/sub/f.txt"}, call_id="c1")
+        run.call("run_command", {"command": "mv old moved"}, call_id="c2")
+    patches = [(p.tool_call_id, p.path, p.op) for p in load_view(tm.store, "r").patches]
+    assert patches == [
+        ("c1", "new/sub/f.txt", "create"),
+        ("c2", "old/k.txt", "delete"),
+        ("c2", "moved/k.txt", "create"),
+    ]

@@ -99,6 +99,9 @@ class TreeScan:
         self._walkers: list[list[str]] = []  # folders walked by extra find processes (``find_listing``)
         self._racy: dict[str, tuple[FileStat, bytes | None]] = {}  # path -> stat and content hash when seen
         self.content_changed: set[str] = set()  # of the last pass: changed with the same stat (racy files)
+        # Of the last pass: folders (recorded form + "/") made, moved in or swapped for another since the pass
+        # before, not excluded; None where it cannot tell (every entry was decided again).
+        self.arrived: set[str] | None = set()
         self._racy_ns = _RACY_NS
         # Passes that print only what changed (``_filtered``): where the file times come from this kernel's clock.
         self._children: dict[bytes, set[bytes]] = {}  # included folder (listed path) -> its included entries
@@ -136,6 +139,7 @@ class TreeScan:
         or was excluded); ``stats`` is brought up to date in place (a caller may hold it as its own cache). A racy
         file whose content changed is in it (and in ``content_changed``) with the stat it still has."""
         began, clock = _clock()
+        self.arrived = set()
         if self._since is not None:
             since = self._since
             self._since, stepped = began, abs(clock - self._clock) > _STEP_NS
@@ -176,14 +180,14 @@ class TreeScan:
                     del self._names[key]
                     if (was := self.stats.pop(path, None)) is not None:
                         out[path] = was
-                if (
-                    kind == b"d"
-                    and key != b"."
-                    and before.get(key, b"")[:1] != b"d"
-                    and rules.excluded(_rel(key), is_dir=True)
-                ):
-                    hidden[key] = key
-                    sizes[key] = 0
+                was_line = before.get(key, b"")
+                if kind == b"d" and key != b"." and (was_line[:1] != b"d" or _ino(was_line) != _ino(after[key])):
+                    if rules.excluded(_rel(key), is_dir=True):
+                        if was_line[:1] != b"d":
+                            hidden[key] = key
+                            sizes[key] = 0
+                    else:
+                        self.arrived.add(quote_path(_rel(key)) + "/")  # made, moved in or swapped
                 continue
             if path is None:
                 rel = _rel(key)
@@ -342,6 +346,8 @@ class TreeScan:
                 continue  # gone already, or not listable: left out, as find leaves it out
             self._children.setdefault(here.rpartition(b"/")[0], set()).add(here)
             self._children[here], self._dir_ino[here] = set(), ino
+            if self.arrived is not None:
+                self.arrived.add(quote_path(rel) + "/")
             chain = rules._chain_for(rel)
             for entry in entries:
                 child = here + b"/" + entry.name
@@ -384,6 +390,7 @@ class TreeScan:
         """Every entry decided again from a whole listing with the times (O(workspace) in Python, as a full scan),
         the rules of the folders whose .gitignore is among ``changed`` (listed paths) read again."""
         rules = self._rules
+        self.arrived = None
         for key in changed:
             if key.rpartition(b"/")[2] == b".gitignore":
                 rules._forget(_rel(key.rpartition(b"/")[0]))
@@ -492,6 +499,11 @@ def _clock() -> tuple[int, int]:
         if last - first < 1_000_000:
             break
     return now, now - (first + last) // 2
+
+
+def _ino(line: bytes) -> bytes:
+    """The inode field of a printed line (``find_listing.FORMAT``)."""
+    return line.split(b" ")[3] if line else b""
 
 
 def _same(line: bytes, info: FileStat) -> bool:
