@@ -39,6 +39,8 @@ What it measures (one process, one run of this script, on the filesystem of ``te
   is also paired call by call: after each ledgered call, a shadow-git checkpoint of what that call's command
   changed (``paired_shadow_git_ms``, ``paired_ratio_to_shadow_git``: cost median / checkpoint median,
   ``per_pair_ratio``): on a shared machine the load drifts between sections, interleaved both meet the same.
+  ``scan_fallback_whole_listing``: the same with passes that print and compare the whole listing (what the
+  fallback does where file times come from another clock: network shares), paired too.
 * ``storage``: 100 calls each changing one line of a 100 KB, 2,000-line text file (a separate small workspace per
   tool, no git): by ``write_file`` (whole new content as input) and by ``run_command`` (``sed -i``). Growth of
   ``.agent-runtime/runs/<id>/`` (apparent bytes of every file in it) from after ``tm.start`` to after the run is
@@ -102,6 +104,7 @@ from shadow_git import ShadowGit, time_shadow_git
 
 import safepoint
 from safepoint.engine.builtin import write_file
+from safepoint.workspace import tree_scan
 from safepoint.workspace.scan import ChangeWatcher
 from safepoint.workspace.writers import DISABLE_ENV
 
@@ -383,6 +386,17 @@ def scan_fallback(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         ChangeWatcher.start = original  # type: ignore[method-assign]
 
 
+def whole_listing(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``fn`` with the scan fallback's passes printing the whole listing, as on a file system whose times come
+    from another clock (``workspace/changed_since.py``)."""
+    original = tree_scan.local_times
+    tree_scan.local_times = lambda root: False
+    try:
+        return scan_fallback(fn)
+    finally:
+        tree_scan.local_times = original
+
+
 def without_attribution(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run ``fn`` with writers not told apart by process (``SAFEPOINT_NO_FANOTIFY=1``): the fallback's cost."""
     old = os.environ.get(DISABLE_ENV)
@@ -608,6 +622,11 @@ def command_section(
             lambda: command_case(tm, "scan", cmd, twin, args.scan_calls, COMMAND_FILES, parent, paired=git)
         )
         settle()
+        log(f"command capture (scan fallback, whole listings), {args.scan_calls} calls")
+        out["scan_fallback_whole_listing"] = whole_listing(
+            lambda: command_case(tm, "scan whole", cmd, twin, args.scan_calls, COMMAND_FILES, parent, paired=git)
+        )
+        settle()
         log(f"command capture without writer attribution, {args.command_calls} calls")
         out["without_attribution"] = without_attribution(
             lambda: command_case(tm, "unattributed", cmd, twin, args.command_calls, COMMAND_FILES, parent)
@@ -748,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
                     "scan_fallback": command["scan_fallback"]["cost_ms"]["median"],
                     "scan_fallback_paired_shadow_git": command["scan_fallback"]["paired_shadow_git_ms"]["median"],
                     "scan_fallback_paired_ratio": command["scan_fallback"]["paired_ratio_to_shadow_git"],
+                    "whole_listing_paired_ratio": command["scan_fallback_whole_listing"]["paired_ratio_to_shadow_git"],
                     "shadow_git": shadow_cmd,
                 },
                 "largest_size": sizes[-1],
