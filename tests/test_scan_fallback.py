@@ -292,10 +292,16 @@ def test_a_store_and_excluded_folders_whose_names_are_patterns(tmp_path: Path) -
     )
 
 
-def test_only_the_largest_excluded_folders_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("changed_only", [True, False])
+def test_only_the_largest_excluded_folders_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changed_only: bool
+) -> None:
     """Each folder find is told to skip costs it a test per entry: only large excluded folders are (at the first
-    pass, and when one is made later); the small ones are listed and passed over, never reported."""
+    pass, and when one is made later); the small ones are listed and passed over, never reported. Both kinds of
+    pass (only the entries whose ctime moved, or the whole listing)."""
     monkeypatch.setattr(tree_scan, "_PRUNE_MIN", 5)
+    if not changed_only:
+        monkeypatch.setattr(tree_scan, "local_times", lambda root: False)
     root = tmp_path / "ws"
     root.mkdir()
     (root / ".gitignore").write_text("big/\nsmall/\nlater/\n")
@@ -304,7 +310,7 @@ def test_only_the_largest_excluded_folders_are_pruned(tmp_path: Path, monkeypatc
         for n in range(count):
             (root / name / f"f{n}.txt").write_text(f"{n}\n")
     tree = TreeScan.start(str(root), rules_for(root))
-    assert tree is not None
+    assert tree is not None and (tree._since is not None) == changed_only
     assert tree._pruned == {"big"}
     (root / "later" / "deep").mkdir(parents=True)
     for n in range(6):

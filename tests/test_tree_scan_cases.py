@@ -259,3 +259,28 @@ def test_a_command_making_folders_costs_no_pass_over_the_workspace(
         ("c2", "old/k.txt", "delete"),
         ("c2", "moved/k.txt", "create"),
     ]
+
+
+def test_a_find_killed_mid_pass_is_an_error_not_deletions(
+    workspace: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A find process stopped by a signal (the OOM killer) leaves its listing cut short: what it did not print is
+    not gone. The pass fails (and the tree is left as it was) rather than report every file after the cut as
+    deleted."""
+    for name in ("a.txt", "b.txt"):
+        (workspace / name).write_text("x\n")
+    checked = Checked(workspace, mode)
+    real = find_listing._run_all
+
+    def killed(root: str, commands: list[list[str]]) -> tuple[list[bytes], list[int], bytes]:
+        outputs, statuses, errors = real(root, commands)
+        return [b".\0d 0 0.0 0 755\0"] + [b""] * (len(outputs) - 1), [-9] * len(statuses), errors
+
+    monkeypatch.setattr(find_listing, "_run_all", killed)
+    (workspace / "a.txt").unlink()
+    since = checked.tree._since
+    with pytest.raises(OSError, match="signal 9"):
+        checked.tree.rescan()
+    assert set(checked.tree.stats) == {"a.txt", "b.txt"} and checked.tree._since == since
+    monkeypatch.setattr(find_listing, "_run_all", real)
+    assert set(checked.check()) == {"a.txt"}

@@ -108,7 +108,10 @@ def run_find(
     for group in walkers:
         commands.append(["find", *("./" + rel for rel in group), "-mindepth", "1", "(", *skip, ")", "-prune", "-o"])
         commands[-1] += show
-    outputs, status, errors = _run_all(root, commands)
+    outputs, statuses, errors = _run_all(root, commands)
+    if any(code < 0 for code in statuses):  # killed: its listing is cut short, and what it left out is not gone
+        raise OSError(f"find was stopped by signal {-min(statuses)} while listing {root}")
+    status = statuses[0]
     if status != 0 and not outputs[0]:
         os.listdir(root)  # a root that cannot be listed raises here
         if newer_ns is None:  # (a filtered pass may print nothing: find -printf was known to work then)
@@ -136,9 +139,9 @@ def _read_all(fd: int) -> bytes:
     return b"".join(parts)
 
 
-def _run_all(root: str, commands: list[list[str]]) -> tuple[list[bytes], int, bytes]:
-    """Run the commands at once, each into its own memory file: their outputs, the first one's exit status and
-    its error output."""
+def _run_all(root: str, commands: list[list[str]]) -> tuple[list[bytes], list[int], bytes]:
+    """Run the commands at once, each into its own memory file: their outputs and exit statuses, and the first
+    one's error output."""
     fds: list[int] = []
     procs: list[subprocess.Popen[bytes]] = []
     env = {**os.environ, "LC_ALL": "C"}
@@ -161,10 +164,8 @@ def _run_all(root: str, commands: list[list[str]]) -> tuple[list[bytes], int, by
                 if not os.path.isdir(root):
                     raise  # no workspace is not an empty workspace
                 raise NoFind(str(exc)) from exc
-        status = procs[0].wait()
-        for proc in procs[1:]:
-            proc.wait()
-        return [_read_all(fd) for fd in fds], status, _read_all(errors)
+        statuses = [proc.wait() for proc in procs]
+        return [_read_all(fd) for fd in fds], statuses, _read_all(errors)
     finally:
         for proc in procs:
             if proc.poll() is None:

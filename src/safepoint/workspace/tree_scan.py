@@ -141,12 +141,12 @@ class TreeScan:
         began, clock = _clock()
         self.arrived = set()
         if self._since is not None:
-            since = self._since
-            self._since, stepped = began, abs(clock - self._clock) > _STEP_NS
-            self._clock = clock
-            if stepped:  # the clock was set (or the machine slept): file times say nothing of what came since
-                return self._recompute(began, ())
-            return self._filtered(since - max(_SLACK_NS, self._racy_ns), began)  # a coarse file system's tick
+            if abs(clock - self._clock) > _STEP_NS:  # the clock was set (or the machine slept): a whole pass
+                seen = self._recompute(began, ())
+            else:
+                seen = self._filtered(self._since - max(_SLACK_NS, self._racy_ns), began)  # (a coarse tick)
+            self._since, self._clock = began, clock  # once the pass is done: a pass that failed moves nothing
+            return seen
         new = self._list(FORMAT)
         old, self._raw = self._raw, new
         if new == old:
