@@ -63,7 +63,8 @@ _PRUNE_MIN = 2000  # entries inside an excluded folder for it to be pruned
 _RACY_BYTES = 64 * 1024 * 1024  # a racy file larger than this is not re-read (see ``_digest``)
 _TYPE_BITS = {b"f": stat.S_IFREG, b"l": stat.S_IFLNK}
 # Extra find processes per pass (``find_listing.plan_walkers``): one per core beyond the first, at most 3.
-_WALKERS = min(max((os.cpu_count() or 1) - 1, 0), 3)
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_WALKERS = min(max(_CORES - 1, 0), 3)  # (the cores this process may run on: a container's, not the host's)
 
 
 def _rel(key: bytes) -> str:
