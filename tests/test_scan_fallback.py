@@ -197,13 +197,18 @@ def coarse_times(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(command_capture, "_stat", recorded)
 
 
-def test_a_same_size_change_within_the_tick_is_found(tmp_path: Path, coarse_times: None) -> None:
+@pytest.mark.parametrize("changed_only", [True, False])
+def test_a_same_size_change_within_the_tick_is_found(
+    tmp_path: Path, coarse_times: None, monkeypatch: pytest.MonkeyPatch, changed_only: bool
+) -> None:
+    if not changed_only:
+        monkeypatch.setattr(tree_scan, "local_times", lambda root: False)
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("one\n")
     (root / "b.txt").write_text("old\n")
     tree = TreeScan.start(str(root), rules_for(root))
-    assert tree is not None
+    assert tree is not None and (tree._since is not None) == changed_only
     rules = rules_for(root)
     plain = command_capture.scan(str(root), rules)  # the stat scan, with the same cut times
     (root / "a.txt").write_text("two\n")  # same size, same second: the same stat
