@@ -9,6 +9,9 @@ only for the span of the listing that changed. What it must keep from the full s
    keeps whole seconds (emulated: the times cut to the second), where the plain stat scan misses it; in a command
    capture too, with the journal and with the fallback;
 3. without GNU find, the capture scans as before.
+
+Both kinds of pass (only the entries whose ctime moved, or the whole listing) and passes split over parallel find
+processes are held to 1.; ``test_tree_scan_cases.py`` has the cases one by one.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import safepoint
 from safepoint.engine import command_capture
 from safepoint.engine.session import load_view
+from safepoint.workspace import find_listing, tree_scan
 from safepoint.workspace import scan as scan_module
-from safepoint.workspace import tree_scan
 from safepoint.workspace.ignore import IgnoreRules
 from safepoint.workspace.scan import FileStat, scan
 from safepoint.workspace.tree_scan import TreeScan
@@ -92,13 +97,30 @@ def mutate(root: Path, rng: random.Random, step: int) -> None:
         os.symlink(os.path.relpath(rng.choice(files), root), link)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_every_pass_is_what_a_full_scan_sees(tmp_path: Path, seed: int) -> None:
+def split_passes(monkeypatch: pytest.MonkeyPatch, walkers: bool) -> None:
+    """Passes by one find process, or split over three (``find_listing.plan_walkers``), whatever the machine."""
+    monkeypatch.setattr(find_listing, "SPLIT_MIN", 1 if walkers else 10**9)
+    monkeypatch.setattr(find_listing, "MAX_STARTS", 3)
+    monkeypatch.setattr(tree_scan, "_WALKERS", 2)
+
+
+@pytest.mark.parametrize(
+    ("seed", "walkers", "changed_only"), [(1, False, True), (2, True, True), (3, False, False), (4, True, False)]
+)
+def test_every_pass_is_what_a_full_scan_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, walkers: bool, changed_only: bool
+) -> None:
+    """``changed_only``: passes print only the entries whose ctime moved (``changed_since.py``), as on a local
+    file system; else the whole listing, compared."""
+    split_passes(monkeypatch, walkers)
+    if not changed_only:
+        monkeypatch.setattr(tree_scan, "local_times", lambda root: False)
     root = tmp_path / "ws"
     root.mkdir()
     seed_tree(root)
     tree = TreeScan.start(str(root), rules_for(root))
     assert tree is not None
+    assert bool(tree._walkers) == walkers and (tree._since is not None) == changed_only
     before = scan(str(root), rules_for(root))
     assert tree.stats == before
     rng = random.Random(seed)
@@ -148,15 +170,15 @@ def coarse_times(monkeypatch: pytest.MonkeyPatch) -> None:
     def cut(text: bytes) -> bytes:
         return str(int(text.split(b".")[0]) // (UNIT // 1_000_000_000) * (UNIT // 1_000_000_000)).encode()
 
-    def listing(self: TreeScan, form: str) -> list[bytes]:
-        out = real_list(self, form)
+    def listing(self: TreeScan, form: str, newer_ns: int | None = None) -> bytes:
+        out = real_list(self, form, newer_ns).split(b"\0")
         for index in range(1, len(out), 2):
             fields = out[index].split(b" ")
             fields[2] = cut(fields[2])
             if len(fields) > 5:
                 fields[5] = cut(fields[5])
             out[index] = b" ".join(fields)
-        return out
+        return b"\0".join(out)
 
     def lstat(self: TreeScan, key: bytes) -> FileStat | None:
         info = real_lstat(self, key)
@@ -175,13 +197,18 @@ def coarse_times(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(command_capture, "_stat", recorded)
 
 
-def test_a_same_size_change_within_the_tick_is_found(tmp_path: Path, coarse_times: None) -> None:
+@pytest.mark.parametrize("changed_only", [True, False])
+def test_a_same_size_change_within_the_tick_is_found(
+    tmp_path: Path, coarse_times: None, monkeypatch: pytest.MonkeyPatch, changed_only: bool
+) -> None:
+    if not changed_only:
+        monkeypatch.setattr(tree_scan, "local_times", lambda root: False)
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("one\n")
     (root / "b.txt").write_text("old\n")
     tree = TreeScan.start(str(root), rules_for(root))
-    assert tree is not None
+    assert tree is not None and (tree._since is not None) == changed_only
     rules = rules_for(root)
     plain = command_capture.scan(str(root), rules)  # the stat scan, with the same cut times
     (root / "a.txt").write_text("two\n")  # same size, same second: the same stat
@@ -263,17 +290,23 @@ def test_a_store_and_excluded_folders_whose_names_are_patterns(tmp_path: Path) -
     (root / "st[o]re*" / "g.txt").write_text("in the store\n")
     (root / "store2" / "g.txt").write_text("beside it\n")
     assert set(tree.rescan()) == {"store2/g.txt"}
-    assert not any(key.startswith(b"st[o]re*/") for key in tree._listing[0::2])  # not even listed
+    assert b"./st[o]re*/" not in tree._raw  # not even listed
     assert (
         tree.stats.keys()
         == scan(str(root), IgnoreRules.for_workspace(str(root), store_dir=str(root / "st[o]re*"))).keys()
     )
 
 
-def test_only_the_largest_excluded_folders_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("changed_only", [True, False])
+def test_only_the_largest_excluded_folders_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changed_only: bool
+) -> None:
     """Each folder find is told to skip costs it a test per entry: only large excluded folders are (at the first
-    pass, and when one is made later); the small ones are listed and passed over, never reported."""
+    pass, and when one is made later); the small ones are listed and passed over, never reported. Both kinds of
+    pass (only the entries whose ctime moved, or the whole listing)."""
     monkeypatch.setattr(tree_scan, "_PRUNE_MIN", 5)
+    if not changed_only:
+        monkeypatch.setattr(tree_scan, "local_times", lambda root: False)
     root = tmp_path / "ws"
     root.mkdir()
     (root / ".gitignore").write_text("big/\nsmall/\nlater/\n")
@@ -282,7 +315,7 @@ def test_only_the_largest_excluded_folders_are_pruned(tmp_path: Path, monkeypatc
         for n in range(count):
             (root / name / f"f{n}.txt").write_text(f"{n}\n")
     tree = TreeScan.start(str(root), rules_for(root))
-    assert tree is not None
+    assert tree is not None and (tree._since is not None) == changed_only
     assert tree._pruned == {"big"}
     (root / "later" / "deep").mkdir(parents=True)
     for n in range(6):
@@ -294,3 +327,40 @@ def test_only_the_largest_excluded_folders_are_pruned(tmp_path: Path, monkeypatc
     assert tree.stats == scan(str(root), rules_for(root))
     (root / "later" / "deep" / "g.txt").write_text("ignored\n")
     assert tree.rescan() == {}
+
+
+@given(
+    st.lists(st.tuples(st.binary(min_size=1, max_size=6), st.binary(max_size=4)), max_size=12),
+    st.lists(
+        st.tuples(st.integers(0, 12), st.sampled_from(["drop", "add", "edit"]), st.binary(max_size=5)), max_size=4
+    ),
+)
+@settings(max_examples=60, deadline=None)
+def test_the_span_two_listings_differ_in_holds_every_difference(
+    entries: list[tuple[bytes, bytes]], edits: list[tuple[int, str, bytes]]
+) -> None:
+    """Compared as bytes, two listings differ only inside the span found, which starts and ends on whole entries,
+    whatever bytes the names hold (spaces, digits that look like a line, but never NUL)."""
+    old_entries = [(b"./" + path.replace(b"\0", b"_"), line.replace(b"\0", b"_")) for path, line in entries]
+    new_entries = list(old_entries)
+    for at, what, data in edits:
+        data = data.replace(b"\0", b"_")
+        at = min(at, len(new_entries))
+        if what == "drop" and at < len(new_entries):
+            del new_entries[at]
+        elif what == "add":
+            new_entries.insert(at, (b"./n" + data, data))
+        elif at < len(new_entries):
+            new_entries[at] = (new_entries[at][0], new_entries[at][1] + b"x" + data)
+
+    def raw(items: list[tuple[bytes, bytes]]) -> bytes:
+        return b".\0d 1\0" + b"".join(path + b"\0" + line + b"\0" for path, line in items)
+
+    old, new = raw(old_entries), raw(new_entries)
+    start, old_end, new_end = find_listing.changed_span(old, new)
+    assert old[:start] == new[:start] and old[old_end:] == new[new_end:]
+    assert start <= old_end and start <= new_end
+    for listing, end in ((old, old_end), (new, new_end)):
+        assert start == 0 or listing[start - 1] == 0
+        assert listing[:start].count(b"\0") % 2 == 0 and listing[start:end].count(b"\0") % 2 == 0
+        assert end == 0 or listing[end - 1] == 0

@@ -342,7 +342,7 @@ class CommandCapture:
             if self._tree is not None:  # no journal at all: one find, then O(changes) (``workspace/tree_scan.py``)
                 scanned = self._tree.rescan()  # brings ``self.stats`` (the tree's) up to date in place
                 current = self.stats
-                if any(old is None for old in scanned.values()):  # ``_folders_arrived`` compares with before
+                if self._tree.arrived is None and any(old is None for old in scanned.values()):  # (see below)
                     before = dict(current)
                     for path, old in scanned.items():
                         if old is None:
@@ -354,8 +354,8 @@ class CommandCapture:
                 # One pass over what is there, then what went: a third of a pass over their union (0.1 s at 50,000).
                 scanned = {p: old for p, now in current.items() if (old := previous(p)) != now}
                 scanned.update((p, self.stats[p]) for p in self.stats.keys() - current.keys())
-            arrived = self.watcher.arrived if self.watcher is not None else None
-            if arrived is not None:  # the journal saw every folder arrive (it said "scan" for a .gitignore edit)
+            arrived = seen.arrived if (seen := self.watcher or self._tree) is not None else None
+            if arrived is not None:  # the journal (or the fallback's passes) saw every folder arrive
                 self._arrived = {f for f in arrived if os.path.isdir(os.path.join(root, real_path(f.rstrip("/"))))}
             elif any(old is None for old in scanned.values()):
                 # No journal, or it lost events: told by ctime. A folder un-ignored and written into by the same
