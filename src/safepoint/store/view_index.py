@@ -23,9 +23,9 @@ from __future__ import annotations
 import msgspec
 
 from safepoint.core import view_snapshot
-from safepoint.core.run_view import RunView, ViewFold
+from safepoint.core.run_view import CheckpointAt, RunView, ViewFold
 from safepoint.errors import StoreError
-from safepoint.records import Claim, RunInfo
+from safepoint.records import Claim, RunInfo, ToolLedgerEntry
 from safepoint.store.base import Store
 from safepoint.store.log_after import LogPosition
 
@@ -69,10 +69,16 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
         refuse(f"the log no longer holds the record its snapshot ends at (seq {snapshot.seq})")
         return None
     try:
-        return view_snapshot.resume_fold(snapshot, info, after)
+        return view_snapshot.resume_fold(snapshot, info, after, lambda covered, upto: _past(store, info, covered, upto))
     except ValueError as exc:
         refuse(f"its snapshot does not hold together: {exc}")
         return None
+
+
+def _past(store: Store, info: RunInfo, covered: int, upto: int) -> tuple[list[ToolLedgerEntry], list[CheckpointAt]]:
+    """Every ledger state and every checkpoint of the log's records up to ``covered`` (what a snapshot's view reads
+    when first asked: ``core.run_view.PastView``), folded from the log as without a snapshot."""
+    return view_snapshot.past_of(info, store.read_log(info.run_id), covered, upto)
 
 
 def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = None) -> bool:
