@@ -56,13 +56,14 @@ def _entries(seed: int, calls: int) -> list[ToolLedgerEntry]:
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), calls=st.integers(0, 12))
 def test_from_view_is_observe_of_every_entry(seed, calls):
-    view = RunView(info=_INFO, ledger_entries=_entries(seed, calls))
+    view = RunView(info=_INFO)
+    view.add_entries(_entries(seed, calls))  # as the fold notes each state
     fast = SummaryFold.from_view(view)
     slow = SummaryFold()
     slow.branch_len = len(view.history)
     for entry in view.ledger_entries:
         slow.observe(entry)
-    assert fast.call_ids == slow.call_ids
+    assert set(fast.known) | fast.call_ids == slow.call_ids
     assert list(fast.live.items()) == list(slow.live.items())  # the same entries, in the same order
     assert fast.started == slow.started
     assert fast.snapshot(7, "now") == slow.snapshot(7, "now")

@@ -108,8 +108,10 @@ class SummaryFold:
         fold.known = view.current
         for call_id in view.unsettled:
             entry = view.current[call_id]
-            if call_id in view.attempt_counts:
-                fold.started[call_id] = view.attempt_counts[call_id]
+            if call_id in view.reopened:  # finished once: the summary's entry starts over from its reopening
+                entry = msgspec.structs.replace(entry, input=view.reopened[call_id])
+            if call_id in view.open_starts:
+                fold.started[call_id] = view.open_starts[call_id]
             fold.live[call_id] = entry
         for decision in view.decisions.values():
             fold.observe(decision)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import msgspec
@@ -62,7 +62,7 @@ class CheckpointAt:
         return self.branch[: self.checkpoint.history_len]
 
 
-@dataclass
+@dataclass(eq=False)
 class RunView:
     info: RunInfo
     history: list[Message] = field(default_factory=list)
@@ -90,12 +90,22 @@ class RunView:
     current: dict[str, ToolLedgerEntry] = field(default_factory=dict)  # call id -> its current entry (``ledger``)
     attempt_counts: dict[str, int] = field(default_factory=dict)  # call id -> `started` states (``core.ledger``)
     unsettled: dict[str, int] = field(default_factory=dict)  # call id -> ordinal, while its state is not finished
+    open_starts: dict[str, int] = field(default_factory=dict)  # unsettled call -> `started` states since it last finished
+    reopened: dict[str, dict[str, Any]] = field(default_factory=dict)  # a call open again -> input said since
     step_calls: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # step -> (ordinal, call id)
     doubted: dict[str, None] = field(default_factory=dict)  # calls a state of which was marked doubted
     messages_len: int = 0  # the conversation's length over every branch: the highest message seq + 1
     ref_messages: dict[int, Message] = field(default_factory=dict)  # log seq -> a message with blobs or calls
     latest_complete: CheckpointAt | None = None
     after_latest: list[CheckpointAt] = field(default_factory=list)  # the checkpoints after it (incomplete ones)
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, whichever way each was read (a ``PastView`` equals the view the whole log gives)."""
+        if not isinstance(other, RunView):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(RunView))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq is
 
     @property
     def assistant_turns(self) -> frozenset[int]:
@@ -162,6 +172,11 @@ def note_entry(view: RunView, body: ToolLedgerEntry, previous: ToolLedgerEntry |
     view.add_entry(body)
     call_id = body.call_id
     ordinal = view.unsettled.get(call_id)
+    if body.status in FINISHED:
+        view.reopened.pop(call_id, None)
+    elif previous is not None and (previous.status in FINISHED or call_id in view.reopened):
+        # open again after it finished: what the summary keeps of it starts over (``run_summary.observe``)
+        view.reopened[call_id] = body.input or view.reopened.get(call_id, {}) if call_id in view.reopened else body.input
     if previous is None:
         ordinal = len(view.current)
         view.step_calls.setdefault(step_of(body.step_id), []).append((ordinal, call_id))
@@ -177,8 +192,10 @@ def note_entry(view: RunView, body: ToolLedgerEntry, previous: ToolLedgerEntry |
     view.current[call_id] = body
     if body.status == "started":
         view.attempt_counts[call_id] = view.attempt_counts.get(call_id, 0) + 1
+        view.open_starts[call_id] = view.open_starts.get(call_id, 0) + 1
     if body.status in FINISHED:
         view.unsettled.pop(call_id, None)
+        view.open_starts.pop(call_id, None)
     elif ordinal is None:  # a finished call open again: its place among the calls of its first step
         pairs = view.step_calls.get(step_of(body.step_id), [])
         view.unsettled[call_id] = next((n for n, found in pairs if found == call_id), len(view.current))

@@ -19,6 +19,7 @@ longer holds is never trusted: the reader reads the whole log, as without one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -72,6 +73,8 @@ class ViewSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     current: list[ToolLedgerEntry]  # each call's current entry, in order of first appearance
     attempt_counts: dict[str, int]
     unsettled: dict[str, int]
+    open_starts: dict[str, int]
+    reopened: dict[str, dict[str, Any]]
     step_calls: dict[int, list[tuple[int, str]]]
     doubted: list[str]
     messages_len: int
@@ -135,6 +138,8 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
         current=list(view.current.values()),
         attempt_counts=view.attempt_counts,
         unsettled=view.unsettled,
+        open_starts=view.open_starts,
+        reopened=view.reopened,
         step_calls=view.step_calls,
         doubted=list(view.doubted),
         messages_len=view.messages_len,
@@ -248,6 +253,8 @@ def resume_fold(snapshot: ViewSnapshot, info: RunInfo, after: LogRead, past: Pas
         current=current,
         attempt_counts=snapshot.attempt_counts,
         unsettled=snapshot.unsettled,
+        open_starts=snapshot.open_starts,
+        reopened=snapshot.reopened,
         step_calls=snapshot.step_calls,
         doubted=dict.fromkeys(snapshot.doubted),
         messages_len=snapshot.messages_len,
