@@ -90,7 +90,7 @@ class RunView:
     current: dict[str, ToolLedgerEntry] = field(default_factory=dict)  # call id -> its current entry (``ledger``)
     attempt_counts: dict[str, int] = field(default_factory=dict)  # call id -> `started` states (``core.ledger``)
     unsettled: dict[str, int] = field(default_factory=dict)  # call id -> ordinal, while its state is not finished
-    open_starts: dict[str, int] = field(default_factory=dict)  # unsettled call -> `started` states since it last finished
+    open_starts: dict[str, int] = field(default_factory=dict)  # unsettled call -> `started` since it last finished
     reopened: dict[str, dict[str, Any]] = field(default_factory=dict)  # a call open again -> input said since
     step_calls: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # step -> (ordinal, call id)
     doubted: dict[str, None] = field(default_factory=dict)  # calls a state of which was marked doubted
@@ -176,7 +176,8 @@ def note_entry(view: RunView, body: ToolLedgerEntry, previous: ToolLedgerEntry |
         view.reopened.pop(call_id, None)
     elif previous is not None and (previous.status in FINISHED or call_id in view.reopened):
         # open again after it finished: what the summary keeps of it starts over (``run_summary.observe``)
-        view.reopened[call_id] = body.input or view.reopened.get(call_id, {}) if call_id in view.reopened else body.input
+        said = view.reopened.get(call_id)
+        view.reopened[call_id] = body.input if said is None or body.input else said
     if previous is None:
         ordinal = len(view.current)
         view.step_calls.setdefault(step_of(body.step_id), []).append((ordinal, call_id))
@@ -223,6 +224,7 @@ class PastView(RunView):
         self._checkpoints: list[CheckpointAt] | None = None
         self._entries_after: list[ToolLedgerEntry] = []
         self._checkpoints_after: list[CheckpointAt] = []
+        self.keep_after = True  # False: a writer's fold, only encoded again (``store.view_index``): never read
         super().__init__(**fields)
 
     def _load(self) -> None:
@@ -253,10 +255,16 @@ class PastView(RunView):
         self._checkpoints_after = list(value)
 
     def add_entry(self, entry: ToolLedgerEntry) -> None:
-        (self._entries if self._entries is not None else self._entries_after).append(entry)
+        if self._entries is not None:
+            self._entries.append(entry)
+        elif self.keep_after:
+            self._entries_after.append(entry)
 
     def add_checkpoint(self, at: CheckpointAt) -> None:
-        (self._checkpoints if self._checkpoints is not None else self._checkpoints_after).append(at)
+        if self._checkpoints is not None:
+            self._checkpoints.append(at)
+        elif self.keep_after:
+            self._checkpoints_after.append(at)
 
 
 def build_view(info: RunInfo, log: LogRead) -> RunView:

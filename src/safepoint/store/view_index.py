@@ -20,23 +20,26 @@ write one fails nothing (``refresh`` says whether it wrote).
 
 from __future__ import annotations
 
+import threading
+
 import msgspec
 
 from safepoint.core import view_snapshot
-from safepoint.core.run_view import CheckpointAt, RunView, ViewFold
+from safepoint.core.run_view import CheckpointAt, PastView, RunView, ViewFold
 from safepoint.errors import StoreError
 from safepoint.records import Claim, RunInfo, ToolLedgerEntry
 from safepoint.store.base import Store
 from safepoint.store.log_after import LogPosition
 
 SNAPSHOT_EVERY = 2000  # log records after the last snapshot before the owner writes a new one
-SNAPSHOT_GROWTH = 4  # while the run goes on: also at least a quarter of what the last one covers (see above)
 
 
 def due_after(covered: int) -> int:
     """The log seq at which the owner writes its next snapshot while the run goes on, the last covering
-    ``covered`` records (0: none yet)."""
-    return covered + max(SNAPSHOT_EVERY, covered // SNAPSHOT_GROWTH)
+    ``covered`` records (0: none yet): ``SNAPSHOT_EVERY`` records later, so a resume folds at most about that many
+    after it whatever the run's length (the writer keeps its fold: a write costs the records since and the encode,
+    not the decode of the last one and its tail)."""
+    return covered + SNAPSHOT_EVERY
 
 
 def read_view(store: Store, info: RunInfo, refused: list[str] | None = None) -> RunView:
@@ -93,14 +96,52 @@ def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = No
         return False
 
 
+# The writer's fold, kept between its snapshots (run id and store -> the fold, what the reads reported, the
+# position it ends at, the claim's generation): the next write feeds it the records since and encodes it, instead of
+# decoding the last snapshot and folding its tail again, so a write costs the records since and the encode, and the
+# snapshots can be written every ``SNAPSHOT_EVERY`` records (a resume's tail stays that short). Dropped at close.
+_kept: dict[tuple[int, str], tuple[ViewFold, int, LogPosition, int]] = {}
+_kept_lock = threading.Lock()
+
+
 def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
+    key = (id(store), info.run_id)
+    with _kept_lock:
+        kept = _kept.pop(key, None)
+    try:
+        return _write(store, claim, info, every, key, kept)
+    finally:
+        if every:  # a close (``RunSession.close``; its writes while the run goes on are due: ``every=0``)
+            with _kept_lock:
+                _kept.pop(key, None)
+
+
+def _write(
+    store: Store,
+    claim: Claim,
+    info: RunInfo,
+    every: int,
+    key: tuple[int, str],
+    kept: tuple[ViewFold, int, LogPosition, int] | None,
+) -> bool:
     position = store.log_position(info.run_id)
     if position is None:
         return False
     known = store.view_snapshot_seq(info.run_id) or 0  # its header alone: a close reads nothing more
     if position.seq - (0 if known > position.seq else known) < every:  # past the log's end: a cut log, rewritten
+        if kept is not None:
+            with _kept_lock:
+                _kept[key] = kept
         return False
-    found = _from_snapshot(store, info, None)
+    found: tuple[ViewFold, int] | None = None
+    if kept is not None and kept[3] == claim.generation and kept[2].seq == known:
+        fold, read_problems, since, _ = kept
+        after = store.read_log_after(info.run_id, since)
+        if after is not None and not after.problems:
+            fold.feed(after.records)
+            found = (fold, read_problems)
+    if found is None:
+        found = _from_snapshot(store, info, None)
     if found is None:
         read = store.read_log(info.run_id)
         fold = ViewFold(RunView(info=info, problems=list(read.problems)))
@@ -109,8 +150,12 @@ def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
     fold, read_problems = found
     if fold.view.problems or fold.view.last_seq != position.seq:
         return False  # a damaged log is read whole; an append came meanwhile: next time
+    if isinstance(fold.view, PastView):
+        fold.view.keep_after = False  # only encoded from now on: the states after it are not kept in memory
     data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
     store.put_view_snapshot(claim, data, seq=position.seq)
+    with _kept_lock:
+        _kept[key] = (fold, read_problems, position, claim.generation)
     return True
 
 
