@@ -81,7 +81,7 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
         session.calls.decide(call_id, choice)
         session.trace("call_decided", call_id=call_id, decision=choice)
     probes = {}
-    for call_id in session.view.unsettled:  # a finished call is never probed: not every call is looked at
+    for call_id in list(session.calls.open):  # a finished call is never probed: not every call is looked at
         entry = session.ledger.get(call_id)
         if entry is not None and entry.status == "started" and session.calls.current_decision(call_id) is None:
             found = session.probe(entry)

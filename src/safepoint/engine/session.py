@@ -144,7 +144,12 @@ class RunSession:
         self.history = large_values.resolve_branch(view.history, view.ref_messages, self.contents)
         self.pending = [large_values.resolve_call(call, self.contents) for call in self.pending]
         self.calls = LedgerMachine(
-            view.info.run_id, view.ledger, dict(view.attempt_counts), dict(view.decisions), self.log.add
+            view.info.run_id,
+            view.ledger,
+            dict(view.attempt_counts),
+            dict(view.decisions),
+            self.log.add,
+            open_calls=view.unsettled,
         )
         self.files = FileChanges(
             view.info.run_id,
@@ -296,7 +301,8 @@ class RunSession:
             self._capture.finish_start()  # its records go with the next commit (the call's `started`)
 
     def _running_calls(self) -> list[str]:
-        return [call_id for call_id, entry in self.calls.entries.items() if entry.status == "started"]
+        entries = self.calls.entries  # the open calls only: a finished one is never running
+        return [call_id for call_id in self.calls.open if entries[call_id].status == "started"]
 
     def _in_flight(self, call_id: str) -> bool:
         entry = self.calls.entries.get(call_id)

@@ -8,11 +8,12 @@ one. The view is the same either way (``tests/test_snapshot_property.py``).
 
 Writing (``refresh``): by the run's owner, fenced, from the last snapshot and the records after it (or the whole
 log, the first time): at close once ``SNAPSHOT_EVERY`` records came after the last snapshot, and while the run
-goes on (``due_after``, checked after each durable group) once the log grew by ``SNAPSHOT_EVERY`` records or by a
-``1 / SNAPSHOT_GROWTH`` part of what the last one covers, whichever is more: a run killed mid-way (the crash a
-resume is for) finds a snapshot covering most of its log. A write costs the run so far (decode the last one, fold
-the records after it, encode), so the growth rule keeps it O(1) per record on average (rejected: a fixed interval,
-whose writes cost O(run) each, O(run^2 / interval) in all; not done yet: delta snapshots, each O(what changed)).
+goes on (``due_after``, checked after each durable group) every ``SNAPSHOT_EVERY`` records, so a run killed mid-way
+(the crash a resume is for) leaves a resume at most about that many records to fold after its snapshot, whatever
+its length (rejected: the growth rule this replaced, a quarter of the run, whose tail was most of a resume's
+cost). The writer keeps its fold between writes (``_kept``), so a write costs the records since and the encode, not
+the decode of the last snapshot and the fold of its tail (not done yet: a snapshot of size O(open state), or a delta
+on the last one: the encode still holds every call's current entry).
 Never for a log with a problem (a damaged or torn record: such a log is read whole, as
 before, so what the snapshot would freeze about it never outlives a repair). A snapshot is a cache: failing to
 write one fails nothing (``refresh`` says whether it wrote).
@@ -27,7 +28,7 @@ import msgspec
 from safepoint.core import view_snapshot
 from safepoint.core.run_view import CheckpointAt, PastView, RunView, ViewFold
 from safepoint.errors import StoreError
-from safepoint.records import Claim, RunInfo, ToolLedgerEntry
+from safepoint.records import Claim, LogRead, RunInfo, ToolLedgerEntry
 from safepoint.store.base import Store
 from safepoint.store.log_after import LogPosition
 
@@ -150,13 +151,25 @@ def _write(
     fold, read_problems = found
     if fold.view.problems or fold.view.last_seq != position.seq:
         return False  # a damaged log is read whole; an append came meanwhile: next time
-    if isinstance(fold.view, PastView):
-        fold.view.keep_after = False  # only encoded from now on: the states after it are not kept in memory
     data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
     store.put_view_snapshot(claim, data, seq=position.seq)
+    if not isinstance(fold.view, PastView):  # folded from the whole log: kept as the snapshot's own view instead,
+        snapshot = view_snapshot.decode(data, info)  # which holds no list of every state and checkpoint
+        try:
+            if snapshot is None:
+                raise ValueError("it does not decode")
+            fold, read_problems = view_snapshot.resume_fold(snapshot, info, LogRead(records=[], problems=[]), _no_past)
+        except ValueError:
+            return True  # written; the next write starts from it as a reader would
+    assert isinstance(fold.view, PastView)
+    fold.view.keep_after = False  # only encoded from now on: the states after it are not kept in memory
     with _kept_lock:
         _kept[key] = (fold, read_problems, position, claim.generation)
     return True
+
+
+def _no_past(covered: int, upto: int) -> tuple[list[ToolLedgerEntry], list[CheckpointAt]]:
+    raise StoreError("the writer's fold is only encoded")  # never asked: a bug if it is
 
 
 def header_info(store: Store, run_id: str) -> RunInfo:
