@@ -83,7 +83,9 @@ class SummaryFold:
         self.step = 0
         self.checkpoint_id: str | None = None
         self.known: Mapping[str, object] = {}  # the calls of the view it started from (``from_view``) ...
-        self.call_ids: set[str] = set()  # ... and those observed since
+        self.known_count = 0  # ... how many they were then ...
+        self.call_ids: set[str] = set()  # ... the calls observed since ...
+        self.new_calls = 0  # ... and how many of those the view did not know (counted once each, as observed)
         self.problems = 0
         self.live: dict[str, ToolLedgerEntry] = {}  # call id -> current entry, until it is finished
         self.started: dict[str, int] = {}  # call id -> `started` entries so far (unfinished calls only)
@@ -105,7 +107,7 @@ class SummaryFold:
         latest = view.latest_complete_checkpoint()
         if latest is not None:
             fold.step, fold.checkpoint_id = latest.checkpoint.step, latest.checkpoint.checkpoint_id
-        fold.known = view.current
+        fold.known, fold.known_count = view.current, len(view.current)
         for call_id in view.unsettled:
             entry = view.current[call_id]
             if call_id in view.reopened:  # finished once: the summary's entry starts over from its reopening
@@ -129,7 +131,9 @@ class SummaryFold:
             body = apply_change(previous, body)
         if isinstance(body, ToolLedgerEntry):
             call_id = body.call_id
-            self.call_ids.add(call_id)
+            if call_id not in self.call_ids:
+                self.call_ids.add(call_id)
+                self.new_calls += call_id not in self.known
             previous = self.live.get(call_id)
             if previous is not None and not body.input and previous.input:
                 body = msgspec.structs.replace(body, input=previous.input)  # as ``core.ledger.fold``
@@ -180,7 +184,7 @@ class SummaryFold:
             status=self.status,
             step=self.step,
             checkpoint_id=self.checkpoint_id,
-            calls=len(self.known) + sum(1 for call_id in self.call_ids if call_id not in self.known),
+            calls=self.known_count + self.new_calls,
             problems=self.problems,
             waiting=self.waiting(),
             closed_reason=self.closed_reason,

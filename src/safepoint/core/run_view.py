@@ -119,7 +119,7 @@ class RunView:
     def ledger(self) -> dict[str, ToolLedgerEntry]:
         """The current entry of every call (``core.ledger.fold`` of ``ledger_entries``, kept by the fold), in order
         of first appearance: a fresh dict each time (callers add to it)."""
-        return dict(self.current)
+        return self.current.copy()  # a snapshot's ``LedgerMap`` copies its changed part only
 
     @property
     def status(self) -> RunStatus:

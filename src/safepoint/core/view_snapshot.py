@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from safepoint.core.history_codec import HistoryDecoder
+from safepoint.core.ledger_map import LedgerMap, Settled, pack
 from safepoint.core.run_view import CheckpointAt, PastView, RunView, ViewFold
 from safepoint.errors import CorruptRecordError
 from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
@@ -45,7 +46,7 @@ from safepoint.records import (
     WorkspaceState,
 )
 
-VERSION = 2  # 1 kept every ledger state and every checkpoint
+VERSION = 3  # 1 kept every ledger state and every checkpoint; 2 every call's entry as an object
 
 # every ledger state and checkpoint up to a seq (the snapshot's), of a fold up to another (the view's last)
 Past = Callable[[int, int], tuple[list[ToolLedgerEntry], list[CheckpointAt]]]
@@ -70,7 +71,8 @@ class ViewSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     messages: dict[int, Message]  # log seq -> message (``RunView.message_records``)
     branches: list[list[int]]  # each distinct history branch named here, as its messages' log seqs
     branch: int  # the current one
-    current: list[ToolLedgerEntry]  # each call's current entry, in order of first appearance
+    settled: Settled  # the current entry of each finished call, packed (``core.ledger_map``)
+    open_entries: list[ToolLedgerEntry]  # the current entry of each other call (their places: ``unsettled``)
     attempt_counts: dict[str, int]
     unsettled: dict[str, int]
     open_starts: dict[str, int]
@@ -124,6 +126,7 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
         return SnapshotCheckpoint(at.checkpoint, at.seq, branch_of(at.branch), at.complete, at.why_incomplete)
 
     latest = view.latest_complete
+    settled = settle(fold)
     snapshot = ViewSnapshot(
         version=VERSION,
         run_id=view.info.run_id,
@@ -135,7 +138,8 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
         messages=dict(view.message_records),
         branch=branch_of(fold.branch),
         branches=branches,
-        current=list(view.current.values()),
+        settled=settled,
+        open_entries=[view.current[call_id] for call_id in view.unsettled],
         attempt_counts=view.attempt_counts,
         unsettled=view.unsettled,
         open_starts=view.open_starts,
@@ -167,6 +171,27 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
         dictionaries=fold.dictionaries,
     )
     return _encoder.encode(snapshot)
+
+
+def settle(fold: ViewFold) -> Settled:
+    """The finished calls' entries packed; the fold's ledger becomes a ``LedgerMap`` over them (the same calls
+    and entries: only how they are held changes), so a writer's next snapshot packs only the calls that finished
+    since, and holds no object per finished call meanwhile."""
+    view = fold.view
+    current = view.current
+    if isinstance(current, LedgerMap) and not current.shadowing():
+        added = [
+            (ordinal, entry)
+            for call_id, entry in current.changed().items()
+            if call_id not in view.unsettled and (ordinal := current.ordinal(call_id)) is not None
+        ]
+        settled = pack(sorted(added, key=lambda pair: pair[0]), current.settled)
+    else:  # folded from the log (or a finished call changed again, which is rare): every finished call packed
+        places = {call_id: ordinal for ordinal, call_id in enumerate(current)}
+        settled = pack([(places[c], e) for c, e in current.items() if c not in view.unsettled])
+    open_entries = {call_id: current[call_id] for call_id in view.unsettled}
+    view.current = fold.current = LedgerMap(settled, open_entries, view.unsettled)
+    return settled
 
 
 def decode(data: bytes, info: RunInfo) -> ViewSnapshot | None:
@@ -216,9 +241,11 @@ def resume_fold(snapshot: ViewSnapshot, info: RunInfo, after: LogRead, past: Pas
         ref_messages = {seq: messages[seq] for seq in snapshot.ref_messages}
     except (KeyError, IndexError) as exc:
         raise ValueError(f"the snapshot names what it does not hold ({exc})") from None
-    current = {entry.call_id: entry for entry in snapshot.current}
-    if set(snapshot.unsettled) - current.keys() or len(current) != len(snapshot.current):
-        raise ValueError("the snapshot's open calls are not among its calls")
+    open_entries = {entry.call_id: entry for entry in snapshot.open_entries}
+    if open_entries.keys() != snapshot.unsettled.keys() or len(open_entries) != len(snapshot.open_entries):
+        raise ValueError("the snapshot's open calls are not its open entries")
+    snapshot.settled.check()
+    current = LedgerMap(snapshot.settled, open_entries, snapshot.unsettled)
     # The read's problems first, then the fold's, as one whole read reports them.
     problems = [
         *snapshot.problems[: snapshot.read_problems],
