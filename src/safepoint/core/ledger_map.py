@@ -14,15 +14,17 @@ Pure: entries in, bytes out, and back.
 
 from __future__ import annotations
 
+import array
 import bisect
 import hashlib
 from collections.abc import ItemsView, Iterator, KeysView, ValuesView
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from safepoint.records import ToolLedgerEntry
 
+V = TypeVar("V")
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(ToolLedgerEntry)
 
@@ -43,6 +45,10 @@ class Settled(msgspec.Struct, frozen=True):
     ordinals: bytes = b""
     digests: bytes = b""
     order: bytes = b""
+    attempts: bytes = b""  # n uint32: each call's `started` states (``RunView.attempt_counts``)
+    seqs: bytes = b""  # n uint64: the log seq of each call's latest ledger record (``RunView.ledger_seqs``)
+    steps: bytes = b""  # n uint32, sorted: the step numbers of the calls ...
+    by_step: bytes = b""  # ... n uint32: the entry each is (the calls of the last steps found by bisection)
 
     def __len__(self) -> int:
         return len(self.ordinals) // 4
@@ -63,10 +69,15 @@ class Settled(msgspec.Struct, frozen=True):
             or len(self.offsets) != 8 * (n + 1)
             or len(self.digests) != 8 * n
             or len(self.order) != 4 * n
+            or len(self.attempts) != 4 * n
+            or len(self.seqs) != 8 * n
+            or len(self.steps) != 4 * n
+            or len(self.by_step) != 4 * n
         ):
             raise ValueError("its settled entries' index does not fit them")
         offsets, _, _, order = self.views()
-        if offsets[n] != len(self.blob) or any(position >= n for position in order):
+        by_step = memoryview(self.by_step).cast("I")
+        if offsets[n] != len(self.blob) or any(p >= n for p in order) or any(p >= n for p in by_step):
             raise ValueError("its settled entries' index points outside them")
 
 
@@ -77,6 +88,10 @@ class _Index:
         self.settled = settled
         self.blob = memoryview(settled.blob)
         self.offsets, self.ordinals, self.digests, self.order = settled.views()
+        self.attempts = memoryview(settled.attempts).cast("I")
+        self.seqs = memoryview(settled.seqs).cast("Q")
+        self.steps = memoryview(settled.steps).cast("I")
+        self.by_step = memoryview(settled.by_step).cast("I")
 
     def entry(self, position: int) -> ToolLedgerEntry:
         return _decoder.decode(self.blob[self.offsets[position] : self.offsets[position + 1]])
@@ -92,87 +107,121 @@ class _Index:
             at += 1
         return None
 
+    def from_step(self, first: int) -> list[int]:
+        """The positions of the calls of step ``first`` and later."""
+        return list(self.by_step[bisect.bisect_left(self.steps, first) :])
 
-def pack(entries: list[tuple[int, ToolLedgerEntry]], base: Settled | None = None) -> Settled:
-    """``base`` with ``entries`` (ordinal, entry) added: each encoded once (a writer's next snapshot appends the
-    calls that finished since, it does not encode the others again)."""
+
+class Row(msgspec.Struct, frozen=True, array_like=True):
+    """A finished call as packed: its place in the ledger's order, its entry, its attempts, its latest record's
+    seq and its step number."""
+
+    ordinal: int
+    entry: ToolLedgerEntry
+    attempts: int
+    seq: int
+    step: int
+
+
+def pack(rows: list[Row], base: Settled | None = None) -> Settled:
+    """``base`` with ``rows`` added: each entry encoded once (a writer's next snapshot appends the calls that
+    finished since, it does not encode the others again)."""
     base = base or Settled()
     blob = bytearray(base.blob)
     offsets = memoryview(base.offsets).cast("Q").tolist()
     ordinals = memoryview(base.ordinals).cast("I").tolist()
+    attempts = memoryview(base.attempts).cast("I").tolist()
+    seqs = memoryview(base.seqs).cast("Q").tolist()
     keyed = list(
         zip(memoryview(base.digests).cast("Q").tolist(), memoryview(base.order).cast("I").tolist(), strict=True)
     )
-    for ordinal, entry in entries:
-        keyed.append((digest(entry.call_id), len(ordinals)))
-        blob += _encoder.encode(entry)
+    stepped = list(
+        zip(memoryview(base.steps).cast("I").tolist(), memoryview(base.by_step).cast("I").tolist(), strict=True)
+    )
+    for row in rows:
+        keyed.append((digest(row.entry.call_id), len(ordinals)))
+        stepped.append((row.step, len(ordinals)))
+        blob += _encoder.encode(row.entry)
         offsets.append(len(blob))
-        ordinals.append(ordinal)
+        ordinals.append(row.ordinal)
+        attempts.append(row.attempts)
+        seqs.append(row.seq)
     keyed.sort()
+    stepped.sort()
     return Settled(
         blob=bytes(blob),
         offsets=_packed("Q", offsets),
         ordinals=_packed("I", ordinals),
         digests=_packed("Q", [key for key, _ in keyed]),
         order=_packed("I", [position for _, position in keyed]),
+        attempts=_packed("I", attempts),
+        seqs=_packed("Q", seqs),
+        steps=_packed("I", [step for step, _ in stepped]),
+        by_step=_packed("I", [position for _, position in stepped]),
     )
 
 
 def _packed(code: str, values: list[int]) -> bytes:
-    import array
-
     return array.array(code, values).tobytes()
 
 
-class LedgerMap(dict[str, ToolLedgerEntry]):
-    """Every call's current entry: the dict itself holds those that changed since ``settled`` was packed, which
-    shadow a packed one of the same call. ``ordinals``: the ledger-order place of each call the dict holds that
-    ``settled`` does not (a new call: after every packed one)."""
+class _PackedDict(dict[str, V]):
+    """A dict over a ``Settled``: the dict itself holds what changed since it was packed, which shadows the
+    packed value of the same call. Read as a dict (``get``, ``in``, ``len``, iteration, ``items``), it gives every
+    call; what goes over every call decodes the packed ones, and pays then."""
 
-    def __init__(self, settled: Settled, changed: dict[str, ToolLedgerEntry], ordinals: dict[str, int]) -> None:
-        super().__init__(changed)
-        self._index = _Index(settled)
-        self._ordinals = dict(ordinals)
-        self._shadowed: dict[str, int] = {}  # call id -> its packed position, when the dict holds it too
-        self._extra = 0  # calls the dict holds that ``settled`` does not
+    _index: _Index
+    _ordinals: dict[str, int]  # the ledger-order place of each call the dict holds that ``settled`` does not
+    _shadowed: dict[str, int]  # call id -> its packed position, when the dict holds it too
+    _extra: int  # calls the dict holds that ``settled`` does not
+
+    def _setup(self, index: _Index, changed: dict[str, V], ordinals: dict[str, int]) -> None:
+        dict.__init__(self, changed)
+        self._index, self._ordinals, self._shadowed, self._extra = index, dict(ordinals), {}, 0
         for call_id in changed:
-            position = self._index.find(call_id)
-            if position is None:
+            position = index.find(call_id)
+            if position is None or self._absent(position):
                 self._extra += 1
             else:
                 self._shadowed[call_id] = position
 
+    def _value(self, position: int) -> V:
+        raise NotImplementedError
+
+    def _absent(self, position: int) -> bool:
+        """Whether the packed call has no value here (a call never started has no attempts)."""
+        return False
+
     @property
     def settled(self) -> Settled:
         return self._index.settled
+
+    def shadowing(self) -> dict[str, int]:
+        """The calls the dict holds that ``settled`` holds too (a finished call changed again)."""
+        return self._shadowed
+
+    def changed(self) -> dict[str, V]:
+        """What the dict itself holds (each call changed since ``settled`` was packed)."""
+        return dict(dict.items(self))
 
     def ordinal(self, call_id: str) -> int | None:
         if call_id in self._shadowed:
             return int(self._index.ordinals[self._shadowed[call_id]])
         return self._ordinals.get(call_id)
 
-    def shadowing(self) -> dict[str, int]:
-        """The calls the dict holds that ``settled`` holds too (a finished call changed again)."""
-        return self._shadowed
-
-    def changed(self) -> dict[str, ToolLedgerEntry]:
-        """What the dict itself holds (each call changed since ``settled`` was packed)."""
-        return dict(super().items())
-
-    def _packed(self, call_id: str) -> ToolLedgerEntry | None:
-        if dict.__contains__(self, call_id):
+    def _position(self, call_id: object) -> int | None:
+        if not isinstance(call_id, str) or dict.__contains__(self, call_id):
             return None
         position = self._index.find(call_id)
-        return None if position is None else self._index.entry(position)
+        return None if position is None or self._absent(position) else position
 
-    # the dict's reading, over both parts ---------------------------------------------------------------------
-    def __getitem__(self, call_id: str) -> ToolLedgerEntry:
+    def __getitem__(self, call_id: str) -> V:
         if dict.__contains__(self, call_id):
             return dict.__getitem__(self, call_id)
-        found = self._packed(call_id)
-        if found is None:
+        position = self._position(call_id)
+        if position is None:
             raise KeyError(call_id)
-        return found
+        return self._value(position)
 
     def get(self, call_id: str, default: Any = None) -> Any:
         try:
@@ -181,22 +230,26 @@ class LedgerMap(dict[str, ToolLedgerEntry]):
             return default
 
     def __contains__(self, call_id: object) -> bool:
-        if dict.__contains__(self, call_id):
-            return True
-        return isinstance(call_id, str) and self._index.find(call_id) is not None
+        return dict.__contains__(self, call_id) or self._position(call_id) is not None
 
-    def __setitem__(self, call_id: str, entry: ToolLedgerEntry) -> None:
+    def __setitem__(self, call_id: str, value: V) -> None:
         if not dict.__contains__(self, call_id):
-            position = self._index.find(call_id)
+            position = self._position(call_id)
             if position is None:
+                if not self._sparse:  # (a sparse map's order is not asked: its length is a count)
+                    self._ordinals.setdefault(call_id, len(self))  # a new call: after every other
                 self._extra += 1
-                self._ordinals.setdefault(call_id, len(self) - 1)
             else:
                 self._shadowed[call_id] = position
-        dict.__setitem__(self, call_id, entry)
+        dict.__setitem__(self, call_id, value)
 
     def __len__(self) -> int:
-        return len(self._index.settled) + self._extra
+        packed = len(self._index.settled)
+        if self._sparse:  # (a count: only asked by what goes over every call)
+            packed = sum(1 for position in range(packed) if not self._absent(position))
+        return packed + self._extra
+
+    _sparse = False  # whether some packed calls have no value here (``_absent``)
 
     def __bool__(self) -> bool:
         return len(self) > 0
@@ -204,42 +257,41 @@ class LedgerMap(dict[str, ToolLedgerEntry]):
     def __iter__(self) -> Iterator[str]:
         return iter([call_id for call_id, _ in self._ordered()])
 
-    def _ordered(self) -> list[tuple[str, ToolLedgerEntry]]:
-        """Every (call id, entry), in ledger order: the packed ones decoded (what goes over every call pays)."""
+    def _ordered(self) -> list[tuple[str, V]]:
+        """Every (call id, value), in ledger order: the packed ones decoded (what goes over every call pays)."""
         index, found = self._index, []
         for position in range(len(index.settled)):
-            entry = index.entry(position)
-            if not dict.__contains__(self, entry.call_id):
-                found.append((int(index.ordinals[position]), entry.call_id, entry))
-        for call_id, entry in dict.items(self):
+            if self._absent(position):
+                continue
+            call_id = index.entry(position).call_id
+            if not dict.__contains__(self, call_id):
+                found.append((int(index.ordinals[position]), call_id, self._value(position)))
+        for call_id, value in dict.items(self):
             ordinal = self.ordinal(call_id)
-            found.append((len(index.settled) + len(self) if ordinal is None else ordinal, call_id, entry))
+            found.append((len(index.settled) + len(self._ordinals) if ordinal is None else ordinal, call_id, value))
         found.sort(key=lambda item: item[0])
-        return [(call_id, entry) for _, call_id, entry in found]
+        return [(call_id, value) for _, call_id, value in found]
 
     def keys(self) -> KeysView[str]:  # type: ignore[override]  # a view of a plain dict of the same items
         return dict(self._ordered()).keys()
 
-    def values(self) -> ValuesView[ToolLedgerEntry]:  # type: ignore[override]  # as ``keys``
+    def values(self) -> ValuesView[V]:  # type: ignore[override]  # as ``keys``
         return dict(self._ordered()).values()
 
-    def items(self) -> ItemsView[str, ToolLedgerEntry]:  # type: ignore[override]  # as ``keys``
+    def items(self) -> ItemsView[str, V]:  # type: ignore[override]  # as ``keys``
         return dict(self._ordered()).items()
 
-    def copy(self) -> LedgerMap:  # the packed part shared
-        copied = LedgerMap.__new__(LedgerMap)
+    def _copy_into(self, copied: _PackedDict[V]) -> None:
         dict.__init__(copied, dict.items(self))
         copied._index, copied._ordinals = self._index, dict(self._ordinals)
         copied._shadowed, copied._extra = dict(self._shadowed), self._extra
-        return copied
 
     def __eq__(self, other: object) -> bool:
-        """As a dict's: the same calls with the same entries (order aside)."""
+        """As a dict's: the same calls with the same values (order aside)."""
         if not isinstance(other, dict):
             return NotImplemented
-        return len(self) == len(other) and dict(self._ordered()) == (
-            dict(other._ordered()) if isinstance(other, LedgerMap) else other
-        )
+        mine = dict(self._ordered())
+        return mine == (dict(other._ordered()) if isinstance(other, _PackedDict) else other)
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
@@ -248,10 +300,61 @@ class LedgerMap(dict[str, ToolLedgerEntry]):
     __hash__ = None  # a dict's
 
     def __repr__(self) -> str:
-        return f"LedgerMap({len(self._index.settled)} packed, {dict.__len__(self)} changed)"
+        return f"{type(self).__name__}({len(self._index.settled)} packed, {dict.__len__(self)} changed)"
 
-    def pop(self, *args: Any) -> Any:  # never used on a ledger: refused rather than wrong
-        raise TypeError("a ledger's entries are never removed")
+    def pop(self, *args: Any) -> Any:  # never used on these: refused rather than wrong
+        raise TypeError("a ledger's calls are never removed")
 
     def __delitem__(self, call_id: str) -> None:
-        raise TypeError("a ledger's entries are never removed")
+        raise TypeError("a ledger's calls are never removed")
+
+
+class LedgerMap(_PackedDict[ToolLedgerEntry]):
+    """Every call's current entry (``RunView.current``)."""
+
+    def __init__(self, settled: Settled, changed: dict[str, ToolLedgerEntry], ordinals: dict[str, int]) -> None:
+        self._setup(_Index(settled), changed, ordinals)
+
+    def _value(self, position: int) -> ToolLedgerEntry:
+        return self._index.entry(position)
+
+    def copy(self) -> LedgerMap:  # the packed part shared
+        copied = LedgerMap.__new__(LedgerMap)
+        self._copy_into(copied)
+        return copied
+
+    def counts(self, changed: dict[str, int], column: str) -> ColumnMap:
+        """A ``ColumnMap`` of ``column`` (``attempts``, ``seqs``) over the same packed calls."""
+        found = ColumnMap.__new__(ColumnMap)
+        found._column = getattr(self._index, column)
+        found._sparse = column == "attempts"
+        found._setup(self._index, changed, {})
+        return found
+
+    def from_step(self, first: int) -> list[tuple[int, str]]:
+        """(ordinal, call id) of the packed calls of step ``first`` and later, those the dict holds left out (their
+        current step is their entry's)."""
+        index, found = self._index, []
+        for position in index.from_step(first):
+            call_id = index.entry(position).call_id
+            if call_id not in self._shadowed:
+                found.append((int(index.ordinals[position]), call_id))
+        return found
+
+
+class ColumnMap(_PackedDict[int]):
+    """A number per call over the packed calls' ``column`` (their attempts, their latest record's seq)."""
+
+    _column: memoryview
+
+    def _value(self, position: int) -> int:
+        return int(self._column[position])
+
+    def _absent(self, position: int) -> bool:
+        return self._sparse and self._column[position] == 0
+
+    def copy(self) -> ColumnMap:
+        copied = ColumnMap.__new__(ColumnMap)
+        copied._column, copied._sparse = self._column, self._sparse
+        self._copy_into(copied)
+        return copied

@@ -13,6 +13,7 @@ import msgspec
 from safepoint.core.checkpoint_codec import expand as expand_checkpoint
 from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
 from safepoint.core.ledger import FINISHED, apply_change
+from safepoint.core.ledger_map import LedgerMap
 from safepoint.core.record_rows import decode as decode_row
 from safepoint.core.record_rows import is_row, place_of
 from safepoint.errors import CorruptRecordError
@@ -92,7 +93,8 @@ class RunView:
     unsettled: dict[str, int] = field(default_factory=dict)  # call id -> ordinal, while its state is not finished
     open_starts: dict[str, int] = field(default_factory=dict)  # unsettled call -> `started` since it last finished
     reopened: dict[str, dict[str, Any]] = field(default_factory=dict)  # a call open again -> input said since
-    step_calls: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # step -> (ordinal, call id)
+    # step -> (ordinal, call id) of the calls not packed in a snapshot's ``LedgerMap`` (``recent_calls`` asks both)
+    step_calls: dict[int, list[tuple[int, str]]] = field(default_factory=dict, compare=False)
     doubted: dict[str, None] = field(default_factory=dict)  # calls a state of which was marked doubted
     messages_len: int = 0  # the conversation's length over every branch: the highest message seq + 1
     ref_messages: dict[int, Message] = field(default_factory=dict)  # log seq -> a message with blobs or calls
@@ -103,7 +105,7 @@ class RunView:
         """Field by field, whichever way each was read (a ``PastView`` equals the view the whole log gives)."""
         if not isinstance(other, RunView):
             return NotImplemented
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(RunView))
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(RunView) if f.compare)
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq is
 
@@ -150,17 +152,25 @@ class RunView:
 
     def recent_calls(self, first_step: int) -> list[str]:
         """The calls of steps ``first_step`` and later (by their step id's number), in order of first appearance."""
+        return [call_id for _, call_id in sorted(self._from_step(first_step))]
+
+    def _from_step(self, first_step: int) -> list[tuple[int, str]]:
         found = [pair for step, pairs in self.step_calls.items() if step >= first_step for pair in pairs]
-        return [call_id for _, call_id in sorted(found)]
+        current = self.current
+        if isinstance(current, LedgerMap):
+            found += current.from_step(first_step)
+            for call_id in current.shadowing():  # packed, then changed: its current entry says its step
+                ordinal = current.ordinal(call_id)
+                if ordinal is not None and step_of(current[call_id].step_id) >= first_step:
+                    found.append((ordinal, call_id))
+        return found
 
     def open_and_recent(self, first_step: int | None) -> list[str]:
         """The unsettled calls and, with ``first_step``, the calls of that step and later, in ledger order: what a
         resume plans (every other call is finished, so its recorded outcome is simply taken)."""
         found = dict(self.unsettled)
         if first_step is not None:
-            for step, pairs in self.step_calls.items():
-                if step >= first_step:
-                    found.update((call_id, ordinal) for ordinal, call_id in pairs)
+            found.update((call_id, ordinal) for ordinal, call_id in self._from_step(first_step))
         return sorted(found, key=found.__getitem__)
 
 
@@ -199,7 +209,10 @@ def note_entry(view: RunView, body: ToolLedgerEntry, previous: ToolLedgerEntry |
         view.open_starts.pop(call_id, None)
     elif ordinal is None:  # a finished call open again: its place among the calls of its first step
         pairs = view.step_calls.get(step_of(body.step_id), [])
-        view.unsettled[call_id] = next((n for n, found in pairs if found == call_id), len(view.current))
+        place = next((n for n, found in pairs if found == call_id), None)
+        if place is None and isinstance(view.current, LedgerMap):
+            place = view.current.ordinal(call_id)  # packed in a snapshot
+        view.unsettled[call_id] = len(view.current) if place is None else place
     else:
         view.unsettled[call_id] = ordinal
     if body.decision_reason == DOUBT_REASON:

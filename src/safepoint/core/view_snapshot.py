@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 
 from safepoint.core.history_codec import HistoryDecoder
-from safepoint.core.ledger_map import LedgerMap, Settled, pack
-from safepoint.core.run_view import CheckpointAt, PastView, RunView, ViewFold
+from safepoint.core.ledger_map import LedgerMap, Row, Settled, pack
+from safepoint.core.run_view import CheckpointAt, PastView, RunView, ViewFold, step_of
 from safepoint.errors import CorruptRecordError
 from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
 from safepoint.records import (
@@ -73,17 +73,16 @@ class ViewSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     branch: int  # the current one
     settled: Settled  # the current entry of each finished call, packed (``core.ledger_map``)
     open_entries: list[ToolLedgerEntry]  # the current entry of each other call (their places: ``unsettled``)
-    attempt_counts: dict[str, int]
+    open_attempts: dict[str, int]  # the open calls' (the others' are packed in ``settled``)
+    open_seqs: dict[str, int]
     unsettled: dict[str, int]
     open_starts: dict[str, int]
     reopened: dict[str, dict[str, Any]]
-    step_calls: dict[int, list[tuple[int, str]]]
     doubted: list[str]
     messages_len: int
     ref_messages: list[int]  # log seqs, in ``messages``
     latest_complete: SnapshotCheckpoint | None
     after_latest: list[SnapshotCheckpoint]
-    ledger_seqs: dict[str, int]
     patches: list[FilePatchEntry]
     decisions: dict[str, CallDecision]
     events: list[RunEvent]
@@ -140,17 +139,16 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
         branches=branches,
         settled=settled,
         open_entries=[view.current[call_id] for call_id in view.unsettled],
-        attempt_counts=view.attempt_counts,
+        open_attempts={c: view.attempt_counts[c] for c in view.unsettled if c in view.attempt_counts},
+        open_seqs={c: view.ledger_seqs[c] for c in view.unsettled if c in view.ledger_seqs},
         unsettled=view.unsettled,
         open_starts=view.open_starts,
         reopened=view.reopened,
-        step_calls=view.step_calls,
         doubted=list(view.doubted),
         messages_len=view.messages_len,
         ref_messages=list(view.ref_messages),
         latest_complete=kept(latest) if latest is not None else None,
         after_latest=[kept(at) for at in view.after_latest],
-        ledger_seqs=view.ledger_seqs,
         patches=view.patches,
         decisions=view.decisions,
         events=view.events,
@@ -174,24 +172,51 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
 
 
 def settle(fold: ViewFold) -> Settled:
-    """The finished calls' entries packed; the fold's ledger becomes a ``LedgerMap`` over them (the same calls
-    and entries: only how they are held changes), so a writer's next snapshot packs only the calls that finished
-    since, and holds no object per finished call meanwhile."""
+    """The finished calls packed (their entries, attempts, latest records' seqs, steps); the fold's ledger
+    becomes a ``LedgerMap`` over them (the same calls and values: only how they are held changes), so a writer's
+    next snapshot packs only the calls that finished since, and holds no object per finished call meanwhile."""
     view = fold.view
-    current = view.current
+    current, unsettled = view.current, view.unsettled
+
+    def row(ordinal: int, entry: ToolLedgerEntry) -> Row:
+        call_id = entry.call_id
+        seq = view.ledger_seqs.get(call_id, 0)
+        return Row(ordinal, entry, view.attempt_counts.get(call_id, 0), seq, step_of(entry.step_id))
+
     if isinstance(current, LedgerMap) and not current.shadowing():
         added = [
-            (ordinal, entry)
+            row(ordinal, entry)
             for call_id, entry in current.changed().items()
-            if call_id not in view.unsettled and (ordinal := current.ordinal(call_id)) is not None
+            if call_id not in unsettled and (ordinal := current.ordinal(call_id)) is not None
         ]
-        settled = pack(sorted(added, key=lambda pair: pair[0]), current.settled)
+        settled = pack(sorted(added, key=lambda found: found.ordinal), current.settled)
     else:  # folded from the log (or a finished call changed again, which is rare): every finished call packed
-        places = {call_id: ordinal for ordinal, call_id in enumerate(current)}
-        settled = pack([(places[c], e) for c, e in current.items() if c not in view.unsettled])
-    open_entries = {call_id: current[call_id] for call_id in view.unsettled}
-    view.current = fold.current = LedgerMap(settled, open_entries, view.unsettled)
+        settled = pack([row(n, e) for n, (c, e) in enumerate(current.items()) if c not in unsettled])
+    install(
+        fold,
+        settled,
+        {call_id: current[call_id] for call_id in unsettled},
+        {c: view.attempt_counts[c] for c in unsettled if c in view.attempt_counts},
+        {c: view.ledger_seqs[c] for c in unsettled if c in view.ledger_seqs},
+    )
     return settled
+
+
+def install(
+    fold: ViewFold,
+    settled: Settled,
+    open_entries: dict[str, ToolLedgerEntry],
+    attempts: dict[str, int],
+    seqs: dict[str, int],
+) -> None:
+    """The view's per-call parts over ``settled`` and the open calls' own (``open_entries``, in ``unsettled``)."""
+    view = fold.view
+    view.current = fold.current = LedgerMap(settled, open_entries, view.unsettled)
+    view.attempt_counts = view.current.counts(attempts, "attempts")
+    view.ledger_seqs = view.current.counts(seqs, "seqs")
+    view.step_calls = {}
+    for call_id, ordinal in sorted(view.unsettled.items(), key=lambda pair: pair[1]):
+        view.step_calls.setdefault(step_of(open_entries[call_id].step_id), []).append((ordinal, call_id))
 
 
 def decode(data: bytes, info: RunInfo) -> ViewSnapshot | None:
@@ -245,7 +270,6 @@ def resume_fold(snapshot: ViewSnapshot, info: RunInfo, after: LogRead, past: Pas
     if open_entries.keys() != snapshot.unsettled.keys() or len(open_entries) != len(snapshot.open_entries):
         raise ValueError("the snapshot's open calls are not its open entries")
     snapshot.settled.check()
-    current = LedgerMap(snapshot.settled, open_entries, snapshot.unsettled)
     # The read's problems first, then the fold's, as one whole read reports them.
     problems = [
         *snapshot.problems[: snapshot.read_problems],
@@ -275,14 +299,10 @@ def resume_fold(snapshot: ViewSnapshot, info: RunInfo, after: LogRead, past: Pas
         recoveries=snapshot.recoveries,
         control_seen=snapshot.control_seen,
         context_epoch=snapshot.context_epoch,
-        ledger_seqs=snapshot.ledger_seqs,
         lost_seqs=snapshot.lost_seqs,
-        current=current,
-        attempt_counts=snapshot.attempt_counts,
         unsettled=snapshot.unsettled,
         open_starts=snapshot.open_starts,
         reopened=snapshot.reopened,
-        step_calls=snapshot.step_calls,
         doubted=dict.fromkeys(snapshot.doubted),
         messages_len=snapshot.messages_len,
         ref_messages=ref_messages,
@@ -290,6 +310,7 @@ def resume_fold(snapshot: ViewSnapshot, info: RunInfo, after: LogRead, past: Pas
         after_latest=after_latest,
     )
     fold = ViewFold(view)
+    install(fold, snapshot.settled, open_entries, snapshot.open_attempts, snapshot.open_seqs)
     fold.damaged_at, fold.expected, fold.branch = snapshot.damaged_at, snapshot.expected, branch
     fold.history = HistoryDecoder()
     for seq, dictionary in snapshot.dictionaries.items():
