@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import random
 
+import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safepoint.core import ledger_map
 from safepoint.core.ledger_map import LedgerMap, Row, pack
+from safepoint.errors import CorruptRecordError
 from safepoint.records import ToolLedgerEntry
 
 
@@ -37,7 +40,7 @@ def test_a_ledger_map_reads_as_the_dict_of_every_call(seed, calls, later):
     rows = [Row(n, list(plain.values())[n], n % 3, 100 + n, n // 4) for n in packed]
     # packed in two writes, as a writer appends what finished since
     half = len(rows) // 2
-    settled = pack(rows[half:], pack(rows[:half]))
+    settled = pack(rows[half:], pack(rows[:half]))  # (frames of CHUNK entries: a partial last one reframed)
     settled.check()
     names = list(plain)
     changed = {names[n]: plain[names[n]] for n in range(calls) if n not in packed}
@@ -72,3 +75,16 @@ def test_a_digest_collision_is_told_apart_by_the_call_id(monkeypatch):
     mapped = LedgerMap(settled, {}, {})
     assert [mapped[f"c{n}"].call_id for n in range(5)] == [f"c{n}" for n in range(5)]
     assert "c9" not in mapped and mapped.get("c9") is None
+
+
+def test_packed_entries_span_frames_and_a_partial_last_frame_is_reframed(monkeypatch):
+    monkeypatch.setattr(ledger_map, "CHUNK", 4)
+    rows = [Row(n, _entry(f"c{n}"), 1, n, n) for n in range(11)]
+    settled = pack(rows[7:], pack(rows[5:7], pack(rows[:5])))  # 5 (a partial frame), then 2, then 4 more
+    settled.check()
+    mapped = LedgerMap(settled, {}, {})
+    assert [entry.call_id for entry in mapped.values()] == [f"c{n}" for n in range(11)]
+    assert mapped["c10"].call_id == "c10" and mapped["c3"].call_id == "c3"
+    damaged = msgspec.structs.replace(settled, blob=settled.blob[:-3] + b"xyz")
+    with pytest.raises(CorruptRecordError):
+        LedgerMap(damaged, {}, {})["c10"]

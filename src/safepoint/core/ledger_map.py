@@ -21,11 +21,16 @@ from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 from typing import Any, TypeVar
 
 import msgspec
+import zstandard
 
+from safepoint.errors import CorruptRecordError
 from safepoint.records import ToolLedgerEntry
 
 V = TypeVar("V")
+CHUNK = 64  # entries a frame: one read decompresses about 20 KB (rejected: one frame, a whole decompress per read)
 _encoder = msgspec.msgpack.Encoder()
+_compressor = zstandard.ZstdCompressor(level=3)
+_decompressor = zstandard.ZstdDecompressor()
 _decoder = msgspec.msgpack.Decoder(ToolLedgerEntry)
 
 
@@ -40,8 +45,9 @@ class Settled(msgspec.Struct, frozen=True):
     ``ordinals`` (n uint32) give each call's place in the ledger's order; ``digests`` (n uint64, sorted) and
     ``order`` (n uint32: the entry each digest is) are the index."""
 
-    blob: bytes = b""
-    offsets: bytes = b"\x00" * 8
+    blob: bytes = b""  # the entries, each ``CHUNK`` of them one zstd frame (rejected: raw, 350 bytes a call)
+    chunks: bytes = b"\x00" * 8  # uint64: where each frame starts in ``blob`` (and where the last ends)
+    offsets: bytes = b"\x00" * 8  # uint64, n + 1: where each entry starts in the frames' decompressed bytes
     ordinals: bytes = b""
     digests: bytes = b""
     order: bytes = b""
@@ -67,6 +73,7 @@ class Settled(msgspec.Struct, frozen=True):
         if (
             len(self.ordinals) % 4
             or len(self.offsets) != 8 * (n + 1)
+            or len(self.chunks) != 8 * (-(-n // CHUNK) + 1)
             or len(self.digests) != 8 * n
             or len(self.order) != 4 * n
             or len(self.attempts) != 4 * n
@@ -75,9 +82,9 @@ class Settled(msgspec.Struct, frozen=True):
             or len(self.by_step) != 4 * n
         ):
             raise ValueError("its settled entries' index does not fit them")
-        offsets, _, _, order = self.views()
-        by_step = memoryview(self.by_step).cast("I")
-        if offsets[n] != len(self.blob) or any(p >= n for p in order) or any(p >= n for p in by_step):
+        _, _, _, order = self.views()
+        chunks, by_step = memoryview(self.chunks).cast("Q"), memoryview(self.by_step).cast("I")
+        if chunks[-1] != len(self.blob) or any(p >= n for p in order) or any(p >= n for p in by_step):
             raise ValueError("its settled entries' index points outside them")
 
 
@@ -93,8 +100,23 @@ class _Index:
         self.steps = memoryview(settled.steps).cast("I")
         self.by_step = memoryview(settled.by_step).cast("I")
 
+        self.chunks = memoryview(settled.chunks).cast("Q")
+        self._frame: tuple[int, bytes] = (-1, b"")  # the last frame decompressed (iteration reads each once)
+
+    def frame(self, chunk: int) -> bytes:
+        if self._frame[0] != chunk:
+            try:
+                data = _decompressor.decompress(self.blob[self.chunks[chunk] : self.chunks[chunk + 1]])
+            except zstandard.ZstdError as exc:
+                raise CorruptRecordError(f"a packed ledger frame does not decompress ({exc})") from None
+            self._frame = (chunk, data)
+        return self._frame[1]
+
     def entry(self, position: int) -> ToolLedgerEntry:
-        return _decoder.decode(self.blob[self.offsets[position] : self.offsets[position + 1]])
+        chunk = position // CHUNK
+        base = self.offsets[chunk * CHUNK]
+        data = self.frame(chunk)
+        return _decoder.decode(data[self.offsets[position] - base : self.offsets[position + 1] - base])
 
     def find(self, call_id: str) -> int | None:
         """The position of ``call_id``'s entry, None when it is not a settled call."""
@@ -127,8 +149,14 @@ def pack(rows: list[Row], base: Settled | None = None) -> Settled:
     """``base`` with ``rows`` added: each entry encoded once (a writer's next snapshot appends the calls that
     finished since, it does not encode the others again)."""
     base = base or Settled()
-    blob = bytearray(base.blob)
     offsets = memoryview(base.offsets).cast("Q").tolist()
+    chunks = memoryview(base.chunks).cast("Q").tolist()
+    blob = bytearray(base.blob)
+    tail = bytearray()  # the last frame's entries, while it is not full: decompressed, to be framed again
+    if len(offsets) > 1 and (len(offsets) - 1) % CHUNK:
+        tail += _decompressor.decompress(bytes(blob[chunks[-2] :]))
+        del blob[chunks[-2] :]
+        chunks.pop()
     ordinals = memoryview(base.ordinals).cast("I").tolist()
     attempts = memoryview(base.attempts).cast("I").tolist()
     seqs = memoryview(base.seqs).cast("Q").tolist()
@@ -141,15 +169,23 @@ def pack(rows: list[Row], base: Settled | None = None) -> Settled:
     for row in rows:
         keyed.append((digest(row.entry.call_id), len(ordinals)))
         stepped.append((row.step, len(ordinals)))
-        blob += _encoder.encode(row.entry)
-        offsets.append(len(blob))
+        data = _encoder.encode(row.entry)
+        tail += data
+        offsets.append(offsets[-1] + len(data))
         ordinals.append(row.ordinal)
         attempts.append(row.attempts)
         seqs.append(row.seq)
     keyed.sort()
     stepped.sort()
+    first = (len(chunks) - 1) * CHUNK  # the first entry of the frames made now
+    for start in range(first, len(offsets) - 1, CHUNK):
+        end = min(start + CHUNK, len(offsets) - 1)
+        frame = tail[offsets[start] - offsets[first] : offsets[end] - offsets[first]]
+        blob += _compressor.compress(bytes(frame))
+        chunks.append(len(blob))
     return Settled(
         blob=bytes(blob),
+        chunks=_packed("Q", chunks),
         offsets=_packed("Q", offsets),
         ordinals=_packed("I", ordinals),
         digests=_packed("Q", [key for key, _ in keyed]),
