@@ -146,7 +146,7 @@ class RunSession:
         self.calls = LedgerMachine(
             view.info.run_id,
             view.ledger,
-            dict(view.attempt_counts),
+            view.attempt_counts.copy(),  # a snapshot's ColumnMap copies what changed only
             dict(view.decisions),
             self.log.add,
             open_calls=view.unsettled,
