@@ -62,6 +62,9 @@ def test_a_ledger_map_reads_as_the_dict_of_every_call(seed, calls, later):
         name = names[packed[-1]]
         copied[name] = plain[name] = _entry(name, "failed", 2)
     assert list(copied.items()) == list(plain.items()) and len(copied) == len(plain)
+    again = mapped.copy()
+    again.update({"u": _entry("u")})
+    assert again.setdefault("u", None).call_id == "u" and len(again) == calls + 1 and "u" in again
     assert len(mapped) == calls
     first = rng.randint(0, 9)
     assert sorted(call_id for _, call_id in mapped.from_step(first)) == sorted(

@@ -338,6 +338,15 @@ class _PackedDict(dict[str, V]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self._index.settled)} packed, {dict.__len__(self)} changed)"
 
+    def setdefault(self, call_id: str, default: Any = None) -> Any:
+        if call_id not in self:
+            self[call_id] = default
+        return self[call_id]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # through ``__setitem__``: the C one would skip the count
+        for call_id, value in dict(*args, **kwargs).items():
+            self[call_id] = value
+
     def pop(self, *args: Any) -> Any:  # never used on these: refused rather than wrong
         raise TypeError("a ledger's calls are never removed")
 
