@@ -141,3 +141,27 @@ def test_killed_at_a_snapshots_write_resumes_as_from_the_log(backend, tmp_path, 
         assert all(after.ledger[f"c{n}"].status == "succeeded" for n in [*made[:-1], 999])
     finally:
         tm.close()
+
+
+def test_a_write_up_to_a_position_covers_exactly_that_and_pauses(tmp_path, workspace, monkeypatch):
+    """``refresh(upto=...)`` (a background writer's: the position of a group known durable) folds the log up to
+    there and no further, from the writer's kept fold too, and calls ``pause`` as it folds."""
+    monkeypatch.setattr(view_index, "SNAPSHOT_EVERY", 10**9)  # no write but the ones asked for here
+    monkeypatch.setattr(view_index, "PACE", 8)
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    run = tm.start("t", tools=[noop], run_id="r")
+    store, claim, info = tm.store, run.session.claim, run.session.info
+    positions = []
+    for n in range(60):
+        run.call("noop", {"n": n}, call_id=f"c{n}")
+        if n in (20, 40):
+            positions.append(store.log_position("r"))
+    paused: list[int] = []
+    for position in positions:  # the second one from the fold the first kept
+        assert view_index.refresh(store, claim, info, every=0, upto=position, pause=lambda: paused.append(1))
+        assert store.view_snapshot_seq("r") == position.seq
+    assert paused
+    view = load_view(store, "r")
+    assert view == _whole(store, "r") and view.last_seq == store.log_position("r").seq
+    run.close()
+    tm.close()

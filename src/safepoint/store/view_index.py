@@ -22,17 +22,19 @@ write one fails nothing (``refresh`` says whether it wrote).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 
 import msgspec
 
 from safepoint.core import view_snapshot
 from safepoint.core.run_view import CheckpointAt, PastView, RunView, ViewFold
 from safepoint.errors import StoreError
-from safepoint.records import Claim, LogRead, RunInfo, ToolLedgerEntry
+from safepoint.records import Claim, LogRead, LogRecord, RunInfo, ToolLedgerEntry
 from safepoint.store.base import Store
 from safepoint.store.log_after import LogPosition
 
 SNAPSHOT_EVERY = 2000  # log records after the last snapshot before the owner writes a new one
+PACE = 64  # records folded between two of a background writer's pauses (``refresh(pause=...)``)
 
 
 def due_after(covered: int) -> int:
@@ -55,7 +57,9 @@ def read_view(store: Store, info: RunInfo, refused: list[str] | None = None) -> 
     return fold.finish()
 
 
-def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tuple[ViewFold, int] | None:
+def _from_snapshot(
+    store: Store, info: RunInfo, refused: list[str] | None, *, cut: Callable[[LogRead], LogRead] | None = None
+) -> tuple[ViewFold, int] | None:
     def refuse(why: str) -> None:
         if refused is not None:
             refused.append(why)
@@ -69,6 +73,8 @@ def _from_snapshot(store: Store, info: RunInfo, refused: list[str] | None) -> tu
         refuse("its snapshot does not decode (another version, or another run's)")
         return None
     after = store.read_log_after(info.run_id, LogPosition(snapshot.seq, snapshot.offset, snapshot.check))
+    if after is not None and cut is not None:
+        after = cut(after)
     if after is None:
         refuse(f"the log no longer holds the record its snapshot ends at (seq {snapshot.seq})")
         return None
@@ -85,16 +91,54 @@ def _past(store: Store, info: RunInfo, covered: int, upto: int) -> tuple[list[To
     return view_snapshot.past_of(info, store.read_log(info.run_id), covered, upto)
 
 
-def refresh(store: Store, claim: Claim, info: RunInfo, *, every: int | None = None) -> bool:
+def refresh(
+    store: Store,
+    claim: Claim,
+    info: RunInfo,
+    *,
+    every: int | None = None,
+    upto: LogPosition | None = None,
+    pause: Callable[[], None] | None = None,
+) -> bool:
     """Write the run's snapshot when ``every`` (default ``SNAPSHOT_EVERY``) records came after the last one;
-    whether one was written. Only by the run's owner (``claim``), while nothing else appends: at a session's close,
-    or right after a group is durable, under the run's bookkeeping lock (``RunSession._after_commit``); an append
-    that slips in anyway only makes this one skip (the fold no longer ends at the log's end)."""
+    whether one was written. Only by the run's owner (``claim``). Without ``upto``, while nothing else appends (at
+    a session's close, or right after a group is durable under the run's bookkeeping lock): it covers the log to
+    its end, and an append that slips in anyway only makes it skip. With ``upto`` (the position of a group known
+    durable: a background writer), it covers the log exactly up to there, and what was appended after it is read
+    past, never folded. ``pause`` is called every ``PACE`` records folded (a background writer's thread lets the
+    run's calls have the GIL)."""
     every = SNAPSHOT_EVERY if every is None else every
     try:
-        return _refresh(store, claim, info, every)
+        return _refresh(store, claim, info, every, upto, pause)
     except (StoreError, OSError):  # a cache: a store gone, full or taken over fails the close no more than before
         return False
+
+
+def _cut(read: LogRead, upto: int | None, pause: Callable[[], None] | None) -> LogRead:
+    """The records up to seq ``upto`` (None: all), paced by ``pause``; problems are kept (a log with one is never
+    snapshotted)."""
+    records = read.records
+    if upto is not None and records and records[-1].seq > upto:
+        records = [record for record in records if record.seq <= upto]
+    if pause is not None:
+        records = _Paced(records, pause)
+    return read if records is read.records else LogRead(records=records, problems=read.problems)
+
+
+class _Paced(list[LogRecord]):
+    """Records whose iteration calls ``pause`` every ``PACE`` of them: the fold iterates them (rejected: a pause
+    parameter through the fold, ``core``'s, which knows nothing of threads)."""
+
+    def __init__(self, records: list[LogRecord], pause: Callable[[], None]) -> None:
+        super().__init__(records)
+        self._pause = pause
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        pause = self._pause
+        for index, record in enumerate(super().__iter__()):
+            if index % PACE == PACE - 1:
+                pause()
+            yield record
 
 
 # The writer's fold, kept between its snapshots (run id and store -> the fold, what the reads reported, the
@@ -105,12 +149,14 @@ _kept: dict[tuple[int, str], tuple[ViewFold, int, LogPosition, int]] = {}
 _kept_lock = threading.Lock()
 
 
-def _refresh(store: Store, claim: Claim, info: RunInfo, every: int) -> bool:
+def _refresh(
+    store: Store, claim: Claim, info: RunInfo, every: int, upto: LogPosition | None, pause: Callable[[], None] | None
+) -> bool:
     key = (id(store), info.run_id)
     with _kept_lock:
         kept = _kept.pop(key, None)
     try:
-        return _write(store, claim, info, every, key, kept)
+        return _write(store, claim, info, every, key, kept, upto, pause)
     finally:
         if every:  # a close (``RunSession.close``; its writes while the run goes on are due: ``every=0``)
             with _kept_lock:
@@ -124,8 +170,10 @@ def _write(
     every: int,
     key: tuple[int, str],
     kept: tuple[ViewFold, int, LogPosition, int] | None,
+    upto: LogPosition | None,
+    pause: Callable[[], None] | None,
 ) -> bool:
-    position = store.log_position(info.run_id)
+    position = store.log_position(info.run_id) if upto is None else upto
     if position is None:
         return False
     known = store.view_snapshot_seq(info.run_id) or 0  # its header alone: a close reads nothing more
@@ -134,17 +182,21 @@ def _write(
             with _kept_lock:
                 _kept[key] = kept
         return False
+
+    def cut(read: LogRead) -> LogRead:
+        return _cut(read, None if upto is None else upto.seq, pause)
+
     found: tuple[ViewFold, int] | None = None
     if kept is not None and kept[3] == claim.generation and kept[2].seq == known:
         fold, read_problems, since, _ = kept
         after = store.read_log_after(info.run_id, since)
         if after is not None and not after.problems:
-            fold.feed(after.records)
+            fold.feed(cut(after).records)
             found = (fold, read_problems)
     if found is None:
-        found = _from_snapshot(store, info, None)
+        found = _from_snapshot(store, info, None, cut=cut)
     if found is None:
-        read = store.read_log(info.run_id)
+        read = cut(store.read_log(info.run_id))
         fold = ViewFold(RunView(info=info, problems=list(read.problems)))
         fold.feed(read.records)
         found = (fold, len(read.problems))
