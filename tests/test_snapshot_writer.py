@@ -31,16 +31,13 @@ def _whole(store, run_id):
     return build_view(view_index.header_info(store, run_id), store.read_log(run_id))
 
 
-def test_due_after_grows_with_what_the_snapshot_covers(monkeypatch):
+def test_due_after_keeps_the_tail_short_whatever_the_run_s_length(monkeypatch):
     monkeypatch.setattr(view_index, "SNAPSHOT_EVERY", 100)
     assert view_index.due_after(0) == 100
-    assert view_index.due_after(100) == 200  # at least SNAPSHOT_EVERY more
-    assert view_index.due_after(4000) == 5000  # a quarter more: writes O(1) per record on average
-    # a run of N records writes O(log N) snapshots, not N / SNAPSHOT_EVERY
-    covered, writes = 0, 0
-    while (covered := view_index.due_after(covered)) <= 1_000_000:
-        writes += 1
-    assert writes < 40
+    assert view_index.due_after(100) == 200
+    # a run of 1,000,000 records leaves a resume at most SNAPSHOT_EVERY records to fold after its snapshot (the
+    # growth rule this replaced let the tail grow to a quarter of the run)
+    assert view_index.due_after(1_000_000) == 1_000_100
 
 
 @pytest.mark.parametrize("sealed", [False, True])
@@ -168,3 +165,27 @@ def test_killed_at_a_snapshots_write_resumes_as_from_the_log(backend, at, tmp_pa
         assert all(after.ledger[f"c{n}"].status == "succeeded" for n in [*made[:-1], 999])
     finally:
         tm.close()
+
+
+def test_a_write_up_to_a_position_covers_exactly_that_and_pauses(tmp_path, workspace, monkeypatch):
+    """``refresh(upto=...)`` (a background writer's: the position of a group known durable) folds the log up to
+    there and no further, from the writer's kept fold too, and calls ``pause`` as it folds."""
+    monkeypatch.setattr(view_index, "SNAPSHOT_EVERY", 10**9)  # no write but the ones asked for here
+    monkeypatch.setattr(view_index, "PACE", 8)
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    run = tm.start("t", tools=[noop], run_id="r")
+    store, claim, info = tm.store, run.session.claim, run.session.info
+    positions = []
+    for n in range(60):
+        run.call("noop", {"n": n}, call_id=f"c{n}")
+        if n in (20, 40):
+            positions.append(store.log_position("r"))
+    paused: list[int] = []
+    for position in positions:  # the second one from the fold the first kept
+        assert view_index.refresh(store, claim, info, every=0, upto=position, pause=lambda: paused.append(1))
+        assert store.view_snapshot_seq("r") == position.seq
+    assert paused
+    view = load_view(store, "r")
+    assert view == _whole(store, "r") and view.last_seq == store.log_position("r").seq
+    run.close()
+    tm.close()

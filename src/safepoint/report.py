@@ -296,7 +296,8 @@ def explain(
         hashes = {path: _hash_or_none(ws, path) for path in expected_files(view)}
         # What a resume would decide: the built-in tools' probes too (they only read).
         reader = RunSession.open(store, run_id, ws, builtin_registry(), read_only=True, view=view)
-        for call_id, entry in reader.ledger.items():
+        for call_id in reader.calls.open:  # a finished call is never probed: not every call decoded for this
+            entry = reader.ledger[call_id]
             if entry.status == "started" and reader.calls.current_decision(call_id) is None:
                 found = reader.probe(entry)
                 if found is not None:

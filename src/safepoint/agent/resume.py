@@ -67,7 +67,7 @@ def mark_doubt(session: RunSession, doubt: Doubt) -> None:
         if entry.status in NEVER_RAN and not is_internal(entry):
             marked.append(session.calls.record(doubted_entry(entry)))
     if marked:
-        session.view.ledger_entries.extend(marked)  # the plan below reads the view: it must see them too
+        session.view.add_entries(marked)  # the plan below reads the view: it must see them too
         session.commit()
         session.trace("ledger_damaged", calls=[e.call_id for e in marked if e.status == "started"])
 
@@ -81,8 +81,9 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
         session.calls.decide(call_id, choice)
         session.trace("call_decided", call_id=call_id, decision=choice)
     probes = {}
-    for call_id, entry in session.ledger.items():
-        if entry.status == "started" and session.calls.current_decision(call_id) is None:
+    for call_id in list(session.calls.open):  # a finished call is never probed: not every call is looked at
+        entry = session.ledger.get(call_id)
+        if entry is not None and entry.status == "started" and session.calls.current_decision(call_id) is None:
             found = session.probe(entry)
             if found is not None:
                 probes[call_id] = found
@@ -94,6 +95,7 @@ def prepare_resume(session: RunSession, *, replay: tuple[str, ...] = (), skip: t
         probes=probes,
         workspace_hashes=workspace_hashes(session),
         doubt=doubt,
+        open_only=True,
     )
     trace_plan(session, plan)
     return plan
@@ -136,7 +138,7 @@ def restore(session: RunSession, plan: ResumePlan) -> Recovery:
     if at is None:
         session.start_over()
     else:
-        history = large_values.resolve_messages(list(at.history), session.contents)  # read back once, used twice
+        history = large_values.resolve_branch(at.history, session.view.ref_messages, session.contents)
         if session.history != history:  # both read back
             session.rewind(at.checkpoint.history_len, at.checkpoint.checkpoint_id, "resume from checkpoint")
         session.return_to(at, history)

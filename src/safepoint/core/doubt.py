@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import msgspec
 
 from safepoint.core.ledger import NEVER_RAN
-from safepoint.core.run_view import RunView
+from safepoint.core.run_view import DOUBT_REASON, RunView
 from safepoint.records import ToolCall, ToolLedgerEntry
 
-DOUBT_DECISION_REASON = "the run's log lost records after this call was asked for; it may have run"
+DOUBT_DECISION_REASON = DOUBT_REASON  # defined where the view's fold notes the calls it marks
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,7 @@ def _asked(view: RunView) -> dict[str, tuple[ToolCall, int, str]]:
 
 
 def find_doubt(view: RunView, witnesses: Witnesses) -> Doubt:
-    ledger = view.ledger
-    asked = _asked(view)
+    ledger = view.current  # read only here: not a copy of every entry
     reasons: list[str] = []
     tail_lost = witnesses.log_mark > view.last_seq
     if tail_lost:
@@ -89,6 +88,7 @@ def find_doubt(view: RunView, witnesses: Witnesses) -> Doubt:
             reasons.append(f"call {call_id} was approved or denied, the ledger does not know it")
     if not reasons:
         return Doubt()
+    asked = _asked(view)  # every message and checkpoint: only for a log known damaged, never on an ordinary resume
     last_hole = max((b for _, b in view.lost_seqs), default=0)
 
     def lost_after(seq: int) -> bool:

@@ -6,11 +6,11 @@ Pure: the runtime reads the store, runs probes and hashes the workspace, then as
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from safepoint.core.doubt import DOUBT_DECISION_REASON, Doubt, assumed_entry, doubted_entry
-from safepoint.core.ledger import NEVER_RAN, attempts, settle_after_crash
+from safepoint.core.doubt import Doubt, assumed_entry, doubted_entry
+from safepoint.core.ledger import NEVER_RAN, settle_after_crash
 from safepoint.core.replay import ProbeResult, ReplayDecision, decide_replay
 from safepoint.core.run_view import CheckpointAt, RunView
 from safepoint.errors import ResumeOptionError, UnknownReferenceError
@@ -46,6 +46,7 @@ class ResumePlan:
     lost_calls: tuple[str, ...] = ()  # calls the damaged log lost entirely (what they were is unknown)
     doubted: frozenset[str] = frozenset()  # calls uncertain because the log lost their records (now or before)
     stopped_by: str = ""  # the run was stopped on purpose (SIGTERM, Ctrl-C): how, as its last event says
+    recent: tuple[CallReport, ...] = ()  # ``recent_calls``: those of the last completed step and the interrupted one
 
     @property
     def step(self) -> int:
@@ -54,10 +55,11 @@ class ResumePlan:
 
 def expected_files(view: RunView) -> dict[str, tuple[str, str]]:
     """Path -> (after_hash, call_id) of the run's last finished write to each path."""
-    finished = {call_id for call_id, entry in view.ledger.items() if entry.status == "succeeded"}
+    current = view.current  # looked up per patch: not a set of every finished call
     expected: dict[str, tuple[str, str]] = {}
     for patch in view.patches:
-        if patch.tool_call_id in finished:
+        entry = current.get(patch.tool_call_id)
+        if entry is not None and entry.status == "succeeded":
             expected[patch.path] = (patch.after_hash, patch.tool_call_id)  # "" when the run removed it
     return expected
 
@@ -85,10 +87,14 @@ def plan_resume(
     probes: dict[str, ProbeResult] | None = None,
     workspace_hashes: dict[str, str | None] | None = None,
     doubt: Doubt | None = None,
+    open_only: bool = False,
 ) -> ResumePlan:
     """``doubt``: what a damaged log no longer accounts for; those calls are planned as ``uncertain`` (the
-    runtime records them so durably first, with their tools' classification, before it asks)."""
-    started = attempts(view.ledger_entries)
+    runtime records them so durably first, with their tools' classification, before it asks). ``open_only``: the
+    plan's ``calls`` are the unsettled ones, the recent ones and the doubted ones (a resume's: every other call is
+    finished, its recorded outcome simply taken, and none of them is traced or told), not every call of the run
+    (``explain``'s)."""
+    started = view.attempt_counts
     decisions = {
         call_id: decision
         for call_id, decision in {**view.decisions, **(decisions or {})}.items()
@@ -102,19 +108,26 @@ def plan_resume(
         why = "no complete checkpoint: the run starts again from its first step"
     else:
         why = f"latest complete checkpoint ({at.checkpoint.kind} of step {at.checkpoint.step})"
-        skipped = [c for c in view.checkpoints if c.seq > at.seq]
+        skipped = [c for c in view.after_latest if c.seq > at.seq]
         if skipped:
             why += f"; {len(skipped)} later checkpoint(s) unusable: {skipped[0].why_incomplete}"
-    ledger = view.ledger
+    first = last_completed_step(at.checkpoint) if at else 0
+    current = view.current
     doubt = doubt or Doubt()
+    changed: dict[str, ToolLedgerEntry] = {}
     for call_id, (call, step_id) in doubt.calls.items():
-        entry = ledger.get(call_id)
+        entry = current.get(call_id)
         if entry is None:
-            ledger[call_id] = assumed_entry(call, step_id, view.info.run_id)
+            changed[call_id] = assumed_entry(call, step_id, view.info.run_id)
         elif entry.status in NEVER_RAN:
-            ledger[call_id] = doubted_entry(entry)
+            changed[call_id] = doubted_entry(entry)
+    if open_only:
+        chosen: Iterable[str] = [*view.open_and_recent(first), *(c for c in changed if c not in current)]
+    else:
+        chosen = [*current, *(c for c in changed if c not in current)]
     calls = []
-    for entry in ledger.values():
+    for call_id in chosen:
+        entry = changed.get(call_id) or current[call_id]
         settled = settle_after_crash(entry)
         decision = decide_replay(settled, decision=decisions.get(entry.call_id), probe=probes.get(entry.call_id))
         calls.append(CallReport(settled, decision))
@@ -127,6 +140,7 @@ def plan_resume(
             actual = workspace_hashes.get(path)
             if (actual or "") != expected:
                 drift.append(Drift(path, expected, actual, call_id))
+    recent = tuple(r for r in calls if step_number(r.entry.step_id) >= first and not is_internal(r.entry))
     return ResumePlan(
         resume_from=at,
         why=why,
@@ -136,8 +150,8 @@ def plan_resume(
         stopped_by=view.events[-1].detail if view.events and view.events[-1].status == "interrupted" else "",
         damage=doubt.reasons,
         lost_calls=doubt.lost,
-        doubted=frozenset(doubt.calls)
-        | {e.call_id for e in view.ledger_entries if e.decision_reason == DOUBT_DECISION_REASON},
+        doubted=frozenset(doubt.calls) | view.doubted.keys(),
+        recent=recent,
     )
 
 
@@ -223,8 +237,16 @@ def model_call_id(call_id: str) -> str:
 
 
 def pending_calls(history: Sequence[Message], call_ids: Sequence[str]) -> list[ToolCall]:
-    """The calls a checkpoint names as pending, taken from the assistant messages its history holds."""
-    calls = {call.call_id: call for message in history for call in message.tool_calls}
+    """The calls a checkpoint names as pending, taken from the assistant messages its history holds (the latest
+    message that names each, looked for from the end: they are the last turn's, not a pass over every message)."""
+    wanted, calls = set(call_ids), {}
+    for message in reversed(history):
+        if not wanted:
+            break
+        for call in reversed(message.tool_calls):
+            if call.call_id in wanted:
+                wanted.discard(call.call_id)
+                calls[call.call_id] = call
     return [calls[call_id] for call_id in call_ids if call_id in calls]
 
 
@@ -238,6 +260,6 @@ def last_completed_step(checkpoint: Checkpoint) -> int:
 
 
 def recent_calls(plan: ResumePlan) -> list[CallReport]:
-    """The calls a recovery note reports: those of the last completed step and of the interrupted one."""
-    first = last_completed_step(plan.resume_from.checkpoint) if plan.resume_from else 0
-    return [r for r in plan.calls if step_number(r.entry.step_id) >= first and not is_internal(r.entry)]
+    """The calls a recovery note reports: those of the last completed step and of the interrupted one (found once,
+    by ``plan_resume``)."""
+    return list(plan.recent)

@@ -18,6 +18,8 @@ Pure: records in, summary out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from safepoint.core.ledger import FINISHED, apply_change, settle_after_crash
@@ -80,7 +82,10 @@ class SummaryFold:
         self.status: RunStatus = "running"
         self.step = 0
         self.checkpoint_id: str | None = None
-        self.call_ids: set[str] = set()
+        self.known: Mapping[str, object] = {}  # the calls of the view it started from (``from_view``) ...
+        self.known_count = 0  # ... how many they were then ...
+        self.call_ids: set[str] = set()  # ... the calls observed since ...
+        self.new_calls = 0  # ... and how many of those the view did not know (counted once each, as observed)
         self.problems = 0
         self.live: dict[str, ToolLedgerEntry] = {}  # call id -> current entry, until it is finished
         self.started: dict[str, int] = {}  # call id -> `started` entries so far (unfinished calls only)
@@ -91,6 +96,8 @@ class SummaryFold:
 
     @classmethod
     def from_view(cls, view: RunView) -> SummaryFold:
+        """From what the view's fold keeps of the open calls (``RunView.unsettled``), not from every entry: a call
+        that finished is only counted."""
         fold = cls()
         if view.problems or view.lost_seqs:
             fold.enabled = False
@@ -100,22 +107,14 @@ class SummaryFold:
         latest = view.latest_complete_checkpoint()
         if latest is not None:
             fold.step, fold.checkpoint_id = latest.checkpoint.step, latest.checkpoint.checkpoint_id
-        # ``observe`` of each entry, without its dispatch on the record's kind (every entry of a view is a state:
-        # its changes are applied), which was most of an open's cost at 10,000 calls.
-        live, started, call_ids, finished = fold.live, fold.started, fold.call_ids, FINISHED
-        for entry in view.ledger_entries:
-            call_id = entry.call_id
-            call_ids.add(call_id)
-            if entry.status in finished:
-                live.pop(call_id, None)
-                started.pop(call_id, None)
-                continue
-            previous = live.get(call_id)
-            if previous is not None and not entry.input and previous.input:
-                entry = msgspec.structs.replace(entry, input=previous.input)  # as ``core.ledger.fold``
-            if entry.status == "started":
-                started[call_id] = started.get(call_id, 0) + 1
-            live[call_id] = entry
+        fold.known, fold.known_count = view.current, len(view.current)
+        for call_id in view.unsettled:
+            entry = view.current[call_id]
+            if call_id in view.reopened:  # finished once: the summary's entry starts over from its reopening
+                entry = msgspec.structs.replace(entry, input=view.reopened[call_id])
+            if call_id in view.open_starts:
+                fold.started[call_id] = view.open_starts[call_id]
+            fold.live[call_id] = entry
         for decision in view.decisions.values():
             fold.observe(decision)
         for report in view.recoveries:
@@ -132,7 +131,9 @@ class SummaryFold:
             body = apply_change(previous, body)
         if isinstance(body, ToolLedgerEntry):
             call_id = body.call_id
-            self.call_ids.add(call_id)
+            if call_id not in self.call_ids:
+                self.call_ids.add(call_id)
+                self.new_calls += call_id not in self.known
             previous = self.live.get(call_id)
             if previous is not None and not body.input and previous.input:
                 body = msgspec.structs.replace(body, input=previous.input)  # as ``core.ledger.fold``
@@ -183,7 +184,7 @@ class SummaryFold:
             status=self.status,
             step=self.step,
             checkpoint_id=self.checkpoint_id,
-            calls=len(self.call_ids),
+            calls=self.known_count + self.new_calls,
             problems=self.problems,
             waiting=self.waiting(),
             closed_reason=self.closed_reason,

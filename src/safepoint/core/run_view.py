@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import bisect
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import msgspec
 
 from safepoint.core.checkpoint_codec import expand as expand_checkpoint
 from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
-from safepoint.core.ledger import apply_change, fold
+from safepoint.core.ledger import FINISHED, apply_change
+from safepoint.core.ledger_map import LedgerMap
 from safepoint.core.record_rows import decode as decode_row
 from safepoint.core.record_rows import is_row, place_of
 from safepoint.errors import CorruptRecordError
@@ -41,6 +44,8 @@ _decoders: dict[str, msgspec.json.Decoder[Any]] = {
     kind: msgspec.json.Decoder(kind_type) for kind, kind_type in RECORD_TYPES.items()
 }
 _decoders["message"] = STORED_MESSAGE  # plain or compressed (``core.history_codec``), made a Message below
+# ``core.doubt.DOUBT_DECISION_REASON`` (that module reads views: importing it here would make a cycle)
+DOUBT_REASON = "the run's log lost records after this call was asked for; it may have run"
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class CheckpointAt:
         return self.branch[: self.checkpoint.history_len]
 
 
-@dataclass
+@dataclass(eq=False)
 class RunView:
     info: RunInfo
     history: list[Message] = field(default_factory=list)
@@ -82,7 +87,27 @@ class RunView:
     context_epoch: int = 0  # context resets so far: a restart checkpoint written before one is void
     ledger_seqs: dict[str, int] = field(default_factory=dict)  # call id -> seq of its latest ledger record
     lost_seqs: list[tuple[int, int]] = field(default_factory=list)  # seq ranges the log skips (lost or unreadable)
-    _folded: tuple[int, dict[str, ToolLedgerEntry]] | None = field(default=None, repr=False, compare=False)
+    # What the fold keeps so a resume asks about the open state only (issue 10 §3), never every entry or message:
+    current: dict[str, ToolLedgerEntry] = field(default_factory=dict)  # call id -> its current entry (``ledger``)
+    attempt_counts: dict[str, int] = field(default_factory=dict)  # call id -> `started` states (``core.ledger``)
+    unsettled: dict[str, int] = field(default_factory=dict)  # call id -> ordinal, while its state is not finished
+    open_starts: dict[str, int] = field(default_factory=dict)  # unsettled call -> `started` since it last finished
+    reopened: dict[str, dict[str, Any]] = field(default_factory=dict)  # a call open again -> input said since
+    # step -> (ordinal, call id) of the calls not packed in a snapshot's ``LedgerMap`` (``recent_calls`` asks both)
+    step_calls: dict[int, list[tuple[int, str]]] = field(default_factory=dict, compare=False)
+    doubted: dict[str, None] = field(default_factory=dict)  # calls a state of which was marked doubted
+    messages_len: int = 0  # the conversation's length over every branch: the highest message seq + 1
+    ref_messages: dict[int, Message] = field(default_factory=dict)  # log seq -> a message with blobs or calls
+    latest_complete: CheckpointAt | None = None
+    after_latest: list[CheckpointAt] = field(default_factory=list)  # the checkpoints after it (incomplete ones)
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, whichever way each was read (a ``PastView`` equals the view the whole log gives)."""
+        if not isinstance(other, RunView):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(RunView) if f.compare)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq is
 
     @property
     def assistant_turns(self) -> frozenset[int]:
@@ -94,28 +119,165 @@ class RunView:
 
     @property
     def ledger(self) -> dict[str, ToolLedgerEntry]:
-        """The current entry of every call: folded once per length of ``ledger_entries`` (entries are only ever
-        appended), a fresh dict each time (callers add to it)."""
-        cached = self._folded
-        if cached is None or cached[0] != len(self.ledger_entries):
-            cached = self._folded = (len(self.ledger_entries), fold(self.ledger_entries))
-        return dict(cached[1])
+        """The current entry of every call (``core.ledger.fold`` of ``ledger_entries``, kept by the fold), in order
+        of first appearance: a fresh dict each time (callers add to it)."""
+        return self.current.copy()  # a snapshot's ``LedgerMap`` copies its changed part only
 
     @property
     def status(self) -> RunStatus:
         return self.events[-1].status if self.events else "running"
 
     def latest_complete_checkpoint(self) -> CheckpointAt | None:
-        for at in reversed(self.checkpoints):
-            if at.complete:
-                return at
-        return None
+        return self.latest_complete
 
     def checkpoint(self, checkpoint_id: str) -> CheckpointAt | None:
+        latest = self.latest_complete
+        if latest is not None and latest.checkpoint.checkpoint_id == checkpoint_id:
+            return latest  # what a resume names: found without the whole list (``PastView`` reads it from the log)
         for at in self.checkpoints:
             if at.checkpoint.checkpoint_id == checkpoint_id:
                 return at
         return None
+
+    def add_checkpoint(self, at: CheckpointAt) -> None:
+        self.checkpoints.append(at)
+
+    def add_entry(self, entry: ToolLedgerEntry) -> None:
+        self.ledger_entries.append(entry)
+
+    def add_entries(self, entries: Iterable[ToolLedgerEntry]) -> None:
+        """Entries a session recorded after the view was read, as the log now holds them (its later states)."""
+        for entry in entries:
+            note_entry(self, entry, self.current.get(entry.call_id))
+
+    def recent_calls(self, first_step: int) -> list[str]:
+        """The calls of steps ``first_step`` and later (by their step id's number), in order of first appearance."""
+        return [call_id for _, call_id in sorted(self._from_step(first_step))]
+
+    def _from_step(self, first_step: int) -> list[tuple[int, str]]:
+        found = [pair for step, pairs in self.step_calls.items() if step >= first_step for pair in pairs]
+        current = self.current
+        if isinstance(current, LedgerMap):
+            found += current.from_step(first_step)
+            for call_id in current.shadowing():  # packed, then changed: its current entry says its step
+                ordinal = current.ordinal(call_id)
+                if ordinal is not None and step_of(current[call_id].step_id) >= first_step:
+                    found.append((ordinal, call_id))
+        return found
+
+    def open_and_recent(self, first_step: int | None) -> list[str]:
+        """The unsettled calls and, with ``first_step``, the calls of that step and later, in ledger order: what a
+        resume plans (every other call is finished, so its recorded outcome is simply taken)."""
+        found = dict(self.unsettled)
+        if first_step is not None:
+            found.update((call_id, ordinal) for ordinal, call_id in self._from_step(first_step))
+        return sorted(found, key=found.__getitem__)
+
+
+_STEP_NUMBER = re.compile(r"step_(\d+)$")
+
+
+def note_entry(view: RunView, body: ToolLedgerEntry, previous: ToolLedgerEntry | None) -> None:
+    """Fold one ledger state (a change already applied) into the view: its entries and what a resume asks."""
+    view.add_entry(body)
+    call_id = body.call_id
+    ordinal = view.unsettled.get(call_id)
+    if body.status in FINISHED:
+        view.reopened.pop(call_id, None)
+    elif previous is not None and (previous.status in FINISHED or call_id in view.reopened):
+        # open again after it finished: what the summary keeps of it starts over (``run_summary.observe``)
+        said = view.reopened.get(call_id)
+        view.reopened[call_id] = body.input if said is None or body.input else said
+    if previous is None:
+        ordinal = len(view.current)
+        view.step_calls.setdefault(step_of(body.step_id), []).append((ordinal, call_id))
+    else:
+        if not body.input and previous.input:
+            body = msgspec.structs.replace(body, input=previous.input)  # as ``core.ledger.fold``
+        if body.step_id != previous.step_id:  # its place moves to its new step's calls (rare: a step id changed)
+            old, new = view.step_calls.get(step_of(previous.step_id), []), step_of(body.step_id)
+            pair = next((found for found in old if found[1] == call_id), None)
+            if pair is not None:
+                old.remove(pair)
+                bisect.insort(view.step_calls.setdefault(new, []), pair)
+    view.current[call_id] = body
+    if body.status == "started":
+        view.attempt_counts[call_id] = view.attempt_counts.get(call_id, 0) + 1
+        view.open_starts[call_id] = view.open_starts.get(call_id, 0) + 1
+    if body.status in FINISHED:
+        view.unsettled.pop(call_id, None)
+        view.open_starts.pop(call_id, None)
+    elif ordinal is None:  # a finished call open again: its place among the calls of its first step
+        pairs = view.step_calls.get(step_of(body.step_id), [])
+        place = next((n for n, found in pairs if found == call_id), None)
+        if place is None and isinstance(view.current, LedgerMap):
+            place = view.current.ordinal(call_id)  # packed in a snapshot
+        view.unsettled[call_id] = len(view.current) if place is None else place
+    else:
+        view.unsettled[call_id] = ordinal
+    if body.decision_reason == DOUBT_REASON:
+        view.doubted[call_id] = None
+
+
+def step_of(step_id: str) -> int:
+    """A step id's number (``step_12``: 12), 0 when it has none (``core.resume.step_number``)."""
+    match = _STEP_NUMBER.search(step_id)
+    return int(match.group(1)) if match else 0
+
+
+class PastView(RunView):
+    """A view read from a snapshot (``core.view_snapshot``): its every ledger state and every checkpoint, which
+    only what goes over the whole run asks for (``explain``, ``gc``, rollback, the review page), are read from
+    the log when first asked (``past``: those of the records the snapshot covers), and what came after is kept
+    until then. A resume never asks: it works from the open state the fold keeps."""
+
+    def __init__(self, *, past: Callable[[], tuple[list[ToolLedgerEntry], list[CheckpointAt]]], **fields: Any) -> None:
+        self._past = past
+        self._entries: list[ToolLedgerEntry] | None = None
+        self._checkpoints: list[CheckpointAt] | None = None
+        self._entries_after: list[ToolLedgerEntry] = []
+        self._checkpoints_after: list[CheckpointAt] = []
+        self.keep_after = True  # False: a writer's fold, only encoded again (``store.view_index``): never read
+        super().__init__(**fields)
+
+    def _load(self) -> None:
+        entries, checkpoints = self._past()
+        self._entries = [*entries, *self._entries_after]
+        self._checkpoints = [*checkpoints, *self._checkpoints_after]
+
+    @property  # a field of RunView, read lazily here
+    def ledger_entries(self) -> list[ToolLedgerEntry]:
+        if self._entries is None:
+            self._load()
+        assert self._entries is not None
+        return self._entries
+
+    @ledger_entries.setter
+    def ledger_entries(self, value: list[ToolLedgerEntry]) -> None:
+        self._entries_after = list(value)  # the dataclass's ``__init__``: what came after the snapshot
+
+    @property  # as ``ledger_entries``
+    def checkpoints(self) -> list[CheckpointAt]:
+        if self._checkpoints is None:
+            self._load()
+        assert self._checkpoints is not None
+        return self._checkpoints
+
+    @checkpoints.setter
+    def checkpoints(self, value: list[CheckpointAt]) -> None:
+        self._checkpoints_after = list(value)
+
+    def add_entry(self, entry: ToolLedgerEntry) -> None:
+        if self._entries is not None:
+            self._entries.append(entry)
+        elif self.keep_after:
+            self._entries_after.append(entry)
+
+    def add_checkpoint(self, at: CheckpointAt) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.append(at)
+        elif self.keep_after:
+            self._checkpoints_after.append(at)
 
 
 def build_view(info: RunInfo, log: LogRead) -> RunView:
@@ -141,7 +303,7 @@ class ViewFold:
         self.branch: list[Message] = []
         self.dictionaries: dict[int, MessageDictionary] = {}  # seq -> the history's dictionaries met so far
         self.history = HistoryDecoder()
-        self.current: dict[str, ToolLedgerEntry] = {}  # call id -> its latest state (what a LedgerChange applies to)
+        self.current = view.current  # call id -> its latest state (what a LedgerChange applies to)
 
     def finish(self) -> RunView:
         self.view.history = self.branch
@@ -187,6 +349,9 @@ class ViewFold:
                 continue
             if isinstance(body, Message):
                 view.message_records[record.seq] = body
+                view.messages_len = max(view.messages_len, body.seq + 1)
+                if body.content_ref is not None or body.tool_calls:
+                    view.ref_messages[record.seq] = body
                 if body.seq != len(branch):
                     view.problems.append(
                         LogProblem(
@@ -208,8 +373,7 @@ class ViewFold:
                         view.lost_seqs.append((record.seq, record.seq))
                         continue
                     body = apply_change(previous, body)
-                current[body.call_id] = body
-                view.ledger_entries.append(body)
+                note_entry(view, body, current.get(body.call_id))
                 view.ledger_seqs[body.call_id] = record.seq
             elif isinstance(body, FilePatchEntry):
                 view.patches.append(body)
@@ -220,7 +384,12 @@ class ViewFold:
                     complete, why = False, f"a damaged record precedes it (after seq {damaged_at})"
                 elif body.history_len > len(branch):
                     complete, why = False, f"points at {body.history_len} messages but only {len(branch)} exist"
-                view.checkpoints.append(CheckpointAt(body, record.seq, branch, complete, why))
+                at = CheckpointAt(body, record.seq, branch, complete, why)
+                view.add_checkpoint(at)
+                if complete:
+                    view.latest_complete, view.after_latest = at, []
+                else:
+                    view.after_latest.append(at)
             elif isinstance(body, Blob):
                 view.blobs[body.hash] = body
             elif isinstance(body, CallDecision):
@@ -247,9 +416,10 @@ class ViewFold:
                     view.restores.append(body)
                     for call_id in body.abandoned:
                         view.abandoned.setdefault(call_id, len(view.restores))
-                target = view.checkpoint(body.checkpoint_id) if body.checkpoint_id else None
-                sound = (target is None and body.history_len == 0) or (target is not None and target.complete)
-                if damaged_at is not None and sound:
-                    damaged_at = None  # rebuilt from a sound point: what follows does not depend on the damage
+                if damaged_at is not None:  # only then is the target looked up (a snapshot's view reads the list)
+                    target = view.checkpoint(body.checkpoint_id) if body.checkpoint_id else None
+                    sound = (target is None and body.history_len == 0) or (target is not None and target.complete)
+                    if sound:
+                        damaged_at = None  # rebuilt from a sound point: what follows does not depend on the damage
         self.damaged_at, self.expected, self.branch = damaged_at, expected, branch
         self.view.history = branch

@@ -330,7 +330,8 @@ def _with_met(session: RunSession, plan: RollbackPlan, phase: list[FileAction], 
 def finish_interrupted(session: RunSession) -> list[str]:
     """Complete any rollback or resolution a crash interrupted (their actions are idempotent)."""
     finished = []
-    for call_id, entry in list(session.ledger.items()):
+    for call_id in list(session.calls.open):  # a finished call is never finished again: not every call looked at
+        entry = session.ledger[call_id]
         if entry.tool_name not in (ROLLBACK_TOOL, RESOLVE_TOOL) or not is_internal(entry):
             continue  # a model's call that only shares a name or an id shape is the agent's, never finished here
         if entry.status in ("started", "uncertain", "planned"):

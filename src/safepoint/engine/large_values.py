@@ -4,7 +4,7 @@ when the store keeps no blobs), and read back, checked against their hash, where
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -82,6 +82,17 @@ def resolve_message(message: Message, content: Content) -> Message:
 
 def resolve_messages(messages: list[Message], content: Content) -> list[Message]:
     return [resolve_message(message, content) for message in messages]
+
+
+def resolve_branch(messages: list[Message], refs: Mapping[int, Message], content: Content) -> list[Message]:
+    """``resolve_messages`` of a branch of the view's history, looking only at the messages the fold found to
+    hold blobs or calls (``RunView.ref_messages``): the others are as the log holds them (a copy of the list,
+    not a pass over every message)."""
+    resolved = list(messages)
+    for message in refs.values():
+        if message.seq < len(resolved) and resolved[message.seq] is message:
+            resolved[message.seq] = resolve_message(message, content)
+    return resolved
 
 
 def resolve_call(call: ToolCall, content: Content) -> ToolCall:

@@ -9,13 +9,13 @@ runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
 from safepoint.core.hashing import idempotency_key, input_hash
-from safepoint.core.ledger import change_of, check_transition, settle_after_crash
+from safepoint.core.ledger import FINISHED, change_of, check_transition, settle_after_crash
 from safepoint.core.replay import ProbeResult, ReplayDecision, decide_replay
 from safepoint.engine.log_writer import now
 from safepoint.engine.tools import Tool
@@ -39,9 +39,16 @@ class LedgerMachine:
         attempts: dict[str, int],
         decisions: dict[str, CallDecision],
         stage: Callable[[msgspec.Struct], int],
+        open_calls: Iterable[str] | None = None,
     ) -> None:
         self.run_id = run_id
         self.entries = ledger  # the current entry of every call, in order of first appearance
+        # the calls whose current state is not finished (``RunView.unsettled`` at open): what a resume looks at
+        self.open: dict[str, None] = (
+            dict.fromkeys(open_calls)
+            if open_calls is not None
+            else {c: None for c, e in ledger.items() if e.status not in FINISHED}
+        )
         self.decisions = decisions
         self._attempts = attempts
         self._probes: dict[str, ProbeResult] = {}
@@ -57,6 +64,10 @@ class LedgerMachine:
         if entry.status == "started":
             self._attempts[entry.call_id] = self.attempts(entry.call_id) + 1
         self.entries[entry.call_id] = entry
+        if entry.status in FINISHED:
+            self.open.pop(entry.call_id, None)
+        else:
+            self.open[entry.call_id] = None
         if previous is not None:
             # A later state is logged as what changed (its input and the fields it keeps are not repeated: a
             # trivial call logged its whole entry three times); readers apply it (core.ledger.apply_change).

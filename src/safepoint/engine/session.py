@@ -27,7 +27,6 @@ from typing import Any
 import msgspec
 
 from safepoint.core.hashing import idempotency_key
-from safepoint.core.ledger import attempts
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
 from safepoint.core.retention import lifecycle_records
@@ -104,9 +103,9 @@ class RunSession:
         )
         self.model = latest.checkpoint.model if latest else view.info.model
         self.model_config = dict(latest.checkpoint.model_config if latest else view.info.model_config)
-        self.checkpoints: dict[str, Checkpoint] = {
-            at.checkpoint.checkpoint_id: at.checkpoint for at in view.checkpoints
-        }
+        # Every checkpoint by id, built when first asked (a rollback): a resume never asks (``PastView``).
+        self._checkpoints: dict[str, Checkpoint] | None = None
+        self._new_checkpoints: dict[str, Checkpoint] = {}
         # The last checkpoint this session wrote, while nothing rewound the history since: a checkpoint that would
         # say the same again is not written (``checkpoint``). None at open: a resumed run's first one is written.
         self._last_checkpoint: Checkpoint | None = None
@@ -122,7 +121,7 @@ class RunSession:
             view.last_seq,
             run_redactor(workspace.root, withhold=provider_key_variables(view.info.provider), store=store),
         )
-        self.log.summary = SummaryFold.from_view(view)
+        self.log.summary = SummaryFold.from_view(view)  # from the open state: not every entry
         # The view snapshot written while the run goes on (``store.view_index.due_after``), not only at close: a
         # run killed at call 50,000 is resumed from a snapshot of most of it, not by reading its whole log.
         self._snapshot_due = 0
@@ -139,17 +138,22 @@ class RunSession:
         self.contents = Content(
             view.info.run_id,
             dict(view.blobs),
-            dict(view.message_records),
+            dict(view.message_records),  # a copy of the references, not of the messages
             self.log.add,
             store,
             self.log.stage_blob,
             self.log.staged_blob,
         )
         # What the log kept of large values as blobs, read back: the model is sent the conversation as it was.
-        self.history = large_values.resolve_messages(self.history, self.contents)
+        self.history = large_values.resolve_branch(view.history, view.ref_messages, self.contents)
         self.pending = [large_values.resolve_call(call, self.contents) for call in self.pending]
         self.calls = LedgerMachine(
-            view.info.run_id, dict(view.ledger), attempts(view.ledger_entries), dict(view.decisions), self.log.add
+            view.info.run_id,
+            view.ledger,
+            view.attempt_counts.copy(),  # a snapshot's ColumnMap copies what changed only
+            dict(view.decisions),
+            self.log.add,
+            open_calls=view.unsettled,
         )
         self.files = FileChanges(
             view.info.run_id,
@@ -186,6 +190,14 @@ class RunSession:
             progress=self.progress,
             settle_start=self._settle_capture_start,
         )
+
+    @property
+    def checkpoints(self) -> dict[str, Checkpoint]:
+        """Every checkpoint of the run by id (the view's, read when first asked, and this session's)."""
+        if self._checkpoints is None:
+            found = {at.checkpoint.checkpoint_id: at.checkpoint for at in self.view.checkpoints}
+            self._checkpoints = {**found, **self._new_checkpoints}
+        return self._checkpoints
 
     # opening and closing ----------------------------------------------------------------------------------------
     @classmethod
@@ -294,7 +306,8 @@ class RunSession:
             self._capture.finish_start()  # its records go with the next commit (the call's `started`)
 
     def _running_calls(self) -> list[str]:
-        return [call_id for call_id, entry in self.calls.entries.items() if entry.status == "started"]
+        entries = self.calls.entries  # the open calls only: a finished one is never running
+        return [call_id for call_id in self.calls.open if entries[call_id].status == "started"]
 
     def _in_flight(self, call_id: str) -> bool:
         entry = self.calls.entries.get(call_id)
@@ -542,7 +555,9 @@ class RunSession:
         )
         self.log.add(checkpoint)
         self._last_checkpoint = checkpoint
-        self.checkpoints[checkpoint.checkpoint_id] = checkpoint
+        (self._checkpoints if self._checkpoints is not None else self._new_checkpoints)[checkpoint.checkpoint_id] = (
+            checkpoint
+        )
         self.log.trace("checkpoint", checkpoint_id=checkpoint.checkpoint_id, kind=kind, step=self.step)
         return checkpoint
 

@@ -128,7 +128,7 @@ def ancestor_stream_cancel(store: Store, info: RunInfo) -> CancelRequest | None:
 
 def conversation_len(view: RunView) -> int:
     """The longest the conversation ever was in the log: a rewind shortens the branch, not what was written."""
-    return max((message.seq + 1 for message in view.message_records.values()), default=0)
+    return view.messages_len  # kept by the fold (the highest message seq + 1), not a pass over every message
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from safepoint.errors import StoreError
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState
 from safepoint.store.file_blobs import flock_waiting
 from safepoint.store.framing import check_line, chunks_from_end, read_records, unframe_all
-from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, snapshot_seq, unframe_snapshot
+from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, snapshot_seq, unframe_parts
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
 LOG = "ledger.jsonl"  # ``file_store``'s (it imports this module)
@@ -73,7 +73,8 @@ class FileLogReads:
     def read_view_snapshot(self, run_id: str) -> bytes | None:
         try:
             with open(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), "rb") as handle:
-                return unframe_snapshot(handle.read())
+                header = handle.readline(4096)  # the frame's header, then the snapshot: one copy of its bytes
+                return unframe_parts(header, handle.read())
         except FileNotFoundError:
             return None
 

@@ -61,6 +61,13 @@ def snapshot_seq(head: bytes) -> int | None:
 def unframe_snapshot(stored: bytes) -> bytes | None:
     """The bytes of a stored snapshot, or None when it is torn or damaged (never trusted)."""
     header, newline, data = stored.partition(b"\n")
+    return unframe_parts(header + newline, data)
+
+
+def unframe_parts(header_line: bytes, data: bytes) -> bytes | None:
+    """``unframe_snapshot`` of a snapshot read as its header's line and the rest (a reader that reads them apart
+    holds one copy of the snapshot's bytes, not two: at 50,000 calls, tens of MB of a resume's peak)."""
+    header, newline, _ = header_line.partition(b"\n")
     fields = header.split(b" ")
     if not newline or len(fields) != 4 or fields[0] != _SNAPSHOT_MAGIC or not fields[2].isdigit():
         return None

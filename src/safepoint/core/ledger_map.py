@@ -1,0 +1,405 @@
+"""The current ledger entry of every call, with the finished ones held as bytes (issue 10 §3): what a snapshot's view
+(``core.view_snapshot``) keeps of a long run's ledger without one Python object per past call.
+
+``Settled`` is the packed part: each finished call's entry encoded on its own (msgpack), the entries one after the
+other in ``blob``, and an index of 64-bit digests of the call ids, sorted, bisected on a ``memoryview``; an entry is
+decoded when it is asked for, never kept. ``LedgerMap`` is a ``dict`` of the entries that changed since (the open
+calls, the calls after the snapshot) over a ``Settled``: reading it as a dict (``get``, ``in``, ``len``, iteration
+in order of first appearance, ``items``) gives every call, as the plain dict the whole log's fold gives (a subclass,
+so every reader typed ``dict`` takes it; rejected: a ``Mapping`` of its own, which every caller's type would have
+to follow). What goes over every call (``explain``, ``gc``) decodes them all, and pays then.
+
+Pure: entries in, bytes out, and back.
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import hashlib
+from collections.abc import ItemsView, Iterator, KeysView, ValuesView
+from typing import Any, TypeVar
+
+import msgspec
+import zstandard
+
+from safepoint.errors import CorruptRecordError
+from safepoint.records import ToolLedgerEntry
+
+V = TypeVar("V")
+CHUNK = 64  # entries a frame: one read decompresses about 20 KB (rejected: one frame, a whole decompress per read)
+_encoder = msgspec.msgpack.Encoder()
+_compressor = zstandard.ZstdCompressor(level=3)
+_decompressor = zstandard.ZstdDecompressor()
+_decoder = msgspec.msgpack.Decoder(ToolLedgerEntry)
+
+
+def digest(call_id: str) -> int:
+    """A call id's 64-bit digest (stable across processes, unlike ``hash``); a collision is told apart by the
+    decoded entry's call id."""
+    return int.from_bytes(hashlib.blake2b(call_id.encode(errors="surrogatepass"), digest_size=8).digest(), "little")
+
+
+class Settled(msgspec.Struct, frozen=True):
+    """Finished calls' entries, packed. ``offsets`` (n + 1 little-endian uint64) bound each entry in ``blob``;
+    ``ordinals`` (n uint32) give each call's place in the ledger's order; ``digests`` (n uint64, sorted) and
+    ``order`` (n uint32: the entry each digest is) are the index."""
+
+    blob: bytes = b""  # the entries, each ``CHUNK`` of them one zstd frame (rejected: raw, 350 bytes a call)
+    chunks: bytes = b"\x00" * 8  # uint64: where each frame starts in ``blob`` (and where the last ends)
+    offsets: bytes = b"\x00" * 8  # uint64, n + 1: where each entry starts in the frames' decompressed bytes
+    ordinals: bytes = b""
+    digests: bytes = b""
+    order: bytes = b""
+    attempts: bytes = b""  # n uint32: each call's `started` states (``RunView.attempt_counts``)
+    seqs: bytes = b""  # n uint64: the log seq of each call's latest ledger record (``RunView.ledger_seqs``)
+    steps: bytes = b""  # n uint32, sorted: the step numbers of the calls ...
+    by_step: bytes = b""  # ... n uint32: the entry each is (the calls of the last steps found by bisection)
+
+    def __len__(self) -> int:
+        return len(self.ordinals) // 4
+
+    def views(self) -> tuple[memoryview, memoryview, memoryview, memoryview]:
+        return (
+            memoryview(self.offsets).cast("Q"),
+            memoryview(self.ordinals).cast("I"),
+            memoryview(self.digests).cast("Q"),
+            memoryview(self.order).cast("I"),
+        )
+
+    def check(self) -> None:
+        """Raise ``ValueError`` when the parts do not fit together (the reader then reads the log)."""
+        n = len(self)
+        if (
+            len(self.ordinals) % 4
+            or len(self.offsets) != 8 * (n + 1)
+            or len(self.chunks) != 8 * (-(-n // CHUNK) + 1)
+            or len(self.digests) != 8 * n
+            or len(self.order) != 4 * n
+            or len(self.attempts) != 4 * n
+            or len(self.seqs) != 8 * n
+            or len(self.steps) != 4 * n
+            or len(self.by_step) != 4 * n
+        ):
+            raise ValueError("its settled entries' index does not fit them")
+        _, _, _, order = self.views()
+        chunks, by_step = memoryview(self.chunks).cast("Q"), memoryview(self.by_step).cast("I")
+        if chunks[-1] != len(self.blob) or any(p >= n for p in order) or any(p >= n for p in by_step):
+            raise ValueError("its settled entries' index points outside them")
+
+
+class _Index:
+    """A ``Settled``'s views, made once per map (casting is cheap, but not per lookup)."""
+
+    def __init__(self, settled: Settled) -> None:
+        self.settled = settled
+        self.blob = memoryview(settled.blob)
+        self.offsets, self.ordinals, self.digests, self.order = settled.views()
+        self.attempts = memoryview(settled.attempts).cast("I")
+        self.seqs = memoryview(settled.seqs).cast("Q")
+        self.steps = memoryview(settled.steps).cast("I")
+        self.by_step = memoryview(settled.by_step).cast("I")
+
+        self.chunks = memoryview(settled.chunks).cast("Q")
+        self._frame: tuple[int, bytes] = (-1, b"")  # the last frame decompressed (iteration reads each once)
+
+    def frame(self, chunk: int) -> bytes:
+        if self._frame[0] != chunk:
+            try:
+                data = _decompressor.decompress(self.blob[self.chunks[chunk] : self.chunks[chunk + 1]])
+            except zstandard.ZstdError as exc:
+                raise CorruptRecordError(f"a packed ledger frame does not decompress ({exc})") from None
+            self._frame = (chunk, data)
+        return self._frame[1]
+
+    def entry(self, position: int) -> ToolLedgerEntry:
+        chunk = position // CHUNK
+        base = self.offsets[chunk * CHUNK]
+        data = self.frame(chunk)
+        return _decoder.decode(data[self.offsets[position] - base : self.offsets[position + 1] - base])
+
+    def find(self, call_id: str) -> int | None:
+        """The position of ``call_id``'s entry, None when it is not a settled call."""
+        key = digest(call_id)
+        at = bisect.bisect_left(self.digests, key)
+        while at < len(self.digests) and self.digests[at] == key:
+            position = self.order[at]
+            if self.entry(position).call_id == call_id:
+                return position
+            at += 1
+        return None
+
+    def from_step(self, first: int) -> list[int]:
+        """The positions of the calls of step ``first`` and later."""
+        return list(self.by_step[bisect.bisect_left(self.steps, first) :])
+
+
+class Row(msgspec.Struct, frozen=True, array_like=True):
+    """A finished call as packed: its place in the ledger's order, its entry, its attempts, its latest record's
+    seq and its step number."""
+
+    ordinal: int
+    entry: ToolLedgerEntry
+    attempts: int
+    seq: int
+    step: int
+
+
+def pack(rows: list[Row], base: Settled | None = None) -> Settled:
+    """``base`` with ``rows`` added: each entry encoded once (a writer's next snapshot appends the calls that
+    finished since, it does not encode the others again)."""
+    base = base or Settled()
+    offsets = memoryview(base.offsets).cast("Q").tolist()
+    chunks = memoryview(base.chunks).cast("Q").tolist()
+    blob = bytearray(base.blob)
+    tail = bytearray()  # the last frame's entries, while it is not full: decompressed, to be framed again
+    if len(offsets) > 1 and (len(offsets) - 1) % CHUNK:
+        tail += _decompressor.decompress(bytes(blob[chunks[-2] :]))
+        del blob[chunks[-2] :]
+        chunks.pop()
+    ordinals = memoryview(base.ordinals).cast("I").tolist()
+    attempts = memoryview(base.attempts).cast("I").tolist()
+    seqs = memoryview(base.seqs).cast("Q").tolist()
+    keyed = list(
+        zip(memoryview(base.digests).cast("Q").tolist(), memoryview(base.order).cast("I").tolist(), strict=True)
+    )
+    stepped = list(
+        zip(memoryview(base.steps).cast("I").tolist(), memoryview(base.by_step).cast("I").tolist(), strict=True)
+    )
+    for row in rows:
+        keyed.append((digest(row.entry.call_id), len(ordinals)))
+        stepped.append((row.step, len(ordinals)))
+        data = _encoder.encode(row.entry)
+        tail += data
+        offsets.append(offsets[-1] + len(data))
+        ordinals.append(row.ordinal)
+        attempts.append(row.attempts)
+        seqs.append(row.seq)
+    keyed.sort()
+    stepped.sort()
+    first = (len(chunks) - 1) * CHUNK  # the first entry of the frames made now
+    for start in range(first, len(offsets) - 1, CHUNK):
+        end = min(start + CHUNK, len(offsets) - 1)
+        frame = tail[offsets[start] - offsets[first] : offsets[end] - offsets[first]]
+        blob += _compressor.compress(bytes(frame))
+        chunks.append(len(blob))
+    return Settled(
+        blob=bytes(blob),
+        chunks=_packed("Q", chunks),
+        offsets=_packed("Q", offsets),
+        ordinals=_packed("I", ordinals),
+        digests=_packed("Q", [key for key, _ in keyed]),
+        order=_packed("I", [position for _, position in keyed]),
+        attempts=_packed("I", attempts),
+        seqs=_packed("Q", seqs),
+        steps=_packed("I", [step for step, _ in stepped]),
+        by_step=_packed("I", [position for _, position in stepped]),
+    )
+
+
+def _packed(code: str, values: list[int]) -> bytes:
+    return array.array(code, values).tobytes()
+
+
+class _PackedDict(dict[str, V]):
+    """A dict over a ``Settled``: the dict itself holds what changed since it was packed, which shadows the
+    packed value of the same call. Read as a dict (``get``, ``in``, ``len``, iteration, ``items``), it gives every
+    call; what goes over every call decodes the packed ones, and pays then."""
+
+    _index: _Index
+    _ordinals: dict[str, int]  # the ledger-order place of each call the dict holds that ``settled`` does not
+    _shadowed: dict[str, int]  # call id -> its packed position, when the dict holds it too
+    _extra: int  # calls the dict holds that ``settled`` does not
+
+    def _setup(self, index: _Index, changed: dict[str, V], ordinals: dict[str, int]) -> None:
+        dict.__init__(self, changed)
+        self._index, self._ordinals, self._shadowed, self._extra = index, dict(ordinals), {}, 0
+        for call_id in changed:
+            position = index.find(call_id)
+            if position is None or self._absent(position):
+                self._extra += 1
+            else:
+                self._shadowed[call_id] = position
+
+    def _value(self, position: int) -> V:
+        raise NotImplementedError
+
+    def _absent(self, position: int) -> bool:
+        """Whether the packed call has no value here (a call never started has no attempts)."""
+        return False
+
+    @property
+    def settled(self) -> Settled:
+        return self._index.settled
+
+    def shadowing(self) -> dict[str, int]:
+        """The calls the dict holds that ``settled`` holds too (a finished call changed again)."""
+        return self._shadowed
+
+    def changed(self) -> dict[str, V]:
+        """What the dict itself holds (each call changed since ``settled`` was packed)."""
+        return dict(dict.items(self))
+
+    def ordinal(self, call_id: str) -> int | None:
+        if call_id in self._shadowed:
+            return int(self._index.ordinals[self._shadowed[call_id]])
+        return self._ordinals.get(call_id)
+
+    def _position(self, call_id: object) -> int | None:
+        if not isinstance(call_id, str) or dict.__contains__(self, call_id):
+            return None
+        position = self._index.find(call_id)
+        return None if position is None or self._absent(position) else position
+
+    def __getitem__(self, call_id: str) -> V:
+        if dict.__contains__(self, call_id):
+            return dict.__getitem__(self, call_id)
+        position = self._position(call_id)
+        if position is None:
+            raise KeyError(call_id)
+        return self._value(position)
+
+    def get(self, call_id: str, default: Any = None) -> Any:
+        try:
+            return self[call_id]
+        except KeyError:
+            return default
+
+    def __contains__(self, call_id: object) -> bool:
+        return dict.__contains__(self, call_id) or self._position(call_id) is not None
+
+    def __setitem__(self, call_id: str, value: V) -> None:
+        if not dict.__contains__(self, call_id):
+            position = self._position(call_id)
+            if position is None:
+                if not self._sparse:  # (a sparse map's order is not asked: its length is a count)
+                    self._ordinals.setdefault(call_id, len(self))  # a new call: after every other
+                self._extra += 1
+            else:
+                self._shadowed[call_id] = position
+        dict.__setitem__(self, call_id, value)
+
+    def __len__(self) -> int:
+        packed = len(self._index.settled)
+        if self._sparse:  # (a count: only asked by what goes over every call)
+            packed = sum(1 for position in range(packed) if not self._absent(position))
+        return packed + self._extra
+
+    _sparse = False  # whether some packed calls have no value here (``_absent``)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([call_id for call_id, _ in self._ordered()])
+
+    def _ordered(self) -> list[tuple[str, V]]:
+        """Every (call id, value), in ledger order: the packed ones decoded (what goes over every call pays)."""
+        index, found = self._index, []
+        for position in range(len(index.settled)):
+            if self._absent(position):
+                continue
+            call_id = index.entry(position).call_id
+            if not dict.__contains__(self, call_id):
+                found.append((int(index.ordinals[position]), call_id, self._value(position)))
+        for call_id, value in dict.items(self):
+            ordinal = self.ordinal(call_id)
+            found.append((len(index.settled) + len(self._ordinals) if ordinal is None else ordinal, call_id, value))
+        found.sort(key=lambda item: item[0])
+        return [(call_id, value) for _, call_id, value in found]
+
+    def keys(self) -> KeysView[str]:  # type: ignore[override]  # a view of a plain dict of the same items
+        return dict(self._ordered()).keys()
+
+    def values(self) -> ValuesView[V]:  # type: ignore[override]  # as ``keys``
+        return dict(self._ordered()).values()
+
+    def items(self) -> ItemsView[str, V]:  # type: ignore[override]  # as ``keys``
+        return dict(self._ordered()).items()
+
+    def _copy_into(self, copied: _PackedDict[V]) -> None:
+        dict.__init__(copied, dict.items(self))
+        copied._index, copied._ordinals = self._index, dict(self._ordinals)
+        copied._shadowed, copied._extra = dict(self._shadowed), self._extra
+
+    def __eq__(self, other: object) -> bool:
+        """As a dict's: the same calls with the same values (order aside)."""
+        if not isinstance(other, dict):
+            return NotImplemented
+        mine = dict(self._ordered())
+        return mine == (dict(other._ordered()) if isinstance(other, _PackedDict) else other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # a dict's
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self._index.settled)} packed, {dict.__len__(self)} changed)"
+
+    def setdefault(self, call_id: str, default: Any = None) -> Any:
+        if call_id not in self:
+            self[call_id] = default
+        return self[call_id]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # through ``__setitem__``: the C one would skip the count
+        for call_id, value in dict(*args, **kwargs).items():
+            self[call_id] = value
+
+    def pop(self, *args: Any) -> Any:  # never used on these: refused rather than wrong
+        raise TypeError("a ledger's calls are never removed")
+
+    def __delitem__(self, call_id: str) -> None:
+        raise TypeError("a ledger's calls are never removed")
+
+
+class LedgerMap(_PackedDict[ToolLedgerEntry]):
+    """Every call's current entry (``RunView.current``)."""
+
+    def __init__(self, settled: Settled, changed: dict[str, ToolLedgerEntry], ordinals: dict[str, int]) -> None:
+        self._setup(_Index(settled), changed, ordinals)
+
+    def _value(self, position: int) -> ToolLedgerEntry:
+        return self._index.entry(position)
+
+    def copy(self) -> LedgerMap:  # the packed part shared
+        copied = LedgerMap.__new__(LedgerMap)
+        self._copy_into(copied)
+        return copied
+
+    def counts(self, changed: dict[str, int], column: str) -> ColumnMap:
+        """A ``ColumnMap`` of ``column`` (``attempts``, ``seqs``) over the same packed calls."""
+        found = ColumnMap.__new__(ColumnMap)
+        found._column = getattr(self._index, column)
+        found._sparse = column == "attempts"
+        found._setup(self._index, changed, {})
+        return found
+
+    def from_step(self, first: int) -> list[tuple[int, str]]:
+        """(ordinal, call id) of the packed calls of step ``first`` and later, those the dict holds left out (their
+        current step is their entry's)."""
+        index, found = self._index, []
+        for position in index.from_step(first):
+            call_id = index.entry(position).call_id
+            if call_id not in self._shadowed:
+                found.append((int(index.ordinals[position]), call_id))
+        return found
+
+
+class ColumnMap(_PackedDict[int]):
+    """A number per call over the packed calls' ``column`` (their attempts, their latest record's seq)."""
+
+    _column: memoryview
+
+    def _value(self, position: int) -> int:
+        return int(self._column[position])
+
+    def _absent(self, position: int) -> bool:
+        return self._sparse and self._column[position] == 0
+
+    def copy(self) -> ColumnMap:
+        copied = ColumnMap.__new__(ColumnMap)
+        copied._column, copied._sparse = self._column, self._sparse
+        self._copy_into(copied)
+        return copied
