@@ -362,10 +362,10 @@ def explain(
             DecisionWanted(
                 call_id=r.entry.call_id,
                 tool=r.entry.tool_name,
-                why=decision_choices.said(r.decision.why, refused[r.entry.call_id]),
-                choices=list(decision_choices.choices_of(refused[r.entry.call_id])),
+                why=decision_choices.said(r.decision.why, refused.get(r.entry.call_id, "")),
+                choices=list(decision_choices.choices_of(refused.get(r.entry.call_id, ""))),
                 commands=decision_choices.commands(
-                    view, r.entry.call_id, decision_choices.choices_of(refused[r.entry.call_id])
+                    view, r.entry.call_id, decision_choices.choices_of(refused.get(r.entry.call_id, ""))
                 ),
             )
             for r in plan.needs_decision
