@@ -146,7 +146,7 @@ def _check_marks(
             where=f"seq {min(names[name] for name in unmarked)}",
             problem=(
                 f"{len(unmarked)} blob(s) the log references are not marked as this run's (first {unmarked[0]}): "
-                "`safepoint forget` of another run sharing them would free them; `safepoint fsck --repair` marks "
+                "forgetting another run that shares them would free them; `safepoint fsck --repair` marks "
                 "them again"
             ),
             repair="marked again" if repair else "",
