@@ -55,7 +55,8 @@ def effective_status(store: Store, view: RunView) -> str:
     if owner is None or owner.released or not owner_alive(owner):
         from safepoint.core.resume import plan_resume
 
-        return "waiting_decision" if plan_resume(view).needs_decision else "interrupted"
+        # only an open call waits for a person: the open calls' plan (not every call decoded and planned)
+        return "waiting_decision" if plan_resume(view, open_only=True).needs_decision else "interrupted"
     return "running"
 
 
@@ -279,6 +280,7 @@ def explain(
         raise ConfigError(f"explain {run_id}: --offset and --limit are counts of calls, 0 or more")
     # The engine, the resume planner and the command classifier behind the built-in tools: only here.
     from safepoint.core.cut_short import cut_short
+    from safepoint.core.plan_page import plan_page
     from safepoint.core.resume import expected_files, plan_resume
     from safepoint.core.rollback import UNKNOWN
     from safepoint.engine import decision_choices
@@ -302,7 +304,10 @@ def explain(
                 found = reader.probe(entry)
                 if found is not None:
                     probes[call_id] = found
-    plan = plan_resume(view, workspace_hashes=hashes, probes=probes, doubt=doubt_of(store, view))
+    # A page plans the open calls and the page's (``core.plan_page``); the whole listing plans every call.
+    paged = limit is not None
+    plan = plan_resume(view, workspace_hashes=hashes, probes=probes, doubt=doubt_of(store, view), open_only=paged)
+    page = plan_page(view, plan, offset, limit, probes) if limit is not None else plan.calls[offset:]
     at = plan.resume_from
     # What each waiting call will be accepted (a call that cannot run again: --skip only), as resume offers it.
     waiting = {r.entry.call_id for r in plan.needs_decision}
@@ -343,7 +348,7 @@ def explain(
                 files=files.get(r.entry.call_id, []),
                 not_captured=not_captured(r.entry.tool_name, r.entry.side_effects),
             )
-            for r in plan.calls[offset : None if limit is None else offset + limit]
+            for r in page
         ],
         conflicts=[c for c in view.conflicts.values() if c.resolution == "pending"],
         not_restorable=[
@@ -386,9 +391,14 @@ def explain(
         recovery=recovery_report(store, view),
         cut_short=[
             CutShortAction(call_id=c.call_id, tool=c.tool, what=c.what, fix=c.fix)
-            for c in cut_short(run_id, view.ledger.values())
+            # what a crash left unfinished is open: the open calls, not every call decoded
+            for c in cut_short(run_id, (view.current[call_id] for call_id in _in_order(view.unsettled)))
         ],
     )
+
+
+def _in_order(places: dict[str, int]) -> list[str]:
+    return sorted(places, key=places.__getitem__)
 
 
 def recovery_report(store: Store, view: RunView, depth: int = 0) -> RecoveryView:

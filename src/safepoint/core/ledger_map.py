@@ -17,7 +17,9 @@ from __future__ import annotations
 import array
 import bisect
 import hashlib
+import heapq
 from collections.abc import ItemsView, Iterator, KeysView, ValuesView
+from itertools import islice
 from typing import Any, TypeVar
 
 import msgspec
@@ -375,6 +377,26 @@ class LedgerMap(_PackedDict[ToolLedgerEntry]):
         found._sparse = column == "attempts"
         found._setup(self._index, changed, {})
         return found
+
+    def page(self, start: int, stop: int) -> list[str]:
+        """The call ids at places ``start`` to ``stop`` of the ledger's order (as iteration gives them), only the
+        page's packed entries decoded (a page of ``explain``); the order itself from the ordinals alone."""
+        index = self._index
+        ordinals = index.ordinals
+        packed = sorted(range(len(index.settled)), key=ordinals.__getitem__)  # positions, in ledger order
+        last = len(index.settled) + len(self._ordinals)  # ``_ordered``'s place for a call without an ordinal
+        held = sorted(
+            (last if (ordinal := self.ordinal(call_id)) is None else ordinal, call_id)
+            for call_id in dict.keys(self)
+            if call_id not in self._shadowed
+        )
+        merged: Iterator[tuple[int, int, int | str]] = heapq.merge(
+            ((int(ordinals[p]), 0, p) for p in packed), ((o, 1, c) for o, c in held)
+        )
+        return [
+            thing if isinstance(thing, str) else index.entry(thing).call_id
+            for _, _, thing in islice(merged, start, stop)
+        ]
 
     def from_step(self, first: int) -> list[tuple[int, str]]:
         """(ordinal, call id) of the packed calls of step ``first`` and later, those the dict holds left out (their
