@@ -15,7 +15,8 @@ write). Now (migration 11):
    lock is held for that small statement only, and a takeover committed before it makes it update nothing (READ
    COMMITTED re-checks the row it waited for), so a stale owner's snapshot is never the one read.
 3. **cleanup**: after a swap, the run's other rows (the one replaced, a stale writer's staged one) are deleted in
-   a transaction of their own, outside the owner row's lock.
+   a transaction of their own, outside the owner row's lock. One that runs after a takeover may delete the new
+   owner's row staged meanwhile: that write's swap then finds no row and fails (a cache: the next one writes it).
 
 Lock order (no deadlock against ``delete_run``, a claim or an append): each of the three transactions waits for
 one kind of lock only: the stage its new row and the run's row (the foreign key's KEY SHARE), the swap the owner
