@@ -240,3 +240,27 @@ def test_snapshot_writes_against_appends_claims_and_deletes_never_deadlock(fresh
     assert _deadlocks(fresh_url) == before
     with psycopg.connect(fresh_url, autocommit=True) as conn:  # each run deleted with its snapshot rows
         assert conn.execute("SELECT count(*) FROM safepoint.view_snapshots").fetchone() == (0,)
+
+
+def test_migration_11_keeps_a_version_10_snapshot_read_until_the_next_write(empty_url):
+    from safepoint.store.log_after import frame_snapshot
+    from safepoint.store.postgres import migrate
+
+    assert migrate(empty_url, to=10).after == 10
+    with psycopg.connect(empty_url, autocommit=True) as conn:  # what version 10 wrote: one row per run
+        conn.execute("INSERT INTO safepoint.runs (run_id, header) VALUES ('r', %s)", (b"x",))
+        conn.execute(
+            "INSERT INTO safepoint.recovery_owners (recovery_class, owner_id, generation, agent_id) "
+            "VALUES ('root', 'r', 0, 'r')"
+        )
+        conn.execute("INSERT INTO safepoint.view_snapshots VALUES ('r', 3, %s)", (frame_snapshot(b"old view", 3),))
+    migrate(empty_url)
+    store = PostgresStore(empty_url)
+    try:
+        assert store.read_view_snapshot("r") == b"old view" and store.view_snapshot_seq("r") == 3
+        claim = store.claim("r", "me")
+        store.put_view_snapshot(claim, b"new view", seq=4)
+        assert store.read_view_snapshot("r") == b"new view"
+        assert _snapshot_rows(empty_url, "r") == 1
+    finally:
+        store.close()
