@@ -13,6 +13,7 @@ Schema ``safepoint``::
                                     inserts), released, lease_until (heartbeat + lease, on the database's clock),
                                     summary_seq and summary (framed): what ``status`` shows, as of summary_seq (a
                                     cache: read only while the log still ends there), written by the append;
+                                    view_snapshot (which ``view_snapshots`` row is read: set by a fenced swap);
                                     a partial index on the held rows (not released, not closed) for passes; no
                                     index holds a column an append or a heartbeat changes (last_seq, lease_until,
                                     holder_state, summary_seq, summary), so their updates are HOT (measured: 98 %
