@@ -21,7 +21,9 @@ much: ``client_cpu_us`` (the worker's ``process_time``), ``server_cpu_us`` (its 
 transition: ``pg_current_wal_insert_lsn()`` around each phase); ``hot_updates``, the share of the owner row's
 updates (the appends', which keep the summary too, and the claims') that were HOT (no index entry written:
 ``pg_stat_user_tables``); and ``round_trips`` of one append and of one claim (counted from libpq's protocol
-trace, in the bench's own process).
+trace, in the bench's own process); ``claim_client_cpu``, a first claim's client CPU with this process's start
+time read once against read at every claim (``claim_client_cpu``); ``create_and_claim``, a new run and its
+first claim in two commits against one (``create_claimed_run``).
 
 Each process count runs the three kinds side by side ``--rounds`` times (the shared machine's load moves between
 phases): rates are the rounds' medians, ``vs_floor`` the median of each round's ratio (``vs_floor_rounds``).
@@ -223,6 +225,62 @@ def round_trips(url: str) -> dict[str, float]:
     return counted
 
 
+def claim_client_cpu(url: str, rounds: int = 6, claims: int = 150) -> dict[str, Any]:
+    """A first claim's client CPU (``process_time`` per claim, one process, the bench's own), with this process's
+    start time read once (``liveness.own_start_time``, the code) and read from /proc at every claim (as before
+    it was cached: the cache emptied before each claim), alternating in ``rounds`` rounds; medians and the ratio."""
+    from safepoint.store import liveness
+    from safepoint.store.postgres import PostgresStore
+
+    store = PostgresStore(url, pool_size=1)
+    runs = iter(range(10**9))
+    seen: dict[str, list[float]] = {"cached": [], "reread": []}
+    for r in range(rounds):
+        for mode in ("cached", "reread") if r % 2 == 0 else ("reread", "cached"):
+            names = [f"cpu-{next(runs)}" for _ in range(claims)]
+            for name in names:
+                store.create_run(name, b"{}")
+            cpu0 = time.process_time()
+            for name in names:
+                if mode == "reread":
+                    liveness._own_start = None
+                store.claim(name, "bench")
+            seen[mode].append((time.process_time() - cpu0) / claims * 1e6)
+    store.close()
+    cached, reread = (statistics.median(seen[m]) for m in ("cached", "reread"))
+    return {
+        "cached_us": round(cached, 1),
+        "reread_us": round(reread, 1),
+        "cached_over_reread": round(cached / reread, 3),
+    }
+
+
+def create_and_claim(url: str, rounds: int = 6, runs: int = 100) -> dict[str, Any]:
+    """A new run and its first claim: ``create_run`` then ``claim`` (two commits) against ``create_claimed_run``
+    (one), alternating in ``rounds`` rounds, one process; the medians of each round's median (ms) and the ratio."""
+    from safepoint.store.postgres import PostgresStore
+
+    store = PostgresStore(url, pool_size=1)
+    names = iter(range(10**9))
+    seen: dict[str, list[float]] = {"two_commits": [], "one_commit": []}
+    for r in range(rounds):
+        for mode in ("two_commits", "one_commit") if r % 2 == 0 else ("one_commit", "two_commits"):
+            times = []
+            for _ in range(runs):
+                name = f"new-{next(names)}"
+                t0 = time.perf_counter()
+                if mode == "one_commit":
+                    store.create_claimed_run(name, b"{}", "bench")
+                else:
+                    store.create_run(name, b"{}")
+                    store.claim(name, "bench")
+                times.append(time.perf_counter() - t0)
+            seen[mode].append(statistics.median(times) * 1000)
+    store.close()
+    two, one = (statistics.median(seen[m]) for m in ("two_commits", "one_commit"))
+    return {"two_commits_ms": round(two, 3), "one_commit_ms": round(one, 3), "one_over_two": round(one / two, 3)}
+
+
 PHASE_COSTS: dict[str, dict[str, Any]] = {}  # per phase name: what one transition cost (``phase`` fills it)
 
 
@@ -335,6 +393,8 @@ def main() -> None:
             found = conn.execute("SELECT max(version) FROM safepoint.schema_migrations").fetchone()
         report["schema_version"] = found[0] if found else None
         report["round_trips"] = round_trips(url)
+        report["claim_client_cpu"] = claim_client_cpu(url)
+        report["create_and_claim"] = create_and_claim(url)
         for procs in (int(p) for p in args.procs.split(",")):
             rates: dict[str, list[float]] = {"store": [], "stmt": [], "floor": []}
             latencies: dict[str, list[int]] = {"store": [], "stmt": [], "floor": [], "claims": []}

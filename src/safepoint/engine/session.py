@@ -206,14 +206,15 @@ class RunSession:
     ) -> RunSession:
         # The header holds the task and a scenario's script (model text): redacted like every record.
         redactor = run_redactor(workspace.root, withhold=provider_key_variables(info.provider), store=store)
-        store.create_run(info.run_id, _encoder.encode(redactor.record(info)))
+        header = _encoder.encode(redactor.record(info))
         identity = RecoveryIdentity(
             recovery_class=info.recovery_class,
             owner_id=info.owner_id,
             agent_id=info.run_id,
             message_id=f"{info.parent_run_id}#{info.parent_call_id}" if info.parent_call_id else None,
         )
-        claim = store.claim(info.run_id, holder or holder_id(), identity=identity)
+        # The run and its first claim: one commit where the store can (PostgreSQL).
+        claim = store.create_claimed_run(info.run_id, header, holder or holder_id(), identity=identity)
         session = cls(store, claim, RunView(info=info), workspace, registry)
         session.log.trace("run_claimed", takeover=False, holder=claim.holder)
         session.start()

@@ -334,6 +334,14 @@ class Store(RunLog, Ownership, RestartCheckpoints, ControlChannel, Schedules, Ar
         before it lost records at its end: recovery then treats the calls it no longer accounts for as uncertain."""
         return 0
 
+    def create_claimed_run(
+        self, run_id: str, header: bytes, holder: str, *, identity: RecoveryIdentity | None = None
+    ) -> Claim:
+        """``create_run``, then the run's first ``claim``: a backend may make both one commit (seed 003 §1: the
+        generation is durable before its owner acts; a created run's first claim can share the creating commit)."""
+        self.create_run(run_id, header)
+        return self.claim(run_id, holder, identity=identity)
+
     def try_claim(self, run_id: str, holder: str) -> Claim | None:
         """``claim``, or None when a live owner holds the run or another claim is in the middle of taking it (a
         database skips a locked row rather than wait for it): how supervisors share work."""

@@ -10,7 +10,7 @@ import msgspec
 from safepoint.errors import RunLockedError, StaleGenerationError, StoreError
 from safepoint.protocol import RecoveryOwnerTerminalEvent
 from safepoint.records import Claim, OwnerState, RecoveryIdentity
-from safepoint.store.liveness import owner_alive, process_start_time, this_host
+from safepoint.store.liveness import own_start_time, owner_alive, this_host
 
 # A claim waits this long for a write in progress to let go of the run's lock (a flock, a row lock); a writer
 # stopped mid-write (SIGSTOP) would hold it forever, so past this the claim says so instead of hanging.
@@ -72,7 +72,7 @@ def next_owner(
         terminal_status=current.terminal_status if terminal and current else None,
         holder=holder,
         pid=os.getpid(),
-        host=f"{this_host()}#{process_start_time(os.getpid())}",
+        host=f"{this_host()}#{own_start_time()}",
         claimed_at=claimed,
         heartbeat_at=claimed,
         lease_ms=current.lease_ms if current else 30_000,

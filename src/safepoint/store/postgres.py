@@ -183,22 +183,42 @@ class PostgresStore(PostgresBlobs, PostgresRestartCheckpoints, PostgresLogReads,
     def create_run(self, run_id: str, header: bytes) -> None:
         check_run_id(run_id)
         with self._tx() as conn:
-            created = conn.execute(
-                f"INSERT INTO {SCHEMA}.runs (run_id, header) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                (run_id, frame(header)),
-            ).fetchone()
-            if created is None:
-                raise RunExistsError(f"run {run_id!r} already exists in {self.shown}; pick another --run-id")
-            if not self.sealed and (marker := self._encryption_txn(conn)) is not None:
-                # Made encrypted since this process opened it (record_encryption waits for this insert, or this
-                # insert for it): the transaction rolls back.
-                check_key(read_marker(marker, self.shown), None, self.shown)
-            # The owner row every claim and write locks; its identity is the first claim's to set.
-            conn.execute(
-                f"INSERT INTO {SCHEMA}.recovery_owners (recovery_class, owner_id, generation, agent_id) "
-                "VALUES ('root', %s, 0, %s)",
-                (run_id, run_id),
-            )
+            self._create_run_txn(conn, run_id, header)
+
+    def create_claimed_run(
+        self, run_id: str, header: bytes, holder: str, *, identity: RecoveryIdentity | None = None
+    ) -> Claim:
+        """The run and its first owner in one commit (the claim's own commit and round trip saved)."""
+        check_run_id(run_id)
+        state = next_owner(run_id, None, holder, takeover=False, identity=identity)  # refuses a bad identity
+        if self.tenant is not None:
+            check_tenant(self.tenant, run_id, None, identity)
+        try:
+            with self._tx() as conn:
+                self._create_run_txn(conn, run_id, header)
+                self._write_owner(conn, run_id, state)
+        except pg_errors.UniqueViolation:  # the identity answers for another run already: as ``claim`` says it
+            self.create_run(run_id, header)
+            return self.claim(run_id, holder, identity=identity)
+        return claim_of(run_id, state)
+
+    def _create_run_txn(self, conn: Connection, run_id: str, header: bytes) -> None:
+        created = conn.execute(
+            f"INSERT INTO {SCHEMA}.runs (run_id, header) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (run_id, frame(header)),
+        ).fetchone()
+        if created is None:
+            raise RunExistsError(f"run {run_id!r} already exists in {self.shown}; pick another --run-id")
+        if not self.sealed and (marker := self._encryption_txn(conn)) is not None:
+            # Made encrypted since this process opened it (record_encryption waits for this insert, or this
+            # insert for it): the transaction rolls back.
+            check_key(read_marker(marker, self.shown), None, self.shown)
+        # The owner row every claim and write locks; its identity is the first claim's to set.
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.recovery_owners (recovery_class, owner_id, generation, agent_id) "
+            "VALUES ('root', %s, 0, %s)",
+            (run_id, run_id),
+        )
 
     def run_header(self, run_id: str) -> bytes:
         with self._tx() as conn:

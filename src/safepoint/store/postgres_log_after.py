@@ -1,7 +1,8 @@
 """The PostgreSQL store's reads of a run's log by position (``store.log_after``): rows are keyed by seq, so the
 read after a position is an index range scan, and the row at the position is checked to be the record named
-(its line's checksum), not only a row with that seq. And the run's view snapshot (``core.view_snapshot``): a row
-of ``view_snapshots``, upserted in the fenced section's transaction, deleted with its run."""
+(its line's checksum), not only a row with that seq. And the run's view snapshot (``core.view_snapshot``): the row
+of ``view_snapshots`` its owner row names, staged, then swapped in fenced (``postgres_snapshots``), deleted with
+its run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from safepoint.records import LogProblem, LogRead
+from safepoint.errors import RunNotFoundError, StoreError
+from safepoint.records import Claim, LogProblem, LogRead, OwnerState
+from safepoint.store import postgres_snapshots
 from safepoint.store.framing import check_line, read_records
 from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, unframe_snapshot
 from safepoint.store.postgres_schema import SCHEMA
@@ -66,6 +69,13 @@ class PostgresLogReads:
 
         def _require_run(self, conn: Connection, run_id: str) -> None: ...
 
+        def _not_found(self, run_id: str) -> RunNotFoundError: ...
+
+        # FencedStore's, typed as ``@contextmanager`` types it (mypy compares the two definitions).
+        def _fenced(
+            self, claim: Claim, *, durable: bool = True
+        ) -> contextlib._GeneratorContextManager[tuple[Connection, OwnerState]]: ...
+
     def log_position(self, run_id: str) -> LogPosition | None:
         with self._tx() as conn:
             self._require_run(conn, run_id)
@@ -76,20 +86,36 @@ class PostgresLogReads:
             self._require_run(conn, run_id)
             return read_log_after(conn, run_id, after)
 
+    def put_view_snapshot(self, claim: Claim, data: bytes, *, seq: int) -> None:
+        """Staged, then swapped in fenced, then the rows replaced deleted (``postgres_snapshots``): the owner row is
+        locked for the swap's small statement only, never while the snapshot's bytes travel or reach the disk."""
+        try:
+            with self._tx() as conn:
+                self._put_view_snapshot_txn(conn, claim.run_id, data, seq)
+        except psycopg.errors.ForeignKeyViolation:  # the run was deleted (its owner row with it)
+            raise self._not_found(claim.run_id) from None
+        key = postgres_snapshots.snapshot_id(frame_snapshot(data, seq))
+        if not self._swap_view_snapshot(claim, key):
+            with self._fenced(claim):  # says why (stale, released, gone)
+                pass
+            raise StoreError(f"run {claim.run_id!r}: its view snapshot was removed before it could be used")
+        with self._tx() as conn:
+            postgres_snapshots.cleanup(conn, claim.run_id)
+
     def _put_view_snapshot_txn(self, handle: Connection, run_id: str, data: bytes, seq: int) -> None:
-        handle.execute(
-            f"INSERT INTO {SCHEMA}.view_snapshots (run_id, seq, data) VALUES (%s, %s, %s) "
-            "ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, data = excluded.data",
-            (run_id, seq, frame_snapshot(data, seq)),
-        )
+        postgres_snapshots.stage(handle, run_id, frame_snapshot(data, seq), seq)
+
+    def _swap_view_snapshot(self, claim: Claim, key: int) -> bool:
+        with self._tx() as conn:
+            return postgres_snapshots.swap(conn, claim.run_id, claim.generation, key)
 
     def view_snapshot_seq(self, run_id: str) -> int | None:
         with self._tx() as conn:
-            row = conn.execute(f"SELECT seq FROM {SCHEMA}.view_snapshots WHERE run_id = %s", (run_id,)).fetchone()
+            row = conn.execute(postgres_snapshots.READ_SEQ, (run_id,)).fetchone()
         return None if row is None else as_int(row[0])
 
     def read_view_snapshot(self, run_id: str) -> bytes | None:
         with self._tx() as conn:
             self._require_run(conn, run_id)
-            row = conn.execute(f"SELECT data FROM {SCHEMA}.view_snapshots WHERE run_id = %s", (run_id,)).fetchone()
+            row = conn.execute(postgres_snapshots.READ_DATA, (run_id,)).fetchone()
         return None if row is None else unframe_snapshot(as_bytes(row[0]))

@@ -13,6 +13,7 @@ Schema ``safepoint``::
                                     inserts), released, lease_until (heartbeat + lease, on the database's clock),
                                     summary_seq and summary (framed): what ``status`` shows, as of summary_seq (a
                                     cache: read only while the log still ends there), written by the append;
+                                    view_snapshot (which ``view_snapshots`` row is read: set by a fenced swap);
                                     a partial index on the held rows (not released, not closed) for passes; no
                                     index holds a column an append or a heartbeat changes (last_seq, lease_until,
                                     holder_state, summary_seq, summary), so their updates are HOT (measured: 98 %
@@ -34,7 +35,8 @@ Schema ``safepoint``::
     settings                        name pk, value (framed): the store's own facts; 'encryption' in an encrypted
                                     store (its cipher and key id, never the key)
     blob_refs                       (name, run_id) pk: that run's log references that blob (``postgres_blob_refs``)
-    view_snapshots                  run_id pk, seq, data: the run's folded log up to a position (``core.view_snapshot``)
+    view_snapshots                  (run_id, snapshot_id) pk, seq, data: the run's folded log up to a position
+                                    (``core.view_snapshot``); the one read is the owner row's ``view_snapshot``
 
 Opening a store migrates a fresh database (nothing in it to break) but never upgrades one that already holds a
 schema: other hosts may be running an older safepoint on it, whose queries a change would break under them, so an
@@ -260,6 +262,18 @@ BEGIN
         END;
     END IF;
 END $$;
+""",
+    ),
+    Migration(
+        11,
+        "view snapshots staged, then swapped in fenced (the owner row names the one read: view_snapshot), so a "
+        "snapshot's write never holds the owner row while its bytes travel (store.postgres_snapshots)",
+        f"""
+ALTER TABLE {SCHEMA}.view_snapshots ADD COLUMN IF NOT EXISTS snapshot_id bigint NOT NULL DEFAULT 0;
+ALTER TABLE {SCHEMA}.view_snapshots ALTER COLUMN snapshot_id DROP DEFAULT;
+ALTER TABLE {SCHEMA}.view_snapshots DROP CONSTRAINT view_snapshots_pkey, ADD PRIMARY KEY (run_id, snapshot_id);
+ALTER TABLE {SCHEMA}.recovery_owners ADD COLUMN IF NOT EXISTS view_snapshot bigint;
+UPDATE {SCHEMA}.recovery_owners o SET view_snapshot = 0 FROM {SCHEMA}.view_snapshots v WHERE v.run_id = o.agent_id;
 """,
     ),
 )
