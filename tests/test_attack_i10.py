@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 from datetime import UTC
 
 import pytest
@@ -17,10 +16,7 @@ from safepoint.errors import SafepointError
 from safepoint.lifecycle import forget, gc, label
 from safepoint.store.fsck import fsck
 
-
-def _text(seed: int, lines: int = 2000) -> str:
-    rng = random.Random(seed)
-    return "".join(f"{seed}.{i} {rng.getrandbits(64):x}\n" for i in range(lines))
+from .store_runs import text_of as _text
 
 
 def _finished_run(tm, run_id, versions, path="big.txt"):

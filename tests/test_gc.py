@@ -4,7 +4,6 @@ unfinished runs kept whole, a blob stored again while gc reads is kept, and the 
 from __future__ import annotations
 
 import json
-import random
 import time
 
 import pytest
@@ -16,26 +15,8 @@ from safepoint.lifecycle import forget, gc, label, labels
 from safepoint.store.fsck import fsck
 
 from .conftest import safepoint_in_process
-
-
-def _text(seed: int, lines: int = 2000) -> str:
-    rng = random.Random(seed)
-    return "".join(f"{seed}.{i} {rng.getrandbits(64):x}\n" for i in range(lines))
-
-
-def _finished_run(tm, run_id, versions, path="big.txt", also=None):
-    """A finished run that writes ``path`` once per step (and ``also``, reversed, with a command); returns the
-    checkpoint after each step."""
-    after = []
-    with tm.start("t", run_id=run_id) as run:
-        for number, content in enumerate(versions):
-            run.step()
-            run.call("write_file", {"path": path, "content": content}, call_id=f"c{number}")
-            if also is not None:
-                run.call("run_command", {"command": f"printf '{number}\\n' >> {also}"}, call_id=f"d{number}")
-            after.append(run.checkpoint())
-        run.finish("completed")
-    return after
+from .store_runs import finished_run as _finished_run
+from .store_runs import text_of as _text
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ blob in the store is refused, and one appended while gc or forget decides keeps 
 from __future__ import annotations
 
 import os
-import random
 import time
 
 import msgspec
@@ -19,32 +18,14 @@ from safepoint.errors import UnknownReferenceError
 from safepoint.lifecycle import forget, gc, label, labels
 from safepoint.store.fsck import fsck
 
-KEY = bytes(range(32))
+from .store_runs import KEY, KINDS, open_kind
+from .store_runs import finished_run as _run
+from .store_runs import text_of as _text
 
 
-def _text(seed: int, lines: int = 2000) -> str:
-    rng = random.Random(seed)
-    return "".join(f"{seed}.{i} {rng.getrandbits(64):x}\n" for i in range(lines))
-
-
-def _run(tm, run_id, versions, path="big.txt"):
-    after = []
-    with tm.start("t", run_id=run_id) as run:
-        for number, content in enumerate(versions):
-            run.step()
-            run.call("write_file", {"path": path, "content": content}, call_id=f"c{number}")
-            after.append(run.checkpoint())
-        run.finish("completed")
-    return after
-
-
-@pytest.fixture(params=["file", "file-sealed", "postgres"])
+@pytest.fixture(params=KINDS)
 def opened(request, tmp_path, workspace):
-    if request.param == "postgres":
-        tm = safepoint.open(request.getfixturevalue("fresh_url"), workspace=str(workspace))
-    else:
-        key = KEY if request.param == "file-sealed" else None
-        tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace), key=key)
+    tm = open_kind(request, tmp_path, workspace)
     yield tm
     tm.close()
 

@@ -14,6 +14,8 @@ from safepoint.engine.tools import tool
 from safepoint.store.log_after import START, LogPosition
 from safepoint.store.sealed import unwrap
 
+from .store_runs import KINDS, open_kind
+
 KEY = bytes(range(32))
 
 
@@ -22,13 +24,9 @@ def noop(ctx, n: int = 0) -> str:
     return "ok"
 
 
-@pytest.fixture(params=["file", "file-sealed", "postgres"])
+@pytest.fixture(params=KINDS)
 def opened(request, tmp_path, workspace):
-    if request.param == "postgres":
-        tm = safepoint.open(request.getfixturevalue("fresh_url"), workspace=str(workspace))
-    else:
-        key = KEY if request.param == "file-sealed" else None
-        tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace), key=key)
+    tm = open_kind(request, tmp_path, workspace)
     yield tm
     tm.close()
 

@@ -21,6 +21,7 @@ from safepoint.store import view_index
 from safepoint.store.sealed import unwrap
 
 from .conftest import cli_env
+from .store_runs import open_kind
 
 KEY = bytes(range(32))
 
@@ -33,11 +34,7 @@ def noop(ctx, n: int = 0) -> str:
 @pytest.fixture(params=["file", "file-sealed", "postgres"])
 def opened(request, tmp_path, workspace, monkeypatch):
     monkeypatch.setattr(view_index, "SNAPSHOT_EVERY", 30)
-    if request.param == "postgres":
-        tm = safepoint.open(request.getfixturevalue("fresh_url"), workspace=str(workspace))
-    else:
-        key = KEY if request.param == "file-sealed" else None
-        tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace), key=key)
+    tm = open_kind(request, tmp_path, workspace)
     yield tm
     tm.close()
 
