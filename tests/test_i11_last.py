@@ -23,11 +23,13 @@ def _store_files(workspace):
 
 
 def _clear_words_in(workspace, words):
+    """(file, word, the bytes around it) of each word found: the bytes tell a clear record from a word that turned
+    up by chance inside sealed base64 text."""
     return sorted(
-        (str(path.relative_to(workspace)), word)
+        (str(path.relative_to(workspace)), word, data[max(0, at - 60) : at + 60])
         for path, data in _store_files(workspace).items()
         for word in words
-        if word.encode() in data
+        if (at := data.find(word.encode())) >= 0
     )
 
 

@@ -40,7 +40,8 @@ TEXT = (
     f"https://deploy:{URL_PASSWORD}@git.example.com/repo.git service {ENV_VALUE}"
 )
 WRITES = (
-    "create_run", "append", "claim", "close_owner", "upsert_restart_checkpoint", "record_terminal_event",
+    "create_run", "create_claimed_run", "append", "claim", "close_owner", "upsert_restart_checkpoint",
+    "record_terminal_event",
     "post_control", "put_schedule", "put_artifact", "trace", "put_blobs",
 )  # fmt: skip
 
@@ -134,8 +135,9 @@ def test_no_write_of_a_run_carries_a_planted_secret(tmp_path, planted, store_url
         with sp.resume("r", tools=[open_ticket]) as run:  # admits the submission: a queued_submission checkpoint
             assert sp.run_agent(run, safepoint.ScriptedProvider(script)) == "completed"
         tell_parent(sp.store, "r", "r.child", "c9", "closed", f"the child said {TEXT}")
-        assert {name for name, _ in spy.written} >= {
-            "create_run",
+        written = {name for name, _ in spy.written}
+        assert written & {"create_run", "create_claimed_run"}  # the header: on its own or with the first owner
+        assert written >= {
             "append",
             "upsert_restart_checkpoint",
             "post_control",
