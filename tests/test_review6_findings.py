@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -53,3 +54,77 @@ def test_gc_keeps_what_a_rollback_cut_short_on_a_finished_run_needs_so_its_named
     followed = cli(*shlex.split(cut["fix"])[1:])  # literally, as the message says
     assert followed.returncode == ExitCode.OK, (cut["fix"], collected.stdout, followed.stdout, followed.stderr)
     assert (ws / "a.py").read_text() == _version(0)
+
+
+HOSTILE_CALL_IDS = ["call_1; touch pwned", "-c1", "call $(id)"]  # a model server chooses the call id
+
+
+def _parsed(command: str) -> dict[str, object]:
+    """The parameters the CLI's own parser gives ``command`` (a shell's words), or the refusal raised."""
+    import typer.main
+
+    from safepoint.cli.app import app
+
+    argv = shlex.split(command)
+    assert argv[0] == "safepoint"
+    group = typer.main.get_command(app)
+    sub = group.commands[argv[1]]  # type: ignore[attr-defined]
+    return dict(sub.make_context(argv[1], argv[2:]).params)
+
+
+def _wait(call_id: str):
+    from safepoint.core.progress import ApprovalWait
+    from safepoint.core.redact import Redactor
+    from safepoint.engine.progress import Progress
+
+    events = []
+    progress = Progress("r1", Redactor(), lambda *a, **k: None)
+    progress.observers.append(events.append)
+    progress.approval_wait(call_id, "shell", {"command": "make deploy"}, "high")
+    progress.status("waiting_approval", "")
+    [event] = [e for e in events if isinstance(e, ApprovalWait)]
+    return event
+
+
+@pytest.mark.parametrize("call_id", HOSTILE_CALL_IDS)
+def test_the_printed_approve_and_deny_commands_name_the_model_s_call_id_as_one_argument(call_id):
+    """`safepoint run` prints the commands that answer an approval wait; the call id is the model server's own
+    string, pasted into a shell by a person: a `;` in it ran a second command, a leading `-` was an option."""
+    import io
+
+    from safepoint.cli.progress import Printer
+
+    stream = io.StringIO()
+    Printer(as_json=False, where=" -w '/my ws'", stream=stream)(_wait(call_id))
+    lines = {
+        line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in stream.getvalue().splitlines()[1:]
+    }
+    for verb in ("approve", "deny"):
+        params = _parsed(lines[verb])
+        assert (params["run_id"], params["call_id"], params["workspace"]) == ("r1", call_id, "/my ws"), lines[verb]
+
+
+@pytest.mark.xfail(strict=True, reason="engine/progress.py (not the reviewer's) builds ApprovalWait.approve unquoted")
+@pytest.mark.parametrize("call_id", HOSTILE_CALL_IDS[:1])
+def test_the_approval_wait_event_s_commands_take_the_call_id_as_one_argument(call_id):
+    event = _wait(call_id)
+    assert _parsed(event.approve)["call_id"] == call_id
+
+
+@pytest.mark.parametrize("call_id", HOSTILE_CALL_IDS)
+def test_a_session_that_cannot_wait_names_the_approve_command_with_the_call_id_as_one_argument(call_id):
+    from safepoint.engine.decision_choices import cannot_wait
+    from safepoint.records import ToolCall
+
+    said = cannot_wait("r1", ToolCall(call_id=call_id, tool="shell", args={}))
+    [command] = re.findall(r"`(safepoint approve [^`]*)`", said)
+    assert (_parsed(command)["run_id"], _parsed(command)["call_id"]) == ("r1", call_id), said
+
+
+@pytest.mark.parametrize("call_id", HOSTILE_CALL_IDS)
+def test_the_decision_line_s_flags_take_the_call_id_as_one_word(call_id):
+    from safepoint.engine.decision_choices import waiting
+
+    said = waiting("r1", [("shell", call_id, "")])
+    flags = said.split("resume with ", 1)[1].split(" to run it again or ")
+    assert _parsed(f"safepoint resume r1 {flags[0]} {flags[1].removesuffix(' to leave it')}")["replay"] == (call_id,)
