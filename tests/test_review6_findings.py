@@ -128,3 +128,36 @@ def test_the_decision_line_s_flags_take_the_call_id_as_one_word(call_id):
     said = waiting("r1", [("shell", call_id, "")])
     flags = said.split("resume with ", 1)[1].split(" to run it again or ")
     assert _parsed(f"safepoint resume r1 {flags[0]} {flags[1].removesuffix(' to leave it')}")["replay"] == (call_id,)
+
+
+@pytest.mark.parametrize("call_id", HOSTILE_CALL_IDS)
+def test_approvals_lists_commands_that_take_the_call_id_as_one_argument(call_id, tmp_path, monkeypatch):
+    """`safepoint approvals` printed review.py's commands, built unquoted, as they were."""
+    from safepoint.api import Safepoint
+    from safepoint.review import PendingApproval
+
+    def pending(self, run_id=None):
+        return [
+            PendingApproval(
+                run_id="r1",
+                call_id=call_id,
+                tool="shell",
+                risk_level="high",
+                target="make deploy",
+                waiting_since="2026-01-01T00:00:00Z",
+                seconds_left=60.0,
+                attended=True,
+                approve=f"safepoint approve r1 {call_id}",
+                deny=f"safepoint deny r1 {call_id}",
+            )
+        ]
+
+    monkeypatch.setattr(Safepoint, "approvals", pending)
+    ws = tmp_path / "my ws"
+    ws.mkdir()
+    listed = safepoint_in_process("approvals", "-w", str(ws), env=cli_env())
+    assert listed.returncode == ExitCode.OK, listed.stderr
+    lines = dict(line.strip().split(": ", 1) for line in listed.stdout.splitlines()[1:])
+    for verb in ("approve", "deny"):
+        params = _parsed(lines[verb])
+        assert (params["run_id"], params["call_id"], params["workspace"]) == ("r1", call_id, str(ws)), lines[verb]
