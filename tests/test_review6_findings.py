@@ -161,3 +161,58 @@ def test_approvals_lists_commands_that_take_the_call_id_as_one_argument(call_id,
     for verb in ("approve", "deny"):
         params = _parsed(lines[verb])
         assert (params["run_id"], params["call_id"], params["workspace"]) == ("r1", call_id, str(ws)), lines[verb]
+
+
+def test_a_gc_that_cannot_record_one_run_frees_what_the_others_records_say_and_nothing_of_that_one(
+    tmp_path, workspace, monkeypatch
+):
+    """gc posts each run's record of what it frees, then frees; when run b's record cannot be written (a full disk)
+    b's blobs stay. Run a's record was posted already: before, nothing at all was freed and a's record said its
+    checkpoints were freed while everything was there (a label refused, "what it needs was freed"). Now what the
+    records say is what the store holds: a's freed, b's kept, fsck clean."""
+    import random
+
+    import safepoint
+    from safepoint.core.retention import lifecycle_records
+    from safepoint.errors import DiskFullError, UnknownReferenceError
+    from safepoint.lifecycle import gc, label
+    from safepoint.store.fsck import fsck
+
+    def text(seed: int) -> str:
+        rng = random.Random(seed)
+        return "".join(f"{seed}.{i} {rng.getrandbits(64):x}\n" for i in range(2000))
+
+    tm = safepoint.open(str(tmp_path / "store"), workspace=str(workspace))
+    try:
+        firsts = {}
+        for base, (run_id, path) in enumerate((("a", "a.txt"), ("b", "b.txt"))):
+            (workspace / path).write_text(text(100 + base))
+            with tm.start("t", run_id=run_id) as run:
+                for number in range(3):
+                    run.step()
+                    run.call("write_file", {"path": path, "content": text(number + 10 * base)}, call_id=f"c{number}")
+                    firsts.setdefault(run_id, run.checkpoint())
+                run.finish("completed")
+        real = type(tm.store).post_control
+
+        def full(self, run_id, data, **kwargs):
+            if b"gc_pruned" in data and run_id == "b":
+                raise DiskFullError(f"no space left on the disk of store {self.url}; free space")
+            return real(self, run_id, data, **kwargs)
+
+        monkeypatch.setattr(type(tm.store), "post_control", full)
+        done = gc(tm.store, keep=0)
+        monkeypatch.undo()
+        assert "no space left" in done.refused
+        after = set(tm.store.list_blobs())
+        said = {run_id: lifecycle_records(tm.store.read_control(run_id))[1] for run_id in ("a", "b")}
+        assert said["a"] and not said["b"]
+        assert not {tm.store.blob_name(digest) for digest in said["a"]} & after  # freed as its record says
+        runs = {run.run_id: run for run in done.runs}
+        assert runs["b"].freed_blobs == 0 and runs["a"].freed_blobs == len(said["a"])
+        assert fsck(tm.store, None, repair=False).clean
+        label(tm.store, "b", firsts["b"], "keep me")  # nothing of b was freed: it can still be kept
+        with pytest.raises(UnknownReferenceError, match="was not kept"):
+            label(tm.store, "a", firsts["a"], "keep me")  # truthfully: its versions are gone
+    finally:
+        tm.close()
