@@ -335,6 +335,7 @@ def _collect(
     swept = 0
     freed_bytes = sum(stored[name].size for name in candidates)
     if not dry_run and candidates:
+        unrecorded: set[str] = set()
         for run_id, (digests, kept_ids, unreachable) in prune.items():
             # Said before it is done: a crash between leaves a record of blobs still there, never the reverse.
             record = PrunedRecord(digests=digests, kept=kept_ids, at=now(), pruned_checkpoints=unreachable)
@@ -342,13 +343,28 @@ def _collect(
                 store.post_control(run_id, _encoder.encode(record))
             except RunNotFoundError:  # a run deleted meanwhile: nothing left to tell
                 pass
-            except StoreError as exc:  # a full disk, a lock not let go: unsaid, so nothing is freed
+            except StoreError as exc:  # a full disk, a lock not let go: unsaid, so none of its blobs is freed
                 # (rejected: going on, as for a deleted run, which freed blobs no record named: fsck said "lost")
-                refused = f"what it frees of run {run_id!r} could not be recorded ({str(exc).splitlines()[0]})"
-                candidates, freed_bytes = set(), 0
-                done = [msgspec.structs.replace(run, pruned_checkpoints=[], freed_blobs=0) for run in done]
-                break
+                refused = refused or (
+                    f"what it frees of run {run_id!r} could not be recorded ({str(exc).splitlines()[0]})"
+                )
+                unrecorded.add(run_id)
         failpoints.hit("gc_recorded")
+        if unrecorded:
+            # The runs recorded have their blobs freed as said (rejected: freeing nothing at all, which left their
+            # records saying their checkpoints were freed while all was there: a label or a rollback refused).
+            candidates -= {store.blob_name(digest) for run_id in unrecorded for digest in prune[run_id][0]}
+            freed_bytes = sum(stored[name].size for name in candidates)
+            done = [
+                msgspec.structs.replace(run, pruned_checkpoints=[], freed_blobs=0)
+                if run.run_id in unrecorded
+                else msgspec.structs.replace(
+                    run,
+                    freed_blobs=sum(1 for name in freeing if name in candidates),
+                    pruned_checkpoints=run.pruned_checkpoints,
+                )
+                for run, (_, freeing) in zip(done, results, strict=True)
+            ]
     if not dry_run and candidates:
         with store.blobs_exclusive():
             still = store.list_blobs()  # one stored again since (a reference on its way) shows a later time

@@ -70,7 +70,7 @@ def register(app: typer.Typer, out: Out) -> None:
                 if run.freed_blobs
             ]
             if done.refused:
-                lines.append(f"nothing removed: {done.refused}")
+                lines.append(f"{'not all' if done.freed_blobs else 'nothing'} removed: {done.refused}")
             sys.stdout.write(visible("\n".join(lines)) + "\n")
         raise typer.Exit(ExitCode.DAMAGED if done.refused else ExitCode.OK)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -82,8 +83,8 @@ class Printer:
         self._line(
             self._paint(f"  waiting for approval: {data['tool']} {data['target']} ({data['risk_level']} risk)", "35")
         )
-        self._line(f"    approve: {data['approve']}{self.where}")
-        self._line(f"    deny:    {data['deny']}{self.where}")
+        self._line(f"    approve: {answer_command('approve', data['run_id'], data['call_id'], self.where)}")
+        self._line(f"    deny:    {answer_command('deny', data['run_id'], data['call_id'], self.where)}")
 
     def _status(self, data: dict[str, Any]) -> None:
         if data["status"] in ("waiting_decision", "interrupted", "cancelled", "closed") and data["detail"]:
@@ -104,6 +105,16 @@ class Printer:
     def _write(self, text: str) -> None:
         self.stream.write(text)
         self.stream.flush()
+
+
+def answer_command(verb: str, run_id: str, call_id: str, where: str = "") -> str:
+    """``safepoint approve|deny RUN CALL`` as a shell takes it, ``where`` (`` -w DIR``) with it: each word quoted
+    (the call id is the model server's own string: a `;` in it ran a second command when pasted; rejected: the
+    event's ``approve``, built unquoted), after ``--`` when one begins with "-" (else the parser took an option)."""
+    words = " ".join(shlex.quote(word) for word in (run_id, call_id))
+    if words.startswith("-") or " -" in words:  # after ``--`` nothing is an option: the store's options first
+        return f"safepoint {verb}{where} -- {words}"
+    return f"safepoint {verb} {words}{where}"
 
 
 def _seconds(value: float) -> str:

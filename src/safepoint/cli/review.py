@@ -113,6 +113,8 @@ def register(app: typer.Typer, out: Out) -> None:
         """Calls waiting for a person's approval, across runs, with the commands that approve or deny each."""
         import shlex
 
+        from safepoint.cli.progress import answer_command
+
         sp = open_safepoint_at(store, workspace, key_file)
         waiting = sp.approvals(run_id)
         if as_json:
@@ -125,8 +127,8 @@ def register(app: typer.Typer, out: Out) -> None:
         inside = here == sp.root or here.startswith(sp.root.rstrip(os.sep) + os.sep)
         where = "" if inside else f" -w {shlex.quote(sp.root)}"  # the commands work from where you stand
         for item in plain(waiting):
-            item["approve"] += where
-            item["deny"] += where
+            item["approve"] = answer_command("approve", item["run_id"], item["call_id"], where)
+            item["deny"] = answer_command("deny", item["run_id"], item["call_id"], where)
             who = "a live process waits on it" if item["attended"] else "nobody runs it now: resume continues the wait"
             sys.stdout.write(
                 visible(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from safepoint.core.cut_short import cut_short
 from safepoint.core.large_values import references
 from safepoint.core.rollback import ABSENT, UNKNOWN
 from safepoint.core.run_view import CheckpointAt, RunView
@@ -77,6 +78,13 @@ def retention(
     ids = tuple(at.checkpoint.checkpoint_id for at in view.checkpoints)
     if live or view.status not in FINISHED:
         why = "another process owns it right now" if live else f"it is {view.status}, not finished"
+        return Retention(view.info.run_id, referenced, referenced, ids, (), whole=True, why_whole=why)
+    # A finished run is never resumed, so a rollback a crash cut short on it is finished only by the command
+    # ``explain`` names (``core.cut_short``): what it rolls back to stays until then (rejected: keeping its target
+    # checkpoint alone, which the half-done rollback's own file versions may not be in).
+    unfinished = cut_short(view.info.run_id, view.ledger.values())
+    if unfinished:
+        why = f"a rollback a crash cut short is unfinished (`{unfinished[0].fix}` finishes it)"
         return Retention(view.info.run_id, referenced, referenced, ids, (), whole=True, why_whole=why)
     kept = _kept_checkpoints(view, max(keep, 0), labels)
     since = min((at.checkpoint.patches_len for at in kept), default=len(view.patches))

@@ -143,7 +143,7 @@ def waiting(run_id: str, calls: Sequence[tuple[str, str, str]], *, own_loop: boo
     options are said as ``sp.resume``'s arguments, ``replay=['ID']``, never as flags that command would refuse."""
 
     def option(name: str, call_id: str) -> str:
-        return f"{name}=[{call_id!r}]" if own_loop else f"--{name} {call_id}"
+        return f"{name}=[{call_id!r}]" if own_loop else f"--{name} {shlex.quote(call_id)}"
 
     names = ", ".join(f"{tool}({call_id})" for tool, call_id, _ in calls)
     offers = []
@@ -199,8 +199,15 @@ def cannot_wait(run_id: str, call: ToolCall) -> str:
     """A call that needs approval in a session that cannot wait for one (an engine used without a runner)."""
     return (
         f"call {call.call_id} ({call.tool}) needs approval, but this session cannot wait for one; run it through "
-        f"`safepoint run`/`resume` or Run, which wait for `safepoint approve {run_id} {call.call_id}`"
+        f"`safepoint run`/`resume` or Run, which wait for `{answer_command('approve', run_id, call.call_id)}`"
     )
+
+
+def answer_command(verb: str, run_id: str, call_id: str) -> str:
+    """``safepoint approve|deny RUN CALL`` as a shell takes it: the call id is the model server's own string
+    (quoted: a `;` in it would run a second command), after ``--`` when a word begins with "-" (not an option)."""
+    words = " ".join(shlex.quote(word) for word in (run_id, call_id))
+    return f"safepoint {verb} {'-- ' if words.startswith('-') or ' -' in words else ''}{words}"
 
 
 def is_own_loop(info: RunInfo) -> bool:

@@ -42,6 +42,7 @@ caller's thread, as before this module.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import weakref
@@ -168,12 +169,22 @@ class _Abandoned(Exception):
 
 
 def _stop_all() -> None:
-    """At the process's exit: each writer still running ends, its write waited for (bounded) or abandoned."""
+    """At the process's exit: each writer still running ends, its write waited for (bounded) or abandoned. The
+    writers share one ``EXIT_WAIT`` (rejected: ``EXIT_WAIT`` each, which held an exit with ten live runs 20 s)."""
+    deadline = time.monotonic() + EXIT_WAIT
     for writer in list(_live):
-        writer.close(EXIT_WAIT)
+        writer.close(max(0.0, deadline - time.monotonic()))
+
+
+def _forget_in_child() -> None:
+    """A forked child holds none of its parent's writers: their threads are not in it, and their lock may have
+    been held at the fork (rejected: closing them at the child's exit, which waited on that lock for ever)."""
+    global _live
+    _live = weakref.WeakSet()
 
 
 atexit.register(_stop_all)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def due_position(store: Store, run_id: str, durable_seq: int) -> LogPosition | None:
