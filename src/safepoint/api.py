@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
+from safepoint.core.progress import answer_command as answer_command  # re-exported: the CLI prints approve/deny lines
 from safepoint.errors import ConfigError, DecisionNeeded, ResumeError
 from safepoint.lifecycle import forget as forget  # re-exported: the store's lifecycle (gc, label, forget)
 from safepoint.lifecycle import gc as gc

@@ -154,7 +154,7 @@ def pending_approvals(store: Store, run_ids: list[str]) -> list[PendingApproval]
     call the ledger still has ``planned`` with the same input, that nobody answered yet."""
     import time
 
-    from safepoint.core.progress import main_argument
+    from safepoint.core.progress import answer_command, main_argument
     from safepoint.protocol import Approval, RuntimeRestartCheckpoint, RuntimeRestartToolApprovalWait
     from safepoint.report import load_view
     from safepoint.restart.control import owner_is_live
@@ -198,8 +198,8 @@ def pending_approvals(store: Store, run_ids: list[str]) -> list[PendingApproval]
                 waiting_since=_iso(wait.wait_started_at_ms),
                 seconds_left=round(left_ms / 1000, 1),
                 attended=attended,
-                approve=f"safepoint approve {run_id} {wait.call_id}",
-                deny=f"safepoint deny {run_id} {wait.call_id}",
+                approve=answer_command("approve", run_id, wait.call_id),
+                deny=answer_command("deny", run_id, wait.call_id),
             )
         )
     return found

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from safepoint.api import answer_command
 from safepoint.cli.common import masked, plain
 from safepoint.cli.plain import visible
 
@@ -105,16 +105,6 @@ class Printer:
     def _write(self, text: str) -> None:
         self.stream.write(text)
         self.stream.flush()
-
-
-def answer_command(verb: str, run_id: str, call_id: str, where: str = "") -> str:
-    """``safepoint approve|deny RUN CALL`` as a shell takes it, ``where`` (`` -w DIR``) with it: each word quoted
-    (the call id is the model server's own string: a `;` in it ran a second command when pasted; rejected: the
-    event's ``approve``, built unquoted), after ``--`` when one begins with "-" (else the parser took an option)."""
-    words = " ".join(shlex.quote(word) for word in (run_id, call_id))
-    if words.startswith("-") or " -" in words:  # after ``--`` nothing is an option: the store's options first
-        return f"safepoint {verb}{where} -- {words}"
-    return f"safepoint {verb} {words}{where}"
 
 
 def _seconds(value: float) -> str:

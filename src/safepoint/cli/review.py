@@ -113,7 +113,7 @@ def register(app: typer.Typer, out: Out) -> None:
         """Calls waiting for a person's approval, across runs, with the commands that approve or deny each."""
         import shlex
 
-        from safepoint.cli.progress import answer_command
+        from safepoint.api import answer_command
 
         sp = open_safepoint_at(store, workspace, key_file)
         waiting = sp.approvals(run_id)

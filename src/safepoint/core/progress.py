@@ -7,6 +7,7 @@ line. Their shapes are part of the public surface (documented in the README): fi
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -152,3 +153,13 @@ def redacted_event(event: ProgressEvent, redactor: Redactor) -> ProgressEvent:
     """Every text field of the event through the run's redactor: what is shown is redacted as what is kept."""
     shown: ProgressEvent = msgspec.convert(redactor.value(msgspec.to_builtins(event)), type=ProgressEvent)
     return shown
+
+
+def answer_command(verb: str, run_id: str, call_id: str, where: str = "") -> str:
+    """``safepoint approve|deny RUN CALL`` as a shell takes it, ``where`` (`` -w DIR``) with it: each word quoted
+    (the call id is the model server's own string: a `;` in it ran a second command when pasted; rejected: the
+    words unquoted), after ``--`` when one begins with "-" (else the parser took an option)."""
+    words = " ".join(shlex.quote(word) for word in (run_id, call_id))
+    if words.startswith("-") or " -" in words:  # after ``--`` nothing is an option: the store's options first
+        return f"safepoint {verb}{where} -- {words}"
+    return f"safepoint {verb} {words}{where}"

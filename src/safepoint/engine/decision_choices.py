@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import msgspec
 
+from safepoint.core.progress import answer_command
 from safepoint.core.run_view import RunView
 from safepoint.engine import large_values
 from safepoint.engine.content import LOST_NOTE, Content
@@ -201,13 +202,6 @@ def cannot_wait(run_id: str, call: ToolCall) -> str:
         f"call {call.call_id} ({call.tool}) needs approval, but this session cannot wait for one; run it through "
         f"`safepoint run`/`resume` or Run, which wait for `{answer_command('approve', run_id, call.call_id)}`"
     )
-
-
-def answer_command(verb: str, run_id: str, call_id: str) -> str:
-    """``safepoint approve|deny RUN CALL`` as a shell takes it: the call id is the model server's own string
-    (quoted: a `;` in it would run a second command), after ``--`` when a word begins with "-" (not an option)."""
-    words = " ".join(shlex.quote(word) for word in (run_id, call_id))
-    return f"safepoint {verb} {'-- ' if words.startswith('-') or ' -' in words else ''}{words}"
 
 
 def is_own_loop(info: RunInfo) -> bool:

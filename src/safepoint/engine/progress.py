@@ -20,6 +20,7 @@ from safepoint.core.progress import (
     ModelTurn,
     ProgressEvent,
     StatusChanged,
+    answer_command,
     first_line,
     main_argument,
     redacted_event,
@@ -122,8 +123,8 @@ class Progress:
             tool=tool,
             target=main_argument(args),
             risk_level=risk_level,
-            approve=f"safepoint approve {self.run_id} {call_id}",
-            deny=f"safepoint deny {self.run_id} {call_id}",
+            approve=answer_command("approve", self.run_id, call_id),
+            deny=answer_command("deny", self.run_id, call_id),
         )
 
     def status(self, status: str, detail: str) -> None:
