@@ -8,18 +8,14 @@ import shlex
 
 import pytest
 
-from safepoint.engine import failpoints
 from safepoint.errors import ExitCode
 
 from .conftest import cli_env, safepoint_in_process
+from .test_suggest_cut_short import killed_in
 
 
 def _version(n: int) -> str:
     return "".join(f"v{n} line {i} {i * n * 7919 % 10007}\n" for i in range(3000))
-
-
-class Crash(BaseException):
-    pass
 
 
 def test_gc_keeps_what_a_rollback_cut_short_on_a_finished_run_needs_so_its_named_fix_still_works(tmp_path, monkeypatch):
@@ -37,14 +33,7 @@ def test_gc_keeps_what_a_rollback_cut_short_on_a_finished_run_needs_so_its_named
 
     assert cli("run", str(tmp_path / "s.json"), "--run-id", "r1").returncode == ExitCode.OK
 
-    def dies(point: str, tool: str | None = None) -> None:
-        if point == "after_started" and tool == "rollback_files":
-            raise Crash()
-
-    with monkeypatch.context() as patched:
-        patched.setattr(failpoints, "hit", dies)
-        with pytest.raises(Crash):
-            cli("rollback", "r1", "--to", "step:1")
+    killed_in(monkeypatch, "after_started", "rollback_files", lambda: cli("rollback", "r1", "--to", "step:1"))
     assert (ws / "a.py").read_text() == _version(4)  # nothing reverted yet
     collected = cli("gc", "--keep", "1")
     assert collected.returncode == ExitCode.OK, collected.stderr

@@ -21,6 +21,20 @@ class Crash(BaseException):
     pass
 
 
+def killed_in(monkeypatch, point: str, tool: str, command) -> None:
+    """``command()`` (a CLI call in this process) killed at fault point ``point`` of ``tool``: what a SIGKILL
+    there leaves, without a process."""
+
+    def dies(at: str, name: str | None = None) -> None:
+        if at == point and name == tool:
+            raise Crash()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(failpoints, "hit", dies)
+        with pytest.raises(Crash):
+            command()
+
+
 def test_a_rollback_cut_short_on_a_completed_run_is_named_with_a_fix_that_finishes_it(tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -32,14 +46,7 @@ def test_a_rollback_cut_short_on_a_completed_run_is_named_with_a_fix_that_finish
 
     assert cli("run", str(tmp_path / "s.json"), "--run-id", "r1").returncode == ExitCode.OK
 
-    def dies(point: str, tool: str | None = None) -> None:
-        if point == "after_started" and tool == "rollback_files":
-            raise Crash()
-
-    with monkeypatch.context() as patched:
-        patched.setattr(failpoints, "hit", dies)
-        with pytest.raises(Crash):
-            cli("rollback", "r1", "--to", "step:0")
+    killed_in(monkeypatch, "after_started", "rollback_files", lambda: cli("rollback", "r1", "--to", "step:0"))
     assert (ws / "a.py").exists() and (ws / "b.py").exists()  # nothing reverted yet
     preview = cli("rollback", "r1", "--to", "step:0", "--dry-run")  # a preview: answered, nothing written
     assert preview.returncode == ExitCode.OK and "would revert" in preview.stdout, preview.stderr
@@ -101,14 +108,9 @@ def test_step_n_names_the_state_after_a_step_a_crash_cut_before_its_after_step(t
     def cli(*args: str):
         return safepoint_in_process(*args, "-w", str(ws), env=cli_env())
 
-    def dies(point: str, tool: str | None = None) -> None:
-        if point == "after_outcome" and tool == "write_file":
-            raise Crash()
-
-    with monkeypatch.context() as patched:
-        patched.setattr(failpoints, "hit", dies)
-        with pytest.raises(Crash):
-            cli("run", str(tmp_path / "s.json"), "--run-id", "r1")
+    killed_in(
+        monkeypatch, "after_outcome", "write_file", lambda: cli("run", str(tmp_path / "s.json"), "--run-id", "r1")
+    )
     assert cli("resume", "r1").returncode == ExitCode.OK
     rolled = cli("rollback", "r1", "--to", "step:1")
     assert rolled.returncode == ExitCode.OK, rolled.stderr
