@@ -243,3 +243,27 @@ def test_the_process_exit_stops_the_writer_without_waiting_for_a_held_write(smal
         run.close()
     finally:
         tm.close()
+
+
+def test_an_idle_writer_s_thread_ends_and_the_next_due_starts_one(small, tmp_path, workspace, monkeypatch):
+    """A writer's thread holds the session's store: idle past ``IDLE_S`` it ends (a session never closed would keep
+    the store, and a PostgreSQL store's pool, for the process's life), and the next due note starts one that writes."""
+    monkeypatch.setattr(snapshot_writer, "IDLE_S", 0.05)
+    tm = _open("file", tmp_path, workspace, None)
+    try:
+        run = tm.start("t", tools=[noop], run_id="r")
+        _calls(run, 0, 40)  # past the first due point (30 records)
+        writer = run.session._snapshots
+        first = writer._thread
+        assert first is not None
+        first.join(30)
+        assert not first.is_alive() and writer._thread is None and writer not in snapshot_writer._live
+        written = writer.written
+        assert written >= 1
+        _calls(run, 40, 120)
+        assert writer.wait_idle(30)
+        assert writer.written > written  # a new thread took the next due note and wrote
+        run.close()
+        assert load_view(tm.store, "r").last_seq == _whole(tm.store, "r").last_seq
+    finally:
+        tm.close()

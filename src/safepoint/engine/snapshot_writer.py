@@ -58,6 +58,7 @@ INLINE = False  # the old way, on the caller's thread: only the benchmark sets i
 
 PAUSE_S = 0.0002  # the writer's sleep every ``view_index.PACE`` records folded (measured: bench/snapshot_pause.py)
 
+IDLE_S = 30.0  # seconds a writer's thread waits for a due note before it ends (one starts again at the next)
 _live: weakref.WeakSet[SnapshotWriter] = weakref.WeakSet()  # stopped at the process's exit
 
 
@@ -129,7 +130,12 @@ class SnapshotWriter:
         while True:
             with self._cond:
                 while self._wanted is None and not self._stopped:
-                    self._cond.wait()
+                    if not self._cond.wait(IDLE_S) and self._wanted is None and not self._stopped:
+                        # Idle: the thread ends, and with it its hold on the store (a session never closed would
+                        # keep the store and its pool alive for the process's life); the next due starts one.
+                        self._thread = None
+                        _live.discard(self)
+                        return
                 if self._stopped:
                     return
                 position, self._wanted = self._wanted, None
