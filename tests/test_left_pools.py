@@ -19,10 +19,15 @@ from safepoint.store.url import open_store
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 
 
-def _pool_threads() -> list[str]:
+def _pool_threads(besides: frozenset[threading.Thread] = frozenset()) -> list[str]:
     # the pool's own threads only ("safepoint-worker-N", "safepoint-scheduler"): a run's bookkeeping thread
-    # ("safepoint-bookkeeping_N") another test of this worker process left to the collector is not the pool's
-    return [t.name for t in threading.enumerate() if t.name.startswith(("safepoint-worker-", "safepoint-scheduler"))]
+    # ("safepoint-bookkeeping_N") another test of this worker process left to the collector is not the pool's;
+    # ``besides``: pool threads alive before the test began (another test's store in this worker process)
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(("safepoint-worker-", "safepoint-scheduler")) and t not in besides
+    ]
 
 
 def _until_no_pool_threads() -> None:
@@ -68,13 +73,14 @@ def test_a_store_collected_in_its_pools_own_worker_closes_the_pool(fresh_url, wo
 
 
 def test_a_dropped_store_is_closed_by_the_collector_and_a_closed_one_at_once(fresh_url, workspace, no_collector):
+    before = frozenset(threading.enumerate())  # this test's stores' threads are the ones judged
     sp = safepoint.open(fresh_url, workspace=str(workspace))
     with sp.start("t", run_id="r"):
         pass
     del sp
     gc.collect()  # in this thread: the finalizer closes the pool
-    assert _pool_threads() == []
+    assert _pool_threads(before) == []
     store = open_store(fresh_url)
     assert load_view(store, "r").info.run_id == "r"
     store.close()
-    assert _pool_threads() == []
+    assert _pool_threads(before) == []
