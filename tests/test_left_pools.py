@@ -30,10 +30,10 @@ def _pool_threads(besides: frozenset[threading.Thread] = frozenset()) -> list[st
     ]
 
 
-def _until_no_pool_threads() -> None:
+def _until_no_pool_threads(besides: frozenset[threading.Thread]) -> None:
     deadline = time.monotonic() + 60
-    while _pool_threads():
-        assert time.monotonic() < deadline, f"the pool's threads never ended: {_pool_threads()}"
+    while _pool_threads(besides):
+        assert time.monotonic() < deadline, f"the pool's threads never ended: {_pool_threads(besides)}"
         time.sleep(0.02)
 
 
@@ -60,16 +60,17 @@ class _Collect:
 
 
 def test_a_store_collected_in_its_pools_own_worker_closes_the_pool(fresh_url, workspace, no_collector):
+    before = frozenset(threading.enumerate())  # this test's store's threads are the ones judged
     sp = safepoint.open(fresh_url, workspace=str(workspace))
     with sp.start("t", run_id="r"):
         pass  # the session's reference cycles now hold the store until the collector runs
-    assert _pool_threads() != []
+    assert _pool_threads(before) != []
     tasks = sp.store._pool._tasks  # type: ignore[attr-defined]  # the pool's worker queue (psycopg_pool's own)
     del sp
     collect = _Collect()
     tasks.put_nowait(collect)
     assert collect.done.wait(60)
-    _until_no_pool_threads()  # and no "cannot join current thread" from a worker (an error in this module)
+    _until_no_pool_threads(before)  # and no "cannot join current thread" from a worker (an error in this module)
 
 
 def test_a_dropped_store_is_closed_by_the_collector_and_a_closed_one_at_once(fresh_url, workspace, no_collector):
