@@ -69,7 +69,7 @@ class ContextBuilder:
         self._healing: list[Message] = []
         self._note: Message | None = None
 
-    def build(self, history: list[Message], *, system: str = "", tools: Sequence[ToolDefinition] = ()) -> Context:
+    def build(self, history: Sequence[Message], *, system: str = "", tools: Sequence[ToolDefinition] = ()) -> Context:
         fresh, new = self._history.take(history)
         if fresh:
             self._conversation, self._healing, self._note = [], [], None

@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -197,7 +197,7 @@ def child_run_id(parent_run_id: str, call_id: str) -> str:
     return f"{parent_run_id[:90]}.{safe[:20]}-{digest}"
 
 
-def _answer_of(history: list[Any]) -> str:
+def _answer_of(history: Sequence[Any]) -> str:
     for message in reversed(history):
         if message.role == "assistant":
             return str(message.content)

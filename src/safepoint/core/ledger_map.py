@@ -86,7 +86,7 @@ class Settled(msgspec.Struct, frozen=True):
             raise ValueError("its settled entries' index does not fit them")
         _, _, _, order = self.views()
         chunks, by_step = memoryview(self.chunks).cast("Q"), memoryview(self.by_step).cast("I")
-        if chunks[-1] != len(self.blob) or any(p >= n for p in order) or any(p >= n for p in by_step):
+        if chunks[-1] != len(self.blob) or max(order, default=0) >= max(n, 1) or max(by_step, default=0) >= max(n, 1):
             raise ValueError("its settled entries' index points outside them")
 
 

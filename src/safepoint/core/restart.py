@@ -9,7 +9,7 @@ given a disposition; anything but ``Resumable`` closes the run (§5) instead of 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,7 @@ class RestartFacts:
     run_exists: bool = True
     conversation_len: int = 0  # messages in the log's history now
     lost_calls: tuple[str, ...] = ()  # pending calls a damaged log lost with the turn that asked for them
-    assistant_turns: frozenset[int] = frozenset()  # turns whose assistant message is in the history
+    assistant_turns: Container[int] = frozenset()  # turns whose assistant message is in the history
     context_epoch: int = 0  # rewinds of the conversation so far
     recovery_class: str = "root"  # as the run's header says
     parent_run_id: str | None = None

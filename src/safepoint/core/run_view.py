@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -12,8 +12,11 @@ import msgspec
 
 from safepoint.core.checkpoint_codec import expand as expand_checkpoint
 from safepoint.core.history_codec import STORED_MESSAGE, HistoryDecoder, StoredMessage
+from safepoint.core.large_values import has_references
 from safepoint.core.ledger import FINISHED, apply_change
 from safepoint.core.ledger_map import LedgerMap
+from safepoint.core.message_list import MessageList
+from safepoint.core.message_pack import PackedMessages
 from safepoint.core.record_rows import decode as decode_row
 from safepoint.core.record_rows import is_row, place_of
 from safepoint.errors import CorruptRecordError
@@ -54,19 +57,19 @@ class CheckpointAt:
 
     checkpoint: Checkpoint
     seq: int
-    branch: list[Message]
+    branch: MessageList
     complete: bool
     why_incomplete: str = ""
 
     @property
-    def history(self) -> list[Message]:
+    def history(self) -> MessageList:
         return self.branch[: self.checkpoint.history_len]
 
 
 @dataclass(eq=False)
 class RunView:
     info: RunInfo
-    history: list[Message] = field(default_factory=list)
+    history: MessageList = field(default_factory=MessageList)
     ledger_entries: list[ToolLedgerEntry] = field(default_factory=list)
     patches: list[FilePatchEntry] = field(default_factory=list)
     checkpoints: list[CheckpointAt] = field(default_factory=list)
@@ -97,7 +100,7 @@ class RunView:
     step_calls: dict[int, list[tuple[int, str]]] = field(default_factory=dict, compare=False)
     doubted: dict[str, None] = field(default_factory=dict)  # calls a state of which was marked doubted
     messages_len: int = 0  # the conversation's length over every branch: the highest message seq + 1
-    ref_messages: dict[int, Message] = field(default_factory=dict)  # log seq -> a message with blobs or calls
+    ref_messages: dict[int, Message] = field(default_factory=dict)  # log seq -> a message holding blob references
     latest_complete: CheckpointAt | None = None
     after_latest: list[CheckpointAt] = field(default_factory=list)  # the checkpoints after it (incomplete ones)
 
@@ -110,8 +113,8 @@ class RunView:
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq is
 
     @property
-    def assistant_turns(self) -> frozenset[int]:
-        return frozenset(m.turn for m in self.history if m.role == "assistant" and m.turn is not None)
+    def assistant_turns(self) -> AssistantTurns:
+        return AssistantTurns(self.history)
 
     @property
     def absorbed_submission_keys(self) -> tuple[str, ...]:
@@ -172,6 +175,37 @@ class RunView:
         if first_step is not None:
             found.update((call_id, ordinal) for ordinal, call_id in self._from_step(first_step))
         return sorted(found, key=found.__getitem__)
+
+
+class AssistantTurns(Collection[int]):
+    """The turns whose assistant message is on a branch, asked one turn at a time from the branch's end (the judge
+    asks for the turn in flight: the last one), so a resume does not read every message of a branch held by
+    reference (``core.message_list``). Turn numbers never go down along a branch (a rewind cuts the branch and
+    the next turn restarts from the checkpoint it returns to), so the search stops at an earlier turn. Counting or
+    listing them reads every message."""
+
+    def __init__(self, history: Sequence[Message]) -> None:
+        self._history = history
+
+    def __contains__(self, turn: object) -> bool:
+        if not isinstance(turn, int):
+            return False
+        for message in reversed(self._history):
+            if message.role == "assistant" and message.turn is not None:
+                if message.turn == turn:
+                    return True
+                if message.turn < turn:
+                    return False
+        return False
+
+    def _all(self) -> frozenset[int]:
+        return frozenset(m.turn for m in self._history if m.role == "assistant" and m.turn is not None)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._all()))
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 _STEP_NUMBER = re.compile(r"step_(\d+)$")
@@ -300,7 +334,8 @@ class ViewFold:
         self.view = view
         self.damaged_at: int | None = None  # the last good seq before a hole, while the current branch is tainted
         self.expected = 1
-        self.branch: list[Message] = []
+        self.branch = MessageList(view.message_records)  # the current branch, as the log's seqs
+        self.packed_messages: PackedMessages | None = None  # what the last snapshot of this fold packed
         self.dictionaries: dict[int, MessageDictionary] = {}  # seq -> the history's dictionaries met so far
         self.history = HistoryDecoder()
         self.current = view.current  # call id -> its latest state (what a LedgerChange applies to)
@@ -350,8 +385,8 @@ class ViewFold:
             if isinstance(body, Message):
                 view.message_records[record.seq] = body
                 view.messages_len = max(view.messages_len, body.seq + 1)
-                if body.content_ref is not None or body.tool_calls:
-                    view.ref_messages[record.seq] = body
+                if body.content_ref is not None or any(has_references(call.args) for call in body.tool_calls):
+                    view.ref_messages[record.seq] = body  # what a resume reads back (``engine.large_values``)
                 if body.seq != len(branch):
                     view.problems.append(
                         LogProblem(
@@ -363,7 +398,7 @@ class ViewFold:
                     branch = branch[: body.seq] if body.seq < len(branch) else branch
                     if body.seq > len(branch):
                         continue
-                branch.append(body)
+                branch.append_logged(record.seq, body)
             elif isinstance(body, ToolLedgerEntry | LedgerChange):
                 if isinstance(body, LedgerChange):
                     previous = current.get(body.call_id)

@@ -18,6 +18,9 @@ longer holds is never trusted: the reader reads the whole log, as without one.
 
 from __future__ import annotations
 
+import array
+import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +28,8 @@ import msgspec
 
 from safepoint.core.history_codec import HistoryDecoder
 from safepoint.core.ledger_map import LedgerMap, Row, Settled, pack
+from safepoint.core.message_list import MessageList
+from safepoint.core.message_pack import MessageMap, PackedMessages, pack_messages
 from safepoint.core.run_view import CheckpointAt, PastView, RunView, ViewFold, step_of
 from safepoint.errors import CorruptRecordError
 from safepoint.protocol import ControlSeen, RecoveryReport, SubagentSpawned
@@ -37,7 +42,6 @@ from safepoint.records import (
     FilePatchEntry,
     LogProblem,
     LogRead,
-    Message,
     MessageDictionary,
     Rewind,
     RunEvent,
@@ -46,7 +50,7 @@ from safepoint.records import (
     WorkspaceState,
 )
 
-VERSION = 3  # 1 kept every ledger state and every checkpoint; 2 every call's entry as an object
+VERSION = 4  # 1 kept every ledger state and every checkpoint; 2 every call's entry as an object; 3 every message
 
 # every ledger state and checkpoint up to a seq (the snapshot's), of a fold up to another (the view's last)
 Past = Callable[[int, int], tuple[list[ToolLedgerEntry], list[CheckpointAt]]]
@@ -68,8 +72,8 @@ class ViewSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     check: str  # ... and its line's checksum
     read_problems: int  # how many of ``problems`` the log's read reported (the rest the fold found)
     problems: list[LogProblem]
-    messages: dict[int, Message]  # log seq -> message (``RunView.message_records``)
-    branches: list[list[int]]  # each distinct history branch named here, as its messages' log seqs
+    messages: PackedMessages  # every message the log holds, by log seq (``RunView.message_records``)
+    branches: list[bytes]  # each distinct history branch named here, as its messages' log seqs (uint64)
     branch: int  # the current one
     settled: Settled  # the current entry of each finished call, packed (``core.ledger_map``)
     open_entries: list[ToolLedgerEntry]  # the current entry of each other call (their places: ``unsettled``)
@@ -110,15 +114,17 @@ _decoder = msgspec.msgpack.Decoder(ViewSnapshot)
 def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> bytes:
     """The fold's state as bytes, covering the log up to its last record (at ``offset``, checksum ``check``)."""
     view = fold.view
-    seq_of = {id(message): seq for seq, message in view.message_records.items()}
-    branches: list[list[int]] = []
+    branches: list[bytes] = []
     branch_index: dict[int, int] = {}
 
-    def branch_of(messages: list[Message]) -> int:
+    def branch_of(messages: MessageList) -> int:
         key = id(messages)
         if key not in branch_index:
+            seqs = messages.logged_seqs()
+            if seqs is None:  # (a fold's branches are its log's seqs: only a session's hold messages of their own)
+                raise ValueError("a branch holds messages the log does not")
             branch_index[key] = len(branches)
-            branches.append([seq_of[id(message)] for message in messages])
+            branches.append(seqs.tobytes())
         return branch_index[key]
 
     def kept(at: CheckpointAt) -> SnapshotCheckpoint:
@@ -134,7 +140,7 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
         check=check,
         read_problems=read_problems,
         problems=list(view.problems),
-        messages=dict(view.message_records),
+        messages=_packed_messages(fold),
         branch=branch_of(fold.branch),
         branches=branches,
         settled=settled,
@@ -169,6 +175,24 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
         dictionaries=fold.dictionaries,
     )
     return _encoder.encode(snapshot)
+
+
+def _packed_messages(fold: ViewFold) -> PackedMessages:
+    """Every message of the fold packed: what its last snapshot packed (or the snapshot it was read from), with
+    the messages logged since appended, only those encoded (a writer's snapshot every 2,000 records does not
+    encode 50,000 messages again)."""
+    records = fold.view.message_records
+    base = fold.packed_messages
+    if base is None:
+        base = records.packed if isinstance(records, MessageMap) else PackedMessages()
+    seqs = memoryview(base.seqs).cast("Q")
+    last = int(seqs[-1]) if len(seqs) else -1
+    if isinstance(records, MessageMap):
+        new = [(seq, message) for seq, message in records.added() if seq > last]
+    else:  # log order: the new ones are at the end
+        new = list(itertools.takewhile(lambda item: item[0] > last, reversed(records.items())))[::-1]
+    fold.packed_messages = pack_messages(new, base)
+    return fold.packed_messages
 
 
 def settle(fold: ViewFold) -> Settled:
@@ -230,6 +254,16 @@ def decode(data: bytes, info: RunInfo) -> ViewSnapshot | None:
     return snapshot
 
 
+def _branch(messages: MessageMap, whole: bytes, packed: Callable[[], set[int]], data: bytes) -> MessageList:
+    """A branch the snapshot names, by reference; ``ValueError`` when it names a message the snapshot lacks."""
+    if len(data) % 8:
+        raise ValueError("a branch's seqs are cut short")
+    seqs = array.array("Q", data)
+    if data != whole and not packed().issuperset(seqs):  # (a branch of every message: the common case, in C)
+        raise ValueError("a branch names messages the snapshot does not hold")
+    return MessageList(messages, seqs)
+
+
 def past_of(info: RunInfo, log: LogRead, covered: int, upto: int) -> tuple[list[ToolLedgerEntry], list[CheckpointAt]]:
     """``Past`` from the log's read: its fold up to ``upto`` (so each checkpoint's branch is the list the whole
     fold gives it), of which the states and checkpoints of the records up to ``covered``."""
@@ -253,9 +287,12 @@ def resume_fold(snapshot: ViewSnapshot, info: RunInfo, after: LogRead, past: Pas
     every checkpoint of the log up to a seq, read when the view is first asked for them. Raises ``ValueError``
     when the snapshot does not hold together (a message or entry it names is not in it): the caller reads the
     log."""
-    messages = snapshot.messages
+    messages = MessageMap(snapshot.messages)
     try:
-        branches = [[messages[seq] for seq in seqs] for seqs in snapshot.branches]
+        snapshot.messages.check()
+        whole = snapshot.messages.seqs
+        packed = functools.cache(lambda: set(memoryview(whole).cast("Q").tolist()))
+        branches = [_branch(messages, whole, packed, seqs) for seqs in snapshot.branches]
         branch = branches[snapshot.branch]
 
         def at_of(kept: SnapshotCheckpoint) -> CheckpointAt:

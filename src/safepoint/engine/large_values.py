@@ -4,7 +4,7 @@ when the store keeps no blobs), and read back, checked against their hash, where
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -12,6 +12,7 @@ import msgspec
 from safepoint.core import large_values
 from safepoint.core.hashing import input_hash
 from safepoint.core.lost_content import message_what
+from safepoint.core.message_list import MessageList
 from safepoint.core.patches import apply_patch
 from safepoint.core.run_view import RunView
 from safepoint.engine.content import LOST_NOTE, Content, LostContentError
@@ -80,15 +81,15 @@ def resolve_message(message: Message, content: Content) -> Message:
     return msgspec.structs.replace(message, tool_calls=calls) if changed else message
 
 
-def resolve_messages(messages: list[Message], content: Content) -> list[Message]:
+def resolve_messages(messages: Iterable[Message], content: Content) -> list[Message]:
     return [resolve_message(message, content) for message in messages]
 
 
-def resolve_branch(messages: list[Message], refs: Mapping[int, Message], content: Content) -> list[Message]:
+def resolve_branch(messages: MessageList, refs: Mapping[int, Message], content: Content) -> MessageList:
     """``resolve_messages`` of a branch of the view's history, looking only at the messages the fold found to
-    hold blobs or calls (``RunView.ref_messages``): the others are as the log holds them (a copy of the list,
-    not a pass over every message)."""
-    resolved = list(messages)
+    hold blob references (``RunView.ref_messages``): the others are as the log holds them (a copy of the branch's
+    seqs, not a pass over every message: a branch by reference stays one)."""
+    resolved = messages.copy()
     for message in refs.values():
         if message.seq < len(resolved) and resolved[message.seq] is message:
             resolved[message.seq] = resolve_message(message, content)

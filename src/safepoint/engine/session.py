@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from safepoint.core.hashing import idempotency_key
+from safepoint.core.message_list import MessageList
 from safepoint.core.replay import ProbeResult
 from safepoint.core.resume import pending_calls
 from safepoint.core.retention import lifecycle_records
@@ -91,7 +92,7 @@ class RunSession:
         self.processes = ProcessNotes(None)
         self.closed = False
         # the conversation ------------------------------------------------------------------------------------
-        self.history: list[Message] = list(view.history)
+        self.history: MessageList = view.history.copy()  # by reference: a copy of its seqs, not of its messages
         self._history_seqs = [0] * len(self.history)  # the log record of each message (0: loaded, durable)
         # Where the run stands, from its latest complete checkpoint: a session that only rolls back or resolves
         # writes checkpoints too, and they must not move the run back to its first step.
@@ -138,7 +139,7 @@ class RunSession:
         self.contents = Content(
             view.info.run_id,
             dict(view.blobs),
-            dict(view.message_records),  # a copy of the references, not of the messages
+            view.message_records.copy(),  # a copy of the references, not of the messages (packed ones stay packed)
             self.log.add,
             store,
             self.log.stage_blob,
@@ -441,7 +442,14 @@ class RunSession:
         return message, f"log:{self.log.seq}"
 
     def on_branch(self, call_id: str) -> Message | None:
-        return next((m for m in self.history if m.role == "tool" and m.tool_call_id == call_id), None)
+        """The call's result on the current branch: looked for from the end back to the message that asked for the
+        call (a result follows its request), so a resume's pending calls read the last turn, not every message."""
+        for message in reversed(self.history):
+            if message.role == "tool" and message.tool_call_id == call_id:
+                return message
+            if any(call.call_id == call_id for call in message.tool_calls):
+                return None
+        return None
 
     def leave_pending(self, call_id: str) -> None:
         self.pending = [p for p in self.pending if p.call_id != call_id]
@@ -477,11 +485,13 @@ class RunSession:
             for call_id in abandoned:
                 self.abandoned.setdefault(call_id, self.restores)
 
-    def return_to(self, at: CheckpointAt, history: list[Message] | None = None) -> None:
+    def return_to(self, at: CheckpointAt, history: MessageList | None = None) -> None:
         """The conversation and step state as ``at`` recorded them (after a ``rewind`` that logs the branch);
         ``history``: its messages already read back (``large_values.resolve_messages``), when the caller has them."""
         checkpoint = at.checkpoint
-        self.history = large_values.resolve_messages(list(at.history), self.contents) if history is None else history
+        if history is None:
+            history = MessageList.of(large_values.resolve_messages(at.history, self.contents))
+        self.history = history
         self._history_seqs = [0] * len(self.history)  # as the log held it when the run was opened
         self.step, self.next_turn = checkpoint.step, checkpoint.next_turn
         self.pending = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections import Counter, deque
-from collections.abc import Collection, Mapping, Reversible
+from collections.abc import Collection, Mapping, Reversible, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from safepoint.engine.restart_writer import now_ms
@@ -30,7 +30,7 @@ class LoopFacts(Protocol):
     """The conversation as a turn leaves it (a ``RunSession`` is one)."""
 
     @property
-    def history(self) -> list[Message]: ...
+    def history(self) -> Sequence[Message]: ...
 
     @property
     def pending(self) -> list[ToolCall]: ...
@@ -49,11 +49,11 @@ class Appended(Generic[T]):
     not the one seen) is reported as ``fresh``: the caller counts it again from the start."""
 
     def __init__(self) -> None:
-        self._items: list[T] | None = None  # held, so its identity cannot pass to a new list
+        self._items: Sequence[T] | None = None  # held, so its identity cannot pass to a new list
         self._seen = 0
         self._last: T | None = None
 
-    def take(self, items: list[T]) -> tuple[bool, list[T]]:
+    def take(self, items: Sequence[T]) -> tuple[bool, Sequence[T]]:
         seen = self._seen
         fresh = items is not self._items or len(items) < seen or (seen > 0 and items[seen - 1] is not self._last)
         new = items if fresh else items[seen:]
@@ -72,7 +72,7 @@ class LoopTally:
         self._lifetime_last: Message | None = None
         self._inferences = 0  # assistant messages in the log, over every branch
 
-    def _follow_history(self, history: list[Message]) -> None:
+    def _follow_history(self, history: Sequence[Message]) -> None:
         fresh, new = self._history.take(history)
         if fresh:
             self._batches = 0

@@ -203,7 +203,10 @@ def _write(
     fold, read_problems = found
     if fold.view.problems or fold.view.last_seq != position.seq:
         return False  # a damaged log is read whole; an append came meanwhile: next time
-    data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
+    try:
+        data = view_snapshot.encode(fold, read_problems=read_problems, offset=position.offset, check=position.check)
+    except ValueError:  # a fold the snapshot cannot hold (never met: the log refuses what msgpack cannot encode)
+        return False
     store.put_view_snapshot(claim, data, seq=position.seq)
     if not isinstance(fold.view, PastView):  # folded from the whole log: kept as the snapshot's own view instead,
         snapshot = view_snapshot.decode(data, info)  # which holds no list of every state and checkpoint
