@@ -91,3 +91,29 @@ def test_packed_entries_span_frames_and_a_partial_last_frame_is_reframed(monkeyp
     damaged = msgspec.structs.replace(settled, blob=settled.blob[:-3] + b"xyz")
     with pytest.raises(CorruptRecordError):
         LedgerMap(damaged, {}, {})["c10"]
+
+
+def test_a_packed_entry_leaves_out_only_what_its_fields_give_back():
+    """The input hash and the idempotency key are left out where the input and the ids give them; any other value
+    (a redacted input's hash, a key of the caller's, a value that looks like the mark) comes back as it was."""
+    from safepoint.core.hashing import idempotency_key, input_hash
+
+    plain = _entry("c1")
+    derived = msgspec.structs.replace(
+        plain, run_id="r", input_hash=input_hash(plain.input), idempotency_key=idempotency_key("r", "c1")
+    )
+    odd = [
+        derived,
+        msgspec.structs.replace(derived, input={"n": "[REDACTED:secret]"}),  # the hash of what was said, not kept
+        msgspec.structs.replace(derived, idempotency_key="caller-key"),
+        msgspec.structs.replace(derived, input_hash="=", idempotency_key="=="),
+        msgspec.structs.replace(derived, input_hash="=sha256:x", idempotency_key=""),
+        msgspec.structs.replace(derived, run_id="other"),  # the key of another run: not this entry's to derive
+    ]
+    entries = [msgspec.structs.replace(e, call_id=f"c{n + 10}") if n else e for n, e in enumerate(odd)]
+    settled = pack([Row(n, e, 1, n, 1) for n, e in enumerate(entries)])
+    mapped = LedgerMap(settled, {}, {})
+    assert [mapped[e.call_id] for e in entries] == entries
+    raw = ledger_map._decompressor.decompress(settled.blob)
+    assert derived.input_hash.encode() not in raw and derived.idempotency_key.encode() not in raw  # left out
+    assert b"caller-key" in raw

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 import zstandard
 
+from safepoint.core.hashing import idempotency_key, input_hash
 from safepoint.errors import CorruptRecordError
 from safepoint.records import ToolLedgerEntry
 
@@ -34,6 +35,38 @@ _encoder = msgspec.msgpack.Encoder()
 _compressor = zstandard.ZstdCompressor(level=3)
 _decompressor = zstandard.ZstdDecompressor()
 _decoder = msgspec.msgpack.Decoder(ToolLedgerEntry)
+
+
+DERIVED = "="  # a packed entry's hash or key that its other fields give (a value beginning with it: one more in front)
+
+
+def _packed_entry(entry: ToolLedgerEntry) -> ToolLedgerEntry:
+    """``entry`` as packed: its input hash and idempotency key left out where its input and ids give them (they are
+    most of a packed entry's bytes: 64 and 32 hex digits that do not compress; 81 bytes a call became 26)."""
+    hashed = DERIVED if entry.input_hash == input_hash(entry.input) else _escaped(entry.input_hash)
+    key = (
+        DERIVED
+        if entry.idempotency_key == idempotency_key(entry.run_id, entry.call_id)
+        else _escaped(entry.idempotency_key)
+    )
+    if hashed is entry.input_hash and key is entry.idempotency_key:
+        return entry
+    return msgspec.structs.replace(entry, input_hash=hashed, idempotency_key=key)
+
+
+def _escaped(value: str) -> str:
+    return DERIVED + value if value.startswith(DERIVED) else value
+
+
+def _unpacked_entry(entry: ToolLedgerEntry) -> ToolLedgerEntry:
+    hashed, key = entry.input_hash, entry.idempotency_key
+    if not hashed.startswith(DERIVED) and not key.startswith(DERIVED):
+        return entry
+    return msgspec.structs.replace(
+        entry,
+        input_hash=input_hash(entry.input) if hashed == DERIVED else hashed.removeprefix(DERIVED),
+        idempotency_key=idempotency_key(entry.run_id, entry.call_id) if key == DERIVED else key.removeprefix(DERIVED),
+    )
 
 
 def digest(call_id: str) -> int:
@@ -118,7 +151,7 @@ class _Index:
         chunk = position // CHUNK
         base = self.offsets[chunk * CHUNK]
         data = self.frame(chunk)
-        return _decoder.decode(data[self.offsets[position] - base : self.offsets[position + 1] - base])
+        return _unpacked_entry(_decoder.decode(data[self.offsets[position] - base : self.offsets[position + 1] - base]))
 
     def find(self, call_id: str) -> int | None:
         """The position of ``call_id``'s entry, None when it is not a settled call."""
@@ -171,7 +204,7 @@ def pack(rows: list[Row], base: Settled | None = None) -> Settled:
     for row in rows:
         keyed.append((digest(row.entry.call_id), len(ordinals)))
         stepped.append((row.step, len(ordinals)))
-        data = _encoder.encode(row.entry)
+        data = _encoder.encode(_packed_entry(row.entry))
         tail += data
         offsets.append(offsets[-1] + len(data))
         ordinals.append(row.ordinal)
