@@ -114,6 +114,6 @@ def test_a_packed_entry_leaves_out_only_what_its_fields_give_back():
     settled = pack([Row(n, e, 1, n, 1) for n, e in enumerate(entries)])
     mapped = LedgerMap(settled, {}, {})
     assert [mapped[e.call_id] for e in entries] == entries
-    raw = ledger_map._decompressor.decompress(settled.blob)
+    raw = ledger_map._decompressor.decompress(pack([Row(0, derived, 1, 0, 1)]).blob)
     assert derived.input_hash.encode() not in raw and derived.idempotency_key.encode() not in raw  # left out
-    assert b"caller-key" in raw
+    assert b"caller-key" in ledger_map._decompressor.decompress(settled.blob)
