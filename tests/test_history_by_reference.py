@@ -147,3 +147,84 @@ def test_damaged_packed_messages_are_refused():
         list(mapped.values())
     with pytest.raises(ValueError):
         pack_messages([(1, _message(0, rng))], packed)  # a seq before the packed ones: never out of log order
+
+
+def _closed_open_run(tmp_path, calls: int):
+    """A run of ``calls`` calls (five to a step), closed without a finish (as a crash leaves it), its snapshot
+    written at close."""
+    from typing import Any
+
+    import safepoint
+    from safepoint.engine.tools import tool
+
+    @tool(name="noop", idempotency="idempotent", replay_policy="auto", risk_level="low")
+    def noop(ctx: Any, n: int = 0) -> str:
+        return "ok"
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    tm = safepoint.open(workspace=str(ws))
+    run = tm.start("t", tools=[noop], run_id="r")
+    for n in range(calls):
+        if n % 5 == 0:
+            run.step()
+        run.call("noop", {"n": n}, call_id=f"c{n}")
+    run.close()
+    return tm, noop
+
+
+def test_a_resume_reads_the_history_by_reference(tmp_path, monkeypatch):
+    """Resuming a run whose snapshot covers 600 messages decodes a few of them (the judge's and the note's, from
+    the branch's end), and the session's history is the whole conversation, as the log holds it."""
+    from contextlib import closing
+
+    from safepoint.store import view_index
+
+    monkeypatch.setattr(view_index, "SNAPSHOT_EVERY", 50)
+    tm, noop = _closed_open_run(tmp_path, 600)
+    with closing(tm):
+        whole = list(tm.history("r").current)  # read before: every message, decoded
+        decoded: list[int] = []
+        real = message_pack._Packed.message
+
+        def counted(packed: message_pack._Packed, position: int) -> Message:
+            decoded.append(position)
+            return real(packed, position)
+
+        monkeypatch.setattr(message_pack._Packed, "message", counted)
+        run = tm.resume("r", tools=[noop])
+        assert 0 < len(decoded) < 20, decoded  # the branch's last messages, not its 600
+        assert len(run.session.history) == len(whole) + 1  # and the recovery note
+        assert list(run.session.history)[:-1] == whole  # read when asked: the same conversation
+        assert run.call("noop", {"n": 1}, call_id="after") == "ok"
+        run.finish("completed")
+        assert [m.content for m in tm.history("r").current][-1] == "ok"
+
+
+@settings(max_examples=30, deadline=None)
+@given(turns=st.lists(st.integers(0, 3), max_size=40), asked=st.integers(-1, 45))
+def test_assistant_turns_asked_from_the_end_agree_with_the_whole_set(turns, asked):
+    """The judge's question (was turn T's assistant message logged?) asked from the branch's end gives what the
+    set of every turn gives, on branches whose turns never go down; it stops at an earlier turn."""
+    from safepoint.core.run_view import AssistantTurns
+
+    history, turn = [], 0
+    for step, gap in enumerate(turns):
+        turn += gap
+        history.append(Message(seq=len(history), role="assistant", content="", turn=turn))
+        history.append(Message(seq=len(history), role="tool", content="ok", tool_call_id=f"c{step}"))
+    whole = frozenset(m.turn for m in history if m.role == "assistant")
+    found = AssistantTurns(history)
+    assert (asked in found) == (asked in whole)
+    assert len(found) == len(whole) and set(found) == whole
+    read: list[int] = []
+
+    class Counting(list):  # a branch that counts what is read from its end
+        def __reversed__(self):
+            for message in super().__reversed__():
+                read.append(message.seq)
+                yield message
+
+    assert (asked in AssistantTurns(Counting(history))) == (asked in whole)
+    later = [m for m in history if m.role == "assistant" and m.turn is not None and m.turn > asked]
+    assert len(read) <= 2 * len(later) + 2  # the later turns' messages and one more turn's, not the whole branch
