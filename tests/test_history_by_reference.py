@@ -62,6 +62,8 @@ def test_a_message_map_reads_as_the_dict_of_every_message(seed, count, cuts, lat
     assert len(mapped) == len(plain) and bool(mapped) == bool(plain)
     assert list(mapped) == list(plain) and list(mapped.items()) == list(plain.items())
     assert mapped == plain and dict(mapped) == plain and plain == mapped
+    assert list(reversed(mapped.values())) == list(reversed(plain.values())) and len(mapped.values()) == len(plain)
+    assert list(mapped.keys()) == list(plain.keys()) and list(reversed(mapped)) == list(reversed(plain))
     for seq in [*plain, -1, 0, max(plain, default=0) + 1]:
         assert (seq in mapped) == (seq in plain)
         assert mapped.get(seq) == plain.get(seq)
@@ -125,6 +127,8 @@ def test_equal_branches_compare_their_seqs_not_their_messages(monkeypatch):
     one, two = MessageList(mapped, array.array("Q", records)), MessageList(mapped, array.array("Q", records))
     monkeypatch.setattr(message_pack._Packed, "message", lambda *_: pytest.fail("a message was decoded"))
     assert one == two and one[:100] == two[:100] and len(one.copy()) == 300
+    # nor a map's length, its seqs, or its values' count (``lifetime_messages`` at every turn)
+    assert len(mapped) == len(mapped.values()) == 300 and list(mapped) == list(records) and 1 not in mapped
     assert one != MessageList(mapped, array.array("Q", list(records)[:299]))  # lengths differ: nothing read
 
 

@@ -56,6 +56,16 @@ class PackedMessages(msgspec.Struct, frozen=True):
             raise ValueError("its packed messages are not in log order")
 
 
+class _Values(ValuesView[Message]):
+    """A ``MessageMap``'s messages, read as iterated, from either end (``lifetime_messages``: a turn reads the newest
+    few from the end, a ``dict``'s values view is reversible too)."""
+
+    _mapping: MessageMap
+
+    def __reversed__(self) -> Iterator[Message]:
+        return (self._mapping[seq] for seq in reversed(self._mapping))
+
+
 def pack_messages(messages: Iterable[tuple[int, Message]], base: PackedMessages | None = None) -> PackedMessages:
     """``base`` with ``messages`` (log seq, message) added after its own, each encoded once: a writer's next
     snapshot appends the messages logged since, it does not encode the others again."""
@@ -176,24 +186,25 @@ class MessageMap(dict[int, Message]):
 
     def _ordered(self) -> list[tuple[int, Message]]:
         """Every (seq, message) in seq order: the packed ones decoded (what goes over every message pays)."""
-        packed = self._packed
-        found = [
-            (seq, dict.__getitem__(self, seq) if dict.__contains__(self, seq) else packed.message(position))
-            for position, seq in enumerate(packed.seqs.tolist())
-        ]
-        return found + self.added()
+        return [(seq, self[seq]) for seq in self._seqs()]
 
-    def __iter__(self) -> Iterator[int]:
-        return iter([seq for seq, _ in self._ordered()])
+    def _seqs(self) -> list[int]:
+        return self._packed.seqs.tolist() + [seq for seq, _ in self.added()]
 
-    def keys(self) -> KeysView[int]:  # type: ignore[override]  # a view of a plain dict of the same items
-        return dict(self._ordered()).keys()
+    def __iter__(self) -> Iterator[int]:  # the seqs alone: nothing decoded
+        return iter(self._seqs())
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self._seqs())
+
+    def keys(self) -> KeysView[int]:  # type: ignore[override]  # views over the map: read as they are iterated
+        return KeysView(self)
 
     def values(self) -> ValuesView[Message]:  # type: ignore[override]  # as ``keys``
-        return dict(self._ordered()).values()
+        return _Values(self)
 
     def items(self) -> ItemsView[int, Message]:  # type: ignore[override]  # as ``keys``
-        return dict(self._ordered()).items()
+        return ItemsView(self)
 
     def copy(self) -> MessageMap:  # the packed part and its decoded messages shared
         copied = MessageMap.__new__(MessageMap)
