@@ -89,11 +89,15 @@ def change_of(previous: ToolLedgerEntry, new: ToolLedgerEntry) -> LedgerChange:
     return LedgerChange(call_id=new.call_id, status=new.status, cleared=tuple(cleared), **changed)  # type: ignore[arg-type]  # names and types are ToolLedgerEntry's, checked by msgspec when decoded
 
 
+_CHANGE_FIELDS = LedgerChange.__struct_fields__
+_CHANGEABLE_AT = tuple((index, name) for index, name in enumerate(_CHANGE_FIELDS) if name in _CHANGEABLE)
+
+
 def apply_change(previous: ToolLedgerEntry, change: LedgerChange) -> ToolLedgerEntry:
     """The whole entry ``change`` makes of ``previous``, with an empty input as a later state is logged (``fold``
     gives it the first state's)."""
-    fields: dict[str, object] = {name: getattr(change, name) for name in _CHANGEABLE}
-    fields = {name: value for name, value in fields.items() if value is not None}
+    values = msgspec.structs.astuple(change)  # one C call, not a getattr per field (a resume applies thousands)
+    fields: dict[str, object] = {name: values[index] for index, name in _CHANGEABLE_AT if values[index] is not None}
     for name in change.cleared:
         if name in _CHANGEABLE:
             fields[name] = _DEFAULTS.get(name)

@@ -193,10 +193,26 @@ def micros(text: str) -> int | None:
 
 
 _since = functools.lru_cache(maxsize=64)(micros)  # a reader asks it of the same header for every record
+# The last second ``iso`` formatted, as ``(seconds since the epoch, "YYYY-MM-DDTHH:MM:SS")``: a run's records come
+# many to a second, so a time is its second's text (made once) and its microseconds. One tuple, replaced whole, so
+# a thread never reads one second's number with another's text. Rejected: a datetime made and formatted per time
+# (2.5-5 µs each, 3,000 of a resume's 1,900-record tail), and keeping rows' times as numbers until read (a field
+# change of every record a user reads).
+_second: tuple[int, str] = (0, "1970-01-01T00:00:00")
 
 
 def iso(value: int) -> str:
-    return (_EPOCH + timedelta(microseconds=value)).isoformat(timespec="microseconds")
+    """``value`` microseconds since the epoch as ``log_writer.now`` writes a time (``+00:00``, six digits of
+    microseconds). Raises ``OverflowError`` outside the years 1-9999, as the datetime it stands for would."""
+    global _second
+    seconds, fraction = divmod(value, 1_000_000)
+    known, text = _second
+    if seconds != known:
+        # The whole second's datetime: in range exactly when every microsecond of it is (the range's ends are
+        # whole seconds and .999999), so the same values overflow as in ``_EPOCH + timedelta(microseconds=...)``.
+        text = (_EPOCH + timedelta(seconds=seconds)).isoformat()[:19]
+        _second = (seconds, text)
+    return f"{text}.{fraction:06d}+00:00"
 
 
 def place_of(info: RunInfo, seq: int) -> Place:
@@ -242,40 +258,96 @@ def is_row(kind: str, raw: bytes | msgspec.Raw) -> bool:
     return (kind in FIELDS or kind == "message") and memoryview(raw)[:1].tobytes() == b"["
 
 
+# How a row's place is read, decided once per kind from the tables above (rejected: asking ``DERIVED``, ``CODES`` and
+# ``_TIMES`` of every value of every row, most of a resume's fold of the log after its snapshot).
+_PLAIN, _CODE, _TIME, _DERIVED = 0, 1, 2, 3
+
+
+class _Plan(NamedTuple):
+    kind: str
+    names: tuple[str, ...]
+    hows: tuple[int, ...]  # per name: _PLAIN, _CODE, _TIME or _DERIVED
+    codes: tuple[tuple[str, ...], ...]  # per name: its CODES (empty unless _CODE)
+    derive: tuple[Callable[[Place, dict[str, Any]], Any] | None, ...]  # per name: its DERIVED (else None)
+    derived: tuple[int, ...]  # the indexes of the derived names, in order: a row that stops before one says it
+    type: type[msgspec.Struct]
+    by_call: bool  # a derived value needs the row's call id (every kind but a checkpoint)
+
+
+def _plan(kind: str) -> _Plan:
+    names, derived = FIELDS[kind], DERIVED.get(kind, {})
+    assert not derived.keys() & (CODES.keys() | _TIMES), kind  # a derived value is written as it is, never coded
+    hows = tuple(
+        _DERIVED if name in derived else _CODE if name in CODES else _TIME if name in _TIMES else _PLAIN
+        for name in names
+    )
+    return _Plan(
+        kind,
+        names,
+        hows,
+        tuple(CODES.get(name, ()) for name in names),
+        tuple(derived.get(name) for name in names),
+        tuple(index for index, how in enumerate(hows) if how == _DERIVED),
+        TYPES[kind],
+        kind != "checkpoint",
+    )
+
+
+_PLANS = {kind: _plan(kind) for kind in FIELDS}
+
+
 def decode(kind: str, raw: bytes | msgspec.Raw, place: Place) -> msgspec.Struct:
     """The record a row of ``kind`` holds, as it was made. Raises ``msgspec.DecodeError`` (a ``ValidationError``:
     a value of the wrong type) or ``CorruptRecordError`` (not a row this version reads)."""
     if kind == "message":  # the history codec's row: a ``StoredMessage`` the reader makes a message
         return decode_message_row(raw)
-    names = FIELDS.get(kind)
-    if names is None:
+    plan = _PLANS.get(kind)
+    if plan is None:
         raise CorruptRecordError(f"{kind} records are not written as rows")
     row = _row_decoder.decode(raw)
+    names = plan.names
     if not row or row[0] != VERSION or len(row) - 1 > len(names):
         raise CorruptRecordError(f"{kind}: a row of another version or length ({len(row)} values)")
-    derived = DERIVED.get(kind, {})
+    # The places in order, as the names are: the values the row holds, then the derived ones it stops before (a
+    # value is derived from the values before it only, so the fields are made, and a damage found, in one order).
     fields: dict[str, Any] = {}
-    for index, name in enumerate(names):
-        value = row[index + 1] if index + 1 < len(row) else None
+    hows = plan.hows
+    for index, value in enumerate(row[1:]):
+        how = hows[index]
         if value is None:
-            if name in derived:
-                if kind != "checkpoint" and not isinstance(fields.get("call_id"), str):
-                    raise CorruptRecordError(f"{kind}: a row without its call id")
-                fields[name] = derived[name](place, fields)
+            if how == _DERIVED:
+                _derive(plan, index, place, fields)
             continue
-        if value is False and name in derived:
-            value = None
-        elif name in CODES and isinstance(value, int) and not isinstance(value, bool):
-            if not 0 <= value < len(CODES[name]):
-                raise CorruptRecordError(f"{kind}: {name} number {value} names no value")
-            value = CODES[name][value]
-        elif name in _TIMES and isinstance(value, int) and not isinstance(value, bool):
+        if how == _PLAIN:
+            fields[names[index]] = value
+        elif how == _DERIVED:
+            if value is not False:  # ``false``: None said otherwise than the place says
+                fields[names[index]] = value
+        elif type(value) is not int:  # a name or a time kept as its string (or a wrong type msgspec refuses)
+            fields[names[index]] = value
+        elif how == _CODE:
+            codes = plan.codes[index]
+            if not 0 <= value < len(codes):
+                raise CorruptRecordError(f"{kind}: {names[index]} number {value} names no value")
+            fields[names[index]] = codes[value]
+        else:
             if place.since is None:
-                raise CorruptRecordError(f"{kind}: {name} counts from the run's creation, which its header lacks")
+                raise CorruptRecordError(
+                    f"{kind}: {names[index]} counts from the run's creation, which its header lacks"
+                )
             try:
-                value = iso(place.since + value)
+                fields[names[index]] = iso(place.since + value)
             except OverflowError:
-                raise CorruptRecordError(f"{kind}: {name} {value} is not a time") from None
-        if value is not None:
-            fields[name] = value
-    return msgspec.convert(fields, TYPES[kind])
+                raise CorruptRecordError(f"{kind}: {names[index]} {value} is not a time") from None
+    for index in plan.derived:
+        if index >= len(row) - 1:
+            _derive(plan, index, place, fields)
+    return msgspec.convert(fields, plan.type)
+
+
+def _derive(plan: _Plan, index: int, place: Place, fields: dict[str, Any]) -> None:
+    if plan.by_call and not isinstance(fields.get("call_id"), str):
+        raise CorruptRecordError(f"{plan.kind}: a row without its call id")
+    derive = plan.derive[index]
+    assert derive is not None
+    fields[plan.names[index]] = derive(place, fields)

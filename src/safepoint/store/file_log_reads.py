@@ -16,7 +16,7 @@ from safepoint.durable import atomic_write, fsync_dir
 from safepoint.errors import StoreError
 from safepoint.records import Claim, LogProblem, LogRead, LogRecord, OwnerState
 from safepoint.store.file_blobs import flock_waiting
-from safepoint.store.framing import check_line, chunks_from_end, read_records, unframe_all
+from safepoint.store.framing import check_line, chunks_from_end, read_framed, unframe_all
 from safepoint.store.log_after import START, LogPosition, frame_snapshot, line_position, snapshot_seq, unframe_parts
 from safepoint.store.ownership import CLAIM_LOCK_TIMEOUT
 
@@ -72,11 +72,13 @@ class FileLogReads:
 
     def read_view_snapshot(self, run_id: str) -> bytes | None:
         try:
-            with open(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), "rb") as handle:
-                header = handle.readline(4096)  # the frame's header, then the snapshot: one copy of its bytes
-                return unframe_parts(header, handle.read())
+            fd = os.open(os.path.join(self._existing_run_dir(run_id), VIEW_SNAPSHOT), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        try:
+            return read_snapshot_fd(fd)
+        finally:
+            os.close(fd)
 
     def read_log_after(self, run_id: str, after: LogPosition) -> LogRead | None:
         stuck = StoreError(
@@ -128,6 +130,34 @@ class FileLogReads:
         return 0
 
 
+def read_snapshot_fd(fd: int) -> bytes | None:
+    """A framed snapshot's bytes (``unframe_parts``: None when torn or damaged), read as its header's line and the
+    rest, each with one ``pread`` of its known size: one copy of the snapshot's bytes (rejected: a buffered
+    ``readline`` then ``read()``, which gathered the rest in chunks: 11 ms of a 9.5 MB snapshot, not 1)."""
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, min(size, 4096), 0)
+    newline = head.find(b"\n")
+    if newline < 0:
+        return None  # no header line (cut short, or not a snapshot)
+    return unframe_parts(head[: newline + 1], _pread_all(fd, size - newline - 1, newline + 1))
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes from ``offset`` on, fewer only at the file's end (one ``pread`` returns at most 2 GB)."""
+    data = os.pread(fd, size, offset)
+    if len(data) == size or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
 def file_log_position(path: str) -> LogPosition:
     """Where the file store's log ends now: its last whole line's record (START when it has none)."""
     try:
@@ -170,14 +200,7 @@ def file_read_log_after(path: str, after: LogPosition, stuck: StoreError) -> Log
                 data = os.pread(fd, os.fstat(fd).st_size - after.offset, after.offset)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-    lines = ((after.offset + position, _moved(item, after.offset)) for position, item in unframe_all(data))
-    return read_records(lines, first=after.seq + 1)
-
-
-def _moved(item: bytes | LogProblem, offset: int) -> bytes | LogProblem:
-    if isinstance(item, LogProblem):
-        return msgspec.structs.replace(item, position=item.position + offset)
-    return item
+    return read_framed(data, base=after.offset, first=after.seq + 1)
 
 
 def _holds_at(fd: int, after: LogPosition) -> bool:
