@@ -9,7 +9,9 @@ process on a fresh store, in the same run of this script:
 - ``inline``: the old way, the snapshot written on the call's thread by the call that made it due
   (``engine.snapshot_writer.INLINE``, set only here);
 - ``background``: the session's background writer (``engine.snapshot_writer.SnapshotWriter``);
-- ``unpaced``: the same writer without its pauses in the fold (``store.view_index.PACE`` out of reach).
+- ``unpaced``: the same writer without its pauses in the fold (``store.view_index.PACE`` out of reach);
+- ``every_2000``: the background writer at the interval before this one (``SNAPSHOT_EVERY`` 2,000 records, now
+  1,000: a resume's tail halved, for twice the writes; ``every_1000_over_2000`` compares the two).
 
 For each: ``calls_ms`` (median, p99, max of the per-call latency, in ms), ``during_writes_ms`` (the same over
 the calls that began or ended while a background write ran: what the writer's thread, which holds the GIL while
@@ -45,7 +47,7 @@ from safepoint.engine.tools import tool
 from safepoint.store import view_index
 
 log = logger("snapshot_pause")
-MODES = ("inline", "background", "unpaced")
+MODES = ("inline", "background", "unpaced", "every_2000")
 
 
 @tool(name="noop", idempotency="idempotent", replay_policy="auto", risk_level="low")
@@ -58,6 +60,8 @@ def child(mode: str, calls: int, store: str | None, workspace: str) -> dict[str,
     snapshot_writer.INLINE = mode == "inline"
     if mode == "unpaced":  # the background writer without its pauses: what they buy the calls beside it
         view_index.PACE = 1 << 62
+    if mode == "every_2000":
+        view_index.SNAPSHOT_EVERY = 2000
     tm = safepoint.open(store, workspace=workspace)
     run = tm.start("bench", tools=[noop], run_id=f"pause-{mode}-{calls}")
     run_id = run.run_id
@@ -122,6 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", default="10000,50000", help="comma-separated run sizes")
     parser.add_argument("--store", help="a store URL or folder (default: a fresh folder per run)")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default: all)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--workspace", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -134,9 +139,19 @@ def main() -> None:
     try:
         for calls in sizes:
             found: dict[str, Any] = {}
-            for mode in MODES:
+            for mode in args.modes.split(","):
                 log(f"{calls} calls, {mode}")
                 found[mode] = measure(mode, calls, args.store, parent)
+            if "every_2000" in found and "background" in found:
+                now, before = found["background"], found["every_2000"]
+                found["every_1000_over_2000"] = {
+                    "median": ratio(now["calls_ms"]["median"], before["calls_ms"]["median"]),
+                    "p99": ratio(now["calls_ms"]["p99"], before["calls_ms"]["p99"]),
+                    "total": ratio(now["total_s"], before["total_s"]),
+                }
+            if not {"inline", "background", "unpaced"} <= found.keys():
+                report["sizes"][str(calls)] = found
+                continue
             old, new, unpaced = found["inline"], found["background"], found["unpaced"]
             found["ratios"] = {
                 "max": ratio(new["calls_ms"]["max"], old["calls_ms"]["max"]),
