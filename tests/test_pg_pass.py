@@ -50,6 +50,7 @@ def crowded(pg_server):
         conn.execute("ANALYZE safepoint.runs")
         conn.execute("ANALYZE safepoint.recovery_owners")
     yield store
+    store.close()  # (left open, its pool's threads outlived the module and retried a stopped server at exit)
     store.close()
 
 
