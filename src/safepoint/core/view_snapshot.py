@@ -179,7 +179,7 @@ def encode(fold: ViewFold, *, read_problems: int, offset: int, check: str) -> by
 
 def _packed_messages(fold: ViewFold) -> PackedMessages:
     """Every message of the fold packed: what its last snapshot packed (or the snapshot it was read from), with
-    the messages logged since appended, only those encoded (a writer's snapshot every 1,000 records does not
+    the messages logged since appended, only those encoded (a writer's snapshot every 2,000 records does not
     encode 50,000 messages again)."""
     records = fold.view.message_records
     base = fold.packed_messages
