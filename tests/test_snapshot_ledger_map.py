@@ -4,6 +4,7 @@ any split of the calls between packed and changed, and with a digest collision t
 
 from __future__ import annotations
 
+import array
 import random
 
 import msgspec
@@ -117,3 +118,16 @@ def test_a_packed_entry_leaves_out_only_what_its_fields_give_back():
     raw = ledger_map._decompressor.decompress(pack([Row(0, derived, 1, 0, 1)]).blob)
     assert derived.input_hash.encode() not in raw and derived.idempotency_key.encode() not in raw  # left out
     assert b"caller-key" in ledger_map._decompressor.decompress(settled.blob)
+
+
+def test_an_index_pointing_outside_its_entries_is_reported_where_it_is_read():
+    """Positions are not checked at each open (a pass over every call); one outside the entries is a corrupt record
+    when it is read, never another call's entry."""
+    entries = [_entry(f"c{n}") for n in range(70)]
+    settled = pack([Row(n, e, 1, n, 1) for n, e in enumerate(entries)])
+    order = memoryview(settled.order).cast("I").tolist()
+    settled.check()
+    broken = msgspec.structs.replace(settled, order=array.array("I", [70_000 + p for p in order]).tobytes())
+    broken.check()  # the sizes fit
+    with pytest.raises(CorruptRecordError):
+        LedgerMap(broken, {}, {}).get("c5")
