@@ -21,12 +21,13 @@ import heapq
 import sys
 from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 from itertools import islice
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import msgspec
 import zstandard
 
 from safepoint.core.hashing import idempotency_key, input_hash
+from safepoint.core.packed_dict import PackedDict
 from safepoint.errors import CorruptRecordError
 from safepoint.records import ToolLedgerEntry
 
@@ -268,7 +269,7 @@ def _merged(
     return b"".join(key_parts), b"".join(position_parts)
 
 
-class _PackedDict(dict[str, V]):
+class _PackedDict(PackedDict[str, V]):
     """A dict over a ``Settled``: the dict itself holds what changed since it was packed, which shadows the
     packed value of the same call. Read as a dict (``get``, ``in``, ``len``, iteration, ``items``), it gives every
     call; what goes over every call decodes the packed ones, and pays then."""
@@ -277,6 +278,7 @@ class _PackedDict(dict[str, V]):
     _ordinals: dict[str, int]  # the ledger-order place of each call the dict holds that ``settled`` does not
     _shadowed: dict[str, int]  # call id -> its packed position, when the dict holds it too
     _extra: int  # calls the dict holds that ``settled`` does not
+    _removal = "a ledger's calls are never removed"
 
     def _setup(self, index: _Index, changed: dict[str, V], ordinals: dict[str, int]) -> None:
         dict.__init__(self, changed)
@@ -326,12 +328,6 @@ class _PackedDict(dict[str, V]):
             raise KeyError(call_id)
         return self._value(position)
 
-    def get(self, call_id: str, default: Any = None) -> Any:
-        try:
-            return self[call_id]
-        except KeyError:
-            return default
-
     def __contains__(self, call_id: object) -> bool:
         return dict.__contains__(self, call_id) or self._position(call_id) is not None
 
@@ -353,9 +349,6 @@ class _PackedDict(dict[str, V]):
         return packed + self._extra
 
     _sparse = False  # whether some packed calls have no value here (``_absent``)
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
 
     def __iter__(self) -> Iterator[str]:
         return iter([call_id for call_id, _ in self._ordered()])
@@ -389,36 +382,8 @@ class _PackedDict(dict[str, V]):
         copied._index, copied._ordinals = self._index, dict(self._ordinals)
         copied._shadowed, copied._extra = dict(self._shadowed), self._extra
 
-    def __eq__(self, other: object) -> bool:
-        """As a dict's: the same calls with the same values (order aside)."""
-        if not isinstance(other, dict):
-            return NotImplemented
-        mine = dict(self._ordered())
-        return mine == (dict(other._ordered()) if isinstance(other, _PackedDict) else other)
-
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    __hash__ = None  # a dict's
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self._index.settled)} packed, {dict.__len__(self)} changed)"
-
-    def setdefault(self, call_id: str, default: Any = None) -> Any:
-        if call_id not in self:
-            self[call_id] = default
-        return self[call_id]
-
-    def update(self, *args: Any, **kwargs: Any) -> None:  # through ``__setitem__``: the C one would skip the count
-        for call_id, value in dict(*args, **kwargs).items():
-            self[call_id] = value
-
-    def pop(self, *args: Any) -> Any:  # never used on these: refused rather than wrong
-        raise TypeError("a ledger's calls are never removed")
-
-    def __delitem__(self, call_id: str) -> None:
-        raise TypeError("a ledger's calls are never removed")
 
 
 class LedgerMap(_PackedDict[ToolLedgerEntry]):

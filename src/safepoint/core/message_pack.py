@@ -17,11 +17,11 @@ from __future__ import annotations
 import array
 import bisect
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, ValuesView
-from typing import Any
 
 import msgspec
 import zstandard
 
+from safepoint.core.packed_dict import PackedDict
 from safepoint.errors import CorruptRecordError
 from safepoint.records import Message
 
@@ -135,12 +135,13 @@ class _Packed:
         return found
 
 
-class MessageMap(dict[int, Message]):
+class MessageMap(PackedDict[int, Message]):
     """Log seq -> message over a ``PackedMessages`` (``RunView.message_records``): the dict itself holds the
     messages added since it was packed (later seqs)."""
 
     _packed: _Packed
     _extra: int  # seqs the dict holds that the packed part does not
+    _removal = "a log's messages are never removed"
 
     def __init__(self, packed: PackedMessages, added: dict[int, Message] | None = None) -> None:
         self._packed, self._extra = _Packed(packed), 0
@@ -164,12 +165,6 @@ class MessageMap(dict[int, Message]):
             raise KeyError(seq)
         return self._packed.message(position)
 
-    def get(self, seq: int, default: Any = None) -> Any:
-        try:
-            return self[seq]
-        except KeyError:
-            return default
-
     def __contains__(self, seq: object) -> bool:
         return dict.__contains__(self, seq) or (isinstance(seq, int) and self._packed.position(seq) is not None)
 
@@ -180,9 +175,6 @@ class MessageMap(dict[int, Message]):
 
     def __len__(self) -> int:
         return len(self._packed.seqs) + self._extra
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
 
     def _ordered(self) -> list[tuple[int, Message]]:
         """Every (seq, message) in seq order: the packed ones decoded (what goes over every message pays)."""
@@ -212,31 +204,5 @@ class MessageMap(dict[int, Message]):
         copied._packed, copied._extra = self._packed, self._extra
         return copied
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, dict):
-            return NotImplemented
-        return dict(self._ordered()) == (dict(other._ordered()) if isinstance(other, MessageMap) else other)
-
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    __hash__ = None  # a dict's
-
     def __repr__(self) -> str:
         return f"MessageMap({len(self._packed.seqs)} packed, {dict.__len__(self)} held)"
-
-    def setdefault(self, seq: int, default: Any = None) -> Any:
-        if seq not in self:
-            self[seq] = default
-        return self[seq]
-
-    def update(self, *args: Any, **kwargs: Any) -> None:  # through ``__setitem__``: the C one would skip the count
-        for seq, message in dict(*args, **kwargs).items():
-            self[seq] = message
-
-    def pop(self, *args: Any) -> Any:  # never used on these: refused rather than wrong
-        raise TypeError("a log's messages are never removed")
-
-    def __delitem__(self, seq: int) -> None:
-        raise TypeError("a log's messages are never removed")
