@@ -77,23 +77,37 @@ def _memory_mount() -> str | None:
 
 
 _MEMORY_MOUNT = pytest.StashKey[str]()
+_BYTECODE = pytest.StashKey[str]()  # the bytecode folder the controller made (and removes)
+BYTECODE_ENV = "PYTHONPYCACHEPREFIX"
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller (not an xdist worker: those get the controller's basetemp/popen-gwN) chooses the basetemp."""
-    if config.option.basetemp or hasattr(config, "workerinput"):
+    """The controller (not an xdist worker: those get the controller's basetemp/popen-gwN) chooses the basetemp and,
+    when it starts workers, compiles their code once for all of them."""
+    if hasattr(config, "workerinput"):
         return
-    mount = _memory_mount()
+    mount = None if config.option.basetemp else _memory_mount()
     if mount is not None:
         config.option.basetemp = os.path.join(mount, "t")
         config.stash[_MEMORY_MOUNT] = mount
         os.environ[MEMORY_TMP_ENV] = mount
+    if getattr(config.option, "numprocesses", None) and BYTECODE_ENV not in os.environ:
+        from . import warm_bytecode
+
+        folder = tempfile.mkdtemp(prefix="safepoint-pycache-", dir=mount)
+        config.stash[_BYTECODE] = folder
+        os.environ[BYTECODE_ENV] = folder  # the workers start with it, so they read what warm() made
+        warm_bytecode.warm(config, folder)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The mount holds memory: it goes with the run, a failed run's folders too (SAFEPOINT_TESTS_ON_DISK=1 keeps
     them, in pytest's own place)."""
+    folder = config.stash.get(_BYTECODE, None)
+    if folder is not None:
+        os.environ.pop(BYTECODE_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
     mount = config.stash.get(_MEMORY_MOUNT, None)
     if mount is not None:
         os.environ.pop(MEMORY_TMP_ENV, None)
@@ -123,9 +137,10 @@ def _state_home(tmp_path_factory):
 def _bytecode_cache(tmp_path_factory):
     """Child processes share compiled bytecode, kept under tmp (never in the source tree). Where the environment
     says PYTHONDONTWRITEBYTECODE, every ``python -m safepoint`` child would compile the package from source again:
-    about 0.15 s of CPU each, over several hundred children."""
+    about 0.15 s of CPU each, over several hundred children. Under xdist the controller's folder (already holding the
+    package compiled, see warm_bytecode) is shared by every worker's children."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        patch.setenv(BYTECODE_ENV, os.environ.get(BYTECODE_ENV) or str(tmp_path_factory.mktemp("pycache")))
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
         yield
 
