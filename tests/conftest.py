@@ -168,19 +168,25 @@ def cli_env(**extra: str) -> dict[str, str]:
 PY = sys.executable
 
 
-def safepoint_in_process(*args: object, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def safepoint_in_process(
+    *args: object, env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m safepoint ARGS`` run inside this process: argv in; exit code, stdout and stderr out.
 
     For tests where what a command does is the point, not the process: it skips the interpreter start-up a child
-    pays. ``env`` (default: ``cli_env()``) replaces the environment for the call. Tests that kill, race or time a
-    process, or check what only a fresh process shows, start a real child instead.
+    pays. ``env`` (default: ``cli_env()``) replaces the environment for the call; ``cwd`` is the current folder
+    during it (an xdist worker runs one test at a time, so changing the process's is safe). Tests that kill, race or
+    time a process, or check what only a fresh process shows, start a real child instead.
     """
     argv = ["safepoint", *map(str, args)]
     saved_env, saved_argv = dict(os.environ), sys.argv
     saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     out, err = io.StringIO(), io.StringIO()
     code: int = 0
+    saved_cwd = os.getcwd()
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         os.environ.clear()
         os.environ.update(cli_env() if env is None else env)
         sys.argv = argv
@@ -191,6 +197,7 @@ def safepoint_in_process(*args: object, env: Mapping[str, str] | None = None) ->
         if isinstance(exit_.code, str):
             err.write(exit_.code + "\n")
     finally:
+        os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
         sys.argv = saved_argv
