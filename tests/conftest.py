@@ -77,8 +77,8 @@ def _memory_mount() -> str | None:
 
 
 _MEMORY_MOUNT = pytest.StashKey[str]()
-_BYTECODE = pytest.StashKey[str]()  # the bytecode folder the controller made (and removes)
-BYTECODE_ENV = "PYTHONPYCACHEPREFIX"
+_BYTECODE = pytest.StashKey[str]()  # the children's bytecode folder the controller made (and removes)
+BYTECODE_ENV = "SAFEPOINT_TESTS_PYCACHE"  # that folder, for the xdist workers (they inherit the environment)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
@@ -92,12 +92,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = os.path.join(mount, "t")
         config.stash[_MEMORY_MOUNT] = mount
         os.environ[MEMORY_TMP_ENV] = mount
-    if getattr(config.option, "numprocesses", None) and BYTECODE_ENV not in os.environ:
+    if getattr(config.option, "numprocesses", None):
         from . import warm_bytecode
 
         folder = tempfile.mkdtemp(prefix="safepoint-pycache-", dir=mount)
         config.stash[_BYTECODE] = folder
-        os.environ[BYTECODE_ENV] = folder  # the workers start with it, so they read what warm() made
+        os.environ[BYTECODE_ENV] = folder
         warm_bytecode.warm(config, folder)
 
 
@@ -140,7 +140,7 @@ def _bytecode_cache(tmp_path_factory):
     about 0.15 s of CPU each, over several hundred children. Under xdist the controller's folder (already holding the
     package compiled, see warm_bytecode) is shared by every worker's children."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(BYTECODE_ENV, os.environ.get(BYTECODE_ENV) or str(tmp_path_factory.mktemp("pycache")))
+        patch.setenv("PYTHONPYCACHEPREFIX", os.environ.get(BYTECODE_ENV) or str(tmp_path_factory.mktemp("pycache")))
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
         yield
 

@@ -2,11 +2,16 @@
 
 Each worker imports every test module at collection, and pytest rewrites each one's asserts before compiling it:
 6 s of CPU per worker for the 184 files (measured), paid four times at once on a fresh clone, where nothing is cached
-(or always, where the environment says PYTHONDONTWRITEBYTECODE). Here the controller rewrites them once, split over
-two processes, into a bytecode folder the workers (and the ``python -m safepoint`` children the tests start) then
-read: pytest checks each cached file against its source's hash, so a stale one is rewritten as before, never used.
-The same is done for the package's own modules and the tests' helpers (plain compiles, cheap but paid by every
-process).
+(or on every run, where the environment says PYTHONDONTWRITEBYTECODE, as CI's does). Here the controller rewrites
+them once, split over two processes, into the folder pytest's import hook reads in every worker (``__pycache__``
+beside the tests, ignored by git, where pytest itself writes them unless told not to; PYTHONPYCACHEPREFIX's folder
+when one is set). pytest checks each cached file against its source's hash, so a stale one is rewritten as before,
+never used. The package is compiled the same way, and into the folder the tests' ``python -m safepoint`` children
+share (``child_prefix``, see conftest's ``_bytecode_cache``).
+
+The workers are not given a PYTHONPYCACHEPREFIX of their own: with one set, Python reads compiled code only there,
+so every installed library (the agent frameworks: 2.5 s of CPU for ``import agents`` compiled, 4.5 s from source)
+would be compiled again in each worker. Measured before choosing.
 
 pytest has no public call for "rewrite this file into its cache": this uses the two functions its import hook uses
 (``_rewrite_test``, ``_write_pyc``). If a pytest release moves them, the warm-up is skipped and every worker rewrites
@@ -23,18 +28,18 @@ import types
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-SOURCE = TESTS.parent / "src"
+PACKAGE = TESTS.parent / "src"
 
 
-def _rewrite(config: object, prefix: str, files: list[Path]) -> None:
-    """In a forked child: rewrite ``files`` into pytest's cache under ``prefix``; compile what is not a test plainly."""
+def _rewrite(config: object, files: list[Path]) -> None:
+    """In a forked child: rewrite the test modules among ``files`` into pytest's cache, compile the others."""
     from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc, get_cache_dir
 
-    sys.pycache_prefix = prefix  # the workers' get_cache_dir reads the same prefix from their environment
     state = types.SimpleNamespace(trace=lambda _message: None)  # all _write_pyc asks of pytest's AssertionState
     for fn in files:
         if fn.name.startswith("test_") or fn.name == "conftest.py":
-            source_hash, code = _rewrite_test(fn, config)  # the controller's: the same ini and options as the workers'
+            # the controller's config: the same ini and options as the workers', so the same rewritten code
+            source_hash, code = _rewrite_test(fn, config)
             cache_dir = get_cache_dir(fn)
             cache_dir.mkdir(parents=True, exist_ok=True)
             _write_pyc(state, code, source_hash, cache_dir / (fn.name[:-3] + PYC_TAIL))
@@ -42,13 +47,15 @@ def _rewrite(config: object, prefix: str, files: list[Path]) -> None:
             compileall.compile_file(str(fn), quiet=2)
 
 
-def _package(prefix: str) -> None:
-    sys.pycache_prefix = prefix
-    compileall.compile_dir(str(SOURCE), quiet=2)
+def _package(child_prefix: str) -> None:
+    compileall.compile_dir(str(PACKAGE), quiet=2)  # for the workers, where they look
+    sys.pycache_prefix = child_prefix
+    compileall.compile_dir(str(PACKAGE), quiet=2)  # for the children
 
 
-def warm(config: object, prefix: str, processes: int = 2) -> bool:
-    """Fill ``prefix`` with the tests' rewritten and the package's compiled code; False if it could not be done."""
+def warm(config: object, child_prefix: str, processes: int = 2) -> bool:
+    """Rewrite and compile the tests for the workers, the package for them and for the children (into
+    ``child_prefix``); False if it could not be done (each worker then does it for itself)."""
     try:
         from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc, get_cache_dir  # noqa: F401
     except ImportError:
@@ -56,10 +63,10 @@ def warm(config: object, prefix: str, processes: int = 2) -> bool:
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
     files = sorted(TESTS.glob("*.py"), key=lambda path: path.stat().st_size, reverse=True)
-    shares: list[list[Path]] = [files[index::processes] for index in range(processes)]  # each about as large
+    shares = [files[index::processes] for index in range(processes)]  # each about as large
     context = multiprocessing.get_context("fork")  # the controller has started no thread yet; config is not pickled
-    workers = [context.Process(target=_rewrite, args=(config, prefix, share)) for share in shares]
-    workers.append(context.Process(target=_package, args=(prefix,)))
+    workers = [context.Process(target=_rewrite, args=(config, share)) for share in shares]
+    workers.append(context.Process(target=_package, args=(child_prefix,)))
     for worker in workers:
         worker.start()
     ok = True
