@@ -79,6 +79,7 @@ def _memory_mount() -> str | None:
 _MEMORY_MOUNT = pytest.StashKey[str]()
 _BYTECODE = pytest.StashKey[str]()  # the children's bytecode folder the controller made (and removes)
 BYTECODE_ENV = "SAFEPOINT_TESTS_PYCACHE"  # that folder, for the xdist workers (they inherit the environment)
+_WARMED = pytest.StashKey[bool]()  # whether the controller's warm-up (warm_bytecode) was done
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
@@ -98,7 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = tempfile.mkdtemp(prefix="safepoint-pycache-", dir=mount)
         config.stash[_BYTECODE] = folder
         os.environ[BYTECODE_ENV] = folder
-        warm_bytecode.warm(config, folder)
+        config.stash[_WARMED] = warm_bytecode.warm(config, folder)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -114,9 +115,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _unmount(mount)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
     mount = config.stash.get(_MEMORY_MOUNT, None)
-    return None if mount is None else f"temporary folders on a tmpfs at {mount} (SAFEPOINT_TESTS_ON_DISK=1: on disk)"
+    if mount is not None:
+        lines.append(f"temporary folders on a tmpfs at {mount} (SAFEPOINT_TESTS_ON_DISK=1: on disk)")
+    if config.stash.get(_WARMED, True) is False:  # slower, never wrong: said so the lost minutes are not a mystery
+        lines.append("the tests' bytecode warm-up was skipped (see tests/warm_bytecode.py): each worker rewrites them")
+    return lines
 
 
 @pytest.fixture(autouse=True, scope="session")

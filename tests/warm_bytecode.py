@@ -37,36 +37,48 @@ def _rewrite(config: object, files: list[Path]) -> None:
 
     state = types.SimpleNamespace(trace=lambda _message: None)  # all _write_pyc asks of pytest's AssertionState
     for fn in files:
-        if fn.name.startswith("test_") or fn.name == "conftest.py":
-            # the controller's config: the same ini and options as the workers', so the same rewritten code
-            source_hash, code = _rewrite_test(fn, config)
-            cache_dir = get_cache_dir(fn)
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            _write_pyc(state, code, source_hash, cache_dir / (fn.name[:-3] + PYC_TAIL))
-        else:
+        if not (fn.name.startswith("test_") or fn.name == "conftest.py"):
             compileall.compile_file(str(fn), quiet=2)
+            continue
+        try:  # the controller's config: the same ini and options as the workers', so the same rewritten code
+            source_hash, code = _rewrite_test(fn, config)
+        except (SyntaxError, OSError, ValueError):
+            continue  # left to the workers, whose collection reports it where it belongs
+        cache_dir = get_cache_dir(fn)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        _write_pyc(state, code, source_hash, cache_dir / (fn.name[:-3] + PYC_TAIL))
 
 
-def _package(child_prefix: str) -> None:
-    compileall.compile_dir(str(PACKAGE), quiet=2)  # for the workers, where they look
-    sys.pycache_prefix = child_prefix
-    compileall.compile_dir(str(PACKAGE), quiet=2)  # for the children
+def _package(package: Path, child_prefix: str) -> None:
+    compileall.compile_dir(str(package), quiet=2)  # for the workers, where they look
+    saved, sys.pycache_prefix = sys.pycache_prefix, child_prefix
+    try:
+        compileall.compile_dir(str(package), quiet=2)  # for the children
+    finally:
+        sys.pycache_prefix = saved
 
 
-def warm(config: object, child_prefix: str, processes: int = 2) -> bool:
+def warm(
+    config: object, child_prefix: str, *, processes: int = 2, tests: Path = TESTS, package: Path = PACKAGE
+) -> bool:
     """Rewrite and compile the tests for the workers, the package for them and for the children (into
-    ``child_prefix``); False if it could not be done (each worker then does it for itself)."""
+    ``child_prefix``); False if it could not be done (each worker then does it for itself). ``processes`` 0: all in
+    this process (for a caller that has threads, which a fork would copy mid-work)."""
     try:
         from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc, get_cache_dir  # noqa: F401
     except ImportError:
         return False
+    files = sorted(tests.glob("*.py"), key=lambda path: path.stat().st_size, reverse=True)
+    if processes == 0:
+        _rewrite(config, files)
+        _package(package, child_prefix)
+        return True
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
-    files = sorted(TESTS.glob("*.py"), key=lambda path: path.stat().st_size, reverse=True)
     shares = [files[index::processes] for index in range(processes)]  # each about as large
     context = multiprocessing.get_context("fork")  # the controller has started no thread yet; config is not pickled
     workers = [context.Process(target=_rewrite, args=(config, share)) for share in shares]
-    workers.append(context.Process(target=_package, args=(child_prefix,)))
+    workers.append(context.Process(target=_package, args=(package, child_prefix)))
     for worker in workers:
         worker.start()
     ok = True
