@@ -77,32 +77,52 @@ def _memory_mount() -> str | None:
 
 
 _MEMORY_MOUNT = pytest.StashKey[str]()
+_BYTECODE = pytest.StashKey[str]()  # the children's bytecode folder the controller made (and removes)
+BYTECODE_ENV = "SAFEPOINT_TESTS_PYCACHE"  # that folder, for the xdist workers (they inherit the environment)
+_WARMED = pytest.StashKey[bool]()  # whether the controller's warm-up (warm_bytecode) was done
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller (not an xdist worker: those get the controller's basetemp/popen-gwN) chooses the basetemp."""
-    if config.option.basetemp or hasattr(config, "workerinput"):
+    """The controller (not an xdist worker: those get the controller's basetemp/popen-gwN) chooses the basetemp and,
+    when it starts workers, compiles their code once for all of them."""
+    if hasattr(config, "workerinput"):
         return
-    mount = _memory_mount()
+    mount = None if config.option.basetemp else _memory_mount()
     if mount is not None:
         config.option.basetemp = os.path.join(mount, "t")
         config.stash[_MEMORY_MOUNT] = mount
         os.environ[MEMORY_TMP_ENV] = mount
+    if getattr(config.option, "numprocesses", None):
+        from . import warm_bytecode
+
+        folder = tempfile.mkdtemp(prefix="safepoint-pycache-", dir=mount)
+        config.stash[_BYTECODE] = folder
+        os.environ[BYTECODE_ENV] = folder
+        config.stash[_WARMED] = warm_bytecode.warm(config, folder)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The mount holds memory: it goes with the run, a failed run's folders too (SAFEPOINT_TESTS_ON_DISK=1 keeps
     them, in pytest's own place)."""
+    folder = config.stash.get(_BYTECODE, None)
+    if folder is not None:
+        os.environ.pop(BYTECODE_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
     mount = config.stash.get(_MEMORY_MOUNT, None)
     if mount is not None:
         os.environ.pop(MEMORY_TMP_ENV, None)
         _unmount(mount)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
     mount = config.stash.get(_MEMORY_MOUNT, None)
-    return None if mount is None else f"temporary folders on a tmpfs at {mount} (SAFEPOINT_TESTS_ON_DISK=1: on disk)"
+    if mount is not None:
+        lines.append(f"temporary folders on a tmpfs at {mount} (SAFEPOINT_TESTS_ON_DISK=1: on disk)")
+    if config.stash.get(_WARMED, True) is False:  # slower, never wrong: said so the lost minutes are not a mystery
+        lines.append("the tests' bytecode warm-up was skipped (see tests/warm_bytecode.py): each worker rewrites them")
+    return lines
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -123,9 +143,10 @@ def _state_home(tmp_path_factory):
 def _bytecode_cache(tmp_path_factory):
     """Child processes share compiled bytecode, kept under tmp (never in the source tree). Where the environment
     says PYTHONDONTWRITEBYTECODE, every ``python -m safepoint`` child would compile the package from source again:
-    about 0.15 s of CPU each, over several hundred children."""
+    about 0.15 s of CPU each, over several hundred children. Under xdist the controller's folder (already holding the
+    package compiled, see warm_bytecode) is shared by every worker's children."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        patch.setenv("PYTHONPYCACHEPREFIX", os.environ.get(BYTECODE_ENV) or str(tmp_path_factory.mktemp("pycache")))
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
         yield
 
@@ -153,19 +174,25 @@ def cli_env(**extra: str) -> dict[str, str]:
 PY = sys.executable
 
 
-def safepoint_in_process(*args: object, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def safepoint_in_process(
+    *args: object, env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m safepoint ARGS`` run inside this process: argv in; exit code, stdout and stderr out.
 
     For tests where what a command does is the point, not the process: it skips the interpreter start-up a child
-    pays. ``env`` (default: ``cli_env()``) replaces the environment for the call. Tests that kill, race or time a
-    process, or check what only a fresh process shows, start a real child instead.
+    pays. ``env`` (default: ``cli_env()``) replaces the environment for the call; ``cwd`` is the current folder
+    during it (an xdist worker runs one test at a time, so changing the process's is safe). Tests that kill, race or
+    time a process, or check what only a fresh process shows, start a real child instead.
     """
     argv = ["safepoint", *map(str, args)]
     saved_env, saved_argv = dict(os.environ), sys.argv
     saved_signals = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     out, err = io.StringIO(), io.StringIO()
     code: int = 0
+    saved_cwd = os.getcwd()
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         os.environ.clear()
         os.environ.update(cli_env() if env is None else env)
         sys.argv = argv
@@ -176,6 +203,7 @@ def safepoint_in_process(*args: object, env: Mapping[str, str] | None = None) ->
         if isinstance(exit_.code, str):
             err.write(exit_.code + "\n")
     finally:
+        os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
         sys.argv = saved_argv

@@ -14,21 +14,15 @@ import pytest
 import safepoint.api
 from safepoint.errors import ExitCode
 
-from .conftest import PY, cli_env
+from .conftest import cli_env, safepoint_in_process
 
 WRITE = {"tool": "write_file", "args": {"path": "a.txt", "content": "x\n"}}
 SCRIPT = {"task": "t", "turns": [{"tool_calls": [WRITE]}, {"text": "ok"}]}
 
 
 def _cli(cwd: Path, *args: object, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PY, "-m", "safepoint", *map(str, args)],
-        cwd=cwd,
-        env=cli_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """The CLI called in process from ``cwd``: what is found from the current folder is the point, not the process."""
+    return safepoint_in_process(*args, env=cli_env(**env), cwd=cwd)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -55,13 +56,20 @@ class Crashed:
         assert self.paid.read_text().count("\n") == 1
 
     def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [PY, "-m", "safepoint", *args, "-w", str(self.ws), *self.store],
-            cwd=self.cwd,
-            env=cli_env(PAID_LOG=str(self.paid), **env),
-            capture_output=True,
-            text=True,
-            timeout=120,
+        """The kill at a fault point is a real child; what a person then does with the CLI is called in process
+        (from the folder holding the tools' module, imported afresh as a new process would)."""
+        if "SAFEPOINT_FAILPOINT" in env:
+            return subprocess.run(
+                [PY, "-m", "safepoint", *args, "-w", str(self.ws), *self.store],
+                cwd=self.cwd,
+                env=cli_env(PAID_LOG=str(self.paid), **env),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        sys.modules.pop("settle_tools", None)
+        return safepoint_in_process(
+            *args, "-w", self.ws, *self.store, env=cli_env(PAID_LOG=str(self.paid), **env), cwd=self.cwd
         )
 
     def ledger(self) -> dict[str, object]:

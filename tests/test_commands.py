@@ -408,7 +408,7 @@ def test_tables_can_make_an_argument_checked_program_stricter() -> None:
 # ---- properties ----------------------------------------------------------------------------------------
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.text())
 def test_never_raises_on_any_text(command: str) -> None:
     verdict = classify_command(command)
@@ -447,7 +447,7 @@ SHELL_PIECES = [
 ]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(SHELL_PIECES), max_size=25).map("".join))
 def test_never_raises_on_shell_like_text(command: str) -> None:
     verdict = classify_command(command)
@@ -461,7 +461,7 @@ SAFE_WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-/", min_si
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.sampled_from(READ_ONLY_PROGRAMS), st.lists(SAFE_WORDS, max_size=4))
 def test_appending_rm_rf_never_makes_a_verdict_safer(program: str, args: list[str]) -> None:
     command = " ".join([program, *args])
@@ -477,7 +477,7 @@ def test_appending_rm_rf_never_makes_a_verdict_safer(program: str, args: list[st
 POOL = [c for c, expected, _, _ in CASES if expected != UNPARSABLE and c.strip() and "\n" not in c and "#" not in c]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.sampled_from(POOL), st.sampled_from(POOL))
 def test_a_list_gets_the_per_field_maximum_of_its_parts(first: str, second: str) -> None:
     a, b = classify_command(first), classify_command(second)
@@ -669,7 +669,7 @@ WRITE_SHELL_PIECES = [
 ]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.text())
 def test_write_targets_never_raises_on_any_text(command: str) -> None:
     found = write_targets(command)
@@ -679,7 +679,7 @@ def test_write_targets_never_raises_on_any_text(command: str) -> None:
     _write_targets_cached(command)  # the safety net in write_targets must not be what keeps it from raising
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(WRITE_SHELL_PIECES), max_size=25).map("".join))
 def test_write_targets_walk_never_raises_on_shell_like_text(command: str) -> None:
     found = _write_targets_cached(command)
@@ -691,7 +691,7 @@ def test_write_targets_walk_never_raises_on_shell_like_text(command: str) -> Non
 PLAIN_NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.", min_size=1, max_size=8)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(PLAIN_NAMES, min_size=1, max_size=4), st.sampled_from(["rm -f", "touch", "chmod 644", "tee"]))
 def test_a_literal_cd_prefixes_the_paths_that_follow(names: list[str], program: str) -> None:
     command = " ".join([program, *names])

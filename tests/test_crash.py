@@ -478,7 +478,9 @@ def kill_after(process: subprocess.Popen[bytes], delay: float) -> bool:
     return process.returncode == -signal.SIGKILL
 
 
-KILLS_PER_SEED = (1, 1, 3, 1, 2, 1, 1, 2)  # the first kill hits `run`, later ones hit `resume`
+# The first kill hits `run`, later ones hit `resume`. Five fixed seeds (there were eight): every named moment is
+# killed at in test_failpoint already; these add unnamed ones, one, two and three kills in a row among them.
+KILLS_PER_SEED = (1, 1, 3, 1, 2)
 
 
 @pytest.mark.parametrize("seed", range(len(KILLS_PER_SEED)))

@@ -5,6 +5,7 @@ one store backend never imports the other; no module over 800 lines."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,10 @@ def _imports(name: str, path: Path) -> set[str]:
     return out
 
 
-GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """Parsed on first use, not at import: every xdist worker collects this file, one runs it (1 s of parsing)."""
+    return {name: _imports(name, path) for name, path in MODULES.items()}
 
 
 def _cycles() -> list[list[str]]:
@@ -98,11 +102,11 @@ def _cycles() -> list[list[str]]:
     on_stack: set[str] = set()
     found: list[list[str]] = []
     counter = 0
-    for start in GRAPH:
+    for start in _graph():
         if start in index:
             continue
         # Tarjan's algorithm, iteratively (no recursion limit to meet).
-        work = [(start, iter(sorted(GRAPH[start] - {"safepoint"})))]
+        work = [(start, iter(sorted(_graph()[start] - {"safepoint"})))]
         index[start] = low[start] = counter
         counter += 1
         stack.append(start)
@@ -116,7 +120,7 @@ def _cycles() -> list[list[str]]:
                     counter += 1
                     stack.append(nxt)
                     on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(GRAPH[nxt] - {"safepoint"}))))
+                    work.append((nxt, iter(sorted(_graph()[nxt] - {"safepoint"}))))
                     advanced = True
                     break
                 if nxt in on_stack:
@@ -159,7 +163,7 @@ SHARED = {"safepoint.records", "safepoint.protocol", "safepoint.errors"}
 def test_core_imports_only_records_protocol_and_errors() -> None:
     wrong = {
         f"{name} -> {target}"
-        for name, targets in GRAPH.items()
+        for name, targets in _graph().items()
         if _package(name) == "safepoint.core"
         for target in targets
         if _package(target) not in SHARED | {"safepoint.core"}
@@ -179,7 +183,7 @@ def test_the_cli_calls_only_the_library_api() -> None:
     allowed = public | {"safepoint.cli", "safepoint.ui"} | SHARED
     wrong = {
         f"{name} -> {target}"
-        for name, targets in GRAPH.items()
+        for name, targets in _graph().items()
         if _package(name) == "safepoint.cli"
         for target in targets
         if _package(target) not in allowed and target != "safepoint"
@@ -191,14 +195,14 @@ def test_the_review_page_calls_only_the_library_api() -> None:
     allowed = {"safepoint.api", "safepoint.results", "safepoint.review", "safepoint.timeline", "safepoint.ui"} | SHARED
     wrong = {
         f"{name} -> {target}"
-        for name, targets in GRAPH.items()
+        for name, targets in _graph().items()
         if _package(name) == "safepoint.ui"
         for target in targets
         if _package(target) not in allowed
     }
     assert wrong == set()
     assert not any(
-        _package(t) == "safepoint.cli" for n, ts in GRAPH.items() if _package(n) == "safepoint.ui" for t in ts
+        _package(t) == "safepoint.cli" for n, ts in _graph().items() if _package(n) == "safepoint.ui" for t in ts
     )
 
 
@@ -211,12 +215,12 @@ def test_nothing_below_the_api_imports_it() -> None:
         "safepoint.ui",
         "safepoint.__main__",
     }
-    wrong = {name for name, targets in GRAPH.items() if "safepoint.api" in targets and _package(name) not in above}
+    wrong = {name for name, targets in _graph().items() if "safepoint.api" in targets and _package(name) not in above}
     assert wrong == set()
 
 
 def test_one_backend_never_imports_the_other() -> None:
-    files = {n for n in GRAPH if n.startswith("safepoint.store.file")}
-    postgres = {n for n in GRAPH if n.startswith("safepoint.store.postgres")}
-    assert not any(GRAPH[n] & postgres for n in files)
-    assert not any(GRAPH[n] & files for n in postgres)
+    files = {n for n in _graph() if n.startswith("safepoint.store.file")}
+    postgres = {n for n in _graph() if n.startswith("safepoint.store.postgres")}
+    assert not any(_graph()[n] & postgres for n in files)
+    assert not any(_graph()[n] & files for n in postgres)

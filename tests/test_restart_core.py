@@ -1017,7 +1017,7 @@ def test_first_failing_assertion_wins(earlier: RecoveryFailureReason, later: Rec
 COMPOSABLE = sorted(name for name, fault in FAULTS.items() if fault.composable and fault.base is child_spec)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.sets(st.sampled_from(COMPOSABLE)), st.randoms(use_true_random=False))
 def test_any_combination_of_faults_fails_on_the_earliest(names: set[str], rnd: random.Random) -> None:
     order = sorted(names)
@@ -1050,7 +1050,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.sampled_from(["checkpoint", "payload", "config"]), st.integers(0, 20), st.text(max_size=12), JSON_VALUES)
 def test_any_value_anywhere_is_judged_never_raised(part: str, index: int, new_key: str, value: Any) -> None:
     spec = child_spec()
@@ -1062,7 +1062,7 @@ def test_any_value_anywhere_is_judged_never_raised(part: str, index: int, new_ke
     assert (verdict.failed is None) == (verdict.disposition is not None)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=64) | JSON_VALUES.map(msgspec.json.encode))
 def test_any_stored_bytes_are_a_descriptor_failure_or_sound(data: bytes) -> None:
     spec = child_spec()

@@ -7,6 +7,7 @@ An unknown call id, a call that is not uncertain, one call given both, either on
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,14 +29,15 @@ SCENARIO = {
 }
 
 
-@pytest.fixture
-def crashed(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def crashed_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run killed after its non-idempotent command ran: call_1 succeeded, call_2 waits for --replay/--skip."""
-    ws = tmp_path / "ws"
+    base = tmp_path_factory.mktemp("crashed")
+    ws = base / "ws"
     ws.mkdir()
-    (tmp_path / "s.json").write_text(json.dumps(SCENARIO))
+    (base / "s.json").write_text(json.dumps(SCENARIO))
     done = subprocess.run(
-        [sys.executable, "-m", "safepoint", "run", tmp_path / "s.json", "-w", ws, "--run-id", "r", "--json"],
+        [sys.executable, "-m", "safepoint", "run", base / "s.json", "-w", ws, "--run-id", "r", "--json"],
         env=cli_env(SAFEPOINT_FAILPOINT="after_tool:run_command"),
         capture_output=True,
         text=True,
@@ -43,6 +45,15 @@ def crashed(tmp_path: Path) -> Path:
         check=False,
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
+    return ws
+
+
+@pytest.fixture
+def crashed(tmp_path: Path, crashed_once: Path) -> Path:
+    """Each test's own copy of the killed run's workspace (its store inside): one real kill for the module, and
+    every test starts from it untouched (copied as test_ledger_damage copies its killed run)."""
+    ws = tmp_path / "ws"
+    shutil.copytree(crashed_once, ws, symlinks=True)
     return ws
 
 

@@ -311,7 +311,7 @@ def committed_repo(tmp_path_factory):
 
 
 @pytest.mark.parametrize("with_git", [False, True], ids=["plain", "git"])
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations)
 def test_no_byte_the_user_wrote_is_lost(tmp_path_factory, committed_repo, with_git, ops):
     root = tmp_path_factory.mktemp("ws")

@@ -455,7 +455,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ops=steps, choices=st.lists(st.sampled_from(["keep_user", "apply_agent", "manual_merge"]), min_size=2, max_size=2)
 )

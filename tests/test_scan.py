@@ -262,7 +262,7 @@ _PAT_TOKENS = ["a", "b", "*", "**", "?", "/", ".log", ".py", "[ab]", "[!a]", "ab
 
 
 @pytest.mark.skipif(_GIT is None, reason="needs git as the reference")
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     root_pats=st.lists(
         st.tuples(st.booleans(), st.lists(st.sampled_from(_PAT_TOKENS), min_size=1, max_size=4), st.booleans()),
@@ -622,7 +622,7 @@ def _apply(root, op, path, arg):
 
 
 @linux_only
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(batches=st.lists(st.lists(_op, min_size=1, max_size=6), min_size=1, max_size=4), with_gitignore=st.booleans())
 def test_drain_covers_every_change_between_two_scans(batches, with_gitignore):
     with tempfile.TemporaryDirectory() as root:

@@ -192,7 +192,7 @@ def apply(facts: Facts, step: tuple[Any, ...]) -> None:
 TOOLS = [ToolDefinition(name="t", idempotency="read_only", replay_policy="safe")]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.lists(step_st, max_size=60), st.text(alphabet="sx", max_size=2))
 def test_payload_and_context_equal_the_old_codes_after_every_step(steps: list[tuple[Any, ...]], system: str) -> None:
     facts = Facts()

@@ -436,7 +436,7 @@ def test_property_round_trip_with_or_without_final_newline(
     _check_round_trip(_content(old, old_nl), _content(new, new_nl), context)
 
 
-@settings(max_examples=200)
+@settings(max_examples=80)
 @given(
     old=st.lists(_line_text, min_size=1, max_size=12, unique=True),
     new=_lines,
