@@ -139,10 +139,17 @@ def test_damaged_packed_messages_are_refused():
     for broken in (
         msgspec.structs.replace(packed, seqs=packed.seqs[:-8]),  # an index shorter than the messages
         msgspec.structs.replace(packed, blob=packed.blob[:-1]),  # frames cut short
-        msgspec.structs.replace(packed, seqs=packed.seqs[8:16] + packed.seqs[:8] + packed.seqs[16:]),  # out of order
     ):
         with pytest.raises(ValueError):
             broken.check()
+    # a branch naming a message the map lacks: a corrupt record where it is read, not a KeyError's traceback
+    records = _records(random.Random(3), 100)
+    branch = MessageList(MessageMap(packed), array.array("Q", [*records, max(records) + 1]))
+    assert list(branch[:100]) == list(records.values())
+    with pytest.raises(CorruptRecordError):
+        branch[100]
+    with pytest.raises(CorruptRecordError):
+        list(branch)
     # bytes damaged inside a frame (its sizes intact) are found when the frame is read, as a corrupt record
     blob = bytearray(packed.blob)
     blob[20:30] = b"\xff" * 10

@@ -19,6 +19,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
+from safepoint.errors import CorruptRecordError
 from safepoint.records import Message
 
 _EMPTY: Mapping[int, Message] = {}
@@ -88,8 +89,16 @@ class MessageList(Sequence[Message]):
     def _at(self, index: int) -> Message:
         if index < len(self._seqs):
             over = self._over.get(index) if self._over else None
-            return self._records[self._seqs[index]] if over is None else over
+            return self._record(self._seqs[index]) if over is None else over
         return self._tail[index - len(self._seqs)]
+
+    def _record(self, seq: int) -> Message:
+        try:
+            return self._records[seq]
+        except KeyError:
+            raise CorruptRecordError(
+                f"the history names the message at log seq {seq}, which it does not hold"
+            ) from None
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
@@ -115,7 +124,7 @@ class MessageList(Sequence[Message]):
         if self._over:
             head: Iterator[Message] = (self._at(i) for i in range(len(self._seqs)))
         else:
-            head = map(self._records.__getitem__, self._seqs)
+            head = map(self._record, self._seqs)
         return itertools.chain(head, self._tail)
 
     def __reversed__(self) -> Iterator[Message]:
