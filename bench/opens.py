@@ -25,6 +25,10 @@ What it measures (one run of this script, on the filesystem of ``tempfile.gettem
   smaller size. The issue's targets: ``status_run`` flat; ``resume`` at 50,000 within 1.5x of 1,000; ``explain``
   memory flat when paged.
 * ``pressure``: load average and PSI before and after; a busy shared machine inflates wall times.
+* With ``--phases``, ``phases`` per size: a resume's fixed costs one by one (``PHASES`` below), the fastest of seven
+  rounds in one child: the view snapshot's read and decode, the read of the log after it and the fold of those
+  records (``tail_read_us_per_record``, ``tail_fold_us_per_record``). ``--phases-of WORKSPACE`` prints only these,
+  for runs named ``run-SIZE`` already built there (read only).
 
 Run: ``.venv/bin/python bench/opens.py`` (several minutes: building 50,000 calls takes most of it), or
 ``--sizes 100,1000,10000 --runs 50`` for a quick look. To measure another checkout, put its ``src`` first:
@@ -88,6 +92,60 @@ if op == "resume":
     os._exit(0)  # killed again: the next repeat resumes a killed run too (a close would write its snapshot)
 tm.close()
 """
+
+
+# ``--phases``: a resume's fixed costs one by one, in a child of their own (each the fastest of ``REPS`` rounds, so a
+# busy machine's pauses fall out): the view snapshot's read (``read_view_snapshot``: its bytes and its checksum),
+# its decode, the read of the log after it (``read_log_after``), and the fold of those records onto the snapshot's
+# view (``resume_fold`` with them, less ``resume_fold`` with none: what the tail's records cost), per record too.
+PHASES = r"""
+import json, sys, time
+import msgspec
+import safepoint
+from safepoint.core import view_snapshot
+from safepoint.records import LogRead, RunInfo
+from safepoint.store.log_after import LogPosition
+workspace, run_id, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = safepoint.open(workspace=workspace).store
+info = msgspec.json.decode(store.run_header(run_id), type=RunInfo)
+none = LogRead(records=[], problems=[])
+times = {"snapshot_read": [], "snapshot_decode": [], "tail_read": [], "fold_setup": [], "fold": []}
+found = {}
+for _ in range(reps):
+    t0 = time.perf_counter()
+    data = store.read_view_snapshot(run_id)
+    t1 = time.perf_counter()
+    if data is None:
+        print(json.dumps({"snapshot": False}))
+        raise SystemExit(0)
+    snapshot = view_snapshot.decode(data, info)
+    t2 = time.perf_counter()
+    after = store.read_log_after(run_id, LogPosition(snapshot.seq, snapshot.offset, snapshot.check))
+    t3 = time.perf_counter()
+    view_snapshot.resume_fold(snapshot, info, none, lambda covered, upto: ([], []))
+    t4 = time.perf_counter()
+    snapshot = view_snapshot.decode(data, info)  # its containers become the view's: a fresh one for the fold
+    t5 = time.perf_counter()
+    view_snapshot.resume_fold(snapshot, info, after, lambda covered, upto: ([], []))
+    t6 = time.perf_counter()
+    for name, took in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5)):
+        times[name].append(took * 1000)
+    found = {"snapshot_bytes": len(data), "tail_records": len(after.records), "tail_problems": len(after.problems)}
+best = {f"{name}_ms": round(min(took), 2) for name, took in times.items()}
+records = max(found["tail_records"], 1)
+best["tail_read_us_per_record"] = round(best["tail_read_ms"] * 1000 / records, 2)
+best["tail_fold_us_per_record"] = round(max(best["fold_ms"] - best["fold_setup_ms"], 0) * 1000 / records, 2)
+print(json.dumps({"snapshot": True, **found, **best}))
+"""
+
+
+def phases(workspace: str, run_id: str, reps: int = 7) -> dict[str, Any] | None:
+    done = subprocess.run([sys.executable, "-c", PHASES, workspace, run_id, str(reps)], capture_output=True, text=True)
+    if done.returncode != 0:
+        log(f"phases failed: {done.stderr.strip().splitlines()[-1:]}")
+        return None
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
 
 
 def noop_tool() -> Any:
@@ -181,12 +239,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,1000,10000,50000")
     parser.add_argument("--runs", type=int, default=500, help="small runs added for `status` over a store")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--phases", action="store_true", help="also a resume's fixed costs one by one, per size")
+    parser.add_argument("--phases-of", metavar="WORKSPACE", help="only the phases of runs run-SIZE already built there")
     parser.add_argument("--build-into", help=argparse.SUPPRESS)  # the build's own child (see below)
     parser.add_argument("--kill-into", help=argparse.SUPPRESS)  # one run's build, killed at its end
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.kill_into:
         build(safepoint.open(workspace=args.kill_into), sizes[0], f"run-{sizes[0]}", kill=True)
+    if args.phases_of:  # read only: nothing is built, resumed or written
+        found = {str(size): phases(args.phases_of, f"run-{size}") for size in sizes}
+        print(json.dumps({"phases": found, "pressure": pressure()}, indent=1))
+        return
     if args.build_into:
         print(json.dumps(build_store(args.build_into, sizes, args.runs)))
         return
@@ -209,6 +273,9 @@ def main() -> None:
         for size in sizes:
             run_id = built[size]["run_id"]
             row: dict[str, Any] = dict(built[size])
+            if args.phases:  # before the resumes, which add to the log after the snapshot
+                log(f"phases at {size} calls")
+                row["phases"] = phases(workspace, run_id)
             for op in OPS:
                 log(f"{op} at {size} calls")
                 row[op] = measure_op(op, workspace, run_id, args.repeat, idle)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safepoint.core import record_rows
+from safepoint.core import history_codec, record_rows
 from safepoint.core.ledger import _CHANGEABLE, _DEFAULTS, apply_change
 from safepoint.core.record_rows import CODES, DERIVED, FIELDS, TYPES, VERSION, Place
 from safepoint.core.run_view import step_of
@@ -281,6 +281,37 @@ def test_a_row_decodes_to_what_the_code_before_gave_and_fails_in_its_words(kind,
 def test_the_rows_a_run_writes_decode_as_before(kind, raw):
     for place in PLACES:
         assert _outcome(record_rows.decode, kind, raw, place) == _outcome(_old_decode, kind, raw, place)
+
+
+_old_message_row = msgspec.json.Decoder(history_codec.StoredMessageRow)
+
+
+def _old_decode_message_row(raw: bytes) -> history_codec.StoredMessage:
+    row = _old_message_row.decode(raw)
+    roles = history_codec.ROLES
+    role = roles[row.role] if isinstance(row.role, int) and 0 <= row.role < len(roles) else row.role
+    if role not in history_codec._KNOWN_ROLES:
+        raise msgspec.ValidationError(
+            f"a message row's role {row.role!r} is none of {sorted(history_codec._KNOWN_ROLES)}"
+        )
+    fields = {name: getattr(row, name) for name in history_codec._ROW_FIELDS}
+    return history_codec.StoredMessage(**{**fields, "role": role})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.tuples(
+        st.one_of(st.integers(0, 9), st.just("x")),
+        st.one_of(st.integers(-1, 5), st.sampled_from(["tool", "robot", ""])),
+        st.lists(
+            st.one_of(st.none(), st.text(max_size=3), st.integers(0, 3), st.just([]), st.just("AAAA")), max_size=9
+        ),
+    )
+)
+def test_a_message_row_decodes_as_before(parts):
+    raw = msgspec.json.encode([parts[0], parts[1], *parts[2]])
+    new, old = _outcome(history_codec.decode_message_row, raw), _outcome(_old_decode_message_row, raw)
+    assert new == old
 
 
 # Ledger changes and step ids ---------------------------------------------------------------------------------------

@@ -152,8 +152,9 @@ def decode_message_row(raw: bytes | msgspec.Raw) -> StoredMessage:
     role = ROLES[row.role] if isinstance(row.role, int) and 0 <= row.role < len(ROLES) else row.role
     if role not in _KNOWN_ROLES:
         raise msgspec.ValidationError(f"a message row's role {row.role!r} is none of {sorted(_KNOWN_ROLES)}")
-    fields = {name: getattr(row, name) for name in _ROW_FIELDS}
-    return StoredMessage(**{**fields, "role": role})
+    fields = dict(zip(_ROW_FIELDS, msgspec.structs.astuple(row), strict=True))  # in C, not a getattr per field
+    fields["role"] = role
+    return StoredMessage(**fields)
 
 
 MESSAGE_DICTIONARY = msgspec.json.Decoder(MessageDictionary)

@@ -256,7 +256,7 @@ def note_entry(view: RunView, body: ToolLedgerEntry, previous: ToolLedgerEntry |
 def step_of(step_id: str) -> int:
     """A step id's number (``step_12``: 12), 0 when it has none (``core.resume.step_number``)."""
     digits = step_id[5:]
-    if step_id[:5] == "step_" and digits.isdecimal():  # as the pattern reads it (``\\d``: a decimal digit), unsearched
+    if step_id[:5] == "step_" and digits.isdecimal():  # as the pattern reads it (``\d``: a decimal digit), unsearched
         return int(digits)
     match = _STEP_NUMBER.search(step_id)
     return int(match.group(1)) if match else 0
