@@ -23,21 +23,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from safepoint.errors import ConfigError, DecisionNeeded, ResumeError
-from safepoint.records import (
-    CompensateExternalAction,
-    ConflictResolution,
-    RecoveryAction,
-    RestoreSession,
-    RollbackFiles,
-    RunInfo,
-    RunStatus,
-    ToolLedgerEntry,
-)
+from safepoint.records import CompensateExternalAction, RestoreSession, RollbackFiles, RunInfo
 from safepoint.results import (
     AgentChanges,
     Answered,
@@ -78,6 +70,7 @@ if TYPE_CHECKING:
     from safepoint.lifecycle import labels as labels
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
+    from safepoint.records import ConflictResolution, RecoveryAction, RunStatus, ToolLedgerEntry
     from safepoint.review import CallSettled, Follower, PendingApproval, RunDiff
     from safepoint.review import FileDiff as FileDiff  # re-exported: diff's parts
     from safepoint.run import Run as Run  # re-exported: the API hands out runs
@@ -86,24 +79,16 @@ if TYPE_CHECKING:
     from safepoint.timeline import ConflictSides, RunRow, Timeline
 
 
-# Re-exported names whose modules are imported when first used (PEP 562): a command that only reads a store (the
-# CLI's `status`, `ledger`) pays neither the redactor's patterns nor asyncio. Plain import statements, so the
-# import graph's checks (tests/test_layers.py) still see these edges. Rejected: wrapper functions (a re-export
-# would no longer be the very object, `api.Run is run.Run`).
-def __getattr__(name: str) -> Any:
-    value: Any
-    if name == "answer_command":
-        from safepoint.core.progress import answer_command as value
-    elif name in ("forget", "gc", "label", "labels"):
-        from safepoint import lifecycle
+_LAZY = {"answer_command": "core.progress", "Run": "run"} | dict.fromkeys(
+    ("forget", "gc", "label", "labels"), "lifecycle"
+)
 
-        value = getattr(lifecycle, name)
-    elif name == "Run":
-        from safepoint.run import Run as value
-    else:
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: these re-exports load when first used (a read of the store skips the redactor's tables, asyncio)."""
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # looked up once
-    return value
+    return getattr(importlib.import_module(f"safepoint.{_LAZY[name]}"), name)  # the very object, not a wrapper
 
 
 class Safepoint:
