@@ -675,7 +675,7 @@ def _command_name(info: CommandInfo) -> str | None:
 def narrowed(args: list[str]) -> typer.Typer:
     """The app that parses ``safepoint ARGS``: for ``safepoint COMMAND ...`` a copy holding that command alone (with
     the root's callback and options), since typer turns every registered command into click's at each start,
-    inspecting each signature (about 30 ms of the 40 commands, on every CLI child, for one command used). The whole
+    inspecting each signature (37 commands: about 30 ms of CPU on every CLI child, for the one it runs). The whole
     app otherwise: root help and options, a name that is no command (its "Did you mean" lists them all) and shell
     completion (its words come from the environment, not ``args``). Rejected: a click group building commands
     on first lookup (typer's group reads its ``commands`` dict directly for suggestions and help)."""
