@@ -23,26 +23,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
-from safepoint.core.progress import answer_command as answer_command  # re-exported: the CLI prints approve/deny lines
 from safepoint.errors import ConfigError, DecisionNeeded, ResumeError
-from safepoint.lifecycle import forget as forget  # re-exported: the store's lifecycle (gc, label, forget)
-from safepoint.lifecycle import gc as gc
-from safepoint.lifecycle import label as label
-from safepoint.lifecycle import labels as labels
-from safepoint.records import (
-    CompensateExternalAction,
-    ConflictResolution,
-    RecoveryAction,
-    RestoreSession,
-    RollbackFiles,
-    RunInfo,
-    RunStatus,
-    ToolLedgerEntry,
-)
+from safepoint.records import CompensateExternalAction, RestoreSession, RollbackFiles, RunInfo
 from safepoint.results import (
     AgentChanges,
     Answered,
@@ -59,8 +46,6 @@ from safepoint.results import (
     RunSummary,
     Submitted,
 )
-from safepoint.run import Run as Run  # re-exported: the API hands out runs
-from safepoint.run import new_run_id
 from safepoint.standalone import classify as classify  # re-exported: the API's functions that open no store
 from safepoint.standalone import command_rules
 from safepoint.standalone import find_workspace as find_workspace
@@ -71,6 +56,7 @@ from safepoint.workspace.files import Workspace
 
 if TYPE_CHECKING:
     from safepoint.core.progress import ProgressEvent as ProgressEvent  # what Run.on_event's observers get
+    from safepoint.core.progress import answer_command as answer_command  # re-exported: the CLI's approve lines
     from safepoint.core.restart import RecoveryVerdict
     from safepoint.core.resume import ResumePlan
     from safepoint.core.rollback import RollbackPlan
@@ -78,13 +64,31 @@ if TYPE_CHECKING:
     from safepoint.engine.session import RunSession
     from safepoint.engine.tools import Tool, ToolRegistry
     from safepoint.history import RestoredHistory
+    from safepoint.lifecycle import forget as forget  # re-exported: the store's lifecycle (gc, label, forget)
+    from safepoint.lifecycle import gc as gc
+    from safepoint.lifecycle import label as label
+    from safepoint.lifecycle import labels as labels
     from safepoint.protocol import RuntimeRestartCheckpoint
     from safepoint.providers.base import Provider
+    from safepoint.records import ConflictResolution, RecoveryAction, RunStatus, ToolLedgerEntry
     from safepoint.review import CallSettled, Follower, PendingApproval, RunDiff
     from safepoint.review import FileDiff as FileDiff  # re-exported: diff's parts
+    from safepoint.run import Run as Run  # re-exported: the API hands out runs
     from safepoint.standins.scenario import Scenario
     from safepoint.store.base import Store
     from safepoint.timeline import ConflictSides, RunRow, Timeline
+
+
+_LAZY = {"answer_command": "core.progress", "Run": "run"} | dict.fromkeys(
+    ("forget", "gc", "label", "labels"), "lifecycle"
+)
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: these re-exports load when first used (a read of the store skips the redactor's tables, asyncio)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"safepoint.{_LAZY[name]}"), name)  # the very object, not a wrapper
 
 
 class Safepoint:
@@ -153,6 +157,7 @@ class Safepoint:
         from safepoint.engine.session import RunSession, load_view, now
         from safepoint.protocol import SuccessorAccepted
         from safepoint.restart import control
+        from safepoint.run import Run, new_run_id
 
         info = RunInfo(
             run_id=run_id or new_run_id(),
@@ -223,6 +228,7 @@ class Safepoint:
         again on every resume).
         """
         from safepoint.agent.loop import resume_session
+        from safepoint.run import Run
 
         session, recovery = resume_session(
             self.store,
