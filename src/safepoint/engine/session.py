@@ -92,8 +92,8 @@ class RunSession:
         self.processes = ProcessNotes(None)
         self.closed = False
         # the conversation ------------------------------------------------------------------------------------
-        self.history: MessageList = view.history.copy()  # by reference: a copy of its seqs, not of its messages
-        self._history_seqs = [0] * len(self.history)  # the log record of each message (0: loaded, durable)
+        # The history (by reference: its seqs, not its messages) is set once its blobs can be read back, below.
+        self._history_seqs = [0] * len(view.history)  # the log record of each message (0: loaded, durable)
         # Where the run stands, from its latest complete checkpoint: a session that only rolls back or resolves
         # writes checkpoints too, and they must not move the run back to its first step.
         latest = view.latest_complete_checkpoint()
@@ -146,7 +146,7 @@ class RunSession:
             self.log.staged_blob,
         )
         # What the log kept of large values as blobs, read back: the model is sent the conversation as it was.
-        self.history = large_values.resolve_branch(view.history, view.ref_messages, self.contents)
+        self.history: MessageList = large_values.resolve_branch(view.history, view.ref_messages, self.contents)
         self.pending = [large_values.resolve_call(call, self.contents) for call in self.pending]
         self.calls = LedgerMachine(
             view.info.run_id,
